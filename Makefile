@@ -1,0 +1,73 @@
+# The two commands: `make book` and `make test`. Both set everything up first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# EDITION=web (default): solutions folded behind a toggle; EDITION=course: solutions removed.
+EDITION ?= web
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k attention"`.
+PYTEST_ARGS ?=
+JOBS ?= 2
+
+.PHONY: help venv sysdeps book test bench release selftest clean
+
+help:
+	@echo "make book     set up, then build the whole book strictly (EDITION=web|course)"
+	@echo "make test     set up, then run the whole test suite"
+	@echo "make venv     only set up .venv (torch CPU build first, then requirements)"
+	@echo "make bench    performance ratios of the reference package"
+	@echo "make release  student notebooks under release/"
+	@echo "make clean    remove build outputs"
+
+# torch goes in first and on its own: with 2.13.0 present, nothing below pulls CUDA wheels.
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (transformer-book)" >/dev/null
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# System packages the tests use: headless Chromium for the browser test, bubblewrap
+# for the grading sandbox. Installed when missing and we are root (CI, fresh machines).
+SYSDEPS := chromium chromium-driver bubblewrap
+sysdeps:
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing system packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing system packages:$$missing (run: sudo apt-get install$$missing)"; exit 1; \
+	  fi; \
+	fi
+
+book: venv
+	@start=$$(date +%s); \
+	BOOK_EDITION=$(EDITION) $(VENV)/bin/jupyter-book build . -W -n --keep-going --builder html \
+	  || { echo "book build FAILED: see the messages above (each names the notebook and cell)"; exit 1; }; \
+	echo "book built in $$(( $$(date +%s) - start ))s: open $(CURDIR)/_build/html/index.html"
+
+test: venv sysdeps
+	$(PY) -m pytest -n $(JOBS) $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) -m solutions bench
+
+release: venv
+	$(PY) -m autograder release --out release
+
+selftest: venv
+	$(PY) -m autograder selftest
+
+clean:
+	rm -rf _build release .pytest_cache

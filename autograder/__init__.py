@@ -1,0 +1,1 @@
+"""Checks, trusted grading and nbgrader wiring for the book's exercises."""
