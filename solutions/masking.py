@@ -1,0 +1,125 @@
+"""Attention masks and the masked softmax (chapter 6).
+
+Every mask in this package is a boolean tensor where **True = may attend**,
+broadcastable to ``(batch, heads, q_len, k_len)``: the convention of
+``torch.nn.functional.scaled_dot_product_attention``. (``torch.nn.MultiheadAttention``
+and ``torch.nn.Transformer`` use the opposite one: True = masked out.)
+"""
+import torch
+
+__all__ = ["padding_mask", "causal_mask", "decoder_mask", "masked_softmax"]
+
+
+def padding_mask(ids, pad_id=0):
+    """Mask that hides padding keys: True where the token is not ``<pad>``.
+
+    Args:
+        ids: token ids, ``LongTensor``.
+        pad_id: the id of ``<pad>`` (default 0).
+
+    Shape:
+        ids: ``(B, T)``
+        output: ``(B, 1, 1, T)`` bool, True = may attend; broadcasts over heads
+        and query positions.
+
+    Returns:
+        The boolean mask.
+
+    Paper: padding is implied by batching sentences of different lengths (section 5.1).
+    """
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"ids must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.dim() != 2:
+        raise ValueError(f"ids must have shape (B, T), got {tuple(ids.shape)}")
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"ids must be an integer tensor, got {ids.dtype}")
+    return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
+
+
+def causal_mask(size):
+    """Look-ahead mask: position ``i`` may attend to positions ``0..i`` only.
+
+    Args:
+        size: the sequence length ``T``.
+
+    Shape:
+        output: ``(1, 1, T, T)`` bool, True on and below the diagonal (True = may attend).
+
+    Returns:
+        The boolean mask (on the CPU; move it with ``.to(device)``).
+
+    Paper: section 3.2.3 ("prevent leftward information flow in the decoder").
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be a positive int, got {size!r}")
+    mask = torch.ones(size, size, dtype=torch.bool).tril()  # (T, T)
+    return mask[None, None, :, :]  # (1, 1, T, T)
+
+
+def decoder_mask(tgt_ids, pad_id=0):
+    """Mask for decoder self-attention: causal AND not padding.
+
+    Args:
+        tgt_ids: target token ids, ``LongTensor``.
+        pad_id: the id of ``<pad>`` (default 0).
+
+    Shape:
+        tgt_ids: ``(B, T)``
+        output: ``(B, 1, T, T)`` bool, True = may attend.
+
+    Returns:
+        ``padding_mask(tgt_ids, pad_id) & causal_mask(T)``.
+
+    Paper: section 3.2.3.
+    """
+    pad = padding_mask(tgt_ids, pad_id)  # (B, 1, 1, T)
+    causal = causal_mask(tgt_ids.size(1)).to(tgt_ids.device)  # (1, 1, T, T)
+    return pad & causal  # (B, 1, T, T)
+
+
+def masked_softmax(scores, mask):
+    """Softmax over the last axis in which masked positions get exactly 0.
+
+    Masked scores are replaced by the most negative finite number of their
+    dtype (``torch.finfo(scores.dtype).min``) rather than ``-inf``: with
+    ``-inf`` a row whose keys are all masked computes ``exp(-inf - (-inf))``
+    = NaN, in the output and in the gradient. With a finite minimum such a row
+    becomes uniform instead, and the final ``masked_fill`` sets it (and every
+    other masked position) to exactly 0, so fully masked rows return zeros and
+    their gradient is zero too. A fixed ``-1e9`` would overflow float16.
+
+    Args:
+        scores: attention scores (any float dtype).
+        mask: boolean, True = may attend, broadcastable to ``scores``;
+            ``None`` means no mask (plain softmax).
+
+    Shape:
+        scores: ``(..., T_q, T_k)``
+        mask: broadcastable to ``scores.shape``
+        output: same shape as ``scores``; each row sums to 1, or to 0 if every
+        key of the row is masked.
+
+    Returns:
+        The attention weights.
+
+    Paper: section 3.2.3 ("masking out (setting to −∞) all values in the input
+    of the softmax which correspond to illegal connections").
+    """
+    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+        raise TypeError("scores must be a floating-point torch.Tensor")
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a boolean tensor (True = may attend), got {got}")
+    try:
+        shape = torch.broadcast_shapes(mask.shape, scores.shape)
+    except RuntimeError:
+        shape = None
+    if shape != scores.shape:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to scores of shape {tuple(scores.shape)}"
+        )
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    return weights.masked_fill(~mask, 0.0)
