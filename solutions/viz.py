@@ -1,0 +1,294 @@
+"""Pictures of attention for the chapters: heatmaps, per-head maps, masks, explorers.
+
+Every chapter draws attention the same way, so the reader learns to read one
+picture: **queries on the rows, keys on the columns**, a row of weights sums to one
+(the softmax runs over the keys, "Attention Is All You Need", section 3.2.1). Masks
+use the book's convention, **True = may attend**, drawn as a filled cell.
+
+The helpers accept numpy arrays or torch tensors (detached and moved to the CPU
+here) and strip leading axes of size one, so ``model.attn_weights[0]`` or a
+``(1, 1, T, T)`` causal mask can be passed as they are.
+
+In a notebook, end a plotting line with ``;`` (or assign the result) so Jupyter
+does not print the returned object's text next to the picture.
+"""
+import os
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+__all__ = ["plot_attention", "plot_heads", "plot_mask", "show_explorer", "STATIC_ENV_VAR"]
+
+#: Environment variable the book build sets to "1": explorers render a static figure.
+STATIC_ENV_VAR = "TRANSFORMER_BOOK_STATIC"
+
+# Maps with at most this many cells get their values written into the cells.
+_ANNOTATE_MAX_CELLS = 64
+
+
+def _to_numpy(x, name):
+    """Return ``x`` as a numpy array (torch tensors are detached and copied to the CPU)."""
+    if hasattr(x, "detach"):  # a torch tensor; torch itself is not imported here
+        x = x.detach().cpu().numpy()
+    try:
+        return np.asarray(x)
+    except Exception as err:  # pragma: no cover - numpy accepts almost anything
+        raise TypeError(f"{name} must be array-like, got {type(x).__name__}") from err
+
+
+def _squeeze_leading(x, ndim, name):
+    """Drop leading axes of size one until ``x`` has ``ndim`` axes.
+
+    Raises:
+        ValueError: when ``x`` cannot be brought to ``ndim`` axes that way.
+    """
+    original = x.shape
+    while x.ndim > ndim and x.shape[0] == 1:
+        x = x[0]
+    if x.ndim != ndim:
+        raise ValueError(
+            f"{name} must have {ndim} axes (leading axes of size 1 are dropped), "
+            f"got shape {tuple(original)}"
+        )
+    return x
+
+
+def _check_tokens(tokens, size, name):
+    """Return ``tokens`` as a list of strings of length ``size`` (or None)."""
+    if tokens is None:
+        return None
+    tokens = [str(t) for t in tokens]
+    if len(tokens) != size:
+        raise ValueError(f"{name} has {len(tokens)} labels but the map has {size} of them")
+    return tokens
+
+
+def _label_axes(ax, n_rows, n_cols, query_tokens, key_tokens):
+    """Put token labels (or positions) on the rows (queries) and columns (keys)."""
+    ax.set_xticks(range(n_cols))
+    ax.set_yticks(range(n_rows))
+    if key_tokens is not None:
+        long_labels = max(map(len, key_tokens), default=0) > 3
+        ax.set_xticklabels(key_tokens, rotation=45 if long_labels else 0,
+                           ha="right" if long_labels else "center")
+    if query_tokens is not None:
+        ax.set_yticklabels(query_tokens)
+    ax.set_xlabel("keys")
+    ax.set_ylabel("queries")
+    ax.tick_params(length=0)
+
+
+def plot_attention(weights, query_tokens=None, key_tokens=None, ax=None, title=None, annotate=None):
+    """Draw one attention map as a heatmap: queries on the rows, keys on the columns.
+
+    Args:
+        weights: attention weights, numpy array or torch tensor; each row is one
+            query's distribution over the keys (it sums to 1 after a softmax).
+        query_tokens: optional labels of the rows (one per query).
+        key_tokens: optional labels of the columns (one per key).
+        ax: optional matplotlib Axes to draw into; a new figure is made otherwise.
+        title: optional title of the map.
+        annotate: write each weight into its cell. ``None`` (default) annotates
+            small maps only (at most 64 cells); ``True``/``False`` force it.
+
+    Shape:
+        weights: ``(T_q, T_k)``; leading axes of size 1 are dropped, so
+        ``(1, 1, T_q, T_k)`` works too.
+
+    Returns:
+        matplotlib.axes.Axes: the Axes holding the map (``ax.figure`` is its Figure).
+
+    Raises:
+        ValueError: when ``weights`` is not two-dimensional or the labels do not
+            match its shape.
+
+    Paper: "Attention Is All You Need", section 3.2.1 (the weights
+    ``softmax(Q Kᵀ / √d_k)``).
+    """
+    w = _squeeze_leading(_to_numpy(weights, "weights").astype(float), 2, "weights")  # (T_q, T_k)
+    n_q, n_k = w.shape
+    query_tokens = _check_tokens(query_tokens, n_q, "query_tokens")
+    key_tokens = _check_tokens(key_tokens, n_k, "key_tokens")
+    if ax is None:
+        side = 0.45
+        _, ax = plt.subplots(figsize=(max(3.0, 1.5 + side * n_k), max(2.5, 1.0 + side * n_q)))
+    vmax = max(1.0, float(np.nanmax(w))) if w.size and np.nanmin(w) >= 0 else None
+    vmin = 0.0 if vmax is not None else None
+    image = ax.imshow(w, cmap="Blues", vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    _label_axes(ax, n_q, n_k, query_tokens, key_tokens)
+    if annotate is None:
+        annotate = w.size <= _ANNOTATE_MAX_CELLS
+    if annotate:
+        low, high = image.get_clim()
+        middle = low + 0.6 * (high - low)
+        for i in range(n_q):
+            for j in range(n_k):
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if w[i, j] > middle else "black")
+    if title is not None:
+        ax.set_title(title)
+    return ax
+
+
+def plot_heads(weights, query_tokens=None, key_tokens=None, titles=None):
+    """Draw one small attention map per head, side by side, on a shared colour scale.
+
+    Args:
+        weights: per-head attention weights, numpy array or torch tensor.
+        query_tokens: optional labels of the rows (shown on the first map).
+        key_tokens: optional labels of the columns (shown on every map).
+        titles: optional list of one title per head; default ``"head 0"``, ``"head 1"``…
+
+    Shape:
+        weights: ``(h, T_q, T_k)``; leading axes of size 1 are dropped, so one
+        sentence of ``MultiHeadAttention.attn_weights`` ``(1, h, T_q, T_k)`` works.
+
+    Returns:
+        matplotlib.figure.Figure: the figure with ``h`` Axes (``fig.axes[:h]``).
+
+    Raises:
+        ValueError: when ``weights`` is not three-dimensional or the labels or
+            titles do not match its shape.
+
+    Paper: "Attention Is All You Need", section 3.2.2 (multi-head attention).
+    """
+    w = _squeeze_leading(_to_numpy(weights, "weights").astype(float), 3, "weights")  # (h, T_q, T_k)
+    num_heads, n_q, n_k = w.shape
+    if num_heads == 0:
+        raise ValueError("weights must hold at least one head, got shape (0, ...)")
+    query_tokens = _check_tokens(query_tokens, n_q, "query_tokens")
+    key_tokens = _check_tokens(key_tokens, n_k, "key_tokens")
+    if titles is None:
+        titles = [f"head {i}" for i in range(num_heads)]
+    elif len(titles) != num_heads:
+        raise ValueError(f"titles has {len(titles)} entries but there are {num_heads} heads")
+    cols = min(num_heads, 4)
+    rows = -(-num_heads // cols)  # ceiling division
+    cell = max(1.8, 0.3 * max(n_q, n_k))
+    fig, axes = plt.subplots(rows, cols, figsize=(cell * cols + 1.0, cell * rows + 0.6 * rows),
+                             squeeze=False, layout="constrained")
+    vmax = max(1.0, float(np.nanmax(w))) if w.size and np.nanmin(w) >= 0 else float(np.nanmax(w))
+    vmin = 0.0 if np.nanmin(w) >= 0 else float(np.nanmin(w))
+    image = None
+    for head, ax in enumerate(axes.flat):
+        if head >= num_heads:
+            ax.remove()  # empty slots of the last row
+            continue
+        image = ax.imshow(w[head], cmap="Blues", vmin=vmin, vmax=vmax, aspect="auto",
+                          interpolation="nearest")
+        _label_axes(ax, n_q, n_k, query_tokens if head % cols == 0 else None, key_tokens)
+        if head % cols != 0:
+            ax.set_yticklabels([])
+            ax.set_ylabel("")
+        if head + cols < num_heads:  # another map sits below: its title needs the room
+            ax.set_xlabel("")
+        ax.set_title(str(titles[head]), fontsize=10)
+    fig.colorbar(image, ax=list(fig.axes), fraction=0.02, pad=0.02)
+    return fig
+
+
+def plot_mask(mask, query_tokens=None, key_tokens=None, ax=None, title=None):
+    """Draw a boolean attention mask: filled cells may be attended to (True).
+
+    Args:
+        mask: boolean mask, numpy array or torch tensor, **True = may attend**
+            (the convention of ``torch.nn.functional.scaled_dot_product_attention``).
+        query_tokens: optional labels of the rows (one per query).
+        key_tokens: optional labels of the columns (one per key).
+        ax: optional matplotlib Axes to draw into; a new figure is made otherwise.
+        title: optional title.
+
+    Shape:
+        mask: ``(T_q, T_k)``; leading axes of size 1 are dropped, so a causal mask
+        ``(1, 1, T, T)`` works; a padding mask ``(1, 1, 1, T)`` (or ``(T,)``)
+        is drawn as a single row that every query shares.
+
+    Returns:
+        matplotlib.axes.Axes: the Axes holding the picture.
+
+    Raises:
+        TypeError: when ``mask`` is not boolean.
+        ValueError: when ``mask`` is not (or cannot be brought to) two dimensions,
+            or the labels do not match its shape.
+
+    Paper: "Attention Is All You Need", section 3.2.3 (masking out illegal
+    connections in the decoder).
+    """
+    m = _to_numpy(mask, "mask")
+    if m.dtype != np.bool_:
+        raise TypeError(f"mask must be boolean (True = may attend), got dtype {m.dtype}")
+    if m.ndim == 1:
+        m = m[None, :]  # (1, T_k): one row that every query shares
+    m = _squeeze_leading(m, 2, "mask")  # (T_q, T_k)
+    n_q, n_k = m.shape
+    query_tokens = _check_tokens(query_tokens, n_q, "query_tokens")
+    key_tokens = _check_tokens(key_tokens, n_k, "key_tokens")
+    if ax is None:
+        side = 0.4
+        _, ax = plt.subplots(figsize=(max(3.0, 1.6 + side * n_k), max(2.0, 1.0 + side * n_q)))
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    allowed, blocked = "#2b6cb0", "#f7f7f7"
+    ax.imshow(m.astype(float), cmap=ListedColormap([blocked, allowed]), vmin=0, vmax=1,
+              aspect="auto", interpolation="nearest")
+    # Thin grid lines between cells so single cells can be counted.
+    ax.set_xticks(np.arange(-0.5, n_k, 1), minor=True)
+    ax.set_yticks(np.arange(-0.5, n_q, 1), minor=True)
+    ax.grid(which="minor", color="#bbbbbb", linewidth=0.5)
+    ax.tick_params(which="minor", length=0)
+    _label_axes(ax, n_q, n_k, query_tokens, key_tokens)
+    ax.legend(handles=[Patch(facecolor=allowed, edgecolor="#888888", label="True: may attend"),
+                       Patch(facecolor=blocked, edgecolor="#888888", label="False: masked")],
+              loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8)
+    if title is not None:
+        ax.set_title(title)
+    return ax
+
+
+def show_explorer(build_widget, render_static):
+    """Show an interactive explorer, or its default state as a picture in the built book.
+
+    Live in Jupyter the explorer is an ipywidgets widget. The HTML book cannot run
+    Python behind a slider, so the book build sets the environment variable
+    ``TRANSFORMER_BOOK_STATIC=1`` and the explorer is drawn once, in its default
+    state, as a matplotlib figure.
+
+    Args:
+        build_widget: callable with no arguments returning an ipywidgets widget
+            (called only when not static).
+        render_static: callable with no arguments that draws the default state
+            with matplotlib and returns the Figure (or returns None after drawing
+            into the current figure); called only when static.
+
+    Returns:
+        None. The explorer is shown with ``IPython.display.display`` here, so a
+        cell may end with ``show_explorer(...)`` without showing it twice.
+
+    Raises:
+        TypeError: when an argument is not callable, or ``build_widget`` does not
+            return a widget.
+    """
+    if not callable(build_widget) or not callable(render_static):
+        raise TypeError("show_explorer expects two callables: build_widget and render_static")
+    from IPython.display import display
+
+    if os.environ.get(STATIC_ENV_VAR) == "1":
+        fig = render_static()
+        if fig is None:
+            fig = plt.gcf()
+        elif hasattr(fig, "get_figure") and not hasattr(fig, "savefig"):
+            fig = fig.get_figure()  # an Axes was returned
+        display(fig)
+        plt.close(fig)  # the inline backend would otherwise show it a second time
+        return None
+    widget = build_widget()
+    try:
+        from ipywidgets import Widget
+    except ImportError as err:  # pragma: no cover - ipywidgets is pinned in requirements.txt
+        raise TypeError("show_explorer needs ipywidgets for the live explorer") from err
+    if not isinstance(widget, Widget):
+        raise TypeError(f"build_widget must return an ipywidgets widget, got {type(widget).__name__}")
+    display(widget)
+    return None

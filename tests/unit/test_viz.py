@@ -1,0 +1,146 @@
+"""Tests of ``solutions.viz``: the plotting helpers draw what they say, on the Agg backend."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from solutions import viz  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _random_weights(*shape):
+    scores = np.random.default_rng(0).normal(size=shape)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_plot_attention_rows_are_queries_and_labels_are_tokens():
+    w = _random_weights(3, 5)
+    ax = viz.plot_attention(w, query_tokens=["a", "b", "c"], key_tokens=list("vwxyz"), title="t")
+    image = ax.get_images()[0]
+    np.testing.assert_allclose(image.get_array(), w)  # queries on rows, keys on columns
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == list("vwxyz")
+    assert ax.get_title() == "t"
+    assert ax.figure is not None
+
+
+def test_plot_attention_annotates_small_maps_only_by_default():
+    small = viz.plot_attention(_random_weights(2, 3))
+    assert len(small.texts) == 6
+    assert small.texts[0].get_text() == f"{_random_weights(2, 3)[0, 0]:.2f}"
+    big = viz.plot_attention(_random_weights(12, 12))
+    assert len(big.texts) == 0
+    forced = viz.plot_attention(_random_weights(12, 12), annotate=True)
+    assert len(forced.texts) == 144
+
+
+def test_plot_attention_accepts_torch_and_leading_singleton_axes():
+    w = torch.softmax(torch.randn(1, 1, 4, 4, requires_grad=True), dim=-1)
+    ax = viz.plot_attention(w)
+    np.testing.assert_allclose(ax.get_images()[0].get_array(), w.detach().numpy()[0, 0], rtol=1e-6)
+
+
+def test_plot_attention_draws_into_given_axes():
+    fig, (left, right) = plt.subplots(1, 2)
+    returned = viz.plot_attention(_random_weights(2, 2), ax=right)
+    assert returned is right
+    assert not left.get_images()
+
+
+@pytest.mark.parametrize("bad", [np.zeros(4), np.zeros((2, 3, 4))])
+def test_plot_attention_rejects_wrong_rank(bad):
+    with pytest.raises(ValueError, match="2 axes"):
+        viz.plot_attention(bad)
+
+
+def test_plot_attention_rejects_mismatched_labels():
+    with pytest.raises(ValueError, match="key_tokens"):
+        viz.plot_attention(_random_weights(2, 3), key_tokens=["a", "b"])
+
+
+def test_plot_heads_one_map_per_head_with_shared_scale():
+    w = _random_weights(5, 3, 4)
+    fig = viz.plot_heads(w, query_tokens=["x", "y", "z"], titles=[f"h{i}" for i in range(5)])
+    maps = [ax for ax in fig.axes if ax.get_images()]
+    assert len(maps) == 5
+    for head, ax in enumerate(maps):
+        np.testing.assert_allclose(ax.get_images()[0].get_array(), w[head])
+        assert ax.get_title() == f"h{head}"
+        assert ax.get_images()[0].get_clim() == maps[0].get_images()[0].get_clim()
+
+
+def test_plot_heads_accepts_batch_of_one_and_rejects_bad_titles():
+    fig = viz.plot_heads(torch.softmax(torch.randn(1, 2, 3, 3), dim=-1))
+    assert [ax.get_title() for ax in fig.axes if ax.get_images()] == ["head 0", "head 1"]
+    with pytest.raises(ValueError, match="titles"):
+        viz.plot_heads(_random_weights(2, 3, 3), titles=["only one"])
+    with pytest.raises(ValueError, match="3 axes"):
+        viz.plot_heads(_random_weights(3, 3))
+
+
+def test_plot_mask_fills_true_cells_and_has_a_legend():
+    causal = torch.tril(torch.ones(4, 4, dtype=torch.bool))[None, None]  # (1, 1, 4, 4)
+    ax = viz.plot_mask(causal, query_tokens=list("abcd"), key_tokens=list("abcd"), title="causal")
+    drawn = ax.get_images()[0].get_array()
+    np.testing.assert_array_equal(drawn, causal[0, 0].numpy().astype(float))
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("True" in t and "attend" in t for t in legend)
+    assert ax.get_title() == "causal"
+
+
+def test_plot_mask_draws_a_padding_mask_as_one_row():
+    pad = torch.tensor([[True, True, False]])[:, None, None, :]  # (1, 1, 1, 3)
+    ax = viz.plot_mask(pad)
+    np.testing.assert_array_equal(ax.get_images()[0].get_array(), [[1.0, 1.0, 0.0]])
+
+
+def test_plot_mask_rejects_non_boolean():
+    with pytest.raises(TypeError, match="boolean"):
+        viz.plot_mask(np.ones((2, 2)))
+
+
+def test_show_explorer_static_displays_the_figure(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.setenv(viz.STATIC_ENV_VAR, "1")
+
+    def render_static():
+        fig, ax = plt.subplots()
+        ax.plot([0, 1])
+        return fig
+
+    def build_widget():
+        raise AssertionError("the widget must not be built in the static book")
+
+    assert viz.show_explorer(build_widget, render_static) is None
+    assert len(shown) == 1 and isinstance(shown[0], matplotlib.figure.Figure)
+    assert not plt.fignum_exists(shown[0].number)  # closed: the inline backend won't repeat it
+
+
+def test_show_explorer_live_displays_the_widget(monkeypatch):
+    import ipywidgets
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.delenv(viz.STATIC_ENV_VAR, raising=False)
+    slider = ipywidgets.IntSlider(value=3)
+
+    def render_static():
+        raise AssertionError("the static figure must not be drawn live")
+
+    viz.show_explorer(lambda: slider, render_static)
+    assert shown == [slider]
+    with pytest.raises(TypeError, match="widget"):
+        viz.show_explorer(lambda: "not a widget", render_static)
+    with pytest.raises(TypeError, match="callables"):
+        viz.show_explorer(None, render_static)
