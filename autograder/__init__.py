@@ -1,1 +1,16 @@
-"""Checks, trusted grading and nbgrader wiring for the book's exercises."""
+"""Checks, trusted grading and nbgrader wiring for the book's exercises.
+
+Students use one function, :func:`check`, in the test cells of the chapter
+notebooks: ``check("softmax", softmax)``.
+"""
+from __future__ import annotations
+
+__all__ = ["check"]
+
+
+def check(name, obj, hidden=False, seed=None):
+    """Run the checks of exercise ``name`` on ``obj``; see :func:`autograder.checks.base.check`."""
+    from .checks.base import check as _check
+
+    __tracebackhide__ = True  # noqa: F841 - keeps pytest/IPython tracebacks short
+    return _check(name, obj, hidden=hidden, seed=seed)
