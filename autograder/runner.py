@@ -20,12 +20,14 @@ Case spec (a dict, built by :class:`autograder.checks.base.Case`)::
      "attrs": ["attn_weights", ...],            # attributes read after the call
      "probes": ["state_dict_keys", ...],        # structural facts about the object
      "backward": ndarray | None,                # weights w: grads of sum(w * output)
+     "return_args": [0, ...],                   # arguments to send back after the call
      "seed": int}                               # torch/numpy seed set before the call
 
 Result (a dict)::
 
     {"value": encoded output, "attrs": {...}, "probes": {...},
-     "grads": {arg_index: tensor}, "raised": None | {"type", "message", "phase"}}
+     "grads": {arg_index: tensor}, "args_after": {arg_index: value},
+     "raised": None | {"type", "message", "phase"}}
 """
 from __future__ import annotations
 
@@ -247,7 +249,14 @@ def run_case(obj: Any, spec: dict, arrays) -> dict:
         ``raised``) and, in ``result["__arrays__"]``, the arrays it refers to.
     """
     out_arrays: dict[str, np.ndarray] = {}
-    result: dict[str, Any] = {"value": None, "attrs": {}, "probes": {}, "grads": {}, "raised": None}
+    result: dict[str, Any] = {
+        "value": None,
+        "attrs": {},
+        "probes": {},
+        "grads": {},
+        "args_after": {},
+        "raised": None,
+    }
     phase = "decode"
     try:
         _seed(int(spec.get("seed", 0)))
@@ -277,6 +286,8 @@ def run_case(obj: Any, spec: dict, arrays) -> dict:
         result["value"] = encode(value, out_arrays)
         for name in spec.get("attrs", []):
             result["attrs"][name] = encode(getattr(target, name, None), out_arrays)
+        for index in spec.get("return_args", []):
+            result["args_after"][str(index)] = encode(args[int(index)], out_arrays)
         if spec.get("backward") is not None:
             phase = "backward"
             result["grads"] = _backward(value, args, spec["backward"], arrays, out_arrays)

@@ -65,6 +65,8 @@ class Case:
             ``"attr:<name>"``, ``"type:<name>"``).
         backward: weights ``w``; the runner back-propagates ``sum(w * output)`` and
             returns the gradients of the tensor arguments that require grad.
+        return_args: indices of arguments sent back after the call, to catch
+            in-place modification of the caller's inputs.
         expect_error: exception types the call must raise (``(ValueError,)``), or
             ``None`` when it must succeed.
         rtol, atol: tolerances for this case's values.
@@ -81,6 +83,7 @@ class Case:
     attrs: tuple = ()
     probes: tuple = ()
     backward: Any = None
+    return_args: tuple = ()
     expect_error: tuple | None = None
     rtol: float = 1e-5
     atol: float = 1e-6
@@ -99,6 +102,7 @@ class Case:
             "attrs": list(self.attrs),
             "probes": list(self.probes),
             "backward": runner.encode(self.backward, arrays) if self.backward is not None else None,
+            "return_args": [int(i) for i in self.return_args],
             "seed": int(self.seed),
         }
         if self.state is not None:
@@ -123,6 +127,7 @@ class Result:
     attrs: dict = field(default_factory=dict)
     probes: dict = field(default_factory=dict)
     grads: dict = field(default_factory=dict)
+    args_after: dict = field(default_factory=dict)
     raised: dict | None = None
 
     @classmethod
@@ -133,6 +138,7 @@ class Result:
             attrs={k: dec(v) for k, v in (data.get("attrs") or {}).items()},
             probes={k: dec(v) for k, v in (data.get("probes") or {}).items()},
             grads={k: dec(v) for k, v in (data.get("grads") or {}).items()},
+            args_after={k: dec(v) for k, v in (data.get("args_after") or {}).items()},
             raised=data.get("raised"),
         )
 
@@ -233,6 +239,13 @@ class Exercise:
                 compare(got.attrs.get(name), want.attrs[name], f"self.{name}", case)
             for name in want.grads:
                 compare(got.grads.get(name), want.grads[name], f"the gradient of argument {name}", case)
+            for name in want.args_after:
+                compare(
+                    got.args_after.get(name),
+                    want.args_after[name],
+                    f"argument {name} after the call (it must not be modified in place)",
+                    case,
+                )
         except CheckFailure as exc:
             hint = None
             try:
