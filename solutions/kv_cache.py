@@ -1,0 +1,126 @@
+"""Key/value caching for autoregressive decoding (chapter 10).
+
+Without a cache, step ``t`` of greedy decoding runs the whole decoder on the
+``t`` tokens produced so far, recomputing the keys and values of every earlier
+position in every layer: ``O(t)`` work per layer per step, ``O(n²)`` in all. In
+the decoder every position depends only on itself and the positions before it
+(the causal mask), so those keys and values never change once computed. The
+cache keeps, for every decoder layer,
+
+- the projected self-attention keys and values of the prefix, ``(B, h, t, d_k)``,
+  grown by one position per step, and
+- the projected cross-attention keys and values of ``memory``, ``(B, h, T_src, d_k)``,
+  computed once,
+
+so a step only pushes the one new token through the stack.
+
+The cache lives outside the model classes: :class:`IncrementalDecoder` reads a
+:class:`~solutions.model.Transformer`'s layers (``self_attn`` / ``cross_attn``
+with ``w_q, w_k, w_v, w_o``, the norms, ``feed_forward`` and ``norm_first``)
+and replays the decoder layer's computation one position at a time. It is for
+inference (``model.eval()``): dropout is not applied.
+
+Paper: section 3.2.3 (the decoder is auto-regressive) and 3.2.2 (the projections).
+"""
+import math
+
+import torch
+
+from .multihead import merge_heads, split_heads
+
+__all__ = ["IncrementalDecoder"]
+
+
+class IncrementalDecoder:
+    """Run a Transformer's decoder one token at a time with a key/value cache.
+
+    Args:
+        model: a :class:`~solutions.model.Transformer` (or any model with the
+            same attributes: ``tgt_embed``, ``positional.pe``, ``decoder_layers``,
+            ``norm_first``, ``decoder_norm`` when pre-norm, ``project``).
+        memory: the encoder output ``model.encode(src, src_mask)``.
+        src_mask: bool, True = may attend, broadcastable to ``(B, 1, 1, T_src)``,
+            or ``None``.
+
+    ``step(tokens)`` feeds the next token of every sequence and returns the
+    logits for the token after it. After ``n`` calls the logits equal those of
+    ``model.project(model.decode(ys, memory, src_mask, causal_mask(n)))[:, -1]``
+    for the ``n`` tokens fed so far (up to float rounding).
+
+    Shape:
+        memory: ``(B, T_src, d_model)``
+        tokens: ``(B,)`` or ``(B, 1)`` LongTensor
+        step output: logits ``(B, tgt_vocab_size)``
+
+    Paper: section 3.2.3.
+    """
+
+    def __init__(self, model, memory, src_mask=None):
+        if memory.dim() != 3:
+            raise ValueError(f"memory must have shape (B, T_src, d_model), got {tuple(memory.shape)}")
+        self.model = model
+        self.src_mask = src_mask
+        self.position = 0
+        self.self_keys = [None] * len(model.decoder_layers)
+        self.self_values = [None] * len(model.decoder_layers)
+        self.cross_keys, self.cross_values = [], []
+        for layer in model.decoder_layers:
+            attn = layer.cross_attn
+            self.cross_keys.append(split_heads(attn.w_k(memory), attn.num_heads))  # (B, h, T_src, d_k)
+            self.cross_values.append(split_heads(attn.w_v(memory), attn.num_heads))  # (B, h, T_src, d_k)
+
+    @staticmethod
+    def _attend(attn, x, keys, values, mask):
+        """Attention of the new position ``x (B, 1, d_model)`` over cached keys/values."""
+        q = split_heads(attn.w_q(x), attn.num_heads)  # (B, h, 1, d_k)
+        scores = q @ keys.transpose(-2, -1) / math.sqrt(attn.d_k)  # (B, h, 1, T_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, dim=-1)  # (B, h, 1, T_k)
+        return attn.w_o(merge_heads(weights @ values))  # (B, 1, d_model)
+
+    def _self_attend(self, index, layer, x):
+        attn = layer.self_attn
+        k = split_heads(attn.w_k(x), attn.num_heads)  # (B, h, 1, d_k)
+        v = split_heads(attn.w_v(x), attn.num_heads)  # (B, h, 1, d_k)
+        if self.self_keys[index] is not None:
+            k = torch.cat([self.self_keys[index], k], dim=2)  # (B, h, t + 1, d_k)
+            v = torch.cat([self.self_values[index], v], dim=2)  # (B, h, t + 1, d_k)
+        self.self_keys[index], self.self_values[index] = k, v
+        # Every cached position is at or before the new one: no causal mask needed.
+        return self._attend(attn, x, k, v, None)
+
+    def _cross_attend(self, index, layer, x):
+        return self._attend(layer.cross_attn, x, self.cross_keys[index], self.cross_values[index], self.src_mask)
+
+    def step(self, tokens):
+        """Feed one token per sequence; return the logits ``(B, V)`` of the next one."""
+        model = self.model
+        if tokens.dim() == 1:
+            tokens = tokens[:, None]  # (B, 1)
+        pe = model.positional.pe.reshape(-1, model.positional.pe.size(-1))  # (max_len, d_model)
+        if self.position >= pe.size(0):
+            raise ValueError(f"cannot decode beyond max_len = {pe.size(0)} positions")
+        x = model.tgt_embed(tokens) + pe[self.position]  # (B, 1, d_model)
+        for index, layer in enumerate(model.decoder_layers):
+            if layer.norm_first:
+                x = x + self._self_attend(index, layer, layer.norm1(x))
+                x = x + self._cross_attend(index, layer, layer.norm2(x))
+                x = x + layer.feed_forward(layer.norm3(x))
+            else:
+                x = layer.norm1(x + self._self_attend(index, layer, x))
+                x = layer.norm2(x + self._cross_attend(index, layer, x))
+                x = layer.norm3(x + layer.feed_forward(x))
+        if getattr(model, "norm_first", False):
+            x = model.decoder_norm(x)
+        self.position += 1
+        return model.project(x)[:, -1]  # (B, V)
+
+    def reorder(self, index):
+        """Keep (and repeat) the cached sequences ``index`` (``(B',)`` LongTensor), for beam search."""
+        self.self_keys = [None if k is None else k.index_select(0, index) for k in self.self_keys]
+        self.self_values = [None if v is None else v.index_select(0, index) for v in self.self_values]
+        self.cross_keys = [k.index_select(0, index) for k in self.cross_keys]
+        self.cross_values = [v.index_select(0, index) for v in self.cross_values]
+        if self.src_mask is not None and self.src_mask.size(0) > 1:
+            self.src_mask = self.src_mask.index_select(0, index)
