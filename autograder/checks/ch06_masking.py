@@ -1,0 +1,521 @@
+"""Checks of chapter 6, masking (torch): ``padding_mask``, ``causal_mask``,
+``decoder_mask`` and ``masked_softmax``.
+
+The contract is ``shared/EXERCISES.md`` section 6; the references are in
+``solutions/masking.py`` ("Attention Is All You Need", section 3.2.3). Every mask
+is boolean with **True = may attend**.
+
+Every ``diagnose`` recomputes the plausible wrong answers from the case's own
+inputs (polarity inverted, the diagonal masked, the upper triangle, OR instead of
+AND, the padding part missing, the softmax over the query axis, masked scores
+filled with 0, ...) and names the one the student's result matches, so a hint is
+a measurement, not a guess. ``masked_softmax`` additionally requires masked
+positions to be *exactly* zero (not merely small), which ``judge`` checks after
+the usual comparison.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Case, CheckFailure, Exercise, Result, Tensor, register
+
+CHAPTER = "06_masking"
+
+_POLARITY = (
+    "the polarity is inverted: in this book True = may attend (the convention of "
+    "F.scaled_dot_product_attention), so the mask is True where the token is real "
+    "and False where it is <pad> or in the future."
+)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _array(value):
+    """The numpy data of a decoded value (a Tensor marker or an array), or None."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, Tensor):
+        return value.value
+    return None
+
+
+def _dtype(value) -> str | None:
+    """The torch dtype name of a decoded tensor (``"bool"``, ``"float32"``), or None."""
+    if isinstance(value, Tensor):
+        return str(getattr(value, "dtype", value.value.dtype))
+    if isinstance(value, np.ndarray):
+        return str(value.dtype)
+    return None
+
+
+def _same_bool(got, want) -> bool:
+    """True when ``got`` holds the same truth values as ``want`` (any dtype, same shape)."""
+    return got is not None and got.shape == want.shape and bool(np.array_equal(got.astype(bool), want))
+
+
+def _mask_dtype_hint(got_value) -> str | None:
+    dtype = _dtype(got_value)
+    if dtype is None:
+        return "return a torch.Tensor (a boolean mask), not a " + type(got_value).__name__ + "."
+    if dtype != "bool":
+        return (
+            f"your mask has dtype {dtype}; masks are boolean. A comparison such as "
+            "`ids != pad_id` or `torch.ones(T, T, dtype=torch.bool).tril()` already gives "
+            "torch.bool: do not cast it with .int(), .long() or .float()."
+        )
+    return None
+
+
+def _pad_id(case: Case) -> int:
+    if len(case.args) > 1:
+        return int(case.args[1])
+    return int(case.kwargs.get("pad_id", 0))
+
+
+def _ids_with_padding(rng, batch, length, pad_id, vocab=12, left=False):
+    """``(B, T)`` int64 ids with random real lengths and ``pad_id`` after them (or before)."""
+    ids = rng.integers(0, vocab, size=(batch, length))
+    # Real tokens never equal pad_id; 0 stays a real token when pad_id != 0.
+    ids = np.where(ids == pad_id, (pad_id + 1) % vocab, ids)
+    lengths = rng.integers(1, length + 1, size=batch)
+    lengths[rng.integers(0, batch)] = length  # the longest sentence decides T
+    for b, n in enumerate(lengths):
+        if left:
+            ids[b, : length - n] = pad_id
+        else:
+            ids[b, n:] = pad_id
+    return ids.astype(np.int64)
+
+
+class _MaskingExercise(Exercise):
+    """An exercise whose hints also cover calls that raised, or did not raise."""
+
+    def error_hint(self, case: Case) -> str | None:
+        """Hint when a case that must raise did not raise the right error."""
+        return None
+
+    def raised_hint(self, case: Case, raised: dict) -> str | None:
+        """Hint when a case that must succeed raised."""
+        return None
+
+    def judge(self, case: Case, got: Result, want: Result) -> None:
+        try:
+            super().judge(case, got, want)
+        except CheckFailure as exc:
+            if "Hint:" in str(exc):
+                raise
+            hint = None
+            try:
+                if case.expect_error:
+                    hint = self.error_hint(case)
+                elif got.raised is not None:
+                    hint = self.raised_hint(case, got.raised)
+            except Exception:  # noqa: BLE001 - a hint must never hide the failure
+                hint = None
+            if hint:
+                raise CheckFailure(f"{exc}\n  Hint: {hint}") from None
+            raise
+
+
+_IDS_SHAPE_HINT = ("check the argument first: `if ids.dim() != 2: raise ValueError(...)` — the ids must be "
+                   "a (B, T) batch, and a bad argument raises ValueError rather than returning garbage.")
+
+
+# --------------------------------------------------------------------------- padding_mask
+
+
+@register
+class PaddingMask(_MaskingExercise):
+    """``padding_mask(ids, pad_id=0)``: ``(B, T)`` ids → ``(B, 1, 1, T)`` bool, True where not pad."""
+
+    name = "padding_mask"
+    chapter = CHAPTER
+    kind = "function"
+    what = "shape (B, 1, 1, T), dtype bool, True = real token, pad_id honoured, (B, T) ids required"
+
+    def cases(self, rng, hidden):
+        ids = np.array([[5, 7, 9, 0, 0], [3, 4, 6, 8, 2]], dtype=np.int64)
+        cases = [
+            Case(args=(Tensor(ids),), label="2 sentences of lengths 3 and 5, <pad> = 0"),
+            Case(args=(Tensor(np.array([[4, 0, 6, 2, 2]], dtype=np.int64)),), kwargs={"pad_id": 2},
+                 label="pad_id=2 (here 0 is a real token)"),
+            Case(args=(Tensor(np.array([5, 7, 0], dtype=np.int64)),),
+                 label="1-D ids (no batch axis)", expect_error=(ValueError,)),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(4):
+            batch, length = int(rng.integers(1, 6)), int(rng.integers(1, 9))
+            pad_id = int(rng.choice([0, 0, 1, 3]))
+            ids = _ids_with_padding(rng, batch, length, pad_id, left=bool(rng.integers(0, 2)))
+            kwargs = {} if pad_id == 0 else {"pad_id": pad_id}
+            cases.append(Case(args=(Tensor(ids),), kwargs=kwargs,
+                              label=f"random ({batch}, {length}) ids, pad_id={pad_id}"))
+        ids = _ids_with_padding(rng, 3, 6, 0)
+        ids[1] = 0  # a sentence that is all padding
+        cases.append(Case(args=(Tensor(ids),), label="a (3, 6) batch with one all-<pad> row"))
+        cases.append(Case(args=(Tensor(np.zeros((2, 3, 4), dtype=np.int64)),),
+                          label="3-D ids", expect_error=(ValueError,)))
+        return cases
+
+    def error_hint(self, case):
+        return _IDS_SHAPE_HINT
+
+    def diagnose(self, case, got, want):
+        hint = _mask_dtype_hint(got.value)
+        g, w = _array(got.value), _array(want.value)
+        ids = _array(case.args[0])
+        if g is not None and g.shape != w.shape:
+            batch, length = ids.shape
+            if g.shape == (batch, length):
+                return ("add the two singleton axes: (B, T) → (B, 1, 1, T), e.g. mask[:, None, None, :], "
+                        "so the mask broadcasts over the heads and the query positions.")
+            if g.shape in ((batch, 1, length), (batch, length, 1)):
+                return "one axis is missing: the shape is (B, 1, 1, T) — one for the heads, one for the queries."
+            if sorted(g.shape) == sorted(w.shape):
+                return "the axes are in the wrong order: the keys (T) are the LAST axis, (B, 1, 1, T)."
+            return f"the mask must have shape (B, 1, 1, T) = {w.shape}."
+        if hint:
+            return hint
+        if g is None or g.shape != w.shape:
+            return None
+        if _same_bool(g, ~w):
+            return _POLARITY
+        pad_id = _pad_id(case)
+        if pad_id != 0 and _same_bool(g, (ids != 0)[:, None, None, :]):
+            return f"you compared with 0, but this case has pad_id={pad_id}: compare with the pad_id argument."
+        return None
+
+
+# --------------------------------------------------------------------------- causal_mask
+
+
+@register
+class CausalMask(_MaskingExercise):
+    """``causal_mask(size)``: ``(1, 1, T, T)`` bool, True on and below the diagonal."""
+
+    name = "causal_mask"
+    chapter = CHAPTER
+    kind = "function"
+    what = "shape (1, 1, T, T), dtype bool, True on and below the diagonal, size < 1 rejected"
+
+    def cases(self, rng, hidden):
+        cases = [
+            Case(args=(4,), label="size 4"),
+            Case(args=(1,), label="size 1 (a single token sees itself)"),
+            Case(args=(0,), label="size 0", expect_error=(ValueError,)),
+        ]
+        if not hidden:
+            return cases
+        for size in sorted({int(s) for s in rng.integers(2, 40, size=4)}):
+            cases.append(Case(args=(size,), label=f"size {size}"))
+        cases.append(Case(args=(-int(rng.integers(1, 5)),), label="a negative size", expect_error=(ValueError,)))
+        return cases
+
+    def error_hint(self, case):
+        return ("a mask needs at least one position: `if size < 1: raise ValueError(...)` "
+                "(torch.ones(0, 0) would silently give an empty mask).")
+
+    def diagnose(self, case, got, want):
+        g, w = _array(got.value), _array(want.value)
+        size = int(case.args[0])
+        if g is not None and g.shape != w.shape:
+            if g.shape == (size, size):
+                return ("add two leading axes: (T, T) → (1, 1, T, T), e.g. mask[None, None], so the mask "
+                        "broadcasts over the batch and the heads.")
+            return f"the mask must have shape (1, 1, T, T) = {w.shape}."
+        hint = _mask_dtype_hint(got.value)
+        if hint:
+            return hint
+        if g is None:
+            return None
+        tri = np.tril(np.ones((size, size), dtype=bool))[None, None]
+        strict_lower = np.tril(np.ones((size, size), dtype=bool), k=-1)[None, None]
+        upper = np.triu(np.ones((size, size), dtype=bool))[None, None]
+        if _same_bool(g, ~tri):
+            return _POLARITY + " Here True should be ON and BELOW the diagonal (tril), not above it."
+        if _same_bool(g, strict_lower):
+            return ("the diagonal is masked: position i must be allowed to attend to itself. Use "
+                    "tril() (diagonal included), not tril(-1) / tril(diagonal=-1).")
+        if _same_bool(g, upper):
+            return ("you kept the upper triangle (the FUTURE positions): use tril(), True on and below "
+                    "the diagonal — query row i may see keys 0..i.")
+        return None
+
+
+# --------------------------------------------------------------------------- decoder_mask
+
+
+@register
+class DecoderMask(_MaskingExercise):
+    """``decoder_mask(tgt_ids, pad_id=0)``: ``(B, 1, T, T)`` = padding ∧ causal."""
+
+    name = "decoder_mask"
+    chapter = CHAPTER
+    kind = "function"
+    what = "shape (B, 1, T, T), dtype bool, padding AND causal, pad_id honoured, (B, T) ids required"
+
+    def cases(self, rng, hidden):
+        ids = np.array([[1, 7, 9, 2, 0], [1, 4, 2, 0, 0]], dtype=np.int64)
+        cases = [
+            Case(args=(Tensor(ids),), label="2 target sentences of lengths 4 and 3, <pad> = 0"),
+            Case(args=(Tensor(np.array([[0, 5, 0, 9, 9]], dtype=np.int64)),), kwargs={"pad_id": 9},
+                 label="pad_id=9 (here 0 is a real token)"),
+            Case(args=(Tensor(np.array([1, 5, 0], dtype=np.int64)),),
+                 label="1-D ids (no batch axis)", expect_error=(ValueError,)),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(4):
+            batch, length = int(rng.integers(1, 6)), int(rng.integers(2, 10))
+            pad_id = int(rng.choice([0, 0, 1, 3]))
+            left = bool(rng.integers(0, 2))
+            ids = _ids_with_padding(rng, batch, length, pad_id, left=left)
+            kwargs = {} if pad_id == 0 else {"pad_id": pad_id}
+            side = "left" if left else "right"
+            cases.append(Case(args=(Tensor(ids),), kwargs=kwargs,
+                              label=f"random ({batch}, {length}) ids, {side} padding, pad_id={pad_id}"))
+        cases.append(Case(args=(Tensor(_ids_with_padding(rng, 1, 1, 0)),), label="a (1, 1) batch"))
+        cases.append(Case(args=(Tensor(np.zeros((2, 2, 3), dtype=np.int64)),),
+                          label="3-D ids", expect_error=(ValueError,)))
+        return cases
+
+    def error_hint(self, case):
+        return _IDS_SHAPE_HINT
+
+    def diagnose(self, case, got, want):
+        g, w = _array(got.value), _array(want.value)
+        ids = _array(case.args[0])
+        batch, length = ids.shape
+        pad = (ids != _pad_id(case))[:, None, None, :]  # (B, 1, 1, T)
+        causal = np.tril(np.ones((length, length), dtype=bool))[None, None]  # (1, 1, T, T)
+        if g is not None and g.shape != w.shape:
+            if g.shape in ((1, 1, length, length), (length, length)):
+                return ("the padding part is missing (your mask has no batch axis): combine "
+                        "padding_mask(tgt_ids, pad_id) (B, 1, 1, T) with causal_mask(T) (1, 1, T, T) "
+                        "by `&`, which broadcasts to (B, 1, T, T).")
+            if g.shape == (batch, 1, 1, length):
+                return ("the causal part is missing: combine the padding mask with causal_mask(T) by `&` "
+                        "to get (B, 1, T, T).")
+            return f"the mask must have shape (B, 1, T, T) = {w.shape}."
+        hint = _mask_dtype_hint(got.value)
+        if hint:
+            return hint
+        if g is None:
+            return None
+        if _same_bool(g, ~w):
+            return _POLARITY
+        if _same_bool(g, pad | causal):
+            return ("you combined the masks with OR (|): a position may be attended only if it is "
+                    "real AND not in the future, so use AND (&).")
+        if _same_bool(g, np.broadcast_to(causal, w.shape)):
+            return "the padding part is missing: AND the causal mask with padding_mask(tgt_ids, pad_id)."
+        if _same_bool(g, np.broadcast_to(pad, w.shape)):
+            return "the causal part is missing: AND the padding mask with causal_mask(T)."
+        pad0 = (ids != 0)[:, None, None, :]
+        if _pad_id(case) != 0 and _same_bool(g, pad0 & causal):
+            return f"you compared with 0, but this case has pad_id={_pad_id(case)}: pass pad_id on."
+        strict = np.tril(np.ones((length, length), dtype=bool), k=-1)[None, None]
+        if _same_bool(g, pad & strict):
+            return "the diagonal is masked: position i must be allowed to attend to itself (tril, not tril(-1))."
+        return None
+
+
+# --------------------------------------------------------------------------- masked_softmax
+
+
+def _softmax(x, axis=-1):
+    x = np.asarray(x, dtype=np.float64)
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(x - m)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _masked_softmax_variant(scores, mask, axis=-1, fill=-np.inf, zero_after=True):
+    """A trusted masked softmax with the knobs the plausible mistakes turn."""
+    s = np.asarray(scores, dtype=np.float64)
+    m = np.broadcast_to(mask, s.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = _softmax(np.where(m, s, fill), axis=axis)
+        if zero_after:
+            p = np.where(m, p, 0.0)
+    return p
+
+
+def _close(a, b, rtol=2e-3, atol=1e-4) -> bool:
+    try:
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
+
+
+@register
+class MaskedSoftmax(_MaskingExercise):
+    """``masked_softmax(scores, mask)``: masked positions exactly 0, fully masked rows all 0."""
+
+    name = "masked_softmax"
+    chapter = CHAPTER
+    kind = "function"
+    what = ("softmax over the keys, masked weights exactly 0, fully masked rows 0 (no NaN, no NaN "
+            "gradient), float16/32/64, extreme scores, input left unchanged")
+
+    def cases(self, rng, hidden):
+        scores = np.array([[2.0, 1.0, 0.5, 3.0], [0.0, 1.0, 2.0, 3.0]], dtype=np.float32)
+        keep_three = np.array([True, True, True, False])
+        causal = np.tril(np.ones((3, 3), dtype=bool))[None, None]
+        fully = np.array([[[True, False, True], [False, False, False]]])
+        cases = [
+            Case(args=(Tensor(scores), Tensor(keep_three)), return_args=(0,),
+                 label="2x4 scores, the last key masked (scores must not change)"),
+            Case(args=(Tensor(rng.normal(size=(2, 1, 3, 3)).astype(np.float32)), Tensor(causal)),
+                 label="(2, 1, 3, 3) scores with a causal mask"),
+            Case(args=(Tensor(np.array([[[0.5, -1.0, 2.0], [1.0, 2.0, 3.0]]], dtype=np.float32),
+                              requires_grad=True), Tensor(fully)),
+                 backward=np.ones((1, 2, 3), dtype=np.float32) * np.array([1.0, -2.0, 0.5], dtype=np.float32),
+                 label="a row whose keys are ALL masked (all zeros, no NaN, zero gradient)"),
+            Case(args=(Tensor(np.zeros((2, 3, 4), dtype=np.float32)), Tensor(np.ones((2, 1, 5), dtype=bool))),
+                 label="a (2, 1, 5) mask for (2, 3, 4) scores", expect_error=(ValueError,)),
+        ]
+        if not hidden:
+            return cases
+        for dtype, tol in ((np.float32, (1e-5, 1e-6)), (np.float64, (1e-7, 1e-9)), (np.float16, (2e-3, 1e-3))):
+            batch, heads, length = int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(2, 8))
+            ids = _ids_with_padding(rng, batch, length, 0, left=bool(rng.integers(0, 2)))
+            pad = (ids != 0)[:, None, None, :]  # (B, 1, 1, T)
+            causal = np.tril(np.ones((length, length), dtype=bool))[None, None]  # (1, 1, T, T)
+            scores = (rng.normal(size=(batch, heads, length, length)) * rng.choice([0.5, 2.0, 5.0])).astype(dtype)
+            name = np.dtype(dtype).name
+            cases.append(Case(args=(Tensor(scores), Tensor(pad)), rtol=tol[0], atol=tol[1], return_args=(0,),
+                              label=f"{name} scores {scores.shape}, padding mask {pad.shape}"))
+            cases.append(Case(args=(Tensor(scores), Tensor(pad & causal)), rtol=tol[0], atol=tol[1],
+                              label=f"{name} scores {scores.shape}, padding & causal mask (may hold fully masked rows)"))
+        # Rows with every key masked, in a full-shape random mask.
+        shape = (int(rng.integers(1, 4)), int(rng.integers(2, 6)), int(rng.integers(2, 7)))
+        mask = rng.random(shape) < 0.6
+        mask[0, int(rng.integers(0, shape[1]))] = False  # one fully masked row
+        scores = rng.normal(size=shape).astype(np.float32)
+        cases.append(Case(args=(Tensor(scores, requires_grad=True), Tensor(mask)),
+                          backward=rng.normal(size=shape).astype(np.float32),
+                          label=f"{shape} scores, random mask with a fully masked row (values and gradient)"))
+        # Extreme scales: scores of magnitude 1e4 (a naive exp overflows) and real
+        # scores far below -1e4 (a fill of -1e4 or -1e9 would beat them).
+        shape = (2, int(rng.integers(3, 7)))
+        mask = rng.random(shape) < 0.7
+        mask[:, 0] = True
+        big = (rng.uniform(-1.0, 1.0, size=shape) * 1e4).astype(np.float32)
+        cases.append(Case(args=(Tensor(big), Tensor(mask)), label=f"{shape} float32 scores of magnitude 1e4"))
+        low = (-1e10 + rng.normal(size=shape) * 1e4).astype(np.float32)
+        cases.append(Case(args=(Tensor(low), Tensor(mask)), rtol=1e-4, atol=1e-6,
+                          label=f"{shape} float32 scores near -1e10 (the masked fill must be below every score)"))
+        low16 = (-3e4 + rng.normal(size=shape) * 40).astype(np.float16)
+        cases.append(Case(args=(Tensor(low16), Tensor(mask)), rtol=2e-3, atol=1e-3,
+                          label=f"{shape} float16 scores near -3e4 (float16 ends at -65504)"))
+        scores = rng.normal(size=(3, 4))
+        cases.append(Case(args=(Tensor(scores), None), label="mask=None (a plain softmax)"))
+        cases.append(Case(args=(Tensor(rng.normal(size=(2, 3, 4)).astype(np.float32)),
+                                Tensor(np.ones((3, 3), dtype=bool))),
+                          label="a (3, 3) mask for (2, 3, 4) scores", expect_error=(ValueError,)))
+        return cases
+
+    def judge(self, case: Case, got: Result, want: Result) -> None:
+        super().judge(case, got, want)
+        if case.expect_error or len(case.args) < 2 or case.args[1] is None:
+            return
+        g = _array(got.value)
+        mask = np.broadcast_to(_array(case.args[1]), g.shape)
+        leaked = np.argwhere((~mask) & (g != 0))
+        if leaked.size:
+            idx = tuple(int(i) for i in leaked[0])
+            where = f" ({case.label})" if case.label else ""
+            raise CheckFailure(
+                f"masked positions must be exactly 0, but the output holds {float(g[idx]):.3g} at masked "
+                f"index {idx}{where}\n  Hint: a large negative fill (-1e4, -100) only makes masked weights "
+                "small; fill with -inf or torch.finfo(scores.dtype).min and set the masked weights to exactly "
+                "0 after the softmax (weights.masked_fill(~mask, 0.0))."
+            )
+
+    def error_hint(self, case):
+        return ("check the shapes first: if torch.broadcast_shapes(mask.shape, scores.shape) != scores.shape "
+                "(or it raises), raise ValueError saying which shapes you got.")
+
+    def raised_hint(self, case, raised) -> str | None:
+        message = raised.get("message", "")
+        if "without overflow" in message:
+            return ("a fixed fill such as -1e9 does not fit in float16 (its most negative number is -65504): "
+                    "use torch.finfo(scores.dtype).min, which fits every float dtype.")
+        if len(case.args) > 1 and case.args[1] is None:
+            return "mask=None means no mask at all: return torch.softmax(scores, dim=-1)."
+        return None
+
+    def diagnose(self, case, got, want):
+        g = _array(got.value)
+        w = _array(want.value)
+        scores = _array(case.args[0])
+        mask_arr = _array(case.args[1]) if len(case.args) > 1 else None
+        after = got.args_after.get("0")
+        if after is not None and scores is not None and _array(after) is not None:
+            if not _close(_array(after), scores, rtol=0, atol=0):
+                return ("you changed the caller's scores in place (masked_fill_ with an underscore, or "
+                        "scores[~mask] = ...): use the out-of-place scores.masked_fill(~mask, value).")
+        for grad in got.grads.values():
+            ga = _array(grad)
+            if g is not None and np.isnan(g.astype(np.float64)).any():
+                break  # the output itself is NaN: the value hints below say why
+            if ga is not None and np.isnan(ga.astype(np.float64)).any():
+                return ("the gradient is NaN on a fully masked row: an additive -inf mask (scores + bias) lets "
+                        "the NaN of softmax([-inf, ..., -inf]) flow back through the addition, even if you zero "
+                        "the output afterwards. Fill with torch.finfo(scores.dtype).min (finite), or use "
+                        "masked_fill, whose backward sends 0 to the masked positions.")
+        if g is None or w is None or g.shape != w.shape:
+            if g is not None and w is not None:
+                return f"return weights of the scores' shape {w.shape} (the mask only broadcasts onto them)."
+            return None
+        if _dtype(got.value) != _dtype(want.value):
+            return f"keep the scores' dtype: {_dtype(want.value)} scores give {_dtype(want.value)} weights."
+        if mask_arr is None:
+            return None
+        g64 = g.astype(np.float64)
+        mask = np.broadcast_to(mask_arr, g.shape)
+        full_rows = ~mask.any(axis=-1)  # (..., T_q): rows whose keys are all masked
+        if np.isnan(g64).any():
+            nan_rows = np.isnan(g64).any(axis=-1)
+            if full_rows.any() and np.array_equal(nan_rows, full_rows):
+                return ("NaN exactly on the rows whose keys are ALL masked: softmax over [-inf, ..., -inf] "
+                        "is 0/0. Return zeros for such rows: fill with torch.finfo(dtype).min instead of "
+                        "-inf, and zero the masked weights after the softmax.")
+            if np.abs(scores.astype(np.float64)).max() > 80:
+                return "exp overflowed to inf (inf/inf = NaN): subtract each row's maximum, or use torch.softmax."
+            return "the output has NaN: fully masked rows must give zeros, and exp must not overflow."
+        s = scores.astype(np.float64)
+        if full_rows.any() and np.allclose(g64[full_rows].sum(axis=-1), 1.0, atol=1e-3):
+            return ("a row whose keys are ALL masked must be all zeros, but yours sums to 1 (a uniform "
+                    "distribution over masked keys): zero the masked weights after the softmax "
+                    "(weights.masked_fill(~mask, 0.0)).")
+        if _close(g64, _masked_softmax_variant(s, ~mask)):
+            return _POLARITY
+        if _close(g64, _softmax(s)):
+            return "the mask was ignored: your weights equal a plain softmax of the scores."
+        if s.ndim >= 2 and _close(g64, _masked_softmax_variant(s, mask, axis=-2)):
+            return ("the softmax runs over axis -2 (the queries): normalise over the LAST axis, the keys "
+                    "(dim=-1), so each query's weights sum to 1.")
+        live = mask.any(axis=-1)
+        sums = g64.sum(axis=-1)
+        if live.any() and not np.allclose(sums[live], 1.0, atol=1e-2) and s[mask].min() < -1e3:
+            bad = float(sums[live][np.argmax(np.abs(sums[live] - 1.0))])
+            return (f"a row with unmasked keys sums to {bad:.3g}, not 1: your masked fill is not below "
+                    f"the real scores (they go down to {s[mask].min():.3g} here). Fill with -inf or "
+                    "torch.finfo(scores.dtype).min, not a fixed number such as 0, -1e4 or -1e9.")
+        if _close(g64, _masked_softmax_variant(s, mask, fill=0.0)) or _close(
+            g64, _masked_softmax_variant(s, mask, fill=0.0, zero_after=False)
+        ):
+            return ("masked scores were filled with 0, but exp(0) = 1 still takes a share of the weight: "
+                    "fill with -inf (or torch.finfo(dtype).min) before the softmax.")
+        if live.any() and not np.allclose(sums[live], 1.0, atol=1e-2):
+            bad = float(sums[live][np.argmax(np.abs(sums[live] - 1.0))])
+            return f"a row with unmasked keys sums to {bad:.3g}, not 1: normalise over the last axis."
+        return None
