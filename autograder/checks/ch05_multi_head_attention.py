@@ -1,0 +1,400 @@
+"""Checks of chapter 5, multi-head attention: ``split_heads``, ``merge_heads``,
+``MultiHeadAttention`` (contract: ``shared/EXERCISES.md`` §5).
+
+The hints are computed, not guessed: on a mismatch :meth:`diagnose` rebuilds the
+plausible wrong answers from the case's own inputs (a head split without the
+transpose, the heads concatenated in the wrong order, no ``1/√d_k`` scale, the
+mask polarity inverted, the softmax over the query axis, no ``w_o`` ...) and names
+the one the submission matches.
+
+Paper: "Attention Is All You Need" (Vaswani et al., 2017), section 3.2.2.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .base import Case, CheckFailure, Exercise, Tensor, register
+
+__all__ = ["SplitHeads", "MergeHeads", "MultiHeadAttentionCheck"]
+
+CHAPTER = "05_multi_head_attention"
+
+# Tolerance used when matching a submission against a reconstructed mistake.
+_MATCH_RTOL, _MATCH_ATOL = 1e-4, 1e-5
+
+
+def _value(x):
+    """The numpy data of a decoded result or case argument (None if absent)."""
+    if isinstance(x, Tensor):
+        return x.value
+    if isinstance(x, np.ndarray):
+        return x
+    return None
+
+
+def _matches(got, candidate) -> bool:
+    g = _value(got)
+    if g is None or candidate is None:
+        return False
+    c = np.asarray(candidate)
+    if g.shape != c.shape:
+        return False
+    return bool(np.allclose(g.astype(np.float64), c.astype(np.float64), rtol=_MATCH_RTOL, atol=_MATCH_ATOL))
+
+
+def _no_gradient(got, want) -> bool:
+    """True when the reference produced input gradients and the submission did not."""
+    if not want.grads:
+        return False
+    return not got.grads or any(_value(v) is None for v in got.grads.values())
+
+
+def _float_dtype(rng: np.random.Generator):
+    return np.float32 if rng.random() < 0.6 else np.float64
+
+
+# --------------------------------------------------------------------------- split_heads
+
+
+@register
+class SplitHeads(Exercise):
+    name = "split_heads"
+    chapter = CHAPTER
+    kind = "function"
+    what = "shapes (B, h, T, d_k), which values land in which head, dtypes, d_model % h != 0 raises"
+
+    def cases(self, rng, hidden):
+        if not hidden:
+            tokens = np.arange(12, dtype=np.float32).reshape(1, 3, 4)  # 3 tokens, d_model = 4
+            return [
+                Case(args=(Tensor(tokens), 2), label="1 sentence of 3 tokens, d_model=4, 2 heads (x = arange(12))"),
+                Case(args=(Tensor(rng.normal(size=(2, 5, 8)).astype(np.float32)), 4), label="(2, 5, 8) into 4 heads"),
+                Case(args=(Tensor(np.zeros((1, 2, 6), np.float32)), 4), expect_error=(ValueError,),
+                     label="d_model=6 is not divisible by 4 heads"),
+            ]
+        cases = []
+        for _ in range(6):
+            batch, length = int(rng.integers(1, 4)), int(rng.integers(1, 7))
+            num_heads, d_k = int(rng.choice([1, 2, 3, 4, 8])), int(rng.integers(1, 6))
+            x = rng.normal(size=(batch, length, num_heads * d_k)).astype(_float_dtype(rng))
+            cases.append(Case(args=(Tensor(x), num_heads),
+                              label=f"{x.shape} {x.dtype} into {num_heads} heads"))
+        x = rng.normal(size=(2, 3, 12))
+        cases.append(Case(args=(Tensor(x), 12), label="h = d_model = 12: one value per head"))
+        cases.append(Case(args=(Tensor(x), 1), label="h = 1: a single head of width d_model"))
+        grad = rng.normal(size=(2, 3, 3, 4))  # (B, h, T, d_k)
+        cases.append(Case(args=(Tensor(x, requires_grad=True), 3), label="gradient flows back through the split",
+                          backward=Tensor(grad)))
+        d_model = int(rng.choice([5, 7, 9, 10]))
+        heads = {5: 2, 7: 3, 9: 2, 10: 4}[d_model]
+        cases.append(Case(args=(Tensor(np.ones((1, 2, d_model))), heads), expect_error=(ValueError,),
+                          label=f"d_model={d_model} is not divisible by {heads} heads"))
+        return cases
+
+    def diagnose(self, case, got, want):
+        x = _value(case.args[0])
+        num_heads = case.args[1]
+        g = _value(got.value)
+        if x is None or g is None:
+            return None
+        batch, length, d_model = x.shape
+        d_k = d_model // num_heads
+        want_shape = _value(want.value).shape
+        if g.shape != want_shape:
+            if g.shape == (batch, length, num_heads, d_k):
+                return "the result is (B, T, h, d_k): transpose axes 1 and 2 to put the heads before the tokens"
+            if g.shape in ((batch, length, d_k, num_heads), (batch, d_k, length, num_heads)):
+                return ("d_model was split as (d_k, h): head i must be the contiguous slice "
+                        "x[..., i*d_k:(i+1)*d_k], so reshape to (B, T, h, d_k)")
+            if g.shape == (batch, num_heads, d_k, length):
+                return "the last two axes are swapped: each head must be (T, d_k), tokens on the rows"
+            return None
+        if _matches(got.value, x.reshape(batch, num_heads, length, d_k)):
+            return ("right shape, scrambled values: a plain view/reshape to (B, h, T, d_k) without a "
+                    "transpose mixes tokens across heads; reshape to (B, T, h, d_k), then transpose(1, 2)")
+        if _matches(got.value, x.reshape(batch, length, d_k, num_heads).transpose(0, 3, 1, 2)):
+            return ("head split in the wrong order: you took every h-th feature (d_model as (d_k, h)); "
+                    "head i must be the contiguous slice x[..., i*d_k:(i+1)*d_k]")
+        if _no_gradient(got, want):
+            return "no gradient reached x: use torch operations (reshape/transpose), not numpy or .detach()"
+        return None
+
+
+# --------------------------------------------------------------------------- merge_heads
+
+
+@register
+class MergeHeads(Exercise):
+    name = "merge_heads"
+    chapter = CHAPTER
+    kind = "function"
+    what = "shapes (B, T, h * d_k), concatenation order of the heads, dtypes, inverse of split_heads"
+
+    def cases(self, rng, hidden):
+        if not hidden:
+            heads = np.arange(12, dtype=np.float32).reshape(1, 2, 3, 2)  # 2 heads, 3 tokens, d_k = 2
+            return [
+                Case(args=(Tensor(heads),), label="1 sentence, 2 heads of 3 tokens, d_k=2 (x = arange(12))"),
+                Case(args=(Tensor(rng.normal(size=(2, 4, 5, 3)).astype(np.float32)),),
+                     label="(2, 4, 5, 3): 4 heads, 5 tokens, d_k=3"),
+            ]
+        cases = []
+        for _ in range(6):
+            shape = (int(rng.integers(1, 4)), int(rng.choice([1, 2, 3, 4, 8])),
+                     int(rng.integers(2, 7)), int(rng.integers(1, 6)))
+            x = rng.normal(size=shape).astype(_float_dtype(rng))
+            cases.append(Case(args=(Tensor(x),), label=f"{shape} {x.dtype}"))
+        cases.append(Case(args=(Tensor(rng.normal(size=(2, 3, 1, 4))),), label="a single token (T = 1)"))
+        x = rng.normal(size=(2, 3, 4, 2))
+        cases.append(Case(args=(Tensor(x, requires_grad=True),), label="gradient flows back through the merge",
+                          backward=Tensor(rng.normal(size=(2, 4, 6)))))
+        return cases
+
+    def diagnose(self, case, got, want):
+        x = _value(case.args[0])
+        g = _value(got.value)
+        if x is None or g is None:
+            return None
+        batch, num_heads, length, d_k = x.shape
+        if g.shape != _value(want.value).shape:
+            if g.shape == (batch, num_heads, length * d_k):
+                return "the heads ended up on axis 1: transpose(1, 2) to (B, T, h, d_k) before reshaping"
+            if g.shape == (batch, length, num_heads, d_k):
+                return "transposed but not merged: reshape (B, T, h, d_k) to (B, T, h * d_k)"
+            return None
+        if _matches(got.value, x.reshape(batch, length, num_heads * d_k)):
+            return ("right shape, scrambled values: reshaping (B, h, T, d_k) straight to (B, T, h*d_k) "
+                    "mixes tokens; transpose(1, 2) first, then .reshape (or .contiguous().view)")
+        if _matches(got.value, x.transpose(0, 2, 3, 1).reshape(batch, length, num_heads * d_k)):
+            return ("heads concatenated in the wrong order ((d_k, h) interleaved): the output must be "
+                    "[head_1 | head_2 | ...], head i in features i*d_k:(i+1)*d_k")
+        if _no_gradient(got, want):
+            return "no gradient reached x: use torch operations (transpose/reshape), not numpy or .detach()"
+        return None
+
+
+# --------------------------------------------------------------------------- MultiHeadAttention
+
+
+def _random_state(rng, d_model, scale=1.0) -> dict:
+    """A reference ``state_dict`` (numpy float32) for ``MultiHeadAttention(d_model, h)``."""
+    state = {}
+    for name in ("w_q", "w_k", "w_v", "w_o"):
+        state[f"{name}.weight"] = (rng.normal(size=(d_model, d_model)) * scale / math.sqrt(d_model)).astype(np.float32)
+        state[f"{name}.bias"] = (rng.normal(size=(d_model,)) * 0.1).astype(np.float32)
+    return state
+
+
+def _mha_variant(case: Case, *, scale="d_k", invert_mask=False, softmax_axis=-1, use_w_o=True,
+                 split="right", keys_from_query=False, values_from_key=False, mask_ignored=False):
+    """Recompute multi-head attention for ``case`` with one deliberate mistake.
+
+    Returns ``(output, weights)`` as float64 numpy arrays, or ``None`` when the
+    variant cannot be computed for this case (shapes do not allow it).
+    """
+    import torch
+
+    state = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in case.state.items()}
+    num_heads = case.init["num_heads"]
+    query, key, value = (torch.from_numpy(np.asarray(_value(a), dtype=np.float64)) for a in case.args[:3])
+    mask = case.kwargs.get("mask")
+    mask = None if mask is None or mask_ignored else torch.from_numpy(_value(mask))
+    if keys_from_query:
+        key, value = query, query
+    if values_from_key:
+        value = key
+
+    def linear(name, x):
+        return x @ state[f"{name}.weight"].T + state[f"{name}.bias"]
+
+    def split_fn(x):
+        batch, length, d_model = x.shape
+        d_k = d_model // num_heads
+        if split == "right":
+            return x.reshape(batch, length, num_heads, d_k).transpose(1, 2)
+        if split == "no_transpose":
+            return x.reshape(batch, num_heads, length, d_k)
+        if split == "d_k_major":
+            return x.reshape(batch, length, d_k, num_heads).permute(0, 3, 1, 2)
+        raise ValueError(split)
+
+    q, k, v = split_fn(linear("w_q", query)), split_fn(linear("w_k", key)), split_fn(linear("w_v", value))
+    if q.shape[:2] != k.shape[:2] or k.shape[2] != v.shape[2]:
+        return None
+    d_k = q.shape[-1]
+    divisor = {"d_k": math.sqrt(d_k), "none": 1.0, "d_model": math.sqrt(d_k * num_heads)}[scale]
+    scores = q @ k.transpose(-2, -1) / divisor  # (B, h, T_q, T_k)
+    if mask is not None:
+        allowed = ~mask if invert_mask else mask
+        allowed = torch.broadcast_to(allowed, scores.shape)
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, dim=softmax_axis).masked_fill(~allowed, 0.0)
+    else:
+        weights = torch.softmax(scores, dim=softmax_axis)
+    context = weights @ v  # (B, h, T_q, d_k)
+    batch, heads, length, width = context.shape
+    merged = context.transpose(1, 2).reshape(batch, length, heads * width)  # (B, T_q, d_model)
+    out = linear("w_o", merged) if use_w_o else merged
+    return out.numpy(), weights.numpy()
+
+
+@register
+class MultiHeadAttentionCheck(Exercise):
+    name = "MultiHeadAttention"
+    chapter = CHAPTER
+    kind = "class"
+    what = ("self- and cross-attention outputs, self.attn_weights (B, h, T_q, T_k), masks (True = may attend), "
+            "exactly w_q/w_k/w_v/w_o, gradients, d_model % h != 0 raises")
+
+    @staticmethod
+    def _case(rng, batch, t_q, t_k, d_model, num_heads, *, cross, mask=None, label, scale=1.0,
+              dropout=None, backward=False, rtol=1e-4, atol=1e-5):
+        query = (rng.normal(size=(batch, t_q, d_model)) * scale).astype(np.float32)
+        if cross:
+            key = (rng.normal(size=(batch, t_k, d_model)) * scale).astype(np.float32)
+            value = (rng.normal(size=(batch, t_k, d_model)) * scale).astype(np.float32)
+        else:
+            key = value = query
+        init = {"d_model": d_model, "num_heads": num_heads}
+        if dropout is not None:
+            init["dropout"] = dropout
+        kwargs = {} if mask is None else {"mask": Tensor(mask)}
+        q_arg = Tensor(query, requires_grad=backward)
+        args = (q_arg, Tensor(key), Tensor(value)) if cross else (q_arg, Tensor(query), Tensor(query))
+        weight = Tensor(rng.normal(size=(batch, t_q, d_model)).astype(np.float32)) if backward else None
+        return Case(args=args, kwargs=kwargs, init=init, state=_random_state(rng, d_model), attrs=("attn_weights",),
+                    probes=("state_dict_keys",), label=label, backward=weight, rtol=rtol, atol=atol)
+
+    def cases(self, rng, hidden):
+        if not hidden:
+            causal = np.tril(np.ones((4, 4), dtype=bool))[None, None]  # (1, 1, T, T)
+            padding = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=bool)[:, None, None, :]  # (B, 1, 1, T_k)
+            return [
+                self._case(rng, 1, 3, 3, 4, 2, cross=False, label="self-attention, 1 sentence of 3 tokens, d_model=4, h=2"),
+                self._case(rng, 1, 4, 4, 8, 2, cross=False, mask=causal,
+                           label="self-attention with a causal mask (1, 1, 4, 4), d_model=8, h=2"),
+                self._case(rng, 2, 3, 5, 8, 4, cross=True, mask=padding,
+                           label="cross-attention T_q=3, T_k=5 with a padding mask (2, 1, 1, 5), h=4"),
+            ]
+        cases = []
+        for i in range(4):  # random self- and cross-attention, no mask
+            num_heads = int(rng.choice([1, 2, 4]))
+            d_model = num_heads * int(rng.integers(2, 5))
+            batch, t_q = int(rng.integers(1, 4)), int(rng.integers(2, 7))
+            cross = i % 2 == 1
+            t_k = t_q + int(rng.integers(1, 4)) if cross else t_q
+            cases.append(self._case(rng, batch, t_q, t_k, d_model, num_heads, cross=cross,
+                                    label=f"{'cross' if cross else 'self'}-attention B={batch} T_q={t_q} "
+                                          f"T_k={t_k} d_model={d_model} h={num_heads}"))
+        batch, t_q, t_k, d_model, num_heads = 3, 4, 6, 12, 3
+        shapes = {
+            "(B, 1, 1, T_k) padding": (batch, 1, 1, t_k),
+            "(1, 1, T_q, T_k)": (1, 1, t_q, t_k),
+            "(B, h, T_q, T_k) per head": (batch, num_heads, t_q, t_k),
+        }
+        for what, shape in shapes.items():
+            mask = rng.random(size=shape) < 0.7
+            mask[..., 0] = True  # every query keeps at least one key
+            cases.append(self._case(rng, batch, t_q, t_k, d_model, num_heads, cross=True, mask=mask,
+                                    label=f"cross-attention with a random {what} mask"))
+        t = int(rng.integers(3, 7))
+        causal = np.tril(np.ones((t, t), dtype=bool))[None, None]
+        cases.append(self._case(rng, 2, t, t, 8, 2, cross=False, mask=causal,
+                                label=f"self-attention with a causal mask (1, 1, {t}, {t})"))
+        full = np.ones((2, 1, 3, 5), dtype=bool)
+        full[1, 0, 2, :] = False  # one query with every key masked
+        cases.append(self._case(rng, 2, 3, 5, 8, 2, cross=True, mask=full,
+                                label="a query whose keys are all masked (its weights must be 0, not NaN)"))
+        cases.append(self._case(rng, 2, 4, 4, 8, 8, cross=False, label="h = d_model = 8 (d_k = 1)"))
+        cases.append(self._case(rng, 2, 4, 4, 8, 2, cross=False, scale=30.0, rtol=1e-3, atol=1e-3,
+                                label="large inputs (x 30): saturated softmax, no overflow"))
+        cases.append(self._case(rng, 2, 3, 4, 8, 2, cross=True, dropout=0.1,
+                                label="dropout=0.1 in eval mode (dropout must be off)"))
+        cases.append(self._case(rng, 2, 3, 3, 8, 4, cross=False, backward=True,
+                                label="gradient flows back to the query"))
+        cases.append(Case(init={"d_model": 10, "num_heads": 4}, args=(Tensor(np.zeros((1, 2, 10), np.float32)),) * 3,
+                          expect_error=(ValueError,), label="d_model=10 is not divisible by 4 heads"))
+        return cases
+
+    def judge(self, case, got, want):
+        try:
+            super().judge(case, got, want)
+        except CheckFailure as exc:
+            hint = self._diagnose_error(case, got)
+            if hint and "Hint:" not in str(exc):
+                raise CheckFailure(f"{exc}\n  Hint: {hint}") from None
+            raise
+
+    @staticmethod
+    def _diagnose_error(case, got):
+        """A hint for a call that raised (``judge`` adds no diagnosis to those)."""
+        if case.expect_error or got.raised is None:
+            return None
+        message = got.raised.get("message", "")
+        if got.raised.get("phase") == "load_state_dict":
+            return ("the graders load a state_dict with exactly w_q, w_k, w_v, w_o (weight and bias each, "
+                    "nn.Linear(d_model, d_model)): no other parameters or buffers, and these names")
+        if len(case.args) >= 2 and _value(case.args[0]).shape[1] != _value(case.args[1]).shape[1]:
+            return ("it failed on cross-attention (T_q != T_k): keys and values have their own length "
+                    "T_k = key.size(1); split them with that length, not the query's")
+        if "view" in message and "stride" in message:
+            return "a .view on a transposed tensor: use .reshape (or .contiguous().view) after transpose"
+        return None
+
+    def diagnose(self, case, got, want):
+        attn = got.attrs.get("attn_weights")
+        want_attn = _value(want.attrs.get("attn_weights"))
+        if case.state is None:
+            return None
+        if want.probes.get("state_dict_keys") != got.probes.get("state_dict_keys"):
+            return "the module must hold exactly w_q, w_k, w_v, w_o (nn.Linear(d_model, d_model) with bias)"
+        variants = [
+            (dict(scale="none"), "no 1/√d_k scale: divide the scores Q Kᵀ by math.sqrt(d_k)"),
+            (dict(scale="d_model"), "scaled by √d_model: each head's scores are divided by √d_k, d_k = d_model // h"),
+            (dict(invert_mask=True), "mask polarity inverted: in this book True = may attend, so fill the "
+                                     "positions where the mask is False (masked_softmax does this)"),
+            (dict(mask_ignored=True), "the mask was ignored: pass it to masked_softmax(scores, mask)"),
+            (dict(softmax_axis=-2), "softmax over the wrong axis (the queries): each query's weights over "
+                                    "the keys must sum to 1, softmax over the last axis"),
+            (dict(use_w_o=False), "w_o is missing: after merging the heads apply self.w_o"),
+            (dict(split="no_transpose"), "heads split in the wrong order: view(B, h, T, d_k) without a transpose "
+                                         "mixes tokens; reshape to (B, T, h, d_k), then transpose(1, 2)"),
+            (dict(split="d_k_major"), "heads split in the wrong order: head i must be the contiguous slice "
+                                      "i*d_k:(i+1)*d_k of the projection, reshape to (B, T, h, d_k)"),
+            (dict(keys_from_query=True), "keys and values come from the query: project key with w_k and "
+                                         "value with w_v (cross-attention passes different tensors)"),
+            (dict(values_from_key=True), "the values were projected from `key`: use w_v(value)"),
+        ]
+        if case.kwargs.get("mask") is None:
+            variants = [v for v in variants if "invert_mask" not in v[0] and "mask_ignored" not in v[0]]
+        output_right = _matches(got.value, _value(want.value))
+        for flags, hint in [] if output_right else variants:
+            try:
+                result = _mha_variant(case, **flags)
+            except Exception:  # noqa: BLE001 - a variant that does not apply to this case
+                result = None
+            # A variant that coincides with the right answer on this case names nothing.
+            if result is not None and _matches(got.value, result[0]) and not _matches(want.value, result[0]):
+                return hint
+        if want_attn is not None:
+            a = _value(attn)
+            if attn is None:
+                return "self.attn_weights is not set: store the softmax weights (B, h, T_q, T_k) in forward"
+            if a is not None and a.shape == want_attn.shape[:1] + want_attn.shape[2:]:
+                return ("self.attn_weights is averaged over the heads: keep one map per head, "
+                        "shape (B, h, T_q, T_k)")
+            if a is not None and a.shape == want_attn.shape and np.isnan(a).any():
+                return "NaN in the weights of a fully masked query: use masked_softmax, which returns zeros there"
+            if a is not None and a.shape == want_attn.shape and not _matches(attn, want_attn):
+                if output_right:
+                    return ("the output is right but self.attn_weights is not: store the weights after the "
+                            "softmax (and the mask), before dropout")
+        g = _value(got.value)
+        if g is not None and np.isnan(g).any():
+            return "NaN in the output: a query whose keys are all masked needs masked_softmax (zeros, not NaN)"
+        if _no_gradient(got, want):
+            return "no gradient reached the query: do not detach or leave torch inside forward"
+        return None
+
