@@ -1,0 +1,559 @@
+"""Grade one submission: run its solution cells in the sandbox, judge outside.
+
+The trusted process (this module) reads the **source** notebook — setup cell,
+solution cells, test cells and their points — and takes only the solution cells'
+source from the submission, matched by nbgrader ``grade_id``. It makes every
+exercise's cases, ships them as data into a sandboxed
+:mod:`autograder.runner` (:mod:`autograder.sandbox`), reads the result bundles
+back as data and judges them with the same :func:`~autograder.checks.base.evaluate`
+as the visible check (ARCHITECTURE.md §4).
+
+Why forged results earn nothing. The student's code runs in the same process as
+the runner, so it can do anything the runner can: overwrite ``out/result_*``,
+patch the runner's functions, read the case inputs. No secret (a nonce, a
+pipe's descriptor) can be hidden from code that shares the runner's memory, so
+we do not pretend to authenticate results. Instead a result is never trusted as
+a *verdict*, only as *data*:
+
+* the expected answers are computed here, from the reference, and never enter the
+  sandbox; the reference package there is stripped of this chapter's answers, and
+  nothing of the repository is mounted;
+* a result bundle is plain JSON and a ``.npz`` read with ``allow_pickle=False``;
+  :func:`_check_encoded` admits only numbers, strings, lists, tuples, dicts and
+  numeric arrays (no objects, no ``__obj__`` factories, no structured dtypes,
+  no dtype label that disagrees with the array);
+* the number of results must equal the number of cases we made (and kept here).
+
+So whatever bytes the student's code writes, a case passes only when those bytes
+hold the correct output for the hidden inputs — values the student's own code
+computed without the reference, which is what the exercise asks for. A result
+written for a cell *after* the cell that was running when the kernel died cannot
+come from the runner (it writes in order): it is discarded and that cell re-run
+in a fresh sandbox. A bundle the runner could not have written (bad structure)
+marks the exercise ``cheat``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import runner
+from .checks.base import Exercise, Result, evaluate, get_exercise, make_rng
+from .sandbox import Limits, RunOutcome, build_library, run_job
+
+__all__ = ["CellScore", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES"]
+
+STATUSES = ("passed", "failed", "error", "missing", "timeout", "cheat", "invalid")
+
+# A chapter notebook without outputs is well under 1 MB; submissions with outputs
+# (plots) are larger. Anything over this is refused unread.
+MAX_NOTEBOOK_BYTES = 20 * 2**20
+# Largest result bundle (json + npz, uncompressed) read back from the sandbox.
+MAX_RESULT_BYTES = 128 * 2**20
+_MAX_DEPTH = 64
+_MAX_NODES = 200_000
+
+
+@dataclass
+class CellScore:
+    """The grade of one test cell.
+
+    Attributes:
+        exercise: the contract name, e.g. ``"softmax"``.
+        grade_id: the test cell's grade_id, e.g. ``"test_softmax"``.
+        score: points earned (``max_score`` when every case passes, else 0).
+        max_score: the SOURCE notebook's test cell ``points``.
+        status: one of :data:`STATUSES`.
+        reason: one readable line; ``""`` when passed.
+    """
+
+    exercise: str
+    grade_id: str
+    score: float
+    max_score: float
+    status: str
+    reason: str
+
+
+class NotebookError(ValueError):
+    """A file is not a usable notebook; the message says why, in one line."""
+
+
+# --------------------------------------------------------------------------- notebooks
+
+
+def read_notebook(path: Path, max_bytes: int = MAX_NOTEBOOK_BYTES) -> dict:
+    """Read a notebook as raw JSON, refusing what is not one.
+
+    Args:
+        path: the ``.ipynb`` file.
+        max_bytes: refuse larger files unread.
+
+    Returns:
+        The notebook dict (``cells`` is a list of dicts).
+
+    Raises:
+        NotebookError: missing, empty, too large, not JSON or not a notebook.
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise NotebookError(f"cannot read the file: {exc.strerror or exc}") from None
+    if size > max_bytes:
+        raise NotebookError(f"the file is {size / 2**20:.1f} MB, over the {max_bytes / 2**20:.0f} MB limit")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise NotebookError(f"cannot read the file: {exc.strerror or exc}") from None
+    if not raw.strip():
+        raise NotebookError("the file is empty")
+    try:
+        nb = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise NotebookError("the file is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise NotebookError(f"the file is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise NotebookError("the file's JSON is nested too deeply") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise NotebookError("the file is JSON but not a Jupyter notebook (no list of cells)")
+    if not all(isinstance(cell, dict) for cell in nb["cells"]):
+        raise NotebookError("the notebook's cells are not all JSON objects")
+    return nb
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    if isinstance(src, list) and all(isinstance(s, str) for s in src):
+        return "".join(src)
+    if isinstance(src, str):
+        return src
+    raise NotebookError("a cell's source is neither text nor a list of lines")
+
+
+def _nbgrader(cell: dict) -> dict:
+    meta = cell.get("metadata")
+    meta = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+@dataclass
+class _Graded:
+    """One graded test cell of the source notebook and what grading found for it."""
+
+    name: str
+    grade_id: str
+    points: float
+    solution_meta: dict
+    exercise: Exercise | None = None
+    source: str | None = None
+    cases: list = field(default_factory=list)
+    result: CellScore | None = None
+
+    def settle(self, status: str, reason: str = "", passed: bool = False) -> None:
+        self.result = CellScore(
+            exercise=self.name,
+            grade_id=self.grade_id,
+            score=self.points if passed else 0.0,
+            max_score=self.points,
+            status=status,
+            reason=_one_line(reason),
+        )
+
+
+def _read_source(source_nb: Path) -> tuple[list[str], list[_Graded]]:
+    """The setup cell and the graded test cells of the trusted source notebook."""
+    nb = read_notebook(source_nb)
+    code = [c for c in nb["cells"] if c.get("cell_type") == "code"]
+    setup: list[str] = []
+    if code and not _nbgrader(code[0]).get("solution") and not _nbgrader(code[0]).get("grade"):
+        setup = [_source(code[0])]
+    solutions = {
+        _nbgrader(c).get("grade_id"): _nbgrader(c) for c in nb["cells"] if _nbgrader(c).get("solution")
+    }
+    graded = []
+    for cell in nb["cells"]:
+        meta = _nbgrader(cell)
+        grade_id = meta.get("grade_id", "")
+        if not meta.get("grade") or meta.get("solution") or not str(grade_id).startswith("test_"):
+            continue
+        name = grade_id[len("test_"):]
+        if name not in solutions:
+            raise ValueError(f"{source_nb}: test cell {grade_id!r} has no solution cell {name!r}")
+        graded.append(_Graded(name, grade_id, float(meta.get("points", 0) or 0), solutions[name]))
+    return setup, graded
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    line = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _match_submission(graded: list[_Graded], submission_nb: Path | None) -> None:
+    """Take each exercise's solution source from the submission, or settle it."""
+    if submission_nb is None:
+        for g in graded:
+            g.settle("missing", "no submission")
+        return
+    try:
+        nb = read_notebook(submission_nb)
+        by_id: dict[str, list[dict]] = {}
+        for cell in nb["cells"]:
+            grade_id = _nbgrader(cell).get("grade_id")
+            if isinstance(grade_id, str):
+                by_id.setdefault(grade_id, []).append(cell)
+    except NotebookError as exc:
+        for g in graded:
+            g.settle("invalid", f"unreadable submission: {exc}")
+        return
+    for g in graded:
+        cells = by_id.get(g.name, [])
+        if not cells:
+            g.settle("missing", f"no solution cell with grade_id {g.name!r} (was it deleted?)")
+            continue
+        if len(cells) > 1:
+            g.settle("invalid", f"{len(cells)} cells have grade_id {g.name!r}: a solution cell was duplicated")
+            continue
+        cell = cells[0]
+        if cell.get("cell_type") != "code":
+            g.settle("invalid", f"the solution cell {g.name!r} was changed into a {cell.get('cell_type')!r} cell")
+            continue
+        changed = _metadata_change(g.solution_meta, _nbgrader(cell))
+        if changed:
+            g.settle("invalid", f"the nbgrader metadata of solution cell {g.name!r} was changed ({changed})")
+            continue
+        try:
+            g.source = _source(cell)
+        except NotebookError as exc:
+            g.settle("invalid", f"solution cell {g.name!r}: {exc}")
+
+
+def _metadata_change(source: dict, submitted: dict) -> str:
+    """What differs in the grading-relevant nbgrader metadata, or ``""``."""
+    for key in ("solution", "grade"):
+        if bool(source.get(key)) != bool(submitted.get(key)):
+            return f"{key}: {json.dumps(submitted.get(key))} instead of {json.dumps(source.get(key, False))}"
+    if ("points" in source or "points" in submitted) and source.get("points") != submitted.get("points"):
+        return f"points: {json.dumps(submitted.get('points'))} instead of {json.dumps(source.get('points'))}"
+    return ""
+
+
+# --------------------------------------------------------------------------- results
+
+
+class _Tampered(ValueError):
+    """A result bundle the runner could not have written."""
+
+
+def _load_result(stem: Path) -> tuple[dict, dict] | None:
+    """Read ``<stem>.json`` / ``<stem>.npz`` if present, size-capped, never unpickling."""
+    json_path, npz_path = stem.with_suffix(".json"), stem.with_suffix(".npz")
+    if not json_path.is_file() and not npz_path.is_file():
+        return None
+    if not json_path.is_file() or not npz_path.is_file() or json_path.is_symlink() or npz_path.is_symlink():
+        raise _Tampered("an incomplete or linked result bundle")
+    total = json_path.stat().st_size + npz_path.stat().st_size
+    try:
+        with zipfile.ZipFile(npz_path) as zf:  # uncompressed sizes: no zip bomb
+            total += sum(info.file_size for info in zf.infolist())
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise _Tampered(f"an unreadable array file ({exc})") from None
+    if total > MAX_RESULT_BYTES:
+        raise _Tampered(f"a result bundle of {total / 2**20:.0f} MB, over the {MAX_RESULT_BYTES / 2**20:.0f} MB limit")
+    try:
+        return runner.load_bundle(str(stem), max_bytes=MAX_RESULT_BYTES)
+    except (ValueError, OSError, RecursionError, zipfile.BadZipFile) as exc:
+        raise _Tampered(f"an unreadable result bundle ({type(exc).__name__})") from None
+
+
+def _check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None = None) -> None:
+    """Admit only what :func:`autograder.runner.encode` produces for results."""
+    budget = budget if budget is not None else [_MAX_NODES]
+    budget[0] -= 1
+    if budget[0] < 0 or depth > _MAX_DEPTH:
+        raise _Tampered("a result nested too deeply or too large")
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Tampered("a raw non-finite float")
+        return
+    if isinstance(value, list):
+        for v in value:
+            _check_encoded(v, arrays, depth + 1, budget)
+        return
+    if not isinstance(value, dict):
+        raise _Tampered(f"a value of JSON type {type(value).__name__}")
+    keys = set(value)
+    if keys == {"__float__"}:
+        try:
+            f = float(value["__float__"])
+        except (TypeError, ValueError):
+            raise _Tampered("a malformed float") from None
+        if math.isfinite(f):
+            raise _Tampered("a finite float in non-finite form")
+        return
+    if keys == {"__ndarray__"} or keys in ({"__tensor__", "dtype"}, {"__tensor__", "requires_grad"}, {"__tensor__"}):
+        key = value.get("__ndarray__", value.get("__tensor__"))
+        if not isinstance(key, str) or key not in arrays:
+            raise _Tampered("a reference to a missing array")
+        arr = arrays[key]
+        if arr.dtype.kind not in "biufc" or arr.dtype.hasobject:
+            raise _Tampered(f"an array of dtype {arr.dtype}")
+        if "dtype" in value:
+            label = value["dtype"]
+            if not isinstance(label, str) or not (label == str(arr.dtype) or (label == "bfloat16" and arr.dtype == np.float32)):
+                raise _Tampered(f"a tensor labelled {label!r} holding {arr.dtype} data")
+        return
+    if keys == {"__tuple__"} and isinstance(value["__tuple__"], list):
+        _check_encoded(value["__tuple__"], arrays, depth + 1, budget)
+        return
+    if keys == {"__dict__"} and isinstance(value["__dict__"], list):
+        for item in value["__dict__"]:
+            if (
+                not isinstance(item, list)
+                or len(item) != 2
+                or not isinstance(item[0], (str, int))
+                or isinstance(item[0], bool)
+            ):
+                raise _Tampered("a malformed dict entry")
+            _check_encoded(item[1], arrays, depth + 1, budget)
+        return
+    raise _Tampered(f"an encoded value with keys {sorted(map(str, keys))[:4]}")
+
+
+_RESULT_KEYS = {"value", "attrs", "probes", "grads", "args_after", "raised"}
+
+
+def _decode_report(report: Any, arrays: dict, grade_id: str) -> tuple[dict | None, list[Result]]:
+    """Validate a runner report; return ``(cell_error, results)``."""
+    if not isinstance(report, dict) or report.get("grade_id") != grade_id:
+        raise _Tampered("a result bundle for another exercise")
+    cell_error = report.get("cell_error")
+    if cell_error is not None and not (
+        isinstance(cell_error, dict) and isinstance(cell_error.get("type"), str) and isinstance(cell_error.get("message"), str)
+    ):
+        raise _Tampered("a malformed cell error")
+    cases = report.get("cases")
+    if not isinstance(cases, list):
+        raise _Tampered("no list of case results")
+    results = []
+    for case in cases:
+        data = case.get("result") if isinstance(case, dict) else None
+        if not isinstance(data, dict) or not set(data) <= _RESULT_KEYS:
+            raise _Tampered("a malformed case result")
+        raised = data.get("raised")
+        if raised is not None and not (
+            isinstance(raised, dict) and isinstance(raised.get("type"), str) and isinstance(raised.get("message"), str)
+        ):
+            raise _Tampered("a malformed exception record")
+        for key in ("attrs", "probes", "grads", "args_after"):
+            if data.get(key) is not None and not isinstance(data[key], dict):
+                raise _Tampered(f"a malformed {key} record")
+        _check_encoded([data.get("value"), *[v for k in ("attrs", "probes", "grads", "args_after") for v in (data.get(k) or {}).values()]], arrays)
+        results.append(Result.from_encoded(data, arrays))
+    return cell_error, results
+
+
+def _judge(g: _Graded, cell_error: dict | None, results: list[Result]) -> None:
+    if cell_error is not None:
+        kind, message = cell_error["type"], cell_error["message"]
+        if kind == "SystemExit":
+            g.settle("cheat", f"the cell ends the kernel (sys.exit / SystemExit) when it runs")
+        elif kind == "NameError" and message.startswith("the cell does not define"):
+            g.settle("error", f"{message} — keep the def/class line of the exercise")
+        else:
+            g.settle("error", f"the cell raised {kind} when it ran: {message}")
+        return
+    for case, got in zip(g.cases, results):
+        if got.raised is not None and got.raised.get("type") == "SystemExit":
+            where = f" ({case.label})" if case.label else ""
+            g.settle("cheat", f"the code calls sys.exit() while being checked{where}")
+            return
+    try:
+        passed, message = evaluate(g.exercise, results, g.cases)
+    except Exception as exc:  # noqa: BLE001 - odd data must not stop the batch
+        g.settle("failed", f"the results could not be judged ({type(exc).__name__}: {exc})")
+        return
+    if passed:
+        g.settle("passed", "", passed=True)
+    else:
+        g.settle("failed", message)
+
+
+# --------------------------------------------------------------------------- kernel death
+
+_SELF_INFLICTED = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                   signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGPIPE}
+
+
+def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
+    """``(status, reason)`` for the cell that was running when the runner stopped."""
+    if outcome.timed_out:
+        return "timeout", f"did not finish within {limits.wall_seconds:g} s (an endless loop?)"
+    if outcome.overflow:
+        return "error", f"wrote more than {limits.scratch_bytes / 2**20:.0f} MB of files; the kernel was stopped"
+    if outcome.signal is not None:
+        try:
+            name = signal.Signals(outcome.signal).name
+        except ValueError:
+            name = f"signal {outcome.signal}"
+        if outcome.signal == signal.SIGXCPU:
+            return "timeout", f"used more than {limits.cpu_seconds} s of CPU time; the kernel was stopped"
+        if outcome.signal == signal.SIGXFSZ:
+            return "error", f"wrote a file over {limits.file_bytes / 2**20:.0f} MB; the kernel was stopped"
+        if outcome.signal == signal.SIGINT or "KeyboardInterrupt" in outcome.stderr:
+            return "cheat", "the kernel was interrupted (KeyboardInterrupt) by the cell's own code"
+        if outcome.signal in _SELF_INFLICTED:
+            return "cheat", f"the kernel was killed ({name}) while running this cell: the code killed its own kernel"
+        return "error", f"the kernel crashed ({name}) while running this cell"
+    if "KeyboardInterrupt" in outcome.stderr:
+        return "cheat", "the kernel was interrupted (KeyboardInterrupt) by the cell's own code"
+    tail = [line for line in outcome.stderr.splitlines() if line.strip()]
+    if outcome.returncode not in (0, None) and tail and "Traceback" in outcome.stderr:
+        return "error", f"the kernel stopped while running this cell: {tail[-1].strip()}"
+    return "cheat", f"the code ended the kernel (os._exit / exit status {outcome.returncode}) while running this cell"
+
+
+# --------------------------------------------------------------------------- grading
+
+
+def _write_job(job_dir: Path, setup: list[str], pending: list[_Graded]) -> None:
+    job_dir.mkdir(parents=True)
+    (job_dir / "out").mkdir()
+    job = {
+        "setup": setup,
+        "cells": [{"grade_id": g.name, "exercise": g.name, "source": g.source} for g in pending],
+    }
+    (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    for g in pending:
+        arrays: dict = {}
+        specs = [case.to_spec(g.exercise.kind, arrays) for case in g.cases]
+        runner.dump_bundle(str(job_dir / f"cases_{g.name}"), specs, arrays)
+
+
+def _make_cases(g: _Graded, hidden: bool, seed: int | None) -> None:
+    try:
+        g.exercise = get_exercise(g.name)
+    except ValueError as exc:
+        g.settle("error", f"cannot grade: {exc}")
+        return
+    try:
+        cases = list(g.exercise.cases(make_rng(False), False))
+        if hidden:
+            cases += list(g.exercise.cases(make_rng(True, seed), True))
+    except Exception as exc:  # noqa: BLE001 - an instructor-side bug, reported per cell
+        g.settle("error", f"cannot make the cases of {g.name}: {type(exc).__name__}: {exc}")
+        return
+    g.cases = cases
+
+
+def grade_submission(
+    source_nb: Path,
+    submission_nb: Path | None,
+    *,
+    chapter: str | None = None,
+    timeout: float = 120.0,
+    hidden: bool = True,
+    seed: int | None = None,
+    sandbox: bool = True,
+    limits: Limits | None = None,
+    scratch_dir: Path | None = None,
+) -> list[CellScore]:
+    """Grade one submission against its source notebook, without trusting it.
+
+    Runs the submission's solution cells (only those, matched by ``grade_id``) after
+    the source's setup cell in a sandbox (:mod:`autograder.sandbox`), then judges
+    the returned data here with the exercises' checks. A cell that kills, hangs or
+    crashes the kernel gets 0 and the cells after it are re-run in a fresh sandbox.
+
+    Args:
+        source_nb: the instructor's notebook (``book/<id>/<id>.ipynb``): setup,
+            solution cells, test cells and their ``points`` come from here.
+        submission_nb: the student's notebook, or ``None`` (no submission).
+        chapter: the chapter id (default: the source notebook's name); decides which
+            modules of ``solutions`` are hidden from the sandbox.
+        timeout: wall-clock seconds for one sandbox run (and its CPU-time limit).
+        hidden: run the hidden cases too (``False``: the visible ones only).
+        seed: seed of the hidden cases (default: fresh); fix it to reproduce a grade.
+        sandbox: ``False`` runs a plain subprocess — NOT tamper-proof.
+        limits: resource limits (default :class:`~autograder.sandbox.Limits` with
+            ``timeout``); when given, its ``wall_seconds`` wins over ``timeout``.
+        scratch_dir: where to make the job folders (default: the system temp dir);
+            removed afterwards.
+
+    Returns:
+        One :class:`CellScore` per graded test cell of the source notebook, in
+        notebook order. Never raises for a bad submission.
+
+    Raises:
+        ValueError: the *source* notebook is not usable (an instructor error).
+    """
+    source_nb = Path(source_nb)
+    chapter = chapter or source_nb.stem
+    if limits is None:
+        limits = Limits(wall_seconds=float(timeout), cpu_seconds=max(1, math.ceil(timeout)))
+    try:
+        setup, graded = _read_source(source_nb)
+    except NotebookError as exc:
+        raise ValueError(f"{source_nb}: the source notebook is not usable: {exc}") from None
+    _match_submission(graded, None if submission_nb is None else Path(submission_nb))
+    for g in graded:
+        if g.result is None:
+            _make_cases(g, hidden, seed)
+    pending = [g for g in graded if g.result is None]
+    if pending:
+        scratch = Path(tempfile.mkdtemp(prefix="autograder-", dir=scratch_dir))
+        try:
+            scratch.chmod(0o755)
+            names = {g.name for g in graded} | {ex for ex in _chapter_exercises(chapter)}
+            lib_dir = build_library(scratch / "lib", names)
+            attempt = 0
+            while pending:
+                attempt += 1
+                job_dir = scratch / f"job{attempt}"
+                _write_job(job_dir, setup, pending)
+                outcome = run_job(job_dir, lib_dir, limits, sandbox=sandbox)
+                pending = _collect(pending, job_dir / "out", outcome, limits)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return [g.result for g in graded]
+
+
+def _chapter_exercises(chapter: str) -> list[str]:
+    from .checks import exercises_of
+
+    try:
+        return [ex.name for ex in exercises_of(chapter)]
+    except Exception:  # noqa: BLE001 - a broken checks module is reported per cell elsewhere
+        return []
+
+
+def _collect(pending: list[_Graded], out_dir: Path, outcome: RunOutcome, limits: Limits) -> list[_Graded]:
+    """Judge what one run produced; return the cells to run again in a fresh sandbox."""
+    for index, g in enumerate(pending):
+        try:
+            bundle = _load_result(out_dir / f"result_{g.name}")
+            if bundle is None:
+                status, reason = _death(outcome, limits)
+                g.settle(status, reason)
+                # Results of later cells cannot come from the runner (it writes in
+                # order and stopped here): ignore them and run those cells again.
+                return pending[index + 1:]
+            cell_error, results = _decode_report(bundle[0], bundle[1], g.name)
+        except _Tampered as exc:
+            g.settle("cheat", f"the result of {g.name} was tampered with ({exc})")
+            continue
+        _judge(g, cell_error, results)
+    return []

@@ -1,0 +1,586 @@
+"""Run the grading runner on untrusted code: bubblewrap, an unprivileged uid, limits.
+
+What the student's code sees (ARCHITECTURE.md §4, DESIGN.md "Grading does not
+trust student code"):
+
+* the system (``/usr`` and the ``/bin``, ``/lib*`` links, a few files of ``/etc``)
+  and the Python installation (the venv and its base interpreter), read-only;
+* ``/lib`` (``PYTHONPATH``), read-only: a copy of ``solutions`` stripped of the
+  modules that define the graded chapter's answers and of every module importing
+  them (:func:`build_library`), the stub ``autograder`` package whose ``check``
+  does nothing, and ``runner.py``;
+* ``/job``, read-only (``job.json`` and the encoded cases), with ``/job/out``
+  the only writable directory of the host; a small private ``/tmp``;
+* no network (a new, empty network namespace), a new PID/IPC/UTS namespace and
+  session, nothing of the repository (no ``book/``, no checks, no gradebook, no
+  other submissions), and the venv's editable-install hooks hidden, so
+  ``import solutions`` cannot reach the originals.
+
+The process runs as an unprivileged uid with no capabilities (so
+``RLIMIT_NPROC`` holds: it is not enforced for root), under CPU-time, address
+space, process, open-file and file-size limits; the parent enforces the wall
+time, caps the captured output and the bytes written to the job directory, and
+kills the whole sandbox (its PID namespace dies with it) when any is exceeded.
+
+``sandbox=False`` runs the runner as a plain subprocess with the same limits and
+``PYTHONPATH``: for machines without bubblewrap, and **not tamper-proof**.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import secrets
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "Limits",
+    "RunOutcome",
+    "bwrap_path",
+    "build_library",
+    "graded_modules",
+    "run_job",
+    "SANDBOX_JOB_DIR",
+    "SANDBOX_LIB_DIR",
+]
+
+AUTOGRADER_DIR = Path(__file__).resolve().parent
+REPO = AUTOGRADER_DIR.parent
+SOLUTIONS_DIR = REPO / "solutions"
+
+# Where the job and the library appear inside the sandbox.
+SANDBOX_JOB_DIR = "/job"
+SANDBOX_LIB_DIR = "/lib-grading"
+
+MiB = 2**20
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandbox run (every one is a parameter of grading).
+
+    Attributes:
+        wall_seconds: wall-clock time of the whole run; the parent kills it after.
+        cpu_seconds: CPU time per process (``RLIMIT_CPU``; SIGXCPU, then SIGKILL).
+        memory_bytes: address space per process (``RLIMIT_AS``). torch reserves
+            about 0.7 GiB of address space on import; 4 GiB leaves room for the
+            checks' tensors while a memory hog gets ``MemoryError``.
+        processes: processes and threads of the sandbox uid (``RLIMIT_NPROC``);
+            bounds a fork bomb. The uid is fresh for every run, so parallel
+            gradings do not share this budget.
+        open_files: file descriptors per process (``RLIMIT_NOFILE``).
+        file_bytes: size of any one written file (``RLIMIT_FSIZE``).
+        output_bytes: how much of stdout and of stderr is kept (the rest is read
+            and dropped, so a flood neither blocks the runner nor fills memory).
+        scratch_bytes: total bytes the run may leave in its writable job folder.
+        tmp_bytes: size of the sandbox's private ``/tmp`` (a tmpfs).
+    """
+
+    wall_seconds: float = 120.0
+    cpu_seconds: int = 120
+    memory_bytes: int = 4 * GiB
+    processes: int = 64
+    open_files: int = 256
+    file_bytes: int = 256 * MiB
+    output_bytes: int = 64 * 1024
+    scratch_bytes: int = 512 * MiB
+    tmp_bytes: int = 64 * MiB
+
+    def __post_init__(self):
+        for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "processes", "open_files",
+                     "file_bytes", "output_bytes", "scratch_bytes", "tmp_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
+
+
+@dataclass
+class RunOutcome:
+    """How one sandbox run ended.
+
+    Attributes:
+        returncode: the runner's exit status (``None`` when it died of a signal or
+            was killed by the parent).
+        signal: the signal that ended the runner, when known (``signal.Signals``
+            value), else ``None``.
+        timed_out: the parent killed it at the wall-time limit.
+        overflow: the parent killed it for writing more than ``scratch_bytes``.
+        stdout, stderr: the first ``output_bytes`` of each, decoded leniently.
+        output_truncated: more output was produced than was kept.
+        wall_seconds: how long the run took.
+    """
+
+    returncode: int | None
+    signal: int | None
+    timed_out: bool
+    overflow: bool
+    stdout: str
+    stderr: str
+    output_truncated: bool
+    wall_seconds: float
+
+
+# --------------------------------------------------------------------------- the library
+
+
+def _module_names(root: Path, package: str) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` file of the package at ``root``."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(root).with_suffix("")
+        parts = [package, *rel.parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _defined_names(tree: ast.Module) -> set[str]:
+    """Top-level names a module defines (functions, classes, assignments)."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    names.add(target.id)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def _imported_modules(tree: ast.Module, module: str, is_package: bool, package: str) -> set[str]:
+    """Every module of ``package`` that ``module`` imports, anywhere in its code
+    (module level or inside functions): ``from .x import y``, ``from . import x``,
+    ``import package.x``, ``from package.x import y``, ``from package import x``."""
+    found: set[str] = set()
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == package or alias.name.startswith(package + "."):
+                    found.add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                target = ".".join([*anchor, *(node.module.split(".") if node.module else [])])
+            else:
+                target = node.module or ""
+            if target != package and not target.startswith(package + "."):
+                continue
+            found.add(target)
+            for alias in node.names:  # `from . import x` names submodules too
+                found.add(f"{target}.{alias.name}")
+    return found
+
+
+def graded_modules(graded_names: set[str], root: Path = SOLUTIONS_DIR, package: str = "solutions") -> set[str]:
+    """The modules of ``package`` to strip when ``graded_names`` are being graded.
+
+    A module is stripped when it defines one of the names, or imports (directly or
+    through other modules, found with :mod:`ast`) a stripped module. The package's
+    ``__init__`` is always regenerated, never copied.
+
+    Args:
+        graded_names: the contract names graded in this chapter (``{"softmax", ...}``).
+        root: the package's folder.
+        package: its import name.
+
+    Returns:
+        Dotted names of the modules to leave out (``{"solutions.attention", ...}``).
+    """
+    modules = _module_names(root, package)
+    trees = {name: ast.parse(path.read_text(encoding="utf-8"), str(path)) for name, path in modules.items()}
+    stripped = {
+        name for name, tree in trees.items() if name != package and _defined_names(tree) & set(graded_names)
+    }
+    imports = {
+        name: _imported_modules(tree, name, modules[name].name == "__init__.py", package)
+        for name, tree in trees.items()
+    }
+    changed = True
+    while changed:  # transitive closure over "imports a stripped module"
+        changed = False
+        for name, targets in imports.items():
+            if name == package or name in stripped:
+                continue
+            if any(t in stripped or any(t.startswith(s + ".") for s in stripped) for t in targets):
+                stripped.add(name)
+                changed = True
+    # a subpackage whose __init__ is stripped takes its modules with it
+    for name in list(modules):
+        if any(name.startswith(s + ".") for s in stripped):
+            stripped.add(name)
+    return stripped
+
+
+def _generated_init(root: Path, package: str, kept: set[str], stripped: set[str]) -> str:
+    """An ``__init__.py`` re-exporting the kept modules the original re-exports."""
+    tree = ast.parse((root / "__init__.py").read_text(encoding="utf-8"))
+    lines = [
+        f'"""Stripped copy of `{package}` for grading: generated, do not edit.',
+        "",
+        "Left out (they define or import this chapter's graded answers):",
+        *(f"    {name}" for name in sorted(stripped)),
+        '"""',
+    ]
+    star: list[str] = []
+    submodules: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module and f"{package}.{node.module}" in kept and any(a.name == "*" for a in node.names):
+                star.append(node.module)
+            elif node.module is None:
+                submodules.extend(a.name for a in node.names if f"{package}.{a.name}" in kept)
+    for name in star:
+        if name not in submodules:
+            submodules.append(name)
+    if submodules:
+        lines.append(f"from . import {', '.join(submodules)}")
+    lines.extend(f"from .{name} import *" for name in star)
+    exported = " ".join(f"*getattr({name}, '__all__', [])," for name in star)
+    lines.append(f"__all__ = [{exported}]")
+    return "\n".join(lines) + "\n"
+
+
+def build_library(dest: Path, graded_names: set[str], solutions_dir: Path = SOLUTIONS_DIR) -> Path:
+    """Write the sandbox's read-only ``PYTHONPATH`` folder and return it.
+
+    It holds ``runner.py``, the stub ``autograder`` package and a copy of
+    ``solutions`` without the modules of :func:`graded_modules` (only sources and
+    data files; no ``__pycache__``), whose ``__init__`` re-exports what is left.
+
+    Args:
+        dest: an empty or missing folder.
+        graded_names: the contract names graded in this chapter.
+        solutions_dir: the ``solutions`` package folder.
+
+    Returns:
+        ``dest``.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(AUTOGRADER_DIR / "runner.py", dest / "runner.py")
+    (dest / "autograder").mkdir(exist_ok=True)
+    shutil.copyfile(AUTOGRADER_DIR / "stub" / "__init__.py", dest / "autograder" / "__init__.py")
+    package = "solutions"
+    stripped = graded_modules(graded_names, solutions_dir, package)
+    modules = _module_names(solutions_dir, package)
+    kept = set(modules) - stripped
+    target = dest / package
+    for path in sorted(solutions_dir.rglob("*")):
+        rel = path.relative_to(solutions_dir)
+        if "__pycache__" in rel.parts or path.is_dir() or path.suffix in (".pyc", ".pyo"):
+            continue
+        if path.suffix == ".py":
+            name = ".".join([package, *rel.with_suffix("").parts])
+            if name.endswith(".__init__"):
+                name = name[: -len(".__init__")]
+            if name in stripped or name == package:
+                continue
+        out = target / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, out)
+    target.mkdir(exist_ok=True)
+    (target / "__init__.py").write_text(_generated_init(solutions_dir, package, kept, stripped), encoding="utf-8")
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return dest
+
+
+# --------------------------------------------------------------------------- the sandbox
+
+
+def bwrap_path() -> str | None:
+    """The bubblewrap executable, or ``None`` where it is not installed."""
+    return shutil.which("bwrap")
+
+
+def _python_roots() -> list[Path]:
+    """The folders the interpreter needs: the venv and its base installation."""
+    roots = []
+    for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
+        for path in (Path(prefix), Path(prefix).resolve()):
+            if not any(path == r or r in path.parents for r in roots) and path.exists():
+                roots.append(path)
+    exe = Path(sys.executable).resolve()
+    if not any(r in exe.parents for r in roots):
+        roots.append(exe.parent)
+    return [r for r in roots if r != Path("/")]
+
+
+def _editable_hooks() -> list[Path]:
+    """The venv's editable-install files (``__editable__*``): inside the sandbox
+    they would map ``solutions``/``autograder`` to the repository; we hide them."""
+    dirs = {Path(p) for p in site.getsitepackages() if p}
+    dirs.add(Path(sysconfig.get_paths()["purelib"]))
+    hooks = []
+    for d in dirs:
+        if d.is_dir():
+            hooks.extend(sorted(d.glob("__editable__*")))
+    return hooks
+
+
+def _parents_dirs(path: Path, made: set[Path]) -> list[str]:
+    """bwrap arguments creating the parents of ``path`` world-traversable (bwrap
+    would otherwise make them 0700 and the unprivileged uid could not pass)."""
+    args = []
+    for parent in reversed(path.parents):
+        if parent == Path("/") or parent in made or parent.is_symlink():
+            continue
+        made.add(parent)
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts",
+              "nsswitch.conf", "passwd", "group", "mime.types")
+
+
+def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits) -> list[str]:
+    args = [
+        "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+        "--hostname", "sandbox", "--new-session", "--die-with-parent", "--clearenv",
+        "--ro-bind", "/usr", "/usr",
+    ]
+    if os.geteuid() != 0:
+        # Unprivileged caller: bwrap needs a user namespace; the caller's own uid
+        # is not root, so RLIMIT_NPROC holds without the setpriv step.
+        args[:0] = ["--unshare-user", "--disable-userns"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / name
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for name in _ETC_FILES:
+        host = Path("/etc") / name
+        if host.exists():
+            args += ["--ro-bind", str(host), str(host)]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    made: set[Path] = {Path("/usr"), Path("/etc")}
+    for root in _python_roots():
+        if root == Path("/usr") or Path("/usr") in root.parents:
+            continue
+        args += _parents_dirs(root, made) + ["--ro-bind", str(root), str(root)]
+    for hook in _editable_hooks():
+        args += ["--ro-bind", "/dev/null", str(hook)]
+    args += ["--ro-bind", str(lib_dir), SANDBOX_LIB_DIR]
+    args += ["--ro-bind", str(job_dir), SANDBOX_JOB_DIR]
+    args += ["--bind", str(job_dir / "out"), f"{SANDBOX_JOB_DIR}/out"]
+    args += ["--chdir", "/tmp"]
+    return args
+
+
+def _environment(lib_dir: str) -> dict[str, str]:
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": lib_dir,
+        "PYTHONHASHSEED": "0",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": "/tmp/matplotlib",
+        "OMP_NUM_THREADS": "1",  # threads count against RLIMIT_NPROC
+        "MKL_NUM_THREADS": "1",
+        "TRANSFORMER_BOOK_STATIC": "1",
+    }
+
+
+def _prlimit_args(limits: Limits) -> list[str]:
+    return [
+        shutil.which("prlimit") or "/usr/bin/prlimit",
+        f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 2}",
+        f"--as={limits.memory_bytes}",
+        f"--nproc={limits.processes}",
+        f"--nofile={limits.open_files}",
+        f"--fsize={limits.file_bytes}",
+        "--core=0",
+        "--",
+    ]
+
+
+def _fresh_uid() -> int:
+    """A uid no other process uses, so each run has its own RLIMIT_NPROC budget."""
+    return 1_000_000 + secrets.randbelow(1_000_000_000)
+
+
+class _Capped:
+    """Drain a pipe in a thread, keeping only the first ``cap`` bytes."""
+
+    def __init__(self, stream, cap: int):
+        self.stream, self.cap = stream, cap
+        self.chunks: list[bytes] = []
+        self.kept = 0
+        self.truncated = False
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                chunk = self.stream.read1(65536)
+            except (OSError, ValueError):
+                break
+            if not chunk:
+                break
+            room = self.cap - self.kept
+            if room > 0:
+                self.chunks.append(chunk[:room])
+                self.kept += min(room, len(chunk))
+            if len(chunk) > room:
+                self.truncated = True
+
+    def text(self) -> str:
+        self.thread.join(timeout=5)
+        return b"".join(self.chunks).decode("utf-8", errors="replace")
+
+
+def _scratch_size(path: Path, cap_files: int = 10_000) -> int:
+    """Bytes under ``path`` (a huge number of files counts as over any limit)."""
+    total, count = 0, 0
+    stack = [path]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    count += 1
+                    if count > cap_files:
+                        return 1 << 62
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(Path(entry.path))
+                        else:
+                            total += entry.stat(follow_symlinks=False).st_blocks * 512
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total
+
+
+def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandbox: bool = True) -> RunOutcome:
+    """Run ``python runner.py JOB_DIR`` on a prepared job, sandboxed, and wait for it.
+
+    Args:
+        job_dir: the job folder (``job.json``, ``cases_*``); its ``out/`` is created
+            here and is the only place the run can write to.
+        lib_dir: the folder from :func:`build_library`.
+        limits: resource limits (defaults: :class:`Limits`).
+        sandbox: ``False`` runs a plain subprocess — NOT tamper-proof.
+
+    Returns:
+        A :class:`RunOutcome`.
+
+    Raises:
+        RuntimeError: ``sandbox=True`` and bubblewrap is not installed.
+    """
+    limits = limits or Limits()
+    job_dir = Path(job_dir).resolve()
+    lib_dir = Path(lib_dir).resolve()
+    out_dir = job_dir / "out"
+    out_dir.mkdir(exist_ok=True)
+    python = str(Path(sys.executable))
+    if sandbox:
+        bwrap = bwrap_path()
+        if bwrap is None:
+            raise RuntimeError("bubblewrap (bwrap) is not installed: install it, or grade with sandbox=False (unsafe)")
+        inner = [python, "-s", "-B", f"{SANDBOX_LIB_DIR}/runner.py", SANDBOX_JOB_DIR]
+        command = [bwrap, *_bwrap_args(job_dir, lib_dir, limits)]
+        for key, value in _environment(SANDBOX_LIB_DIR).items():
+            command += ["--setenv", key, value]
+        command += ["--", *_prlimit_args(limits)]
+        if os.geteuid() == 0:
+            uid = _fresh_uid()
+            for path in [job_dir, *job_dir.iterdir()]:
+                path.chmod(0o755 if path.is_dir() else 0o644)
+            os.chown(out_dir, uid, uid)
+            out_dir.chmod(0o700)
+            command += [
+                shutil.which("setpriv") or "/usr/bin/setpriv",
+                f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+            ]
+        command += inner
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        cwd = "/"
+    else:
+        env = _environment(str(lib_dir))
+        env["MPLCONFIGDIR"] = str(job_dir / "out" / ".matplotlib")
+        env["HOME"] = str(job_dir / "out")
+        command = [*_prlimit_args(limits), python, "-s", "-B", str(lib_dir / "runner.py"), str(job_dir)]
+        cwd = str(out_dir)
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=env, cwd=cwd, start_new_session=True,
+    )
+    out = _Capped(proc.stdout, limits.output_bytes)
+    err = _Capped(proc.stderr, limits.output_bytes)
+    timed_out = overflow = False
+    next_size_check = start
+    while proc.poll() is None:
+        now = time.monotonic()
+        if now - start > limits.wall_seconds:
+            timed_out = True
+            break
+        if now >= next_size_check:
+            if _scratch_size(out_dir) > limits.scratch_bytes:
+                overflow = True
+                break
+            next_size_check = now + 0.5
+        try:
+            proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            pass
+    if proc.poll() is None:
+        _kill(proc)
+    wall = time.monotonic() - start
+    stdout, stderr = out.text(), err.text()
+    returncode, sig = _exit_status(proc.returncode, sandbox)
+    if timed_out or overflow:
+        returncode, sig = None, None
+    return RunOutcome(
+        returncode=returncode, signal=sig, timed_out=timed_out, overflow=overflow,
+        stdout=stdout, stderr=stderr, output_truncated=out.truncated or err.truncated, wall_seconds=wall,
+    )
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the run: its process group (plain mode), and bwrap, whose death takes the
+    sandbox's PID namespace — every process the student started — with it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _exit_status(code: int, sandbox: bool) -> tuple[int | None, int | None]:
+    """``(exit status, signal)``: bubblewrap reports a child killed by signal N as
+    exit status 128 + N; a plain subprocess as ``-N``."""
+    if code is None:
+        return None, None
+    if code < 0:
+        return None, -code
+    if sandbox and code > 128 and code - 128 < 65:
+        return None, code - 128
+    return code, None

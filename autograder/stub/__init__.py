@@ -1,0 +1,25 @@
+"""The ``autograder`` package as the grading sandbox sees it: ``check`` does nothing.
+
+The trusted grader copies this file into the sandbox as ``autograder/__init__.py``,
+so a setup cell's ``from autograder import check`` works while the real checks,
+their cases and the reference answers stay outside. Inside the sandbox the test
+cells are never run; judging happens in the trusted process
+(ARCHITECTURE.md §4).
+"""
+from __future__ import annotations
+
+__all__ = ["check"]
+
+
+def check(name, obj, hidden=False, seed=None):
+    """Do nothing: in the grading sandbox the checks run outside, on returned data.
+
+    Args:
+        name: the contract name of the exercise (ignored).
+        obj: the student's object (ignored).
+        hidden, seed: accepted for signature compatibility (ignored).
+
+    Returns:
+        None.
+    """
+    return None

@@ -1,0 +1,154 @@
+"""Builders of small chapter notebooks and submissions for the grading tests.
+
+Stable API (the CLI tests use it too):
+
+* :func:`source_notebook` — an nbgrader source notebook for a chapter whose checks
+  exist (default ``04_self_attention``): setup cell, one generated solution cell
+  (``autograder.sync.solution_cell_source``) and one test cell per exercise;
+* :func:`reference_submission` / :func:`blank_submission` — the source itself, and
+  the released form (solution regions replaced by ``raise NotImplementedError()``);
+* :func:`submission_with` — a copy with some solution cells' source replaced;
+* :func:`write_notebook` — write any of these to a path.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+import solutions
+from autograder.sync import solution_cell_source
+
+__all__ = [
+    "CHAPTER_EXERCISES",
+    "DEFAULT_POINTS",
+    "SETUP_SOURCE",
+    "source_notebook",
+    "reference_submission",
+    "blank_submission",
+    "submission_with",
+    "solution_cell",
+    "write_notebook",
+]
+
+CHAPTER_EXERCISES = {
+    "04_self_attention": ["softmax", "scaled_dot_product_attention", "self_attention"],
+    "05_multi_head_attention": ["split_heads", "merge_heads", "MultiHeadAttention"],
+    "06_masking": ["padding_mask", "causal_mask", "decoder_mask", "masked_softmax"],
+}
+DEFAULT_POINTS = {"softmax": 1, "scaled_dot_product_attention": 2, "self_attention": 3}
+
+SETUP_SOURCE = """import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import solutions
+from autograder import check"""
+
+TEST_TEMPLATE = """check("{name}", {name})
+### BEGIN HIDDEN TESTS
+check("{name}", {name}, hidden=True)
+### END HIDDEN TESTS"""
+
+
+def _meta(grade_id: str, *, grade: bool, solution: bool, locked: bool, points: float | None = None) -> dict:
+    meta = {"grade": grade, "solution": solution, "locked": locked, "grade_id": grade_id, "schema_version": 3}
+    if points is not None:
+        meta["points"] = points
+    return {"nbgrader": meta}
+
+
+def source_notebook(chapter: str = "04_self_attention", exercises: list[str] | None = None,
+                    points: dict | None = None, setup: str = SETUP_SOURCE) -> nbformat.NotebookNode:
+    """An nbgrader source notebook: setup, then prompt / solution / test per exercise.
+
+    Args:
+        chapter: the chapter id (its notebook name).
+        exercises: contract names (default: :data:`CHAPTER_EXERCISES` of the chapter).
+        points: points per exercise (default :data:`DEFAULT_POINTS`, else 1).
+        setup: the setup cell's source.
+
+    Returns:
+        The notebook (nbformat v4).
+    """
+    exercises = exercises or CHAPTER_EXERCISES[chapter]
+    points = {**DEFAULT_POINTS, **(points or {})}
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells.append(new_markdown_cell(f"# {chapter}"))
+    nb.cells.append(new_code_cell(SETUP_SOURCE if setup is None else setup,
+                                  metadata=_meta("setup", grade=False, solution=False, locked=True)))
+    for name in exercises:
+        p = points.get(name, 1)
+        nb.cells.append(new_markdown_cell(f"Implement `{name}` ({p} points).",
+                                          metadata=_meta("prompt_" + name, grade=False, solution=False, locked=True)))
+        nb.cells.append(new_code_cell(solution_cell_source(getattr(solutions, name)),
+                                      metadata=_meta(name, grade=False, solution=True, locked=False)))
+        nb.cells.append(new_code_cell(TEST_TEMPLATE.format(name=name),
+                                      metadata=_meta("test_" + name, grade=True, solution=False, locked=True,
+                                                     points=p)))
+    return nb
+
+
+def reference_submission(source: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The source notebook itself, as a submission (full marks)."""
+    return copy.deepcopy(source)
+
+
+_REGION = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION\n?", re.S | re.M)
+
+
+def _blank(source: str) -> str:
+    return _REGION.sub(lambda m: f"{m.group('indent')}# YOUR CODE HERE\n{m.group('indent')}raise NotImplementedError()\n",
+                       source + "\n").rstrip("\n")
+
+
+def blank_submission(source: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The released student notebook: solution regions become ``raise NotImplementedError()``
+    and the hidden-test regions are removed (as nbgrader's generate_assignment does)."""
+    nb = copy.deepcopy(source)
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution"):
+            cell.source = _blank(cell.source)
+        elif meta.get("grade"):
+            cell.source = re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", "", cell.source, flags=re.S).rstrip()
+    return nb
+
+
+def solution_cell(nb: nbformat.NotebookNode, name: str):
+    """The solution cell of exercise ``name`` in ``nb``."""
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == name:
+            return cell
+    raise KeyError(name)
+
+
+def submission_with(source: nbformat.NotebookNode, **sources: str) -> nbformat.NotebookNode:
+    """A reference submission whose solution cells ``name=source`` are replaced."""
+    nb = reference_submission(source)
+    for name, text in sources.items():
+        solution_cell(nb, name).source = text
+    return nb
+
+
+def write_notebook(nb, path: Path) -> Path:
+    """Write a notebook (a NotebookNode, or raw text/bytes for broken files) to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(nb, bytes):
+        path.write_bytes(nb)
+    elif isinstance(nb, str):
+        path.write_text(nb, encoding="utf-8")
+    elif isinstance(nb, nbformat.NotebookNode):
+        nbformat.write(nb, str(path))
+    else:
+        path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
