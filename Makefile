@@ -12,7 +12,7 @@ EDITION ?= web
 PYTEST_ARGS ?=
 JOBS ?= 2
 
-.PHONY: help venv sysdeps book test bench release selftest clean
+.PHONY: help venv vendor sysdeps book test bench release selftest clean
 
 help:
 	@echo "make book     set up, then build the whole book strictly (EDITION=web|course)"
@@ -35,13 +35,15 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)
 
 # System packages the tests use: headless Chromium for the browser test, bubblewrap
-# for the grading sandbox. Installed when missing and we are root (CI, fresh machines).
-SYSDEPS := chromium chromium-driver bubblewrap
+# for the grading sandbox, npm for the book's offline browser libraries. Installed
+# when missing and we are root (CI, fresh machines).
+SYSDEPS := chromium chromium-driver bubblewrap npm
 sysdeps:
 	@missing=""; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing system packages:$$missing"; \
@@ -51,13 +53,25 @@ sysdeps:
 	  fi; \
 	fi
 
-book: venv
+# The book's browser libraries (MathJax 3, require.js, the ipywidgets HTML manager),
+# pinned in book/_vendor/package-lock.json and served from the book's own _static:
+# the built HTML makes no request outside itself.
+VENDOR := book/_vendor
+VENDOR_STAMP := $(VENDOR)/node_modules/.installed
+$(VENDOR_STAMP): $(VENDOR)/package.json $(VENDOR)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is missing (run: sudo apt-get install npm)"; exit 1; }
+	cd $(VENDOR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $(VENDOR_STAMP)
+
+vendor: $(VENDOR_STAMP)
+
+book: venv vendor
 	@start=$$(date +%s); \
 	BOOK_EDITION=$(EDITION) $(VENV)/bin/jupyter-book build . -W -n --keep-going --builder html \
 	  || { echo "book build FAILED: see the messages above (each names the notebook and cell)"; exit 1; }; \
 	echo "book built in $$(( $$(date +%s) - start ))s: open $(CURDIR)/_build/html/index.html"
 
-test: venv sysdeps
+test: venv sysdeps vendor
 	$(PY) -m pytest -n $(JOBS) $(PYTEST_ARGS)
 
 bench: venv

@@ -1,0 +1,88 @@
+"""Build a one-page book from the fixture notebook in both editions and read the HTML.
+
+This runs the real chain (jupyter-book → Sphinx source-read → myst-nb parse and
+execute) that the chapters go through, on a tiny notebook with known markers.
+"""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from book_helpers import EXT_DIR, FIXTURES, jupyter_book
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """\
+title: fixture
+only_build_toc_files: true
+execute:
+  execute_notebooks: cache
+  timeout: 120
+  allow_errors: false
+sphinx:
+  local_extensions:
+    nbgrader_render: {ext}
+  config:
+    nb_execution_show_tb: true
+"""
+
+
+def _build(tmp_path, edition):
+    src = tmp_path / edition
+    src.mkdir()
+    (src / "_config.yml").write_text(CONFIG.format(ext=EXT_DIR))
+    (src / "_toc.yml").write_text("format: jb-article\nroot: chapter\n")
+    shutil.copy(FIXTURES / "nbgrader_chapter.ipynb", src / "chapter.ipynb")
+    env = dict(os.environ, BOOK_EDITION=edition)
+    env.pop("TRANSFORMER_BOOK_STATIC", None)  # the extension must set it itself
+    result = subprocess.run([jupyter_book(), "build", str(src), "-W", "-n", "--keep-going"],
+                            cwd=src, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    html = (src / "_build" / "html" / "chapter.html").read_text(encoding="utf-8")
+    download = (src / "_build" / "html" / "_sources" / "chapter.ipynb").read_text(encoding="utf-8")
+    return html, download
+
+
+@pytest.fixture(scope="module")
+def editions(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("render_build")
+    return {edition: _build(tmp, edition) for edition in ("web", "course")}
+
+
+@pytest.mark.parametrize("edition", ["web", "course"])
+def test_hidden_tests_reach_neither_the_page_nor_the_download(editions, edition):
+    html, download = editions[edition]
+    for text in (html, download):
+        assert "HIDDEN-TEST-MARKER" not in text
+        assert "ONLY-HIDDEN-MARKER" not in text
+        assert "HIDDEN TESTS" not in text
+    assert "check" in html and "\u2713 double" in html  # the visible check ran and shows
+    assert "HIDDEN-RAN" not in html  # the hidden check never ran in the build
+
+
+@pytest.mark.parametrize("edition", ["web", "course"])
+def test_notebook_executed_with_static_explorers(editions, edition):
+    html, _ = editions[edition]
+    assert "static explorers: 1" in html
+    assert "double(21) = 42" in html  # the solution cell executed in both editions
+
+
+def test_web_edition_folds_the_solution(editions):
+    html, download = editions["web"]
+    assert "SOLUTION-CODE-MARKER" in html
+    assert "Show solution" in html
+    assert "BEGIN SOLUTION" not in html
+    assert "SOLUTION-PROSE-MARKER" in html and "dropdown" in html
+    assert "SOLUTION-CODE-MARKER" in download
+
+
+def test_course_edition_removes_the_solution(editions):
+    html, download = editions["course"]
+    assert "SOLUTION-CODE-MARKER" not in html
+    assert "SOLUTION-PROSE-MARKER" not in html
+    assert "Show solution" not in html
+    assert "Write <code" in html  # the prompts stay
+    # The download button offers the student notebook.
+    assert "SOLUTION-CODE-MARKER" not in download and "SOLUTION-PROSE-MARKER" not in download
+    assert "raise NotImplementedError()" in download
