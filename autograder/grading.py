@@ -49,7 +49,7 @@ import numpy as np
 
 from . import runner
 from .checks.base import Exercise, Result, evaluate, get_exercise, make_rng
-from .sandbox import Limits, RunOutcome, build_library, run_job
+from .sandbox import Limits, RunOutcome, build_library, check_sandbox, run_job
 
 __all__ = ["CellScore", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES"]
 
@@ -513,6 +513,8 @@ def grade_submission(
         if g.result is None:
             _make_cases(g, hidden, seed)
     pending = [g for g in graded if g.result is None]
+    if pending and sandbox:
+        check_sandbox()
     if pending:
         scratch = Path(tempfile.mkdtemp(prefix="autograder-", dir=scratch_dir))
         try:

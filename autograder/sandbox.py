@@ -48,6 +48,7 @@ __all__ = [
     "build_library",
     "graded_modules",
     "run_job",
+    "check_sandbox",
     "SANDBOX_JOB_DIR",
     "SANDBOX_LIB_DIR",
 ]
@@ -369,7 +370,8 @@ def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits) -> list[str]:
         host = Path("/etc") / name
         if host.exists():
             args += ["--ro-bind", str(host), str(host)]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
     made: set[Path] = {Path("/usr"), Path("/etc")}
     for root in _python_roots():
         if root == Path("/usr") or Path("/usr") in root.parents:
@@ -558,6 +560,38 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
         returncode=returncode, signal=sig, timed_out=timed_out, overflow=overflow,
         stdout=stdout, stderr=stderr, output_truncated=out.truncated or err.truncated, wall_seconds=wall,
     )
+
+
+_SANDBOX_OK: dict[tuple, str] = {}
+
+
+def check_sandbox(limits: Limits | None = None) -> None:
+    """Start one empty sandbox (cached per process) so that a broken installation is
+    reported as such, not blamed on the first student cell that happens to run.
+
+    Raises:
+        RuntimeError: bubblewrap is missing or cannot start the interpreter.
+    """
+    key = (os.geteuid(), sys.executable)
+    if key in _SANDBOX_OK:
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="autograder-check-") as tmp:
+        root = Path(tmp)
+        root.chmod(0o755)
+        lib = root / "lib"
+        lib.mkdir()
+        (lib / "runner.py").write_text("import numpy\nprint('sandbox ok')\n", encoding="utf-8")
+        job = root / "job"
+        job.mkdir()
+        outcome = run_job(job, lib, limits or Limits(wall_seconds=60.0))
+    if outcome.returncode != 0 or "sandbox ok" not in outcome.stdout:
+        raise RuntimeError(
+            "the grading sandbox does not start: "
+            + (outcome.stderr.strip().splitlines() or [f"exit status {outcome.returncode}"])[-1]
+        )
+    _SANDBOX_OK[key] = "ok"
 
 
 def _kill(proc: subprocess.Popen) -> None:

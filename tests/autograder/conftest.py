@@ -1,0 +1,100 @@
+"""Shared fixtures of the autograder tests: chapter notebooks on disk, sandbox probes.
+
+The notebook builders themselves live in ``fixtures.py`` (importable by any test);
+this file turns them into pytest fixtures.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import fixtures  # noqa: E402
+
+REPO = HERE.parent.parent
+
+
+def _sandbox_problem() -> str | None:
+    from autograder.sandbox import bwrap_path, check_sandbox
+
+    if bwrap_path() is None:
+        return "bubblewrap (bwrap) is not installed"
+    try:
+        check_sandbox()
+    except RuntimeError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.fixture(scope="session")
+def needs_sandbox():
+    """Skip when bubblewrap cannot run here (the Makefile installs it on CI)."""
+    problem = _sandbox_problem()
+    if problem:
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def ch04_source(tmp_path_factory) -> Path:
+    """The chapter 4 source notebook (softmax 1 pt, scaled_dot_product_attention 2,
+    self_attention 3), written to ``<tmp>/04_self_attention.ipynb``."""
+    root = tmp_path_factory.mktemp("source")
+    return fixtures.write_notebook(fixtures.source_notebook("04_self_attention"), root / "04_self_attention.ipynb")
+
+
+@pytest.fixture(scope="session")
+def ch04_notebook():
+    """The chapter 4 source notebook as a NotebookNode (copy it before changing it)."""
+    return fixtures.source_notebook("04_self_attention")
+
+
+def file_digest(path: Path) -> str | None:
+    """sha256 of a file's bytes, or None when it does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_probe(code: str, *, graded=("softmax", "scaled_dot_product_attention", "self_attention"),
+              limits=None, setup=(), tmp: Path, sandbox: bool = True):
+    """Run ``code`` as a solution cell in the sandbox and return the RunOutcome.
+
+    The cell's prints come back in ``outcome.stdout``; ``graded`` decides which
+    modules of ``solutions`` are stripped.
+    """
+    from autograder import runner
+    from autograder.sandbox import Limits, build_library, run_job
+
+    tmp = Path(tmp)
+    tmp.chmod(0o755)
+    lib = build_library(tmp / "lib", set(graded))
+    job = tmp / "job"
+    job.mkdir()
+    (job / "job.json").write_text(
+        json.dumps({"setup": list(setup), "cells": [{"grade_id": "probe", "exercise": "probe", "source": code}]}),
+        encoding="utf-8",
+    )
+    runner.dump_bundle(str(job / "cases_probe"), [], {})
+    return run_job(job, lib, limits or Limits(wall_seconds=60.0), sandbox=sandbox)
+
+
+@pytest.fixture
+def probe(tmp_path, needs_sandbox):
+    """``probe(code, **kw)`` runs code in a fresh sandbox (see :func:`run_probe`)."""
+    counter = [0]
+
+    def _probe(code: str, **kw):
+        counter[0] += 1
+        where = tmp_path / f"probe{counter[0]}"
+        where.mkdir()
+        return run_probe(code, tmp=where, **kw)
+
+    return _probe

@@ -1,0 +1,260 @@
+"""The sandbox itself: what student code can see, reach and use.
+
+Each test runs a probe cell with :func:`conftest.run_probe` and reads what it
+printed; the limits are shrunk so the tests stay fast.
+"""
+from __future__ import annotations
+
+import ast
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder.sandbox import Limits, build_library, graded_modules
+from conftest import REPO
+
+CH04 = {"softmax", "scaled_dot_product_attention", "self_attention"}
+
+
+# --------------------------------------------------------------------------- the stripped library
+
+
+def test_graded_modules_chapter4_strips_only_the_numpy_attention_module():
+    stripped = graded_modules(CH04)
+    assert "solutions.attention" in stripped
+    assert "solutions.masking" not in stripped
+    assert "solutions" not in stripped
+
+
+def test_graded_modules_are_closed_under_importers():
+    """Stripping masking (chapter 6) takes every module that imports it, directly or not."""
+    stripped = graded_modules({"masked_softmax"})
+    assert "solutions.masking" in stripped
+    assert "solutions.multihead" in stripped  # from .masking import masked_softmax
+    assert "solutions.layers" in stripped  # from .multihead import ...
+    assert "solutions.model" in stripped  # from .layers import ...
+    for name in stripped - {"solutions.masking"}:
+        module = REPO / "solutions" / (name.split(".", 1)[1] + ".py")
+        imported = {
+            node.module for node in ast.walk(ast.parse(module.read_text())) if isinstance(node, ast.ImportFrom) and node.level
+        }
+        assert any(f"solutions.{m}" in stripped for m in imported if m), name
+    assert "solutions.embeddings" not in stripped
+    assert "solutions.positional" not in stripped
+
+
+def test_build_library_leaves_no_definition_of_the_graded_names(tmp_path):
+    lib = build_library(tmp_path / "lib", CH04)
+    assert (lib / "runner.py").is_file()
+    assert "def check" in (lib / "autograder" / "__init__.py").read_text()
+    assert not (lib / "solutions" / "attention.py").exists()
+    for path in (lib / "solutions").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        assert not defined & {"scaled_dot_product_attention", "self_attention"}, path
+        top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        assert "softmax" not in top, path
+    assert not list(lib.rglob("__pycache__"))
+
+
+# --------------------------------------------------------------------------- what the code sees
+
+
+def test_runs_unprivileged_without_capabilities(probe):
+    out = probe("import os\nprint('uid', os.getuid())\nprint(open('/proc/self/status').read())")
+    uid = int(out.stdout.split()[1])
+    assert uid != 0
+    status = dict(line.split(":", 1) for line in out.stdout.splitlines()[1:] if ":" in line)
+    assert status["CapEff"].strip() == "0000000000000000"
+    assert status["CapPrm"].strip() == "0000000000000000"
+    assert status["NoNewPrivs"].strip() == "1"
+
+
+def test_reference_and_repository_are_invisible(probe):
+    code = textwrap.dedent(f"""
+        import os
+        import solutions
+        print("softmax" , hasattr(solutions, "softmax"))
+        print("masked_softmax", hasattr(solutions, "masked_softmax"))
+        try:
+            import solutions.attention
+            print("attention module", "importable")
+        except ImportError:
+            print("attention module", "missing")
+        try:
+            import autograder.checks
+            print("checks", "importable")
+        except ImportError:
+            print("checks", "missing")
+        for path in ["{REPO}/solutions/attention.py", "{REPO}/autograder/checks/base.py", "{REPO}/book",
+                     "{REPO}/.git"]:
+            try:
+                open(path).read()
+                print("read", path)
+            except OSError:
+                print("unreadable", path)
+    """)
+    out = probe(code).stdout
+    assert "softmax False" in out
+    assert "masked_softmax True" in out  # other chapters' building blocks stay usable
+    assert "attention module missing" in out
+    assert "checks missing" in out
+    assert "read " not in out
+    assert out.count("unreadable") == 4
+
+
+def test_filesystem_is_read_only_except_out_and_tmp(probe, tmp_path):
+    code = textwrap.dedent(f"""
+        for path in ["/usr/lib/x", "/job/job.json", "/job/x", "/lib-grading/runner.py", "/x",
+                     "{REPO}/x", "/etc/x", "/dev/shm/x", "/job/out/x", "/tmp/x"]:
+            try:
+                with open(path, "a") as fh:
+                    fh.write("x")
+                print("writable", path)
+            except OSError:
+                print("refused", path)
+    """)
+    out = probe(code).stdout
+    assert "writable /job/out/x" in out
+    assert "writable /tmp/x" in out
+    assert out.count("writable") == 2, out
+    assert not (REPO / "x").exists()
+
+
+def test_no_network(probe):
+    code = textwrap.dedent("""
+        import socket
+        for family, addr in [(socket.AF_INET, ("1.1.1.1", 53)), (socket.AF_INET, ("127.0.0.1", 22)),
+                             (socket.AF_INET6, ("::1", 80))]:
+            s = socket.socket(family)
+            s.settimeout(2)
+            try:
+                s.connect(addr)
+                print("connected", addr)
+            except OSError as exc:
+                print("refused", type(exc).__name__)
+        print(sorted(name for _, name in socket.if_nameindex()))
+    """)
+    out = probe(code).stdout
+    assert "connected" not in out
+    assert out.count("refused") == 3
+    assert "['lo']" in out  # a fresh network namespace: loopback only
+
+
+# --------------------------------------------------------------------------- limits
+
+
+@pytest.mark.slow
+def test_fork_bomb_is_bounded_by_the_process_limit(probe):
+    code = textwrap.dedent("""
+        import os, time
+        children = 0
+        for _ in range(10_000):
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            children += 1
+        print("children", children)
+    """)
+    out = probe(code, limits=Limits(wall_seconds=30.0, processes=32))
+    children = int(out.stdout.split()[-1])
+    assert 0 < children < 32
+    assert not out.timed_out
+
+
+def test_fork_bomb_in_a_nested_user_namespace_is_still_bounded(probe):
+    code = textwrap.dedent("""
+        import os, subprocess, sys
+        bomb = "import os\\nn = 0\\nwhile True:\\n    try:\\n        pid = os.fork()\\n    except OSError:\\n        break\\n    if pid == 0:\\n        os.closerange(0, 3); import time; time.sleep(20); os._exit(0)\\n    n += 1\\nprint('nested', n)"
+        try:
+            r = subprocess.run(["unshare", "-U", "-r", sys.executable, "-c", bomb], capture_output=True, text=True, timeout=20)
+            print(r.stdout.strip() or "nested 0", r.returncode)
+        except Exception as exc:
+            print("nested 0", type(exc).__name__)
+    """)
+    out = probe(code, limits=Limits(wall_seconds=40.0, processes=32))
+    nested = int(out.stdout.split()[1])
+    assert 0 < nested < 32, out.stdout
+
+
+def test_memory_hog_gets_memory_error(probe):
+    code = textwrap.dedent("""
+        try:
+            block = bytearray(16 * 2**30)
+            print("allocated")
+        except MemoryError:
+            print("MemoryError")
+    """)
+    out = probe(code, limits=Limits(wall_seconds=30.0, memory_bytes=2 * 2**30))
+    assert "MemoryError" in out.stdout
+
+
+def test_torch_works_under_the_default_memory_limit(probe):
+    out = probe("import torch\nx = torch.randn(256, 256)\nprint('ok', float((x @ x).abs().sum()) > 0)")
+    assert "ok True" in out.stdout, out.stderr
+
+
+@pytest.mark.slow
+def test_endless_loop_hits_the_wall_time_and_the_namespace_dies(probe, tmp_path):
+    code = textwrap.dedent("""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            time.sleep(4)
+            open("/job/out/survivor", "w").write("still here")
+            os._exit(0)
+        while True:
+            pass
+    """)
+    start = time.monotonic()
+    out = probe(code, limits=Limits(wall_seconds=2.0))
+    assert out.timed_out
+    assert time.monotonic() - start < 20
+    time.sleep(5)
+    assert not list(tmp_path.rglob("survivor"))
+
+
+def test_output_flood_is_capped(probe):
+    code = "import sys\nfor _ in range(20_000):\n    print('x' * 1000)\nsys.stderr.write('e' * 10**7)\nprint('done')"
+    out = probe(code, limits=Limits(wall_seconds=60.0, output_bytes=10_000))
+    assert out.output_truncated
+    assert len(out.stdout) <= 10_000 and len(out.stderr) <= 10_000
+    assert out.returncode == 0
+
+
+def test_writing_too_much_to_the_scratch_dir_is_stopped(probe):
+    code = textwrap.dedent("""
+        import os, time
+        chunk = b"x" * 2**20
+        for i in range(400):
+            with open(f"/job/out/junk{i}", "wb") as fh:
+                fh.write(chunk)
+            time.sleep(0.01)
+    """)
+    out = probe(code, limits=Limits(wall_seconds=60.0, scratch_bytes=50 * 2**20))
+    assert out.overflow
+
+
+def test_file_size_limit(probe):
+    code = textwrap.dedent("""
+        try:
+            with open("/job/out/big", "wb") as fh:
+                fh.write(b"x" * (8 * 2**20))
+            print("wrote")
+        except OSError as exc:
+            print("refused", exc.errno)
+    """)
+    out = probe("import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n" + code,
+                limits=Limits(wall_seconds=30.0, file_bytes=2**20))
+    assert "refused 27" in out.stdout  # EFBIG
+
+
+def test_limits_reject_nonsense():
+    with pytest.raises(ValueError, match="wall_seconds"):
+        Limits(wall_seconds=0)
