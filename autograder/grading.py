@@ -34,6 +34,7 @@ marks the exercise ``cheat``.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -256,25 +257,22 @@ class _Tampered(ValueError):
     """A result bundle the runner could not have written."""
 
 
-def _load_result(stem: Path) -> tuple[dict, dict] | None:
-    """Read ``<stem>.json`` / ``<stem>.npz`` if present, size-capped, never unpickling."""
-    json_path, npz_path = stem.with_suffix(".json"), stem.with_suffix(".npz")
-    if not json_path.is_file() and not npz_path.is_file():
-        return None
-    if not json_path.is_file() or not npz_path.is_file() or json_path.is_symlink() or npz_path.is_symlink():
-        raise _Tampered("an incomplete or linked result bundle")
-    total = json_path.stat().st_size + npz_path.stat().st_size
+def _load_frame(body: bytes, npz: bytes) -> tuple[Any, dict]:
+    """Decode one result frame: plain JSON and an ``.npz`` read without pickle, with
+    its uncompressed size checked first (no zip bomb)."""
     try:
-        with zipfile.ZipFile(npz_path) as zf:  # uncompressed sizes: no zip bomb
-            total += sum(info.file_size for info in zf.infolist())
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise _Tampered(f"an unreadable array file ({exc})") from None
-    if total > MAX_RESULT_BYTES:
-        raise _Tampered(f"a result bundle of {total / 2**20:.0f} MB, over the {MAX_RESULT_BYTES / 2**20:.0f} MB limit")
+        with zipfile.ZipFile(io.BytesIO(npz)) as zf:
+            unpacked = sum(info.file_size for info in zf.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise _Tampered(f"an unreadable array file ({type(exc).__name__})") from None
+    if len(body) + unpacked > MAX_RESULT_BYTES:
+        raise _Tampered(f"a result of {(len(body) + unpacked) / 2**20:.0f} MB, over the {MAX_RESULT_BYTES / 2**20:.0f} MB limit")
     try:
-        return runner.load_bundle(str(stem), max_bytes=MAX_RESULT_BYTES)
-    except (ValueError, OSError, RecursionError, zipfile.BadZipFile) as exc:
-        raise _Tampered(f"an unreadable result bundle ({type(exc).__name__})") from None
+        data = json.loads(body.decode("utf-8"))
+        with np.load(io.BytesIO(npz), allow_pickle=False) as arrays:
+            return data, {k: arrays[k] for k in arrays.files}
+    except (ValueError, OSError, RecursionError, UnicodeDecodeError, zipfile.BadZipFile, EOFError) as exc:
+        raise _Tampered(f"an unreadable result ({type(exc).__name__})") from None
 
 
 def _check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None = None) -> None:
@@ -527,7 +525,7 @@ def grade_submission(
                 job_dir = scratch / f"job{attempt}"
                 _write_job(job_dir, setup, pending)
                 outcome = run_job(job_dir, lib_dir, limits, sandbox=sandbox)
-                pending = _collect(pending, job_dir / "out", outcome, limits)
+                pending = _collect(pending, outcome, limits)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return [g.result for g in graded]
@@ -542,18 +540,29 @@ def _chapter_exercises(chapter: str) -> list[str]:
         return []
 
 
-def _collect(pending: list[_Graded], out_dir: Path, outcome: RunOutcome, limits: Limits) -> list[_Graded]:
-    """Judge what one run produced; return the cells to run again in a fresh sandbox."""
+def _collect(pending: list[_Graded], outcome: RunOutcome, limits: Limits) -> list[_Graded]:
+    """Judge what one run sent through its result pipe; return the cells to run
+    again in a fresh sandbox (those after a cell that took the kernel down)."""
+    by_id: dict[str, list[tuple[bytes, bytes]]] = {}
+    for grade_id, body, npz in outcome.frames:
+        by_id.setdefault(grade_id, []).append((body, npz))
     for index, g in enumerate(pending):
-        try:
-            bundle = _load_result(out_dir / f"result_{g.name}")
-            if bundle is None:
+        frames = by_id.get(g.name, [])
+        if not frames:
+            if outcome.frame_problem and not (outcome.timed_out or outcome.overflow or outcome.signal):
+                g.settle("cheat", f"the result pipe was tampered with while {g.name} ran ({outcome.frame_problem})")
+            else:
                 status, reason = _death(outcome, limits)
                 g.settle(status, reason)
-                # Results of later cells cannot come from the runner (it writes in
-                # order and stopped here): ignore them and run those cells again.
-                return pending[index + 1:]
-            cell_error, results = _decode_report(bundle[0], bundle[1], g.name)
+            # Results of later cells cannot come from the runner (it reports in
+            # order and stopped here): ignore them and run those cells again.
+            return pending[index + 1:]
+        if len(frames) > 1:
+            g.settle("cheat", f"the results of {g.name} were sent {len(frames)} times: some were forged")
+            continue
+        try:
+            report, arrays = _load_frame(*frames[0])
+            cell_error, results = _decode_report(report, arrays, g.name)
         except _Tampered as exc:
             g.settle("cheat", f"the result of {g.name} was tampered with ({exc})")
             continue

@@ -48,6 +48,8 @@ __all__ = [
     "run_case",
     "dump_bundle",
     "load_bundle",
+    "write_frame",
+    "read_frames",
     "main",
 ]
 
@@ -381,19 +383,81 @@ def load_bundle(path_stem: str, max_bytes: int = 256 * 2**20):
     return data, arrays
 
 
+def write_frame(stream, grade_id: str, data: Any, arrays: dict[str, np.ndarray]) -> None:
+    """Write one result bundle to a byte stream (the result pipe) as a frame:
+    a JSON header line ``{"grade_id", "json", "npz"}`` (byte counts), then the
+    JSON document, then the ``.npz`` bytes."""
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    npz = buf.getvalue()
+    body = json.dumps(data).encode("utf-8")
+    header = json.dumps({"grade_id": grade_id, "json": len(body), "npz": len(npz)}).encode("utf-8")
+    stream.write(header + b"\n" + body + npz)
+    stream.flush()
+
+
+def read_frames(stream, max_frame_bytes: int, max_total_bytes: int):
+    """Read the frames of :func:`write_frame` until end of stream.
+
+    Returns ``(frames, problem)``: ``frames`` a list of ``(grade_id, json_bytes,
+    npz_bytes)``; ``problem`` ``None`` or what was wrong (a malformed or oversized
+    frame: reading stops there, the rest of the stream is drained and dropped).
+    Nothing is decoded here beyond the header.
+    """
+    frames: list[tuple[str, bytes, bytes]] = []
+    total = 0
+    problem = None
+    while problem is None:
+        header = stream.readline(4096)
+        if not header:
+            break
+        try:
+            meta = json.loads(header.decode("utf-8"))
+            grade_id, n_json, n_npz = meta["grade_id"], int(meta["json"]), int(meta["npz"])
+            if not isinstance(grade_id, str) or n_json < 0 or n_npz < 0:
+                raise ValueError
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            problem = "a malformed result frame"
+            break
+        if n_json + n_npz > max_frame_bytes or total + n_json + n_npz > max_total_bytes:
+            problem = f"a result frame of {n_json + n_npz} bytes, over the limit"
+            break
+        body = stream.read(n_json)
+        npz = stream.read(n_npz)
+        if len(body) != n_json or len(npz) != n_npz:
+            problem = "a truncated result frame"
+            break
+        total += n_json + n_npz
+        frames.append((grade_id, body, npz))
+    while stream.read(65536):  # drain, so the writer never blocks
+        pass
+    return frames, problem
+
+
 # --------------------------------------------------------------------------- sandbox entry
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Sandbox entry point: ``python runner.py JOB_DIR``.
+    """Sandbox entry point: ``python runner.py JOB_DIR [--result-fd N]``.
 
     ``JOB_DIR/job.json`` holds ``{"setup": [source, ...], "cells": [{"grade_id",
     "exercise", "source"}, ...]}`` and ``JOB_DIR/cases_<grade_id>.{json,npz}`` the
     encoded case specs. Runs the setup cells, then each solution cell followed at
     once by its cases, writing ``JOB_DIR/out/result_<grade_id>.{json,npz}`` as soon as
     an exercise is done, so a later crash cannot take earlier results with it.
+
+    With ``--result-fd N`` the bundles go, as :func:`write_frame` frames, to the
+    inherited pipe ``N`` instead of files: once the trusted reader has a frame, no
+    later cell can rewrite it, and a second frame for the same exercise is visible.
     """
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
+    result_stream = None
+    if "--result-fd" in argv:
+        i = argv.index("--result-fd")
+        result_stream = os.fdopen(int(argv[i + 1]), "wb")
+        del argv[i : i + 2]
     job_dir = argv[0]
     with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as fh:
         job = json.load(fh)
@@ -437,7 +501,10 @@ def main(argv: list[str] | None = None) -> int:
                     out_arrays[new_key] = arr
                     renamed[key] = new_key
                 report["cases"].append({"result": _rename(res, renamed)})
-        dump_bundle(os.path.join(out_dir, f"result_{grade_id}"), report, out_arrays)
+        if result_stream is not None:
+            write_frame(result_stream, grade_id, report, out_arrays)
+        else:
+            dump_bundle(os.path.join(out_dir, f"result_{grade_id}"), report, out_arrays)
     return 0
 
 

@@ -38,7 +38,7 @@ import sys
 import sysconfig
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
@@ -84,6 +84,7 @@ class Limits:
             and dropped, so a flood neither blocks the runner nor fills memory).
         scratch_bytes: total bytes the run may leave in its writable job folder.
         tmp_bytes: size of the sandbox's private ``/tmp`` (a tmpfs).
+        result_bytes: total bytes read from the result pipe (one run, all frames).
     """
 
     wall_seconds: float = 120.0
@@ -95,10 +96,11 @@ class Limits:
     output_bytes: int = 64 * 1024
     scratch_bytes: int = 512 * MiB
     tmp_bytes: int = 64 * MiB
+    result_bytes: int = 512 * MiB
 
     def __post_init__(self):
         for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "processes", "open_files",
-                     "file_bytes", "output_bytes", "scratch_bytes", "tmp_bytes"):
+                     "file_bytes", "output_bytes", "scratch_bytes", "tmp_bytes", "result_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
 
@@ -117,6 +119,9 @@ class RunOutcome:
         stdout, stderr: the first ``output_bytes`` of each, decoded leniently.
         output_truncated: more output was produced than was kept.
         wall_seconds: how long the run took.
+        frames: the result frames read from the result pipe, in arrival order:
+            ``(grade_id, json_bytes, npz_bytes)`` (see :func:`autograder.runner.read_frames`).
+        frame_problem: ``None``, or what was wrong with the result pipe's stream.
     """
 
     returncode: int | None
@@ -127,6 +132,8 @@ class RunOutcome:
     stderr: str
     output_truncated: bool
     wall_seconds: float
+    frames: list = field(default_factory=list)
+    frame_problem: str | None = None
 
 
 # --------------------------------------------------------------------------- the library
@@ -421,6 +428,34 @@ def _fresh_uid() -> int:
     return 1_000_000 + secrets.randbelow(1_000_000_000)
 
 
+class _Frames:
+    """Read the runner's result pipe in a thread (:func:`autograder.runner.read_frames`)."""
+
+    def __init__(self, fd: int, limits: Limits):
+        self.stream = os.fdopen(fd, "rb")
+        self.frames: list = []
+        self.problem: str | None = None
+        self.limits = limits
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        from . import runner
+
+        try:
+            self.frames, self.problem = runner.read_frames(
+                self.stream, self.limits.result_bytes, self.limits.result_bytes
+            )
+        except (OSError, ValueError) as exc:
+            self.problem = f"the result pipe failed ({exc})"
+        finally:
+            self.stream.close()
+
+    def result(self) -> tuple[list, str | None]:
+        self.thread.join(timeout=10)
+        return list(self.frames), self.problem
+
+
 class _Capped:
     """Drain a pipe in a thread, keeping only the first ``cap`` bytes."""
 
@@ -475,7 +510,8 @@ def _scratch_size(path: Path, cap_files: int = 10_000) -> int:
     return total
 
 
-def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandbox: bool = True) -> RunOutcome:
+def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandbox: bool = True,
+            result_pipe: bool = True) -> RunOutcome:
     """Run ``python runner.py JOB_DIR`` on a prepared job, sandboxed, and wait for it.
 
     Args:
@@ -484,6 +520,8 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
         lib_dir: the folder from :func:`build_library`.
         limits: resource limits (defaults: :class:`Limits`).
         sandbox: ``False`` runs a plain subprocess — NOT tamper-proof.
+        result_pipe: hand the runner a pipe for its results (``--result-fd``)
+            instead of letting it write ``out/result_*`` files.
 
     Returns:
         A :class:`RunOutcome`.
@@ -497,11 +535,15 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
     out_dir = job_dir / "out"
     out_dir.mkdir(exist_ok=True)
     python = str(Path(sys.executable))
+    read_fd = write_fd = None
+    if result_pipe:
+        read_fd, write_fd = os.pipe()
+    pipe_args = ["--result-fd", str(write_fd)] if result_pipe else []
     if sandbox:
         bwrap = bwrap_path()
         if bwrap is None:
             raise RuntimeError("bubblewrap (bwrap) is not installed: install it, or grade with sandbox=False (unsafe)")
-        inner = [python, "-s", "-B", f"{SANDBOX_LIB_DIR}/runner.py", SANDBOX_JOB_DIR]
+        inner = [python, "-s", "-B", f"{SANDBOX_LIB_DIR}/runner.py", SANDBOX_JOB_DIR, *pipe_args]
         command = [bwrap, *_bwrap_args(job_dir, lib_dir, limits)]
         for key, value in _environment(SANDBOX_LIB_DIR).items():
             command += ["--setenv", key, value]
@@ -524,13 +566,18 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
         env = _environment(str(lib_dir))
         env["MPLCONFIGDIR"] = str(job_dir / "out" / ".matplotlib")
         env["HOME"] = str(job_dir / "out")
-        command = [*_prlimit_args(limits), python, "-s", "-B", str(lib_dir / "runner.py"), str(job_dir)]
+        command = [*_prlimit_args(limits), python, "-s", "-B", str(lib_dir / "runner.py"), str(job_dir), *pipe_args]
         cwd = str(out_dir)
     start = time.monotonic()
-    proc = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=env, cwd=cwd, start_new_session=True,
-    )
+    try:
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=env, cwd=cwd, start_new_session=True, pass_fds=(write_fd,) if result_pipe else (),
+        )
+    finally:
+        if write_fd is not None:
+            os.close(write_fd)  # only the runner holds the write end: EOF when it is gone
+    frames = _Frames(read_fd, limits) if result_pipe else None
     out = _Capped(proc.stdout, limits.output_bytes)
     err = _Capped(proc.stderr, limits.output_bytes)
     timed_out = overflow = False
@@ -553,12 +600,14 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
         _kill(proc)
     wall = time.monotonic() - start
     stdout, stderr = out.text(), err.text()
+    frame_list, frame_problem = frames.result() if frames is not None else ([], None)
     returncode, sig = _exit_status(proc.returncode, sandbox)
     if timed_out or overflow:
         returncode, sig = None, None
     return RunOutcome(
         returncode=returncode, signal=sig, timed_out=timed_out, overflow=overflow,
         stdout=stdout, stderr=stderr, output_truncated=out.truncated or err.truncated, wall_seconds=wall,
+        frames=frame_list, frame_problem=frame_problem,
     )
 
 
