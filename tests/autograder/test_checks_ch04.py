@@ -156,6 +156,31 @@ def test_a_different_valid_softmax_passes():
     check("softmax", softmax_logsumexp, hidden=True)
 
 
+def test_numpys_axis_error_counts_as_value_error():
+    def softmax_unvalidated(x, axis=-1):
+        x = np.asarray(x)
+        if not np.issubdtype(x.dtype, np.floating):
+            x = x.astype(np.float64)
+        if x.ndim == 0:
+            raise np.exceptions.AxisError(axis, 0)  # numpy's own error, a ValueError subclass
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+    check("softmax", softmax_unvalidated, hidden=True)
+
+
+def test_a_scalar_that_returns_normally_is_rejected():
+    def softmax_scalar_ok(x, axis=-1):
+        x = np.asarray(x)
+        if x.ndim == 0:
+            return np.ones_like(x, dtype=float)
+        return solutions.softmax(x, axis=axis)
+
+    rejected("softmax", softmax_scalar_ok, "should raise ValueError")
+    with pytest.raises(CheckFailure, match="should raise ValueError"):
+        check("softmax", softmax_scalar_ok)  # the visible check says so before grading does
+
+
 # --------------------------------------------------------------------------- scaled_dot_product_attention
 
 
