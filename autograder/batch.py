@@ -1,0 +1,504 @@
+"""Grade a class: every submission of every chapter, in parallel, resumable.
+
+``grade_class`` walks nbgrader's submitted layout (``<student>/<chapter>/<chapter>.ipynb``,
+or a flat folder of ``<student>.ipynb`` for one chapter), grades each submission
+with :func:`autograder.grading.grade_submission` (student code runs in the sandbox,
+never here), and writes, from this trusted process only:
+
+* ``OUT/.journal/<student>/<chapter>.json`` — one result per submission, written
+  atomically as soon as it is graded, keyed by the SHA-256 of the submission, of
+  the source notebook, the seed and the limits. A re-run reuses every entry whose
+  key is unchanged, so an interrupted run resumes where it stopped and a regrade
+  of unchanged work is a no-op; ``force=True`` regrades everything;
+* ``OUT/scores.csv``, ``OUT/grades.csv``, ``OUT/feedback/<student>/<chapter>.html``
+  and nbgrader's ``OUT/gradebook.db``, all rebuilt from the journal at the end, so
+  the same results always give the same files and the gradebook rows are updated in
+  place, never duplicated.
+
+A broken submission (unreadable, invalid JSON, endless loop) gets its rows with
+score 0 and a reason; the batch goes on.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import csv
+import hashlib
+import json
+import multiprocessing
+import os
+import secrets
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .release import BOOK, chapter_ids, source_notebook
+
+__all__ = [
+    "SCORE_COLUMNS",
+    "GRADE_COLUMNS",
+    "Submission",
+    "Graded",
+    "BatchReport",
+    "find_submissions",
+    "grade_class",
+    "submission_status",
+]
+
+JOURNAL_VERSION = 1
+SCORE_COLUMNS = ["student_id", "assignment", "exercise", "grade_id", "score", "max_score", "status", "reason"]
+GRADE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status"]
+# The feedback page does not read a submission larger than this (grading refuses it too).
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One student's notebook for one chapter (``path`` is ``None``: not submitted)."""
+
+    student: str
+    chapter: str
+    path: Path | None
+    timestamp: str | None = None
+
+
+@dataclass
+class Graded:
+    """The journaled result of one submission: one dict per graded cell
+    (the fields of :class:`autograder.grading.CellScore`)."""
+
+    submission: Submission
+    scores: list[dict]
+    key: dict = field(default_factory=dict)
+    reused: bool = False
+
+
+@dataclass
+class BatchReport:
+    """What a run did: every result, how many were graded now and how many reused."""
+
+    out: Path
+    results: list[Graded]
+    graded: int
+    reused: int
+
+    def totals(self) -> dict[tuple[str, str], tuple[float, float]]:
+        """``(student, chapter) -> (score, max_score)``."""
+        return {
+            (g.submission.student, g.submission.chapter): (
+                sum(s["score"] for s in g.scores),
+                sum(s["max_score"] for s in g.scores),
+            )
+            for g in self.results
+        }
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def _is_visible(path: Path) -> bool:
+    return not path.name.startswith((".", "_"))
+
+
+def _timestamp(folder: Path) -> str | None:
+    stamp = folder / "timestamp.txt"  # written by `nbgrader collect`
+    if stamp.is_file():
+        text = stamp.read_text(encoding="utf-8", errors="replace").strip()
+        return text[:64] or None
+    return None
+
+
+def _chapter_notebook(folder: Path, chapter: str) -> Path | None:
+    """``folder/<chapter>.ipynb``, or the folder's only notebook if it was renamed."""
+    exact = folder / f"{chapter}.ipynb"
+    if exact.is_file():
+        return exact
+    found = sorted(p for p in folder.glob("*.ipynb") if _is_visible(p))
+    return found[0] if len(found) == 1 else None
+
+
+def find_submissions(
+    submitted: Path,
+    chapters: list[str] | None = None,
+    flat: str | None = None,
+    book: Path = BOOK,
+) -> tuple[list[str], list[Submission]]:
+    """The chapters to grade and one :class:`Submission` per student × chapter.
+
+    Args:
+        submitted: nbgrader's submitted folder (``<student>/<chapter>/<chapter>.ipynb``)
+            or, with ``flat``, a folder of ``<student>.ipynb`` files.
+        chapters: chapter ids to grade; default: every chapter with a source
+            notebook that at least one student submitted.
+        flat: the chapter id of a flat folder.
+        book: the folder of the source notebooks.
+
+    Returns:
+        ``(chapters, submissions)`` sorted by student, then chapter. A student who
+        did not submit a chapter appears with ``path=None``.
+    """
+    submitted = Path(submitted)
+    if not submitted.is_dir():
+        raise ValueError(f"{submitted} is not a folder of submissions")
+    known = chapter_ids(book)
+    if flat is not None:
+        if flat not in known:
+            raise ValueError(f"--flat {flat!r}: no source notebook book/{flat}/{flat}.ipynb")
+        subs = [
+            Submission(p.stem, flat, p)
+            for p in sorted(submitted.glob("*.ipynb"))
+            if _is_visible(p)
+        ]
+        return [flat], subs
+    students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and _is_visible(p))
+    if chapters:
+        unknown = [c for c in chapters if c not in known]
+        if unknown:
+            raise ValueError(f"no source notebook for chapter(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        wanted = list(chapters)
+    else:
+        wanted = [c for c in known if any((submitted / s / c).is_dir() for s in students)]
+    subs = []
+    for student in students:
+        for chapter in wanted:
+            folder = submitted / student / chapter
+            path = _chapter_notebook(folder, chapter) if folder.is_dir() else None
+            subs.append(Submission(student, chapter, path, _timestamp(folder) if folder.is_dir() else None))
+    return wanted, subs
+
+
+# --------------------------------------------------------------------------- journal
+
+
+def _sha256(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError as exc:
+        return f"unreadable: {type(exc).__name__}"
+    return h.hexdigest()
+
+
+def submission_seed(base_seed: int, student: str, chapter: str) -> int:
+    """The hidden checks' seed of one submission: fresh per class run (``base_seed``),
+    different for every student and chapter, reproducible on a re-run."""
+    digest = hashlib.sha256(f"{base_seed}:{student}:{chapter}".encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+def _journal_path(out: Path, sub: Submission) -> Path:
+    return out / ".journal" / sub.student / f"{sub.chapter}.json"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_journal(out: Path, sub: Submission, key: dict) -> list[dict] | None:
+    path = _journal_path(out, sub)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if data.get("version") != JOURNAL_VERSION or data.get("key") != key:
+        return None
+    return data.get("scores")
+
+
+def _write_journal(out: Path, graded: Graded) -> None:
+    sub = graded.submission
+    data = {
+        "version": JOURNAL_VERSION,
+        "student": sub.student,
+        "chapter": sub.chapter,
+        "key": graded.key,
+        "scores": graded.scores,
+    }
+    _write_atomic(_journal_path(out, sub), json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _base_seed(out: Path, seed: int | None) -> int:
+    """``seed`` if given, else the one this OUT folder used before, else a fresh one."""
+    path = out / ".journal" / "seed.json"
+    if seed is None:
+        try:
+            return int(json.loads(path.read_text(encoding="utf-8"))["seed"])
+        except (OSError, ValueError, KeyError, TypeError):
+            seed = secrets.randbits(31)
+    _write_atomic(path, json.dumps({"seed": int(seed)}) + "\n")
+    return int(seed)
+
+
+# --------------------------------------------------------------------------- grading
+
+
+GradeFn = Callable[..., list]
+_worker_grade_fn: GradeFn | None = None
+
+
+def _default_grade_fn() -> GradeFn:
+    from .grading import grade_submission
+
+    return grade_submission
+
+
+def _as_dicts(scores) -> list[dict]:
+    rows = []
+    for s in scores:
+        d = asdict(s) if not isinstance(s, dict) else dict(s)
+        rows.append({
+            "exercise": str(d["exercise"]),
+            "grade_id": str(d["grade_id"]),
+            "score": float(d["score"]),
+            "max_score": float(d["max_score"]),
+            "status": str(d["status"]),
+            "reason": " ".join(str(d.get("reason") or "").split()),
+        })
+    return rows
+
+
+def _grade_task(task: tuple) -> list[dict]:
+    """Worker entry: grade one submission; never raises for the submission's sake."""
+    source, path, chapter, timeout, seed, sandbox = task
+    fn = _worker_grade_fn or _default_grade_fn()
+    return _as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
+                        timeout=timeout, hidden=True, seed=seed, sandbox=sandbox))
+
+
+def _init_worker(grade_fn: GradeFn | None, threads: int) -> None:
+    global _worker_grade_fn
+    _worker_grade_fn = grade_fn
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except Exception:  # noqa: BLE001 - torch is optional for the trusted side
+        pass
+
+
+def _failed_rows(source: Path, reason: str) -> list[dict]:
+    """Every test cell of ``source`` at 0 (the grader itself failed on a submission)."""
+    import nbformat
+
+    nb = nbformat.read(str(source), as_version=4)
+    rows = []
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade") and cell.cell_type == "code":
+            grade_id = meta.get("grade_id", "")
+            rows.append({
+                "exercise": grade_id[5:] if grade_id.startswith("test_") else grade_id,
+                "grade_id": grade_id,
+                "score": 0.0,
+                "max_score": float(meta.get("points", 0)),
+                "status": "error",
+                "reason": reason,
+            })
+    return rows
+
+
+def grade_class(
+    submitted: Path,
+    out: Path,
+    *,
+    chapters: list[str] | None = None,
+    flat: str | None = None,
+    jobs: int = 1,
+    timeout: float = 120.0,
+    seed: int | None = None,
+    force: bool = False,
+    sandbox: bool = True,
+    book: Path = BOOK,
+    progress: bool | None = None,
+    grade_fn: GradeFn | None = None,
+    on_graded: Callable[[Graded], None] | None = None,
+) -> BatchReport:
+    """Grade every submission under ``submitted`` and write the reports under ``out``.
+
+    Args:
+        submitted: nbgrader's submitted layout, or a flat folder with ``flat``.
+        out: the output folder (created; a previous run's journal there is reused).
+        chapters: chapter ids to grade (default: the ones submitted).
+        flat: the chapter of a flat folder of ``<student>.ipynb``.
+        jobs: submissions graded at the same time (worker processes).
+        timeout: wall-clock seconds for one submission's sandbox run.
+        seed: base seed of the hidden checks (default: the one stored in ``out``,
+            else a fresh random one, stored for resuming).
+        force: regrade every submission, ignoring the journal.
+        sandbox: ``False`` runs student code in a plain subprocess (NOT tamper-proof).
+        book: the folder of the source notebooks.
+        progress: show a tqdm bar (default: when stderr is a terminal).
+        grade_fn: replaces :func:`autograder.grading.grade_submission` (tests).
+        on_graded: called in this process after each submission is journaled.
+
+    Returns:
+        A :class:`BatchReport`. Raises ``KeyboardInterrupt`` after journaling what
+        was finished when interrupted; a re-run resumes.
+    """
+    from tqdm import tqdm
+
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    wanted, subs = find_submissions(submitted, chapters, flat, book)
+    if not subs:
+        raise ValueError(f"no submissions found under {submitted}")
+    base_seed = _base_seed(out, seed)
+    sources = {c: source_notebook(c, book) for c in wanted}
+    source_hash = {c: _sha256(p) for c, p in sources.items()}
+
+    results: dict[Submission, Graded] = {}
+    todo: list[tuple[Submission, dict, tuple]] = []
+    for sub in subs:
+        sub_seed = submission_seed(base_seed, sub.student, sub.chapter)
+        key = {
+            "submission_sha256": _sha256(sub.path),
+            "source_sha256": source_hash[sub.chapter],
+            "seed": sub_seed,
+            "timeout": float(timeout),
+            "sandbox": bool(sandbox),
+        }
+        cached = None if force else _read_journal(out, sub, key)
+        if cached is not None:
+            results[sub] = Graded(sub, cached, key, reused=True)
+            continue
+        path = sub.path
+        todo.append((sub, key, (str(sources[sub.chapter]), str(path) if path else None,
+                                sub.chapter, float(timeout), sub_seed, bool(sandbox))))
+
+    def finish(sub: Submission, key: dict, rows: list[dict]) -> None:
+        graded = Graded(sub, rows, key)
+        _write_journal(out, graded)
+        results[sub] = graded
+        if on_graded is not None:
+            on_graded(graded)
+
+    bar = tqdm(total=len(todo), desc="grading", unit="nb", disable=(not sys.stderr.isatty()) if progress is None else not progress)
+    try:
+        if jobs == 1 or len(todo) <= 1:
+            fn = grade_fn or _default_grade_fn()
+            for sub, key, task in todo:
+                source, path, chapter, t, s, sb = task
+                try:
+                    rows = _as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
+                                        timeout=t, hidden=True, seed=s, sandbox=sb))
+                except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
+                    rows = _failed_rows(sources[sub.chapter], f"the grader failed: {type(exc).__name__}: {exc}")
+                finish(sub, key, rows)
+                bar.update(1)
+        else:
+            threads = max(1, (os.cpu_count() or 1) // jobs)
+            ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+            pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
+                                          initializer=_init_worker, initargs=(grade_fn, threads))
+            try:
+                futures = {pool.submit(_grade_task, task): (sub, key) for sub, key, task in todo}
+                for future in cf.as_completed(futures):
+                    sub, key = futures[future]
+                    try:
+                        rows = future.result()
+                    except Exception as exc:  # noqa: BLE001
+                        rows = _failed_rows(sources[sub.chapter], f"the grader failed: {type(exc).__name__}: {exc}")
+                    finish(sub, key, rows)
+                    bar.update(1)
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown(wait=True)
+    finally:
+        bar.close()
+
+    ordered = [results[s] for s in subs]
+    write_reports(out, ordered, sources)
+    graded_now = sum(1 for g in ordered if not g.reused)
+    return BatchReport(out, ordered, graded_now, len(ordered) - graded_now)
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def _num(x: float) -> str:
+    """A score as text: ``2`` not ``2.0``; at most 4 decimals."""
+    x = round(float(x), 4)
+    return str(int(x)) if x == int(x) else f"{x:g}"
+
+
+def submission_status(graded: Graded) -> str:
+    """One word for a student × chapter: ``not submitted``, ``invalid`` (nothing
+    could be read), ``cheat`` (a tampering attempt was caught), ``complete`` (every
+    check passed) or ``incomplete``."""
+    statuses = [s["status"] for s in graded.scores]
+    if graded.submission.path is None:
+        return "not submitted"
+    if statuses and all(s == "invalid" for s in statuses):
+        return "invalid"
+    if "cheat" in statuses:
+        return "cheat"
+    if statuses and all(s == "passed" for s in statuses):
+        return "complete"
+    return "incomplete"
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[list]) -> None:
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(rows)
+    _write_atomic(path, buf.getvalue())
+
+
+def write_reports(out: Path, results: list[Graded], sources: dict[str, Path]) -> None:
+    """Write ``scores.csv``, ``grades.csv``, the feedback pages and ``gradebook.db``
+    from the results (deterministic: the same results give the same files)."""
+    from .feedback import render_feedback, student_code
+    from .gradebook import write_gradebook
+
+    score_rows, grade_rows = [], []
+    for g in results:
+        sub = g.submission
+        for s in g.scores:
+            score_rows.append([sub.student, sub.chapter, s["exercise"], s["grade_id"], _num(s["score"]),
+                               _num(s["max_score"]), s["status"], s["reason"]])
+        grade_rows.append([sub.student, sub.chapter, _num(sum(s["score"] for s in g.scores)),
+                           _num(sum(s["max_score"] for s in g.scores)), submission_status(g)])
+    _write_csv(out / "scores.csv", SCORE_COLUMNS, score_rows)
+    _write_csv(out / "grades.csv", GRADE_COLUMNS, grade_rows)
+
+    feedback = out / "feedback"
+    for g in results:
+        sub = g.submission
+        page = feedback / sub.student / f"{sub.chapter}.html"
+        if sub.path is None:
+            if page.exists():
+                page.unlink()
+            continue
+        html = render_feedback(sub.student, sub.chapter, g.scores, student_code(sub.path, MAX_NOTEBOOK_BYTES),
+                               submission_status(g))
+        if not page.is_file() or page.read_text(encoding="utf-8") != html:
+            _write_atomic(page, html)
+
+    write_gradebook(out / "gradebook.db", sources, results)
+
+
+def clean_outputs(out: Path) -> None:
+    """Remove a previous run's reports and journal from ``out`` (``--force`` keeps them)."""
+    for name in ("scores.csv", "grades.csv", "gradebook.db"):
+        (out / name).unlink(missing_ok=True)
+    for name in ("feedback", ".journal"):
+        shutil.rmtree(out / name, ignore_errors=True)

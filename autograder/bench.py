@@ -1,0 +1,326 @@
+"""Throughput of ``autograder grade`` against plain ``nbgrader autograde``.
+
+``python -m autograder bench`` builds one synthetic class — ``--students`` students
+× the chapters that have checks, a mix of reference, blank (the released notebook)
+and partially wrong notebooks — and grades the same submissions, side by side in
+one run:
+
+1. plain nbgrader: a temporary course directory (``source/``, ``release/``,
+   ``submitted/``), ``nbgrader generate_assignment`` then ``nbgrader autograde``
+   (every notebook executed in a Jupyter kernel, hidden tests in the same kernel);
+2. ``python -m autograder grade --jobs N`` for each ``N`` of ``--jobs``.
+
+It prints submissions per minute and the ratio to nbgrader. It is a benchmark,
+not a test: timings on a shared machine are noisy, so compare ratios measured in
+the same run. The class builders (:func:`make_source_notebook`,
+:func:`make_submission`) also serve the tests and the self-test.
+
+Design target (``shared/DESIGN.md``): ≥ 1.8× nbgrader's throughput on 2 cores.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+__all__ = [
+    "make_source_notebook",
+    "make_submission",
+    "make_book",
+    "make_class",
+    "run_benchmark",
+    "main",
+]
+
+KINDS = ("reference", "blank", "wrong")
+TEST_CELL = 'check("{name}", {name})\n### BEGIN HIDDEN TESTS\ncheck("{name}", {name}, hidden=True)\n### END HIDDEN TESTS'
+
+
+def _meta(**nbgrader) -> dict:
+    return {"nbgrader": {"schema_version": 3, **nbgrader}}
+
+
+def _free_names(source: str) -> set[str]:
+    """Names a cell reads without defining them."""
+    tree = ast.parse(source)
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    return loaded - defined
+
+
+def make_source_notebook(chapter: str, exercises: list[str] | None = None, points: int = 2) -> nbformat.NotebookNode:
+    """A minimal nbgrader source notebook for ``chapter`` (ARCHITECTURE.md §2).
+
+    Setup cell, then per exercise a prompt, the generated solution cell
+    (:func:`autograder.sync.solution_cell_source`) and the test cell worth
+    ``points``. Used where a chapter's real notebook is not on disk yet.
+
+    Args:
+        chapter: a chapter id with a checks module (``"04_self_attention"``).
+        exercises: exercise names (default: every registered exercise of ``chapter``).
+        points: points of each test cell.
+
+    Returns:
+        The notebook (nbformat v4, no outputs).
+    """
+    import solutions
+
+    from .checks import exercises_of
+    from .sync import solution_cell_source
+
+    names = exercises or [ex.name for ex in exercises_of(chapter)]
+    if not names:
+        raise ValueError(f"chapter {chapter!r} has no registered exercises")
+    solution_sources = {name: solution_cell_source(getattr(solutions, name)) for name in names}
+    needed = set().union(*(_free_names(s) for s in solution_sources.values()))
+    imports = sorted(n for n in needed - set(names) if n in getattr(solutions, "__all__", dir(solutions))
+                     and (inspect.isfunction(getattr(solutions, n)) or inspect.isclass(getattr(solutions, n))))
+    setup = ["import math", "", "import numpy as np", "import torch", "import torch.nn as nn",
+             "import torch.nn.functional as F", "", "import solutions", "from autograder import check"]
+    if imports:
+        setup.append(f"from solutions import {', '.join(imports)}")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells.append(nbformat.v4.new_markdown_cell(f"# {chapter} (generated exercise notebook)"))
+    nb.cells.append(nbformat.v4.new_code_cell("\n".join(setup), metadata=_meta(
+        grade=False, solution=False, locked=True, grade_id="setup")))
+    for name in names:
+        nb.cells.append(nbformat.v4.new_markdown_cell(
+            f"**Exercise: `{name}`** ({points} points).",
+            metadata=_meta(grade=False, solution=False, locked=True, grade_id=f"prompt_{name}")))
+        nb.cells.append(nbformat.v4.new_code_cell(solution_sources[name], metadata=_meta(
+            grade=False, solution=True, locked=False, grade_id=name)))
+        nb.cells.append(nbformat.v4.new_code_cell(TEST_CELL.format(name=name), metadata=_meta(
+            grade=True, solution=False, locked=True, grade_id=f"test_{name}", points=points)))
+    for index, cell in enumerate(nb.cells):
+        cell.id = f"cell-{index}"  # stable ids: the same chapter gives the same file
+    return nb
+
+
+def _wrong_source(source: str) -> str:
+    """The cell with every solution region replaced by a plausible wrong body: each
+    function (or method other than ``__init__``) returns its first argument."""
+    lines = source.split("\n")
+    tree = ast.parse(source)
+    funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() == "### BEGIN SOLUTION":
+            end = next(j for j in range(i, len(lines)) if lines[j].strip() == "### END SOLUTION")
+            inner = [f for f in funcs if f.lineno <= i + 1 <= f.end_lineno]
+            func = max(inner, key=lambda f: f.lineno) if inner else None
+            indent = line[: len(line) - len(line.lstrip())]
+            if func is not None and func.name == "__init__":
+                out.extend(lines[i:end + 1])
+            else:
+                params = [a.arg for a in func.args.args if a.arg != "self"] if func else []
+                out += [line, indent + f"return {params[0] if params else 'None'}  # a bug", lines[end]]
+            i = end + 1
+            continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def make_submission(source: nbformat.NotebookNode, chapter: str, kind: str, index: int = 0) -> nbformat.NotebookNode:
+    """A student's notebook made from the source notebook.
+
+    Args:
+        source: the source notebook.
+        chapter: its chapter id.
+        kind: ``"reference"`` (the solutions as written), ``"blank"`` (the released
+            notebook, untouched) or ``"wrong"`` (released, then every other exercise
+            answered with the reference and the rest with a wrong body).
+        index: varies which exercises a ``"wrong"`` student gets right.
+
+    Returns:
+        The submission notebook.
+    """
+    from .release import student_version
+
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if kind == "reference":
+        return copy.deepcopy(source)
+    released = student_version(source, chapter)
+    if kind == "blank":
+        return released
+    solution_cells = {c.metadata.nbgrader["grade_id"]: c.source for c in source.cells
+                      if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    for k, cell in enumerate(c for c in released.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")):
+        ref = solution_cells[cell.metadata.nbgrader["grade_id"]]
+        right = (k + index) % 2 == 0
+        cell.source = "\n".join(ln for ln in (ref if right else _wrong_source(ref)).split("\n")
+                                if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+    return released
+
+
+def make_book(root: Path, chapters: list[str]) -> Path:
+    """A ``book/`` folder under ``root`` with a generated source notebook per chapter."""
+    book = Path(root) / "book"
+    for chapter in chapters:
+        (book / chapter).mkdir(parents=True, exist_ok=True)
+        nbformat.write(make_source_notebook(chapter), str(book / chapter / f"{chapter}.ipynb"))
+    return book
+
+
+def make_class(submitted: Path, sources: dict[str, Path], students: int) -> list[tuple[str, str, str]]:
+    """Write ``students`` students × chapters in nbgrader's submitted layout, cycling
+    through reference, blank and wrong notebooks; return ``(student, chapter, kind)``."""
+    made = []
+    for chapter, path in sources.items():
+        source = nbformat.read(str(path), as_version=4)
+        for i in range(students):
+            student = f"student{i + 1:03d}"
+            kind = KINDS[i % len(KINDS)]
+            folder = Path(submitted) / student / chapter
+            folder.mkdir(parents=True, exist_ok=True)
+            nbformat.write(make_submission(source, chapter, kind, index=i), str(folder / f"{chapter}.ipynb"))
+            made.append((student, chapter, kind))
+    return made
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def _run(cmd: list[str], cwd: Path, env: dict) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return elapsed
+
+
+def _nbgrader_course(root: Path, sources: dict[str, Path], submitted: Path, timeout: int) -> Path:
+    """A temporary nbgrader course: ``source/``, the class under ``submitted/``."""
+    course = root / "nbgrader_course"
+    for chapter, path in sources.items():
+        (course / "source" / chapter).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, course / "source" / chapter / f"{chapter}.ipynb")
+    shutil.copytree(submitted, course / "submitted")
+    (course / "nbgrader_config.py").write_text(
+        "c = get_config()\n"
+        "c.CourseDirectory.root = r'%s'\n"
+        "c.CourseDirectory.course_id = 'bench'\n"
+        "c.ExecutePreprocessor.timeout = %d\n" % (course, timeout),
+        encoding="utf-8",
+    )
+    return course
+
+
+def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: list[str] | None = None,
+                  work: Path | None = None, timeout: int = 120) -> dict:
+    """Grade one synthetic class with nbgrader and with ``autograder grade``.
+
+    Args:
+        students: students in the class (each submits every chapter).
+        jobs: the ``--jobs`` values to measure (default ``[1, 2]``).
+        chapters: chapter ids (default: the chapters with a source notebook on disk
+            and registered checks; generated notebooks when none exist).
+        work: a folder to keep the course in (default: a temporary one, removed).
+        timeout: per-cell (nbgrader) and per-submission (autograder) timeout.
+
+    Returns:
+        ``{"submissions": n, "nbgrader_s": t, "autograder_s": {jobs: t}, "same_totals": bool}``.
+    """
+    from .checks import exercises_of
+    from .release import BOOK, chapter_ids, source_notebook
+
+    jobs = jobs or [1, 2]
+    tmp = Path(work) if work else Path(tempfile.mkdtemp(prefix="autograder-bench-"))
+    try:
+        real = [c for c in chapter_ids(BOOK) if exercises_of(c)]
+        chapters = chapters or real
+        if chapters and all(c in real for c in chapters):
+            sources = {c: source_notebook(c, BOOK) for c in chapters}
+            book = BOOK
+        else:
+            chapters = chapters or ["04_self_attention"]
+            book = make_book(tmp, chapters)
+            sources = {c: book / c / f"{c}.ipynb" for c in chapters}
+        submitted = tmp / "class"
+        made = make_class(submitted, sources, students)
+        env = dict(os.environ, PYTHONWARNINGS="ignore")
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # alembic, jupyter
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+
+        course = _nbgrader_course(tmp, sources, submitted, timeout)
+        nb = [sys.executable, "-m", "nbgrader"]
+        for chapter in chapters:
+            _run(nb + ["generate_assignment", chapter, "--force"], course, env)
+        t0 = time.perf_counter()
+        for chapter in chapters:
+            _run(nb + ["autograde", chapter, "--force"], course, env)
+        nbgrader_s = time.perf_counter() - t0
+
+        auto = {}
+        for n in jobs:
+            out = tmp / f"out_jobs{n}"
+            cmd = [sys.executable, "-m", "autograder", "grade", str(submitted), "--out", str(out), "--jobs", str(n),
+                   "--timeout", str(timeout), "--seed", "1", "--no-progress"]
+            if book != BOOK:
+                cmd += ["--book", str(book)]
+            auto[n] = _run(cmd, tmp, env)
+        same = _compare_totals(course / "gradebook.db", tmp / f"out_jobs{jobs[0]}" / "grades.csv", chapters)
+        return {"submissions": len(made), "chapters": chapters, "nbgrader_s": nbgrader_s, "autograder_s": auto,
+                "same_totals": same}
+    finally:
+        if work is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _compare_totals(db: Path, grades_csv: Path, chapters: list[str]) -> dict:
+    """Per-kind agreement between nbgrader's totals and ours (they may differ where
+    nbgrader's in-kernel checks are fooled; on honest notebooks they agree)."""
+    import csv
+
+    from nbgrader.api import Gradebook
+
+    ours = {}
+    with open(grades_csv, encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            ours[(row["student_id"], row["assignment"])] = float(row["score"])
+    theirs = {}
+    with Gradebook(f"sqlite:///{db}") as gb:
+        for chapter in chapters:
+            for sub in gb.assignment_submissions(chapter):
+                theirs[(sub.student.id, chapter)] = float(sub.score)
+    agree = sum(1 for k in ours if k in theirs and abs(ours[k] - theirs[k]) < 1e-9)
+    return {"agree": agree, "total": len(ours)}
+
+
+def format_table(result: dict) -> str:
+    """The benchmark's table: submissions/minute and the ratio to nbgrader."""
+    n = result["submissions"]
+    rate = lambda s: 60.0 * n / s if s > 0 else float("inf")  # noqa: E731
+    base = rate(result["nbgrader_s"])
+    rows = [("nbgrader autograde", result["nbgrader_s"], base, 1.0)]
+    for j, s in sorted(result["autograder_s"].items()):
+        rows.append((f"autograder grade --jobs {j}", s, rate(s), rate(s) / base))
+    lines = [f"{n} submissions ({', '.join(result['chapters'])}), {os.cpu_count()} CPU core(s)",
+             f"{'grader':<28} {'seconds':>8} {'subs/min':>9} {'ratio':>6}"]
+    lines += [f"{name:<28} {s:>8.1f} {r:>9.1f} {x:>5.2f}x" for name, s, r, x in rows]
+    agree = result["same_totals"]
+    lines.append(f"totals equal to nbgrader's on {agree['agree']} of {agree['total']} submissions")
+    return "\n".join(lines)
+
+
+def main(students: int = 10, jobs: list[int] | None = None, quick: bool = False,
+         chapters: list[str] | None = None) -> int:
+    """``python -m autograder bench``: print the table; exit 0 (a benchmark never fails on time)."""
+    if quick:
+        students, jobs = 2, [1]
+    result = run_benchmark(students=students, jobs=jobs or [1, 2], chapters=chapters)
+    print(format_table(result))
+    return 0

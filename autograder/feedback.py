@@ -1,0 +1,126 @@
+"""Per-student feedback pages: ``feedback/<student>/<chapter>.html``.
+
+One self-contained HTML page per submission (no scripts, no external assets): a
+summary, then per exercise its status, score, the check's diagnosis and the
+student's own code for that exercise. It is built from the grading results and
+the submission only, so it can never show a hidden test or the reference answer.
+Everything the student wrote is HTML-escaped.
+"""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+__all__ = ["student_code", "render_feedback"]
+
+STATUS_WORDS = {
+    "passed": "passed",
+    "failed": "failed",
+    "error": "error",
+    "missing": "missing",
+    "timeout": "timed out",
+    "cheat": "tampering detected",
+    "invalid": "not gradable",
+}
+
+CSS = """
+body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #222; }
+table { border-collapse: collapse; margin: 1rem 0; }
+th, td { border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertical-align: top; }
+.passed { color: #176317; } .failed, .error, .timeout, .cheat, .invalid, .missing { color: #a11; }
+pre { background: #f6f6f6; padding: .6rem; overflow-x: auto; }
+section { border-top: 1px solid #ddd; margin-top: 1.5rem; }
+"""
+
+
+def student_code(path: Path | None, max_bytes: int = 50 * 2**20) -> dict[str, list[str]]:
+    """The submission's code cells by nbgrader ``grade_id`` (several when duplicated).
+
+    Never raises: an unreadable or invalid notebook gives ``{}``.
+    """
+    if path is None:
+        return {}
+    try:
+        if Path(path).stat().st_size > max_bytes:
+            return {}
+        data = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
+        cells = data.get("cells", []) if isinstance(data, dict) else []
+    except (OSError, ValueError, RecursionError):
+        return {}
+    code: dict[str, list[str]] = {}
+    for cell in cells:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        meta = cell.get("metadata")
+        nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
+        grade_id = nbg.get("grade_id") if isinstance(nbg, dict) else None
+        if not isinstance(grade_id, str):
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list):
+            source = "".join(s for s in source if isinstance(s, str))
+        if isinstance(source, str):
+            code.setdefault(grade_id, []).append(source)
+    return code
+
+
+def _num(x: float) -> str:
+    x = round(float(x), 4)
+    return str(int(x)) if x == int(x) else f"{x:g}"
+
+
+def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[str, list[str]],
+                    status: str) -> str:
+    """The feedback page of one submission.
+
+    Args:
+        student: the student id.
+        chapter: the chapter (assignment) id.
+        scores: one dict per graded cell (the fields of ``CellScore``).
+        code: the submission's code cells by grade_id (:func:`student_code`).
+        status: the submission's overall status (``complete``, ``incomplete``, …).
+
+    Returns:
+        The HTML text (deterministic for the same inputs).
+    """
+    e = html.escape
+    total = sum(s["score"] for s in scores)
+    max_total = sum(s["max_score"] for s in scores)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{e(chapter)} feedback for {e(student)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{e(chapter)}</h1>",
+        f"<p>Student <b>{e(student)}</b>: <b>{_num(total)} / {_num(max_total)}</b> points ({e(status)}).</p>",
+        "<table><thead><tr><th>exercise</th><th>points</th><th>status</th><th>message</th></tr></thead><tbody>",
+    ]
+    for s in scores:
+        parts.append(
+            f'<tr><td><a href="#{e(s["exercise"])}">{e(s["exercise"])}</a></td>'
+            f"<td>{_num(s['score'])} / {_num(s['max_score'])}</td>"
+            f'<td class="{e(s["status"])}">{e(STATUS_WORDS.get(s["status"], s["status"]))}</td>'
+            f"<td>{e(s['reason'])}</td></tr>"
+        )
+    parts.append("</tbody></table>")
+    for s in scores:
+        cells = code.get(s["exercise"], [])
+        parts.append(f'<section id="{e(s["exercise"])}"><h2>{e(s["exercise"])}</h2>')
+        parts.append(
+            f'<p class="{e(s["status"])}">{e(STATUS_WORDS.get(s["status"], s["status"]))}, '
+            f"{_num(s['score'])} / {_num(s['max_score'])} points.</p>"
+        )
+        if s["reason"]:
+            parts.append(f"<p>{e(s['reason'])}</p>")
+        if not cells:
+            parts.append("<p><i>No cell for this exercise was found in your notebook.</i></p>")
+        for i, source in enumerate(cells):
+            if len(cells) > 1:
+                parts.append(f"<p>Your cell {i + 1} of {len(cells)} with this exercise's id:</p>")
+            else:
+                parts.append("<p>Your code:</p>")
+            parts.append(f"<pre><code>{e(source)}</code></pre>")
+        parts.append("</section>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,231 @@
+"""Release the student notebooks: nbgrader's own preprocessors on the source notebooks.
+
+A chapter notebook ``book/<id>/<id>.ipynb`` is an nbgrader *source* notebook
+(ARCHITECTURE.md §2). Its student version is made exactly as ``nbgrader
+generate_assignment`` makes it, by the same preprocessors in the same order:
+lock the read-only cells, replace every ``### BEGIN SOLUTION`` region with the
+stub (``raise NotImplementedError()``), clear outputs, check the metadata,
+compute the checksums, cut the ``### BEGIN HIDDEN TESTS`` regions and the marking
+schemes, and checksum again. Given a gradebook URL, nbgrader's ``SaveCells`` also
+records the assignment's grade, solution and source cells there, which is how the
+batch grader fills ``gradebook.db`` for the formgrader.
+
+Before releasing, the solution regions must equal the ``solutions`` package
+(:mod:`autograder.sync`); after releasing, :func:`leaked_lines` proves that no
+marker, no line of a reference solution body and no line of a hidden test region
+reached a student notebook.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+__all__ = [
+    "BOOK",
+    "MARKERS",
+    "ReleaseError",
+    "chapter_ids",
+    "source_notebook",
+    "student_version",
+    "secret_lines",
+    "leaked_lines",
+    "release_chapter",
+    "release",
+]
+
+REPO = Path(__file__).resolve().parent.parent
+BOOK = REPO / "book"
+
+# nbgrader's delimiters; none of them may appear in a released notebook.
+MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
+           "BEGIN MARK SCHEME", "END MARK SCHEME")
+# What nbgrader's ClearSolutions puts in place of a solution (code and markdown).
+STUB_LINES = {"# YOUR CODE HERE", "raise NotImplementedError()", "YOUR ANSWER HERE"}
+# Files of a chapter folder that are build or editor leftovers, never released.
+SKIP_NAMES = {".ipynb_checkpoints", "__pycache__", "_build", ".DS_Store"}
+
+
+class ReleaseError(RuntimeError):
+    """The source notebooks cannot be released (out of sync, or a leak was found)."""
+
+
+def chapter_ids(book: Path = BOOK) -> list[str]:
+    """Chapter ids (= nbgrader assignment ids) that have a source notebook, in order."""
+    return sorted(p.parent.name for p in book.glob("*/*.ipynb") if p.stem == p.parent.name)
+
+
+def source_notebook(chapter: str, book: Path = BOOK) -> Path:
+    """``book/<chapter>/<chapter>.ipynb``; raises ``ValueError`` when it does not exist."""
+    path = book / chapter / f"{chapter}.ipynb"
+    if not path.is_file():
+        raise ValueError(f"no source notebook for chapter {chapter!r}: expected {path}")
+    return path
+
+
+def _preprocessors(with_gradebook: bool) -> list:
+    """nbgrader's GenerateAssignment pipeline (header/footer and AUTOTEST instantiation
+    left out: the book uses neither). ``SaveCells`` only when a gradebook is given."""
+    from nbgrader.preprocessors import (
+        CheckCellMetadata,
+        ClearHiddenTests,
+        ClearMarkScheme,
+        ClearOutput,
+        ClearSolutions,
+        ComputeChecksums,
+        LockCells,
+        SaveCells,
+    )
+
+    steps = [LockCells, ClearSolutions, ClearOutput, CheckCellMetadata, ComputeChecksums]
+    if with_gradebook:
+        steps.append(SaveCells)
+    # As in nbgrader: hidden tests go after the checksums and SaveCells, then checksum again.
+    steps += [ClearHiddenTests, ClearMarkScheme, ComputeChecksums, CheckCellMetadata]
+    return [step() for step in steps]
+
+
+def student_version(nb: nbformat.NotebookNode, chapter: str, db_url: str | None = None) -> nbformat.NotebookNode:
+    """The student notebook made from source notebook ``nb`` (which is not modified).
+
+    Args:
+        nb: the source notebook (nbformat v4).
+        chapter: the chapter id; nbgrader's assignment and notebook name.
+        db_url: an nbgrader gradebook (``sqlite:///…/gradebook.db``) in which
+            ``SaveCells`` records the notebook's cells; ``None`` records nothing.
+            The assignment must already exist there.
+
+    Returns:
+        The released notebook.
+    """
+    out = copy.deepcopy(nb)
+    resources = {"nbgrader": {"notebook": chapter, "assignment": chapter, "db_url": db_url}}
+    for step in _preprocessors(with_gradebook=db_url is not None):
+        out, resources = step.preprocess(out, resources)
+    return out
+
+
+def _cell_lines(source: str) -> list[str]:
+    return [line.strip() for line in source.splitlines()]
+
+
+def secret_lines(nb: nbformat.NotebookNode) -> set[str]:
+    """Lines a student must never see: those of the solution regions, the hidden test
+    regions and the mark schemes that appear nowhere else in the source notebook
+    (a solution line repeated in a docstring or a demo cell is not secret)."""
+    secret: set[str] = set()
+    public: set[str] = set()
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        lines = cell.source.splitlines()
+        has_markers = any("BEGIN SOLUTION" in line or "BEGIN HIDDEN TESTS" in line
+                          or "BEGIN MARK SCHEME" in line for line in lines)
+        if meta.get("solution") and not has_markers:
+            secret.update(_cell_lines(cell.source))  # nbgrader replaces the whole cell
+            continue
+        inside = False
+        for line in lines:
+            if any(f"BEGIN {what}" in line for what in ("SOLUTION", "HIDDEN TESTS", "MARK SCHEME")):
+                inside = True
+            (secret if inside else public).add(line.strip())
+            if any(f"END {what}" in line for what in ("SOLUTION", "HIDDEN TESTS", "MARK SCHEME")):
+                inside = False
+    return {line for line in secret - public - STUB_LINES if line}
+
+
+def leaked_lines(source: nbformat.NotebookNode, released: nbformat.NotebookNode) -> list[str]:
+    """Markers and secret lines of ``source`` found in ``released`` (empty when clean).
+
+    Outputs and attachments count too: a stale output could show a reference result.
+    """
+    secret = secret_lines(source)
+    leaks: list[str] = []
+    for index, cell in enumerate(released.cells):
+        texts = [cell.source]
+        for output in cell.get("outputs", []):
+            texts.append(json.dumps(output))
+        for text in texts:
+            for line in text.splitlines():
+                stripped = line.strip()
+                if any(marker in line for marker in MARKERS):
+                    leaks.append(f"cell {index}: marker {stripped!r}")
+                elif stripped in secret:
+                    leaks.append(f"cell {index}: reference line {stripped!r}")
+    return leaks
+
+
+@dataclass
+class Released:
+    """One released chapter: its id and the student notebook's path."""
+
+    chapter: str
+    path: Path
+
+
+def check_in_sync(paths: list[Path]) -> None:
+    """Raise :class:`ReleaseError` when a solution cell differs from ``solutions``."""
+    from .sync import sync_notebook
+
+    stale = {p: sync_notebook(p, write=False) for p in paths}
+    stale = {p: ids for p, ids in stale.items() if ids}
+    if stale:
+        lines = "\n".join(f"  {p}: {', '.join(ids)}" for p, ids in stale.items())
+        raise ReleaseError(
+            "the solution cells are not in sync with the solutions package:\n"
+            f"{lines}\nrun `python -m autograder.sync`, review, commit, then release"
+        )
+
+
+def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
+    """Write ``out/<chapter>/<chapter>.ipynb`` (and the chapter's other files).
+
+    Raises:
+        ReleaseError: when the released notebook still shows a marker or a secret line.
+    """
+    src_path = source_notebook(chapter, book)
+    source = nbformat.read(str(src_path), as_version=4)
+    released = student_version(source, chapter)
+    leaks = leaked_lines(source, released)
+    if leaks:
+        raise ReleaseError(f"{chapter}: the released notebook would leak:\n  " + "\n  ".join(leaks[:20]))
+    dest = Path(out) / chapter
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for item in sorted(src_path.parent.iterdir()):
+        if item.name in SKIP_NAMES or item.suffix == ".ipynb":
+            continue
+        if item.is_dir():
+            shutil.copytree(item, dest / item.name, ignore=shutil.ignore_patterns(*SKIP_NAMES))
+        else:
+            shutil.copy2(item, dest / item.name)
+    path = dest / f"{chapter}.ipynb"
+    nbformat.write(released, str(path))
+    return Released(chapter, path)
+
+
+def release(out: Path, chapters: list[str] | None = None, book: Path = BOOK,
+            check_sync: bool = True) -> list[Released]:
+    """Release every chapter (or the given ones) under ``out``.
+
+    Args:
+        out: the release folder (``out/<chapter>/<chapter>.ipynb``).
+        chapters: chapter ids; default every chapter with a source notebook.
+        book: the folder holding the source notebooks.
+        check_sync: refuse to release when the solution cells differ from ``solutions``.
+
+    Returns:
+        One :class:`Released` per chapter.
+    """
+    chapters = list(chapters) if chapters else chapter_ids(book)
+    if not chapters:
+        raise ReleaseError(f"no chapter notebooks under {book}")
+    paths = [source_notebook(c, book) for c in chapters]
+    if check_sync:
+        check_in_sync(paths)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return [release_chapter(c, Path(out), book) for c in chapters]

@@ -1,0 +1,318 @@
+"""Batch grading mechanics: discovery, journal, resume, idempotence, CSVs, parallelism.
+
+These tests drive :func:`autograder.batch.grade_class` with ``scripted_grade``, a
+stand-in for :func:`autograder.grading.grade_submission` that reads the submission's
+solution cells and scores them by simple rules (a ``NotImplementedError`` stub fails,
+``# a bug`` fails, anything else passes). It keeps these tests fast and about the
+batch logic; the real sandboxed grading is exercised in ``test_roundtrip.py``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import batch
+from autograder.bench import make_book, make_class, make_submission
+
+CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+
+
+@dataclass
+class FakeScore:
+    exercise: str
+    grade_id: str
+    score: float
+    max_score: float
+    status: str
+    reason: str
+
+
+def scripted_grade(source_nb, submission_nb, *, chapter=None, timeout=120.0, hidden=True, seed=None,
+                   sandbox=True):
+    """Score a submission by rules on its text (see the module docstring)."""
+    delay = float(os.environ.get("SCRIPTED_GRADE_DELAY", "0"))
+    if delay:
+        time.sleep(delay)
+    source = nbformat.read(str(source_nb), as_version=4)
+    tests = [(c.metadata.nbgrader["grade_id"], float(c.metadata.nbgrader["points"])) for c in source.cells
+             if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    if submission_nb is None:
+        return [FakeScore(g[5:], g, 0.0, p, "missing", "not submitted") for g, p in tests]
+    try:
+        data = json.loads(Path(submission_nb).read_text(encoding="utf-8"))
+        cells = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in data["cells"]
+                 if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    except (ValueError, KeyError, TypeError) as exc:
+        return [FakeScore(g[5:], g, 0.0, p, "invalid", f"the notebook cannot be read: {type(exc).__name__}")
+                for g, p in tests]
+    rows = []
+    for grade_id, points in tests:
+        name = grade_id[5:]
+        code = cells.get(name)
+        if code is None:
+            rows.append(FakeScore(name, grade_id, 0.0, points, "missing", "no cell with this exercise's id"))
+        elif "NotImplementedError()" in code:
+            rows.append(FakeScore(name, grade_id, 0.0, points, "failed", "not implemented yet"))
+        elif "# a bug" in code:
+            rows.append(FakeScore(name, grade_id, 0.0, points, "failed", "the output has the wrong values <b>"))
+        else:
+            rows.append(FakeScore(name, grade_id, points, points, "passed", ""))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A generated book and a class of 4 students × 2 chapters (reference, blank, wrong, reference)."""
+    root = tmp_path_factory.mktemp("course")
+    book = make_book(root, CHAPTERS)
+    sources = {c: book / c / f"{c}.ipynb" for c in CHAPTERS}
+    make_class(root / "submitted", sources, students=4)
+    return root, book
+
+
+def _grade(submitted, out, book, **kwargs):
+    kwargs.setdefault("grade_fn", scripted_grade)
+    return batch.grade_class(submitted, out, book=book, seed=7, progress=False, **kwargs)
+
+
+def _read(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    """Every report file but the SQLite database (compared by its rows instead)."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and ".journal" not in p.parts and p.name != "gradebook.db"}
+
+
+def _gradebook_rows(db: Path) -> list[tuple]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{db}") as gb:
+        rows = []
+        for assignment in gb.assignments:
+            for sub in gb.assignment_submissions(assignment.name):
+                for nb in sub.notebooks:
+                    for grade in nb.grades:
+                        rows.append((sub.student.id, assignment.name, grade.name, grade.auto_score, grade.max_score))
+        return sorted(rows)
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def test_find_submissions_nbgrader_layout_marks_missing_chapters(tmp_path, course):
+    root, book = course
+    sub = tmp_path / "submitted"
+    (sub / "ann" / "04_self_attention").mkdir(parents=True)
+    (sub / "ann" / "04_self_attention" / "04_self_attention.ipynb").write_text("{}", encoding="utf-8")
+    (sub / "ann" / "04_self_attention" / "timestamp.txt").write_text("2026-11-20 10:00:00 UTC\n", encoding="utf-8")
+    (sub / "bob" / "05_multi_head_attention").mkdir(parents=True)
+    # renamed file: the folder's only notebook is taken
+    (sub / "bob" / "05_multi_head_attention" / "my copy.ipynb").write_text("{}", encoding="utf-8")
+    (sub / ".ipynb_checkpoints").mkdir()
+    chapters, subs = batch.find_submissions(sub, book=book)
+    assert chapters == CHAPTERS
+    got = {(s.student, s.chapter): s for s in subs}
+    assert set(got) == {("ann", c) for c in CHAPTERS} | {("bob", c) for c in CHAPTERS}
+    assert got[("ann", "04_self_attention")].timestamp == "2026-11-20 10:00:00 UTC"
+    assert got[("ann", "05_multi_head_attention")].path is None
+    assert got[("bob", "05_multi_head_attention")].path.name == "my copy.ipynb"
+    assert got[("bob", "04_self_attention")].path is None
+
+
+def test_find_submissions_flat_and_unknown_chapter(tmp_path, course):
+    _, book = course
+    (tmp_path / "ann.ipynb").write_text("{}", encoding="utf-8")
+    (tmp_path / "bob.ipynb").write_text("{}", encoding="utf-8")
+    chapters, subs = batch.find_submissions(tmp_path, flat="04_self_attention", book=book)
+    assert chapters == ["04_self_attention"]
+    assert [(s.student, s.chapter) for s in subs] == [("ann", "04_self_attention"), ("bob", "04_self_attention")]
+    with pytest.raises(ValueError, match="no source notebook"):
+        batch.find_submissions(tmp_path, flat="99_nothing", book=book)
+    with pytest.raises(ValueError, match="99_nothing"):
+        batch.find_submissions(tmp_path, chapters=["99_nothing"], book=book)
+
+
+def test_submission_seed_is_per_student_and_reproducible():
+    a = batch.submission_seed(1, "ann", "04_self_attention")
+    assert a == batch.submission_seed(1, "ann", "04_self_attention")
+    assert a != batch.submission_seed(1, "bob", "04_self_attention")
+    assert a != batch.submission_seed(2, "ann", "04_self_attention")
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def test_reports_have_the_contract_columns_and_totals(tmp_path, course):
+    root, book = course
+    out = tmp_path / "out"
+    report = _grade(root / "submitted", out, book)
+    scores = _read(out / "scores.csv")
+    grades = _read(out / "grades.csv")
+    assert list(scores[0]) == ["student_id", "assignment", "exercise", "grade_id", "score", "max_score",
+                               "status", "reason"]
+    assert list(grades[0]) == ["student_id", "assignment", "score", "max_score", "status"]
+    assert len(grades) == 4 * len(CHAPTERS)
+    by = {(g["student_id"], g["assignment"]): g for g in grades}
+    # student001 reference, student002 blank, student003 wrong, student004 reference
+    for chapter in CHAPTERS:
+        full = by[("student001", chapter)]
+        assert full["score"] == full["max_score"] and float(full["max_score"]) > 0
+        assert full["status"] == "complete"
+        assert by[("student002", chapter)]["score"] == "0"
+        assert by[("student002", chapter)]["status"] == "incomplete"
+        assert 0 < float(by[("student003", chapter)]["score"]) < float(by[("student003", chapter)]["max_score"])
+    # per-cell rows add up to the per-chapter totals
+    for (student, chapter), row in by.items():
+        cells = [s for s in scores if s["student_id"] == student and s["assignment"] == chapter]
+        assert sum(float(c["score"]) for c in cells) == pytest.approx(float(row["score"]))
+    blank = [s for s in scores if s["student_id"] == "student002"]
+    assert blank and all(s["reason"] == "not implemented yet" for s in blank)
+    assert report.graded == len(grades) and report.reused == 0
+
+
+def test_feedback_escapes_and_shows_only_the_students_code(tmp_path, course):
+    root, book = course
+    out = tmp_path / "out"
+    _grade(root / "submitted", out, book, chapters=["04_self_attention"])
+    page = (out / "feedback" / "student003" / "04_self_attention.html").read_text(encoding="utf-8")
+    assert "the output has the wrong values &lt;b&gt;" in page and "<b>\n" not in page
+    assert "# a bug" in page  # the student's own code is shown
+    assert "HIDDEN TESTS" not in page and "hidden=True" not in page
+    source = nbformat.read(str(book / "04_self_attention" / "04_self_attention.ipynb"), as_version=4)
+    from autograder.release import secret_lines
+
+    wrong = make_submission(source, "04_self_attention", "wrong", index=2)
+    own = {ln.strip() for c in wrong.cells for ln in c.source.splitlines()}
+    leaked = [ln for ln in secret_lines(source) - own if ln and ln in page]
+    assert leaked == []
+
+
+# --------------------------------------------------------------------------- idempotence, resume
+
+
+def test_regrading_is_idempotent_and_reuses_the_journal(tmp_path, course):
+    root, book = course
+    out = tmp_path / "out"
+    _grade(root / "submitted", out, book)
+    first, rows = _snapshot(out), _gradebook_rows(out / "gradebook.db")
+    again = _grade(root / "submitted", out, book)
+    assert again.graded == 0 and again.reused == len(again.results)
+    assert _snapshot(out) == first
+    assert _gradebook_rows(out / "gradebook.db") == rows  # updated, not duplicated
+    forced = _grade(root / "submitted", out, book, force=True)
+    assert forced.graded == len(forced.results)
+    assert _snapshot(out) == first and _gradebook_rows(out / "gradebook.db") == rows
+
+
+def test_a_changed_submission_is_regraded_alone(tmp_path, course):
+    root, book = course
+    sub = tmp_path / "submitted"
+    import shutil
+
+    shutil.copytree(root / "submitted", sub)
+    out = tmp_path / "out"
+    _grade(sub, out, book)
+    # student002 (blank) hands in the reference for chapter 4
+    src = nbformat.read(str(book / "04_self_attention" / "04_self_attention.ipynb"), as_version=4)
+    nbformat.write(src, str(sub / "student002" / "04_self_attention" / "04_self_attention.ipynb"))
+    report = _grade(sub, out, book)
+    assert report.graded == 1
+    grades = {(g["student_id"], g["assignment"]): g for g in _read(out / "grades.csv")}
+    assert grades[("student002", "04_self_attention")]["status"] == "complete"
+    rows = _gradebook_rows(out / "gradebook.db")
+    assert len(rows) == len(set((r[0], r[1], r[2]) for r in rows))
+    ann = [r for r in rows if r[0] == "student002" and r[1] == "04_self_attention"]
+    assert ann and all(r[3] == r[4] for r in ann)
+
+
+def test_a_broken_submission_gets_zero_with_a_reason_and_the_batch_goes_on(tmp_path, course):
+    root, book = course
+    sub = tmp_path / "submitted"
+    for name, text in (("broken", "{ this is not json"), ("empty", "")):
+        folder = sub / name / "04_self_attention"
+        folder.mkdir(parents=True)
+        (folder / "04_self_attention.ipynb").write_text(text, encoding="utf-8")
+    good = sub / "good" / "04_self_attention"
+    good.mkdir(parents=True)
+    src = nbformat.read(str(book / "04_self_attention" / "04_self_attention.ipynb"), as_version=4)
+    nbformat.write(src, str(good / "04_self_attention.ipynb"))
+
+    def crashing_grade(source_nb, submission_nb, **kw):
+        if submission_nb is not None and Path(submission_nb).parent.parent.name == "empty":
+            raise RuntimeError("grader bug")  # even the grader failing must not stop the batch
+        return scripted_grade(source_nb, submission_nb, **kw)
+
+    out = tmp_path / "out"
+    _grade(sub, out, book, grade_fn=crashing_grade)
+    grades = {g["student_id"]: g for g in _read(out / "grades.csv")}
+    assert grades["broken"]["score"] == "0" and grades["broken"]["status"] == "invalid"
+    assert grades["empty"]["score"] == "0"
+    assert grades["good"]["status"] == "complete"
+    reasons = {s["student_id"]: s["reason"] for s in _read(out / "scores.csv")}
+    assert "cannot be read" in reasons["broken"]
+    assert "grader failed: RuntimeError: grader bug" in reasons["empty"]
+
+
+def test_parallel_jobs_give_the_same_files(tmp_path, course):
+    root, book = course
+    _grade(root / "submitted", tmp_path / "one", book, jobs=1)
+    _grade(root / "submitted", tmp_path / "two", book, jobs=2)
+    assert _snapshot(tmp_path / "one") == _snapshot(tmp_path / "two")
+    assert _gradebook_rows(tmp_path / "one" / "gradebook.db") == _gradebook_rows(tmp_path / "two" / "gradebook.db")
+
+
+KILL_SCRIPT = """
+import sys
+sys.path.insert(0, {here!r})
+from pathlib import Path
+from autograder import batch
+from test_batch import scripted_grade
+batch.grade_class(Path({sub!r}), Path({out!r}), book=Path({book!r}), seed=7, progress=False,
+                  jobs={jobs}, grade_fn=scripted_grade)
+"""
+
+
+@pytest.mark.parametrize("sig,jobs", [(signal.SIGKILL, 1), (signal.SIGINT, 2)])
+def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, sig, jobs):
+    root, book = course
+    clean = tmp_path / "clean"
+    _grade(root / "submitted", clean, book)
+    out = tmp_path / "out"
+    script = KILL_SCRIPT.format(here=str(HERE), sub=str(root / "submitted"), out=str(out), book=str(book), jobs=jobs)
+    env = dict(os.environ, SCRIPTED_GRADE_DELAY="0.4")
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=REPO, start_new_session=True)
+    journal = out / ".journal"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait for a few journaled submissions
+        if journal.is_dir() and len(list(journal.glob("*/*.json"))) >= 3:
+            break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if sig == signal.SIGKILL:
+        os.killpg(proc.pid, sig)  # the whole run, workers included
+    else:
+        proc.send_signal(sig)
+    proc.wait(timeout=60)
+    done = len(list(journal.glob("*/*.json")))
+    assert 0 < done < 8, f"the run should have stopped midway, {done} journaled"
+    assert not (out / "grades.csv").exists()
+    resumed = _grade(root / "submitted", out, book)
+    assert resumed.reused == done and resumed.graded == 8 - done
+    assert _snapshot(out) == _snapshot(clean)
+    assert _gradebook_rows(out / "gradebook.db") == _gradebook_rows(clean / "gradebook.db")
