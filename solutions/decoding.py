@@ -111,7 +111,7 @@ def beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, le
             tgt_mask = causal_mask(beams.size(1)).to(src.device)  # (1, 1, t, t)
             mask = None if src_mask is None else src_mask.expand(k, *src_mask.shape[1:])
             hidden = model.decode(beams, memory.expand(k, -1, -1), mask, tgt_mask)  # (k, t, d_model)
-            log_probs = F.log_softmax(model.project(hidden[:, -1]).float(), dim=-1)  # (k, V)
+            log_probs = F.log_softmax(model.project(hidden[:, -1:])[:, 0].float(), dim=-1)  # (k, V)
             vocab_size = log_probs.size(-1)
             candidates = (scores[:, None] + log_probs).reshape(-1)  # (k * V,)
             top_scores, top_index = candidates.topk(min(2 * beam_size, candidates.numel()))

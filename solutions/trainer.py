@@ -1,0 +1,546 @@
+"""The training loop: Adam with warm-up, label smoothing, evaluation, exact-resume checkpoints.
+
+:class:`Trainer` trains a :class:`~solutions.model.Transformer` on sentence pairs
+the way section 5 of the paper describes, at any scale from the book's ``tiny``
+preset on a laptop CPU to the paper's ``base`` model on several GPUs:
+
+- Adam(β1 = 0.9, β2 = 0.98, ε = 1e-9) with the warm-up schedule
+  :func:`~solutions.training.noam_lr` (section 5.3), label-smoothed cross-entropy
+  (section 5.4), gradient-norm clipping (not in the paper; a safety net);
+- batches of similar length (:class:`~solutions.data.BucketBatchSampler`);
+- after every epoch: validation loss, token accuracy, exact match and BLEU
+  (``sacrebleu.corpus_bleu``) of greedy translations, kept in :attr:`Trainer.history`;
+- checkpoints that resume *exactly*: model, optimizer, schedule, the RNG states of
+  ``random``/``numpy``/``torch``, the step and the position inside the epoch, plus the
+  configuration and both vocabularies (so translating needs nothing else);
+- ``device="auto" | "cpu" | "cuda"``; on CUDA ``bf16=True`` runs the forward pass
+  under ``torch.autocast(dtype=torch.bfloat16)`` and ``compile=True`` uses
+  ``torch.compile``. **On the CPU both switches warn and are ignored** (CPU bf16
+  autocast is slow for training and ``torch.compile`` needs a C++ toolchain);
+- several processes under ``torchrun`` (``DistributedDataParallel``; each process
+  takes its share of every global batch; only rank 0 logs and saves).
+
+Paper: section 5 (Training) and Table 3 (the base configuration).
+"""
+import dataclasses
+import logging
+import math
+import os
+import random
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import sacrebleu
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .data import BucketBatchSampler, TranslationDataset, build_tokenizer, collate_batch, tokenizer_from_state
+from .decoding import translate
+from .distributed import DistributedContext, all_reduce_sum, setup_distributed
+from .masking import decoder_mask, padding_mask
+from .model import Transformer
+from .tokens import PAD_ID
+from .training import noam_lr
+
+__all__ = ["TrainConfig", "PRESETS", "MODEL_FIELDS", "Trainer", "CheckpointError", "load_checkpoint",
+           "model_from_checkpoint", "resolve_device"]
+
+logger = logging.getLogger("solutions.trainer")
+
+CHECKPOINT_FORMAT = "transformer-book-checkpoint/1"
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run (stored in every checkpoint).
+
+    Model (section 3, Table 3): ``d_model``, ``num_heads``, ``num_encoder_layers``,
+    ``num_decoder_layers``, ``d_ff``, ``dropout``, ``norm_first``, ``share_embeddings``,
+    ``max_len`` (positions of the positional table).
+
+    Optimisation (section 5.3-5.4): ``batch_size`` (sentence pairs per global batch),
+    ``epochs``, ``max_steps`` (stop early; ``None`` = run all epochs),
+    ``warmup_steps``, ``lr_factor`` (multiplies :func:`noam_lr`), ``label_smoothing``,
+    ``clip_norm`` (``None`` = no clipping).
+
+    Data: ``tokenizer`` (``"word"`` or ``"bpe"``), ``bpe_vocab_size``, ``max_tokens``
+    (longer pairs are dropped), ``bucket_size``.
+
+    Run: ``seed``, ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``),
+    ``bf16`` and ``compile`` (CUDA only; warn and are ignored on the CPU),
+    ``eval_sentences`` (how many validation sentences are translated for exact
+    match and BLEU each epoch; 0 = skip), ``log_every`` (steps between history points),
+    ``quiet`` (no progress bar, no log lines).
+    """
+
+    # model
+    d_model: int = 512
+    num_heads: int = 8
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    norm_first: bool = False
+    share_embeddings: bool = False
+    max_len: int = 256
+    # optimisation
+    batch_size: int = 64
+    epochs: int = 10
+    max_steps: int = None
+    warmup_steps: int = 4000
+    lr_factor: float = 1.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    # data
+    tokenizer: str = "word"
+    bpe_vocab_size: int = 8000
+    max_tokens: int = 200
+    bucket_size: int = 50
+    # run
+    seed: int = 0
+    device: str = "auto"
+    bf16: bool = False
+    compile: bool = False
+    eval_sentences: int = 500
+    log_every: int = 10
+    quiet: bool = False
+
+    def replace(self, **changes):
+        """A copy with some fields changed; unknown names raise ``ValueError``."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"unknown config fields: {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+
+# The fields a checkpoint's weights depend on: a resumed run must not change them.
+MODEL_FIELDS = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff",
+                "norm_first", "share_embeddings", "max_len", "tokenizer")
+
+PRESETS = {
+    # The book's model: learns the synthetic task (>= 95% exact match) in minutes on 2 CPU cores.
+    "tiny": TrainConfig(
+        d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256,
+        dropout=0.0, max_len=64, batch_size=64, epochs=4, warmup_steps=400, lr_factor=2.0,
+        label_smoothing=0.1, clip_norm=1.0, eval_sentences=500, log_every=20,
+    ),
+    # The paper's base model (Table 3): 512 / 8 heads / 6+6 layers / 2048, P_drop 0.1,
+    # warm-up 4000 steps, label smoothing 0.1.
+    "base": TrainConfig(
+        d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048,
+        dropout=0.1, max_len=256, batch_size=128, epochs=20, warmup_steps=4000, lr_factor=1.0,
+        label_smoothing=0.1, clip_norm=1.0, eval_sentences=1000, log_every=50,
+    ),
+}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: wrong format, or a config that does not match."""
+
+
+def resolve_device(name):
+    """``"auto"`` → ``"cuda"`` when available, else ``"cpu"``; checks that CUDA exists when asked."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} requested but CUDA is not available (torch.cuda.is_available() is False)")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {name!r}")
+    return device
+
+
+def _numpy_state_to_plain(state):
+    name, keys, pos, has_gauss, cached = state
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+
+
+def _numpy_state_from_plain(state):
+    name, keys, pos, has_gauss, cached = state
+    return (name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached)
+
+
+def load_checkpoint(path, map_location="cpu"):
+    """Read a checkpoint written by :meth:`Trainer.save_checkpoint` (safely: ``weights_only=True``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: not a checkpoint of this package.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # torch raises several types for a corrupt file
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(error).__name__}: {error})") from error
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is not a checkpoint of this package (format {CHECKPOINT_FORMAT})")
+    return state
+
+
+def _build_model(config, src_vocab_size, tgt_vocab_size):
+    return Transformer(
+        src_vocab_size, tgt_vocab_size, d_model=config.d_model, num_heads=config.num_heads,
+        num_encoder_layers=config.num_encoder_layers, num_decoder_layers=config.num_decoder_layers,
+        d_ff=config.d_ff, dropout=config.dropout, max_len=config.max_len,
+        share_embeddings=config.share_embeddings, norm_first=config.norm_first,
+    )
+
+
+def model_from_checkpoint(path_or_state, device="cpu"):
+    """Rebuild the trained model and its tokenizers from a checkpoint (for translation).
+
+    Returns:
+        ``(model, src_tokenizer, tgt_tokenizer, config)``; the model is in eval mode
+        with the fused attention path on.
+
+    Raises:
+        CheckpointError: when the stored weights do not fit the stored config.
+    """
+    state = load_checkpoint(path_or_state) if not isinstance(path_or_state, dict) else path_or_state
+    config = TrainConfig(**state["config"])
+    src_tokenizer = tokenizer_from_state(state["src_tokenizer"])
+    tgt_tokenizer = tokenizer_from_state(state["tgt_tokenizer"])
+    model = _build_model(config, len(src_tokenizer), len(tgt_tokenizer))
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as error:
+        raise CheckpointError(f"the checkpoint's weights do not match its config: {str(error).splitlines()[0]}") from error
+    model.set_fused(True)
+    return model.to(device).eval(), src_tokenizer, tgt_tokenizer, config
+
+
+class Trainer:
+    """Train a Transformer on sentence pairs; evaluate; save and resume checkpoints.
+
+    Args:
+        config: a :class:`TrainConfig` (e.g. ``PRESETS["tiny"]``).
+        train_pairs, valid_pairs: lists of ``(source, target)`` strings.
+        src_tokenizer, tgt_tokenizer: trained on ``train_pairs`` when ``None``.
+        out_dir: where :meth:`train` writes ``checkpoint.pt`` after every epoch
+            (rank 0 only); ``None`` = no automatic checkpoints.
+        distributed: a :class:`~solutions.distributed.DistributedContext`; default:
+            read from the environment (``torchrun``).
+
+    Attributes:
+        model: the :class:`~solutions.model.Transformer` (unwrapped).
+        optimizer, scheduler: Adam and the ``LambdaLR`` warm-up schedule.
+        step, epoch: optimizer steps done; the current epoch (from 0).
+        history: ``{"train": {"step", "loss", "lr", "time"}, "valid": {"step", "epoch",
+            "loss", "accuracy", "exact_match", "bleu", "time"}}`` (lists, for plots).
+
+    Paper: section 5.
+    """
+
+    def __init__(self, config, train_pairs, valid_pairs=(), src_tokenizer=None, tgt_tokenizer=None,
+                 out_dir=None, distributed=None):
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+        if not train_pairs:
+            raise ValueError("train_pairs is empty: nothing to train on")
+        self.config = config
+        self.device = resolve_device(config.device)
+        self.context = distributed or setup_distributed(self.device.type)
+        if self.context.enabled and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.context.local_rank)
+        self.use_bf16 = self._cuda_only_switch("bf16", config.bf16)
+        use_compile = self._cuda_only_switch("compile", config.compile)
+        self.out_dir = out_dir
+        self._seed(config.seed)
+
+        if src_tokenizer is None:
+            src_tokenizer = build_tokenizer((s for s, _ in train_pairs), config.tokenizer, config.bpe_vocab_size)
+        if tgt_tokenizer is None:
+            tgt_tokenizer = build_tokenizer((t for _, t in train_pairs), config.tokenizer, config.bpe_vocab_size)
+        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        # max_len - 1: one position goes to <sos> / <eos>.
+        limit = min(config.max_tokens, config.max_len - 1)
+        self.train_data = TranslationDataset(train_pairs, src_tokenizer, tgt_tokenizer, max_len=limit)
+        self.valid_data = TranslationDataset(valid_pairs, src_tokenizer, tgt_tokenizer, max_len=limit)
+        if len(self.train_data) == 0:
+            raise ValueError(f"no training pair fits max_tokens = {limit}")
+        self.sampler = BucketBatchSampler(
+            self.train_data.lengths(), config.batch_size, shuffle=True, seed=config.seed,
+            bucket_size=config.bucket_size, num_replicas=self.context.world_size, rank=self.context.rank,
+        )
+
+        self.model = _build_model(config, len(src_tokenizer), len(tgt_tokenizer)).to(self.device)
+        self.model.set_fused(True)
+        self.train_model = self.model
+        if self.context.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(self.model, device_ids=device_ids)
+        if use_compile:
+            self.train_model = torch.compile(self.train_model)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+        d_model, warmup, factor = config.d_model, config.warmup_steps, config.lr_factor
+        # LambdaLR counts from 0; the paper's schedule counts steps from 1.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda index: noam_lr(index + 1, d_model, warmup, factor)
+        )
+        self.step = 0
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.elapsed = 0.0
+        self.history = {
+            "train": {"step": [], "loss": [], "lr": [], "time": []},
+            "valid": {"step": [], "epoch": [], "loss": [], "accuracy": [], "exact_match": [], "bleu": [], "time": []},
+        }
+
+    # -- set-up helpers -------------------------------------------------------------------------
+    def _cuda_only_switch(self, name, value):
+        if value and self.device.type != "cuda":
+            warnings.warn(f"{name}=True applies on CUDA only; ignored on {self.device.type}", stacklevel=3)
+            return False
+        return bool(value)
+
+    @staticmethod
+    def _seed(seed):
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+
+    def _log(self, message):
+        if self.context.is_main and not self.config.quiet:
+            logger.info(message)
+
+    # -- one step -------------------------------------------------------------------------------
+    def _forward_loss(self, model, batch, smoothing):
+        """Summed loss, number of target tokens and number of correct arg-max predictions."""
+        src_mask = padding_mask(batch.src, PAD_ID)  # (B, 1, 1, S)
+        tgt_mask = decoder_mask(batch.tgt_in, PAD_ID)  # (B, 1, T, T)
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=self.use_bf16):
+            logits = model(batch.src, batch.tgt_in, src_mask, tgt_mask)  # (B, T, V)
+        vocab_size = logits.size(-1)
+        loss_sum = F.cross_entropy(
+            logits.float().reshape(-1, vocab_size), batch.labels.reshape(-1),  # (B*T, V), (B*T,)
+            ignore_index=PAD_ID, label_smoothing=smoothing, reduction="sum",
+        )
+        keep = batch.labels != PAD_ID  # (B, T)
+        correct = ((logits.argmax(dim=-1) == batch.labels) & keep).sum()
+        return loss_sum, keep.sum(), correct
+
+    def train_step(self, batch):
+        """One optimizer step on a (local share of a) batch; returns the global mean loss per token."""
+        self.train_model.train()
+        batch = batch.to(self.device)
+        loss_sum, tokens, _ = self._forward_loss(self.train_model, batch, self.config.label_smoothing)
+        # Mean over the tokens of the *global* batch: DDP averages gradients over the
+        # processes, so each scales its sum by world_size / global token count.
+        totals = all_reduce_sum(torch.stack([loss_sum.detach(), tokens.float()]), self.context)
+        global_tokens = totals[1].clamp(min=1)
+        loss = loss_sum * self.context.world_size / global_tokens
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        return (totals[0] / global_tokens).item()
+
+    # -- the loop -------------------------------------------------------------------------------
+    def train(self, epochs=None, max_steps=None, callback=None):
+        """Train until ``epochs`` epochs (total, counted from 0) or ``max_steps`` steps are done.
+
+        Args:
+            epochs: defaults to ``config.epochs``.
+            max_steps: defaults to ``config.max_steps`` (``None`` = no limit).
+            callback: called as ``callback(trainer)`` after every step (e.g. to record a curve).
+
+        Returns:
+            :attr:`history`.
+        """
+        epochs = self.config.epochs if epochs is None else epochs
+        max_steps = self.config.max_steps if max_steps is None else max_steps
+        show_bar = self.context.is_main and not self.config.quiet and sys.stderr.isatty()
+        while self.epoch < epochs and (max_steps is None or self.step < max_steps):
+            self.sampler.set_epoch(self.epoch)
+            batches = list(self.sampler)
+            bar = tqdm(total=len(batches), initial=self.batch_in_epoch, desc=f"epoch {self.epoch + 1}/{epochs}",
+                       disable=not show_bar, leave=False, dynamic_ncols=True)
+            start = time.perf_counter()
+            for indices in batches[self.batch_in_epoch:]:
+                if max_steps is not None and self.step >= max_steps:
+                    break
+                batch = collate_batch([self.train_data[i] for i in indices])
+                loss = self.train_step(batch)
+                self.batch_in_epoch += 1
+                lr = self.scheduler.get_last_lr()[0]
+                if self.step % self.config.log_every == 0 or self.step == 1:
+                    history = self.history["train"]
+                    history["step"].append(self.step)
+                    history["loss"].append(loss)
+                    history["lr"].append(lr)
+                    history["time"].append(self.elapsed + time.perf_counter() - start)
+                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
+                bar.update(1)
+                if callback is not None:
+                    self.elapsed += time.perf_counter() - start
+                    start = time.perf_counter()
+                    callback(self)
+            bar.close()
+            self.elapsed += time.perf_counter() - start
+            if self.batch_in_epoch >= len(batches):
+                self.epoch += 1
+                self.batch_in_epoch = 0
+                metrics = self.evaluate()
+                self._log(
+                    f"epoch {self.epoch}/{epochs} step {self.step}: " + ", ".join(
+                        f"{name} {value:.4g}" for name, value in metrics.items())
+                )
+                if self.out_dir is not None:
+                    self.save_checkpoint(os.path.join(self.out_dir, "checkpoint.pt"))
+        if self.out_dir is not None:
+            self.save_checkpoint(os.path.join(self.out_dir, "checkpoint.pt"))
+        return self.history
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def evaluate(self, pairs=None, max_sentences=None):
+        """Validation metrics; also appended to ``history["valid"]`` when ``pairs`` is ``None``.
+
+        Args:
+            pairs: sentence pairs to evaluate on (default: the validation split).
+            max_sentences: translate at most this many for exact match and BLEU
+                (default ``config.eval_sentences``).
+
+        Returns:
+            ``{"loss", "accuracy", "exact_match", "bleu"}``: label-smoothed loss and
+            arg-max accuracy per target token (teacher forcing); the fraction of
+            greedy translations equal to the reference; corpus BLEU (sacrebleu).
+            Empty data gives NaN.
+        """
+        record = pairs is None
+        data = self.valid_data if pairs is None else TranslationDataset(
+            pairs, self.src_tokenizer, self.tgt_tokenizer, max_len=self.config.max_len - 1)
+        max_sentences = self.config.eval_sentences if max_sentences is None else max_sentences
+        metrics = {"loss": math.nan, "accuracy": math.nan, "exact_match": math.nan, "bleu": math.nan}
+        if len(data) > 0:
+            self.model.eval()
+            loss_sum, tokens, correct = 0.0, 0, 0
+            with torch.no_grad():
+                for start in range(0, len(data), 128):
+                    batch = collate_batch([data[i] for i in range(start, min(start + 128, len(data)))])
+                    s, n, c = self._forward_loss(self.model, batch.to(self.device), self.config.label_smoothing)
+                    loss_sum, tokens, correct = loss_sum + s.item(), tokens + n.item(), correct + c.item()
+            metrics["loss"] = loss_sum / max(tokens, 1)
+            metrics["accuracy"] = correct / max(tokens, 1)
+            if max_sentences:
+                chosen = data.pairs[:max_sentences]
+                hypotheses = translate(self.model, [s for s, _ in chosen], self.src_tokenizer,
+                                       self.tgt_tokenizer, device=self.device)
+                references = [t for _, t in chosen]
+                metrics["exact_match"] = sum(h == r for h, r in zip(hypotheses, references)) / len(chosen)
+                metrics["bleu"] = sacrebleu.corpus_bleu(hypotheses, [references]).score
+        if record:
+            history = self.history["valid"]
+            history["step"].append(self.step)
+            history["epoch"].append(self.epoch)
+            history["time"].append(self.elapsed)
+            for name, value in metrics.items():
+                history[name].append(value)
+        return metrics
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def state_dict(self):
+        """Everything needed to resume exactly (see the module docstring)."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": dataclasses.asdict(self.config),
+            "src_tokenizer": self.src_tokenizer.state(),
+            "tgt_tokenizer": self.tgt_tokenizer.state(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": {
+                "python": list(random.getstate()),
+                "numpy": _numpy_state_to_plain(np.random.get_state()),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "elapsed": self.elapsed,
+            "history": self.history,
+            "world_size": self.context.world_size,
+        }
+
+    def save_checkpoint(self, path):
+        """Write :meth:`state_dict` to ``path`` (rank 0 only; atomic replace). Returns ``path``."""
+        path = os.fspath(path)
+        if not self.context.is_main:
+            return path
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        temporary = path + ".tmp"
+        torch.save(self.state_dict(), temporary)
+        os.replace(temporary, path)
+        return path
+
+    def load_state_dict(self, state):
+        """Restore a :meth:`state_dict` (model, optimizer, schedule, RNG, position, history).
+
+        Raises:
+            CheckpointError: when the checkpoint's model config or vocabularies differ
+            from this trainer's.
+        """
+        stored = state["config"]
+        different = [name for name in MODEL_FIELDS if stored.get(name) != getattr(self.config, name)]
+        if different:
+            details = ", ".join(f"{n}: checkpoint {stored.get(n)!r} vs run {getattr(self.config, n)!r}"
+                                for n in different)
+            raise CheckpointError(f"checkpoint config does not match this run ({details})")
+        if (state["src_tokenizer"] != self.src_tokenizer.state()
+                or state["tgt_tokenizer"] != self.tgt_tokenizer.state()):
+            raise CheckpointError("checkpoint vocabularies differ from this run's (build the trainer with "
+                                  "Trainer.from_checkpoint to reuse them)")
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as error:
+            raise CheckpointError(f"checkpoint weights do not fit the model: {str(error).splitlines()[0]}") from error
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        self.elapsed = state.get("elapsed", 0.0)
+        self.history = state["history"]
+        rng = state["rng"]
+        python_state = rng["python"]
+        random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
+        np.random.set_state(_numpy_state_from_plain(rng["numpy"]))
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+    @classmethod
+    def from_checkpoint(cls, path, train_pairs, valid_pairs=(), out_dir=None, distributed=None, **changes):
+        """A trainer that continues the run saved at ``path``: same config, same vocabularies.
+
+        Args:
+            path: the checkpoint.
+            train_pairs, valid_pairs: the data (the same as the saved run's for an exact resume).
+            changes: config fields to change, e.g. ``epochs=20`` or ``device="cuda"``;
+                changing a model field (:data:`MODEL_FIELDS`) raises :class:`CheckpointError`.
+        """
+        state = load_checkpoint(path)
+        config = TrainConfig(**state["config"])
+        clashing = [name for name in MODEL_FIELDS if name in changes and changes[name] != getattr(config, name)]
+        if clashing:
+            raise CheckpointError(
+                "checkpoint config does not match: " + ", ".join(
+                    f"{n} is {getattr(config, n)!r} in the checkpoint, {changes[n]!r} requested" for n in clashing)
+            )
+        config = config.replace(**changes)
+        trainer = cls(config, train_pairs, valid_pairs,
+                      src_tokenizer=tokenizer_from_state(state["src_tokenizer"]),
+                      tgt_tokenizer=tokenizer_from_state(state["tgt_tokenizer"]),
+                      out_dir=out_dir, distributed=distributed)
+        trainer.load_state_dict(state)
+        return trainer

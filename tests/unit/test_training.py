@@ -1,0 +1,188 @@
+"""Tests of solutions.training (chapter 9 objects) and solutions.trainer (the loop, checkpoints)."""
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from solutions.data import make_synthetic_splits
+from solutions.trainer import PRESETS, CheckpointError, Trainer, TrainConfig, load_checkpoint, model_from_checkpoint
+from solutions.training import label_smoothed_cross_entropy, make_decoder_io, noam_lr
+
+
+def test_make_decoder_io():
+    decoder_input, labels = make_decoder_io([[5, 6], [7], [8, 9, 10]])
+    assert decoder_input.tolist() == [[1, 5, 6, 0], [1, 7, 0, 0], [1, 8, 9, 10]]
+    assert labels.tolist() == [[5, 6, 2, 0], [7, 2, 0, 0], [8, 9, 10, 2]]
+    assert decoder_input.dtype == labels.dtype == torch.long
+    decoder_input, labels = make_decoder_io([[4]], sos_id=7, eos_id=8, pad_id=9)
+    assert decoder_input.tolist() == [[7, 4]] and labels.tolist() == [[4, 8]]
+    decoder_input, labels = make_decoder_io([[], [5]])
+    assert decoder_input.tolist() == [[1, 0], [1, 5]] and labels.tolist() == [[2, 0], [5, 2]]
+    with pytest.raises(ValueError):
+        make_decoder_io([])
+
+
+def test_make_decoder_io_random_targets_shift_by_one():
+    rng = random.Random(0)
+    targets = [[rng.randrange(4, 50) for _ in range(rng.randrange(0, 9))] for _ in range(7)]
+    decoder_input, labels = make_decoder_io(targets)
+    longest = max(len(t) for t in targets)
+    assert decoder_input.shape == labels.shape == (7, longest + 1)
+    for row, target in enumerate(targets):
+        n = len(target)
+        assert decoder_input[row, 1:n + 1].tolist() == labels[row, :n].tolist() == target
+        assert (labels[row, n + 1:] == 0).all() and (decoder_input[row, n + 1:] == 0).all()
+
+
+def test_noam_lr():
+    d_model, warmup = 512, 4000
+    assert noam_lr(warmup, d_model, warmup) == pytest.approx(d_model ** -0.5 * warmup ** -0.5)
+    assert noam_lr(1, d_model, warmup) == pytest.approx(d_model ** -0.5 * warmup ** -1.5)
+    assert noam_lr(100, d_model, warmup, factor=2.0) == pytest.approx(2 * 100 * d_model ** -0.5 * warmup ** -1.5)
+    rates = [noam_lr(s, d_model, warmup) for s in range(1, 20000, 50)]
+    peak = int(np.argmax(rates))
+    assert abs((1 + 50 * peak) - warmup) <= 50
+    assert noam_lr(16000, d_model, warmup) == pytest.approx(d_model ** -0.5 / math.sqrt(16000))
+    with pytest.raises(ValueError):
+        noam_lr(0, d_model, warmup)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_label_smoothed_cross_entropy_matches_torch(smoothing):
+    logits = torch.randn(3, 5, 11, requires_grad=True)
+    labels = torch.randint(1, 11, (3, 5))
+    labels[0, 3:] = 0
+    labels[2, 1:] = 0
+    ours = label_smoothed_cross_entropy(logits, labels, smoothing)
+    ref = F.cross_entropy(logits.reshape(-1, 11), labels.reshape(-1), label_smoothing=smoothing, ignore_index=0)
+    assert ours.shape == () and torch.allclose(ours, ref, atol=1e-6)
+    ours.backward()
+    grad = logits.grad.clone()
+    logits.grad = None
+    ref.backward()
+    assert torch.allclose(grad, logits.grad, atol=1e-6)
+    assert torch.count_nonzero(grad[2, 1:]) == 0  # pad positions get no gradient
+
+
+def test_label_smoothed_cross_entropy_bad_args():
+    with pytest.raises(ValueError):
+        label_smoothed_cross_entropy(torch.randn(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError):
+        label_smoothed_cross_entropy(torch.randn(2, 3, 4), torch.ones(2, 3, dtype=torch.long), smoothing=1.0)
+
+
+# -- the trainer -----------------------------------------------------------------------------
+
+SMALL = TrainConfig(
+    d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.1,
+    max_len=32, batch_size=16, epochs=3, warmup_steps=10, lr_factor=1.0, eval_sentences=8,
+    device="cpu", quiet=True, log_every=1, seed=11,
+)
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return make_synthetic_splits(60, 10, 10, seed=5)
+
+
+def test_presets_match_the_paper_base_model():
+    base = PRESETS["base"]
+    assert (base.d_model, base.num_heads, base.num_encoder_layers, base.num_decoder_layers, base.d_ff) == (
+        512, 8, 6, 6, 2048)
+    assert (base.dropout, base.warmup_steps, base.label_smoothing) == (0.1, 4000, 0.1)
+    assert PRESETS["tiny"].d_model < base.d_model
+
+
+def test_trainer_lowers_the_loss_and_records_history(splits):
+    train, valid, _ = splits
+    trainer = Trainer(SMALL.replace(dropout=0.0, lr_factor=3.0), train, valid)
+    history = trainer.train(epochs=3)
+    losses = history["train"]["loss"]
+    assert trainer.step == len(losses) == 12 and trainer.epoch == 3
+    assert np.mean(losses[-3:]) < np.mean(losses[:3])
+    valid_history = history["valid"]
+    assert valid_history["epoch"] == [1, 2, 3]
+    assert all(0.0 <= v <= 1.0 for v in valid_history["accuracy"] + valid_history["exact_match"])
+    assert all(0.0 <= b <= 100.0 for b in valid_history["bleu"])
+    # The schedule is the paper's: lr at step s is noam_lr(s + 1) after s steps.
+    assert trainer.scheduler.get_last_lr()[0] == pytest.approx(noam_lr(13, 32, 10, 3.0))
+    assert trainer.optimizer.defaults["betas"] == (0.9, 0.98) and trainer.optimizer.defaults["eps"] == 1e-9
+
+
+def test_checkpoint_resumes_exactly(splits, tmp_path):
+    train, valid, _ = splits
+    straight = Trainer(SMALL, train, valid)
+    straight.train(max_steps=10)  # 4 batches per epoch: ends mid-epoch 3
+
+    first = Trainer(SMALL, train, valid)
+    first.train(max_steps=6)  # stops inside epoch 2
+    path = first.save_checkpoint(tmp_path / "ckpt.pt")
+    del first
+    # A fresh process state: different RNG states everywhere.
+    random.seed(123)
+    np.random.seed(123)
+    torch.manual_seed(123)
+    resumed = Trainer.from_checkpoint(path, train, valid)
+    assert (resumed.step, resumed.epoch, resumed.batch_in_epoch) == (6, 1, 2)
+    resumed.train(max_steps=10)
+
+    for (name, a), (_, b) in zip(straight.model.named_parameters(), resumed.model.named_parameters()):
+        assert torch.equal(a, b), name
+    assert straight.history["train"]["loss"] == resumed.history["train"]["loss"]
+    assert straight.optimizer.state_dict()["state"][0]["exp_avg"].equal(
+        resumed.optimizer.state_dict()["state"][0]["exp_avg"])
+
+
+def test_checkpoint_has_config_and_vocabularies(splits, tmp_path):
+    train, valid, _ = splits
+    trainer = Trainer(SMALL, train, valid, out_dir=tmp_path)
+    trainer.train(max_steps=2)
+    state = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert state["config"]["d_model"] == 32 and state["src_tokenizer"]["kind"] == "word"
+    model, src_tok, tgt_tok, config = model_from_checkpoint(tmp_path / "checkpoint.pt")
+    assert config == SMALL and not model.training
+    for a, b in zip(model.parameters(), trainer.model.parameters()):
+        assert torch.equal(a, b)
+    assert src_tok.vocab == trainer.src_tokenizer.vocab
+
+
+def test_resume_with_a_different_model_config_fails(splits, tmp_path):
+    train, valid, _ = splits
+    trainer = Trainer(SMALL, train, valid)
+    path = trainer.save_checkpoint(tmp_path / "c.pt")
+    with pytest.raises(CheckpointError, match="d_model"):
+        Trainer.from_checkpoint(path, train, valid, d_model=64)
+    other = Trainer(SMALL.replace(num_heads=4), train, valid)
+    with pytest.raises(CheckpointError, match="num_heads"):
+        other.load_state_dict(load_checkpoint(path))
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError):
+        load_checkpoint(tmp_path / "junk.pt")
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_cuda_switches_warn_and_are_ignored_on_cpu(splits):
+    train, valid, _ = splits
+    with pytest.warns(UserWarning, match="bf16=True applies on CUDA only"):
+        trainer = Trainer(SMALL.replace(bf16=True), train, valid)
+    assert trainer.use_bf16 is False
+    with pytest.warns(UserWarning, match="compile=True applies on CUDA only"):
+        trainer = Trainer(SMALL.replace(compile=True), train, valid)
+    assert trainer.train_model is trainer.model
+
+
+def test_bad_configs(splits):
+    train, valid, _ = splits
+    with pytest.raises(ValueError, match="unknown config"):
+        SMALL.replace(d_modle=3)
+    with pytest.raises(TypeError):
+        Trainer({"d_model": 32}, train, valid)
+    with pytest.raises(ValueError, match="empty"):
+        Trainer(SMALL, [], valid)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            Trainer(SMALL.replace(device="cuda"), train, valid)
