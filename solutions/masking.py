@@ -112,11 +112,8 @@ def masked_softmax(scores, mask):
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"mask must be a boolean tensor (True = may attend), got {got}")
-    try:
-        shape = torch.broadcast_shapes(mask.shape, scores.shape)
-    except RuntimeError:
-        shape = None
-    if shape != scores.shape:
+    pairs = zip(reversed(mask.shape), reversed(scores.shape))  # align trailing axes
+    if mask.dim() > scores.dim() or any(m not in (1, s) for m, s in pairs):
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to scores of shape {tuple(scores.shape)}"
         )

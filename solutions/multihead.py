@@ -115,12 +115,9 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
                 raise TypeError("mask must be a boolean tensor, True = may attend")
-            expected = (q.size(0), self.num_heads, q.size(2), k.size(2))
-            try:
-                broadcast = torch.broadcast_shapes(mask.shape, expected)
-            except RuntimeError:
-                broadcast = None
-            if broadcast != expected:
+            expected = (q.size(0), self.num_heads, q.size(2), k.size(2))  # (B, h, T_q, T_k)
+            pairs = zip(reversed(mask.shape), reversed(expected))  # align trailing axes
+            if mask.dim() > 4 or any(m not in (1, e) for m, e in pairs):
                 raise ValueError(
                     f"mask of shape {tuple(mask.shape)} does not broadcast to "
                     f"(B, h, T_q, T_k) = {expected}"

@@ -1,0 +1,179 @@
+"""Chapter 8: the full Transformer, weight tying, initialisation and parameter counts."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from solutions import (
+    PAPER_CONFIGS,
+    PAPER_PARAMETERS,
+    MultiHeadAttention,
+    Transformer,
+    count_parameters,
+    decoder_mask,
+    padding_mask,
+    paper_parameter_count,
+)
+
+SMALL = dict(d_model=16, num_heads=4, num_encoder_layers=2, num_decoder_layers=3, d_ff=32, dropout=0.0, max_len=50)
+
+
+def small_batch():
+    src = torch.tensor([[4, 5, 6, 7, 0, 0], [8, 9, 10, 11, 12, 13]])
+    tgt = torch.tensor([[1, 5, 6, 0], [1, 7, 8, 9]])
+    return src, tgt
+
+
+def test_forward_shape_and_composition():
+    model = Transformer(20, 30, **SMALL).eval()
+    src, tgt = small_batch()
+    src_mask, tgt_mask = padding_mask(src), decoder_mask(tgt)
+    logits = model(src, tgt, src_mask, tgt_mask)
+    assert logits.shape == (2, 4, 30)
+    memory = model.encode(src, src_mask)
+    assert memory.shape == (2, 6, 16)
+    hidden = model.decode(tgt, memory, src_mask, tgt_mask)
+    assert hidden.shape == (2, 4, 16)
+    torch.testing.assert_close(logits, model.project(hidden))
+    torch.testing.assert_close(model.project(hidden), model.generator(hidden))
+
+
+def test_attributes():
+    model = Transformer(20, 30, **SMALL, norm_first=True)
+    assert model.src_embed.embedding.weight.shape == (20, 16)
+    assert model.tgt_embed.embedding.weight.shape == (30, 16)
+    assert model.positional.pe.shape == (50, 16)
+    assert isinstance(model.encoder_layers, nn.ModuleList) and len(model.encoder_layers) == 2
+    assert isinstance(model.decoder_layers, nn.ModuleList) and len(model.decoder_layers) == 3
+    assert model.generator.weight.shape == (30, 16) and model.generator.bias is not None
+    assert isinstance(model.encoder_norm, nn.LayerNorm) and isinstance(model.decoder_norm, nn.LayerNorm)
+    assert all(layer.norm_first for layer in [*model.encoder_layers, *model.decoder_layers])
+    assert not hasattr(Transformer(20, 30, **SMALL), "encoder_norm")
+
+
+def test_decoder_is_causal():
+    model = Transformer(20, 30, **SMALL).eval()
+    src, tgt = small_batch()
+    logits = model(src, tgt, padding_mask(src), decoder_mask(tgt))
+    changed = tgt.clone()
+    changed[1, 3] = 17  # change the last target token of the second sentence
+    logits_changed = model(src, changed, padding_mask(src), decoder_mask(changed))
+    torch.testing.assert_close(logits[:, :3], logits_changed[:, :3])
+    assert not torch.allclose(logits[1, 3], logits_changed[1, 3])
+
+
+def test_source_padding_is_ignored():
+    model = Transformer(20, 30, **SMALL).eval()
+    src, tgt = small_batch()
+    changed = src.clone()
+    changed[0, 4:] = 3  # overwrite the two pad positions with real tokens, keep the mask
+    mask = padding_mask(src)
+    torch.testing.assert_close(model(src, tgt, mask, decoder_mask(tgt)), model(changed, tgt, mask, decoder_mask(tgt)))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_set_fused_switches_every_attention_and_keeps_outputs(norm_first):
+    model = Transformer(20, 30, **SMALL, norm_first=norm_first).eval()
+    src, tgt = small_batch()
+    args = (src, tgt, padding_mask(src), decoder_mask(tgt))
+    readable = model(*args)
+    attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(attention) == 2 + 2 * 3 and all(m.attn_weights is not None for m in attention)
+    assert model.set_fused(True) is model
+    assert all(m.need_weights is False for m in attention)
+    torch.testing.assert_close(model(*args), readable, rtol=1e-5, atol=1e-6)
+    model.set_fused(False)
+    assert all(m.need_weights is True for m in attention)
+
+
+def test_share_embeddings_ties_three_matrices():
+    model = Transformer(25, 25, **SMALL, share_embeddings=True)
+    weight = model.src_embed.embedding.weight
+    assert model.tgt_embed.embedding.weight is weight and model.generator.weight is weight
+    untied = Transformer(25, 25, **SMALL)
+    assert count_parameters(untied) - count_parameters(model) == 2 * 25 * 16
+    with pytest.raises(ValueError, match="share_embeddings"):
+        Transformer(25, 26, **SMALL, share_embeddings=True)
+
+
+def test_xavier_uniform_initialisation():
+    torch.manual_seed(0)
+    model = Transformer(200, 300, d_model=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1, d_ff=256)
+    for name, p in model.named_parameters():
+        if p.dim() > 1:
+            fan_out, fan_in = p.shape
+            bound = math.sqrt(6 / (fan_in + fan_out))
+            assert p.abs().max() <= bound, name
+            # uniform on [-a, a] has std a / √3; without Xavier, nn.Embedding would be N(0, 1)
+            assert abs(p.std().item() - bound / math.sqrt(3)) < 0.1 * bound, name
+
+
+def test_count_parameters_counts_trainable_and_shared_once():
+    layer = nn.Linear(3, 4)
+    assert count_parameters(layer) == 3 * 4 + 4
+    layer.bias.requires_grad_(False)
+    assert count_parameters(layer) == 12
+    shared = nn.Linear(5, 5)
+    assert count_parameters(nn.Sequential(shared, shared, nn.Linear(5, 2))) == 30 + 12
+    with pytest.raises(TypeError, match="nn.Module"):
+        count_parameters([torch.zeros(3)])
+
+
+def test_count_parameters_of_small_model_by_hand():
+    d, d_ff, V_src, V_tgt = 16, 32, 20, 30
+    attention = 4 * (d * d + d)
+    ffn = 2 * d * d_ff + d_ff + d
+    expected = (
+        2 * (attention + ffn + 2 * 2 * d)
+        + 3 * (2 * attention + ffn + 3 * 2 * d)
+        + V_src * d
+        + V_tgt * d
+        + V_tgt * d
+        + V_tgt
+    )
+    assert count_parameters(Transformer(V_src, V_tgt, **SMALL)) == expected
+    assert count_parameters(Transformer(V_src, V_tgt, **SMALL, norm_first=True)) == expected + 2 * 2 * d
+
+
+@pytest.mark.parametrize("name", ["base", "big"])
+def test_paper_configurations_counted_on_the_meta_device(name):
+    """The closed form agrees with a real (meta-device, no memory) model of the paper's size."""
+    with torch.device("meta"):
+        model = Transformer(37000, 37000, **PAPER_CONFIGS[name], share_embeddings=True)
+    count = count_parameters(model)
+    assert count == paper_parameter_count(name)
+    assert abs(count - PAPER_PARAMETERS[name]) / PAPER_PARAMETERS[name] < 0.03  # within 3% of Table 3
+    with torch.device("meta"):
+        untied = Transformer(37000, 37000, **PAPER_CONFIGS[name])
+    assert count_parameters(untied) == paper_parameter_count(name, share_embeddings=False)
+
+
+def test_paper_configs_follow_table_3():
+    assert PAPER_CONFIGS["base"] == dict(
+        d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1
+    )
+    assert PAPER_CONFIGS["big"] == dict(
+        d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6, d_ff=4096, dropout=0.3
+    )
+    with pytest.raises(ValueError, match="base"):
+        paper_parameter_count("huge")
+
+
+def test_training_steps_reduce_loss():
+    """A few plain gradient steps (no torch.optim: its first step imports torch._dynamo, seconds)."""
+    torch.manual_seed(0)
+    model = Transformer(20, 20, **SMALL).set_fused(True)
+    src, tgt = small_batch()
+    losses = []
+    for _ in range(5):
+        logits = model(src, tgt, padding_mask(src), decoder_mask(tgt))
+        loss = nn.functional.cross_entropy(logits.reshape(-1, 20), src[:, :4].reshape(-1), ignore_index=0)
+        model.zero_grad()
+        loss.backward()
+        assert all(p.grad is not None for p in model.parameters())
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.05 * p.grad
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
