@@ -1,0 +1,257 @@
+"""Checks of chapter 1, why not RNNs (numpy): ``rnn_forward`` and
+``hidden_state_jacobian_norms``.
+
+The contract is ``shared/EXERCISES.md`` section 1; the references are in
+``solutions/rnn.py`` ("Attention Is All You Need", sections 1 and 4).
+
+Every ``diagnose`` recomputes the plausible wrong answers from the case's own
+inputs (starting from zeros instead of ``h0``, ``h @ W_hh.T``, only ``h_T``,
+Frobenius instead of spectral norms, no tanh derivative, ...) and names the one
+the result matches, so a hint is a measurement, not a guess.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Case, CheckFailure, Exercise, Result, register
+
+CHAPTER = "01_rnn_limitations"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _array(value):
+    """The numpy data of a decoded result value, or None when it is not an array."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "value") and isinstance(value.value, np.ndarray):  # a Tensor marker
+        return value.value
+    return None
+
+
+def _close(a, b, rtol=1e-5, atol=1e-8) -> bool:
+    """True when both are arrays of one shape with equal values (within tolerance)."""
+    try:
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
+
+
+def _first_match(got, variants, want=None) -> str | None:
+    """The name of the first variant (name -> array or None) equal to ``got``;
+    a variant that coincides with the right answer ``want`` on this case names nothing."""
+    for name, value in variants:
+        if value is None or (want is not None and _close(value, want)):
+            continue
+        if _close(got, value):
+            return name
+    return None
+
+
+class _HintingExercise(Exercise):
+    """An exercise whose hints also cover a call that raised when it should not have."""
+
+    def raised_hint(self, case: Case, raised: dict) -> str | None:
+        return None
+
+    def judge(self, case: Case, got: Result, want: Result) -> None:
+        try:
+            super().judge(case, got, want)
+        except CheckFailure as exc:
+            message = str(exc)
+            if got.raised is not None and not case.expect_error and "Hint:" not in message:
+                try:
+                    hint = self.raised_hint(case, got.raised)
+                except Exception:  # noqa: BLE001 - a hint must never hide the failure
+                    hint = None
+                if hint:
+                    message += "\n  Hint: " + hint
+            raise CheckFailure(message) from None
+
+
+def _rnn(x, h0, W_xh, W_hh, b_h, *, start=None, transpose=False, act=np.tanh, bias=True):
+    """A trusted RNN with switches for the plausible mistakes."""
+    h = np.asarray(h0, dtype=np.float64) if start is None else start
+    W = W_hh.T if transpose else W_hh
+    states = []
+    for t in range(x.shape[0]):
+        h = act(x[t] @ W_xh + h @ W + (b_h if bias else 0.0))  # (d_h,)
+        states.append(h)
+    return np.array(states).reshape(x.shape[0], -1)
+
+
+def _jacobian_norms(H, W_hh, *, ord=2, derivative=True, transpose=True, same_step=False, order="right"):
+    """Trusted ``‖∂h_{T-1}/∂h_t‖`` with switches for the plausible mistakes."""
+    T, d_h = H.shape
+    norms = np.zeros(T)
+    norms[T - 1] = 1.0
+    product = np.eye(d_h)
+    W = W_hh.T if transpose else W_hh
+    for t in range(T - 2, -1, -1):
+        k = t if same_step else t + 1
+        J = ((1 - H[k] ** 2)[:, None] if derivative else 1.0) * W  # J_k[i, j]
+        product = product @ J if order == "right" else J @ product
+        norms[t] = np.linalg.norm(product, ord=ord)
+    return norms
+
+
+# --------------------------------------------------------------------------- rnn_forward
+
+
+def _rnn_inputs(rng, T, d_in, d_h, scale=1.0):
+    x = rng.normal(size=(T, d_in))
+    h0 = rng.uniform(-0.9, 0.9, size=d_h)
+    W_xh = rng.normal(size=(d_in, d_h)) * scale / np.sqrt(d_in)
+    W_hh = rng.normal(size=(d_h, d_h)) * scale / np.sqrt(d_h)
+    b_h = rng.normal(size=d_h) * 0.5
+    return x, h0, W_xh, W_hh, b_h
+
+
+@register
+class RnnForward(_HintingExercise):
+    """``rnn_forward(x, h0, W_xh, W_hh, b_h) -> H (T, d_h)``."""
+
+    name = "rnn_forward"
+    chapter = CHAPTER
+    kind = "function"
+    what = "every hidden state H (T, d_h) from h0, row-vector weights, T = 1, saturated tanh, d_in ≠ d_h"
+
+    def cases(self, rng, hidden):
+        cases = [
+            Case(args=_rnn_inputs(rng, 4, 3, 2), label="T=4 steps, d_in=3, d_h=2, a non-zero h0",
+                 return_args=(0, 1)),
+            Case(args=_rnn_inputs(rng, 1, 2, 3), label="a single step (T=1): H[0] = tanh(x0 W_xh + h0 W_hh + b_h)"),
+            Case(args=_rnn_inputs(rng, 6, 4, 4), label="T=6, square weights d_in = d_h = 4"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(4):
+            T, d_in, d_h = (int(s) for s in rng.integers(1, 9, size=3))
+            cases.append(Case(args=_rnn_inputs(rng, T, d_in, d_h),
+                              label=f"random shapes T={T}, d_in={d_in}, d_h={d_h}", return_args=(0, 1)))
+        cases.append(Case(args=_rnn_inputs(rng, 12, 3, 5, scale=4.0),
+                          label="large weights: tanh saturates near ±1"))
+        x, h0, W_xh, W_hh, b_h = _rnn_inputs(rng, 5, 3, 4)
+        cases.append(Case(args=(x, h0, W_xh[:2], W_hh, b_h), label="W_xh has 2 rows but d_in = 3",
+                          expect_error=(ValueError, TypeError)))
+        return cases
+
+    def raised_hint(self, case, raised):
+        if "matmul" in raised["message"] or "shapes" in raised["message"]:
+            return ("row vectors: x[t] @ W_xh is (d_in,) @ (d_in, d_h) and h @ W_hh is (d_h,) @ (d_h, d_h); "
+                    "do not transpose the weights or multiply W @ x.")
+        return None
+
+    def diagnose(self, case, got, want):
+        for index, after in got.args_after.items():
+            if not _close(_array(after), case.args[int(index)], rtol=0, atol=0):
+                return "you changed an input array in place: write the states into a new array."
+        g = _array(got.value)
+        if g is None:
+            return "return one numpy array H of shape (T, d_h), one row per time step."
+        x, h0, W_xh, W_hh, b_h = (np.asarray(a, dtype=np.float64) for a in case.args)
+        T, d_h = x.shape[0], h0.shape[0]
+        full = _rnn(x, h0, W_xh, W_hh, b_h)
+        if g.shape == (d_h,) and _close(g, full[-1]):
+            return "you returned only the last state h_T: return every state, H of shape (T, d_h)."
+        if g.shape == (T + 1, d_h) and _close(g[1:], full):
+            return "H has h0 as its first row: H[t] is the state after step t, so H has T rows, not T + 1."
+        if g.shape == (T, d_h) and T > 1 and _close(g[1:], full[:-1]):
+            return "H is shifted by one step: H[t] must be the state after reading x[t], not before."
+        variants = [
+            ("you started from zeros: the first step uses h_{-1} = h0, the argument.",
+             _rnn(x, h0, W_xh, W_hh, b_h, start=np.zeros(d_h))),
+            ("you used W_hh transposed (W_hh @ h or h @ W_hh.T): with row vectors the recurrence is "
+             "h_{t-1} @ W_hh.", _rnn(x, h0, W_xh, W_hh, b_h, transpose=True)),
+            ("the tanh is missing: h_t = tanh(x_t @ W_xh + h_{t-1} @ W_hh + b_h).",
+             _rnn(x, h0, W_xh, W_hh, b_h, act=lambda z: z)),
+            ("the bias b_h is missing.", _rnn(x, h0, W_xh, W_hh, b_h, bias=False)),
+            ("you used ReLU; the vanilla RNN of the chapter uses tanh.",
+             _rnn(x, h0, W_xh, W_hh, b_h, act=lambda z: np.maximum(z, 0.0))),
+            ("every step restarted from h0: carry h_{t-1}, the previous step's state, forward.",
+             np.tanh(x @ W_xh + h0 @ W_hh + b_h)),
+        ]
+        return _first_match(g, variants, full)
+
+
+# --------------------------------------------------------------------------- hidden_state_jacobian_norms
+
+
+def _jacobian_inputs(rng, T, d_h, scale):
+    x, h0, W_xh, W_hh, b_h = _rnn_inputs(rng, T, int(rng.integers(1, 4)), d_h, scale=scale)
+    return _rnn(x, h0, W_xh, W_hh, b_h), W_hh
+
+
+@register
+class HiddenStateJacobianNorms(_HintingExercise):
+    """``hidden_state_jacobian_norms(H, W_hh) -> norms (T,)``."""
+
+    name = "hidden_state_jacobian_norms"
+    chapter = CHAPTER
+    kind = "function"
+    what = "spectral norms of ∂h_{T-1}/∂h_t for every t, norms[T-1] = 1, vanishing and exploding regimes"
+
+    def cases(self, rng, hidden):
+        cases = [
+            Case(args=_jacobian_inputs(rng, 5, 3, 1.0), label="T=5 states of width 3", return_args=(0, 1)),
+            Case(args=_jacobian_inputs(rng, 8, 4, 0.5), label="small W_hh (T=8): the norms vanish as t moves back",
+                 rtol=1e-5, atol=1e-12),
+            Case(args=_jacobian_inputs(rng, 1, 2, 1.0), label="a single state (T=1): norms = [1.0]"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(4):
+            T, d_h = int(rng.integers(2, 12)), int(rng.integers(1, 7))
+            scale = float(rng.choice([0.5, 1.0, 2.0]))
+            cases.append(Case(args=_jacobian_inputs(rng, T, d_h, scale), rtol=1e-5, atol=1e-12,
+                              label=f"random T={T}, d_h={d_h}, weight scale {scale}"))
+        # An orthogonal W_hh scaled up with small inputs: tanh stays near linear and
+        # the norms explode backwards.
+        d_h = 4
+        Q, _ = np.linalg.qr(rng.normal(size=(d_h, d_h)))
+        H = np.tanh(rng.normal(size=(10, d_h)) * 0.05)
+        cases.append(Case(args=(H, 1.5 * Q), label="W_hh = 1.5 × orthogonal, small states: the norms explode"))
+        H, W_hh = _jacobian_inputs(rng, 4, 3, 1.0)
+        cases.append(Case(args=(H, np.zeros((4, 4))), label="W_hh is 4x4 but the states have width 3",
+                          expect_error=(ValueError, TypeError)))
+        return cases
+
+    def raised_hint(self, case, raised):
+        return None
+
+    def diagnose(self, case, got, want):
+        g = _array(got.value)
+        if g is None:
+            return "return one numpy array of shape (T,)."
+        H, W_hh = (np.asarray(a, dtype=np.float64) for a in case.args)
+        T = H.shape[0]
+        right = _jacobian_norms(H, W_hh)
+        if g.shape == (T - 1,) and _close(g, right[:-1]):
+            return "norms[T-1] is missing: ∂h_{T-1}/∂h_{T-1} is the identity, whose norm is 1; return T norms."
+        if g.shape != (T,):
+            return f"return one norm per state: shape ({T},)."
+        if _close(g[::-1], right) and not _close(g, right):
+            return ("the norms are in the wrong order: norms[t] belongs to ∂h_{T-1}/∂h_t, so norms[T-1] = 1 "
+                    "and the distance to the last state grows as t goes down.")
+        variants = [
+            ("you used the Frobenius norm (np.linalg.norm's default for a matrix): the spectral norm is "
+             "np.linalg.norm(M, ord=2), the largest singular value.", _jacobian_norms(H, W_hh, ord="fro")),
+            ("the tanh derivative is missing: J_k[i, j] = (1 - H[k, i]**2) * W_hh[j, i].",
+             _jacobian_norms(H, W_hh, derivative=False)),
+            ("W_hh is not transposed in the Jacobian: with row vectors J_k[i, j] = (1 - H[k, i]**2) * W_hh[j, i], "
+             "i.e. diag(1 - h_k**2) @ W_hh.T.", _jacobian_norms(H, W_hh, transpose=False)),
+            ("the tanh derivative is taken at the wrong step: ∂h_k/∂h_{k-1} uses 1 - H[k]**2, the state it "
+             "produces, not H[k-1].", _jacobian_norms(H, W_hh, same_step=True)),
+            ("the Jacobians are multiplied in the wrong order: ∂h_{T-1}/∂h_t = J_{T-1} @ ... @ J_{t+1}, "
+             "the latest step on the left.", _jacobian_norms(H, W_hh, order="left")),
+        ]
+        # norms[T-1] is 1 however the others were computed: compare the rest.
+        hint = _first_match(g[:-1], [(n, v[:-1]) for n, v in variants], right[:-1]) if T > 1 else None
+        if hint:
+            return hint
+        if not np.isclose(g[-1], 1.0):
+            return "norms[T-1] must be 1: ∂h_{T-1}/∂h_{T-1} is the identity."
+        return None

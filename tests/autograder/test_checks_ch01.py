@@ -1,0 +1,162 @@
+"""Tests of the chapter 1 checks: plausible wrong answers are rejected with a hint
+that names the mistake, different valid answers pass, hidden inputs are fresh."""
+import numpy as np
+import pytest
+
+import solutions
+from autograder.checks import CheckFailure, check, get_exercise
+from autograder.checks.base import make_rng
+
+NAMES = ["rnn_forward", "hidden_state_jacobian_norms"]
+
+
+def rejected(name, wrong, *words):
+    """Assert that the hidden check of ``name`` rejects ``wrong`` naming every word."""
+    with pytest.raises(CheckFailure) as info:
+        check(name, wrong, hidden=True, seed=3)
+    message = str(info.value)
+    for word in words:
+        assert word in message, f"{word!r} not in the message:\n{message}"
+    return message
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_passes_visible_and_hidden(name, capsys):
+    check(name, getattr(solutions, name))
+    check(name, getattr(solutions, name), hidden=True)
+    out = capsys.readouterr()
+    assert out.out.count(f"✓ {name}") == 2 and out.err == ""
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stub_says_not_implemented(name):
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailure, match="not implemented yet"):
+        check(name, stub)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hidden_cases_are_fresh_each_run(name):
+    ex = get_exercise(name)
+    first = ex.cases(make_rng(hidden=True), hidden=True)
+    second = ex.cases(make_rng(hidden=True), hidden=True)
+    assert len(first) > len(ex.cases(make_rng(hidden=False), hidden=False))
+    a = [np.asarray(x) for c in first for x in c.args]
+    b = [np.asarray(x) for c in second for x in c.args]
+    assert any(x.shape != y.shape or not np.array_equal(x, y) for x, y in zip(a, b))
+
+
+# --------------------------------------------------------------------------- rnn_forward
+
+
+def _rnn(x, h0, W_xh, W_hh, b_h, start=None, transpose=False, last_only=False, with_h0=False):
+    h = np.asarray(h0, dtype=float) if start is None else start
+    W = W_hh.T if transpose else W_hh
+    states = [h0] if with_h0 else []
+    for t in range(len(x)):
+        h = np.tanh(x[t] @ W_xh + h @ W + b_h)
+        states.append(h)
+    return h if last_only else np.array(states)
+
+
+def test_rnn_forward_from_zeros_is_rejected():
+    rejected("rnn_forward", lambda x, h0, W_xh, W_hh, b_h: _rnn(x, h0, W_xh, W_hh, b_h, start=np.zeros(len(h0))),
+             "started from zeros", "h0")
+
+
+def test_rnn_forward_with_transposed_recurrence_is_rejected():
+    rejected("rnn_forward", lambda *a: _rnn(*a, transpose=True), "W_hh transposed")
+
+
+def test_rnn_forward_returning_the_last_state_is_rejected():
+    rejected("rnn_forward", lambda *a: _rnn(*a, last_only=True), "only the last state")
+
+
+def test_rnn_forward_with_h0_as_first_row_is_rejected():
+    rejected("rnn_forward", lambda *a: _rnn(*a, with_h0=True), "T rows, not T + 1")
+
+
+def test_rnn_forward_without_tanh_is_rejected():
+    def linear_rnn(x, h0, W_xh, W_hh, b_h):
+        h, out = h0, []
+        for t in range(len(x)):
+            h = x[t] @ W_xh + h @ W_hh + b_h
+            out.append(h)
+        return np.array(out)
+
+    rejected("rnn_forward", linear_rnn, "tanh is missing")
+
+
+def test_rnn_forward_that_does_not_validate_shapes_is_rejected():
+    def unchecked(x, h0, W_xh, W_hh, b_h):
+        d = min(W_xh.shape[0], x.shape[1])  # silently crops instead of raising
+        return _rnn(x[:, :d], h0, W_xh[:d], W_hh, b_h)
+
+    rejected("rnn_forward", unchecked, "should raise ValueError")
+
+
+def test_a_different_valid_rnn_forward_passes():
+    def rnn_precomputed(x, h0, W_xh, W_hh, b_h):
+        inputs = np.asarray(x) @ W_xh + b_h  # (T, d_h): the input part, all steps at once
+        H = np.empty_like(inputs)
+        h = h0
+        for t, row in enumerate(inputs):
+            h = np.tanh(row + h @ W_hh)
+            H[t] = h
+        return H
+
+    check("rnn_forward", rnn_precomputed)
+    check("rnn_forward", rnn_precomputed, hidden=True)
+
+
+# --------------------------------------------------------------------------- hidden_state_jacobian_norms
+
+
+def _norms(H, W_hh, ord=2, derivative=True, reverse=False, transpose=True):
+    T, d = H.shape
+    if W_hh.shape != (d, d):
+        raise ValueError("shapes")
+    norms, product = [1.0], np.eye(d)
+    W = W_hh.T if transpose else W_hh
+    for t in range(T - 2, -1, -1):
+        J = ((1 - H[t + 1] ** 2)[:, None] if derivative else 1.0) * W
+        product = product @ J
+        norms.append(np.linalg.norm(product, ord=ord))
+    norms = np.array(norms[::-1])
+    return norms[::-1] if reverse else norms
+
+
+def test_jacobian_norms_in_the_wrong_order_are_rejected():
+    rejected("hidden_state_jacobian_norms", lambda H, W: _norms(H, W, reverse=True), "wrong order")
+
+
+def test_jacobian_frobenius_norms_are_rejected():
+    rejected("hidden_state_jacobian_norms", lambda H, W: _norms(H, W, ord="fro"), "Frobenius", "ord=2")
+
+
+def test_jacobian_without_tanh_derivative_is_rejected():
+    rejected("hidden_state_jacobian_norms", lambda H, W: _norms(H, W, derivative=False), "tanh derivative")
+
+
+def test_jacobian_with_untransposed_weights_is_rejected():
+    rejected("hidden_state_jacobian_norms", lambda H, W: _norms(H, W, transpose=False), "not transposed")
+
+
+def test_a_different_valid_jacobian_norms_passes():
+    def by_singular_values(H, W_hh):
+        H, W_hh = np.asarray(H), np.asarray(W_hh)
+        if W_hh.shape != (H.shape[1], H.shape[1]):
+            raise ValueError("W_hh must be (d_h, d_h)")
+        T = len(H)
+        out = np.ones(T)
+        for t in range(T - 1):
+            M = np.eye(H.shape[1])
+            for k in range(T - 1, t, -1):  # J_{T-1} ... J_{t+1}, built from the left
+                M = M @ (np.diag(1 - H[k] ** 2) @ W_hh.T)
+            out[t] = np.linalg.svd(M, compute_uv=False)[0]
+        return out
+
+    check("hidden_state_jacobian_norms", by_singular_values)
+    check("hidden_state_jacobian_norms", by_singular_values, hidden=True)
