@@ -184,9 +184,11 @@ def one_hot(ids, vocab_size):
     Paper: section 3.4 (the embedding replaces these sparse vectors by dense ones).
     """
     ids = np.asarray(ids)
+    if ids.size == 0:
+        ids = ids.astype(np.int64)  # an empty list arrives as float64
     if ids.ndim != 1:
         raise ValueError(f"ids must be a 1-D sequence of ints, got shape {ids.shape}")
-    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+    if not np.issubdtype(ids.dtype, np.integer):
         raise TypeError(f"ids must be integers, got dtype {ids.dtype}")
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
         raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
