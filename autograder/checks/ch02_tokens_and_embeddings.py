@@ -1,0 +1,577 @@
+"""Checks of chapter 2, tokens and embeddings: ``build_vocab``, ``encode``,
+``learn_bpe``, ``bpe_tokenize``, ``one_hot``, ``cosine_similarity`` and
+``TokenEmbedding``.
+
+The contract is ``shared/EXERCISES.md`` section 2; the references are in
+``solutions/tokens.py`` and ``solutions/embeddings.py`` ("Attention Is All You
+Need", sections 3.4 and 5.1; Sennrich et al., 2016, for byte-pair encoding).
+
+The diagnoses rerun small trusted implementations with one switch flipped (ties in
+reverse order, specials last, ``count > min_freq``, no ``</w>``, unweighted pair
+counts, ...) on the case's own inputs and name the variant the result equals.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+
+from .base import Case, CheckFailure, Exercise, Result, Tensor, register
+
+CHAPTER = "02_tokens_and_embeddings"
+SPECIALS = ("<pad>", "<sos>", "<eos>", "<unk>")
+
+# Small word pools; the hidden corpora draw from them with random counts.
+_WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "to", "big", "red", "hat", "and", "it", "is",
+          "was", "low", "lower", "newest", "widest", "new", "wide", "lowest"]
+_LETTERS = "abcde"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _array(value):
+    """The numpy data of a decoded result value, or None when it is not an array."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "value") and isinstance(value.value, np.ndarray):  # a Tensor marker
+        return value.value
+    return None
+
+
+def _close(a, b, rtol=1e-5, atol=1e-6) -> bool:
+    try:
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
+
+
+class _HintingExercise(Exercise):
+    """An exercise whose hints also cover a call that raised when it should not have."""
+
+    def raised_hint(self, case: Case, raised: dict) -> str | None:
+        return None
+
+    def judge(self, case: Case, got: Result, want: Result) -> None:
+        try:
+            super().judge(case, got, want)
+        except CheckFailure as exc:
+            message = str(exc)
+            if got.raised is not None and not case.expect_error and "Hint:" not in message:
+                try:
+                    hint = self.raised_hint(case, got.raised)
+                except Exception:  # noqa: BLE001 - a hint must never hide the failure
+                    hint = None
+                if hint:
+                    message += "\n  Hint: " + hint
+            raise CheckFailure(message) from None
+
+
+def _random_corpus(rng, n_sentences, pool=_WORDS, max_len=7):
+    """Sentences of words drawn with skewed frequencies (so counts differ and tie)."""
+    words = list(rng.choice(pool, size=min(len(pool), int(rng.integers(4, 12))), replace=False))
+    p = rng.dirichlet(np.ones(len(words)) * 0.7)
+    return [" ".join(rng.choice(words, size=int(rng.integers(1, max_len + 1)), p=p)) for _ in range(n_sentences)]
+
+
+# --------------------------------------------------------------------------- build_vocab
+
+
+def _vocab(sentences, min_freq=1, specials=SPECIALS, *, tie="alpha", specials_last=False, strict=False,
+           ascending=False, split=None):
+    """A trusted vocabulary with switches for the plausible mistakes."""
+    counts = Counter(tok for s in sentences for tok in (s.split(split) if split else s.split()))
+    order = list(counts.items())  # first-seen order
+    if tie == "alpha":
+        order.sort(key=lambda kv: kv[0])
+    elif tie == "reverse":
+        order.sort(key=lambda kv: kv[0], reverse=True)
+    order.sort(key=lambda kv: kv[1], reverse=not ascending)  # stable: ties keep the order above
+    kept = [t for t, c in order if (c > min_freq if strict else c >= min_freq)]
+    vocab = {}
+    for token in ([] if specials_last else list(specials)) + kept + (list(specials) if specials_last else []):
+        if token not in vocab:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+@register
+class BuildVocab(_HintingExercise):
+    """``build_vocab(sentences, min_freq=1, specials=...) -> dict[str, int]``."""
+
+    name = "build_vocab"
+    chapter = CHAPTER
+    kind = "function"
+    what = "specials first in order, descending counts, alphabetical ties, min_freq, custom specials"
+
+    def cases(self, rng, hidden):
+        cases = [
+            Case(args=(["the cat sat on the mat", "the dog sat"],),
+                 label="two sentences: 'the' x3, 'sat' x2, then ties in alphabetical order"),
+            Case(args=(["b a c a b a", "c d"],), kwargs={"min_freq": 2},
+                 label="min_freq=2 keeps tokens seen at least twice (count == 2 included)"),
+            Case(args=(["x y y"],), kwargs={"specials": ("<unk>", "<pad>")},
+                 label="custom specials ('<unk>', '<pad>') get ids 0 and 1 in that order"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(4):
+            corpus = _random_corpus(rng, int(rng.integers(2, 9)))
+            min_freq = int(rng.integers(1, 4))
+            cases.append(Case(args=(corpus,), kwargs={"min_freq": min_freq},
+                              label=f"random corpus of {len(corpus)} sentences, min_freq={min_freq}"))
+        specials = tuple(rng.permutation(["<pad>", "<sos>", "<eos>", "<unk>", "<mask>"])[: int(rng.integers(1, 6))])
+        cases.append(Case(args=(_random_corpus(rng, 5),), kwargs={"specials": specials},
+                          label=f"random corpus with specials {specials}"))
+        cases.append(Case(args=(["  the\tcat  sat\n", "cat   the the"],),
+                          label="tabs, newlines and runs of spaces are whitespace too (str.split())"))
+        cases.append(Case(args=(["go <unk> go", "<unk> stop"],),
+                          label="a token equal to a special is not added twice: ids stay 0 .. len-1"))
+        cases.append(Case(args=([],), label="no sentences: only the specials"))
+        return cases
+
+    def diagnose(self, case, got, want):
+        if not isinstance(got.value, dict):
+            return "return a dict mapping each token (str) to its id (int)."
+        sentences = case.args[0]
+        min_freq = case.kwargs.get("min_freq", 1)
+        specials = case.kwargs.get("specials", SPECIALS)
+        if sorted(got.value.values()) != list(range(len(got.value))):
+            return ("the ids must be exactly 0 .. len(vocab) - 1: give each new token the id len(vocab) "
+                    "and skip a token that is already in the vocabulary (e.g. a special seen in the text).")
+        variants = [
+            ("ties are not in alphabetical order: sort by (-count, token).", dict(tie="first_seen")),
+            ("ties are in reverse alphabetical order: sort by (-count, token), not reverse=True on both.",
+             dict(tie="reverse")),
+            ("the specials must come first, with ids 0, 1, ... in the given order.", dict(specials_last=True)),
+            ("min_freq is off by one: keep tokens with count >= min_freq.", dict(strict=True)),
+            ("most frequent first: sort by descending count.", dict(ascending=True)),
+            ("split on any whitespace with sentence.split() (no argument), not split(' ').", dict(split=" ")),
+        ]
+        for hint, flags in variants:
+            try:
+                value = _vocab(sentences, min_freq, specials, **flags)
+            except Exception:  # noqa: BLE001
+                continue
+            if value != want.value and value == got.value:
+                return hint
+        if specials and any(got.value.get(s) != i for i, s in enumerate(specials)):
+            return "the specials must come first, with ids 0, 1, ... in the given order."
+        return None
+
+
+# --------------------------------------------------------------------------- encode
+
+
+@register
+class Encode(_HintingExercise):
+    """``encode(sentence, vocab) -> list[int]``."""
+
+    name = "encode"
+    chapter = CHAPTER
+    kind = "function"
+    what = "ids of whitespace tokens, unknown tokens → vocab['<unk>'], empty sentences, other special orders"
+
+    def cases(self, rng, hidden):
+        vocab = _vocab(["the cat sat on the mat", "the dog ran"])
+        cases = [
+            Case(args=("the cat sat", vocab), label="three known tokens"),
+            Case(args=("the zebra sat on a mat", vocab), label="unknown tokens ('zebra', 'a') become <unk>"),
+            Case(args=("", vocab), label="an empty sentence gives []"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(3):
+            corpus = _random_corpus(rng, 6)
+            v = _vocab(corpus, int(rng.integers(1, 3)))
+            sentence = _random_corpus(rng, 1, max_len=10)[0]
+            cases.append(Case(args=(sentence, v), label=f"random sentence {sentence!r}"))
+        specials = ("<unk>", "<eos>", "<pad>", "<sos>")
+        v = _vocab(["a b c b"], specials=specials)
+        cases.append(Case(args=("c x b y", v),
+                          label="a vocabulary whose '<unk>' has id 0: look the id up, do not assume 3"))
+        cases.append(Case(args=(" the\tcat\n  sat ", vocab), label="tabs, newlines and extra spaces"))
+        return cases
+
+    def raised_hint(self, case, raised):
+        if raised["type"] == "KeyError":
+            return "a token outside the vocabulary must become vocab['<unk>']: use vocab.get(token, vocab['<unk>'])."
+        return None
+
+    def diagnose(self, case, got, want):
+        sentence, vocab = case.args
+        tokens = sentence.split()
+        if not isinstance(got.value, list):
+            return "return a list of ints."
+        if got.value == [vocab[t] for t in tokens if t in vocab]:
+            return "unknown tokens were dropped: each one must become vocab['<unk>'], one id per token."
+        unk = vocab.get("<unk>")
+        for wrong in (3, 0, -1, len(vocab)):
+            if wrong != unk and got.value == [vocab.get(t, wrong) for t in tokens]:
+                return f"unknown tokens became {wrong}: use vocab['<unk>'] (here {unk})."
+        if got.value == [vocab.get(t, unk) for t in sentence.split(" ")]:
+            return "split with sentence.split() (any whitespace), not split(' ')."
+        return None
+
+
+# --------------------------------------------------------------------------- learn_bpe
+
+
+def _merge(symbols, pair):
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def _bpe(corpus, num_merges, *, end="own", weighted=True, tie="smallest"):
+    """Trusted BPE learning with switches for the plausible mistakes.
+
+    ``end``: "own" (``</w>`` a symbol of its own), "none" or "glued" (``w</w>``);
+    ``tie``: "smallest", "largest" or "first" (first pair seen).
+    """
+    counts = Counter(w for s in corpus for w in s.split())
+    words = {}
+    for w, c in counts.items():
+        if end == "own":
+            symbols = tuple(w) + ("</w>",)
+        elif end == "glued":
+            symbols = tuple(w[:-1]) + (w[-1] + "</w>",)
+        else:
+            symbols = tuple(w)
+        words[symbols] = words.get(symbols, 0) + (c if weighted else 1)
+    merges = []
+    for _ in range(num_merges):
+        pairs = Counter()
+        for symbols, c in words.items():
+            for p in zip(symbols, symbols[1:]):
+                pairs[p] += c
+        if not pairs:
+            break
+        if tie == "smallest":
+            best = min(pairs, key=lambda p: (-pairs[p], p))
+        elif tie == "largest":
+            best = max(pairs, key=lambda p: (pairs[p], p))
+        else:
+            best = max(pairs, key=lambda p: pairs[p])  # first seen among the maxima
+        merges.append(best)
+        words = {_merge(s, best): c for s, c in words.items()}
+    return merges
+
+
+_SENNRICH = ["low " * 5 + "lower " * 2 + "newest " * 6 + "widest " * 3]
+
+
+def _bpe_corpus(rng):
+    """Random words over a small alphabet, so that pairs repeat and tie."""
+    vocab = ["".join(rng.choice(list(_LETTERS), size=int(rng.integers(1, 6)))) for _ in range(int(rng.integers(3, 8)))]
+    return [" ".join(rng.choice(vocab, size=int(rng.integers(1, 6)))) for _ in range(int(rng.integers(2, 6)))]
+
+
+@register
+class LearnBpe(_HintingExercise):
+    """``learn_bpe(corpus, num_merges) -> list[tuple[str, str]]``."""
+
+    name = "learn_bpe"
+    chapter = CHAPTER
+    kind = "function"
+    what = "merges in order: '</w>' as its own symbol, weighted counts, smallest pair on ties, early stop"
+
+    def cases(self, rng, hidden):
+        cases = [
+            Case(args=(_SENNRICH, 10), label="Sennrich's example: low x5, lower x2, newest x6, widest x3; 10 merges"),
+            Case(args=(["ab ab ba"], 2), label="'ab' x2 and 'ba': the most frequent pairs first"),
+            Case(args=(["ab"], 5), label="one word 'ab': 2 merges, then no pair is left (stop early)"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(5):
+            corpus = _bpe_corpus(rng)
+            n = int(rng.integers(1, 25))
+            cases.append(Case(args=(corpus, n), label=f"random corpus {corpus}, {n} merges"))
+        cases.append(Case(args=(["ba ab"], 1), label="a tie: ('a', 'b') and ('b', 'a') seen once each; smallest pair wins"))
+        cases.append(Case(args=(["aaaa"], 3), label="'aaaa': pairs overlap, merge left to right"))
+        cases.append(Case(args=(_SENNRICH, 0), label="num_merges=0 gives []"))
+        return cases
+
+    def raised_hint(self, case, raised):
+        if raised["type"] == "ValueError" and ("empty" in raised["message"] or "max" in raised["message"]):
+            return "stop early when no pair is left (every word is a single symbol): do not take max() of nothing."
+        return None
+
+    def diagnose(self, case, got, want):
+        if not isinstance(got.value, list):
+            return "return a list of (left, right) tuples."
+        if got.value and not all(isinstance(m, tuple) for m in got.value):
+            return "each merge must be a tuple (left, right), not a list."
+        corpus, n = case.args
+        variants = [
+            ("the end marker is missing: every word ends with the symbol '</w>' ('low' → l o w </w>).",
+             dict(end="none")),
+            ("'</w>' must be a symbol of its own ('low' → l o w </w>), not glued to the last letter.",
+             dict(end="glued")),
+            ("count pairs weighted by how often each word occurs in the corpus.", dict(weighted=False)),
+            ("ties go to the lexicographically smallest pair: min(pairs, key=lambda p: (-count[p], p)).",
+             dict(tie="largest")),
+            ("ties go to the lexicographically smallest pair, not the first one seen: "
+             "min(pairs, key=lambda p: (-count[p], p)).", dict(tie="first")),
+        ]
+        for hint, flags in variants:
+            value = _bpe(corpus, n, **flags)
+            if value != want.value and value == got.value:
+                return hint
+        if len(got.value) > len(want.value):
+            return "stop early when no pair is left: there are fewer possible merges than num_merges here."
+        return None
+
+
+# --------------------------------------------------------------------------- bpe_tokenize
+
+
+def _tokenize(word, merges, *, mode="ordered"):
+    """Trusted BPE tokenisation with switches for the plausible mistakes."""
+    if mode == "no_end":
+        symbols = list(word)
+    else:
+        symbols = list(word) + ["</w>"]
+    if mode == "replace":
+        text = " ".join(symbols)
+        for a, b in merges:
+            text = text.replace(f"{a} {b}", a + b)
+        return text.split(" ")
+    ordered = list(reversed(merges)) if mode == "reversed" else merges
+    for pair in ordered:
+        if mode == "once":
+            for i in range(len(symbols) - 1):
+                if (symbols[i], symbols[i + 1]) == pair:
+                    symbols[i: i + 2] = [pair[0] + pair[1]]
+                    break
+        else:
+            symbols = list(_merge(symbols, tuple(pair)))
+    return symbols
+
+
+@register
+class BpeTokenize(_HintingExercise):
+    """``bpe_tokenize(word, merges) -> list[str]``."""
+
+    name = "bpe_tokenize"
+    chapter = CHAPTER
+    kind = "function"
+    what = "merges applied in learned order, every occurrence, '</w>' kept, unseen words"
+
+    def cases(self, rng, hidden):
+        merges = _bpe(_SENNRICH, 10)
+        cases = [
+            Case(args=("lowest", merges), label="'lowest' with Sennrich's 10 merges"),
+            Case(args=("newer", merges), label="'newer' (not in the corpus)"),
+            Case(args=("aaaa", [("a", "a"), ("aa", "aa")]), label="'aaaa' with merges (a, a), (aa, aa)"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(5):
+            corpus = _bpe_corpus(rng)
+            m = _bpe(corpus, int(rng.integers(1, 20)))
+            word = "".join(rng.choice(list(_LETTERS), size=int(rng.integers(1, 8))))
+            cases.append(Case(args=(word, m), label=f"random word {word!r} with {len(m)} learned merges"))
+        cases.append(Case(args=("xyz", [("a", "b")]), label="no merge applies: characters plus '</w>'"))
+        cases.append(Case(args=("abc", [("b", "c"), ("a", "b"), ("a", "bc")]),
+                          label="merges (b, c), (a, b), (a, bc): the order decides"))
+        cases.append(Case(args=("abab", [("a", "b"), ("b", "a"), ("ab", "ab")]),
+                          label="'abab' with (a, b), (b, a), (ab, ab)"))
+        cases.append(Case(args=("ab", [("b", "</w>"), ("a", "b</w>")]),
+                          label="merges that involve '</w>'"))
+        cases.append(Case(args=("cab", [("c", "a"), ("a", "b")]),
+                          label="'cab' with (c, a), (a, b): after the first merge 'a' is inside 'ca'"))
+        cases.append(Case(args=("abcab", [("a", "b"), ("b", "ca"), ("c", "ab")]),
+                          label="a later merge that spans an earlier merge's boundary"))
+        return cases
+
+    def diagnose(self, case, got, want):
+        if not isinstance(got.value, list):
+            return "return a list of strings (the subword symbols)."
+        word, merges = case.args
+        variants = [
+            ("the end marker is missing: start from list(word) + ['</w>'].", "no_end"),
+            ("apply the merges in the order they were learned (merges[0] first).", "reversed"),
+            ("each merge must be applied to every occurrence in the word, left to right, not only the first.",
+             "once"),
+            ("string replacement merges across symbol boundaries: work on the list of symbols and merge a "
+             "pair only where two adjacent symbols equal (left, right).", "replace"),
+        ]
+        for hint, mode in variants:
+            value = _tokenize(word, merges, mode=mode)
+            if value != want.value and value == got.value:
+                return hint
+        return None
+
+
+# --------------------------------------------------------------------------- one_hot
+
+
+class _FloatResult(_HintingExercise):
+    """Accept any float dtype for a float result (the contract says "floats")."""
+
+    def judge(self, case, got, want):
+        g, w = _array(got.value), _array(want.value)
+        if isinstance(got.value, np.ndarray) and isinstance(w, np.ndarray) and np.issubdtype(g.dtype, np.floating):
+            got = Result(value=g.astype(w.dtype), attrs=got.attrs, probes=got.probes, grads=got.grads,
+                         args_after=got.args_after, raised=got.raised)
+        super().judge(case, got, want)
+
+
+@register
+class OneHot(_FloatResult):
+    """``one_hot(ids, vocab_size) -> (len(ids), vocab_size)`` floats."""
+
+    name = "one_hot"
+    chapter = CHAPTER
+    kind = "function"
+    what = "(len(ids), vocab_size) float rows with one 1.0, repeated ids, empty ids, out-of-range ids raise"
+
+    def cases(self, rng, hidden):
+        cases = [
+            Case(args=([2, 0, 1], 4), label="ids [2, 0, 1], vocab_size 4"),
+            Case(args=([3, 3], 5), label="a repeated id"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(3):
+            v = int(rng.integers(1, 30))
+            ids = [int(i) for i in rng.integers(0, v, size=int(rng.integers(1, 12)))]
+            cases.append(Case(args=(ids, v), label=f"random {len(ids)} ids, vocab_size {v}"))
+        cases.append(Case(args=(np.array([4, 0, 2]), 6), label="ids as a numpy array"))
+        cases.append(Case(args=([], 3), label="no ids: shape (0, 3)"))
+        cases.append(Case(args=([1, 5], 5), label="id 5 with vocab_size 5 is out of range",
+                          expect_error=(ValueError, IndexError)))
+        return cases
+
+    def diagnose(self, case, got, want):
+        g = _array(got.value)
+        if g is None:
+            return "return a numpy array."
+        w = _array(want.value)
+        if np.issubdtype(g.dtype, np.integer) or g.dtype == bool:
+            return "the vectors must be floats (dtype float64): np.zeros((n, vocab_size)) is float by default."
+        if g.shape == w.shape[::-1] and _close(g.T, w):
+            return "rows and columns are swapped: one row per id, shape (len(ids), vocab_size)."
+        return None
+
+
+# --------------------------------------------------------------------------- cosine_similarity
+
+
+@register
+class CosineSimilarity(_HintingExercise):
+    """``cosine_similarity(a, b) -> float``; a zero vector raises ``ValueError``."""
+
+    name = "cosine_similarity"
+    chapter = CHAPTER
+    kind = "function"
+    what = "a·b / (|a| |b|) as a float, parallel / opposite / orthogonal vectors, zero vectors raise"
+
+    def cases(self, rng, hidden):
+        cases = [
+            Case(args=(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0])), label="parallel vectors: 1.0"),
+            Case(args=(np.array([1.0, 0.0]), np.array([0.0, 3.0])), label="orthogonal vectors: 0.0"),
+            Case(args=(np.array([1.0, 2.0, 2.0]), np.array([-2.0, 1.0, 0.5])), label="a general pair"),
+            Case(args=(np.zeros(3), np.array([1.0, 2.0, 3.0])), label="a zero vector: undefined, raise ValueError",
+                 expect_error=(ValueError,)),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(3):
+            d = int(rng.integers(2, 50))
+            scale = float(rng.choice([1e-3, 1.0, 1e3]))
+            cases.append(Case(args=(rng.normal(size=d) * scale, rng.normal(size=d)),
+                              label=f"random vectors of length {d}, one scaled by {scale}"))
+        a = rng.normal(size=7)
+        cases.append(Case(args=(a, -2.5 * a), label="opposite vectors: -1.0"))
+        cases.append(Case(args=([1, 2, 3], [3, 2, 1]), label="python lists of ints"))
+        cases.append(Case(args=(rng.normal(size=4), np.zeros(4)), label="b is the zero vector",
+                          expect_error=(ValueError,)))
+        return cases
+
+    def diagnose(self, case, got, want):
+        if not isinstance(got.value, (float, int)) or isinstance(got.value, bool):
+            return "return a single float (float(...)), not an array."
+        a, b = (np.asarray(x, dtype=np.float64) for x in case.args)
+        na, nb = np.linalg.norm(a), np.linalg.norm(b)
+        variants = [
+            ("you returned the dot product: divide by both lengths, a·b / (|a| |b|).", a @ b),
+            ("divide by the product of both lengths |a| |b|.", a @ b / na),
+            ("divide by the product of both lengths |a| |b|.", a @ b / nb),
+            ("you returned 1 - cosine (a distance); return the cosine itself.", 1 - a @ b / (na * nb)),
+            ("divide by the lengths |a| |b| (square roots), not the squared lengths.", a @ b / (na**2 * nb**2)),
+        ]
+        for hint, value in variants:
+            if np.isclose(got.value, value, rtol=1e-6) and not np.isclose(value, want.value, rtol=1e-6):
+                return hint
+        return None
+
+
+# --------------------------------------------------------------------------- TokenEmbedding
+
+
+def _embedding_case(rng, vocab_size, d_model, ids_shape, label, backward=False):
+    weight = rng.normal(size=(vocab_size, d_model)).astype(np.float32)
+    ids = rng.integers(0, vocab_size, size=ids_shape).astype(np.int64)
+    return Case(init={"vocab_size": vocab_size, "d_model": d_model}, state={"embedding.weight": weight},
+                args=(Tensor(ids),), probes=("state_dict_keys", "type:embedding"), label=label,
+                rtol=1e-5, atol=1e-5)
+
+
+@register
+class TokenEmbeddingCheck(_HintingExercise):
+    """``TokenEmbedding(vocab_size, d_model)``: ``embedding(ids) * sqrt(d_model)``."""
+
+    name = "TokenEmbedding"
+    chapter = CHAPTER
+    kind = "class"
+    what = "self.embedding is an nn.Embedding, output = embedding(ids) · √d_model for (B, T) and other id shapes"
+
+    def cases(self, rng, hidden):
+        cases = [
+            _embedding_case(rng, 10, 4, (2, 3), "vocab 10, d_model 4, ids (2, 3)"),
+            _embedding_case(rng, 7, 16, (1, 5), "vocab 7, d_model 16, one sentence of 5 ids"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(3):
+            v, d = int(rng.integers(2, 40)), int(rng.integers(1, 33))
+            shape = (int(rng.integers(1, 4)), int(rng.integers(1, 8)))
+            cases.append(_embedding_case(rng, v, d, shape, f"random vocab {v}, d_model {d}, ids {shape}"))
+        cases.append(_embedding_case(rng, 12, 9, (6,), "1-D ids (6,) → (6, d_model), odd d_model 9"))
+        return cases
+
+    def raised_hint(self, case, raised):
+        if raised.get("phase") == "load_state_dict":
+            return ("the module must hold exactly one nn.Embedding(vocab_size, d_model) named `embedding` "
+                    "(state_dict key 'embedding.weight') and no other parameters.")
+        return None
+
+    def diagnose(self, case, got, want):
+        if got.probes.get("type:embedding") != want.probes.get("type:embedding"):
+            return "self.embedding must be an nn.Embedding(vocab_size, d_model)."
+        g = _array(got.value)
+        if g is None:
+            return "forward must return a tensor."
+        d = case.init["d_model"]
+        lookup = np.asarray(case.state["embedding.weight"])[_array(case.args[0])]
+        variants = [
+            ("the √d_model scale is missing: return self.embedding(ids) * math.sqrt(self.d_model).", lookup),
+            ("scale by √d_model (math.sqrt(d_model)), not by d_model.", lookup * d),
+            ("multiply by √d_model; you divided.", lookup / math.sqrt(d)),
+        ]
+        for hint, value in variants:
+            if _close(g, value) and not _close(value, _array(want.value)):
+                return hint
+        return None

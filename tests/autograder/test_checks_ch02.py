@@ -1,0 +1,412 @@
+"""Tests of the chapter 2 checks: plausible wrong answers are rejected with a hint
+that names the mistake, different valid answers pass, hidden inputs are fresh."""
+import math
+import pickle
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import solutions
+from autograder.checks import CheckFailure, check, get_exercise
+from autograder.checks.base import make_rng
+
+NAMES = ["build_vocab", "encode", "learn_bpe", "bpe_tokenize", "one_hot", "cosine_similarity", "TokenEmbedding"]
+SPECIALS = ("<pad>", "<sos>", "<eos>", "<unk>")
+
+
+def rejected(name, wrong, *words):
+    """Assert that the hidden check of ``name`` rejects ``wrong`` naming every word."""
+    with pytest.raises(CheckFailure) as info:
+        check(name, wrong, hidden=True, seed=7)
+    message = str(info.value)
+    for word in words:
+        assert word in message, f"{word!r} not in the message:\n{message}"
+    return message
+
+
+def accepted(name, obj):
+    check(name, obj)
+    check(name, obj, hidden=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_passes_visible_and_hidden(name, capsys):
+    accepted(name, getattr(solutions, name))
+    out = capsys.readouterr()
+    assert out.out.count(f"✓ {name}") == 2 and out.err == ""
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "TokenEmbedding"])
+def test_stub_says_not_implemented(name):
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailure, match="not implemented yet"):
+        check(name, stub)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hidden_cases_are_fresh_each_run(name):
+    ex = get_exercise(name)
+    first = ex.cases(make_rng(hidden=True), hidden=True)
+    second = ex.cases(make_rng(hidden=True), hidden=True)
+    assert len(first) > len(ex.cases(make_rng(hidden=False), hidden=False))
+    assert fingerprint(first) != fingerprint(second)
+
+
+def fingerprint(cases):
+    """The inputs of a list of cases as bytes (arrays included)."""
+    return pickle.dumps([(c.args, c.kwargs, c.init, c.state) for c in cases])
+
+
+# --------------------------------------------------------------------------- build_vocab
+
+
+def make_vocab(order_key, specials_last=False, strict=False):
+    def build_vocab(sentences, min_freq=1, specials=SPECIALS):
+        counts = Counter(t for s in sentences for t in s.split())
+        tokens = [t for t, c in sorted(counts.items(), key=order_key)
+                  if (c > min_freq if strict else c >= min_freq)]
+        vocab = {}
+        for t in (tokens + list(specials)) if specials_last else (list(specials) + tokens):
+            if t not in vocab:
+                vocab[t] = len(vocab)
+        return vocab
+
+    return build_vocab
+
+
+def test_build_vocab_with_unsorted_ties_is_rejected():
+    rejected("build_vocab", make_vocab(lambda kv: -kv[1]), "alphabetical")
+
+
+def test_build_vocab_with_specials_last_is_rejected():
+    rejected("build_vocab", make_vocab(lambda kv: (-kv[1], kv[0]), specials_last=True), "specials must come first")
+
+
+def test_build_vocab_with_min_freq_off_by_one_is_rejected():
+    rejected("build_vocab", make_vocab(lambda kv: (-kv[1], kv[0]), strict=True), "min_freq is off by one")
+
+
+def test_build_vocab_reassigning_a_special_is_rejected():
+    def reassigning(sentences, min_freq=1, specials=SPECIALS):
+        counts = Counter(t for s in sentences for t in s.split())
+        vocab = {s: i for i, s in enumerate(specials)}
+        ranked = [t for t, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_freq]
+        for i, t in enumerate(ranked):
+            vocab[t] = len(specials) + i  # overwrites '<unk>' when it occurs in the text
+        return vocab
+
+    rejected("build_vocab", reassigning, "0 .. len(vocab) - 1")
+
+
+def test_a_different_valid_build_vocab_passes():
+    def with_most_common(sentences, min_freq=1, specials=SPECIALS):
+        counts = Counter()
+        for s in sentences:
+            counts.update(s.split())
+        vocab = dict(zip(specials, range(len(specials))))
+        by_name = sorted(counts.most_common(), key=lambda kv: kv[0])
+        for token, count in sorted(by_name, key=lambda kv: kv[1], reverse=True):
+            if count >= min_freq:
+                vocab.setdefault(token, len(vocab))
+        return vocab
+
+    accepted("build_vocab", with_most_common)
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def test_encode_dropping_unknown_tokens_is_rejected():
+    rejected("encode", lambda s, v: [v[t] for t in s.split() if t in v], "dropped")
+
+
+def test_encode_with_a_hard_coded_unk_id_is_rejected():
+    rejected("encode", lambda s, v: [v.get(t, 3) for t in s.split()], "vocab['<unk>']")
+
+
+def test_encode_without_unk_raises_key_error_and_is_rejected():
+    rejected("encode", lambda s, v: [v[t] for t in s.split()], "KeyError", "<unk>")
+
+
+def test_encode_splitting_on_single_spaces_is_rejected():
+    rejected("encode", lambda s, v: [v.get(t, v["<unk>"]) for t in s.split(" ")], "split()")
+
+
+def test_a_different_valid_encode_passes():
+    def encode(sentence, vocab):
+        unk = vocab["<unk>"]
+        return list(map(lambda token: vocab[token] if token in vocab else unk, sentence.split()))
+
+    accepted("encode", encode)
+
+
+# --------------------------------------------------------------------------- learn_bpe
+
+
+def make_bpe(end="own", weighted=True, tie="smallest", stop=True):
+    def learn_bpe(corpus, num_merges):
+        counts = Counter(w for s in corpus for w in s.split())
+        words = {}
+        for w, c in counts.items():
+            key = tuple(w) + ("</w>",) if end == "own" else tuple(w)
+            words[key] = words.get(key, 0) + (c if weighted else 1)
+        merges = []
+        for _ in range(num_merges):
+            pairs = Counter()
+            for sym, c in words.items():
+                for p in zip(sym, sym[1:]):
+                    pairs[p] += c
+            if not pairs and stop:
+                break
+            best = min(pairs, key=lambda p: (-pairs[p], p)) if tie == "smallest" else max(pairs, key=pairs.get)
+            merges.append(best)
+            new = {}
+            for sym, c in words.items():
+                out, i = [], 0
+                while i < len(sym):
+                    if i + 1 < len(sym) and (sym[i], sym[i + 1]) == best:
+                        out.append(sym[i] + sym[i + 1])
+                        i += 2
+                    else:
+                        out.append(sym[i])
+                        i += 1
+                new[tuple(out)] = c
+            words = new
+        return merges
+
+    return learn_bpe
+
+
+def test_learn_bpe_without_end_marker_is_rejected():
+    rejected("learn_bpe", make_bpe(end="none"), "end marker")
+
+
+def test_learn_bpe_with_unweighted_counts_is_rejected():
+    rejected("learn_bpe", make_bpe(weighted=False), "weighted")
+
+
+def test_learn_bpe_with_first_seen_tie_break_is_rejected():
+    rejected("learn_bpe", make_bpe(tie="first"), "smallest pair")
+
+
+def test_learn_bpe_without_early_stop_is_rejected():
+    rejected("learn_bpe", make_bpe(stop=False), "stop early")
+
+
+def test_a_different_valid_learn_bpe_passes():
+    def learn_bpe(corpus, num_merges):
+        words = [list(w) + ["</w>"] for s in corpus for w in s.split()]  # one entry per occurrence
+        merges = []
+        while len(merges) < num_merges:
+            pairs = Counter(p for w in words for p in zip(w, w[1:]))
+            if not pairs:
+                break
+            top = max(pairs.values())
+            best = sorted(p for p, c in pairs.items() if c == top)[0]
+            merges.append(best)
+            for w in words:
+                i = 0
+                while i < len(w) - 1:
+                    if (w[i], w[i + 1]) == best:
+                        w[i:i + 2] = [w[i] + w[i + 1]]
+                    i += 1
+        return merges
+
+    accepted("learn_bpe", learn_bpe)
+
+
+# --------------------------------------------------------------------------- bpe_tokenize
+
+
+def test_bpe_tokenize_in_reverse_order_is_rejected():
+    def reverse(word, merges):
+        return solutions.bpe_tokenize(word, list(reversed(merges)))
+
+    rejected("bpe_tokenize", reverse, "order they were learned")
+
+
+def test_bpe_tokenize_by_string_replacement_is_rejected():
+    def by_replace(word, merges):
+        text = " ".join(list(word) + ["</w>"])
+        for a, b in merges:
+            text = text.replace(f"{a} {b}", a + b)
+        return text.split(" ")
+
+    rejected("bpe_tokenize", by_replace, "string replacement")
+
+
+def test_bpe_tokenize_merging_only_the_first_occurrence_is_rejected():
+    def first_only(word, merges):
+        symbols = list(word) + ["</w>"]
+        for pair in merges:
+            for i in range(len(symbols) - 1):
+                if (symbols[i], symbols[i + 1]) == tuple(pair):
+                    symbols[i:i + 2] = ["".join(pair)]
+                    break
+        return symbols
+
+    rejected("bpe_tokenize", first_only, "every occurrence")
+
+
+def test_bpe_tokenize_without_end_marker_is_rejected():
+    rejected("bpe_tokenize", _tokenize_no_end, "end marker")
+
+
+def _tokenize_no_end(word, merges):
+    symbols = list(word)
+    for a, b in merges:
+        i = 0
+        while i < len(symbols) - 1:
+            if symbols[i] == a and symbols[i + 1] == b:
+                symbols[i:i + 2] = [a + b]
+            i += 1
+    return symbols
+
+
+def test_a_different_valid_bpe_tokenize_passes():
+    def in_place(word, merges):
+        symbols = list(word) + ["</w>"]
+        for a, b in merges:
+            i = 0
+            while i < len(symbols) - 1:
+                if symbols[i] == a and symbols[i + 1] == b:
+                    symbols[i:i + 2] = [a + b]
+                i += 1
+        return symbols
+
+    accepted("bpe_tokenize", in_place)
+
+
+# --------------------------------------------------------------------------- one_hot
+
+
+def test_one_hot_with_int_dtype_is_rejected():
+    def ints(ids, vocab_size):
+        out = np.zeros((len(ids), vocab_size), dtype=int)
+        out[np.arange(len(ids)), ids] = 1
+        return out
+
+    rejected("one_hot", ints, "floats")
+
+
+def test_one_hot_transposed_is_rejected():
+    rejected("one_hot", lambda ids, v: np.eye(v)[np.asarray(ids, dtype=int)].T, "swapped")
+
+
+def test_one_hot_off_by_one_is_rejected():
+    def shifted(ids, v):
+        out = np.zeros((len(ids), v))
+        for row, i in enumerate(ids):
+            out[row, i - 1] = 1.0  # ids counted from 1
+        return out
+
+    rejected("one_hot", shifted, "wrong values")
+
+
+def test_a_different_valid_one_hot_passes():
+    accepted("one_hot", lambda ids, v: np.eye(v, dtype=np.float32)[np.asarray(ids, dtype=np.int64)])
+
+
+# --------------------------------------------------------------------------- cosine_similarity
+
+
+def test_cosine_similarity_not_raising_on_zero_vectors_is_rejected():
+    def no_check(a, b):
+        a, b = np.asarray(a, float), np.asarray(b, float)
+        with np.errstate(all="ignore"):
+            return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+    rejected("cosine_similarity", no_check, "should raise ValueError")
+
+
+def test_cosine_similarity_without_normalising_is_rejected():
+    def dot(a, b):
+        a, b = np.asarray(a, float), np.asarray(b, float)
+        if not a.any() or not b.any():
+            raise ValueError("zero vector")
+        return float(a @ b)
+
+    rejected("cosine_similarity", dot, "dot product")
+
+
+def test_cosine_distance_is_rejected():
+    def distance(a, b):
+        return 1.0 - solutions.cosine_similarity(a, b)
+
+    rejected("cosine_similarity", distance, "1 - cosine")
+
+
+def test_cosine_similarity_returning_an_array_is_rejected():
+    def array(a, b):
+        return np.array([solutions.cosine_similarity(a, b)])
+
+    rejected("cosine_similarity", array, "single float")
+
+
+def test_a_different_valid_cosine_similarity_passes():
+    def via_unit_vectors(a, b):
+        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        if np.all(a == 0) or np.all(b == 0):
+            raise ValueError("cosine similarity needs non-zero vectors")
+        return float(np.dot(a / np.sqrt(np.sum(a * a)), b / np.sqrt(np.sum(b * b))))
+
+    accepted("cosine_similarity", via_unit_vectors)
+
+
+# --------------------------------------------------------------------------- TokenEmbedding
+
+
+def make_embedding(scale):
+    class TokenEmbedding(nn.Module):
+        def __init__(self, vocab_size, d_model):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab_size, d_model)
+            self.d_model = d_model
+
+        def forward(self, ids):
+            return self.embedding(ids) * scale(self.d_model)
+
+    return TokenEmbedding
+
+
+def test_token_embedding_without_scale_is_rejected():
+    rejected("TokenEmbedding", make_embedding(lambda d: 1.0), "√d_model scale is missing")
+
+
+def test_token_embedding_scaled_by_d_model_is_rejected():
+    rejected("TokenEmbedding", make_embedding(lambda d: float(d)), "not by d_model")
+
+
+def test_token_embedding_dividing_is_rejected():
+    rejected("TokenEmbedding", make_embedding(lambda d: 1 / math.sqrt(d)), "you divided")
+
+
+def test_token_embedding_with_a_renamed_table_is_rejected():
+    class Renamed(nn.Module):
+        def __init__(self, vocab_size, d_model):
+            super().__init__()
+            self.table = nn.Embedding(vocab_size, d_model)
+            self.d_model = d_model
+
+        def forward(self, ids):
+            return self.table(ids) * math.sqrt(self.d_model)
+
+    rejected("TokenEmbedding", Renamed, "named `embedding`")
+
+
+def test_a_different_valid_token_embedding_passes():
+    class FunctionalEmbedding(nn.Module):
+        def __init__(self, vocab_size, d_model):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab_size, d_model)
+            self.register_buffer("scale", torch.tensor(d_model ** 0.5), persistent=False)
+
+        def forward(self, ids):
+            return torch.nn.functional.embedding(ids, self.embedding.weight) * self.scale
+
+    accepted("TokenEmbedding", FunctionalEmbedding)
