@@ -110,6 +110,10 @@ class Transformer(nn.Module):
             self.tgt_embed.embedding.weight = self.src_embed.embedding.weight
             self.generator.weight = self.src_embed.embedding.weight
 
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        memory = self.encode(src, src_mask)  # (B, T_src, d_model)
+        return self.project(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T_tgt, V_tgt)
+
     def encode(self, src, src_mask=None):
         """Encoder stack: ``src (B, T_src)`` → ``memory (B, T_src, d_model)``."""
         x = self.positional(self.src_embed(src))  # (B, T_src, d_model)
@@ -131,10 +135,6 @@ class Transformer(nn.Module):
     def project(self, hidden):
         """Output projection: ``hidden (B, T, d_model)`` → ``logits (B, T, tgt_vocab_size)``."""
         return self.generator(hidden)
-
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
-        memory = self.encode(src, src_mask)  # (B, T_src, d_model)
-        return self.project(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T_tgt, V_tgt)
 
     def set_fused(self, flag=True):
         """Choose the attention path of every :class:`MultiHeadAttention` inside.

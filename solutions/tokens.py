@@ -5,8 +5,6 @@ The paper (section 5.1) encodes sentences with byte-pair encoding (Sennrich et a
 below are the from-scratch versions the chapter builds; real corpora use the
 Hugging Face ``tokenizers`` library.
 """
-from collections import Counter
-
 import numpy as np
 
 __all__ = [
@@ -50,11 +48,12 @@ def build_vocab(sentences, min_freq=1, specials=("<pad>", "<sos>", "<eos>", "<un
         raise ValueError(f"min_freq must be an int >= 1, got {min_freq!r}")
     if len(set(specials)) != len(specials):
         raise ValueError(f"specials must be distinct, got {specials!r}")
-    counts = Counter()
+    counts = {}
     for sentence in sentences:
         if not isinstance(sentence, str):
             raise TypeError(f"every sentence must be a str, got {type(sentence).__name__}")
-        counts.update(sentence.split())
+        for token in sentence.split():
+            counts[token] = counts.get(token, 0) + 1
     vocab = {token: i for i, token in enumerate(specials)}
     for token, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
         if count >= min_freq and token not in vocab:
@@ -123,14 +122,17 @@ def learn_bpe(corpus, num_merges):
         raise TypeError("corpus must be a list of sentences, not a single string")
     if isinstance(num_merges, bool) or not isinstance(num_merges, int) or num_merges < 0:
         raise ValueError(f"num_merges must be an int >= 0, got {num_merges!r}")
-    word_counts = Counter(word for sentence in corpus for word in sentence.split())
-    words = {tuple(word) + ("</w>",): count for word, count in word_counts.items()}
+    words = {}  # symbols of a word -> how often the word occurs
+    for sentence in corpus:
+        for word in sentence.split():
+            symbols = tuple(word) + ("</w>",)  # "low" -> ('l', 'o', 'w', '</w>')
+            words[symbols] = words.get(symbols, 0) + 1
     merges = []
     for _ in range(num_merges):
-        pair_counts = Counter()
+        pair_counts = {}
         for symbols, count in words.items():
             for pair in zip(symbols, symbols[1:]):
-                pair_counts[pair] += count
+                pair_counts[pair] = pair_counts.get(pair, 0) + count
         if not pair_counts:
             break
         best = min(pair_counts, key=lambda pair: (-pair_counts[pair], pair))
