@@ -1,0 +1,181 @@
+"""Open every page of the built book in headless Chromium with the network off.
+
+Debian's ``/usr/bin/chromium`` is driven through Playwright (its Python package
+ships the driver; ``playwright install`` is never run). The book is served from
+``_build/html`` by a local HTTP server on 127.0.0.1; every other request is
+recorded and aborted, and Chromium's resolver maps every other host to nothing.
+Per page the test asserts: no request left the book or failed, no script error,
+mathematics typeset by MathJax (no raw TeX left), every image loaded, widgets
+rendered, no error or stderr output cell. A full-page screenshot of each page goes
+to ``_build/screenshots/``.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from book_helpers import ROOT, built_pages
+
+pytestmark = [pytest.mark.book, pytest.mark.slow]
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-quic",
+    # No name resolves except the local server: a request that slips past the
+    # router still cannot reach the internet.
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+]
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+REDIRECT = re.compile(r'http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
+
+# What the page reports about itself once MathJax is done (run in the browser).
+PAGE_REPORT_JS = """
+async () => {
+  const mathNodes = document.querySelectorAll('.math, div.math, span.math');
+  if (mathNodes.length && window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  const images = Array.from(document.images);
+  for (const img of images) { img.loading = 'eager'; }
+  await Promise.all(images.map(img => img.complete ? null :
+      new Promise(resolve => { img.onload = img.onerror = resolve; })));
+  const prose = document.querySelector('main') || document.body;
+  const clone = prose.cloneNode(true);
+  clone.querySelectorAll('pre, code, script, style, mjx-container, textarea').forEach(n => n.remove());
+  const text = clone.textContent;
+  const widgetViews = document.querySelectorAll(
+      'script[type="application/vnd.jupyter.widget-view+json"]').length;
+  return {
+    mathNodes: mathNodes.length,
+    mathJaxLoaded: !!(window.MathJax && MathJax.startup),
+    typeset: document.querySelectorAll('mjx-container').length,
+    mathErrors: document.querySelectorAll('mjx-merror').length,
+    rawTex: ['$$', '\\\\(', '\\\\[', '\\\\begin{'].filter(s => text.includes(s)),
+    brokenImages: images.filter(img => !(img.complete && img.naturalWidth > 0))
+                        .map(img => img.getAttribute('src')),
+    images: images.length,
+    widgetViews: widgetViews,
+    widgetsRendered: document.querySelectorAll('.jupyter-widgets, .widget-area, .lm-Widget').length,
+    errorOutputs: Array.from(document.querySelectorAll(
+        '.output.traceback, .output.stderr, .output.error, .cell_output .traceback'))
+        .map(n => n.textContent.slice(0, 300)),
+  };
+}
+"""
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest's output clean
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(built_book):
+    """Serve ``_build/html`` on 127.0.0.1 (a free port) for the duration of the module."""
+    handler = functools.partial(_QuietHandler, directory=str(built_book))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser_context(server, tmp_path_factory):
+    """A fresh headless Chromium profile whose every request outside the book is aborted."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not found (make sysdeps installs Debian's chromium)")
+    outside = []
+    with sync_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            user_data_dir=str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 1280, "height": 900}, service_workers="block")
+
+        def route(route_obj):
+            url = route_obj.request.url
+            if url.startswith(server + "/") or url.startswith(("data:", "blob:")):
+                route_obj.continue_()
+            else:
+                outside.append(url)
+                route_obj.abort("blockedbyclient")
+
+        context.route("**/*", route)
+        context.outside_requests = outside
+        yield context
+        context.close()
+
+
+def test_every_page_offline(built_book, server, browser_context):
+    pages = built_pages(built_book)
+    assert pages, f"no HTML pages under {built_book}"
+    if SCREENSHOTS.exists():
+        shutil.rmtree(SCREENSHOTS)
+    SCREENSHOTS.mkdir(parents=True)
+    problems = []
+    math_pages = 0
+    for path in pages:
+        rel = path.relative_to(built_book).as_posix()
+        url = f"{server}/{rel}"
+        redirect = REDIRECT.search(path.read_text(encoding="utf-8"))
+        if redirect:  # index.html only forwards to the landing page, checked on its own
+            target = (path.parent / redirect.group(1)).resolve()
+            if target not in {p.resolve() for p in pages}:
+                problems.append(f"{rel}: redirects to {redirect.group(1)}, which was not built")
+            continue
+        page = browser_context.new_page()
+        failed, script_errors, bad_status = [], [], []
+        page.on("requestfailed", lambda r: failed.append(f"{r.url} ({r.failure})"))
+        page.on("pageerror", lambda e: script_errors.append(str(e)))
+        page.on("response", lambda r: bad_status.append(f"{r.url} -> {r.status}") if r.status >= 400 else None)
+        before = len(browser_context.outside_requests)
+        page.goto(url, wait_until="load", timeout=60_000)
+        report = page.evaluate(PAGE_REPORT_JS)
+        if report["widgetViews"]:
+            page.wait_for_timeout(1000)  # the widget manager renders asynchronously
+            report = page.evaluate(PAGE_REPORT_JS)
+        page.screenshot(path=str(SCREENSHOTS / (rel.replace("/", "__") + ".png")), full_page=True)
+        page.close()
+
+        outside = browser_context.outside_requests[before:]
+        mine = []
+        if outside:
+            mine.append(f"requests outside the book: {outside}")
+        if failed:
+            mine.append(f"failed requests: {failed}")
+        if bad_status:
+            mine.append(f"HTTP errors: {bad_status}")
+        if script_errors:
+            mine.append(f"script errors: {script_errors}")
+        if report["mathNodes"]:
+            math_pages += 1
+            if not report["mathJaxLoaded"]:
+                mine.append("the page has maths but MathJax did not load")
+            elif report["typeset"] < report["mathNodes"]:
+                mine.append(f"{report['mathNodes']} maths nodes, only {report['typeset']} typeset")
+        if report["mathErrors"]:
+            mine.append(f"{report['mathErrors']} MathJax errors")
+        if report["rawTex"]:
+            mine.append(f"raw TeX left in the text: {report['rawTex']}")
+        if report["brokenImages"]:
+            mine.append(f"images that did not load: {report['brokenImages']}")
+        if report["widgetViews"] and not report["widgetsRendered"]:
+            mine.append(f"{report['widgetViews']} widgets on the page, none rendered")
+        if report["errorOutputs"]:
+            mine.append(f"error/stderr output cells: {report['errorOutputs']}")
+        problems.extend(f"{rel}: {p}" for p in mine)
+    assert not problems, "\n".join(problems)
+    assert math_pages >= 1, "no page with maths was checked (the notation page has some)"
+    assert len(list(SCREENSHOTS.glob("*.png"))) == len(pages) - sum(
+        bool(REDIRECT.search(p.read_text(encoding="utf-8"))) for p in pages)

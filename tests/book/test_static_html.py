@@ -1,0 +1,96 @@
+"""Static checks of the built HTML: self-contained, no hidden tests, every chapter built."""
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from book_helpers import ROOT, built_pages
+
+pytestmark = pytest.mark.book
+
+EXTERNAL = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:)?//", re.IGNORECASE)  # http://, https://, //host
+
+
+class _Resources(HTMLParser):
+    """Collect what a page loads: scripts, stylesheets, images, frames, preloads, inline CSS URLs."""
+
+    def __init__(self):
+        super().__init__()
+        self.loads = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script" and attrs.get("src"):
+            self.loads.append(("script", attrs["src"]))
+        elif tag == "link":
+            rel = (attrs.get("rel") or "").lower().split()
+            if {"stylesheet", "preload", "modulepreload", "prefetch", "preconnect", "icon"} & set(rel):
+                self.loads.append(("link " + " ".join(rel), attrs.get("href") or ""))
+        elif tag in ("img", "iframe", "source", "audio", "video", "embed") and attrs.get("src"):
+            self.loads.append((tag, attrs["src"]))
+        elif tag == "object" and attrs.get("data"):
+            self.loads.append((tag, attrs["data"]))
+        style = attrs.get("style") or ""
+        for url in re.findall(r"url\(\s*['\"]?([^'\")]+)", style):
+            self.loads.append(("inline style", url))
+
+
+def test_no_page_loads_anything_from_outside(built_book):
+    offenders = []
+    for page in built_pages(built_book):
+        parser = _Resources()
+        parser.feed(page.read_text(encoding="utf-8"))
+        for kind, url in parser.loads:
+            if EXTERNAL.match(url):
+                offenders.append(f"{page.relative_to(built_book)}: {kind} {url}")
+    assert not offenders, "external resources:\n" + "\n".join(offenders)
+
+
+def test_stylesheets_import_nothing_from_outside(built_book):
+    offenders = []
+    for css in (built_book / "_static").rglob("*.css"):
+        text = css.read_text(encoding="utf-8", errors="replace")
+        for url in re.findall(r"(?:url\(\s*['\"]?|@import\s+['\"])([^'\")\s]+)", text):
+            if EXTERNAL.match(url):
+                offenders.append(f"{css.relative_to(built_book)}: {url}")
+    assert not offenders, "stylesheets loading external resources:\n" + "\n".join(offenders)
+
+
+def test_offline_libraries_are_served_by_the_book(built_book):
+    vendor = built_book / "_static" / "vendor"
+    for name in ("mathjax/tex-mml-chtml.js", "require.js", "html-manager/embed-amd.js"):
+        assert (vendor / name).is_file(), f"{name} missing from _static/vendor"
+    fonts = list((vendor / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+    assert fonts, "MathJax's CHTML fonts were not copied"
+    notation = (built_book / "book" / "notation.html").read_text(encoding="utf-8")
+    assert "_static/vendor/mathjax/tex-mml-chtml.js" in notation
+
+
+def test_hidden_tests_are_nowhere_in_the_build(built_book):
+    leaks = []
+    for path in built_book.rglob("*"):
+        if path.suffix in (".html", ".ipynb", ".js", ".txt", ".md") and "_static" not in path.parts:
+            if "HIDDEN TESTS" in path.read_text(encoding="utf-8", errors="replace"):
+                leaks.append(str(path.relative_to(built_book)))
+    assert not leaks, f"hidden tests leaked into: {leaks}"
+
+
+def test_every_chapter_on_disk_is_in_the_book(built_book):
+    chapters = sorted(p.relative_to(ROOT).with_suffix("").as_posix()
+                      for p in (ROOT / "book").glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
+    toc = (ROOT / "_toc.yml").read_text(encoding="utf-8")
+    missing_from_toc = [c for c in chapters if f"file: {c}" not in toc]
+    assert not missing_from_toc, f"chapters not listed in _toc.yml: {missing_from_toc}"
+    for chapter in chapters:
+        page = built_book / (chapter + ".html")
+        assert page.is_file(), f"{chapter} was not built"
+        assert "Show solution" in page.read_text(encoding="utf-8"), f"{chapter}: no folded solution"
+
+
+def test_only_toc_pages_are_built(built_book):
+    stray = [p.relative_to(built_book).as_posix() for p in built_pages(built_book)
+             if p.relative_to(built_book).parts[0] not in ("book", "index.html", "genindex.html", "search.html")]
+    assert not stray, f"pages built from outside the toc: {stray}"
+    assert not (built_book / "README.html").exists()
+    assert not list(Path(built_book).glob("tests/**/*.html"))
