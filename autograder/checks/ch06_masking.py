@@ -406,7 +406,8 @@ class MaskedSoftmax(_MaskingExercise):
         # scores far below -1e4 (a fill of -1e4 or -1e9 would beat them).
         shape = (2, int(rng.integers(3, 7)))
         mask = rng.random(shape) < 0.7
-        mask[:, 0] = True
+        mask[:, 0] = True  # every row keeps a key ...
+        mask[:, -1] = False  # ... and masks one, so a too-small fill always shows
         big = (rng.uniform(-1.0, 1.0, size=shape) * 1e4).astype(np.float32)
         cases.append(Case(args=(Tensor(big), Tensor(mask)), label=f"{shape} float32 scores of magnitude 1e4"))
         low = (-1e10 + rng.normal(size=shape) * 1e4).astype(np.float32)
