@@ -318,7 +318,7 @@ def compare(got, want, what: str, case: Case) -> None:
         if w.dtype == bool or np.issubdtype(w.dtype, np.integer):
             if not np.array_equal(g, w):
                 idx = tuple(int(i) for i in np.argwhere(g != w)[0])
-                raise CheckFailure(f"{what} differs at index {idx}: {g[idx]!r}, expected {w[idx]!r}")
+                raise CheckFailure(f"{what} differs at index {idx}: {g[idx].item()!r}, expected {w[idx].item()!r}")
             return
         g64 = g.astype(np.float64)
         w64 = w.astype(np.float64)
