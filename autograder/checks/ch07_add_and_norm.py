@@ -1,0 +1,542 @@
+"""Checks of chapter 7, Add & Norm and the feed-forward layer: ``layer_norm``,
+``PositionwiseFeedForward``, ``ResidualSublayer`` and ``EncoderLayer``.
+
+The contract is ``shared/EXERCISES.md`` section 7; the references are in
+``solutions/layers.py`` ("Attention Is All You Need", sections 3.1 and 3.3).
+
+Class cases carry a random ``state_dict`` drawn from the case's generator (pure
+data, LayerNorm γ and β far from 1 and 0 so that every norm matters). The
+diagnoses recompute the forward pass functionally from that state with one
+plausible mistake at a time (unbiased variance, ε outside the square root, GELU,
+pre- and post-norm swapped, no residual, norms swapped, the mask ignored or
+inverted, ...) and name the one the result equals.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Case, CheckFailure, Exercise, Obj, Result, Tensor, register
+
+CHAPTER = "07_add_and_norm"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _array(value):
+    """The numpy data of a decoded result value, or None when it is not an array."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "value") and isinstance(value.value, np.ndarray):  # a Tensor marker
+        return value.value
+    return None
+
+
+def _close(a, b, rtol=1e-4, atol=1e-5) -> bool:
+    try:
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
+
+
+def _match(got, want, variants):
+    """The hint of the first variant equal to ``got`` that differs from ``want``."""
+    for hint, value in variants:
+        if value is None:
+            continue
+        value = value.detach().numpy() if hasattr(value, "detach") else value
+        if _close(got, value) and not _close(value, want):
+            return hint
+    return None
+
+
+class _HintingExercise(Exercise):
+    """Hints also for a call that raised when it should not have (wrong state_dict keys...)."""
+
+    def raised_hint(self, case: Case, raised: dict) -> str | None:
+        return None
+
+    def judge(self, case: Case, got: Result, want: Result) -> None:
+        try:
+            super().judge(case, got, want)
+        except CheckFailure as exc:
+            message = str(exc)
+            if got.raised is not None and not case.expect_error and "Hint:" not in message:
+                try:
+                    hint = self.raised_hint(case, got.raised)
+                except Exception:  # noqa: BLE001 - a hint must never hide the failure
+                    hint = None
+                if hint:
+                    message += "\n  Hint: " + hint
+            raise CheckFailure(message) from None
+
+
+def _linear_state(rng, prefix, d_in, d_out):
+    bound = 1.0 / np.sqrt(d_in)
+    return {
+        f"{prefix}weight": rng.uniform(-bound, bound, size=(d_out, d_in)).astype(np.float32),
+        f"{prefix}bias": rng.uniform(-bound, bound, size=(d_out,)).astype(np.float32),
+    }
+
+
+def _norm_state(rng, prefix, d_model):
+    return {
+        f"{prefix}weight": (1.0 + 0.5 * rng.normal(size=d_model)).astype(np.float32),
+        f"{prefix}bias": (0.5 * rng.normal(size=d_model)).astype(np.float32),
+    }
+
+
+def _attention_state(rng, prefix, d_model):
+    state = {}
+    for name in ("w_q", "w_k", "w_v", "w_o"):
+        state.update(_linear_state(rng, f"{prefix}{name}.", d_model, d_model))
+    return state
+
+
+def _ffn_state(rng, prefix, d_model, d_ff):
+    return {**_linear_state(rng, f"{prefix}linear1.", d_model, d_ff), **_linear_state(rng, f"{prefix}linear2.", d_ff, d_model)}
+
+
+def _torch_state(state, prefix=""):
+    import torch
+
+    return {k[len(prefix):]: torch.from_numpy(np.asarray(v)) for k, v in state.items() if k.startswith(prefix)}
+
+
+def _mha(state, prefix, d_model, num_heads):
+    """The trusted multi-head attention of chapter 5 with the case's weights."""
+    import solutions
+
+    module = solutions.MultiHeadAttention(d_model, num_heads)
+    module.load_state_dict(_torch_state(state, prefix))
+    return module.eval()
+
+
+def _layer_norm(state, prefix, x):
+    import torch.nn.functional as F
+
+    w = _torch_state(state, prefix)
+    return F.layer_norm(x, x.shape[-1:], w["weight"], w["bias"])
+
+
+def _ffn(state, prefix, x, activation="relu"):
+    import torch.nn.functional as F
+
+    w = _torch_state(state, prefix)
+    act = {"relu": F.relu, "gelu": F.gelu, "none": lambda t: t}[activation]
+    h = act(x @ w["linear1.weight"].T + w["linear1.bias"])
+    return h @ w["linear2.weight"].T + w["linear2.bias"]
+
+
+def encoder_layer_variant(case, *, swap_norms=False, flip_norm_first=False, residual=True, mask="right",
+                          norm_residual=False, activation="relu"):
+    """A trusted encoder layer computed from the case's state, with switches for the mistakes."""
+    import torch
+
+    init, state = case.init, case.state
+    d_model, num_heads = init["d_model"], init["num_heads"]
+    norm_first = bool(init.get("norm_first", False)) != flip_norm_first
+    x = torch.from_numpy(_array(case.args[0]).astype(np.float32))
+    m = case.kwargs.get("src_mask", case.args[1] if len(case.args) > 1 else None)
+    m = None if m is None or mask == "ignored" else torch.from_numpy(_array(m))
+    if m is not None and mask == "inverted":
+        m = ~m
+    attn = _mha(state, "self_attn.", d_model, num_heads)
+    n1, n2 = ("norm2.", "norm1.") if swap_norms else ("norm1.", "norm2.")
+    keep = 1.0 if residual else 0.0
+    with torch.no_grad():
+        if norm_first:
+            h = _layer_norm(state, n1, x)
+            x = (h if norm_residual else x) * keep + attn(h, h, h, m)
+            h = _layer_norm(state, n2, x)
+            x = (h if norm_residual else x) * keep + _ffn(state, "feed_forward.", h, activation)
+        else:
+            x = _layer_norm(state, n1, x * keep + attn(x, x, x, m))
+            x = _layer_norm(state, n2, x * keep + _ffn(state, "feed_forward.", x, activation))
+    return x
+
+
+# --------------------------------------------------------------------------- layer_norm
+
+
+def _ln_variant(x, gamma, beta, eps, *, ddof=0, eps_outside=False, axis=-1, affine="right"):
+    mean = x.mean(axis=axis, keepdims=True)
+    var = x.var(axis=axis, keepdims=True, ddof=ddof)
+    z = (x - mean) / (np.sqrt(var) + eps if eps_outside else np.sqrt(var + eps))
+    if affine == "swapped":
+        return z * beta + gamma
+    if affine == "none":
+        return z
+    return z * gamma + beta
+
+
+def _ln_case(rng, shape, label, *, scale=1.0, offset=0.0, eps=None, dtype=np.float64, atol=1e-6):
+    d = shape[-1]
+    x = (offset + scale * rng.normal(size=shape)).astype(dtype)
+    gamma = (1.0 + 0.5 * rng.normal(size=d)).astype(dtype)
+    beta = (0.5 * rng.normal(size=d)).astype(dtype)
+    kwargs = {} if eps is None else {"eps": eps}
+    return Case(args=(x, gamma, beta), kwargs=kwargs, label=label, return_args=(0,),
+                rtol=1e-4 if dtype == np.float32 else 1e-5, atol=atol)
+
+
+@register
+class LayerNorm(_HintingExercise):
+    """``layer_norm(x, gamma, beta, eps=1e-5)`` in numpy."""
+
+    name = "layer_norm"
+    chapter = CHAPTER
+    kind = "function"
+    what = "normalised over the last axis with the biased variance and ε inside the root, γ and β, batch axes, float32"
+
+    def cases(self, rng, hidden):
+        cases = [
+            _ln_case(rng, (2, 4), "x (2, 4): each row normalised over its 4 features"),
+            _ln_case(rng, (2, 3, 5), "a batch x (2, 3, 5), d=5"),
+            _ln_case(rng, (3, 6), "nearly constant rows (variance 1e-6): where ε goes matters",
+                     scale=1e-3, atol=1e-6),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(3):
+            shape = tuple(int(s) for s in rng.integers(1, 6, size=int(rng.integers(1, 4)))) + (int(rng.integers(2, 17)),)
+            cases.append(_ln_case(rng, shape, f"random x {shape}", scale=float(rng.choice([0.1, 1.0, 10.0]))))
+        cases.append(_ln_case(rng, (4, 8), "eps=0.1 given as an argument", eps=0.1))
+        cases.append(_ln_case(rng, (3, 5), "rows far from 0 (offset 100)", offset=100.0))
+        cases.append(_ln_case(rng, (5, 8), "float32 inputs give float32 results", dtype=np.float32, atol=1e-5))
+        cases.append(_ln_case(rng, (2, 8), "d=8 features, shape (2, 8) (more columns than rows)"))
+        cases.append(_ln_case(rng, (6,), "a single vector (d,)"))
+        x = rng.normal(size=(3, 4))
+        cases.append(Case(args=(x, np.ones(5), np.zeros(5)), label="gamma and beta of 5 features for x with 4",
+                          expect_error=(ValueError,)))
+        return cases
+
+    def diagnose(self, case, got, want):
+        g = _array(got.value)
+        if g is None:
+            return "return a numpy array with the shape of x."
+        for index, after in got.args_after.items():
+            if not _close(_array(after), case.args[int(index)], rtol=0, atol=0):
+                return "you changed x in place (x -= mean ...): compute on new arrays."
+        w = _array(want.value)
+        if g.dtype != w.dtype:
+            return f"the result should keep the input's dtype {w.dtype} (got {g.dtype})."
+        x, gamma, beta = (np.asarray(a, dtype=np.float64) for a in case.args)
+        eps = case.kwargs.get("eps", 1e-5)
+        variants = [
+            ("you used the unbiased variance (ddof=1, torch.var's default): layer norm divides by d, "
+             "np.var(x, axis=-1) or x.var(-1, unbiased=False).", _ln_variant(x, gamma, beta, eps, ddof=1)),
+            ("ε belongs inside the square root: (x - mean) / sqrt(var + eps), not / (std + eps).",
+             _ln_variant(x, gamma, beta, eps, eps_outside=True)),
+            ("ε is missing: divide by sqrt(var + eps).", _ln_variant(x, gamma, beta, 0.0)),
+            ("ε is fixed at 1e-5: use the eps argument.", _ln_variant(x, gamma, beta, 1e-5)),
+            ("gamma and beta are swapped: the result is normalised * gamma + beta.",
+             _ln_variant(x, gamma, beta, eps, affine="swapped")),
+            ("gamma and beta are not applied: multiply by gamma, then add beta.",
+             _ln_variant(x, gamma, beta, eps, affine="none")),
+        ]
+        if x.ndim >= 2:
+            try:
+                variants.append(("you normalised over the wrong axis: layer norm uses the last axis (the "
+                                 "features of one token), axis=-1 with keepdims=True; axis=0 is batch norm.",
+                                 _ln_variant(x, gamma, beta, eps, axis=0)))
+            except ValueError:
+                pass
+        return _match(g, w, variants)
+
+
+# --------------------------------------------------------------------------- PositionwiseFeedForward
+
+
+def _ffn_case(rng, batch, length, d_model, d_ff, *, label, dropout=0.0, train=False, backward=False):
+    x = rng.normal(size=(batch, length, d_model)).astype(np.float32)
+    weight = Tensor(rng.normal(size=x.shape).astype(np.float32)) if backward else None
+    return Case(init={"d_model": d_model, "d_ff": d_ff, "dropout": dropout}, state=_ffn_state(rng, "", d_model, d_ff),
+                args=(Tensor(x, requires_grad=backward),), train=train, backward=weight,
+                seed=int(rng.integers(0, 2**31)), probes=("state_dict_keys",), label=label, rtol=1e-4, atol=1e-5)
+
+
+@register
+class PositionwiseFeedForwardCheck(_HintingExercise):
+    """``PositionwiseFeedForward(d_model, d_ff, dropout=0.0)``: linear1, ReLU, dropout, linear2."""
+
+    name = "PositionwiseFeedForward"
+    chapter = CHAPTER
+    kind = "class"
+    what = "linear2(dropout(relu(linear1(x)))) in eval and train mode, exactly linear1/linear2, gradients"
+
+    def cases(self, rng, hidden):
+        cases = [
+            _ffn_case(rng, 1, 3, 4, 8, label="x (1, 3, 4), d_model=4, d_ff=8"),
+            _ffn_case(rng, 2, 5, 8, 32, label="x (2, 5, 8), d_ff=32 = 4 × d_model (the paper's ratio)"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(3):
+            d_model, d_ff = int(rng.integers(2, 17)), int(rng.integers(2, 49))
+            b, t = int(rng.integers(1, 4)), int(rng.integers(1, 8))
+            cases.append(_ffn_case(rng, b, t, d_model, d_ff, label=f"random x ({b}, {t}, {d_model}), d_ff={d_ff}"))
+        cases.append(_ffn_case(rng, 2, 3, 8, 16, dropout=0.3, label="dropout=0.3 in eval mode (off)"))
+        cases.append(_ffn_case(rng, 2, 4, 8, 16, dropout=0.5, train=True,
+                               label="train mode, dropout=0.5: one dropout after the ReLU"))
+        cases.append(_ffn_case(rng, 2, 3, 6, 12, backward=True, label="gradients flow back to x"))
+        return cases
+
+    def raised_hint(self, case, raised):
+        if raised.get("phase") == "load_state_dict":
+            return ("the module must hold exactly linear1 = nn.Linear(d_model, d_ff) and linear2 = "
+                    "nn.Linear(d_ff, d_model) (keys linear1.weight, linear1.bias, linear2.weight, linear2.bias).")
+        return None
+
+    def diagnose(self, case, got, want):
+        import torch
+        import torch.nn.functional as F
+
+        g, w = _array(got.value), _array(want.value)
+        if g is None:
+            return "forward must return a tensor of shape (B, T, d_model)."
+        x = torch.from_numpy(_array(case.args[0]))
+        state = _torch_state(case.state)
+        variants = [
+            ("you used GELU; the paper's feed-forward network uses ReLU: max(0, x W1 + b1) W2 + b2.",
+             _ffn(case.state, "", x, "gelu")),
+            ("the ReLU between the two linear layers is missing.", _ffn(case.state, "", x, "none")),
+            ("a ReLU after linear2 too: the activation goes only between the two layers.",
+             F.relu(_ffn(case.state, "", x))),
+        ]
+        p = case.init.get("dropout", 0.0)
+        if case.train and p > 0:
+            def after_init():
+                torch.manual_seed(case.seed)
+                import solutions
+
+                solutions.PositionwiseFeedForward(case.init["d_model"], case.init["d_ff"])  # same RNG draws
+
+            h = F.relu(x @ state["linear1.weight"].T + state["linear1.bias"])
+            after_init()
+            out_dropped = F.dropout(h @ state["linear2.weight"].T + state["linear2.bias"], p)
+            after_init()
+            in_dropped = F.dropout(x, p)
+            in_dropped = F.relu(in_dropped @ state["linear1.weight"].T + state["linear1.bias"])
+            in_dropped = in_dropped @ state["linear2.weight"].T + state["linear2.bias"]
+            variants += [
+                ("dropout is missing: apply self.dropout to the ReLU's output, before linear2.",
+                 _ffn(case.state, "", x)),
+                ("dropout is in the wrong place: it goes after the ReLU, before linear2, not after linear2.",
+                 out_dropped),
+                ("dropout is in the wrong place: it goes after the ReLU, before linear2, not on the input.",
+                 in_dropped),
+            ]
+        with torch.no_grad():
+            return _match(g, w, variants)
+
+
+# --------------------------------------------------------------------------- ResidualSublayer
+
+
+def _residual_case(rng, batch, length, d_model, *, norm_first, label, dropout=0.0, train=False, backward=False):
+    x = rng.normal(size=(batch, length, d_model)).astype(np.float32)
+    sublayer = Obj("torch.nn.Linear", {"in_features": d_model, "out_features": d_model},
+                   _linear_state(rng, "", d_model, d_model))
+    weight = Tensor(rng.normal(size=x.shape).astype(np.float32)) if backward else None
+    return Case(init={"d_model": d_model, "dropout": dropout, "norm_first": norm_first},
+                state=_norm_state(rng, "norm.", d_model), args=(Tensor(x, requires_grad=backward), sublayer),
+                train=train, backward=weight, seed=int(rng.integers(0, 2**31)),
+                probes=("state_dict_keys", "type:norm"), label=label, rtol=1e-4, atol=1e-5)
+
+
+@register
+class ResidualSublayerCheck(_HintingExercise):
+    """``ResidualSublayer(d_model, dropout=0.0, norm_first=False)``: Add & Norm around a sub-layer."""
+
+    name = "ResidualSublayer"
+    chapter = CHAPTER
+    kind = "class"
+    what = "post-norm norm(x + dropout(sublayer(x))) and pre-norm x + dropout(sublayer(norm(x))), self.norm, train mode"
+
+    def cases(self, rng, hidden):
+        cases = [
+            _residual_case(rng, 1, 3, 4, norm_first=False, label="post-norm (the paper), x (1, 3, 4), a Linear sub-layer"),
+            _residual_case(rng, 2, 3, 6, norm_first=True, label="pre-norm (norm_first=True), x (2, 3, 6)"),
+        ]
+        if not hidden:
+            return cases
+        for i in range(4):
+            d_model, b, t = int(rng.integers(2, 17)), int(rng.integers(1, 4)), int(rng.integers(1, 7))
+            nf = bool(i % 2)
+            cases.append(_residual_case(rng, b, t, d_model, norm_first=nf,
+                                        label=f"random x ({b}, {t}, {d_model}), norm_first={nf}"))
+        for nf in (False, True):
+            cases.append(_residual_case(rng, 2, 4, 8, norm_first=nf, dropout=0.5, train=True,
+                                        label=f"train mode, dropout=0.5 on the sub-layer's output, norm_first={nf}"))
+            cases.append(_residual_case(rng, 2, 3, 8, norm_first=nf, backward=True,
+                                        label=f"gradients flow back to x (norm_first={nf})"))
+        return cases
+
+    def raised_hint(self, case, raised):
+        if raised.get("phase") == "load_state_dict":
+            return "the only parameters are those of self.norm = nn.LayerNorm(d_model) (keys norm.weight, norm.bias)."
+        return None
+
+    def diagnose(self, case, got, want):
+        import torch
+        import torch.nn.functional as F
+
+        if got.probes.get("type:norm") != want.probes.get("type:norm"):
+            return "self.norm must be an nn.LayerNorm(d_model)."
+        g, w = _array(got.value), _array(want.value)
+        if g is None:
+            return "forward must return a tensor of shape (B, T, d_model)."
+        x = torch.from_numpy(_array(case.args[0]))
+        lin = _torch_state(case.args[1].state)
+
+        def sub(t):
+            return t @ lin["weight"].T + lin["bias"]
+
+        def norm(t):
+            return _layer_norm(case.state, "norm.", t)
+
+        p = case.init.get("dropout", 0.0)
+
+        def drop(t):
+            if not (case.train and p > 0):
+                return t
+            torch.manual_seed(case.seed)
+            torch.nn.Linear(case.init["d_model"], case.init["d_model"])  # the sub-layer's construction draws
+            return F.dropout(t, p)
+
+        with torch.no_grad():
+            post = norm(x + drop(sub(x)))
+            pre = x + drop(sub(norm(x)))
+            variants = [
+                ("pre- and post-norm are swapped: norm_first=False is the paper's norm(x + dropout(sublayer(x))); "
+                 "norm_first=True is x + dropout(sublayer(norm(x))).", pre if not case.init["norm_first"] else post),
+                ("the residual is missing: add the sub-layer's input x back.",
+                 norm(drop(sub(x))) if not case.init["norm_first"] else drop(sub(norm(x)))),
+                ("the residual must be added before the norm (post-norm): norm(x + dropout(sublayer(x))).",
+                 x + norm(drop(sub(x)))),
+                ("the residual adds the normalised x; add the raw input: x + dropout(sublayer(norm(x))).",
+                 norm(x) + drop(sub(norm(x)))),
+            ]
+            if case.train and p > 0:
+                no_drop = norm(x + sub(x)) if not case.init["norm_first"] else x + sub(norm(x))
+                on_sum = norm(drop(x + sub(x))) if not case.init["norm_first"] else drop(x + sub(norm(x)))
+                variants += [
+                    ("dropout is missing: apply self.dropout to the sub-layer's output before the addition.", no_drop),
+                    ("dropout goes on the sub-layer's output only, before adding x, not on the sum.", on_sum),
+                ]
+            return _match(g, w, variants)
+
+
+# --------------------------------------------------------------------------- EncoderLayer
+
+
+def _encoder_state(rng, d_model, d_ff):
+    return {
+        **_attention_state(rng, "self_attn.", d_model),
+        **_ffn_state(rng, "feed_forward.", d_model, d_ff),
+        **_norm_state(rng, "norm1.", d_model),
+        **_norm_state(rng, "norm2.", d_model),
+    }
+
+
+def _padding(rng, batch, length):
+    """A (B, 1, 1, T) padding mask, True = may attend, at least one real token per row."""
+    lengths = rng.integers(1, length + 1, size=batch)
+    lengths[0] = length
+    return (np.arange(length)[None, :] < lengths[:, None])[:, None, None, :]
+
+
+def _encoder_case(rng, batch, length, d_model, num_heads, d_ff, *, norm_first, label, mask="padding",
+                  dropout=0.0, backward=False, as_kwarg=True):
+    x = rng.normal(size=(batch, length, d_model)).astype(np.float32)
+    kwargs, args = {}, [Tensor(x, requires_grad=backward)]
+    if mask == "padding":
+        m = _padding(rng, batch, length)
+        if as_kwarg:
+            kwargs["src_mask"] = Tensor(m)
+        else:
+            args.append(Tensor(m))
+    weight = Tensor(rng.normal(size=x.shape).astype(np.float32)) if backward else None
+    return Case(init={"d_model": d_model, "num_heads": num_heads, "d_ff": d_ff, "dropout": dropout,
+                      "norm_first": norm_first},
+                state=_encoder_state(rng, d_model, d_ff), args=tuple(args), kwargs=kwargs, backward=weight,
+                probes=("state_dict_keys",), label=label, rtol=1e-4, atol=1e-4)
+
+
+@register
+class EncoderLayerCheck(_HintingExercise):
+    """``EncoderLayer(d_model, num_heads, d_ff, dropout=0.0, norm_first=False)``."""
+
+    name = "EncoderLayer"
+    chapter = CHAPTER
+    kind = "class"
+    what = "post- and pre-norm encoder layers with padding masks, exact state_dict keys, gradients"
+
+    def cases(self, rng, hidden):
+        cases = [
+            _encoder_case(rng, 1, 4, 8, 2, 16, norm_first=False, mask=None,
+                          label="post-norm, one sentence of 4 tokens, d_model=8, h=2, no mask"),
+            _encoder_case(rng, 2, 5, 8, 2, 16, norm_first=False,
+                          label="post-norm, 2 sentences with a padding src_mask (2, 1, 1, 5)"),
+            _encoder_case(rng, 2, 4, 8, 4, 32, norm_first=True, label="pre-norm (norm_first=True) with a padding mask"),
+        ]
+        if not hidden:
+            return cases
+        for i in range(4):
+            h = int(rng.choice([1, 2, 4]))
+            d_model, d_ff = h * int(rng.integers(2, 5)), int(rng.integers(4, 33))
+            b, t = int(rng.integers(1, 4)), int(rng.integers(2, 7))
+            cases.append(_encoder_case(rng, b, t, d_model, h, d_ff, norm_first=bool(i % 2), as_kwarg=i < 2,
+                                       label=f"random B={b}, T={t}, d_model={d_model}, h={h}, d_ff={d_ff}, "
+                                             f"norm_first={bool(i % 2)}, mask passed "
+                                             f"{'by keyword' if i < 2 else 'by position'}"))
+        cases.append(_encoder_case(rng, 2, 3, 8, 2, 16, norm_first=False, dropout=0.1,
+                                   label="dropout=0.1 in eval mode (off)"))
+        for nf in (False, True):
+            cases.append(_encoder_case(rng, 2, 4, 8, 2, 16, norm_first=nf, backward=True,
+                                       label=f"gradients flow back to x (norm_first={nf})"))
+        return cases
+
+    def raised_hint(self, case, raised):
+        if raised.get("phase") == "load_state_dict":
+            return ("the state_dict keys must be exactly self_attn.w_{q,k,v,o}.{weight,bias}, "
+                    "feed_forward.linear{1,2}.{weight,bias}, norm{1,2}.{weight,bias}: use MultiHeadAttention, "
+                    "PositionwiseFeedForward and two nn.LayerNorm named self_attn, feed_forward, norm1, norm2.")
+        return None
+
+    def diagnose(self, case, got, want):
+        g, w = _array(got.value), _array(want.value)
+        if g is None:
+            return "forward must return a tensor of shape (B, T, d_model)."
+        has_mask = "src_mask" in case.kwargs or len(case.args) > 1
+        variants = [
+            ("pre- and post-norm are swapped: norm_first=False (the paper) is x = norm1(x + self_attn(x)), "
+             "x = norm2(x + feed_forward(x)).", dict(flip_norm_first=True)),
+            ("the residual connections are missing: each sub-layer's input is added back (x + sublayer(...)).",
+             dict(residual=False)),
+            ("norm1 and norm2 are swapped: norm1 follows the self-attention, norm2 the feed-forward network.",
+             dict(swap_norms=True)),
+            ("the pre-norm residual adds the normalised x; add the raw x: x = x + self_attn(norm1(x), ...).",
+             dict(norm_residual=True)),
+        ]
+        if has_mask:
+            variants += [
+                ("the src_mask was ignored: pass it to self.self_attn(x, x, x, src_mask).", dict(mask="ignored")),
+                ("the mask is inverted: True = may attend in this book; pass src_mask as it is.",
+                 dict(mask="inverted")),
+            ]
+        computed = []
+        for hint, flags in variants:
+            try:
+                computed.append((hint, encoder_layer_variant(case, **flags)))
+            except Exception:  # noqa: BLE001 - a variant that does not apply to this case
+                continue
+        hint = _match(g, w, computed)
+        if hint:
+            return hint
+        if got.grads and want.grads and _close(g, w):
+            return "the output is right but the gradient is not: do not detach or leave autograd inside forward."
+        return None
