@@ -55,11 +55,39 @@ def _float_dtype(rng: np.random.Generator):
     return np.float32 if rng.random() < 0.6 else np.float64
 
 
+class _HintOnRaise(Exercise):
+    """Adds :meth:`diagnose_raise`'s hint to failures where the call raised
+    (the base ``judge`` only diagnoses wrong values)."""
+
+    def judge(self, case, got, want):
+        try:
+            super().judge(case, got, want)
+        except CheckFailure as exc:
+            hint = None
+            raised = got.raised or {}
+            if (not case.expect_error and raised and raised.get("type") != "NotImplementedError"
+                    and "Hint:" not in str(exc)):
+                try:
+                    hint = self.diagnose_raise(case, got)
+                except Exception:  # noqa: BLE001 - a hint must never hide the failure
+                    hint = None
+            if hint:
+                raise CheckFailure(f"{exc}\n  Hint: {hint}") from None
+            raise
+
+    def diagnose_raise(self, case, got):
+        message = got.raised.get("message", "")
+        if "view" in message and "stride" in message:
+            return ("a .view on a transposed (non-contiguous) tensor: use .reshape, "
+                    "or .contiguous().view, after transpose")
+        return None
+
+
 # --------------------------------------------------------------------------- split_heads
 
 
 @register
-class SplitHeads(Exercise):
+class SplitHeads(_HintOnRaise):
     name = "split_heads"
     chapter = CHAPTER
     kind = "function"
@@ -126,7 +154,7 @@ class SplitHeads(Exercise):
 
 
 @register
-class MergeHeads(Exercise):
+class MergeHeads(_HintOnRaise):
     name = "merge_heads"
     chapter = CHAPTER
     kind = "function"
@@ -241,7 +269,7 @@ def _mha_variant(case: Case, *, scale="d_k", invert_mask=False, softmax_axis=-1,
 
 
 @register
-class MultiHeadAttentionCheck(Exercise):
+class MultiHeadAttentionCheck(_HintOnRaise):
     name = "MultiHeadAttention"
     chapter = CHAPTER
     kind = "class"
@@ -318,30 +346,15 @@ class MultiHeadAttentionCheck(Exercise):
                           expect_error=(ValueError,), label="d_model=10 is not divisible by 4 heads"))
         return cases
 
-    def judge(self, case, got, want):
-        try:
-            super().judge(case, got, want)
-        except CheckFailure as exc:
-            hint = self._diagnose_error(case, got)
-            if hint and "Hint:" not in str(exc):
-                raise CheckFailure(f"{exc}\n  Hint: {hint}") from None
-            raise
-
-    @staticmethod
-    def _diagnose_error(case, got):
+    def diagnose_raise(self, case, got):
         """A hint for a call that raised (``judge`` adds no diagnosis to those)."""
-        if case.expect_error or got.raised is None:
-            return None
-        message = got.raised.get("message", "")
         if got.raised.get("phase") == "load_state_dict":
             return ("the graders load a state_dict with exactly w_q, w_k, w_v, w_o (weight and bias each, "
                     "nn.Linear(d_model, d_model)): no other parameters or buffers, and these names")
         if len(case.args) >= 2 and _value(case.args[0]).shape[1] != _value(case.args[1]).shape[1]:
             return ("it failed on cross-attention (T_q != T_k): keys and values have their own length "
                     "T_k = key.size(1); split them with that length, not the query's")
-        if "view" in message and "stride" in message:
-            return "a .view on a transposed tensor: use .reshape (or .contiguous().view) after transpose"
-        return None
+        return super().diagnose_raise(case, got)
 
     def diagnose(self, case, got, want):
         attn = got.attrs.get("attn_weights")

@@ -161,7 +161,8 @@ def merge_heads_on_axis_1(x):
 def test_merge_heads_mistakes_are_named():
     rejected("merge_heads", merge_no_transpose, "transpose(1, 2) first")
     rejected("merge_heads", merge_d_k_major, "wrong order")
-    rejected("merge_heads", merge_view_without_contiguous, "view", "reshape", "contiguous")
+    msg = rejected("merge_heads", merge_view_without_contiguous, "view", "reshape", "contiguous")
+    assert "Hint: a .view on a transposed" in msg
     rejected("merge_heads", merge_heads_on_axis_1, "axis 1")
 
 
