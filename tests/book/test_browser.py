@@ -11,7 +11,9 @@ to ``_build/screenshots/``.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import http.server
 import os
 import re
@@ -78,34 +80,38 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def server(built_book):
-    """Serve ``_build/html`` on 127.0.0.1 (a free port) for the duration of the module."""
-    handler = functools.partial(_QuietHandler, directory=str(built_book))
+@contextlib.contextmanager
+def _serve(directory):
+    """Serve ``directory`` on 127.0.0.1 (a free port); yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
-@pytest.fixture(scope="module")
-def browser_context(server, tmp_path_factory):
-    """A fresh headless Chromium profile whose every request outside the book is aborted."""
+@contextlib.contextmanager
+def _offline_chromium(base_url, profile_dir):
+    """A fresh headless Chromium profile where every request not under ``base_url`` is aborted.
+
+    Yields the Playwright context; ``context.outside_requests`` lists the aborted URLs.
+    """
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found (make sysdeps installs Debian's chromium)")
     outside = []
     with sync_api.sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            user_data_dir=str(tmp_path_factory.mktemp("chromium-profile")),
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1280, "height": 900}, service_workers="block")
+            user_data_dir=str(profile_dir), executable_path=CHROMIUM, headless=True,
+            args=CHROMIUM_FLAGS, viewport={"width": 1280, "height": 900}, service_workers="block")
 
         def route(route_obj):
             url = route_obj.request.url
-            if url.startswith(server + "/") or url.startswith(("data:", "blob:")):
+            if url.startswith(base_url + "/") or url.startswith(("data:", "blob:")):
                 route_obj.continue_()
             else:
                 outside.append(url)
@@ -113,8 +119,22 @@ def browser_context(server, tmp_path_factory):
 
         context.route("**/*", route)
         context.outside_requests = outside
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture(scope="module")
+def server(built_book):
+    with _serve(built_book) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser_context(server, tmp_path_factory):
+    with _offline_chromium(server, tmp_path_factory.mktemp("chromium-profile")) as context:
         yield context
-        context.close()
 
 
 def test_every_page_offline(built_book, server, browser_context):
@@ -179,3 +199,48 @@ def test_every_page_offline(built_book, server, browser_context):
     assert math_pages >= 1, "no page with maths was checked (the notation page has some)"
     assert len(list(SCREENSHOTS.glob("*.png"))) == len(pages) - sum(
         bool(REDIRECT.search(p.read_text(encoding="utf-8"))) for p in pages)
+
+
+WIDGET_PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8">
+<script src="_static/vendor/require.js"></script>
+<script src="_static/vendor/html-manager/embed-amd.js"></script>
+<script type="application/vnd.jupyter.widget-state+json">{state}</script>
+</head><body>
+<p>widget check</p>
+<script type="application/vnd.jupyter.widget-view+json">{view}</script>
+</body></html>
+"""
+
+
+def test_widget_manager_renders_offline(built_book, tmp_path):
+    """The book's own require.js + ipywidgets HTML manager render a widget with no network.
+
+    The chapters show explorers as static figures in the HTML, so the book's pages
+    may carry no widget; this page embeds one the way myst-nb does (widget state in
+    the head, a view where the output was) and loads the libraries from the built
+    book's ``_static/vendor``.
+    """
+    ipywidgets = pytest.importorskip("ipywidgets")
+    from ipywidgets.embed import embed_data
+
+    slider = ipywidgets.IntSlider(value=7, min=1, max=8, description="num_heads")
+    data = embed_data(views=[slider])
+    site = tmp_path / "site"
+    (site / "_static").mkdir(parents=True)
+    (site / "_static" / "vendor").symlink_to(built_book / "_static" / "vendor")
+    (site / "widget.html").write_text(WIDGET_PAGE.format(
+        state=json.dumps(data["manager_state"]), view=json.dumps(data["view_specs"][0])))
+    with _serve(site) as url, _offline_chromium(url, tmp_path / "profile") as context:
+        page = context.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{url}/widget.html", wait_until="load")
+        page.wait_for_selector(".widget-slider", timeout=30_000)
+        label = page.inner_text(".widget-label")
+        readout = page.inner_text(".widget-readout")
+        page.screenshot(path=str(tmp_path / "widget.png"))
+        page.close()
+        assert context.outside_requests == []
+    assert errors == []
+    assert label.strip() == "num_heads" and readout.strip() == "7"
