@@ -1,9 +1,28 @@
 """The reference implementation of the book: every exercise's answer and the full model.
 
-Every public object of every module is re-exported here, in reading order, so
-``from solutions import MultiHeadAttention`` works in every chapter.
+Every public object of the package's library modules is re-exported here, in
+reading order, so ``from solutions import MultiHeadAttention`` works in every
+chapter. Left out on purpose: ``viz`` (imports matplotlib; use
+``from solutions.viz import ...``) and the entry points ``cli``, ``bench`` and
+``__main__``.
 """
-from . import attention, embeddings, layers, masking, model, multihead, positional, rnn, tokens
+from . import (
+    attention,
+    data,
+    decoding,
+    distributed,
+    embeddings,
+    kv_cache,
+    layers,
+    masking,
+    model,
+    multihead,
+    positional,
+    rnn,
+    tokens,
+    trainer,
+    training,
+)
 from .rnn import *
 from .tokens import *
 from .embeddings import *
@@ -13,6 +32,12 @@ from .multihead import *
 from .masking import *
 from .layers import *
 from .model import *
+from .training import *
+from .data import *
+from .kv_cache import *
+from .decoding import *
+from .trainer import *
+from .distributed import *
 
 __all__ = [
     *rnn.__all__,
@@ -24,4 +49,10 @@ __all__ = [
     *masking.__all__,
     *layers.__all__,
     *model.__all__,
+    *training.__all__,
+    *data.__all__,
+    *kv_cache.__all__,
+    *decoding.__all__,
+    *trainer.__all__,
+    *distributed.__all__,
 ]
