@@ -75,6 +75,7 @@ __all__ = [
     "translate_synthetic",
     "make_synthetic_splits",
     "read_tsv",
+    "split_pairs",
     "WordTokenizer",
     "BPETokenizer",
     "build_tokenizer",
@@ -713,3 +714,32 @@ class BucketBatchSampler:
 
     def __len__(self):
         return len(self.global_batches())
+
+
+def split_pairs(pairs, valid_fraction=0.05, test_fraction=0.05, seed=0):
+    """Shuffle a corpus (seeded) and cut it into train / valid / test.
+
+    Args:
+        pairs: a list of ``(source, target)`` pairs (e.g. from :func:`read_tsv`).
+        valid_fraction, test_fraction: shares of the corpus (each split gets at
+            least one pair when the corpus has three or more).
+        seed: seed of the shuffle.
+
+    Returns:
+        ``(train, valid, test)`` lists of pairs. A source sentence that occurs
+        several times goes to one split only, so no test sentence is in train.
+    """
+    if not 0 <= valid_fraction < 1 or not 0 <= test_fraction < 1 or valid_fraction + test_fraction >= 1:
+        raise ValueError("valid_fraction and test_fraction must be in [0, 1) and sum to less than 1")
+    groups = {}
+    for src, tgt in pairs:
+        groups.setdefault(src, []).append((src, tgt))
+    sources = sorted(groups)
+    random.Random(seed).shuffle(sources)
+    n = len(sources)
+    n_test = max(1, round(n * test_fraction)) if n >= 3 and test_fraction > 0 else 0
+    n_valid = max(1, round(n * valid_fraction)) if n >= 3 and valid_fraction > 0 else 0
+    test = [p for s in sources[:n_test] for p in groups[s]]
+    valid = [p for s in sources[n_test:n_test + n_valid] for p in groups[s]]
+    train = [p for s in sources[n_test + n_valid:] for p in groups[s]]
+    return train, valid, test

@@ -177,7 +177,8 @@ def load_checkpoint(path, map_location="cpu"):
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # torch raises several types for a corrupt file
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(error).__name__}: {error})") from error
+        first_line = (str(error).strip().splitlines() or [""])[0][:200]
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(error).__name__}: {first_line})") from error
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a checkpoint of this package (format {CHECKPOINT_FORMAT})")
     return state

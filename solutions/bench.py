@@ -1,0 +1,276 @@
+"""Benchmarks of the reference package, always as ratios measured side by side in one run.
+
+1. **Training step** (forward + backward + Adam step) of :class:`solutions.Transformer`
+   with the fused attention path, against ``torch.nn.Transformer`` of the same sizes
+   wrapped in the same embeddings, positional encoding and output projection, on the
+   same batch and masks. The two alternate, repetition by repetition, so both see the
+   same machine load; the result is the median of the per-repetition ratios
+   (> 1 = ours is faster).
+2. **Greedy decoding** of 64 new tokens with the key/value cache against without
+   (``<eos>`` is an id the model cannot produce, so every step runs).
+3. On CUDA, the paper's **base** model in bf16: tokens per second and the model-FLOPs
+   utilisation (MFU) against the GPU's dense bf16 peak.
+
+``python -m solutions bench`` (or ``make bench``) prints a table; ``--quick`` uses tiny
+sizes for a smoke test. Timings depend on the machine and its load; compare ratios.
+
+Paper: section 3 (the model), 5.2 (hardware and schedule: "about 0.4 seconds" per
+base step on 8 P100 GPUs).
+"""
+import json
+import math
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .decoding import greedy_decode
+from .embeddings import TokenEmbedding
+from .masking import decoder_mask, padding_mask
+from .model import PAPER_CONFIGS, Transformer, count_parameters
+from .positional import PositionalEncoding
+
+__all__ = ["TorchTransformerBaseline", "bench_training_step", "bench_kv_cache", "bench_base_mfu",
+           "run_benchmarks"]
+
+# Dense bf16 peak FLOP/s by GPU name (vendor data sheets, without sparsity).
+_PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12,
+              "A10G": 70e12, "A10": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+
+
+class TorchTransformerBaseline(nn.Module):
+    """``torch.nn.Transformer`` with the same embeddings, positions and projection as ours.
+
+    Takes our masks (True = may attend) and converts them to PyTorch's (True = masked
+    out), so both models get the same inputs and do the same work.
+
+    Paper: section 3 (the same architecture, PyTorch's implementation).
+    """
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model, num_heads, num_encoder_layers,
+                 num_decoder_layers, d_ff, dropout, max_len=512):
+        super().__init__()
+        self.src_embed = TokenEmbedding(src_vocab_size, d_model)
+        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model)
+        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        self.transformer = nn.Transformer(d_model, num_heads, num_encoder_layers, num_decoder_layers, d_ff,
+                                          dropout, batch_first=True)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+
+    def forward(self, src, tgt, src_pad, tgt_pad):
+        """``src_pad (B, S)``, ``tgt_pad (B, T)``: True where the token is padding."""
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device, dtype=torch.bool)
+        hidden = self.transformer(
+            self.positional(self.src_embed(src)), self.positional(self.tgt_embed(tgt)),
+            tgt_mask=causal, src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+        )  # (B, T, d_model)
+        return self.generator(hidden)  # (B, T, V)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _random_batch(batch, src_len, tgt_len, vocab, device, generator):
+    src = torch.randint(4, vocab, (batch, src_len), generator=generator)
+    tgt = torch.randint(4, vocab, (batch, tgt_len), generator=generator)
+    labels = torch.randint(4, vocab, (batch, tgt_len), generator=generator)
+    # Realistic padding: every sentence has its own length.
+    src_lengths = torch.randint(src_len // 2, src_len + 1, (batch,), generator=generator)
+    tgt_lengths = torch.randint(tgt_len // 2, tgt_len + 1, (batch,), generator=generator)
+    src[torch.arange(src_len)[None, :] >= src_lengths[:, None]] = 0
+    tgt[torch.arange(tgt_len)[None, :] >= tgt_lengths[:, None]] = 0
+    labels[tgt == 0] = 0
+    return src.to(device), tgt.to(device), labels.to(device)
+
+
+def _clock(name, device):
+    """``"wall"``: ``time.perf_counter``; ``"cpu"``: the process's CPU time (steadier on a
+    shared machine; CPU only, and meaningful with few threads)."""
+    if name not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu', got {name!r}")
+    if name == "cpu" and device.type == "cuda":
+        raise ValueError("clock='cpu' measures CPU work; use 'wall' on CUDA")
+    return time.perf_counter if name == "wall" else time.process_time
+
+
+def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=32, src_len=32, tgt_len=32,
+                        vocab=2000, dropout=0.1, repeats=10, warmup=2, device="cpu", bf16=False, clock="wall"):
+    """Median ratio of training-step times, ``torch.nn.Transformer`` / ours (> 1 = ours faster).
+
+    Returns:
+        A dict with both models' median step time (s), tokens per second and the
+        median ``ratio`` of the per-repetition times.
+    """
+    device = torch.device(device)
+    now = _clock(clock, device)
+    torch.manual_seed(0)
+    ours = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout, max_len=512)
+    ours.set_fused(True)
+    theirs = TorchTransformerBaseline(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout)
+    models = {"ours": ours.to(device).train(), "torch": theirs.to(device).train()}
+    optimizers = {name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+                  for name, m in models.items()}
+    src, tgt, labels = _random_batch(batch, src_len, tgt_len, vocab, device, torch.Generator().manual_seed(1))
+    src_mask, tgt_mask = padding_mask(src), decoder_mask(tgt)  # True = may attend
+    src_pad, tgt_pad = src == 0, tgt == 0  # True = padding (PyTorch's convention)
+
+    def step(name):
+        model, optimizer = models[name], optimizers[name]
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
+            if name == "ours":
+                logits = model(src, tgt, src_mask, tgt_mask)
+            else:
+                logits = model(src, tgt, src_pad, tgt_pad)
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), labels.reshape(-1), ignore_index=0,
+                               label_smoothing=0.1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    times = {"ours": [], "torch": []}
+    for repeat in range(warmup + repeats):
+        order = ("ours", "torch") if repeat % 2 == 0 else ("torch", "ours")
+        for name in order:
+            _sync(device)
+            start = now()
+            step(name)
+            _sync(device)
+            if repeat >= warmup:
+                times[name].append(now() - start)
+    ratios = [t / o for o, t in zip(times["ours"], times["torch"])]
+    tokens = int((tgt != 0).sum()) + int((src != 0).sum())
+    return {
+        "ours_s": statistics.median(times["ours"]), "torch_s": statistics.median(times["torch"]),
+        "ours_tokens_per_s": tokens / statistics.median(times["ours"]),
+        "torch_tokens_per_s": tokens / statistics.median(times["torch"]),
+        "ratio": statistics.median(ratios),
+        "sizes": dict(d_model=d_model, num_heads=num_heads, layers=num_layers, d_ff=d_ff, batch=batch,
+                      src_len=src_len, tgt_len=tgt_len, vocab=vocab),
+    }
+
+
+def bench_kv_cache(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=8, src_len=24, new_tokens=64,
+                   vocab=2000, repeats=3, device="cpu", clock="wall"):
+    """Median ratio of greedy-decoding times, without the cache / with it (> 1 = the cache helps).
+
+    Also checks that both produce the same tokens (``"same_tokens"``).
+    """
+    device = torch.device(device)
+    now = _clock(clock, device)
+    torch.manual_seed(0)
+    model = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, 0.0, max_len=512)
+    model = model.set_fused(True).to(device).eval()
+    src, _, _ = _random_batch(batch, src_len, 2, vocab, device, torch.Generator().manual_seed(2))
+    src_mask = padding_mask(src)
+    never = -1  # an <eos> id no arg-max can produce: all new_tokens steps run
+    times = {True: [], False: []}
+    outputs = {}
+    for repeat in range(repeats + 1):
+        for use_cache in ((True, False) if repeat % 2 == 0 else (False, True)):
+            _sync(device)
+            start = now()
+            outputs[use_cache] = greedy_decode(model, src, src_mask, new_tokens, eos_id=never, use_cache=use_cache)
+            _sync(device)
+            if repeat > 0:
+                times[use_cache].append(now() - start)
+    ratios = [plain / cached for cached, plain in zip(times[True], times[False])]
+    return {
+        "cached_s": statistics.median(times[True]), "plain_s": statistics.median(times[False]),
+        "ratio": statistics.median(ratios), "new_tokens": outputs[True].size(1) - 1,
+        "same_tokens": bool(torch.equal(outputs[True], outputs[False])),
+    }
+
+
+def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda"):
+    """Tokens per second and MFU of the paper's base model (bf16 autocast) on a CUDA GPU.
+
+    Model FLOPs per step: ``6 * parameters * tokens`` for the matrix products, plus the
+    attention scores and weighted sums (``12 * layers_attn * d_model * T²`` per sequence,
+    forward and backward). Returns ``None`` off CUDA.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    torch.manual_seed(0)
+    config = PAPER_CONFIGS["base"]
+    model = Transformer(vocab, vocab, share_embeddings=True, max_len=512, **config).set_fused(True).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    src, tgt, labels = _random_batch(batch, seq_len, seq_len, vocab, device, torch.Generator().manual_seed(3))
+    src_mask, tgt_mask = padding_mask(src), decoder_mask(tgt)
+    times = []
+    for repeat in range(repeats + 3):
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            logits = model(src, tgt, src_mask, tgt_mask)
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), labels.reshape(-1), ignore_index=0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        torch.cuda.synchronize(device)
+        if repeat >= 3:
+            times.append(time.perf_counter() - start)
+    step = statistics.median(times)
+    tokens = batch * seq_len * 2  # source + target positions
+    d_model = config["d_model"]
+    # Encoder self-attention, decoder self- and cross-attention: 3 attention blocks per layer pair.
+    attention_flops = 12 * 3 * config["num_encoder_layers"] * d_model * seq_len ** 2 * batch
+    flops = 6 * count_parameters(model) * tokens + attention_flops
+    name = torch.cuda.get_device_name(device)
+    peak = next((value for key, value in _PEAK_BF16.items() if key in name), None)
+    return {
+        "device": name, "step_s": step, "tokens_per_s": tokens / step, "tflops": flops / step / 1e12,
+        "mfu": None if peak is None else flops / step / peak,
+    }
+
+
+def run_benchmarks(quick=False, device="auto", json_path=None, clock="wall", threads=None, out=print):
+    """Run the benchmarks and print a table (``out`` receives each line); returns the results.
+
+    Args:
+        quick: tiny sizes and few repetitions (a smoke test, seconds).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``.
+        json_path: also write the results there.
+        clock: ``"wall"`` or ``"cpu"`` (process CPU time, for a shared CPU machine).
+        threads: ``torch.set_num_threads`` for the run (default: leave as is).
+        out: called with each line of the table.
+    """
+    from .trainer import resolve_device
+
+    device = resolve_device(device)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if quick:
+        sizes = dict(d_model=32, num_heads=2, num_layers=1, d_ff=64, vocab=100)
+        train = bench_training_step(batch=4, src_len=8, tgt_len=8, repeats=3, warmup=1, device=device,
+                                    clock=clock, **sizes)
+        cache = bench_kv_cache(batch=2, src_len=6, new_tokens=8, repeats=1, device=device, clock=clock, **sizes)
+    else:
+        train = bench_training_step(device=device, bf16=device.type == "cuda",
+                                    repeats=30 if device.type == "cuda" else 10, clock=clock)
+        cache = bench_kv_cache(device=device, clock=clock)
+    results = {"device": str(device), "threads": torch.get_num_threads(), "clock": clock,
+               "training_step": train, "kv_cache": cache}
+    out(f"device {device} ({torch.get_num_threads()} threads, {clock} clock){' [quick]' if quick else ''}")
+    out(f"training step, sizes {train['sizes']}")
+    out(f"  solutions.Transformer (fused): {train['ours_s'] * 1e3:8.1f} ms  {train['ours_tokens_per_s']:10.0f} tok/s")
+    out(f"  torch.nn.Transformer:          {train['torch_s'] * 1e3:8.1f} ms  {train['torch_tokens_per_s']:10.0f} tok/s")
+    out(f"  throughput ratio ours/torch (median of interleaved runs): {train['ratio']:.2f}x  (target >= 1.0x)")
+    out(f"greedy decoding, {cache['new_tokens']} new tokens")
+    out(f"  with cache {cache['cached_s'] * 1e3:8.1f} ms, without {cache['plain_s'] * 1e3:8.1f} ms: "
+        f"{cache['ratio']:.2f}x faster (target >= 3x), same tokens: {cache['same_tokens']}")
+    if device.type == "cuda" and not quick:
+        mfu = bench_base_mfu(device=device)
+        results["base_mfu"] = mfu
+        utilisation = "n/a (unknown peak)" if mfu["mfu"] is None else f"{100 * mfu['mfu']:.1f}%"
+        out(f"base model (bf16) on {mfu['device']}: {mfu['tokens_per_s']:.0f} tok/s, "
+            f"{mfu['tflops']:.1f} TFLOP/s, MFU {utilisation}")
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=1, default=lambda value: None if isinstance(value, float) and math.isnan(value) else str(value))
+    return results
