@@ -448,9 +448,9 @@ def _make_cases(g: _Graded, hidden: bool, seed: int | None) -> None:
         g.settle("error", f"cannot grade: {exc}")
         return
     try:
-        cases = list(g.exercise.cases(make_rng(False), False))
-        if hidden:
-            cases += list(g.exercise.cases(make_rng(True, seed), True))
+        # hidden=True: the exercise's full set (its visible cases and the randomised
+        # hidden ones, fresh unless seeded); hidden=False: the visible check's set.
+        cases = list(g.exercise.cases(make_rng(hidden, seed), hidden))
     except Exception as exc:  # noqa: BLE001 - an instructor-side bug, reported per cell
         g.settle("error", f"cannot make the cases of {g.name}: {type(exc).__name__}: {exc}")
         return
@@ -540,28 +540,58 @@ def _chapter_exercises(chapter: str) -> list[str]:
         return []
 
 
+def _attribute(pending: list[_Graded], outcome: RunOutcome) -> tuple[dict[int, tuple[bytes, bytes]], dict[int, str]]:
+    """Match the run's frames to cells: ``(accepted results, blamed cells)``.
+
+    The runner sends, for each cell in job order, a ``start`` frame before running
+    its code and one ``result`` frame after its cases. Anything else — a result for
+    a cell that is not the one running, a second result, a start out of order,
+    garbage — can only come from student code, and is blamed on the cell that was
+    running when it arrived (the last genuine ``start``). That cell is marked
+    ``cheat``; the forged frame itself is dropped. (A background thread left by an
+    earlier cell would get the running cell blamed: all cells belong to the same
+    student, so no one else's grade can be touched either way.)
+    """
+    index = {g.name: i for i, g in enumerate(pending)}
+    accepted: dict[int, tuple[bytes, bytes]] = {}
+    blamed: dict[int, str] = {}
+    running, next_start = None, 0
+
+    def blame(what: str) -> None:
+        culprit = running if running is not None else 0
+        blamed.setdefault(culprit, what)
+
+    for kind, grade_id, body, npz in outcome.frames:
+        i = index.get(grade_id)
+        if kind == "start" and i is not None and i == next_start:
+            running, next_start = i, i + 1
+        elif kind == "result" and i is not None and i == running and i not in accepted:
+            accepted[i] = (body, npz)
+        else:
+            blame(f"a forged {kind} frame for {grade_id!r} was sent while this cell ran")
+    if outcome.frame_problem:
+        blame(f"the result pipe was tampered with while this cell ran ({outcome.frame_problem})")
+    return accepted, blamed
+
+
 def _collect(pending: list[_Graded], outcome: RunOutcome, limits: Limits) -> list[_Graded]:
     """Judge what one run sent through its result pipe; return the cells to run
     again in a fresh sandbox (those after a cell that took the kernel down)."""
-    by_id: dict[str, list[tuple[bytes, bytes]]] = {}
-    for grade_id, body, npz in outcome.frames:
-        by_id.setdefault(grade_id, []).append((body, npz))
-    for index, g in enumerate(pending):
-        frames = by_id.get(g.name, [])
-        if not frames:
-            if outcome.frame_problem and not (outcome.timed_out or outcome.overflow or outcome.signal):
-                g.settle("cheat", f"the result pipe was tampered with while {g.name} ran ({outcome.frame_problem})")
-            else:
-                status, reason = _death(outcome, limits)
-                g.settle(status, reason)
-            # Results of later cells cannot come from the runner (it reports in
-            # order and stopped here): ignore them and run those cells again.
-            return pending[index + 1:]
-        if len(frames) > 1:
-            g.settle("cheat", f"the results of {g.name} were sent {len(frames)} times: some were forged")
+    accepted, blamed = _attribute(pending, outcome)
+    for i, g in enumerate(pending):
+        if i in blamed:
+            g.settle("cheat", blamed[i])
+            if i not in accepted:
+                return pending[i + 1:]
             continue
+        if i not in accepted:
+            status, reason = _death(outcome, limits)
+            g.settle(status, reason)
+            # The runner stopped in this cell: the cells after it run again in a
+            # fresh sandbox, without it.
+            return pending[i + 1:]
         try:
-            report, arrays = _load_frame(*frames[0])
+            report, arrays = _load_frame(*accepted[i])
             cell_error, results = _decode_report(report, arrays, g.name)
         except _Tampered as exc:
             g.settle("cheat", f"the result of {g.name} was tampered with ({exc})")

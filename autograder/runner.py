@@ -383,40 +383,48 @@ def load_bundle(path_stem: str, max_bytes: int = 256 * 2**20):
     return data, arrays
 
 
-def write_frame(stream, grade_id: str, data: Any, arrays: dict[str, np.ndarray]) -> None:
-    """Write one result bundle to a byte stream (the result pipe) as a frame:
-    a JSON header line ``{"grade_id", "json", "npz"}`` (byte counts), then the
-    JSON document, then the ``.npz`` bytes."""
+def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.ndarray] | None = None,
+                *, start: bool = False) -> None:
+    """Write one frame to a byte stream (the result pipe).
+
+    A frame is a JSON header line ``{"grade_id", "kind", "json", "npz"}`` (kind
+    ``"start"``: the runner is about to execute that cell; ``"result"``: its
+    bundle follows), then ``json`` bytes of JSON and ``npz`` bytes of ``.npz``.
+    """
     import io
 
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    npz = buf.getvalue()
-    body = json.dumps(data).encode("utf-8")
-    header = json.dumps({"grade_id": grade_id, "json": len(body), "npz": len(npz)}).encode("utf-8")
-    stream.write(header + b"\n" + body + npz)
+    if start:
+        body = npz = b""
+    else:
+        buf = io.BytesIO()
+        np.savez(buf, **(arrays or {}))
+        npz = buf.getvalue()
+        body = json.dumps(data).encode("utf-8")
+    header = {"grade_id": grade_id, "kind": "start" if start else "result", "json": len(body), "npz": len(npz)}
+    stream.write(json.dumps(header).encode("utf-8") + b"\n" + body + npz)
     stream.flush()
 
 
 def read_frames(stream, max_frame_bytes: int, max_total_bytes: int):
     """Read the frames of :func:`write_frame` until end of stream.
 
-    Returns ``(frames, problem)``: ``frames`` a list of ``(grade_id, json_bytes,
-    npz_bytes)``; ``problem`` ``None`` or what was wrong (a malformed or oversized
-    frame: reading stops there, the rest of the stream is drained and dropped).
-    Nothing is decoded here beyond the header.
+    Returns ``(frames, problem)``: ``frames`` a list of ``(kind, grade_id,
+    json_bytes, npz_bytes)`` in arrival order; ``problem`` ``None`` or what was
+    wrong (a malformed or oversized frame: reading stops there, and the rest of
+    the stream is drained and dropped). Nothing is decoded beyond the header.
     """
-    frames: list[tuple[str, bytes, bytes]] = []
+    frames: list[tuple[str, str, bytes, bytes]] = []
     total = 0
     problem = None
-    while problem is None:
+    while True:
         header = stream.readline(4096)
         if not header:
             break
         try:
             meta = json.loads(header.decode("utf-8"))
-            grade_id, n_json, n_npz = meta["grade_id"], int(meta["json"]), int(meta["npz"])
-            if not isinstance(grade_id, str) or n_json < 0 or n_npz < 0:
+            kind, grade_id = meta["kind"], meta["grade_id"]
+            n_json, n_npz = int(meta["json"]), int(meta["npz"])
+            if kind not in ("start", "result") or not isinstance(grade_id, str) or n_json < 0 or n_npz < 0:
                 raise ValueError
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             problem = "a malformed result frame"
@@ -430,7 +438,7 @@ def read_frames(stream, max_frame_bytes: int, max_total_bytes: int):
             problem = "a truncated result frame"
             break
         total += n_json + n_npz
-        frames.append((grade_id, body, npz))
+        frames.append((kind, grade_id, body, npz))
     while stream.read(65536):  # drain, so the writer never blocks
         pass
     return frames, problem
@@ -471,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"setup cell {i} raised {type(exc).__name__}: {_safe_str(exc)}", file=sys.stderr)
     for cell in job["cells"]:
         grade_id = cell["grade_id"]
+        if result_stream is not None:
+            write_frame(result_stream, grade_id, start=True)
         report: dict[str, Any] = {"grade_id": grade_id, "cell_error": None, "cases": []}
         out_arrays: dict[str, np.ndarray] = {}
         try:
