@@ -1,0 +1,487 @@
+"""Checks of chapter 8, the full Transformer: ``DecoderLayer``, ``Transformer`` and
+``count_parameters``.
+
+The contract is ``shared/EXERCISES.md`` section 8; the references are in
+``solutions/layers.py`` and ``solutions/model.py`` ("Attention Is All You Need",
+section 3, figure 1, Table 3).
+
+Random states and the functional building blocks (attention with the case's
+weights, LayerNorm, FFN) are shared with the chapter 7 checks. The diagnoses
+recompute the forward pass with one plausible mistake at a time (the target mask
+in cross-attention, memory and x swapped, no causal mask, norms permuted, no
+√d_model, positions on one side only, untied weights, ...) and name the one the
+result equals.
+
+Grading runs in a sandbox whose ``solutions`` lacks this chapter's modules
+(``layers``, ``model``): the ``Obj`` models of ``count_parameters``' hidden cases
+are therefore built from ``torch.nn`` and the earlier chapters' modules only.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Case, CheckFailure, Obj, Result, Tensor, register
+from .ch07_add_and_norm import (
+    _HintingExercise,
+    _array,
+    _attention_state,
+    _close,
+    _ffn,
+    _ffn_state,
+    _layer_norm,
+    _match,
+    _mha,
+    _norm_state,
+    _padding,
+)
+
+CHAPTER = "08_transformer"
+
+
+def _causal(length):
+    return np.tril(np.ones((length, length), dtype=bool))[None, None]  # (1, 1, T, T)
+
+
+# --------------------------------------------------------------------------- DecoderLayer
+
+
+def _decoder_state(rng, d_model, d_ff):
+    return {
+        **_attention_state(rng, "self_attn.", d_model),
+        **_attention_state(rng, "cross_attn.", d_model),
+        **_ffn_state(rng, "feed_forward.", d_model, d_ff),
+        **_norm_state(rng, "norm1.", d_model),
+        **_norm_state(rng, "norm2.", d_model),
+        **_norm_state(rng, "norm3.", d_model),
+    }
+
+
+def decoder_layer_variant(case, *, flip_norm_first=False, residual=True, cross_mask="src", self_mask="tgt",
+                          swap_memory=False, norms=("norm1.", "norm2.", "norm3."), keys_from_x=False):
+    """A trusted decoder layer computed from the case's state, with switches for the mistakes."""
+    import torch
+
+    init, state = case.init, case.state
+    d_model, num_heads = init["d_model"], init["num_heads"]
+    norm_first = bool(init.get("norm_first", False)) != flip_norm_first
+    x, memory = (torch.from_numpy(_array(a).astype(np.float32)) for a in case.args[:2])
+    masks = {"src": case.kwargs.get("src_mask"), "tgt": case.kwargs.get("tgt_mask"), "none": None}
+    masks = {k: None if v is None else torch.from_numpy(_array(v)) for k, v in masks.items()}
+    self_attn = _mha(state, "self_attn.", d_model, num_heads)
+    cross_attn = _mha(state, "cross_attn.", d_model, num_heads)
+    n1, n2, n3 = norms
+    keep = 1.0 if residual else 0.0
+
+    def cross(q):
+        if swap_memory:
+            return cross_attn(memory, q, q, masks[cross_mask])
+        if keys_from_x:
+            return cross_attn(q, q, q, masks[cross_mask])
+        return cross_attn(q, memory, memory, masks[cross_mask])
+
+    with torch.no_grad():
+        if norm_first:
+            h = _layer_norm(state, n1, x)
+            x = keep * x + self_attn(h, h, h, masks[self_mask])
+            x = keep * x + cross(_layer_norm(state, n2, x))
+            x = keep * x + _ffn(state, "feed_forward.", _layer_norm(state, n3, x))
+        else:
+            x = _layer_norm(state, n1, keep * x + self_attn(x, x, x, masks[self_mask]))
+            x = _layer_norm(state, n2, keep * x + cross(x))
+            x = _layer_norm(state, n3, keep * x + _ffn(state, "feed_forward.", x))
+    return x
+
+
+def _decoder_case(rng, batch, t_tgt, t_src, d_model, num_heads, d_ff, *, norm_first, label, masks=True,
+                  dropout=0.0, backward=False, tgt_mask="causal"):
+    x = rng.normal(size=(batch, t_tgt, d_model)).astype(np.float32)
+    memory = rng.normal(size=(batch, t_src, d_model)).astype(np.float32)
+    kwargs = {}
+    if masks:
+        kwargs["src_mask"] = Tensor(_padding(rng, batch, t_src))
+        causal = _causal(t_tgt)
+        if tgt_mask == "decoder":
+            causal = causal & _padding(rng, batch, t_tgt)  # (B, 1, T, T)
+            causal[:, :, :, 0] = True
+        kwargs["tgt_mask"] = Tensor(causal)
+    weight = Tensor(rng.normal(size=x.shape).astype(np.float32)) if backward else None
+    return Case(init={"d_model": d_model, "num_heads": num_heads, "d_ff": d_ff, "dropout": dropout,
+                      "norm_first": norm_first},
+                state=_decoder_state(rng, d_model, d_ff),
+                args=(Tensor(x, requires_grad=backward), Tensor(memory, requires_grad=backward)), kwargs=kwargs,
+                backward=weight, probes=("state_dict_keys",), label=label, rtol=1e-4, atol=1e-4)
+
+
+@register
+class DecoderLayerCheck(_HintingExercise):
+    """``DecoderLayer(d_model, num_heads, d_ff, dropout=0.0, norm_first=False)``."""
+
+    name = "DecoderLayer"
+    chapter = CHAPTER
+    kind = "class"
+    what = ("masked self-attention, cross-attention over memory with src_mask, FFN; post- and pre-norm, "
+            "T_tgt ≠ T_src, exact state_dict keys, gradients to x and memory")
+
+    def cases(self, rng, hidden):
+        cases = [
+            _decoder_case(rng, 1, 3, 4, 8, 2, 16, norm_first=False, masks=False,
+                          label="post-norm, T_tgt=3, T_src=4, d_model=8, h=2, no masks"),
+            _decoder_case(rng, 2, 4, 5, 8, 2, 16, norm_first=False,
+                          label="post-norm, causal tgt_mask (1, 1, 4, 4) and padding src_mask (2, 1, 1, 5)"),
+            _decoder_case(rng, 2, 4, 3, 8, 4, 32, norm_first=True, label="pre-norm (norm_first=True) with both masks"),
+        ]
+        if not hidden:
+            return cases
+        for i in range(4):
+            h = int(rng.choice([1, 2, 4]))
+            d_model, d_ff = h * int(rng.integers(2, 5)), int(rng.integers(4, 33))
+            b, t_tgt, t_src = int(rng.integers(1, 4)), int(rng.integers(2, 7)), int(rng.integers(2, 7))
+            nf = bool(i % 2)
+            cases.append(_decoder_case(rng, b, t_tgt, t_src, d_model, h, d_ff, norm_first=nf,
+                                       label=f"random B={b}, T_tgt={t_tgt}, T_src={t_src}, d_model={d_model}, "
+                                             f"h={h}, norm_first={nf}"))
+        for nf in (False, True):
+            cases.append(_decoder_case(rng, 2, 5, 5, 8, 2, 16, norm_first=nf,
+                                       label=f"T_tgt = T_src = 5 (the masks have compatible shapes), norm_first={nf}"))
+        cases.append(_decoder_case(rng, 2, 4, 6, 8, 2, 16, norm_first=False, tgt_mask="decoder",
+                                   label="a (B, 1, T, T) decoder mask (padding ∧ causal)"))
+        cases.append(_decoder_case(rng, 2, 3, 4, 8, 2, 16, norm_first=False, dropout=0.1,
+                                   label="dropout=0.1 in eval mode (off)"))
+        cases.append(_decoder_case(rng, 2, 3, 4, 8, 2, 16, norm_first=False, backward=True,
+                                   label="gradients flow back to x and to memory"))
+        return cases
+
+    def raised_hint(self, case, raised):
+        if raised.get("phase") == "load_state_dict":
+            return ("the state_dict keys must be exactly self_attn.*, cross_attn.* (MultiHeadAttention), "
+                    "feed_forward.linear{1,2}.* and norm{1,2,3}.{weight,bias}.")
+        t_tgt, t_src = _array(case.args[0]).shape[1], _array(case.args[1]).shape[1]
+        if t_tgt != t_src and raised.get("phase") == "call":
+            return ("it failed with T_tgt ≠ T_src: the cross-attention's queries come from x and its keys and "
+                    "values from memory, self.cross_attn(x, memory, memory, src_mask); tgt_mask belongs to "
+                    "the self-attention.")
+        return None
+
+    def diagnose(self, case, got, want):
+        g, w = _array(got.value), _array(want.value)
+        if g is None:
+            return "forward must return a tensor of shape (B, T_tgt, d_model)."
+        has_masks = "tgt_mask" in case.kwargs
+        same_len = _array(case.args[0]).shape[1] == _array(case.args[1]).shape[1]
+        variants = [
+            ("pre- and post-norm are swapped: norm_first=False (the paper) normalises after each residual sum.",
+             dict(flip_norm_first=True)),
+            ("the residual connections are missing: each sub-layer's input is added back.", dict(residual=False)),
+            ("the norms are in the wrong order: norm1 after the self-attention, norm2 after the cross-attention, "
+             "norm3 after the feed-forward network.", dict(norms=("norm1.", "norm3.", "norm2."))),
+            ("the norms are in the wrong order: norm1 after the self-attention, norm2 after the cross-attention, "
+             "norm3 after the feed-forward network.", dict(norms=("norm2.", "norm1.", "norm3."))),
+            ("the cross-attention attends over x: its keys and values are the encoder output, "
+             "self.cross_attn(x, memory, memory, src_mask).", dict(keys_from_x=True)),
+        ]
+        if has_masks:
+            variants += [
+                ("the causal tgt_mask was ignored: the self-attention must not see later target tokens, "
+                 "self.self_attn(x, x, x, tgt_mask).", dict(self_mask="none")),
+                ("the src_mask was ignored: the cross-attention must not attend to source padding, "
+                 "self.cross_attn(x, memory, memory, src_mask).", dict(cross_mask="none")),
+            ]
+        if same_len:
+            variants.append(("memory and x are swapped in the cross-attention: the queries come from the "
+                             "decoder, self.cross_attn(x, memory, memory, src_mask).", dict(swap_memory=True)))
+            if has_masks:
+                variants += [
+                    ("the cross-attention uses the target mask: it takes src_mask (source padding), the "
+                     "self-attention takes tgt_mask.", dict(cross_mask="tgt")),
+                    ("the masks are swapped: tgt_mask goes to the self-attention, src_mask to the "
+                     "cross-attention.", dict(cross_mask="tgt", self_mask="src")),
+                ]
+        computed = []
+        for hint, flags in variants:
+            try:
+                computed.append((hint, decoder_layer_variant(case, **flags)))
+            except Exception:  # noqa: BLE001 - a variant that does not apply to this case
+                continue
+        hint = _match(g, w, computed)
+        if hint:
+            return hint
+        if got.grads and want.grads and _close(g, w):
+            if "1" in want.grads and "1" not in got.grads:
+                return "no gradient reached memory: do not detach the encoder output."
+            return "the output is right but a gradient is not: do not detach inside forward."
+        return None
+
+
+# --------------------------------------------------------------------------- Transformer
+
+
+def _transformer_state(rng, init):
+    """The state_dict of a reference Transformer built with a seed from ``rng``, as numpy
+    arrays; LayerNorm γ and β are perturbed so that every norm matters."""
+    import torch
+
+    import solutions
+
+    torch.manual_seed(int(rng.integers(0, 2**31)))
+    model = solutions.Transformer(**init)
+    state = {}
+    for name, tensor in model.state_dict().items():
+        value = tensor.detach().numpy().copy()
+        if ".norm" in name or name.startswith(("encoder_norm", "decoder_norm")):
+            value = value + (0.3 * rng.normal(size=value.shape)).astype(np.float32)
+        state[name] = value
+    return state
+
+
+def _transformer_init(rng, *, share=False, norm_first=False, layers=(1, 1), dropout=0.1):
+    num_heads = int(rng.choice([1, 2, 4]))
+    src_vocab = int(rng.integers(20, 41))
+    return {"src_vocab_size": src_vocab, "tgt_vocab_size": src_vocab if share else int(rng.integers(20, 41)),
+            "d_model": 4 * num_heads * int(rng.integers(1, 3)), "num_heads": num_heads,
+            "num_encoder_layers": layers[0], "num_decoder_layers": layers[1], "d_ff": int(rng.integers(16, 33)),
+            "dropout": dropout, "max_len": 32, "share_embeddings": share, "norm_first": norm_first}
+
+
+def _ids(rng, batch, length, vocab, lengths=True):
+    ids = rng.integers(4, vocab, size=(batch, length)).astype(np.int64)
+    if lengths:
+        mask = _padding(rng, batch, length)[:, 0, 0, :]
+        ids[~mask] = 0
+    return ids
+
+
+def _transformer_case(rng, init, *, method="forward", label, batch=2, t_src=5, t_tgt=4, state=None):
+    state = _transformer_state(rng, init) if state is None else state
+    src = _ids(rng, batch, t_src, init["src_vocab_size"])
+    tgt = _ids(rng, batch, t_tgt, init["tgt_vocab_size"])
+    src_mask = (src != 0)[:, None, None, :]  # (B, 1, 1, T_src)
+    tgt_mask = _causal(t_tgt) & (tgt != 0)[:, None, None, :]
+    tgt_mask[..., 0] = True
+    if method == "forward":
+        args, kwargs = (Tensor(src), Tensor(tgt)), {"src_mask": Tensor(src_mask), "tgt_mask": Tensor(tgt_mask)}
+    elif method == "encode":
+        args, kwargs = (Tensor(src), Tensor(src_mask)), {}
+    elif method == "decode":
+        memory = rng.normal(size=(batch, t_src, init["d_model"])).astype(np.float32)
+        args, kwargs = (Tensor(tgt), Tensor(memory), Tensor(src_mask), Tensor(tgt_mask)), {}
+    else:  # project
+        args, kwargs = (Tensor(rng.normal(size=(batch, t_tgt, init["d_model"])).astype(np.float32)),), {}
+    return Case(init=init, state=state, method=method, args=args, kwargs=kwargs,
+                probes=("state_dict_keys", "parameter_names"), label=label, rtol=1e-4, atol=1e-4)
+
+
+def transformer_variant(case, *, scale=True, src_positions=True, tgt_positions=True, cross_mask=True,
+                        tgt_mask=True, final_norms=True):
+    """A trusted Transformer pass with switches for the plausible mistakes."""
+    import math
+
+    import torch
+
+    import solutions
+
+    model = solutions.Transformer(**case.init)
+    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in case.state.items()})
+    model.eval()
+    d = case.init["d_model"]
+    args = [torch.from_numpy(_array(a)) for a in case.args]
+    kwargs = {k: torch.from_numpy(_array(v)) for k, v in case.kwargs.items()}
+
+    def embed(module, ids, positions):
+        x = module.embedding(ids) * (math.sqrt(d) if scale else 1.0)
+        return model.positional(x) if positions else x
+
+    def encode(src, src_mask):
+        x = embed(model.src_embed, src, src_positions)
+        for layer in model.encoder_layers:
+            x = layer(x, src_mask)
+        return model.encoder_norm(x) if model.norm_first and final_norms else x
+
+    def decode(tgt, memory, src_mask, t_mask):
+        x = embed(model.tgt_embed, tgt, tgt_positions)
+        for layer in model.decoder_layers:
+            x = layer(x, memory, src_mask if cross_mask else None, t_mask if tgt_mask else None)
+        return model.decoder_norm(x) if model.norm_first and final_norms else x
+
+    with torch.no_grad():
+        if case.method == "encode":
+            return encode(*args)
+        if case.method == "decode":
+            return decode(*args)
+        if case.method == "project":
+            return model.project(*args)
+        src, tgt = args
+        src_mask, t_mask = kwargs.get("src_mask"), kwargs.get("tgt_mask")
+        return model.project(decode(tgt, encode(src, src_mask), src_mask, t_mask))
+
+
+@register
+class TransformerCheck(_HintingExercise):
+    """``Transformer(src_vocab_size, tgt_vocab_size, d_model, ...)``: encode, decode, project, forward."""
+
+    name = "Transformer"
+    chapter = CHAPTER
+    kind = "class"
+    what = ("forward/encode/decode/project with masks, post- and pre-norm, 1-2 layers, tied embeddings "
+            "(one shared matrix), exact state_dict keys")
+
+    def cases(self, rng, hidden):
+        base = _transformer_init(rng)
+        state = _transformer_state(rng, base)
+        cases = [
+            _transformer_case(rng, base, state=state, label="forward: 2 sentences, T_src=5, T_tgt=4, with masks"),
+            _transformer_case(rng, base, state=state, method="encode", label="encode(src, src_mask) → memory"),
+            _transformer_case(rng, base, state=state, method="decode",
+                              label="decode(tgt, memory, src_mask, tgt_mask) → hidden"),
+            _transformer_case(rng, _transformer_init(rng, share=True), label="share_embeddings=True: one matrix"),
+        ]
+        if not hidden:
+            return cases
+        cases.append(_transformer_case(rng, base, state=state, method="project", label="project(hidden) → logits"))
+        for i in range(2):
+            nf = bool(i)
+            init = _transformer_init(rng, norm_first=nf, layers=(int(rng.integers(1, 3)), int(rng.integers(1, 3))))
+            b, ts, tt = int(rng.integers(1, 4)), int(rng.integers(2, 8)), int(rng.integers(2, 8))
+            cases.append(_transformer_case(rng, init, batch=b, t_src=ts, t_tgt=tt,
+                                           label=f"random config {init['num_encoder_layers']}+"
+                                                 f"{init['num_decoder_layers']} layers, d_model={init['d_model']}, "
+                                                 f"h={init['num_heads']}, norm_first={nf}, B={b}, "
+                                                 f"T_src={ts}, T_tgt={tt}"))
+        init = _transformer_init(rng, norm_first=True)
+        cases.append(_transformer_case(rng, init, method="encode",
+                                       label="pre-norm encode: the encoder stack ends with encoder_norm"))
+        shared = _transformer_init(rng, share=True, norm_first=True)
+        cases.append(_transformer_case(rng, shared, label="share_embeddings=True with norm_first=True"))
+        return cases
+
+    def raised_hint(self, case, raised):
+        if raised.get("phase") == "load_state_dict":
+            return ("the graders load the reference state_dict: src_embed, tgt_embed (TokenEmbedding), positional "
+                    "(PositionalEncoding), encoder_layers, decoder_layers (nn.ModuleList), generator "
+                    "(nn.Linear(d_model, tgt_vocab_size)) and, for norm_first=True, encoder_norm and decoder_norm.")
+        return None
+
+    def judge(self, case: Case, got: Result, want: Result) -> None:
+        # Shared parameters appear once in named_parameters(): compare how many there are,
+        # not their names (which of the tied modules "owns" the matrix is free).
+        got_names = got.probes.get("parameter_names")
+        want_names = want.probes.get("parameter_names")
+        if want_names is not None and got.raised is None and got_names is not None:
+            if len(got_names) > len(want_names):
+                raise CheckFailure(
+                    f"the model has {len(got_names)} distinct parameter tensors, expected {len(want_names)} "
+                    f"({case.label})\n  Hint: share_embeddings=True must tie the weights: the target "
+                    "embedding and the generator use the source embedding's Parameter itself "
+                    "(self.generator.weight = self.src_embed.embedding.weight), not a copy of its values.")
+            if len(got_names) < len(want_names):
+                raise CheckFailure(
+                    f"the model has {len(got_names)} distinct parameter tensors, expected {len(want_names)} "
+                    f"({case.label})\n  Hint: tie the embeddings only when share_embeddings=True.")
+        strip = lambda r: Result(value=r.value, attrs=r.attrs,  # noqa: E731
+                                 probes={k: v for k, v in r.probes.items() if k != "parameter_names"},
+                                 grads=r.grads, args_after=r.args_after, raised=r.raised)
+        super().judge(case, strip(got), strip(want))
+
+    def diagnose(self, case, got, want):
+        g, w = _array(got.value), _array(want.value)
+        if g is None:
+            return f"{case.method} must return a tensor."
+        variants = [
+            ("the embeddings are not scaled: multiply them by √d_model (TokenEmbedding does).", dict(scale=False)),
+            ("the positional encoding is missing on the target side: decode adds it to the target embeddings "
+             "too.", dict(tgt_positions=False)),
+            ("the positional encoding is missing on the source side: encode adds it to the source embeddings.",
+             dict(src_positions=False)),
+            ("the src_mask does not reach the decoder's cross-attention: pass it to every decoder layer.",
+             dict(cross_mask=False)),
+            ("the tgt_mask does not reach the decoder layers.", dict(tgt_mask=False)),
+            ("with norm_first=True each stack ends with a final LayerNorm (encoder_norm, decoder_norm).",
+             dict(final_norms=False)),
+        ]
+        computed = []
+        for hint, flags in variants:
+            try:
+                computed.append((hint, transformer_variant(case, **flags)))
+            except Exception:  # noqa: BLE001
+                continue
+        return _match(g, w, computed)
+
+
+# --------------------------------------------------------------------------- count_parameters
+
+
+def _linear(rng, bias=True):
+    return Obj("torch.nn.Linear", {"in_features": int(rng.integers(1, 40)), "out_features": int(rng.integers(1, 40)),
+                                   "bias": bias})
+
+
+@register
+class CountParameters(_HintingExercise):
+    """``count_parameters(model) -> int``: trainable parameters, shared tensors once."""
+
+    name = "count_parameters"
+    chapter = CHAPTER
+    kind = "function"
+    what = "elements of the distinct trainable parameters: tied weights once, frozen ones and buffers not at all"
+
+    def cases(self, rng, hidden):
+        cases = [
+            Case(args=(Obj("torch.nn.Linear", {"in_features": 3, "out_features": 2}),),
+                 label="nn.Linear(3, 2): 3·2 weights + 2 biases"),
+            Case(args=(Obj("torch.nn.Embedding", {"num_embeddings": 10, "embedding_dim": 4, "_freeze": True}),),
+                 label="a frozen nn.Embedding (requires_grad=False): 0 trainable parameters"),
+        ]
+        if not hidden:
+            # The tied case needs solutions.Transformer, which the grading sandbox of this
+            # chapter does not have: it stays in the visible check (the student's kernel).
+            init = {"src_vocab_size": 30, "tgt_vocab_size": 30, "d_model": 16, "num_heads": 2,
+                    "num_encoder_layers": 1, "num_decoder_layers": 1, "d_ff": 32, "max_len": 64,
+                    "share_embeddings": True}
+            cases.append(Case(args=(Obj("solutions.Transformer", init),),
+                              label="a Transformer with share_embeddings=True: the shared matrix counts once"))
+            return cases
+        for _ in range(2):
+            cases.append(Case(args=(_linear(rng, bias=bool(rng.integers(0, 2))),), label="a random nn.Linear"))
+        d_model = 4 * int(rng.integers(1, 5))
+        cases.append(Case(args=(Obj("solutions.MultiHeadAttention", {"d_model": d_model, "num_heads": 2}),),
+                          label=f"MultiHeadAttention(d_model={d_model}, 2 heads): 4 (d² + d)"))
+        cases.append(Case(args=(Obj("solutions.PositionalEncoding", {"d_model": 8, "max_len": 50}),),
+                          label="PositionalEncoding: a buffer pe of 400 numbers, no parameters"))
+        cases.append(Case(args=(Obj("torch.nn.ModuleList", {"modules": [
+            _linear(rng), Obj("torch.nn.Embedding", {"num_embeddings": 7, "embedding_dim": 3, "_freeze": True}),
+            Obj("torch.nn.LayerNorm", {"normalized_shape": 5}), Obj("torch.nn.BatchNorm1d", {"num_features": 4})]}),),
+            label="a ModuleList: Linear, frozen Embedding, LayerNorm, BatchNorm1d (its running stats are buffers)"))
+        cases.append(Case(args=(Obj("torch.nn.Transformer", {
+            "d_model": 16, "nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 1, "dim_feedforward": 32,
+            "batch_first": True}),), label="torch.nn.Transformer(d_model=16, 1 + 1 layers, d_ff=32)"))
+        return cases
+
+    def diagnose(self, case, got, want):
+        from .. import runner
+
+        if not isinstance(got.value, int) or isinstance(got.value, bool):
+            if isinstance(got.value, float) and got.value == want.value:
+                return "return an int (sum of p.numel()), not a float."
+            return "return a Python int: sum(p.numel() for p in ...), or .item() of a tensor."
+        arrays = {}
+        model = runner.decode(runner.encode(case.args[0], arrays), arrays)
+        all_params = sum(p.numel() for p in model.parameters())
+        with_duplicates = sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False) if p.requires_grad)
+        with_buffers = sum(p.numel() for p in model.parameters() if p.requires_grad) + sum(
+            b.numel() for b in model.buffers())
+        state = sum(t.numel() for t in model.state_dict().values())
+        tensors = len([p for p in model.parameters() if p.requires_grad])
+        variants = [
+            ("shared tensors are counted twice: a tied matrix is one Parameter; model.parameters() lists it "
+             "once (state_dict() and named_parameters(remove_duplicate=False) list it per module).",
+             with_duplicates),
+            ("the state_dict holds buffers, frozen parameters and every tied name: count the tensors of "
+             "model.parameters() with p.requires_grad instead.", state),
+            ("frozen parameters (requires_grad=False) are not trainable: count only p.requires_grad.", all_params),
+            ("buffers (e.g. pe, BatchNorm's running statistics) are not parameters: count model.parameters() "
+             "only.", with_buffers),
+            ("count the elements (p.numel()), not the tensors.", tensors),
+        ]
+        for hint, value in variants:
+            if got.value == value and value != want.value:
+                return hint
+        return None

@@ -1,0 +1,273 @@
+"""Tests of the chapter 8 checks: plausible wrong answers are rejected with a hint
+that names the mistake, different valid answers pass, hidden inputs are fresh."""
+import math
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+import solutions
+from autograder.checks import CheckFailure, check, get_exercise
+from autograder.checks.base import make_rng
+
+NAMES = ["DecoderLayer", "Transformer", "count_parameters"]
+
+
+def rejected(name, wrong, *words, hidden=True):
+    """Assert that the check of ``name`` rejects ``wrong`` naming every word."""
+    with pytest.raises(CheckFailure) as info:
+        check(name, wrong, hidden=hidden, seed=17)
+    message = str(info.value)
+    for word in words:
+        assert word in message, f"{word!r} not in the message:\n{message}"
+    return message
+
+
+def accepted(name, obj):
+    check(name, obj)
+    check(name, obj, hidden=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_passes_visible_and_hidden(name, capsys):
+    accepted(name, getattr(solutions, name))
+    out = capsys.readouterr()
+    assert out.out.count(f"✓ {name}") == 2 and out.err == ""
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hidden_cases_are_fresh_each_run(name):
+    ex = get_exercise(name)
+    first = ex.cases(make_rng(hidden=True), hidden=True)
+    second = ex.cases(make_rng(hidden=True), hidden=True)
+    assert len(first) > len(ex.cases(make_rng(hidden=False), hidden=False))
+    fingerprint = lambda cases: pickle.dumps([(c.args, c.init, c.state) for c in cases])  # noqa: E731
+    assert fingerprint(first) != fingerprint(second)
+
+
+def test_count_parameters_hidden_models_build_without_this_chapters_modules():
+    """The grading sandbox of chapter 8 has no solutions.layers / solutions.model."""
+    for case in get_exercise("count_parameters").cases(make_rng(hidden=True), hidden=True):
+        factory = case.args[0].factory
+        assert factory.startswith("torch.nn.") or factory in ("solutions.MultiHeadAttention",
+                                                              "solutions.PositionalEncoding")
+
+
+# --------------------------------------------------------------------------- DecoderLayer
+
+
+def make_decoder(cross_mask="src", self_mask="tgt", swap_memory=False, norms=(1, 2, 3), residual=True):
+    class DecoderLayer(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+            self.cross_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+            self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
+            self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+            self.norm_first = norm_first
+
+        def forward(self, x, memory, src_mask=None, tgt_mask=None):
+            masks = {"src": src_mask, "tgt": tgt_mask, None: None}
+            n1, n2, n3 = (getattr(self, f"norm{i}") for i in norms)
+            keep = 1.0 if residual else 0.0
+
+            def cross(q):
+                if swap_memory:
+                    return self.cross_attn(memory, q, q, masks[cross_mask])
+                return self.cross_attn(q, memory, memory, masks[cross_mask])
+
+            if self.norm_first:
+                h = n1(x)
+                x = keep * x + self.self_attn(h, h, h, masks[self_mask])
+                x = keep * x + cross(n2(x))
+                return keep * x + self.feed_forward(n3(x))
+            x = n1(keep * x + self.self_attn(x, x, x, masks[self_mask]))
+            x = n2(keep * x + cross(x))
+            return n3(keep * x + self.feed_forward(x))
+
+    return DecoderLayer
+
+
+def test_decoder_with_the_target_mask_in_cross_attention_is_rejected():
+    rejected("DecoderLayer", make_decoder(cross_mask="tgt"), "tgt_mask belongs to the self-attention")
+
+
+def test_decoder_with_memory_and_x_swapped_is_rejected():
+    rejected("DecoderLayer", make_decoder(swap_memory=True), "T_tgt ≠ T_src")
+
+
+def test_decoder_without_causal_mask_is_rejected():
+    rejected("DecoderLayer", make_decoder(self_mask=None), "causal tgt_mask was ignored")
+
+
+def test_decoder_without_src_mask_is_rejected():
+    rejected("DecoderLayer", make_decoder(cross_mask=None), "src_mask was ignored")
+
+
+def test_decoder_with_norms_in_the_wrong_order_is_rejected():
+    rejected("DecoderLayer", make_decoder(norms=(1, 3, 2)), "norms are in the wrong order")
+
+
+def test_decoder_without_residuals_is_rejected():
+    rejected("DecoderLayer", make_decoder(residual=False), "residual connections are missing")
+
+
+def test_a_different_valid_decoder_layer_passes():
+    class Explicit(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+            self.cross_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+            self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
+            self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+            self.drop = nn.Dropout(dropout)
+            self.pre = norm_first
+
+        def _add_norm(self, x, norm, fn):
+            return x + self.drop(fn(norm(x))) if self.pre else norm(x + self.drop(fn(x)))
+
+        def forward(self, x, memory, src_mask=None, tgt_mask=None):
+            x = self._add_norm(x, self.norm1, lambda h: self.self_attn(h, h, h, mask=tgt_mask))
+            x = self._add_norm(x, self.norm2, lambda h: self.cross_attn(h, memory, memory, mask=src_mask))
+            return self._add_norm(x, self.norm3, self.feed_forward)
+
+    accepted("DecoderLayer", Explicit)
+
+
+# --------------------------------------------------------------------------- Transformer
+
+
+class UnscaledEmbedding(nn.Module):
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model)
+
+    def forward(self, ids):
+        return self.embedding(ids)
+
+
+def make_transformer(embedding=solutions.TokenEmbedding, tgt_positions=True, tie=True):
+    class Transformer(nn.Module):
+        def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_encoder_layers=6,
+                     num_decoder_layers=6, d_ff=2048, dropout=0.1, max_len=5000, share_embeddings=False,
+                     norm_first=False):
+            super().__init__()
+            self.src_embed = embedding(src_vocab_size, d_model)
+            self.tgt_embed = embedding(tgt_vocab_size, d_model)
+            self.positional = solutions.PositionalEncoding(d_model, max_len, dropout)
+            self.encoder_layers = nn.ModuleList(
+                [solutions.EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_encoder_layers)])
+            self.decoder_layers = nn.ModuleList(
+                [solutions.DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_decoder_layers)])
+            self.norm_first = norm_first
+            if norm_first:
+                self.encoder_norm, self.decoder_norm = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+            self.generator = nn.Linear(d_model, tgt_vocab_size)
+            if share_embeddings and tie:
+                self.tgt_embed.embedding.weight = self.src_embed.embedding.weight
+                self.generator.weight = self.src_embed.embedding.weight
+
+        def encode(self, src, src_mask=None):
+            x = self.positional(self.src_embed(src))
+            for layer in self.encoder_layers:
+                x = layer(x, src_mask)
+            return self.encoder_norm(x) if self.norm_first else x
+
+        def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
+            x = self.tgt_embed(tgt)
+            x = self.positional(x) if tgt_positions else x
+            for layer in self.decoder_layers:
+                x = layer(x, memory, src_mask, tgt_mask)
+            return self.decoder_norm(x) if self.norm_first else x
+
+        def project(self, hidden):
+            return self.generator(hidden)
+
+        def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+            return self.project(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
+
+    return Transformer
+
+
+def test_transformer_without_sqrt_d_model_is_rejected():
+    rejected("Transformer", make_transformer(embedding=UnscaledEmbedding), "not scaled", "√d_model")
+
+
+def test_transformer_with_positions_on_the_source_only_is_rejected():
+    rejected("Transformer", make_transformer(tgt_positions=False), "missing on the target side")
+
+
+def test_transformer_with_untied_weights_is_rejected():
+    rejected("Transformer", make_transformer(tie=False), "must tie the weights")
+
+
+def test_transformer_with_other_attribute_names_is_rejected():
+    class Renamed(make_transformer()):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.output = self.generator
+            del self.generator
+
+        def project(self, hidden):
+            return self.output(hidden)
+
+    rejected("Transformer", Renamed, "generator")
+
+
+def test_a_different_valid_transformer_passes():
+    class Subclassed(solutions.Transformer):
+        """The same modules, its own forward pass written out."""
+
+        def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+            memory = self.positional(self.src_embed.embedding(src) * math.sqrt(self.src_embed.d_model))
+            for layer in self.encoder_layers:
+                memory = layer(memory, src_mask)
+            if self.norm_first:
+                memory = self.encoder_norm(memory)
+            return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))
+
+    accepted("Transformer", Subclassed)
+
+
+# --------------------------------------------------------------------------- count_parameters
+
+
+def test_count_parameters_counting_shared_tensors_twice_is_rejected_visibly():
+    def per_name(model):
+        return sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False) if p.requires_grad)
+
+    rejected("count_parameters", per_name, "counted twice", hidden=False)
+
+
+def test_count_parameters_from_the_state_dict_is_rejected():
+    rejected("count_parameters", lambda model: sum(t.numel() for t in model.state_dict().values()), "buffers")
+
+
+def test_count_parameters_counting_frozen_parameters_is_rejected():
+    rejected("count_parameters", lambda model: sum(p.numel() for p in model.parameters()), "requires_grad")
+
+
+def test_count_parameters_counting_tensors_is_rejected():
+    rejected("count_parameters", lambda model: len([p for p in model.parameters() if p.requires_grad]), "numel")
+
+
+def test_count_parameters_returning_a_tensor_is_rejected():
+    def as_tensor(model):
+        return torch.stack([torch.tensor(p.numel()) for p in model.parameters() if p.requires_grad]).sum() \
+            if any(p.requires_grad for p in model.parameters()) else torch.tensor(0)
+
+    rejected("count_parameters", as_tensor, "Python int")
+
+
+def test_a_different_valid_count_parameters_passes():
+    def by_data_pointer(model):
+        seen, total = set(), 0
+        for module in model.modules():
+            for p in module.parameters(recurse=False):
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    total += math.prod(p.shape)
+        return total
+
+    accepted("count_parameters", by_data_pointer)
