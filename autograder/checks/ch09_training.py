@@ -1,0 +1,335 @@
+"""Checks of chapter 9, training: ``make_decoder_io``, ``noam_lr`` and
+``label_smoothed_cross_entropy``.
+
+The contract is ``shared/EXERCISES.md`` section 9; the references are in
+``solutions/training.py`` ("Attention Is All You Need", sections 3.1, 5.3 and 5.4).
+
+The diagnoses recompute the plausible wrong answers from the case's inputs (no
+shift, ``<eos>`` in the decoder input, left padding, ``warmup**-1``, no
+``d_model**-0.5``, pads in the mean, smoothing over ``V - 1`` classes, ...) and
+name the one the result equals.
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from .base import Case, CheckFailure, Exercise, Result, Tensor, register
+
+CHAPTER = "09_training"
+
+
+def _array(value):
+    """The numpy data of a decoded result value, or None when it is not an array."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "value") and isinstance(value.value, np.ndarray):  # a Tensor marker
+        return value.value
+    return None
+
+
+def _close(a, b, rtol=1e-5, atol=1e-6) -> bool:
+    try:
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
+
+
+class _TrainingExercise(Exercise):
+    """Reference from ``solutions`` (or ``solutions.training``); hints also when a call raised."""
+
+    def reference(self):
+        import solutions
+
+        if hasattr(solutions, self.name):
+            return getattr(solutions, self.name)
+        return getattr(importlib.import_module("solutions.training"), self.name)
+
+    def raised_hint(self, case: Case, got: Result) -> str | None:
+        return None
+
+    def judge(self, case: Case, got: Result, want: Result) -> None:
+        try:
+            super().judge(case, got, want)
+        except CheckFailure as exc:
+            message = str(exc)
+            if "Hint:" not in message and (case.expect_error or got.raised is not None):
+                try:
+                    hint = self.raised_hint(case, got)
+                except Exception:  # noqa: BLE001 - a hint must never hide the failure
+                    hint = None
+                if hint:
+                    message += "\n  Hint: " + hint
+            raise CheckFailure(message) from None
+
+
+# --------------------------------------------------------------------------- make_decoder_io
+
+
+def _decoder_io(targets, sos, eos, pad, *, mode="right"):
+    """Trusted (decoder_input, labels) with switches for the plausible mistakes."""
+    L = max(len(t) for t in targets)
+    B = len(targets)
+    width = L + 2 if mode == "eos_in_input" else L + 1
+    inp = np.full((B, width), pad, dtype=np.int64)
+    lab = np.full((B, width), pad, dtype=np.int64)
+    for r, t in enumerate(targets):
+        t = list(t)
+        if mode == "no_shift":
+            seq_in, seq_lab = [sos] + t, [sos] + t
+        elif mode == "eos_in_input":
+            seq_in, seq_lab = [sos] + t + [eos], t + [eos]
+        elif mode == "labels_with_sos":
+            seq_in, seq_lab = [sos] + t, [sos] + t + [eos]
+            seq_lab = seq_lab[:width]
+        elif mode == "swapped":
+            seq_in, seq_lab = t + [eos], [sos] + t
+        else:
+            seq_in, seq_lab = [sos] + t, t + [eos]
+        if mode == "left":
+            inp[r, width - len(seq_in):] = seq_in
+            lab[r, width - len(seq_lab):] = seq_lab
+        else:
+            inp[r, :len(seq_in)] = seq_in
+            lab[r, :len(seq_lab)] = seq_lab
+    return inp, lab
+
+
+@register
+class MakeDecoderIO(_TrainingExercise):
+    """``make_decoder_io(targets, sos_id=1, eos_id=2, pad_id=0) -> (decoder_input, labels)``."""
+
+    name = "make_decoder_io"
+    chapter = CHAPTER
+    kind = "function"
+    what = "[<sos>, y…] and [y…, <eos>] as LongTensors (B, L + 1), right-padded, other special ids, empty targets"
+
+    def cases(self, rng, hidden):
+        cases = [
+            Case(args=([[5, 6, 7]],), label="one target [5, 6, 7] → [1, 5, 6, 7] and [5, 6, 7, 2]"),
+            Case(args=([[5, 6, 7], [8]],), label="targets of lengths 3 and 1: the short one is right-padded with 0"),
+            Case(args=([[4, 9], [7, 7, 7, 5]],), kwargs={"sos_id": 10, "eos_id": 11, "pad_id": 12},
+                 label="other special ids: sos_id=10, eos_id=11, pad_id=12"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(3):
+            B = int(rng.integers(1, 6))
+            targets = [[int(v) for v in rng.integers(4, 50, size=int(rng.integers(1, 9)))] for _ in range(B)]
+            cases.append(Case(args=(targets,), label=f"random batch of {B} targets, lengths {[len(t) for t in targets]}"))
+        cases.append(Case(args=([[6, 5], []],), label="an empty target gives [<sos>] and [<eos>]"))
+        cases.append(Case(args=(([9, 8, 7], [4, 5]),), kwargs={"pad_id": 3, "eos_id": 0, "sos_id": 2},
+                          label="a tuple of targets with eos_id=0, sos_id=2, pad_id=3"))
+        return cases
+
+    def diagnose(self, case, got, want):
+        if not isinstance(got.value, tuple) or len(got.value) != 2:
+            return "return a tuple of two tensors: (decoder_input, labels)."
+        g_in, g_lab = (_array(v) for v in got.value)
+        if g_in is None or g_lab is None:
+            return "return two torch LongTensors."
+        if any(getattr(v, "dtype", None) != "int64" for v in got.value):
+            return "both outputs must be LongTensors (dtype=torch.long): they are ids."
+        targets = case.args[0]
+        sos = case.kwargs.get("sos_id", 1)
+        eos = case.kwargs.get("eos_id", 2)
+        pad = case.kwargs.get("pad_id", 0)
+        variants = [
+            ("the decoder input must not contain <eos>: it is [<sos>, y…] (shifted right), the labels "
+             "are [y…, <eos>], both of length L + 1.", "eos_in_input"),
+            ("the labels are not shifted: the decoder reads [<sos>, y…] and must predict [y…, <eos>], "
+             "the next token at each position.", "no_shift"),
+            ("the labels start with <sos>: they are [y…, <eos>], one step ahead of the input.", "labels_with_sos"),
+            ("the two outputs are swapped: return (decoder_input, labels) = ([<sos>, y…], [y…, <eos>]).", "swapped"),
+            ("pad on the right: the tokens start at column 0 and pad_id fills the end.", "left"),
+        ]
+        want_in, want_lab = _decoder_io(targets, sos, eos, pad)
+        for hint, mode in variants:
+            v_in, v_lab = _decoder_io(targets, sos, eos, pad, mode=mode)
+            if (_close(g_in, v_in) and _close(g_lab, v_lab)) and not (_close(v_in, want_in) and _close(v_lab, want_lab)):
+                return hint
+        for wrong_pad in (0, -100):
+            if wrong_pad != pad:
+                v_in, v_lab = _decoder_io(targets, sos, eos, wrong_pad)
+                if _close(g_in, v_in) and _close(g_lab, v_lab):
+                    return f"pad with pad_id (here {pad}), not {wrong_pad}."
+        if (sos, eos) != (1, 2):
+            v_in, v_lab = _decoder_io(targets, 1, 2, pad)
+            if _close(g_in, v_in) and _close(g_lab, v_lab):
+                return "use the sos_id and eos_id arguments, not the default ids 1 and 2."
+        return None
+
+
+# --------------------------------------------------------------------------- noam_lr
+
+
+def _noam(step, d_model, warmup, factor=1.0, *, warm_exp=-1.5, d_exp=-0.5, use_min=True):
+    a, b = step ** -0.5, step * warmup ** warm_exp
+    return factor * d_model ** d_exp * (min(a, b) if use_min else max(a, b))
+
+
+@register
+class NoamLr(_TrainingExercise):
+    """``noam_lr(step, d_model, warmup_steps, factor=1.0) -> float``."""
+
+    name = "noam_lr"
+    chapter = CHAPTER
+    kind = "function"
+    what = "factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5) during and after warm-up, step < 1 raises"
+
+    def cases(self, rng, hidden):
+        cases = [
+            Case(args=(1, 512, 4000), label="step 1 of the paper's schedule (d_model=512, warmup 4000)", rtol=1e-9),
+            Case(args=(4000, 512, 4000), label="the peak, step == warmup_steps", rtol=1e-9),
+            Case(args=(100000, 512, 4000), kwargs={"factor": 2.0}, label="after warm-up (step 100000), factor=2",
+                 rtol=1e-9),
+            Case(args=(0, 512, 4000), label="step 0: the schedule counts from 1, raise ValueError",
+                 expect_error=(ValueError,)),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(4):
+            warmup = int(rng.integers(10, 10000))
+            step = int(rng.integers(1, 3 * warmup))
+            d_model = int(rng.choice([64, 128, 256, 512, 1024]))
+            cases.append(Case(args=(step, d_model, warmup), kwargs={"factor": float(rng.uniform(0.5, 3.0))},
+                              label=f"random step {step}, d_model {d_model}, warmup {warmup}", rtol=1e-9))
+        cases.append(Case(args=(37, 256, 100), label="during warm-up (37 of 100): the linear part", rtol=1e-9))
+        cases.append(Case(args=(-3, 512, 4000), label="a negative step raises ValueError", expect_error=(ValueError,)))
+        return cases
+
+    def raised_hint(self, case, got):
+        if case.expect_error:
+            return ("check step < 1 first and raise ValueError: step**-0.5 is undefined at 0 "
+                    "(ZeroDivisionError) and complex for negative steps.")
+        return None
+
+    def diagnose(self, case, got, want):
+        if isinstance(got.value, bool) or not isinstance(got.value, (int, float)):
+            return "return a Python float (float(...)), not a tensor or an array."
+        step, d_model, warmup = case.args
+        factor = case.kwargs.get("factor", 1.0)
+        variants = [
+            ("during warm-up the rate is step · warmup_steps**-1.5, not warmup_steps**-1.",
+             _noam(step, d_model, warmup, factor, warm_exp=-1.0)),
+            ("the d_model**-0.5 factor is missing.", _noam(step, d_model, warmup, factor, d_exp=0.0)),
+            ("the scale is d_model**-0.5 (1/√d_model), not √d_model.", _noam(step, d_model, warmup, factor, d_exp=0.5)),
+            ("take the min of step**-0.5 and step · warmup_steps**-1.5, not the max.",
+             _noam(step, d_model, warmup, factor, use_min=False)),
+            ("the factor argument is not applied.", _noam(step, d_model, warmup, 1.0)),
+        ]
+        for hint, value in variants:
+            if np.isclose(got.value, value, rtol=1e-7) and not np.isclose(value, want.value, rtol=1e-7):
+                return hint
+        return None
+
+
+# --------------------------------------------------------------------------- label_smoothed_cross_entropy
+
+
+def _lsce_variants(logits, labels, smoothing, pad_id):
+    """Plausible wrong losses (float64) by hint, and the right one under ``None``."""
+    import torch.nn.functional as F
+
+    V = logits.shape[-1]
+    lp = F.log_softmax(logits.double(), dim=-1).reshape(-1, V)  # (B*T, V)
+    y = labels.reshape(-1)  # (B*T,)
+    keep = y != pad_id  # (B*T,)
+    nll = -lp.gather(1, y.masked_fill(~keep, 0)[:, None]).squeeze(1)  # (B*T,)
+    total = -lp.sum(dim=-1)  # (B*T,): the sum of -log p over all V classes
+    uniform = total / V  # ε spread over all V classes, the label included (the contract)
+    over_others = (total - nll) / (V - 1)  # ε over the V - 1 other classes
+    over_others_no_pad = (total - nll + lp[:, pad_id]) / (V - 2)  # ... and not on <pad> (Annotated Transformer)
+
+    def mean(per_token):
+        return (per_token * keep).sum() / keep.sum()
+
+    loss = (1 - smoothing) * nll + smoothing * uniform
+    return {
+        None: mean(loss),
+        "pads are counted in the mean: average over the non-pad positions only (divide by their number).":
+            (loss * keep).sum() / len(y),
+        "pad positions are not ignored: their labels must not count at all (ignore_index=pad_id).": loss.mean(),
+        "you summed the losses: return the mean over the non-pad positions.": (loss * keep).sum(),
+        "the smoothing mass goes to all V classes, the label included, as F.cross_entropy(label_smoothing=ε) "
+        "does: target = (1 - ε) one-hot + ε / V, not ε / (V - 1) on the others.":
+            mean((1 - smoothing) * nll + smoothing * over_others),
+        "the smoothing mass goes to all V classes (the label and <pad> included), as F.cross_entropy("
+        "label_smoothing=ε) does: target = (1 - ε) one-hot + ε / V, not ε / (V - 2).":
+            mean((1 - smoothing) * nll + smoothing * over_others_no_pad),
+        "the smoothing is missing: ε of the target mass is spread uniformly over the classes.": mean(nll),
+        "the weights are swapped: the label gets 1 - ε and the uniform part ε.":
+            mean(smoothing * nll + (1 - smoothing) * uniform),
+    }
+
+
+def _lsce_case(rng, B, T, V, *, smoothing=None, pad_id=0, label, backward=False, scale=1.0, dtype=np.float32):
+    logits = (rng.normal(size=(B, T, V)) * scale).astype(dtype)
+    ids = [i for i in range(V) if i != pad_id]
+    labels = rng.choice(ids, size=(B, T)).astype(np.int64)
+    for b in range(B):  # right padding, at least one real token per sentence
+        n = int(rng.integers(1, T + 1)) if b else T - 1 if T > 1 else T
+        labels[b, n:] = pad_id
+    kwargs = {"pad_id": pad_id} if pad_id != 0 else {}
+    if smoothing is not None:
+        kwargs["smoothing"] = smoothing
+    weight = np.float32(rng.uniform(0.5, 2.0)) if backward else None
+    return Case(args=(Tensor(logits, requires_grad=backward), Tensor(labels)), kwargs=kwargs,
+                backward=None if weight is None else Tensor(np.array(weight)), label=label, rtol=1e-4, atol=1e-6)
+
+
+@register
+class LabelSmoothedCrossEntropy(_TrainingExercise):
+    """``label_smoothed_cross_entropy(logits, labels, smoothing=0.1, pad_id=0)``."""
+
+    name = "label_smoothed_cross_entropy"
+    chapter = CHAPTER
+    kind = "function"
+    what = ("F.cross_entropy(..., label_smoothing=ε, ignore_index=pad_id): mean over non-pad tokens, "
+            "ε spread over all V classes, gradients")
+
+    def cases(self, rng, hidden):
+        cases = [
+            _lsce_case(rng, 2, 4, 6, label="logits (2, 4, 6), default smoothing 0.1, padded labels"),
+            _lsce_case(rng, 2, 5, 8, smoothing=0.0, label="smoothing=0.0: plain cross-entropy over non-pad tokens"),
+            _lsce_case(rng, 3, 3, 5, smoothing=0.3, label="smoothing=0.3"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(3):
+            B, T, V = int(rng.integers(1, 5)), int(rng.integers(1, 9)), int(rng.integers(3, 40))
+            eps = float(rng.choice([0.05, 0.1, 0.2]))
+            cases.append(_lsce_case(rng, B, T, V, smoothing=eps,
+                                    label=f"random logits ({B}, {T}, {V}), smoothing {eps}"))
+        cases.append(_lsce_case(rng, 2, 4, 7, pad_id=5, label="pad_id=5 (not 0): ignore label 5"))
+        cases.append(_lsce_case(rng, 2, 4, 6, scale=50.0, label="large logits (x 50): use log_softmax, not log(softmax)"))
+        cases.append(_lsce_case(rng, 2, 5, 9, backward=True, label="gradients flow back to the logits"))
+        return cases
+
+    def diagnose(self, case, got, want):
+        import torch
+
+        g = _array(got.value)
+        if g is None:
+            return "return a 0-dim torch tensor (the loss), not a Python number."
+        if g.shape != ():
+            return "return the mean loss, a scalar (0-dim tensor), not one loss per token."
+        if np.isnan(g) or np.isinf(g):
+            return "NaN or inf: compute log probabilities with F.log_softmax (stable), not torch.log(softmax)."
+        logits = torch.from_numpy(_array(case.args[0]))
+        labels = torch.from_numpy(_array(case.args[1]))
+        smoothing = case.kwargs.get("smoothing", 0.1)
+        pad_id = case.kwargs.get("pad_id", 0)
+        w = float(_array(want.value))
+        for hint, value in _lsce_variants(logits, labels, smoothing, pad_id).items():
+            value = float(value)
+            if hint and np.isclose(float(g), value, rtol=1e-4) and not np.isclose(value, w, rtol=1e-4):
+                return hint
+        if pad_id != 0 and np.isclose(float(g), float(_lsce_variants(logits, labels, smoothing, 0)[None]), rtol=1e-4):
+            return f"use the pad_id argument: here the padding label is {pad_id}, not 0."
+        if got.grads and want.grads and _close(g, _array(want.value), rtol=1e-4):
+            return "the loss is right but its gradient is not: keep everything in torch (no .item(), no numpy)."
+        return None

@@ -1,0 +1,212 @@
+"""Tests of the chapter 9 checks: plausible wrong answers are rejected with a hint
+that names the mistake, different valid answers pass, hidden inputs are fresh."""
+import math
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autograder.checks import CheckFailure, check, get_exercise
+from autograder.checks.base import make_rng
+from solutions import training
+
+NAMES = ["make_decoder_io", "noam_lr", "label_smoothed_cross_entropy"]
+
+
+def rejected(name, wrong, *words):
+    """Assert that the hidden check of ``name`` rejects ``wrong`` naming every word."""
+    with pytest.raises(CheckFailure) as info:
+        check(name, wrong, hidden=True, seed=19)
+    message = str(info.value)
+    for word in words:
+        assert word in message, f"{word!r} not in the message:\n{message}"
+    return message
+
+
+def accepted(name, obj):
+    check(name, obj)
+    check(name, obj, hidden=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_passes_visible_and_hidden(name, capsys):
+    accepted(name, getattr(training, name))
+    out = capsys.readouterr()
+    assert out.out.count(f"✓ {name}") == 2 and out.err == ""
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hidden_cases_are_fresh_each_run(name):
+    ex = get_exercise(name)
+    first = ex.cases(make_rng(hidden=True), hidden=True)
+    second = ex.cases(make_rng(hidden=True), hidden=True)
+    assert len(first) > len(ex.cases(make_rng(hidden=False), hidden=False))
+    fingerprint = lambda cases: pickle.dumps([(c.args, c.kwargs) for c in cases])  # noqa: E731
+    assert fingerprint(first) != fingerprint(second)
+
+
+# --------------------------------------------------------------------------- make_decoder_io
+
+
+def make_io(mode):
+    def make_decoder_io(targets, sos_id=1, eos_id=2, pad_id=0):
+        rows_in, rows_lab = [], []
+        for t in targets:
+            t = list(t)
+            if mode == "eos_in_input":
+                rows_in.append([sos_id] + t + [eos_id])
+                rows_lab.append(t + [eos_id])
+            elif mode == "no_shift":
+                rows_in.append([sos_id] + t)
+                rows_lab.append([sos_id] + t)
+            else:
+                rows_in.append([sos_id] + t)
+                rows_lab.append(t + [eos_id])
+        width = max(map(len, rows_in + rows_lab))
+        pad = 0 if mode == "zero_pad" else pad_id
+
+        def padded(rows):
+            if mode == "left":
+                return torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+            return torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+
+        return padded(rows_in), padded(rows_lab)
+
+    return make_decoder_io
+
+
+def test_decoder_io_not_shifted_is_rejected():
+    rejected("make_decoder_io", make_io("no_shift"), "not shifted")
+
+
+def test_decoder_io_with_eos_in_the_input_is_rejected():
+    rejected("make_decoder_io", make_io("eos_in_input"), "must not contain <eos>")
+
+
+def test_decoder_io_padded_on_the_left_is_rejected():
+    rejected("make_decoder_io", make_io("left"), "pad on the right")
+
+
+def test_decoder_io_padding_with_zero_is_rejected():
+    rejected("make_decoder_io", make_io("zero_pad"), "pad with pad_id")
+
+
+def test_decoder_io_with_int32_is_rejected():
+    def int32(targets, sos_id=1, eos_id=2, pad_id=0):
+        a, b = training.make_decoder_io(targets, sos_id, eos_id, pad_id)
+        return a.int(), b.int()
+
+    rejected("make_decoder_io", int32, "LongTensors")
+
+
+def test_a_different_valid_make_decoder_io_passes():
+    def with_pad_sequence(targets, sos_id=1, eos_id=2, pad_id=0):
+        inputs = [torch.tensor([sos_id] + list(t), dtype=torch.long) for t in targets]
+        labels = [torch.tensor(list(t) + [eos_id], dtype=torch.long) for t in targets]
+        pad = torch.nn.utils.rnn.pad_sequence
+        return pad(inputs, batch_first=True, padding_value=pad_id), pad(labels, batch_first=True, padding_value=pad_id)
+
+    accepted("make_decoder_io", with_pad_sequence)
+
+
+# --------------------------------------------------------------------------- noam_lr
+
+
+def make_noam(warm_exp=-1.5, d_exp=-0.5, check=True):
+    def noam_lr(step, d_model, warmup_steps, factor=1.0):
+        if check and step < 1:
+            raise ValueError("step must be >= 1")
+        return factor * d_model ** d_exp * min(step ** -0.5, step * warmup_steps ** warm_exp)
+
+    return noam_lr
+
+
+def test_noam_with_warmup_power_minus_one_is_rejected():
+    rejected("noam_lr", make_noam(warm_exp=-1.0), "warmup_steps**-1.5")
+
+
+def test_noam_without_d_model_factor_is_rejected():
+    rejected("noam_lr", make_noam(d_exp=0.0), "d_model**-0.5 factor is missing")
+
+
+def test_noam_accepting_step_zero_is_rejected():
+    rejected("noam_lr", make_noam(check=False), "should raise ValueError", "step < 1")
+
+
+def test_noam_ignoring_the_factor_is_rejected():
+    def no_factor(step, d_model, warmup_steps, factor=1.0):
+        return make_noam()(step, d_model, warmup_steps)
+
+    rejected("noam_lr", no_factor, "factor argument")
+
+
+def test_a_different_valid_noam_lr_passes():
+    def piecewise(step, d_model, warmup_steps, factor=1.0):
+        if step < 1:
+            raise ValueError(f"step counts from 1, got {step}")
+        scale = factor / math.sqrt(d_model)
+        if step < warmup_steps:
+            return scale * step / warmup_steps ** 1.5
+        return scale / math.sqrt(step)
+
+    accepted("noam_lr", piecewise)
+
+
+# --------------------------------------------------------------------------- label_smoothed_cross_entropy
+
+
+def test_loss_averaging_over_pads_is_rejected():
+    def over_all(logits, labels, smoothing=0.1, pad_id=0):
+        V = logits.size(-1)
+        per_token = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), label_smoothing=smoothing,
+                                    ignore_index=pad_id, reduction="none")
+        return per_token.mean()
+
+    rejected("label_smoothed_cross_entropy", over_all, "pads are counted in the mean")
+
+
+def test_loss_smoothing_over_v_minus_one_is_rejected():
+    def other_classes(logits, labels, smoothing=0.1, pad_id=0):
+        V = logits.size(-1)
+        lp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+        y = labels.reshape(-1)
+        target = torch.full_like(lp, smoothing / (V - 1))
+        target.scatter_(1, y[:, None], 1 - smoothing)
+        per_token = -(target * lp).sum(-1)
+        keep = y != pad_id
+        return per_token[keep].mean()
+
+    rejected("label_smoothed_cross_entropy", other_classes, "ε / V")
+
+
+def test_loss_without_ignoring_pads_is_rejected():
+    def no_ignore(logits, labels, smoothing=0.1, pad_id=0):
+        V = logits.size(-1)
+        return F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), label_smoothing=smoothing)
+
+    rejected("label_smoothed_cross_entropy", no_ignore, "not ignored")
+
+
+def test_loss_without_smoothing_is_rejected():
+    def plain(logits, labels, smoothing=0.1, pad_id=0):
+        V = logits.size(-1)
+        return F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), ignore_index=pad_id)
+
+    rejected("label_smoothed_cross_entropy", plain, "smoothing is missing")
+
+
+def test_loss_returning_a_float_is_rejected():
+    def as_float(logits, labels, smoothing=0.1, pad_id=0):
+        return float(training.label_smoothed_cross_entropy(logits, labels, smoothing, pad_id))
+
+    rejected("label_smoothed_cross_entropy", as_float, "0-dim torch tensor")
+
+
+def test_a_different_valid_loss_passes():
+    def via_cross_entropy(logits, labels, smoothing=0.1, pad_id=0):
+        V = logits.size(-1)
+        return F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), label_smoothing=smoothing,
+                               ignore_index=pad_id)
+
+    accepted("label_smoothed_cross_entropy", via_cross_entropy)
