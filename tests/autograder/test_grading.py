@@ -1,0 +1,110 @@
+"""grade_submission end to end: full marks for the reference, zero for the blank
+release, deterministic and idempotent grades, the visible-only and unsandboxed modes."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+import fixtures
+from autograder.grading import STATUSES, CellScore, grade_submission
+
+CH04 = ["softmax", "scaled_dot_product_attention", "self_attention"]
+
+# softmax over the wrong axis: wrong on every non-square case, with a diagnosis
+WRONG_SOFTMAX = """
+def softmax(x, axis=-1):
+    x = np.asarray(x, dtype=float)
+    e = np.exp(x - np.max(x, axis=0, keepdims=True))
+    return e / np.sum(e, axis=0, keepdims=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def submissions(tmp_path_factory):
+    root = tmp_path_factory.mktemp("subs")
+    nb = fixtures.source_notebook("04_self_attention")
+    return {
+        "reference": fixtures.write_notebook(fixtures.reference_submission(nb), root / "reference.ipynb"),
+        "blank": fixtures.write_notebook(fixtures.blank_submission(nb), root / "blank.ipynb"),
+        "wrong": fixtures.write_notebook(fixtures.submission_with(nb, softmax=WRONG_SOFTMAX), root / "wrong.ipynb"),
+    }
+
+
+def _table(scores):
+    return [(s.exercise, s.grade_id, s.score, s.max_score, s.status, s.reason) for s in scores]
+
+
+@pytest.mark.slow
+def test_reference_scores_full_marks(ch04_source, submissions, needs_sandbox):
+    scores = grade_submission(ch04_source, submissions["reference"])
+    assert all(isinstance(s, CellScore) for s in scores)
+    assert [s.grade_id for s in scores] == [f"test_{n}" for n in CH04]  # notebook order
+    assert [(s.status, s.score, s.max_score, s.reason) for s in scores] == [
+        ("passed", 1.0, 1.0, ""), ("passed", 2.0, 2.0, ""), ("passed", 3.0, 3.0, "")]
+
+
+@pytest.mark.slow
+def test_blank_release_scores_zero(ch04_source, submissions, needs_sandbox):
+    scores = grade_submission(ch04_source, submissions["blank"])
+    assert [s.score for s in scores] == [0.0, 0.0, 0.0]
+    assert all(s.status == "failed" and s.reason.startswith("not implemented yet") for s in scores)
+
+
+@pytest.mark.slow
+def test_grading_is_deterministic_given_a_seed_and_idempotent(ch04_source, submissions, needs_sandbox):
+    first = grade_submission(ch04_source, submissions["wrong"], seed=11)
+    again = grade_submission(ch04_source, submissions["wrong"], seed=11)
+    assert _table(first) == _table(again)
+    assert first[0].status == "failed" and first[0].score == 0
+    assert "wrong values" in first[0].reason and "\n" not in first[0].reason
+    # the student's softmax is used by the two later exercises, as in the notebook
+    assert [s.status for s in first] == ["failed", "failed", "failed"]
+    # a fresh hidden seed changes the inputs, never the verdict
+    fresh = grade_submission(ch04_source, submissions["wrong"])
+    assert [(s.status, s.score) for s in fresh] == [(s.status, s.score) for s in first]
+    assert all(s.status in STATUSES for s in first)
+
+
+@pytest.mark.slow
+def test_visible_cases_only(ch04_source, submissions, needs_sandbox):
+    scores = grade_submission(ch04_source, submissions["reference"], hidden=False)
+    assert [s.status for s in scores] == ["passed"] * 3
+
+
+@pytest.mark.slow
+def test_unsandboxed_mode_grades_the_same(ch04_source, submissions):
+    scores = grade_submission(ch04_source, submissions["wrong"], sandbox=False, seed=11)
+    assert [(s.status, s.score) for s in scores] == [("failed", 0.0)] * 3
+    scores = grade_submission(ch04_source, submissions["reference"], sandbox=False, seed=11)
+    assert [s.score for s in scores] == [1.0, 2.0, 3.0]
+
+
+def test_no_submission_needs_no_sandbox(ch04_source):
+    scores = grade_submission(ch04_source, None, sandbox=True)
+    assert [(s.status, s.score, s.max_score) for s in scores] == [
+        ("missing", 0.0, 1.0), ("missing", 0.0, 2.0), ("missing", 0.0, 3.0)]
+
+
+def test_unknown_exercise_in_the_source_is_reported_per_cell(ch04_notebook, tmp_path):
+    nb = copy.deepcopy(ch04_notebook)
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade_id") == "softmax":
+            meta["grade_id"] = "no_such_exercise"
+        elif meta.get("grade_id") == "test_softmax":
+            meta["grade_id"] = "test_no_such_exercise"
+    source = fixtures.write_notebook(nb, tmp_path / "04_self_attention.ipynb")
+    sub = copy.deepcopy(nb)
+    for name in CH04[1:]:
+        sub.cells.remove(fixtures.solution_cell(sub, name))
+    scores = grade_submission(source, fixtures.write_notebook(sub, tmp_path / "sub.ipynb"))
+    assert scores[0].exercise == "no_such_exercise" and scores[0].status == "error"
+    assert "no exercise called 'no_such_exercise'" in scores[0].reason
+    assert [s.status for s in scores[1:]] == ["missing", "missing"]
+
+
+def test_broken_source_notebook_raises(tmp_path):
+    source = fixtures.write_notebook("{", tmp_path / "04_self_attention.ipynb")
+    with pytest.raises(ValueError, match="source notebook"):
+        grade_submission(source, None)
