@@ -81,7 +81,9 @@ class MultiHeadAttention(nn.Module):
         need_weights: True (default) = readable path: explicit scores,
             :func:`masked_softmax`, and the weights kept in ``attn_weights``;
             False = fast path: ``F.scaled_dot_product_attention`` (fused
-            kernels), ``attn_weights`` is None. Both give the same output.
+            kernels), ``attn_weights`` is None. Both give the same output, also
+            for a query whose keys are all masked: 0 (``masked_softmax`` rows of
+            zeros; SDPA's kernels return 0 there since torch 2.5).
         attn_weights: the last attention weights ``(B, h, T_q, T_k)``, detached.
 
     Shape:

@@ -146,3 +146,19 @@ def test_bad_masks_raise(mask, error, message):
         mha.need_weights = need_weights
         with pytest.raises(error, match=message):
             mha(x, memory, memory, mask)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_paths_agree_on_cuda_including_fully_masked_rows(dtype):
+    """Fused CUDA kernels (flash / memory-efficient) must also give 0 for a query with no key."""
+    mha = MultiHeadAttention(64, 4).to("cuda", dtype)
+    x = torch.randn(3, 9, 64, device="cuda", dtype=dtype)
+    src = torch.tensor([[4] * 5 + [0] * 4, [0] * 9, [4] * 9], device="cuda")
+    mask = padding_mask(src)
+    slow = mha(x, x, x, mask)
+    mha.need_weights = False
+    fast = mha(x, x, x, mask)
+    assert not torch.isnan(fast).any()
+    tol = 1e-5 if dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(fast, slow, rtol=tol, atol=tol)
