@@ -95,34 +95,40 @@ def _serve(directory):
 
 
 @contextlib.contextmanager
-def _offline_chromium(base_url, profile_dir):
+def _offline_chromium(playwright, base_url, profile_dir):
     """A fresh headless Chromium profile where every request not under ``base_url`` is aborted.
 
     Yields the Playwright context; ``context.outside_requests`` lists the aborted URLs.
     """
+    outside = []
+    context = playwright.chromium.launch_persistent_context(
+        user_data_dir=str(profile_dir), executable_path=CHROMIUM, headless=True,
+        args=CHROMIUM_FLAGS, viewport={"width": 1280, "height": 900}, service_workers="block")
+
+    def route(route_obj):
+        url = route_obj.request.url
+        if url.startswith(base_url + "/") or url.startswith(("data:", "blob:")):
+            route_obj.continue_()
+        else:
+            outside.append(url)
+            route_obj.abort("blockedbyclient")
+
+    context.route("**/*", route)
+    context.outside_requests = outside
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def playwright():
+    """One Playwright driver for the module (its sync API cannot be nested)."""
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found (make sysdeps installs Debian's chromium)")
-    outside = []
     with sync_api.sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            user_data_dir=str(profile_dir), executable_path=CHROMIUM, headless=True,
-            args=CHROMIUM_FLAGS, viewport={"width": 1280, "height": 900}, service_workers="block")
-
-        def route(route_obj):
-            url = route_obj.request.url
-            if url.startswith(base_url + "/") or url.startswith(("data:", "blob:")):
-                route_obj.continue_()
-            else:
-                outside.append(url)
-                route_obj.abort("blockedbyclient")
-
-        context.route("**/*", route)
-        context.outside_requests = outside
-        try:
-            yield context
-        finally:
-            context.close()
+        yield p
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +138,8 @@ def server(built_book):
 
 
 @pytest.fixture(scope="module")
-def browser_context(server, tmp_path_factory):
-    with _offline_chromium(server, tmp_path_factory.mktemp("chromium-profile")) as context:
+def browser_context(playwright, server, tmp_path_factory):
+    with _offline_chromium(playwright, server, tmp_path_factory.mktemp("chromium-profile")) as context:
         yield context
 
 
@@ -213,7 +219,7 @@ WIDGET_PAGE = """<!DOCTYPE html>
 """
 
 
-def test_widget_manager_renders_offline(built_book, tmp_path):
+def test_widget_manager_renders_offline(built_book, playwright, tmp_path):
     """The book's own require.js + ipywidgets HTML manager render a widget with no network.
 
     The chapters show explorers as static figures in the HTML, so the book's pages
@@ -231,7 +237,7 @@ def test_widget_manager_renders_offline(built_book, tmp_path):
     (site / "_static" / "vendor").symlink_to(built_book / "_static" / "vendor")
     (site / "widget.html").write_text(WIDGET_PAGE.format(
         state=json.dumps(data["manager_state"]), view=json.dumps(data["view_specs"][0])))
-    with _serve(site) as url, _offline_chromium(url, tmp_path / "profile") as context:
+    with _serve(site) as url, _offline_chromium(playwright, url, tmp_path / "profile") as context:
         page = context.new_page()
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))

@@ -86,3 +86,22 @@ def test_course_edition_removes_the_solution(editions):
     # The download button offers the student notebook.
     assert "SOLUTION-CODE-MARKER" not in download and "SOLUTION-PROSE-MARKER" not in download
     assert "raise NotImplementedError()" in download
+
+
+def test_a_failing_cell_fails_the_strict_build_naming_notebook_and_cell(tmp_path):
+    import json
+
+    nb = json.loads((FIXTURES / "nbgrader_chapter.ipynb").read_text(encoding="utf-8"))
+    nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "broken", "metadata": {},
+                        "outputs": [], "source": "raise RuntimeError('BROKEN-CELL-MARKER')"})
+    src = tmp_path / "broken"
+    src.mkdir()
+    (src / "_config.yml").write_text(CONFIG.format(ext=EXT_DIR))
+    (src / "_toc.yml").write_text("format: jb-article\nroot: chapter\n")
+    (src / "chapter.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    result = subprocess.run([jupyter_book(), "build", str(src), "-W", "-n", "--keep-going"],
+                            cwd=src, capture_output=True, text=True)
+    log = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "chapter.ipynb: WARNING: Executing notebook failed" in log
+    assert "raise RuntimeError('BROKEN-CELL-MARKER')" in log  # the failing cell's source
