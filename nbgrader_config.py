@@ -1,0 +1,46 @@
+"""nbgrader configuration: this repository is an nbgrader course directory.
+
+The chapter notebooks are the nbgrader *source* notebooks, so plain nbgrader and
+its formgrader work here as well as ``python -m autograder``:
+
+    nbgrader generate_assignment 04_self_attention   # -> release/04_self_attention/
+    nbgrader autograde 04_self_attention             # submissions/<student>/04_self_attention/
+
+Prefer ``python -m autograder release`` and ``python -m autograder grade``: the
+first also checks the solution cells against ``solutions`` and proves that nothing
+secret was released; the second runs student code in a sandbox, which plain
+``nbgrader autograde`` does not (it runs it with your rights, in the kernel that
+runs the hidden tests). Both write nbgrader's own gradebook format, so the
+formgrader can open ``python -m autograder grade``'s ``gradebook.db``.
+"""
+import os
+
+c = get_config()  # noqa: F821 - provided by nbgrader when it loads this file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+c.CourseDirectory.root = HERE
+c.CourseDirectory.course_id = "transformer-book"
+
+# nbgrader's folders under human names. The source notebooks are the book itself:
+# book/<chapter>/<chapter>.ipynb, one chapter = one assignment = one notebook.
+c.CourseDirectory.source_directory = "book"
+c.CourseDirectory.release_directory = "release"          # student notebooks (`make release`)
+c.CourseDirectory.submitted_directory = "submissions"    # submissions/<student>/<chapter>/<chapter>.ipynb
+c.CourseDirectory.autograded_directory = "graded"        # nbgrader autograde's executed copies
+c.CourseDirectory.feedback_directory = "feedback"        # nbgrader generate_feedback's HTML
+c.CourseDirectory.solution_directory = "answer_key"      # nbgrader generate_solution's output
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db")
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "_build", "feedback"]
+
+# Per-cell timeout of `nbgrader autograde`. The longest cell of a chapter (the
+# training chapter's short run, ~1-2 min on 2 CPU cores) must fit with margin; a
+# student's endless loop costs at most this long per cell.
+c.Execute.timeout = 300
+c.Execute.interrupt_on_timeout = True
+
+# The book's solution and hidden-test delimiters are nbgrader's defaults.
+c.ClearSolutions.begin_solution_delimeter = "BEGIN SOLUTION"
+c.ClearSolutions.end_solution_delimeter = "END SOLUTION"
+c.ClearHiddenTests.begin_test_delimeter = "BEGIN HIDDEN TESTS"
+c.ClearHiddenTests.end_test_delimeter = "END HIDDEN TESTS"

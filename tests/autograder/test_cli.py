@@ -1,0 +1,109 @@
+"""``python -m autograder``: argument handling, ``check``, ``selftest`` and ``bench --quick``.
+
+Release and grade are driven end to end in ``test_release.py`` and
+``test_roundtrip.py``; here the other commands, on a generated chapter-4 notebook.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.bench import make_book, make_source_notebook, make_submission
+from autograder.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parents[2]
+CHAPTER = "04_self_attention"
+
+
+def _autograder(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autograder", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory) -> Path:
+    return make_book(tmp_path_factory.mktemp("cli"), [CHAPTER])
+
+
+def test_parser_knows_the_commands_and_their_options():
+    parser = build_parser()
+    args = parser.parse_args(["grade", "subs", "--out", "o", "--jobs", "2", "--timeout", "30", "--seed", "5",
+                              "--chapters", CHAPTER, "--force"])
+    assert (args.submitted, args.out, args.jobs, args.timeout, args.seed, args.chapters, args.force) == (
+        "subs", "o", 2, 30.0, 5, [CHAPTER], True)
+    assert parser.parse_args(["grade", "subs", "--out", "o", "--flat", CHAPTER]).flat == CHAPTER
+    assert parser.parse_args(["release", "--out", "r"]).out == "r"
+    assert parser.parse_args(["check", "nb.ipynb"]).notebook == "nb.ipynb"
+    assert parser.parse_args(["bench", "--quick"]).quick
+    with pytest.raises(SystemExit):
+        parser.parse_args(["grade", "subs"])  # --out is required
+
+
+def test_grade_rejects_bad_input_with_exit_status_2(tmp_path, book, capsys):
+    assert main(["grade", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--book", str(book),
+                 "--unsafe-no-sandbox"]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    (tmp_path / "subs").mkdir()
+    assert main(["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "o"), "--book", str(book),
+                 "--jobs", "0", "--unsafe-no-sandbox"]) == 2
+    assert "jobs must be at least 1" in capsys.readouterr().err
+
+
+def test_check_prints_a_table_and_an_exit_status(tmp_path, book):
+    source = nbformat.read(str(book / CHAPTER / f"{CHAPTER}.ipynb"), as_version=4)
+    blank = tmp_path / f"{CHAPTER}.ipynb"
+    nbformat.write(make_submission(source, CHAPTER, "blank"), str(blank))
+    proc = _autograder("check", str(blank), "--book", str(book))
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert re.split(r"\s+", lines[0]) == ["exercise", "points", "status", "message"]
+    for name in ("softmax", "scaled_dot_product_attention", "self_attention"):
+        row = next(ln for ln in lines if ln.startswith(name + " "))
+        assert "0/2" in row and "failed" in row and "not implemented yet" in row
+    assert "0 of 3 exercises pass" in proc.stdout
+
+    mine = tmp_path / "my_copy.ipynb"  # renamed: needs --chapter
+    nbformat.write(source, str(mine))
+    assert _autograder("check", str(mine), "--book", str(book)).returncode == 2
+    ok = _autograder("check", str(mine), "--book", str(book), "--chapter", CHAPTER)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "3 of 3 exercises pass" in ok.stdout
+
+
+@pytest.mark.slow
+def test_selftest_passes_on_a_sound_book_and_fails_on_a_broken_one(tmp_path, book):
+    proc = _autograder("selftest", "--book", str(book), "--jobs", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "selftest passed" in proc.stdout
+    assert re.search(r"ok\s+reference\s+04_self_attention\s+6/6", proc.stdout)
+    assert re.search(r"ok\s+released\s+04_self_attention\s+0/6", proc.stdout)
+
+    # An instructor error: a test cell whose exercise has no solution cell in the notebook.
+    broken = make_book(tmp_path, [CHAPTER])
+    path = broken / CHAPTER / f"{CHAPTER}.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    extra = make_source_notebook(CHAPTER, ["softmax"]).cells[-1]
+    extra.source = extra.source.replace("softmax", "self_attention_v2")
+    extra.metadata.nbgrader["grade_id"] = "test_causal_mask"
+    extra.id = "cell-extra"
+    nb.cells.append(extra)
+    nbformat.write(nb, str(path))
+    bad = _autograder("selftest", "--book", str(broken), "--jobs", "1")
+    assert bad.returncode == 1
+    assert "FAIL reference" in bad.stdout and "test_causal_mask" in bad.stdout
+
+
+@pytest.mark.slow
+def test_bench_quick_runs_both_graders():
+    proc = _autograder("bench", "--quick")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {ln.split("  ")[0].strip(): ln for ln in proc.stdout.splitlines()}
+    assert "nbgrader autograde" in rows and "autograder grade --jobs 1" in rows
+    ratio = float(re.search(r"([\d.]+)x\s*$", rows["autograder grade --jobs 1"]).group(1))
+    assert ratio > 0  # a benchmark: the figure is reported, never asserted on
+    assert "totals equal to nbgrader's on 2 of 2 submissions" in proc.stdout
