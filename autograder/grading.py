@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import math
-import os
 import shutil
 import signal
 import tempfile
@@ -53,6 +53,8 @@ from .checks.base import Exercise, Result, evaluate, get_exercise, make_rng
 from .sandbox import Limits, RunOutcome, build_library, check_sandbox, run_job
 
 __all__ = ["CellScore", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES"]
+
+log = logging.getLogger(__name__)
 
 STATUSES = ("passed", "failed", "error", "missing", "timeout", "cheat", "invalid")
 
@@ -525,10 +527,21 @@ def grade_submission(
                 job_dir = scratch / f"job{attempt}"
                 _write_job(job_dir, setup, pending)
                 outcome = run_job(job_dir, lib_dir, limits, sandbox=sandbox)
+                if attempt == 1:
+                    _warn_about_setup(source_nb, outcome)
                 pending = _collect(pending, outcome, limits)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return [g.result for g in graded]
+
+
+def _warn_about_setup(source_nb: Path, outcome: RunOutcome) -> None:
+    """Log the source's setup-cell errors (the runner reports them on stderr): an
+    import of something stripped for this chapter, say. The instructor should
+    know; the student's cells are graded regardless."""
+    problems = [line for line in outcome.stderr.splitlines() if line.startswith("setup cell ")]
+    if problems:
+        log.warning("%s: in the grading sandbox, %s", source_nb, "; ".join(problems[:3]))
 
 
 def _chapter_exercises(chapter: str) -> list[str]:

@@ -52,6 +52,10 @@ from torch import nn
 import solutions
 from autograder import check"""
 
+# What each chapter's setup cell imports by name beyond SETUP_SOURCE: building
+# blocks from other chapters that this chapter's answers call (ARCHITECTURE.md §2).
+SETUP_EXTRA = {"05_multi_head_attention": "from solutions import masked_softmax"}
+
 TEST_TEMPLATE = """check("{name}", {name})
 ### BEGIN HIDDEN TESTS
 check("{name}", {name}, hidden=True)
@@ -66,14 +70,15 @@ def _meta(grade_id: str, *, grade: bool, solution: bool, locked: bool, points: f
 
 
 def source_notebook(chapter: str = "04_self_attention", exercises: list[str] | None = None,
-                    points: dict | None = None, setup: str = SETUP_SOURCE) -> nbformat.NotebookNode:
+                    points: dict | None = None, setup: str | None = None) -> nbformat.NotebookNode:
     """An nbgrader source notebook: setup, then prompt / solution / test per exercise.
 
     Args:
         chapter: the chapter id (its notebook name).
         exercises: contract names (default: :data:`CHAPTER_EXERCISES` of the chapter).
         points: points per exercise (default :data:`DEFAULT_POINTS`, else 1).
-        setup: the setup cell's source.
+        setup: the setup cell's source (default: :data:`SETUP_SOURCE` plus the
+            chapter's :data:`SETUP_EXTRA`).
 
     Returns:
         The notebook (nbformat v4).
@@ -83,7 +88,9 @@ def source_notebook(chapter: str = "04_self_attention", exercises: list[str] | N
     nb = new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells.append(new_markdown_cell(f"# {chapter}"))
-    nb.cells.append(new_code_cell(SETUP_SOURCE if setup is None else setup,
+    if setup is None:
+        setup = "\n".join(filter(None, [SETUP_SOURCE, SETUP_EXTRA.get(chapter)]))
+    nb.cells.append(new_code_cell(setup,
                                   metadata=_meta("setup", grade=False, solution=False, locked=True)))
     for name in exercises:
         p = points.get(name, 1)

@@ -358,9 +358,9 @@ def _attacks(sentinels: dict[str, Path], urls: list[str]) -> dict[str, tuple[str
         import numpy as np
 
         def _hog():
-            blocks = []
+            blocks = [np.ones(2**24)]  # 128 MB, touched
             while True:
-                blocks.append(np.ones(2**24))  # 128 MB, touched
+                blocks.append(np.empty(2**26))  # 512 MB more each time, until the limit
 
         _hog()
     """)

@@ -108,3 +108,40 @@ def test_broken_source_notebook_raises(tmp_path):
     source = fixtures.write_notebook("{", tmp_path / "04_self_attention.ipynb")
     with pytest.raises(ValueError, match="source notebook"):
         grade_submission(source, None)
+
+
+def _chapter_notebooks():
+    from autograder.checks import exercises_of
+    from autograder.sync import chapter_notebooks
+
+    return [p for p in chapter_notebooks() if exercises_of(p.stem)]
+
+
+@pytest.mark.slow
+def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_sandbox):
+    """Every chapter notebook in book/ whose checks exist: the source itself scores
+    full marks, its released form (solution regions blanked) scores zero."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import nbformat
+
+    books = _chapter_notebooks()
+    if not books:
+        pytest.skip("no chapter notebook with registered checks yet")
+    jobs = []
+    for path in books:
+        blank = fixtures.blank_submission(nbformat.read(str(path), as_version=4))
+        jobs.append((path, path, "reference"))
+        jobs.append((path, fixtures.write_notebook(blank, tmp_path / path.stem / "blank.ipynb"), "blank"))
+
+    def grade(job):
+        source, sub, kind = job
+        return source, kind, grade_submission(source, sub, seed=5)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for source, kind, scores in pool.map(grade, jobs):
+            assert scores, source
+            if kind == "reference":
+                assert all(s.status == "passed" and s.score == s.max_score > 0 for s in scores), (source, scores)
+            else:
+                assert all(s.score == 0 and s.status == "failed" for s in scores), (source, scores)

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from autograder import grading, runner
-from autograder.runner import Tensor
 
 
 def _roundtrip(value):

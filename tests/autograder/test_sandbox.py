@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
