@@ -145,3 +145,64 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
                 assert all(s.status == "passed" and s.score == s.max_score > 0 for s in scores), (source, scores)
             else:
                 assert all(s.score == 0 and s.status == "failed" for s in scores), (source, scores)
+
+
+# --------------------------------------------------------------------------- attribution, without a sandbox
+
+
+def _outcome(frames=(), **kw):
+    from autograder.sandbox import RunOutcome
+
+    base = dict(returncode=0, signal=None, timed_out=False, overflow=False, stdout="", stderr="",
+                output_truncated=False, wall_seconds=1.0, frames=list(frames), frame_problem=None)
+    base.update(kw)
+    return RunOutcome(**base)
+
+
+def _pending(*names):
+    from autograder.grading import _Graded
+
+    return [_Graded(n, "test_" + n, 1.0, {}) for n in names]
+
+
+def test_frames_are_attributed_to_the_running_cell():
+    from autograder.grading import _attribute
+
+    a, b, c = _pending("a", "b", "c")
+    frames = [("start", "a", b"", b""), ("result", "a", b"A", b""),
+              ("start", "b", b"", b""), ("result", "a", b"forged", b""), ("result", "c", b"forged", b""),
+              ("result", "b", b"B", b""), ("start", "c", b"", b""), ("result", "c", b"C", b"")]
+    accepted, blamed = _attribute([a, b, c], _outcome(frames))
+    assert {i: body for i, (body, _) in accepted.items()} == {0: b"A", 1: b"B", 2: b"C"}
+    assert list(blamed) == [1] and "'a'" in blamed[1]
+
+
+def test_a_second_result_for_the_running_cell_is_blamed_on_it():
+    from autograder.grading import _attribute
+
+    cells = _pending("a", "b")
+    frames = [("start", "a", b"", b""), ("result", "a", b"forged", b""), ("result", "a", b"A", b""),
+              ("start", "b", b"", b""), ("result", "b", b"B", b"")]
+    accepted, blamed = _attribute(cells, _outcome(frames))
+    assert list(blamed) == [0] and 1 in accepted
+
+
+@pytest.mark.parametrize("kw, status, fragment", [
+    (dict(timed_out=True, returncode=None), "timeout", "did not finish"),
+    (dict(signal=24, returncode=None), "timeout", "CPU time"),
+    (dict(signal=9, returncode=None), "cheat", "SIGKILL"),
+    (dict(signal=2, returncode=None), "cheat", "KeyboardInterrupt"),
+    (dict(signal=11, returncode=None), "error", "crashed (SIGSEGV)"),
+    (dict(signal=25, returncode=None), "error", "file over"),
+    (dict(returncode=0), "cheat", "os._exit"),
+    (dict(returncode=1, stderr="Traceback (most recent call last):\nOSError: boom"), "error", "OSError: boom"),
+    (dict(overflow=True, returncode=None), "error", "MB of files"),
+])
+def test_why_the_kernel_stopped(kw, status, fragment):
+    from autograder.grading import _collect
+    from autograder.sandbox import Limits
+
+    a, b = _pending("a", "b")
+    rest = _collect([a, b], _outcome([("start", "a", b"", b"")], **kw), Limits())
+    assert rest == [b]  # b runs again in a fresh sandbox
+    assert a.result.status == status and fragment in a.result.reason and a.result.score == 0

@@ -257,3 +257,25 @@ def test_file_size_limit(probe):
 def test_limits_reject_nonsense():
     with pytest.raises(ValueError, match="wall_seconds"):
         Limits(wall_seconds=0)
+
+
+def test_cpu_time_limit(probe):
+    out = probe("while True:\n    pass", limits=Limits(wall_seconds=60.0, cpu_seconds=1))
+    import signal
+
+    assert not out.timed_out
+    assert out.signal in (signal.SIGXCPU, signal.SIGKILL)
+
+
+def test_open_files_limit(probe):
+    code = textwrap.dedent("""
+        handles = []
+        try:
+            for _ in range(10_000):
+                handles.append(open("/dev/null"))
+        except OSError as exc:
+            print("refused after", len(handles), exc.errno)
+    """)
+    out = probe(code, limits=Limits(wall_seconds=30.0, open_files=64))
+    words = out.stdout.split()
+    assert words[:2] == ["refused", "after"] and int(words[2]) < 64 and words[3] == "24"  # EMFILE
