@@ -7,7 +7,7 @@ never here), and writes, from this trusted process only:
 
 * ``OUT/.journal/<student>/<chapter>.json`` — one result per submission, written
   atomically as soon as it is graded, keyed by the SHA-256 of the submission, of
-  the source notebook, the seed and the limits. A re-run reuses every entry whose
+  the source notebook and of the grading code, the seed and the limits. A re-run reuses every entry whose
   key is unchanged, so an interrupted run resumes where it stopped and a regrade
   of unchanged work is a no-op; ``force=True`` regrades everything;
 * ``OUT/scores.csv``, ``OUT/grades.csv``, ``OUT/feedback/<student>/<chapter>.html``
@@ -181,6 +181,19 @@ def _sha256(path: Path | None) -> str | None:
                 h.update(block)
     except OSError as exc:
         return f"unreadable: {type(exc).__name__}"
+    return h.hexdigest()
+
+
+def grader_fingerprint() -> str:
+    """SHA-256 of the code that decides a grade: the checks, the grading pipeline and
+    the reference package. A journal entry made by other code is not reused."""
+    here = Path(__file__).resolve().parent
+    files = sorted((here / "checks").glob("*.py")) + [here / n for n in ("grading.py", "runner.py", "sandbox.py")]
+    files += sorted((here.parent / "solutions").rglob("*.py"))
+    h = hashlib.sha256()
+    for path in files:
+        if path.is_file():
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -360,6 +373,7 @@ def grade_class(
     base_seed = _base_seed(out, seed)
     sources = {c: source_notebook(c, book) for c in wanted}
     source_hash = {c: _sha256(p) for c, p in sources.items()}
+    fingerprint = grader_fingerprint() if grade_fn is None else "custom"
 
     results: dict[Submission, Graded] = {}
     todo: list[tuple[Submission, dict, tuple]] = []
@@ -371,6 +385,7 @@ def grade_class(
             "seed": sub_seed,
             "timeout": float(timeout),
             "sandbox": bool(sandbox),
+            "grader": fingerprint,
         }
         cached = None if force else _read_journal(out, sub, key)
         if cached is not None:
