@@ -468,6 +468,12 @@ def submission_status(graded: Graded) -> str:
     return "incomplete"
 
 
+def _cell(text: str) -> str:
+    """A text cell that a spreadsheet will not run as a formula (a student's exception
+    message can reach ``reason``): a leading ``= + - @`` gets a quote in front."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def _write_csv(path: Path, columns: list[str], rows: list[list]) -> None:
     import io
 
@@ -488,9 +494,9 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path]) ->
     for g in results:
         sub = g.submission
         for s in g.scores:
-            score_rows.append([sub.student, sub.chapter, s["exercise"], s["grade_id"], _num(s["score"]),
-                               _num(s["max_score"]), s["status"], s["reason"]])
-        grade_rows.append([sub.student, sub.chapter, _num(sum(s["score"] for s in g.scores)),
+            score_rows.append([_cell(sub.student), sub.chapter, s["exercise"], s["grade_id"], _num(s["score"]),
+                               _num(s["max_score"]), s["status"], _cell(s["reason"])])
+        grade_rows.append([_cell(sub.student), sub.chapter, _num(sum(s["score"] for s in g.scores)),
                            _num(sum(s["max_score"] for s in g.scores)), submission_status(g)])
     _write_csv(out / "scores.csv", SCORE_COLUMNS, score_rows)
     _write_csv(out / "grades.csv", GRADE_COLUMNS, grade_rows)

@@ -318,3 +318,10 @@ def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, sig, j
     assert resumed.reused == done and resumed.graded == 8 - done
     assert _snapshot(out) == _snapshot(clean)
     assert _gradebook_rows(out / "gradebook.db") == _gradebook_rows(clean / "gradebook.db")
+
+
+def test_csv_text_cells_cannot_become_spreadsheet_formulas():
+    assert batch._cell('=HYPERLINK("http://x")') == '\'=HYPERLINK("http://x")'
+    assert batch._cell("@SUM(A1)") == "'@SUM(A1)"
+    assert batch._cell("raised ValueError: =1+1") == "raised ValueError: =1+1"
+    assert batch._cell("") == ""
