@@ -80,13 +80,8 @@ def decoder_mask(tgt_ids, pad_id=0):
 def masked_softmax(scores, mask):
     """Softmax over the last axis in which masked positions get exactly 0.
 
-    Masked scores are replaced by the most negative finite number of their
-    dtype (``torch.finfo(scores.dtype).min``) rather than ``-inf``: with
-    ``-inf`` a row whose keys are all masked computes ``exp(-inf - (-inf))``
-    = NaN, in the output and in the gradient. With a finite minimum such a row
-    becomes uniform instead, and the final ``masked_fill`` sets it (and every
-    other masked position) to exactly 0, so fully masked rows return zeros and
-    their gradient is zero too. A fixed ``-1e9`` would overflow float16.
+    A row whose keys are all masked returns all zeros, never NaN, and its
+    gradient is zero, never NaN. Works for every float dtype, float16 included.
 
     Args:
         scores: attention scores (any float dtype).
@@ -117,6 +112,10 @@ def masked_softmax(scores, mask):
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to scores of shape {tuple(scores.shape)}"
         )
+    # The most negative finite number of the dtype, not -inf: a row whose keys are
+    # all masked would compute exp(-inf - (-inf)) = NaN (output and gradient).
+    # With a finite minimum that row becomes uniform, and the last masked_fill sets
+    # it, like every masked position, to exactly 0. A fixed -1e9 overflows float16.
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1)
     return weights.masked_fill(~mask, 0.0)
