@@ -8,29 +8,34 @@ exercise's cases, ships them as data into a sandboxed
 back as data and judges them with the same :func:`~autograder.checks.base.evaluate`
 as the visible check (ARCHITECTURE.md §4).
 
-Why forged results earn nothing. The student's code runs in the same process as
-the runner, so it can do anything the runner can: overwrite ``out/result_*``,
-patch the runner's functions, read the case inputs. No secret (a nonce, a
-pipe's descriptor) can be hidden from code that shares the runner's memory, so
-we do not pretend to authenticate results. Instead a result is never trusted as
-a *verdict*, only as *data*:
+How results come back, and why forged ones earn nothing. The runner sends its
+results through an inherited pipe (``runner.py --result-fd``), never through
+files the student's code could rewrite later: for each cell, in job order, a
+``start`` frame before the cell's code runs and one ``result`` frame after its
+cases. Once the trusted reader has a frame, nothing in the sandbox can change
+it. The student's code shares the runner's process, so it *can* write to the
+pipe too (or patch the runner); every frame out of that protocol — a result for
+a cell that is not running, a second result, garbage — is dropped and the cell
+running at that moment is marked ``cheat`` (:func:`_attribute`). No secret (a
+nonce, the descriptor's number) could be hidden from code in the same process,
+so we do not pretend to authenticate frames. A result is never trusted as a
+*verdict*, only as *data*:
 
 * the expected answers are computed here, from the reference, and never enter the
-  sandbox; the reference package there is stripped of this chapter's answers, and
+  sandbox; the ``solutions`` copy there is stripped of this chapter's answers, and
   nothing of the repository is mounted;
-* a result bundle is plain JSON and a ``.npz`` read with ``allow_pickle=False``;
-  :func:`_check_encoded` admits only numbers, strings, lists, tuples, dicts and
-  numeric arrays (no objects, no ``__obj__`` factories, no structured dtypes,
-  no dtype label that disagrees with the array);
-* the number of results must equal the number of cases we made (and kept here).
+* a result is plain JSON plus an ``.npz`` read with ``allow_pickle=False``
+  (uncompressed size checked first); :func:`_check_encoded` admits only numbers,
+  strings, lists, tuples, dicts and numeric arrays — no objects, no ``__obj__``
+  factories (which would run code here), no structured dtypes, no dtype label
+  that disagrees with its array;
+* the number of results must equal the number of cases, which we made and kept.
 
-So whatever bytes the student's code writes, a case passes only when those bytes
-hold the correct output for the hidden inputs — values the student's own code
+So whatever bytes the student's code writes, a case passes only when they hold
+the correct output for the hidden inputs — values the student's own code
 computed without the reference, which is what the exercise asks for. A result
-written for a cell *after* the cell that was running when the kernel died cannot
-come from the runner (it writes in order): it is discarded and that cell re-run
-in a fresh sandbox. A bundle the runner could not have written (bad structure)
-marks the exercise ``cheat``.
+for a cell *after* the one that was running when the kernel died cannot come
+from the runner: it is dropped and that cell re-run in a fresh sandbox.
 """
 from __future__ import annotations
 

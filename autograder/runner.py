@@ -405,15 +405,17 @@ def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.nd
     stream.flush()
 
 
-def read_frames(stream, max_frame_bytes: int, max_total_bytes: int):
+def read_frames(stream, max_frame_bytes: int, max_total_bytes: int, into: list | None = None):
     """Read the frames of :func:`write_frame` until end of stream.
 
     Returns ``(frames, problem)``: ``frames`` a list of ``(kind, grade_id,
     json_bytes, npz_bytes)`` in arrival order; ``problem`` ``None`` or what was
     wrong (a malformed or oversized frame: reading stops there, and the rest of
     the stream is drained and dropped). Nothing is decoded beyond the header.
+    Frames are appended to ``into`` (when given) as they arrive, so a reader that
+    gives up waiting still has what came.
     """
-    frames: list[tuple[str, str, bytes, bytes]] = []
+    frames: list[tuple[str, str, bytes, bytes]] = [] if into is None else into
     total = 0
     problem = None
     while True:

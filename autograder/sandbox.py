@@ -5,7 +5,7 @@ trust student code"):
 
 * the system (``/usr`` and the ``/bin``, ``/lib*`` links, a few files of ``/etc``)
   and the Python installation (the venv and its base interpreter), read-only;
-* ``/lib`` (``PYTHONPATH``), read-only: a copy of ``solutions`` stripped of the
+* ``/lib-grading`` (``PYTHONPATH``), read-only: a copy of ``solutions`` stripped of the
   modules that define the graded chapter's answers and of every module importing
   them (:func:`build_library`), the stub ``autograder`` package whose ``check``
   does nothing, and ``runner.py``;
@@ -17,8 +17,12 @@ trust student code"):
   ``import solutions`` cannot reach the originals.
 
 The process runs as an unprivileged uid with no capabilities (so
-``RLIMIT_NPROC`` holds: it is not enforced for root), under CPU-time, address
-space, process, open-file and file-size limits; the parent enforces the wall
+``RLIMIT_NPROC`` holds: it is not enforced for root). When we are root, bwrap
+runs without a user namespace (its binds need root to reach the interpreter
+under ``/root``) and ``setpriv`` drops to a fresh uid inside, after ``prlimit``
+has set the limits; otherwise bwrap's user namespace keeps the caller's own,
+unprivileged uid. Limits: CPU time, address space, processes, open files and
+file size; the parent enforces the wall
 time, caps the captured output and the bytes written to the job directory, and
 kills the whole sandbox (its PID namespace dies with it) when any is exceeded.
 
@@ -352,8 +356,9 @@ def _parents_dirs(path: Path, made: set[Path]) -> list[str]:
     return args
 
 
-_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts",
-              "nsswitch.conf", "passwd", "group", "mime.types")
+# What of /etc the interpreter, numpy/torch and matplotlib use; not the host's
+# users, groups, hosts or credentials.
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts", "mime.types")
 
 
 def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits) -> list[str]:
@@ -443,8 +448,8 @@ class _Frames:
         from . import runner
 
         try:
-            self.frames, self.problem = runner.read_frames(
-                self.stream, self.limits.result_bytes, self.limits.result_bytes
+            _, self.problem = runner.read_frames(
+                self.stream, self.limits.result_bytes, self.limits.result_bytes, into=self.frames
             )
         except (OSError, ValueError) as exc:
             self.problem = f"the result pipe failed ({exc})"
