@@ -28,23 +28,22 @@ Target grammar (subject-object-verb, adjectives after the noun, postpositions)::
   adjectives agree with the noun in gender and number: definite
   ``lo / la / li / le`` (m.sg / f.sg / m.pl / f.pl), indefinite ``un / una``;
   adjective endings ``-o / -a / -i / -e``.
-- Plural nouns end in ``-i`` (masculine) or ``-e`` (feminine), except a few
-  irregular ones with their own plural word.
+- Nouns end in ``-o`` / ``-a`` (masculine / feminine singular) and ``-i`` / ``-e``
+  (plural), except a few irregular nouns with their own plural word.
 - The verb agrees with the subject in number: ``-at`` (singular) or ``-ant``
   (plural), except a few irregular verbs with their own forms.
 - Target word stems are made-up syllable strings chosen once, deterministically
   (a fixed language seed), so the two languages share no words.
 
-Two worked examples (the exact words come from :func:`synthetic_lexicon`;
-the stems below are illustrative)::
+Two worked examples (exactly what :func:`translate_synthetic` returns)::
 
     the old dog sees a red cat
-    → lo dogu vel-o   una kati rus-a   vid-at
-      (def.m.sg dog old.m.sg  indef.f.sg cat red.f.sg  see.sg)
+    → lo brudralo sugano una ribrona putasa brogisat
+      the.m.sg dog old.m.sg | a.f.sg cat red.f.sg | see.sg
 
     two children like the car near the big house
-    → du kinderi   lo karo   la kasa grand-a nie   lik-ant
-      (two child.pl  the.m.sg car  the.f.sg house big.f.sg near  like.pl)
+    → sesor kigoni la gegola tegrula kobril lo krupluno narusant
+      two child.pl | the.f.sg house big.f.sg near | the.m.sg car | like.pl
 
 The model must move the verb to the end, move the prepositional phrase before the
 object, put adjectives after their nouns, look up every noun's gender and carry it

@@ -165,3 +165,11 @@ def test_bucket_sampler_shards_global_batches():
 
 def test_unshuffled_sampler_keeps_order():
     assert list(BucketBatchSampler([1] * 5, 2, shuffle=False)) == [[0, 1], [2, 3], [4]]
+
+
+def test_module_docstring_examples_are_exact():
+    import solutions.data
+
+    for source in ("the old dog sees a red cat", "two children like the car near the big house"):
+        target = translate_synthetic(source)
+        assert f"    {source}\n    → {target}\n" in solutions.data.__doc__
