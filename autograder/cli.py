@@ -188,6 +188,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     from .release import ReleaseError
 
     sandbox = not args.unsafe_no_sandbox and _sandbox_available()
+    if not sandbox:
+        print("(no sandbox: the book's own notebooks run as a plain subprocess)", file=sys.stderr)
     try:
         ok, text = selftest(jobs=args.jobs, timeout=args.timeout, chapters=args.chapters or None,
                             sandbox=sandbox, keep=Path(args.keep) if args.keep else None, book=Path(args.book))
