@@ -15,6 +15,16 @@ from autograder.checks.base import make_rng
 NAMES = ["layer_norm", "PositionwiseFeedForward", "ResidualSublayer", "EncoderLayer"]
 
 
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """These tensors are tiny: one thread is faster than a pool on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def rejected(name, wrong, *words):
     """Assert that the hidden check of ``name`` rejects ``wrong`` naming every word."""
     with pytest.raises(CheckFailure) as info:

@@ -14,6 +14,16 @@ from autograder.checks.base import make_rng
 NAMES = ["DecoderLayer", "Transformer", "count_parameters"]
 
 
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """These tensors are tiny: one thread is faster than a pool on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def rejected(name, wrong, *words, hidden=True):
     """Assert that the check of ``name`` rejects ``wrong`` naming every word."""
     with pytest.raises(CheckFailure) as info:

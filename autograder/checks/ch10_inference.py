@@ -1,0 +1,476 @@
+"""Checks of chapter 10, inference: ``greedy_decode`` and ``beam_search``.
+
+The contract is ``shared/EXERCISES.md`` section 10; the references are in
+``solutions/decoding.py`` ("Attention Is All You Need", sections 3.2.3 and 6.1;
+the length penalty is Wu et al., 2016, equation 14).
+
+The model of every case is a small random ``solutions.Transformer`` passed as an
+``Obj`` (built from its ``state_dict`` inside the runner; ``solutions.model`` is
+importable when this chapter is graded). ``cases()`` biases the generator's
+``<eos>`` logit so that sentences end at different steps, and for beam search it
+picks models on which the search matters (beam ≠ greedy, penalty ≠ no penalty)
+and on which another sound beam-search bookkeeping finds the same hypothesis, so
+a correct answer never depends on details the contract leaves open. The
+diagnoses rerun a trusted decoder with one plausible mistake at a time (no padding
+after ``<eos>``, stopping at the first ``<eos>``, ``max_len ± 1`` steps, no
+length penalty, finished hypotheses dropped, ...) and name the one that matches.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+
+import numpy as np
+
+from .base import Case, CheckFailure, Exercise, Obj, Result, Tensor, register
+
+CHAPTER = "10_inference"
+
+
+def _array(value):
+    """The numpy data of a decoded result value, or None when it is not an array."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "value") and isinstance(value.value, np.ndarray):  # a Tensor marker
+        return value.value
+    return None
+
+
+class _DecodingExercise(Exercise):
+    """Reference from ``solutions`` (or ``solutions.decoding``); hints also when a call raised."""
+
+    def reference(self):
+        import solutions
+
+        if hasattr(solutions, self.name):
+            return getattr(solutions, self.name)
+        return getattr(importlib.import_module("solutions.decoding"), self.name)
+
+    def raised_hint(self, case: Case, raised: dict) -> str | None:
+        message = raised.get("message", "")
+        if "mask" in message or "size" in message or "shape" in message:
+            return ("a shape error inside the model: decode(ys, memory, src_mask, tgt_mask) needs the whole "
+                    "prefix ys (B, t) and a causal tgt_mask (1, 1, t, t); take the logits of the last position.")
+        return None
+
+    def judge(self, case: Case, got: Result, want: Result) -> None:
+        try:
+            super().judge(case, got, want)
+        except CheckFailure as exc:
+            message = str(exc)
+            if got.raised is not None and not case.expect_error and "Hint:" not in message:
+                try:
+                    hint = self.raised_hint(case, got.raised)
+                except Exception:  # noqa: BLE001 - a hint must never hide the failure
+                    hint = None
+                if hint:
+                    message += "\n  Hint: " + hint
+            raise CheckFailure(message) from None
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Run the many tiny decoding passes on one thread (restored after): on a busy machine
+    torch's thread pool costs more than these (B, t, 16) tensors take to compute."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# --------------------------------------------------------------------------- models
+
+
+def _model_init(rng, layers=1):
+    num_heads = int(rng.choice([1, 2]))
+    return {"src_vocab_size": int(rng.integers(12, 31)), "tgt_vocab_size": int(rng.integers(8, 16)),
+            "d_model": 8 * num_heads, "num_heads": num_heads, "num_encoder_layers": 1,
+            "num_decoder_layers": layers, "d_ff": 16, "dropout": 0.1, "max_len": 64}
+
+
+def _model_state(rng, init, never=(0, 1)):
+    """The state_dict (numpy) of a seeded reference Transformer with sharper output logits;
+    like a trained model it never predicts the ids in ``never`` (<pad>, <sos>)."""
+    import torch
+
+    import solutions
+
+    torch.manual_seed(int(rng.integers(0, 2**31)))
+    model = solutions.Transformer(**init)
+    state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    state["generator.weight"] = state["generator.weight"] * np.float32(3.0)  # confident, tie-free arg-max
+    for token in never:
+        state["generator.bias"][token] -= np.float32(30.0)
+    return state
+
+
+def _build(init, state):
+    import torch
+
+    import solutions
+
+    model = solutions.Transformer(**init)
+    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in state.items()})
+    return model.eval()
+
+
+def _with_eos_bias(state, eos, bias, model=None):
+    """A copy of ``state`` with ``bias`` added to the <eos> logit (and the same change made
+    in place to ``model``'s generator, so that it need not be rebuilt)."""
+    state = dict(state)
+    state["generator.bias"] = state["generator.bias"].copy()
+    state["generator.bias"][eos] += np.float32(bias)
+    if model is not None:
+        import torch
+
+        with torch.no_grad():
+            model.generator.bias.copy_(torch.from_numpy(state["generator.bias"]))
+    return state
+
+
+def _causal(length):
+    import torch
+
+    return torch.tril(torch.ones(length, length, dtype=torch.bool))[None, None]  # (1, 1, t, t)
+
+
+def _src_batch(rng, init, batch, length):
+    src = rng.integers(4, init["src_vocab_size"], size=(batch, length)).astype(np.int64)
+    for b in range(1, batch):
+        src[b, int(rng.integers(1, length + 1)):] = 0  # right padding
+    return src, (src != 0)[:, None, None, :]  # (B, T_src), (B, 1, 1, T_src)
+
+
+# --------------------------------------------------------------------------- greedy_decode
+
+
+def greedy_variant(model, src, src_mask, max_len, sos=1, eos=2, pad=0, *, pad_after_eos=True, stop="all",
+                   steps=None, causal=True, use_src_mask=True, keep_sos=True):
+    """Trusted greedy decoding with switches for the plausible mistakes (torch in, numpy out)."""
+    import torch
+
+    with torch.no_grad():
+        mask = src_mask if use_src_mask else None
+        memory = model.encode(src, mask)
+        ys = torch.full((src.size(0), 1), sos, dtype=torch.long)
+        finished = torch.zeros(src.size(0), dtype=torch.bool)
+        for _ in range(max_len if steps is None else steps):
+            hidden = model.decode(ys, memory, mask, _causal(ys.size(1)) if causal else None)
+            token = model.project(hidden[:, -1]).argmax(dim=-1)  # (B,)
+            if pad_after_eos:
+                token = token.masked_fill(finished, pad)
+            ys = torch.cat([ys, token[:, None]], dim=1)
+            finished = finished | (token == eos)
+            if (stop == "all" and bool(finished.all())) or (stop == "first" and bool(finished.any())):
+                break
+    out = ys.numpy()
+    return out if keep_sos else out[:, 1:]
+
+
+def _greedy_case(rng, *, batch, max_len, label, layers=1, target="mixed", specials=None, attempts=6):
+    """A greedy case whose sentences end at different steps (``target="mixed"``: some end,
+    at least one does not; ``"all"``: every one ends before ``max_len``)."""
+    import torch
+
+    init = _model_init(rng, layers)
+    sos, eos, pad = (1, 2, 0) if specials is None else specials
+    init["tgt_vocab_size"] = max(init["tgt_vocab_size"], max(sos, eos, pad) + 2)
+    src, src_mask = _src_batch(rng, init, batch, int(rng.integers(3, 7)))
+    chosen = None
+    for _ in range(attempts):
+        state = _model_state(rng, init, never=(sos, pad))
+        model = _build(init, state)
+        for bias in (0.0, 1.5, 3.0, 5.0):
+            biased = _with_eos_bias(state, eos, bias, model)
+            ys = greedy_variant(model, torch.from_numpy(src), torch.from_numpy(src_mask), max_len,
+                                sos, eos, pad)
+            ended = (ys[:, 1:] == eos).any(axis=1)
+            first_end = {int(np.argmax(row[1:] == eos)) for row in ys}
+            if target == "all":
+                good = bool(ended.all()) and ys.shape[1] < max_len + 1 and (len(first_end) > 1 or len(ys) == 1)
+            else:
+                good = bool(ended.any()) and (not bool(ended.all()) or len(ys) == 1)
+            chosen = chosen if chosen is not None else biased
+            if good:
+                chosen = biased
+                break
+        else:
+            continue
+        break
+    kwargs = {} if specials is None else {"sos_id": sos, "eos_id": eos, "pad_id": pad}
+    return Case(args=(Obj("solutions.Transformer", init, chosen), Tensor(src), Tensor(src_mask), max_len),
+                kwargs=kwargs, label=label)
+
+
+@register
+class GreedyDecode(_DecodingExercise):
+    """``greedy_decode(model, src, src_mask, max_len, sos_id=1, eos_id=2, pad_id=0)``."""
+
+    name = "greedy_decode"
+    chapter = CHAPTER
+    kind = "function"
+    what = ("<sos> then arg-max tokens, pad after each sentence's <eos>, stop when all ended or after "
+            "max_len new tokens, padded sources, other special ids")
+
+    def cases(self, rng, hidden):
+        with _one_thread():
+            return self._cases(rng, hidden)
+
+    def diagnose(self, case, got, want):
+        with _one_thread():
+            return self._diagnose(case, got, want)
+
+    def _cases(self, rng, hidden):
+        cases = [
+            _greedy_case(rng, batch=3, max_len=6, label="3 sentences, max_len=6: some end with <eos>, one does not"),
+            _greedy_case(rng, batch=2, max_len=10, target="all",
+                         label="2 sentences that both end before max_len=10: stop early"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(2):
+            b, m = int(rng.integers(2, 5)), int(rng.integers(4, 10))
+            cases.append(_greedy_case(rng, batch=b, max_len=m, layers=2,
+                                      label=f"random model with 2 decoder layers, {b} sentences, max_len={m}"))
+        cases.append(_greedy_case(rng, batch=1, max_len=1, label="max_len=1: exactly one new token"))
+        cases.append(_greedy_case(rng, batch=3, max_len=7, specials=(4, 5, 6),
+                                  label="other special ids: sos_id=4, eos_id=5, pad_id=6"))
+        cases.append(_greedy_case(rng, batch=4, max_len=8, target="all", layers=2,
+                                  label="4 sentences ending at different steps (2 decoder layers)"))
+        return cases
+
+    def _diagnose(self, case, got, want):
+        import torch
+
+        g, w = _array(got.value), _array(want.value)
+        if g is None:
+            return "return a LongTensor (B, T) of token ids, column 0 = <sos>."
+        if getattr(got.value, "dtype", "int64") != "int64":
+            return "return a LongTensor (dtype torch.long)."
+        init, state = case.args[0].init, case.args[0].state
+        model = _build(init, state)
+        src, src_mask = (torch.from_numpy(_array(a)) for a in case.args[1:3])
+        max_len = case.args[3]
+        sos = case.kwargs.get("sos_id", 1)
+        eos = case.kwargs.get("eos_id", 2)
+        pad = case.kwargs.get("pad_id", 0)
+
+        def run(**flags):
+            return greedy_variant(model, src, src_mask, max_len, sos, eos, pad, **flags)
+
+        variants = [
+            ("positions after a sentence's <eos> must hold pad_id: once a sentence has ended, append pad_id "
+             "to it, not the arg-max.", dict(pad_after_eos=False)),
+            ("you stopped when the first sentence ended: stop only when every sentence has produced <eos> "
+             "(or after max_len new tokens).", dict(stop="first")),
+            ("stop early when every sentence has ended: the result is shorter than max_len + 1 then.",
+             dict(stop="never")),
+            ("max_len counts the new tokens: at most max_len steps after <sos> (max_len + 1 columns), "
+             "you made one step too few.", dict(steps=max_len - 1)),
+            ("max_len counts the new tokens: at most max_len steps after <sos> (max_len + 1 columns), "
+             "you made one step too many.", dict(steps=max_len + 1)),
+            ("column 0 must be <sos>: return the whole sequence, <sos> included.", dict(keep_sos=False)),
+            ("decode the prefix with a causal tgt_mask (1, 1, t, t): without it earlier positions see later "
+             "ones in the decoder's lower layers.", dict(causal=False)),
+            ("pass src_mask to encode and decode: the padded source positions must be masked.",
+             dict(use_src_mask=False)),
+        ]
+        matches = []  # several mistakes can give the same tokens on one case: name them all
+        for hint, flags in variants:
+            value = run(**flags)
+            if value.shape == g.shape and np.array_equal(value, g) and not (
+                    value.shape == w.shape and np.array_equal(value, w)) and hint not in matches:
+                matches.append(hint)
+        if matches:
+            return " Or: ".join(matches)
+        if (sos, eos, pad) != (1, 2, 0):
+            value = greedy_variant(model, src, src_mask, max_len)
+            if value.shape == g.shape and np.array_equal(value, g):
+                return "use the sos_id, eos_id and pad_id arguments, not the book's default ids."
+        return None
+
+
+# --------------------------------------------------------------------------- beam_search
+
+
+def beam_variant(model, src, src_mask, beam_size, max_len, sos=1, eos=2, alpha=0.6, *, mode="reference"):
+    """Trusted beam search for one sentence, with modes for sound alternatives and mistakes.
+
+    ``"reference"``: the 2k-candidate bookkeeping of ``solutions.beam_search``;
+    ``"shrinking"`` (sound too): the top k candidates each step, finished ones leave the beam;
+    mistakes: ``"no_penalty"``, ``"penalty_with_sos"`` (len counts <sos>), ``"divide_by_length"``,
+    ``"first_finished"`` (return the first hypothesis that ends), ``"no_finished"`` (<eos> never
+    accepted, the best live prefix at max_len wins), ``"penalty_on_live"`` (finished and live
+    prefixes compared with the penalty applied to only the finished ones at the end).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    def penalty(length):
+        if mode == "no_penalty":
+            return 1.0
+        if mode == "divide_by_length":
+            return float(length)
+        if mode == "penalty_with_sos":
+            return ((5 + length + 1) / 6) ** alpha
+        return ((5 + length) / 6) ** alpha
+
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        beams = torch.full((1, 1), sos, dtype=torch.long)
+        scores = torch.zeros(1)
+        finished = []
+        for step in range(1, max_len + 1):
+            k = beams.size(0)
+            mask = None if src_mask is None else src_mask.expand(k, *src_mask.shape[1:])
+            hidden = model.decode(beams, memory.expand(k, -1, -1), mask, _causal(beams.size(1)))
+            log_probs = F.log_softmax(model.project(hidden[:, -1]).float(), dim=-1)  # (k, V)
+            V = log_probs.size(-1)
+            if mode == "no_finished":
+                log_probs[:, eos] = -float("inf")
+            flat = (scores[:, None] + log_probs).reshape(-1)
+            # reference: examine the 2k best, <eos> among the first k finishes, refill k live prefixes;
+            # shrinking: examine the k - (finished so far) best, each <eos> among them finishes.
+            live = beam_size - len(finished) if mode == "shrinking" else beam_size
+            n_top = live if mode == "shrinking" else 2 * beam_size
+            top_scores, top_index = flat.topk(min(n_top, flat.numel()))
+            rows, tokens, new_scores = [], [], []
+            for rank, (score, index) in enumerate(zip(top_scores.tolist(), top_index.tolist())):
+                row, token = divmod(index, V)
+                if token == eos:
+                    if rank < live:
+                        finished.append((score / penalty(step), beams[row].tolist() + [eos]))
+                        if mode == "first_finished":
+                            return finished[-1][1]
+                elif len(rows) < live:
+                    rows.append(row)
+                    tokens.append(token)
+                    new_scores.append(score)
+            if len(finished) >= beam_size or not rows:
+                break
+            beams = torch.cat([beams[torch.tensor(rows)], torch.tensor(tokens)[:, None]], dim=1)
+            scores = torch.tensor(new_scores)
+        else:
+            for row in range(beams.size(0)):
+                finished.append((scores[row].item() / penalty(max_len), beams[row].tolist()))
+    return max(finished, key=lambda item: item[0])[1]
+
+
+_MISTAKES = ("no_penalty", "penalty_with_sos", "divide_by_length", "first_finished", "no_finished")
+
+
+def _beam_case(rng, *, beam_size, max_len, label, alpha=0.6, want=("beam_differs",), eos_bias=(0.0, 1.5, 3.0),
+               attempts=6):
+    """A beam-search case on which the sound variants agree and the search matters."""
+    import torch
+
+    init = _model_init(rng)
+    chosen = None
+    for _ in range(attempts):
+        state = _model_state(rng, init)
+        model = _build(init, state)
+        src, src_mask = _src_batch(rng, init, 1, int(rng.integers(3, 7)))
+        for bias in eos_bias:
+            biased = _with_eos_bias(state, 2, bias, model)
+            args = (model, torch.from_numpy(src), torch.from_numpy(src_mask), beam_size, max_len)
+            ref = beam_variant(*args, alpha=alpha)
+            if beam_variant(*args, alpha=alpha, mode="shrinking") != ref:
+                continue  # the contract leaves this model's answer open
+            chosen = chosen or (biased, src, src_mask)
+            greedy = greedy_variant(model, args[1], args[2], max_len)[0].tolist()
+            greedy = greedy[: greedy.index(2) + 1] if 2 in greedy else greedy
+            ok = True
+            if "beam_differs" in want:
+                ok &= greedy != ref
+            if "penalty_matters" in want:
+                ok &= beam_variant(*args, alpha=alpha, mode="no_penalty") != ref
+            if "ends" in want:
+                ok &= ref[-1] == 2
+            if ok:
+                chosen = (biased, src, src_mask)
+                break
+        else:
+            continue
+        break
+    if chosen is None:  # pragma: no cover - every attempt disagreed; keep the last model
+        chosen = (biased, src, src_mask)
+    state, src, src_mask = chosen
+    kwargs = {} if alpha == 0.6 else {"length_penalty": alpha}
+    return Case(args=(Obj("solutions.Transformer", init, state), Tensor(src), Tensor(src_mask), beam_size, max_len),
+                kwargs=kwargs, label=label)
+
+
+@register
+class BeamSearch(_DecodingExercise):
+    """``beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, length_penalty=0.6)``."""
+
+    name = "beam_search"
+    chapter = CHAPTER
+    kind = "function"
+    what = ("the best hypothesis as a list with <sos> and <eos>: beam ≠ greedy, GNMT length penalty, finished "
+            "hypotheses kept, beam_size=1 = greedy, max_len reached")
+
+    def cases(self, rng, hidden):
+        with _one_thread():
+            return self._cases(rng, hidden)
+
+    def diagnose(self, case, got, want):
+        with _one_thread():
+            return self._diagnose(case, got, want)
+
+    def _cases(self, rng, hidden):
+        cases = [
+            _beam_case(rng, beam_size=3, max_len=8, label="beam_size=3 on a model where beam search beats greedy"),
+            _beam_case(rng, beam_size=1, max_len=8, want=("ends",), label="beam_size=1 equals greedy decoding"),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(2):
+            k, m = int(rng.integers(2, 5)), int(rng.integers(5, 10))
+            cases.append(_beam_case(rng, beam_size=k, max_len=m, want=("beam_differs",),
+                                    label=f"random model, beam_size={k}, max_len={m}"))
+        cases.append(_beam_case(rng, beam_size=3, max_len=8, want=("penalty_matters", "ends"),
+                                eos_bias=(1.5, 3.0, 0.0),
+                                label="a model on which the length penalty changes the winner"))
+        cases.append(_beam_case(rng, beam_size=3, max_len=8, alpha=1.5, want=("penalty_matters",),
+                                eos_bias=(1.5, 3.0, 0.0), label="length_penalty=1.5"))
+        cases.append(_beam_case(rng, beam_size=2, max_len=3, want=(), eos_bias=(-30.0,),
+                                label="<eos> never likely: max_len=3 reached, the best prefix without <eos>"))
+        return cases
+
+    def _diagnose(self, case, got, want):
+        import torch
+
+        if not isinstance(got.value, list):
+            return "return a plain list of ints (e.g. tensor.tolist()), <sos> first."
+        if got.value and got.value[0] != 1 and got.value == want.value[1:]:
+            return "the hypothesis must start with <sos>."
+        init, state = case.args[0].init, case.args[0].state
+        model = _build(init, state)
+        src, src_mask = (torch.from_numpy(_array(a)) for a in case.args[1:3])
+        beam_size, max_len = case.args[3:5]
+        alpha = case.kwargs.get("length_penalty", 0.6)
+        hints = {
+            "no_penalty": "finished hypotheses are scored log_prob / ((5 + len) / 6) ** length_penalty; "
+                          "you compared raw summed log probabilities.",
+            "penalty_with_sos": "len in the penalty counts the generated tokens (<eos> included, <sos> not).",
+            "divide_by_length": "the GNMT penalty is ((5 + len) / 6) ** length_penalty, not len.",
+            "first_finished": "you returned the first hypothesis that ended: keep it among the finished ones and "
+                              "go on until beam_size hypotheses have ended (or max_len), then return the best.",
+            "no_finished": "hypotheses that end with <eos> must be kept as finished candidates, not dropped.",
+        }
+        matches = [hints[mode] for mode in _MISTAKES  # several mistakes can agree on one case: name them all
+                   if (value := beam_variant(model, src, src_mask, beam_size, max_len, alpha=alpha, mode=mode))
+                   == got.value and value != want.value]
+        if matches:
+            return " Or: ".join(matches)
+        if beam_size > 1:
+            greedy = greedy_variant(model, src, src_mask, max_len)[0].tolist()
+            greedy = greedy[: greedy.index(2) + 1] if 2 in greedy else greedy
+            if got.value == greedy and greedy != want.value:
+                return "this is the greedy answer: keep beam_size prefixes at every step, not only the best one."
+        return None
