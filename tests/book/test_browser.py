@@ -60,7 +60,11 @@ async () => {
     mathNodes: mathNodes.length,
     mathJaxLoaded: !!(window.MathJax && MathJax.startup),
     typeset: document.querySelectorAll('mjx-container').length,
-    mathErrors: document.querySelectorAll('mjx-merror').length,
+    mathErrors: Array.from(document.querySelectorAll('mjx-merror'))
+        .map(n => n.getAttribute('data-mjx-error')),
+    untypeset: Array.from(document.querySelectorAll('.math'))
+        .filter(n => n.tagName !== 'MJX-CONTAINER' && !n.querySelector('mjx-container'))
+        .map(n => n.textContent.slice(0, 120)),
     rawTex: ['$$', '\\\\(', '\\\\[', '\\\\begin{'].filter(s => text.includes(s)),
     brokenImages: images.filter(img => !(img.complete && img.naturalWidth > 0))
                         .map(img => img.getAttribute('src')),
@@ -188,10 +192,11 @@ def test_every_page_offline(built_book, server, browser_context):
             math_pages += 1
             if not report["mathJaxLoaded"]:
                 mine.append("the page has maths but MathJax did not load")
-            elif report["typeset"] < report["mathNodes"]:
-                mine.append(f"{report['mathNodes']} maths nodes, only {report['typeset']} typeset")
+            elif report["typeset"] < report["mathNodes"] or report["untypeset"]:
+                mine.append(f"{report['mathNodes']} maths nodes, only {report['typeset']} typeset; "
+                            f"left as TeX: {report['untypeset']}")
         if report["mathErrors"]:
-            mine.append(f"{report['mathErrors']} MathJax errors")
+            mine.append(f"MathJax errors: {report['mathErrors']}")
         if report["rawTex"]:
             mine.append(f"raw TeX left in the text: {report['rawTex']}")
         if report["brokenImages"]:
