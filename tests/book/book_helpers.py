@@ -89,6 +89,7 @@ def ensure_book_built():
                 [jupyter_book(), "build", str(ROOT), "-W", "-n", "--keep-going", "--builder", "html"],
                 cwd=ROOT, env=env, capture_output=True, text=True)
             if result.returncode != 0:
+                (HTML / ".book-edition").unlink(missing_ok=True)  # never "fresh" after a failure
                 log = (result.stdout + result.stderr)[-8000:]
                 raise RuntimeError(f"the strict book build failed (exit {result.returncode}):\n{log}")
             print(f"built the book in {time.monotonic() - start:.0f}s")
