@@ -1,0 +1,121 @@
+"""The registry of checks against the exercise contract (``shared/EXERCISES.md``).
+
+Every graded object of the contract has exactly one registered ``Exercise`` under
+its exact name, in the module of its chapter, with the chapter id and the kind
+("function" or "class") of its reference; and the reference in ``solutions``
+passes its own visible and hidden checks.
+"""
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import solutions
+from autograder.checks import REGISTRY, Exercise, check, load_all
+
+# The contract, chapter id -> graded names, in the order of EXERCISES.md.
+CONTRACT = {
+    "01_rnn_limitations": ["rnn_forward", "hidden_state_jacobian_norms"],
+    "02_tokens_and_embeddings": ["build_vocab", "encode", "learn_bpe", "bpe_tokenize", "one_hot",
+                                 "cosine_similarity", "TokenEmbedding"],
+    "03_positional_encoding": ["sinusoidal_positional_encoding", "PositionalEncoding", "relative_position_matrix"],
+    "04_self_attention": ["softmax", "scaled_dot_product_attention", "self_attention"],
+    "05_multi_head_attention": ["split_heads", "merge_heads", "MultiHeadAttention"],
+    "06_masking": ["padding_mask", "causal_mask", "decoder_mask", "masked_softmax"],
+    "07_add_and_norm": ["layer_norm", "PositionwiseFeedForward", "ResidualSublayer", "EncoderLayer"],
+    "08_transformer": ["DecoderLayer", "Transformer", "count_parameters"],
+    "09_training": ["make_decoder_io", "noam_lr", "label_smoothed_cross_entropy"],
+    "10_inference": ["greedy_decode", "beam_search"],
+}
+CHAPTER_OF = {name: chapter for chapter, names in CONTRACT.items() for name in names}
+
+# The shared design folder sits beside the repository in the authors' workspace.
+EXERCISES_MD = Path(__file__).resolve().parents[3] / "shared" / "EXERCISES.md"
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The checks' tensors are tiny: one thread is faster than a pool on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def parse_contract(text):
+    """Chapter id -> graded names, read from the text of EXERCISES.md."""
+    contract, chapter = {}, None
+    for line in text.splitlines():
+        heading = re.match(r"^## \d+ · .*\(`(\w+)`\)", line)
+        if heading:
+            chapter = heading.group(1)
+            contract[chapter] = []
+            continue
+        item = re.match(r"^- `(\w+)\(", line)
+        if item and chapter:
+            contract[chapter].append(item.group(1))
+    return contract
+
+
+@pytest.mark.skipif(not EXERCISES_MD.exists(), reason="shared/EXERCISES.md is not beside the repository")
+def test_the_table_above_is_the_contract():
+    assert parse_contract(EXERCISES_MD.read_text(encoding="utf-8")) == CONTRACT
+
+
+def test_parse_contract_reads_headings_and_items():
+    text = "## 1 · Title (`01_x`)\nprose\n- `f(a) -> b`: text\n- `G(d)` (torch): text\n  - `not_an_item(`\n"
+    assert parse_contract(text) == {"01_x": ["f", "G"]}
+
+
+def test_every_contract_exercise_is_registered():
+    registry = load_all()
+    missing = sorted(set(CHAPTER_OF) - set(registry))
+    assert not missing, f"no registered check for {missing}"
+
+
+def test_registered_exercises_belong_to_known_chapters():
+    for name, exercise in load_all().items():
+        assert exercise.chapter in CONTRACT, f"{name}: unknown chapter {exercise.chapter!r}"
+
+
+def _exercise_classes():
+    """Every Exercise subclass defined in a chapter module, registered or not."""
+    load_all()
+    seen, stack = [], list(Exercise.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if cls.__module__.startswith("autograder.checks.ch") and cls.name:
+            seen.append(cls)
+    return seen
+
+
+@pytest.mark.parametrize("name", list(CHAPTER_OF))
+def test_exactly_one_exercise_class_per_name(name):
+    classes = [cls for cls in _exercise_classes() if cls.name == name]
+    assert len(classes) == 1, f"{name}: {[c.__qualname__ for c in classes]}"
+    assert type(REGISTRY[name]) is classes[0]
+
+
+@pytest.mark.parametrize("name", list(CHAPTER_OF))
+def test_chapter_module_and_kind_match_the_contract(name):
+    exercise = load_all()[name]
+    chapter = CHAPTER_OF[name]
+    assert exercise.chapter == chapter
+    module = type(exercise).__module__.rsplit(".", 1)[-1]
+    assert module.startswith(f"ch{chapter[:2]}_"), module
+    reference = getattr(solutions, name)
+    assert exercise.kind == ("class" if inspect.isclass(reference) else "function")
+    assert exercise.what, f"{name}: say what the checks cover"
+
+
+@pytest.mark.parametrize("name", list(CHAPTER_OF))
+def test_reference_passes_its_own_visible_and_hidden_checks(name, capsys):
+    reference = getattr(solutions, name)
+    check(name, reference)
+    check(name, reference, hidden=True)
+    out = capsys.readouterr()
+    assert out.out.count(f"✓ {name}") == 2
+    assert out.err == ""
