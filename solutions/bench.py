@@ -243,8 +243,16 @@ def run_benchmarks(quick=False, device="auto", json_path=None, clock="wall", thr
     from .trainer import resolve_device
 
     device = resolve_device(device)
+    previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
+    try:
+        return _run(quick, device, json_path, clock, out)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(quick, device, json_path, clock, out):
     if quick:
         sizes = dict(d_model=32, num_heads=2, num_layers=1, d_ff=64, vocab=100)
         train = bench_training_step(batch=4, src_len=8, tgt_len=8, repeats=3, warmup=1, device=device,

@@ -3,8 +3,20 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from solutions.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """One intra-op thread per test: small ops gain nothing from more, and on a shared
+    machine (or beside another xdist worker) extra threads only contend."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 CORPUS = str(Path(__file__).resolve().parents[1] / "data" / "tiny_parallel.tsv")
 
@@ -12,8 +24,11 @@ CORPUS = str(Path(__file__).resolve().parents[1] / "data" / "tiny_parallel.tsv")
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     code = main(["train", "--preset", "tiny", "--data", CORPUS, "--epochs", "2", "--device", "cpu",
                  "--out", str(out), "--quiet"])
+    torch.set_num_threads(threads)
     assert code == 0
     return out
 

@@ -9,6 +9,16 @@ from solutions.data import WordTokenizer
 from solutions.decoding import beam_search, greedy_decode, translate
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """One intra-op thread per test: small ops gain nothing from more, and on a shared
+    machine (or beside another xdist worker) extra threads only contend."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _model(seed=0, vocab=19, norm_first=False):
     torch.manual_seed(seed)
     model = Transformer(vocab, vocab, d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=2,

@@ -10,6 +10,17 @@ from solutions.data import make_synthetic_splits
 from solutions.distributed import DistributedContext, cleanup_distributed, setup_distributed
 from solutions.trainer import Trainer, TrainConfig
 
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """One intra-op thread per test: small ops gain nothing from more, and on a shared
+    machine (or beside another xdist worker) extra threads only contend."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 CONFIG = TrainConfig(
     d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.0,
     max_len=32, batch_size=16, epochs=5, warmup_steps=5, eval_sentences=0, device="cpu", quiet=True,

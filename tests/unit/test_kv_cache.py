@@ -7,6 +7,16 @@ from solutions.decoding import greedy_decode
 from solutions.kv_cache import IncrementalDecoder
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """One intra-op thread per test: small ops gain nothing from more, and on a shared
+    machine (or beside another xdist worker) extra threads only contend."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _model(norm_first, seed=0, vocab=23):
     torch.manual_seed(seed)
     model = Transformer(vocab, vocab, d_model=32, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
