@@ -59,7 +59,6 @@ shardable over the processes of a distributed run).
 Paper: section 5.1 ("Sentence pairs were batched together by approximate sequence
 length"); the synthetic task stands in for WMT 2014 English-German.
 """
-import math
 import os
 import random
 from dataclasses import dataclass
@@ -372,7 +371,7 @@ def read_tsv(path):
     of each side is stripped.
 
     Args:
-        path: the file (UTF-8).
+        path: the file (UTF-8, with or without a byte-order mark).
 
     Returns:
         A list of ``(source, target)`` string pairs.
@@ -388,7 +387,7 @@ def read_tsv(path):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"parallel corpus not found: {path}")
     pairs = []
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:  # tolerate a byte-order mark
         for line_number, line in enumerate(handle, start=1):
             text = line.rstrip("\n").rstrip("\r")
             if not text.strip() or text.lstrip().startswith("#"):

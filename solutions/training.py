@@ -10,7 +10,6 @@ copies their source into the chapter notebook):
 The training loop itself (optimizer, checkpoints, evaluation, several processes)
 is :class:`solutions.trainer.Trainer`.
 """
-import math
 
 import torch
 import torch.nn.functional as F
