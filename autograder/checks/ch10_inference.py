@@ -363,13 +363,19 @@ def beam_variant(model, src, src_mask, beam_size, max_len, sos=1, eos=2, alpha=0
 _MISTAKES = ("no_penalty", "penalty_with_sos", "divide_by_length", "first_finished", "no_finished")
 
 
-def _beam_case(rng, *, beam_size, max_len, label, alpha=0.6, want=("beam_differs",), eos_bias=(0.0, 1.5, 3.0),
-               attempts=6):
-    """A beam-search case on which the sound variants agree and the search matters."""
+def _beam_case(rng, *, beam_size, max_len, label, alpha=0.6, want=("beam_differs",),
+               eos_bias=(0.0, 1.0, 2.0, 3.0, 4.0), attempts=15):
+    """A beam-search case on which the sound variants agree and the search matters.
+
+    ``want`` lists what the chosen model must show: ``"beam_differs"`` (beam ≠ greedy),
+    ``"penalty_matters"`` (another winner without the length penalty), ``"not_first"``
+    (the first hypothesis to end is not the best), ``"ends"`` (the best ends with <eos>).
+    Models are drawn until one shows all of them (or the attempts run out).
+    """
     import torch
 
     init = _model_init(rng)
-    chosen = None
+    fallback = chosen = None
     for _ in range(attempts):
         state = _model_state(rng, init)
         model = _build(init, state)
@@ -378,27 +384,24 @@ def _beam_case(rng, *, beam_size, max_len, label, alpha=0.6, want=("beam_differs
             biased = _with_eos_bias(state, 2, bias, model)
             args = (model, torch.from_numpy(src), torch.from_numpy(src_mask), beam_size, max_len)
             ref = beam_variant(*args, alpha=alpha)
-            if beam_variant(*args, alpha=alpha, mode="shrinking") != ref:
-                continue  # the contract leaves this model's answer open
-            chosen = chosen or (biased, src, src_mask)
-            greedy = greedy_variant(model, args[1], args[2], max_len)[0].tolist()
-            greedy = greedy[: greedy.index(2) + 1] if 2 in greedy else greedy
-            ok = True
-            if "beam_differs" in want:
-                ok &= greedy != ref
-            if "penalty_matters" in want:
-                ok &= beam_variant(*args, alpha=alpha, mode="no_penalty") != ref
-            if "ends" in want:
-                ok &= ref[-1] == 2
-            if ok:
+            ok = not ("ends" in want and ref[-1] != 2)
+            if ok and "beam_differs" in want:
+                greedy = greedy_variant(model, args[1], args[2], max_len)[0].tolist()
+                ok = (greedy[: greedy.index(2) + 1] if 2 in greedy else greedy) != ref
+            if ok and "penalty_matters" in want:
+                ok = beam_variant(*args, alpha=alpha, mode="no_penalty") != ref
+            if ok and "not_first" in want:
+                ok = beam_variant(*args, alpha=alpha, mode="first_finished") != ref
+            # the contract leaves the answer open where sound bookkeepings disagree
+            sound = beam_variant(*args, alpha=alpha, mode="shrinking") == ref
+            if sound and fallback is None:
+                fallback = (biased, src, src_mask)
+            if ok and sound:
                 chosen = (biased, src, src_mask)
                 break
-        else:
-            continue
-        break
-    if chosen is None:  # pragma: no cover - every attempt disagreed; keep the last model
-        chosen = (biased, src, src_mask)
-    state, src, src_mask = chosen
+        if chosen is not None:
+            break
+    state, src, src_mask = chosen or fallback or (biased, src, src_mask)
     kwargs = {} if alpha == 0.6 else {"length_penalty": alpha}
     return Case(args=(Obj("solutions.Transformer", init, state), Tensor(src), Tensor(src_mask), beam_size, max_len),
                 kwargs=kwargs, label=label)
@@ -434,10 +437,11 @@ class BeamSearch(_DecodingExercise):
             cases.append(_beam_case(rng, beam_size=k, max_len=m, want=("beam_differs",),
                                     label=f"random model, beam_size={k}, max_len={m}"))
         cases.append(_beam_case(rng, beam_size=3, max_len=8, want=("penalty_matters", "ends"),
-                                eos_bias=(1.5, 3.0, 0.0),
                                 label="a model on which the length penalty changes the winner"))
+        cases.append(_beam_case(rng, beam_size=3, max_len=8, want=("not_first", "ends"),
+                                label="the first hypothesis to end is not the best one"))
         cases.append(_beam_case(rng, beam_size=3, max_len=8, alpha=1.5, want=("penalty_matters",),
-                                eos_bias=(1.5, 3.0, 0.0), label="length_penalty=1.5"))
+                                label="length_penalty=1.5"))
         cases.append(_beam_case(rng, beam_size=2, max_len=3, want=(), eos_bias=(-30.0,),
                                 label="<eos> never likely: max_len=3 reached, the best prefix without <eos>"))
         return cases
