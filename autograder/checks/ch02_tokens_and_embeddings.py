@@ -463,6 +463,8 @@ class OneHot(_FloatResult):
             return "the vectors must be floats (dtype float64): np.zeros((n, vocab_size)) is float by default."
         if g.shape == w.shape[::-1] and _close(g.T, w):
             return "rows and columns are swapped: one row per id, shape (len(ids), vocab_size)."
+        if g.shape == w.shape and len(w) and any(_close(np.roll(g, shift, axis=1), w) for shift in (1, -1)):
+            return "the ids are off by one: ids count from 0, so row i has its 1.0 in column ids[i]."
         return None
 
 

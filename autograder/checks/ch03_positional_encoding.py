@@ -309,4 +309,7 @@ class RelativePositionMatrix(_FloatArrayExercise):
             value = _rotation(k, d_model, **flags)
             if _close(g, value, atol=1e-8) and not _close(value, _array(want.value), atol=1e-8):
                 return hint
+        if k != 0 and _close(g, np.eye(d_model), atol=1e-8):
+            return ("M is the identity, which shifts by k = 0 only: each 2x2 block rotates its (sin, cos) pair "
+                    "by the angle k w_i, w_i = 1 / 10000**(2i / d_model).")
         return None

@@ -305,7 +305,7 @@ def test_one_hot_off_by_one_is_rejected():
             out[row, i - 1] = 1.0  # ids counted from 1
         return out
 
-    rejected("one_hot", shifted, "wrong values")
+    rejected("one_hot", shifted, "off by one", "column ids[i]")
 
 
 def test_a_different_valid_one_hot_passes():

@@ -206,7 +206,7 @@ def test_rotation_identity_is_rejected():
             raise ValueError("odd")
         return np.eye(d_model)
 
-    rejected("relative_position_matrix", identity, "wrong values")
+    rejected("relative_position_matrix", identity, "identity", "k w_i")
 
 
 def test_a_different_valid_rotation_passes():

@@ -184,8 +184,7 @@ def test_beam_that_is_greedy_is_rejected():
     def greedy(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, length_penalty=0.6):
         return solutions.greedy_decode(model, src, src_mask, max_len, sos_id, eos_id)[0].tolist()
 
-    message = rejected("beam_search", greedy)
-    assert "greedy" in message or "eos" in message.lower() or "items" in message
+    rejected("beam_search", greedy, "greedy answer")
 
 
 def test_beam_returning_a_tensor_is_rejected():
