@@ -197,6 +197,17 @@ def _imported_modules(tree: ast.Module, module: str, is_package: bool, package: 
     return found
 
 
+# CPython 3.11's AST constructor keeps its recursion depth in shared state: two
+# threads parsing at once (grading in a thread pool) fail with "SystemError: AST
+# constructor recursion depth mismatch". Parsing is fast; one lock serialises it.
+_AST_LOCK = threading.Lock()
+
+
+def _parse(source: str, filename: str) -> ast.Module:
+    with _AST_LOCK:
+        return ast.parse(source, filename)
+
+
 def graded_modules(graded_names: set[str], root: Path = SOLUTIONS_DIR, package: str = "solutions") -> set[str]:
     """The modules of ``package`` to strip when ``graded_names`` are being graded.
 
@@ -213,7 +224,7 @@ def graded_modules(graded_names: set[str], root: Path = SOLUTIONS_DIR, package: 
         Dotted names of the modules to leave out (``{"solutions.attention", ...}``).
     """
     modules = _module_names(root, package)
-    trees = {name: ast.parse(path.read_text(encoding="utf-8"), str(path)) for name, path in modules.items()}
+    trees = {name: _parse(path.read_text(encoding="utf-8"), str(path)) for name, path in modules.items()}
     stripped = {
         name for name, tree in trees.items() if name != package and _defined_names(tree) & set(graded_names)
     }
@@ -239,7 +250,7 @@ def graded_modules(graded_names: set[str], root: Path = SOLUTIONS_DIR, package: 
 
 def _generated_init(root: Path, package: str, kept: set[str], stripped: set[str]) -> str:
     """An ``__init__.py`` re-exporting the kept modules the original re-exports."""
-    tree = ast.parse((root / "__init__.py").read_text(encoding="utf-8"))
+    tree = _parse((root / "__init__.py").read_text(encoding="utf-8"), str(root / "__init__.py"))
     lines = [
         f'"""Stripped copy of `{package}` for grading: generated, do not edit.',
         "",
