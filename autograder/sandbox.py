@@ -550,7 +550,7 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
     lib_dir = Path(lib_dir).resolve()
     out_dir = job_dir / "out"
     out_dir.mkdir(exist_ok=True)
-    python = str(Path(sys.executable))
+    python = os.path.abspath(sys.executable)  # a relative path would not resolve inside the sandbox
     read_fd = write_fd = None
     if result_pipe:
         read_fd, write_fd = os.pipe()

@@ -9,6 +9,7 @@ chapter. Left out on purpose: ``viz`` (imports matplotlib; use
 from . import (
     attention,
     data,
+    decoder,
     decoding,
     distributed,
     embeddings,
@@ -31,6 +32,7 @@ from .attention import *
 from .multihead import *
 from .masking import *
 from .layers import *
+from .decoder import *
 from .model import *
 from .training import *
 from .data import *
@@ -48,6 +50,7 @@ __all__ = [
     *multihead.__all__,
     *masking.__all__,
     *layers.__all__,
+    *decoder.__all__,
     *model.__all__,
     *training.__all__,
     *data.__all__,

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from .embeddings import TokenEmbedding
-from .layers import DecoderLayer, EncoderLayer
+from .decoder import DecoderLayer
+from .layers import EncoderLayer
 from .multihead import MultiHeadAttention
 from .positional import PositionalEncoding
 
