@@ -154,7 +154,7 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
     }
 
 
-def bench_kv_cache(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=8, src_len=24, new_tokens=64,
+def bench_kv_cache(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=32, src_len=24, new_tokens=64,
                    vocab=2000, repeats=3, device="cpu", clock="wall"):
     """Median ratio of greedy-decoding times, without the cache / with it (> 1 = the cache helps).
 
