@@ -98,7 +98,9 @@ def label_smoothed_cross_entropy(logits, labels, smoothing=0.1, pad_id=0):
         logits: ``(B, T, V)``; labels: ``(B, T)``; output: scalar.
 
     Returns:
-        The mean loss over the non-pad positions (a 0-dim tensor).
+        The mean loss over the non-pad positions (a 0-dim tensor, float32 for
+        half-precision logits, else the logits' dtype). When every label is
+        ``pad_id`` the loss is 0 (``F.cross_entropy`` gives NaN there).
 
     Paper: section 5.4 ("Label Smoothing ... epsilon_ls = 0.1").
     """
@@ -109,7 +111,9 @@ def label_smoothed_cross_entropy(logits, labels, smoothing=0.1, pad_id=0):
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
     vocab_size = logits.size(-1)
-    log_probs = F.log_softmax(logits.float(), dim=-1).reshape(-1, vocab_size)  # (B*T, V)
+    # at least float32 (bf16/fp16 logits under autocast), float64 stays float64
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    log_probs = F.log_softmax(logits, dim=-1, dtype=dtype).reshape(-1, vocab_size)  # (B*T, V)
     flat_labels = labels.reshape(-1)  # (B*T,)
     keep = flat_labels != pad_id  # (B*T,)
     safe_labels = flat_labels.masked_fill(~keep, 0)
