@@ -36,6 +36,8 @@ __all__ = [
     "get_exercise",
     "check",
     "evaluate",
+    "as_array",
+    "close",
     "Tensor",
     "Obj",
 ]
@@ -198,6 +200,12 @@ class Exercise:
         """A hint naming the likely mistake when values differ, or ``None``."""
         return None
 
+    def raised_hint(self, case: Case, got: Result) -> str | None:
+        """A hint for a failure about raising: the call raised when it should not
+        have (``got.raised`` is set), or ``case.expect_error`` was not met. ``None``
+        when there is nothing to add."""
+        return None
+
     # -- provided -----------------------------------------------------------
     def reference(self) -> Callable:
         """The reference object from ``solutions`` (trusted process only)."""
@@ -210,7 +218,24 @@ class Exercise:
         return _run_in_process(self.reference(), case, self.kind)
 
     def judge(self, case: Case, got: Result, want: Result) -> None:
-        """Raise :class:`CheckFailure` when ``got`` is wrong for ``case``."""
+        """Raise :class:`CheckFailure` when ``got`` is wrong for ``case``, with the
+        hint of :meth:`raised_hint` when the failure is about raising."""
+        try:
+            self._judge(case, got, want)
+        except CheckFailure as exc:
+            message = str(exc)
+            raised = got.raised or {}
+            about_raising = bool(case.expect_error) or bool(raised)
+            if about_raising and raised.get("type") != "NotImplementedError" and "Hint:" not in message:
+                try:
+                    hint = self.raised_hint(case, got)
+                except Exception:  # noqa: BLE001 - a hint must never hide the failure
+                    hint = None
+                if hint:
+                    raise CheckFailure(f"{message}\n  Hint: {hint}") from None
+            raise
+
+    def _judge(self, case: Case, got: Result, want: Result) -> None:
         where = f" ({case.label})" if case.label else ""
         if case.expect_error:
             names = " or ".join(e.__name__ for e in case.expect_error)
@@ -283,6 +308,27 @@ def _run_in_process(obj, case: Case, kind: str) -> Result:
 
 
 # --------------------------------------------------------------------------- comparing
+
+
+def as_array(value) -> np.ndarray | None:
+    """The numpy data of a decoded value (an array or a :class:`Tensor` marker),
+    or ``None`` when it is neither — for hints that recompute plausible mistakes."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, Tensor):
+        return value.value
+    return None
+
+
+def close(a, b, rtol: float = 1e-5, atol: float = 1e-6, equal_nan: bool = False) -> bool:
+    """True when ``a`` and ``b`` are arrays of one shape with equal values within
+    tolerance; False for anything that is not numeric (never raises)."""
+    try:
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def _kind(value) -> str:

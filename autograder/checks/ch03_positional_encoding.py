@@ -11,58 +11,23 @@ the result equals.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from .base import Case, CheckFailure, Exercise, Result, Tensor, register
+from .base import as_array as _array, close
 
 CHAPTER = "03_positional_encoding"
+
+_close = functools.partial(close, rtol=1e-5, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def _array(value):
-    """The numpy data of a decoded result value, or None when it is not an array."""
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "value") and isinstance(value.value, np.ndarray):  # a Tensor marker
-        return value.value
-    return None
-
-
-def _close(a, b, rtol=1e-5, atol=1e-5) -> bool:
-    try:
-        a = np.asarray(a, dtype=np.float64)
-        b = np.asarray(b, dtype=np.float64)
-    except (TypeError, ValueError):
-        return False
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
-
-
-class _HintingExercise(Exercise):
-    """Hints also for calls that raised (or did not raise) against the contract."""
-
-    def raised_hint(self, case: Case, got: Result) -> str | None:
-        return None
-
-    def judge(self, case: Case, got: Result, want: Result) -> None:
-        try:
-            super().judge(case, got, want)
-        except CheckFailure as exc:
-            message = str(exc)
-            if "Hint:" not in message and (case.expect_error or got.raised is not None):
-                try:
-                    hint = self.raised_hint(case, got)
-                except Exception:  # noqa: BLE001 - a hint must never hide the failure
-                    hint = None
-                if hint:
-                    message += "\n  Hint: " + hint
-            raise CheckFailure(message) from None
-
-
-class _FloatArrayExercise(_HintingExercise):
+class _FloatArrayExercise(Exercise):
     """A numpy exercise whose result may come in any float dtype ("floats")."""
 
     def judge(self, case, got, want):
@@ -167,7 +132,7 @@ def _pe_case(rng, batch, seq_len, d_model, max_len, *, dropout=0.1, train=False,
 
 
 @register
-class PositionalEncodingCheck(_HintingExercise):
+class PositionalEncodingCheck(Exercise):
     """``PositionalEncoding(d_model, max_len=5000, dropout=0.1)``: ``dropout(x + pe[:T])``."""
 
     name = "PositionalEncoding"

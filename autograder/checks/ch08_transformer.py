@@ -13,16 +13,15 @@ in cross-attention, memory and x swapped, no causal mask, norms permuted, no
 result equals.
 
 Grading runs in a sandbox whose ``solutions`` lacks this chapter's modules
-(``layers``, ``model``): the ``Obj`` models of ``count_parameters``' hidden cases
+(``decoder``, ``model``): the ``Obj`` models of ``count_parameters``' hidden cases
 are therefore built from ``torch.nn`` and the earlier chapters' modules only.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .base import Case, CheckFailure, Obj, Result, Tensor, register
+from .base import Case, CheckFailure, Exercise, Obj, Result, Tensor, register
 from .ch07_add_and_norm import (
-    _HintingExercise,
     _array,
     _attention_state,
     _close,
@@ -113,7 +112,7 @@ def _decoder_case(rng, batch, t_tgt, t_src, d_model, num_heads, d_ff, *, norm_fi
 
 
 @register
-class DecoderLayerCheck(_HintingExercise):
+class DecoderLayerCheck(Exercise):
     """``DecoderLayer(d_model, num_heads, d_ff, dropout=0.0, norm_first=False)``."""
 
     name = "DecoderLayer"
@@ -151,7 +150,10 @@ class DecoderLayerCheck(_HintingExercise):
                                    label="gradients flow back to x and to memory"))
         return cases
 
-    def raised_hint(self, case, raised):
+    def raised_hint(self, case, got):
+        raised = got.raised
+        if raised is None or case.expect_error:
+            return None
         if raised.get("phase") == "load_state_dict":
             return ("the state_dict keys must be exactly self_attn.*, cross_attn.* (MultiHeadAttention), "
                     "feed_forward.linear{1,2}.* and norm{1,2,3}.{weight,bias}.")
@@ -315,7 +317,7 @@ def transformer_variant(case, *, scale=True, src_positions=True, tgt_positions=T
 
 
 @register
-class TransformerCheck(_HintingExercise):
+class TransformerCheck(Exercise):
     """``Transformer(src_vocab_size, tgt_vocab_size, d_model, ...)``: encode, decode, project, forward."""
 
     name = "Transformer"
@@ -353,7 +355,10 @@ class TransformerCheck(_HintingExercise):
         cases.append(_transformer_case(rng, shared, label="share_embeddings=True with norm_first=True"))
         return cases
 
-    def raised_hint(self, case, raised):
+    def raised_hint(self, case, got):
+        raised = got.raised
+        if raised is None or case.expect_error:
+            return None
         if raised.get("phase") == "load_state_dict":
             return ("the graders load the reference state_dict: src_embed, tgt_embed (TokenEmbedding), positional "
                     "(PositionalEncoding), encoder_layers, decoder_layers (nn.ModuleList), generator "
@@ -415,7 +420,7 @@ def _linear(rng, bias=True):
 
 
 @register
-class CountParameters(_HintingExercise):
+class CountParameters(Exercise):
     """``count_parameters(model) -> int``: trainable parameters, shared tensors once."""
 
     name = "count_parameters"

@@ -11,31 +11,17 @@ name the one the result equals.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 
 import numpy as np
 
 from .base import Case, CheckFailure, Exercise, Result, Tensor, register
+from .base import as_array as _array, close
 
 CHAPTER = "09_training"
 
-
-def _array(value):
-    """The numpy data of a decoded result value, or None when it is not an array."""
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "value") and isinstance(value.value, np.ndarray):  # a Tensor marker
-        return value.value
-    return None
-
-
-def _close(a, b, rtol=1e-5, atol=1e-6) -> bool:
-    try:
-        a = np.asarray(a, dtype=np.float64)
-        b = np.asarray(b, dtype=np.float64)
-    except (TypeError, ValueError):
-        return False
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
+_close = functools.partial(close, rtol=1e-5, atol=1e-6)
 
 
 class _TrainingExercise(Exercise):
@@ -47,23 +33,6 @@ class _TrainingExercise(Exercise):
         if hasattr(solutions, self.name):
             return getattr(solutions, self.name)
         return getattr(importlib.import_module("solutions.training"), self.name)
-
-    def raised_hint(self, case: Case, got: Result) -> str | None:
-        return None
-
-    def judge(self, case: Case, got: Result, want: Result) -> None:
-        try:
-            super().judge(case, got, want)
-        except CheckFailure as exc:
-            message = str(exc)
-            if "Hint:" not in message and (case.expect_error or got.raised is not None):
-                try:
-                    hint = self.raised_hint(case, got)
-                except Exception:  # noqa: BLE001 - a hint must never hide the failure
-                    hint = None
-                if hint:
-                    message += "\n  Hint: " + hint
-            raise CheckFailure(message) from None
 
 
 # --------------------------------------------------------------------------- make_decoder_io
