@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import numpy as np
 
-from .base import Case, CheckFailure, Exercise, Result, register
+from .base import Case, Exercise, register
 from .base import as_array as _array, close
 
 CHAPTER = "01_rnn_limitations"

@@ -18,7 +18,7 @@ from collections import Counter
 
 import numpy as np
 
-from .base import Case, CheckFailure, Exercise, Result, Tensor, register
+from .base import Case, Exercise, Result, Tensor, register
 from .base import as_array as _array, close
 
 CHAPTER = "02_tokens_and_embeddings"

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .base import Case, CheckFailure, Exercise, Result, Tensor, register
+from .base import Case, Exercise, Result, Tensor, register
 from .base import as_array as _array, close
 
 CHAPTER = "03_positional_encoding"

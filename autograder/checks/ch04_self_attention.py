@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .base import Case, CheckFailure, Exercise, Result, register
+from .base import Case, Exercise, register
 from .base import as_array as _array, close
 
 CHAPTER = "04_self_attention"

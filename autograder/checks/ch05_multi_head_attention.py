@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .base import Case, CheckFailure, Exercise, Tensor, register
+from .base import Case, Exercise, Tensor, register
 
 __all__ = ["SplitHeads", "MergeHeads", "MultiHeadAttentionCheck"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import numpy as np
 
-from .base import Case, CheckFailure, Exercise, Obj, Result, Tensor, register
+from .base import Case, Exercise, Obj, Tensor, register
 from .base import as_array as _array, close
 
 CHAPTER = "07_add_and_norm"

@@ -12,27 +12,15 @@ name the one the result equals.
 from __future__ import annotations
 
 import functools
-import importlib
 
 import numpy as np
 
-from .base import Case, CheckFailure, Exercise, Result, Tensor, register
+from .base import Case, Exercise, Tensor, register
 from .base import as_array as _array, close
 
 CHAPTER = "09_training"
 
 _close = functools.partial(close, rtol=1e-5, atol=1e-6)
-
-
-class _TrainingExercise(Exercise):
-    """Reference from ``solutions`` (or ``solutions.training``); hints also when a call raised."""
-
-    def reference(self):
-        import solutions
-
-        if hasattr(solutions, self.name):
-            return getattr(solutions, self.name)
-        return getattr(importlib.import_module("solutions.training"), self.name)
 
 
 # --------------------------------------------------------------------------- make_decoder_io
@@ -68,7 +56,7 @@ def _decoder_io(targets, sos, eos, pad, *, mode="right"):
 
 
 @register
-class MakeDecoderIO(_TrainingExercise):
+class MakeDecoderIO(Exercise):
     """``make_decoder_io(targets, sos_id=1, eos_id=2, pad_id=0) -> (decoder_input, labels)``."""
 
     name = "make_decoder_io"
@@ -141,7 +129,7 @@ def _noam(step, d_model, warmup, factor=1.0, *, warm_exp=-1.5, d_exp=-0.5, use_m
 
 
 @register
-class NoamLr(_TrainingExercise):
+class NoamLr(Exercise):
     """``noam_lr(step, d_model, warmup_steps, factor=1.0) -> float``."""
 
     name = "noam_lr"
@@ -251,7 +239,7 @@ def _lsce_case(rng, B, T, V, *, smoothing=None, pad_id=0, label, backward=False,
 
 
 @register
-class LabelSmoothedCrossEntropy(_TrainingExercise):
+class LabelSmoothedCrossEntropy(Exercise):
     """``label_smoothed_cross_entropy(logits, labels, smoothing=0.1, pad_id=0)``."""
 
     name = "label_smoothed_cross_entropy"

@@ -18,25 +18,17 @@ length penalty, finished hypotheses dropped, ...) and name the one that matches.
 from __future__ import annotations
 
 import contextlib
-import importlib
 
 import numpy as np
 
-from .base import Case, CheckFailure, Exercise, Obj, Result, Tensor, register
+from .base import Case, Exercise, Obj, Tensor, register
 from .base import as_array as _array
 
 CHAPTER = "10_inference"
 
 
 class _DecodingExercise(Exercise):
-    """Reference from ``solutions`` (or ``solutions.decoding``); hints also when a call raised."""
-
-    def reference(self):
-        import solutions
-
-        if hasattr(solutions, self.name):
-            return getattr(solutions, self.name)
-        return getattr(importlib.import_module("solutions.decoding"), self.name)
+    """Decoding exercises: a hint when a call raised inside the model."""
 
     def raised_hint(self, case, got):
         raised = got.raised

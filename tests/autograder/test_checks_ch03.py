@@ -1,5 +1,6 @@
 """Tests of the chapter 3 checks: plausible wrong answers are rejected with a hint
 that names the mistake, different valid answers pass, hidden inputs are fresh."""
+import functools
 import math
 import pickle
 
@@ -8,33 +9,21 @@ import pytest
 import torch
 from torch import nn
 
+import check_helpers
+from check_helpers import assert_reference_passes
+from check_helpers import accepted
 import solutions
-from autograder.checks import CheckFailure, check, get_exercise
+from autograder.checks import get_exercise
 from autograder.checks.base import make_rng
 
 NAMES = ["sinusoidal_positional_encoding", "PositionalEncoding", "relative_position_matrix"]
 
-
-def rejected(name, wrong, *words):
-    """Assert that the hidden check of ``name`` rejects ``wrong`` naming every word."""
-    with pytest.raises(CheckFailure) as info:
-        check(name, wrong, hidden=True, seed=11)
-    message = str(info.value)
-    for word in words:
-        assert word in message, f"{word!r} not in the message:\n{message}"
-    return message
-
-
-def accepted(name, obj):
-    check(name, obj)
-    check(name, obj, hidden=True)
+rejected = functools.partial(check_helpers.rejected, seed=11)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_passes_visible_and_hidden(name, capsys):
-    accepted(name, getattr(solutions, name))
-    out = capsys.readouterr()
-    assert out.out.count(f"✓ {name}") == 2 and out.err == ""
+    assert_reference_passes(name, capsys)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,5 +1,6 @@
 """Tests of the chapter 7 checks: plausible wrong answers are rejected with a hint
 that names the mistake, different valid answers pass, hidden inputs are fresh."""
+import functools
 import pickle
 
 import numpy as np
@@ -8,43 +9,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import check_helpers
+from check_helpers import assert_reference_passes
+from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_thread: autouse fixture)
 import solutions
-from autograder.checks import CheckFailure, check, get_exercise
+from autograder.checks import get_exercise
 from autograder.checks.base import make_rng
 
 NAMES = ["layer_norm", "PositionwiseFeedForward", "ResidualSublayer", "EncoderLayer"]
 
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """These tensors are tiny: one thread is faster than a pool on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def rejected(name, wrong, *words):
-    """Assert that the hidden check of ``name`` rejects ``wrong`` naming every word."""
-    with pytest.raises(CheckFailure) as info:
-        check(name, wrong, hidden=True, seed=13)
-    message = str(info.value)
-    for word in words:
-        assert word in message, f"{word!r} not in the message:\n{message}"
-    return message
-
-
-def accepted(name, obj):
-    check(name, obj)
-    check(name, obj, hidden=True)
+rejected = functools.partial(check_helpers.rejected, seed=13)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_passes_visible_and_hidden(name, capsys):
-    accepted(name, getattr(solutions, name))
-    out = capsys.readouterr()
-    assert out.out.count(f"✓ {name}") == 2 and out.err == ""
+    assert_reference_passes(name, capsys)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,5 +1,6 @@
 """Tests of the chapter 9 checks: plausible wrong answers are rejected with a hint
 that names the mistake, different valid answers pass, hidden inputs are fresh."""
+import functools
 import math
 import pickle
 
@@ -7,26 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import CheckFailure, check, get_exercise
+from autograder.checks import get_exercise
 from autograder.checks.base import make_rng
+import check_helpers
+from check_helpers import accepted
 from solutions import training
 
 NAMES = ["make_decoder_io", "noam_lr", "label_smoothed_cross_entropy"]
 
-
-def rejected(name, wrong, *words):
-    """Assert that the hidden check of ``name`` rejects ``wrong`` naming every word."""
-    with pytest.raises(CheckFailure) as info:
-        check(name, wrong, hidden=True, seed=19)
-    message = str(info.value)
-    for word in words:
-        assert word in message, f"{word!r} not in the message:\n{message}"
-    return message
-
-
-def accepted(name, obj):
-    check(name, obj)
-    check(name, obj, hidden=True)
+rejected = functools.partial(check_helpers.rejected, seed=19)
 
 
 @pytest.mark.parametrize("name", NAMES)
