@@ -28,7 +28,16 @@ CHAPTER = "10_inference"
 
 
 class _DecodingExercise(Exercise):
-    """Decoding exercises: a hint when a call raised inside the model."""
+    """Decoding exercises: cases and hints built on one torch thread (small models
+    decode faster without a thread pool), and a hint when a call raised inside the model."""
+
+    def cases(self, rng, hidden):
+        with _one_thread():
+            return self._cases(rng, hidden)
+
+    def diagnose(self, case, got, want):
+        with _one_thread():
+            return self._diagnose(case, got, want)
 
     def raised_hint(self, case, got):
         raised = got.raised
@@ -188,14 +197,6 @@ class GreedyDecode(_DecodingExercise):
     kind = "function"
     what = ("<sos> then arg-max tokens, pad after each sentence's <eos>, stop when all ended or after "
             "max_len new tokens, padded sources, other special ids")
-
-    def cases(self, rng, hidden):
-        with _one_thread():
-            return self._cases(rng, hidden)
-
-    def diagnose(self, case, got, want):
-        with _one_thread():
-            return self._diagnose(case, got, want)
 
     def _cases(self, rng, hidden):
         cases = [
@@ -389,14 +390,6 @@ class BeamSearch(_DecodingExercise):
     kind = "function"
     what = ("the best hypothesis as a list with <sos> and <eos>: beam ≠ greedy, GNMT length penalty, finished "
             "hypotheses kept, beam_size=1 = greedy, max_len reached")
-
-    def cases(self, rng, hidden):
-        with _one_thread():
-            return self._cases(rng, hidden)
-
-    def diagnose(self, case, got, want):
-        with _one_thread():
-            return self._diagnose(case, got, want)
 
     def _cases(self, rng, hidden):
         cases = [
