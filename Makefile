@@ -12,11 +12,12 @@ EDITION ?= web
 PYTEST_ARGS ?=
 JOBS ?= 2
 
-.PHONY: help venv vendor sysdeps book test bench release selftest clean
+.PHONY: help venv vendor sysdeps book test nbval bench release selftest clean
 
 help:
 	@echo "make book     set up, then build the whole book strictly (EDITION=web|course)"
-	@echo "make test     set up, then run the whole test suite"
+	@echo "make test     set up, then run the whole test suite (each chapter executes once)"
+	@echo "make nbval    run each chapter notebook under nbval (a second execution; one-off)"
 	@echo "make venv     only set up .venv (torch CPU build first, then requirements)"
 	@echo "make bench    performance ratios of the reference package"
 	@echo "make release  student notebooks under release/"
@@ -71,8 +72,17 @@ book: venv vendor
 	  || { echo "book build FAILED: see the messages above (each names the notebook and cell)"; exit 1; }; \
 	echo "book built in $$(( $$(date +%s) - start ))s: open $(CURDIR)/_build/html/index.html"
 
+# Each chapter executes once per run: in the strict book build (hidden checks included,
+# in cells removed from the pages), which the tests that need the build share
+# (tests/book/test_executed_chapters.py asserts on its execution). tests/conftest.py
+# sends every test module that reads the build to one worker, which builds first;
+# the other worker runs the rest of the suite meanwhile.
 test: venv sysdeps vendor
 	$(PY) -m pytest -n $(JOBS) $(PYTEST_ARGS)
+
+# nbval executes every chapter again, as a student's `pytest --nbval-lax` would.
+nbval: venv
+	$(PY) -m pytest -n $(JOBS) --run-nbval -m nbval_execution tests/notebooks $(PYTEST_ARGS)
 
 bench: venv
 	$(PY) -m solutions bench

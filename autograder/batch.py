@@ -46,8 +46,9 @@ __all__ = [
     "submission_status",
 ]
 
-JOURNAL_VERSION = 1
-SCORE_COLUMNS = ["student_id", "assignment", "exercise", "grade_id", "score", "max_score", "status", "reason"]
+JOURNAL_VERSION = 2  # 2: scores carry their parts and notes
+SCORE_COLUMNS = ["student_id", "assignment", "exercise", "grade_id", "score", "max_score", "status", "reason",
+                 "parts", "notes"]
 GRADE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status"]
 # The feedback page does not read a submission larger than this (grading refuses it too).
 MAX_NOTEBOOK_BYTES = 50 * 2**20
@@ -102,20 +103,42 @@ def _is_visible(path: Path) -> bool:
 
 
 def _timestamp(folder: Path) -> str | None:
+    from .grading import NotebookError, read_untrusted, safe_text
+
     stamp = folder / "timestamp.txt"  # written by `nbgrader collect`
-    if stamp.is_file():
-        text = stamp.read_text(encoding="utf-8", errors="replace").strip()
-        return text[:64] or None
-    return None
+    try:
+        text = read_untrusted(stamp, 4096).decode("utf-8", errors="replace").strip()
+    except NotebookError:
+        return None
+    return safe_text(text[:64]) or None
 
 
 def _chapter_notebook(folder: Path, chapter: str) -> Path | None:
-    """``folder/<chapter>.ipynb``, or the folder's only notebook if it was renamed."""
+    """``folder/<chapter>.ipynb``, or the folder's only notebook if it was renamed.
+
+    What is returned may still be a link, a pipe or a device: it is read later
+    only through :func:`autograder.grading.read_untrusted`, which refuses those.
+    A folder that is itself a link is returned as it is, for the same refusal
+    (its notebook would be someone else's).
+    """
+    if folder.is_symlink():
+        return folder
     exact = folder / f"{chapter}.ipynb"
-    if exact.is_file():
+    if exact.is_file() or exact.is_symlink():
         return exact
     found = sorted(p for p in folder.glob("*.ipynb") if _is_visible(p))
     return found[0] if len(found) == 1 else None
+
+
+def display_name(name: str) -> str:
+    """A folder name as text for the reports: undecodable bytes (a Latin-1 name
+    from an LMS export, seen by Python as surrogate escapes) are read as Latin-1,
+    so the name can be written to CSV, HTML and the gradebook."""
+    raw = os.fsencode(name)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 def find_submissions(
@@ -146,7 +169,7 @@ def find_submissions(
         if flat not in known:
             raise ValueError(f"--flat {flat!r}: no source notebook book/{flat}/{flat}.ipynb")
         subs = [
-            Submission(p.stem, flat, p)
+            Submission(display_name(p.stem), flat, p)
             for p in sorted(submitted.glob("*.ipynb"))
             if _is_visible(p)
         ]
@@ -163,8 +186,12 @@ def find_submissions(
     for student in students:
         for chapter in wanted:
             folder = submitted / student / chapter
-            path = _chapter_notebook(folder, chapter) if folder.is_dir() else None
-            subs.append(Submission(student, chapter, path, _timestamp(folder) if folder.is_dir() else None))
+            if (submitted / student).is_symlink():
+                path, stamp = submitted / student, None  # refused when read: never someone else's work
+            else:
+                path = _chapter_notebook(folder, chapter) if folder.is_dir() else None
+                stamp = _timestamp(folder) if folder.is_dir() and not folder.is_symlink() else None
+            subs.append(Submission(display_name(student), chapter, path, stamp))
     return wanted, subs
 
 
@@ -174,14 +201,12 @@ def find_submissions(
 def _sha256(path: Path | None) -> str | None:
     if path is None:
         return None
-    h = hashlib.sha256()
+    from .grading import NotebookError, read_untrusted
+
     try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    except OSError as exc:
-        return f"unreadable: {type(exc).__name__}"
-    return h.hexdigest()
+        return hashlib.sha256(read_untrusted(Path(path), MAX_NOTEBOOK_BYTES)).hexdigest()
+    except NotebookError as exc:
+        return f"unreadable: {exc}"
 
 
 def grader_fingerprint() -> str:
@@ -197,10 +222,13 @@ def grader_fingerprint() -> str:
     return h.hexdigest()
 
 
-def submission_seed(base_seed: int, student: str, chapter: str) -> int:
+def submission_seed(base_seed: int, student: str, chapter: str, content: str = "") -> int:
     """The hidden checks' seed of one submission: fresh per class run (``base_seed``),
-    different for every student and chapter, reproducible on a re-run."""
-    digest = hashlib.sha256(f"{base_seed}:{student}:{chapter}".encode()).hexdigest()
+    different for every student and chapter, and for every version of the
+    submission (``content``: its digest) — an unchanged submission regrades
+    identically, a changed one meets fresh hidden inputs, so inputs that leaked
+    once (through an error message, say) are worth nothing in a resubmission."""
+    digest = hashlib.sha256(f"{base_seed}:{student}:{chapter}:{content}".encode()).hexdigest()
     return int(digest[:8], 16)
 
 
@@ -243,7 +271,9 @@ def _write_journal(out: Path, graded: Graded) -> None:
 
 def _base_seed(out: Path, seed: int | None) -> int:
     """``seed`` if given, else the one this OUT folder used before, else a fresh one."""
-    path = out / ".journal" / "seed.json"
+    # A dot name: student folders never start with a dot (hidden ones are skipped),
+    # so no student (not even one called "seed.json") shares this path.
+    path = out / ".journal" / ".seed.json"
     if seed is None:
         try:
             return int(json.loads(path.read_text(encoding="utf-8"))["seed"])
@@ -277,8 +307,17 @@ def _as_dicts(scores) -> list[dict]:
             "max_score": float(d["max_score"]),
             "status": str(d["status"]),
             "reason": " ".join(str(d.get("reason") or "").split()),
+            "parts": [{"name": str(p["name"]), "points": float(p["points"]), "score": float(p["score"]),
+                       "message": " ".join(str(p.get("message") or "").split())}
+                      for p in (d.get("parts") or [])],
+            "notes": [" ".join(str(n).split()) for n in (d.get("notes") or [])],
         })
     return rows
+
+
+def parts_text(row: dict) -> str:
+    """``name score/points · ...`` of a score row's parts (for ``scores.csv``)."""
+    return " · ".join(f"{p['name']} {_num(p['score'])}/{_num(p['points'])}" for p in row.get("parts") or [])
 
 
 def _grade_task(task: tuple) -> list[dict]:
@@ -378,9 +417,10 @@ def grade_class(
     results: dict[Submission, Graded] = {}
     todo: list[tuple[Submission, dict, tuple]] = []
     for sub in subs:
-        sub_seed = submission_seed(base_seed, sub.student, sub.chapter)
+        sub_digest = _sha256(sub.path)
+        sub_seed = submission_seed(base_seed, sub.student, sub.chapter, str(sub_digest))
         key = {
-            "submission_sha256": _sha256(sub.path),
+            "submission_sha256": sub_digest,
             "source_sha256": source_hash[sub.chapter],
             "seed": sub_seed,
             "timeout": float(timeout),
@@ -495,7 +535,8 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path]) ->
         sub = g.submission
         for s in g.scores:
             score_rows.append([_cell(sub.student), sub.chapter, s["exercise"], s["grade_id"], _num(s["score"]),
-                               _num(s["max_score"]), s["status"], _cell(s["reason"])])
+                               _num(s["max_score"]), s["status"], _cell(s["reason"]), _cell(parts_text(s)),
+                               _cell(" | ".join(s.get("notes") or []))])
         grade_rows.append([_cell(sub.student), sub.chapter, _num(sum(s["score"] for s in g.scores)),
                            _num(sum(s["max_score"] for s in g.scores)), submission_status(g)])
     _write_csv(out / "scores.csv", SCORE_COLUMNS, score_rows)

@@ -57,7 +57,8 @@ def _free_names(source: str) -> set[str]:
     return loaded - defined
 
 
-def make_source_notebook(chapter: str, exercises: list[str] | None = None, points: int = 2) -> nbformat.NotebookNode:
+def make_source_notebook(chapter: str, exercises: list[str] | None = None,
+                         points: int | None = None) -> nbformat.NotebookNode:
     """A minimal nbgrader source notebook for ``chapter`` (ARCHITECTURE.md §2).
 
     Setup cell, then per exercise a prompt, the generated solution cell
@@ -67,7 +68,8 @@ def make_source_notebook(chapter: str, exercises: list[str] | None = None, point
     Args:
         chapter: a chapter id with a checks module (``"04_self_attention"``).
         exercises: exercise names (default: every registered exercise of ``chapter``).
-        points: points of each test cell.
+        points: points of each test cell (default: the sum of the exercise's
+            parts, as in the book's notebooks, so nbgrader's partial grades agree).
 
     Returns:
         The notebook (nbformat v4, no outputs).
@@ -93,14 +95,17 @@ def make_source_notebook(chapter: str, exercises: list[str] | None = None, point
     nb.cells.append(nbformat.v4.new_markdown_cell(f"# {chapter} (generated exercise notebook)"))
     nb.cells.append(nbformat.v4.new_code_cell("\n".join(setup), metadata=_meta(
         grade=False, solution=False, locked=True, grade_id="setup")))
+    from .checks import get_exercise
+
     for name in names:
+        cell_points = points if points is not None else sum(get_exercise(name).part_points().values())
         nb.cells.append(nbformat.v4.new_markdown_cell(
-            f"**Exercise: `{name}`** ({points} points).",
+            f"**Exercise: `{name}`** ({cell_points:g} points).",
             metadata=_meta(grade=False, solution=False, locked=True, grade_id=f"prompt_{name}")))
         nb.cells.append(nbformat.v4.new_code_cell(solution_sources[name], metadata=_meta(
             grade=False, solution=True, locked=False, grade_id=name)))
         nb.cells.append(nbformat.v4.new_code_cell(TEST_CELL.format(name=name), metadata=_meta(
-            grade=True, solution=False, locked=True, grade_id=f"test_{name}", points=points)))
+            grade=True, solution=False, locked=True, grade_id=f"test_{name}", points=cell_points)))
     for index, cell in enumerate(nb.cells):
         cell.id = f"cell-{index}"  # stable ids: the same chapter gives the same file
     return nb

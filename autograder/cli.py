@@ -105,7 +105,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .batch import _as_dicts, _num
+    from .batch import _as_dicts, _num, parts_text
     from .grading import grade_submission
     from .release import source_notebook
 
@@ -128,6 +128,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     table = [[r["exercise"], f"{_num(r['score'])}/{_num(r['max_score'])}", r["status"], r["reason"] or "ok"]
              for r in rows]
     print(_table(table, ["exercise", "points", "status", "message"]))
+    for r in rows:
+        if r["parts"] and r["status"] != "passed":
+            print(f"\n{r['exercise']}: {parts_text(r)}")
+        for note in r["notes"]:
+            print(f"  note on {r['exercise']}: {note}")
     passed = sum(r["status"] == "passed" for r in rows)
     print(f"\n{passed} of {len(rows)} exercises pass the visible checks "
           "(the hidden checks, run when grading, test more cases).")

@@ -16,6 +16,7 @@ __all__ = ["student_code", "render_feedback"]
 
 STATUS_WORDS = {
     "passed": "passed",
+    "partial": "partly passed",
     "failed": "failed",
     "error": "error",
     "missing": "missing",
@@ -28,7 +29,7 @@ CSS = """
 body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #222; }
 table { border-collapse: collapse; margin: 1rem 0; }
 th, td { border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertical-align: top; }
-.passed { color: #176317; } .failed, .error, .timeout, .cheat, .invalid, .missing { color: #a11; }
+.passed, .earned { color: #176317; } .partial { color: #8a5a00; } .missed, .failed, .error, .timeout, .cheat, .invalid, .missing { color: #a11; }
 pre { background: #f6f6f6; padding: .6rem; overflow-x: auto; }
 section { border-top: 1px solid #ddd; margin-top: 1.5rem; }
 """
@@ -41,12 +42,13 @@ def student_code(path: Path | None, max_bytes: int = 50 * 2**20) -> dict[str, li
     """
     if path is None:
         return {}
+    from .grading import NotebookError, read_untrusted
+
     try:
-        if Path(path).stat().st_size > max_bytes:
-            return {}
-        data = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
+        raw = read_untrusted(Path(path), max_bytes)
+        data = json.loads(raw.decode("utf-8", errors="replace"))
         cells = data.get("cells", []) if isinstance(data, dict) else []
-    except (OSError, ValueError, RecursionError):
+    except (NotebookError, OSError, ValueError, RecursionError):
         return {}
     code: dict[str, list[str]] = {}
     for cell in cells:
@@ -111,8 +113,22 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
             f'<p class="{e(s["status"])}">{e(STATUS_WORDS.get(s["status"], s["status"]))}, '
             f"{_num(s['score'])} / {_num(s['max_score'])} points.</p>"
         )
-        if s["reason"]:
+        graded_parts = s.get("parts") or []
+        if graded_parts:
+            parts.append("<table><thead><tr><th>graded part</th><th>points</th><th>what the check found</th>"
+                         "</tr></thead><tbody>")
+            for p in graded_parts:
+                earned = p["score"] >= p["points"]
+                parts.append(
+                    f'<tr><td>{e(p["name"])}</td><td class="{"earned" if earned else "missed"}">'
+                    f"{_num(p['score'])} / {_num(p['points'])}</td>"
+                    f"<td>{'ok' if earned else e(p.get('message') or 'failed')}</td></tr>"
+                )
+            parts.append("</tbody></table>")
+        elif s["reason"]:
             parts.append(f"<p>{e(s['reason'])}</p>")
+        for note in s.get("notes") or []:
+            parts.append(f'<p class="note">Note: {e(note)}</p>')
         if not cells:
             parts.append("<p><i>No cell for this exercise was found in your notebook.</i></p>")
         for i, source in enumerate(cells):

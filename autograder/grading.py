@@ -39,13 +39,19 @@ from the runner: it is dropped and that cell re-run in a fresh sandbox.
 """
 from __future__ import annotations
 
+import ast
+import dataclasses
+import errno
 import io
 import json
 import logging
 import math
+import os
 import shutil
 import signal
+import stat
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,14 +60,14 @@ from typing import Any
 import numpy as np
 
 from . import runner
-from .checks.base import Exercise, Result, evaluate, get_exercise, make_rng
+from .checks.base import Exercise, Report, Result, dependency_note, evaluate, get_exercise, make_rng
 from .sandbox import Limits, RunOutcome, build_library, check_sandbox, run_job
 
 __all__ = ["CellScore", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES"]
 
 log = logging.getLogger(__name__)
 
-STATUSES = ("passed", "failed", "error", "missing", "timeout", "cheat", "invalid")
+STATUSES = ("passed", "partial", "failed", "error", "missing", "timeout", "cheat", "invalid")
 
 # A chapter notebook without outputs is well under 1 MB; submissions with outputs
 # (plots) are larger. Anything over this is refused unread.
@@ -79,10 +85,13 @@ class CellScore:
     Attributes:
         exercise: the contract name, e.g. ``"softmax"``.
         grade_id: the test cell's grade_id, e.g. ``"test_softmax"``.
-        score: points earned (``max_score`` when every case passes, else 0).
+        score: points earned: the sum of the earned parts' points.
         max_score: the SOURCE notebook's test cell ``points``.
-        status: one of :data:`STATUSES`.
+        status: one of :data:`STATUSES` (``partial``: some parts earned).
         reason: one readable line; ``""`` when passed.
+        parts: one dict per graded part, ``{"name", "points", "score", "message"}``
+            (empty when the cell could not be judged at all).
+        notes: remarks on a correct answer and advice worth no points.
     """
 
     exercise: str
@@ -91,6 +100,8 @@ class CellScore:
     max_score: float
     status: str
     reason: str
+    parts: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
 
 
 class NotebookError(ValueError):
@@ -113,17 +124,7 @@ def read_notebook(path: Path, max_bytes: int = MAX_NOTEBOOK_BYTES) -> dict:
     Raises:
         NotebookError: missing, empty, too large, not JSON or not a notebook.
     """
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise NotebookError(f"cannot read the file: {exc.strerror or exc}") from None
-    if size > max_bytes:
-        raise NotebookError(f"the file is {size / 2**20:.1f} MB, over the {max_bytes / 2**20:.0f} MB limit")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise NotebookError(f"cannot read the file: {exc.strerror or exc}") from None
+    raw = read_untrusted(Path(path), max_bytes)
     if not raw.strip():
         raise NotebookError("the file is empty")
     try:
@@ -139,6 +140,49 @@ def read_notebook(path: Path, max_bytes: int = MAX_NOTEBOOK_BYTES) -> dict:
     if not all(isinstance(cell, dict) for cell in nb["cells"]):
         raise NotebookError("the notebook's cells are not all JSON objects")
     return nb
+
+
+def read_untrusted(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a file in a folder students control, read as data.
+
+    Opened without following a symbolic link (a "notebook" that links to a
+    classmate's or to the instructor's source is refused), without blocking (a
+    FIFO or device never hangs the grader), and only when it is a regular file
+    of at most ``max_bytes`` (checked on the open file, then bounded while read).
+
+    Raises:
+        NotebookError: a link, not a regular file, too large or unreadable; the
+            message says which.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or Path(path).is_symlink():
+            raise NotebookError("the file is a symbolic link, not a notebook: links are not followed") from None
+        raise NotebookError(f"cannot read the file: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotebookError("not a regular file (a folder, a pipe or a device): nothing to grade")
+        if info.st_size > max_bytes:
+            raise NotebookError(
+                f"the file is {info.st_size / 2**20:.1f} MB, over the {max_bytes / 2**20:.0f} MB limit")
+        os.set_blocking(fd, True)
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise NotebookError(f"the file grew over the {max_bytes / 2**20:.0f} MB limit while read")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise NotebookError(f"cannot read the file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def _source(cell: dict) -> str:
@@ -179,6 +223,23 @@ class _Graded:
             reason=_one_line(reason),
         )
 
+    def settle_report(self, report: Report) -> None:
+        """Settle from a judged report: partial credit by parts."""
+        score = report.score
+        status = "passed" if report.passed else ("partial" if score > 0 else "failed")
+        self.result = CellScore(
+            exercise=self.name,
+            grade_id=self.grade_id,
+            score=score,
+            max_score=self.points,
+            status=status,
+            reason="" if report.passed else _one_line(report.reason()),
+            parts=[{"name": p.name, "points": p.points, "score": p.score,
+                    "message": _one_line(p.message) if p.message and not p.earned else ""}
+                   for p in report.parts],
+            notes=[_one_line(n) for n in report.notes] + [_one_line("advice (no points): " + a) for a in report.advice],
+        )
+
 
 def _read_source(source_nb: Path) -> tuple[list[str], list[_Graded]]:
     """The setup cell and the graded test cells of the trusted source notebook."""
@@ -203,8 +264,23 @@ def _read_source(source_nb: Path) -> tuple[list[str], list[_Graded]]:
     return setup, graded
 
 
+# Characters that must not reach a terminal, a log or a page as themselves: C0/C1
+# controls (escape sequences), and the bidirectional overrides that reorder text.
+_UNSAFE_CHARS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)]}
+_UNSAFE_CHARS.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F]})
+_UNSAFE_CHARS[0x09] = " "  # a tab is only white space
+
+
+def safe_text(text: str) -> str:
+    """``text`` with every control and bidi-override character written as an
+    escape (``\\x1b``): what a submission wrote can reach the instructor's
+    terminal, log or CSV as text only, never as a command to the terminal."""
+    return str(text).translate(_UNSAFE_CHARS)
+
+
 def _one_line(text: str, limit: int = 400) -> str:
     line = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    line = safe_text(line)
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
@@ -387,14 +463,11 @@ def _judge(g: _Graded, cell_error: dict | None, results: list[Result]) -> None:
             g.settle("cheat", f"the code calls sys.exit() while being checked{where}")
             return
     try:
-        passed, message = evaluate(g.exercise, results, g.cases)
+        report = evaluate(g.exercise, results, g.cases, g.points)
     except Exception as exc:  # noqa: BLE001 - odd data must not stop the batch
         g.settle("failed", f"the results could not be judged ({type(exc).__name__}: {exc})")
         return
-    if passed:
-        g.settle("passed", "", passed=True)
-    else:
-        g.settle("failed", message)
+    g.settle_report(report)
 
 
 # --------------------------------------------------------------------------- kernel death
@@ -405,6 +478,9 @@ _SELF_INFLICTED = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
 
 def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
     """``(status, reason)`` for the cell that was running when the runner stopped."""
+    if outcome.memory_exceeded:
+        return "error", (f"used more than {limits.run_memory_bytes / 2**30:g} GiB of memory (counting memory "
+                         "held in files: memfd, /dev/shm, /tmp); the kernel was stopped")
     if outcome.timed_out:
         return "timeout", f"did not finish within {limits.wall_seconds:g} s (an endless loop?)"
     if outcome.overflow:
@@ -434,12 +510,16 @@ def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
 # --------------------------------------------------------------------------- grading
 
 
-def _write_job(job_dir: Path, setup: list[str], pending: list[_Graded]) -> None:
+def _write_job(job_dir: Path, setup: list[str], pending: list[_Graded],
+               context: list[tuple[str, str]] = ()) -> None:
+    """Write a job: the setup, then ``context`` cells (``(name, source)``: only
+    executed), then the ``pending`` cells, each followed by its cases."""
     job_dir.mkdir(parents=True)
     (job_dir / "out").mkdir()
     job = {
         "setup": setup,
-        "cells": [{"grade_id": g.name, "exercise": g.name, "source": g.source} for g in pending],
+        "cells": [{"context": True, "exercise": name, "source": source} for name, source in context]
+        + [{"grade_id": g.name, "exercise": g.name, "source": g.source} for g in pending],
     }
     (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
     for g in pending:
@@ -475,6 +555,7 @@ def grade_submission(
     sandbox: bool = True,
     limits: Limits | None = None,
     scratch_dir: Path | None = None,
+    budget: float | None = None,
 ) -> list[CellScore]:
     """Grade one submission against its source notebook, without trusting it.
 
@@ -497,6 +578,11 @@ def grade_submission(
             ``timeout``); when given, its ``wall_seconds`` wins over ``timeout``.
         scratch_dir: where to make the job folders (default: the system temp dir);
             removed afterwards.
+        budget: wall-clock seconds for the whole submission, over all its sandbox
+            runs (default: twice the run limit). One endless exercise costs one run
+            limit and the others are still graded; a submission full of endless
+            exercises never costs more than its budget: each run's limit is cut to
+            what is left, and cells left when it is spent score 0 ("timeout").
 
     Returns:
         One :class:`CellScore` per graded test cell of the source notebook, in
@@ -526,18 +612,135 @@ def grade_submission(
             scratch.chmod(0o755)
             names = {g.name for g in graded} | {ex for ex in _chapter_exercises(chapter)}
             lib_dir = build_library(scratch / "lib", names)
+            clock = _Budget(2.0 * limits.wall_seconds if budget is None else float(budget))
             attempt = 0
             while pending:
+                run_limits = clock.limits(limits)
+                if run_limits is None:
+                    for g in pending:
+                        g.settle("timeout", clock.spent_reason())
+                    break
                 attempt += 1
                 job_dir = scratch / f"job{attempt}"
                 _write_job(job_dir, setup, pending)
-                outcome = run_job(job_dir, lib_dir, limits, sandbox=sandbox)
+                outcome = clock.run(job_dir, lib_dir, run_limits, sandbox)
                 if attempt == 1:
                     _warn_about_setup(source_nb, outcome)
-                pending = _collect(pending, outcome, limits)
+                pending = _collect(pending, outcome, run_limits)
+            for g, failing in _regrades(graded):
+                run_limits = clock.limits(limits)
+                if run_limits is None:
+                    break  # the first grades stand: a regrade can only add points
+                attempt += 1
+                _regrade(g, failing, graded, setup, scratch / f"job{attempt}", lib_dir, run_limits, sandbox,
+                         clock)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return [g.result for g in graded]
+
+
+# --------------------------------------------------------------------------- one mistake charged once
+
+
+def _falls_short(g: _Graded) -> bool:
+    return g.result is None or g.result.score < g.result.max_score
+
+
+def _regrades(graded: list[_Graded]):
+    """Yield ``(cell, failing earlier exercises)`` for each cell that lost points and
+    uses (``Exercise.uses``) an earlier exercise of this notebook that fell short
+    of full marks. Yielded in notebook order, after the earlier cells' own
+    regrades, so "falls short" is each earlier exercise's final grade."""
+    for i, g in enumerate(graded):
+        if g.exercise is None or g.source is None or g.result is None:
+            continue
+        if g.result.status not in ("failed", "partial") or not g.exercise.uses:
+            continue
+        earlier = {h.name: h for h in graded[:i]}
+        failing = [d for d in g.exercise.uses if d in earlier and _falls_short(earlier[d])]
+        if failing:
+            yield g, failing
+
+
+class _Budget:
+    """The wall-clock budget of one submission over all its sandbox runs."""
+
+    # A run shorter than this cannot even start Python and torch: not worth starting.
+    MIN_RUN_SECONDS = 1.0
+
+    def __init__(self, seconds: float):
+        if not seconds > 0:
+            raise ValueError(f"budget must be a positive number of seconds, got {seconds!r}")
+        self.total = float(seconds)
+        self.used = 0.0
+
+    def limits(self, limits: Limits) -> Limits | None:
+        """``limits`` with the wall time cut to what is left, or ``None`` when spent."""
+        left = self.total - self.used
+        if left < self.MIN_RUN_SECONDS:
+            return None
+        if left >= limits.wall_seconds:
+            return limits
+        return dataclasses.replace(limits, wall_seconds=left, cpu_seconds=max(1, math.ceil(left)))
+
+    def run(self, job_dir: Path, lib_dir: Path, limits: Limits, sandbox: bool) -> RunOutcome:
+        start = time.monotonic()
+        try:
+            return run_job(job_dir, lib_dir, limits, sandbox=sandbox)
+        finally:
+            self.used += time.monotonic() - start
+
+    def spent_reason(self) -> str:
+        return (f"not run: the submission used up its time budget of {self.total:g} s in earlier cells "
+                "(endless loops?)")
+
+
+def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[str], job_dir: Path,
+             lib_dir: Path, limits: Limits, sandbox: bool, clock: "_Budget") -> None:
+    """Grade ``g`` again with the references of ``failing`` in place of those
+    answers; keep the better grade, with a note that names what was replaced.
+
+    The sandbox of this run holds the references of ``failing`` (as context
+    cells), never the reference of ``g`` itself, which is the one graded here.
+    Every other earlier answer is the student's own.
+    """
+    import solutions
+
+    from .sync import solution_cell_source
+
+    context = []
+    for h in graded:
+        if h is g:
+            break
+        if h.name in failing:
+            context.append((h.name, solution_cell_source(getattr(solutions, h.name))))
+        elif h.source is not None:
+            context.append((h.name, h.source))
+    first = g.result
+    _write_job(job_dir, setup, [g], context)
+    outcome = clock.run(job_dir, lib_dir, limits, sandbox)
+    _collect([g], outcome, limits)
+    second = g.result
+    if second is None or second.status == "cheat" or second.score <= first.score:
+        if second is not None and second.status == "cheat":
+            g.result = second  # tampering is never outweighed by an earlier grade
+        else:
+            g.result = first
+        return
+    second.notes.insert(0, _one_line(dependency_note(g.name, sorted(_names_in(g.source)), failing)))
+    if second.status != "passed":
+        second.reason = _one_line(f"{second.notes[0]}. {second.reason}")
+
+
+def _names_in(source: str) -> set[str]:
+    """Names the student's cell loads (trusted parse of untrusted text)."""
+    from .sandbox import _parse
+
+    try:
+        tree = _parse(source, "<submission>")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
 
 
 def _warn_about_setup(source_nb: Path, outcome: RunOutcome) -> None:
@@ -546,7 +749,7 @@ def _warn_about_setup(source_nb: Path, outcome: RunOutcome) -> None:
     know; the student's cells are graded regardless."""
     problems = [line for line in outcome.stderr.splitlines() if line.startswith("setup cell ")]
     if problems:
-        log.warning("%s: in the grading sandbox, %s", source_nb, "; ".join(problems[:3]))
+        log.warning("%s: in the grading sandbox, %s", source_nb, safe_text("; ".join(problems[:3])))
 
 
 def _chapter_exercises(chapter: str) -> list[str]:

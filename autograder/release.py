@@ -183,6 +183,10 @@ def check_in_sync(paths: list[Path]) -> None:
 def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
     """Write ``out/<chapter>/<chapter>.ipynb`` (and the chapter's other files).
 
+    The chapter's other files and folders are copied beside the student notebook,
+    so its diagrams, ``figures/*.svg`` (``solutions.diagrams``), resolve from the
+    notebook's markdown exactly as they do in the book.
+
     Raises:
         ReleaseError: when the released notebook still shows a marker or a secret line.
     """

@@ -83,12 +83,18 @@ class Obj:
             importable in the sandbox).
         init: constructor keyword arguments (encoded values).
         state: optional ``state_dict`` (name -> ndarray) loaded with ``strict=True``.
+        tie: ``[(name, source), ...]``: after loading, the parameter ``name``
+            (a dotted path, e.g. ``"2.weight"``) becomes the very ``Parameter`` at
+            ``source`` — a trusted model with shared weights, built from torch
+            modules alone (``count_parameters`` must count it once).
     """
 
-    def __init__(self, factory: str, init: dict | None = None, state: dict | None = None):
+    def __init__(self, factory: str, init: dict | None = None, state: dict | None = None,
+                 tie: list | None = None):
         self.factory = factory
         self.init = dict(init or {})
         self.state = dict(state or {})
+        self.tie = [(str(a), str(b)) for a, b in (tie or [])]
 
     def __repr__(self) -> str:
         return f"Obj({self.factory}, {self.init})"
@@ -131,7 +137,8 @@ def encode(value: Any, arrays: dict[str, np.ndarray]) -> Any:
             key = f"a{len(arrays)}"
             arrays[key] = np.ascontiguousarray(np.asarray(arr))
             state[name] = key
-        return {"__obj__": value.factory, "init": encode(value.init, arrays), "state": state}
+        return {"__obj__": value.factory, "init": encode(value.init, arrays), "state": state,
+                "tie": [list(pair) for pair in value.tie]}
     if isinstance(value, np.ndarray):
         _check_size(value.size)
         key = f"a{len(arrays)}"
@@ -221,6 +228,10 @@ def _build_obj(data, arrays):
         torch = _torch()
         state = {k: torch.from_numpy(np.array(arrays[v], copy=True)) for k, v in data["state"].items()}
         obj.load_state_dict(state, strict=True)
+    for name, source in data.get("tie") or []:
+        owner_path, _, attr = str(name).rpartition(".")
+        owner = obj.get_submodule(owner_path) if owner_path else obj
+        setattr(owner, attr, obj.get_parameter(str(source)))
     if hasattr(obj, "eval"):
         obj.eval()
     return obj
@@ -331,7 +342,7 @@ def _probes(target, names, out_arrays) -> dict:
         elif name == "buffer_names":
             probes[name] = sorted(n for n, _ in target.named_buffers())
         elif name == "parameter_shapes":
-            probes[name] = {n: list(p.shape) for n, p in target.named_parameters()}
+            probes[name] = encode({n: list(p.shape) for n, p in target.named_parameters()}, out_arrays)
         elif name.startswith("attr:"):
             probes[name] = encode(getattr(target, name[5:], None), out_arrays)
         elif name.startswith("type:"):
@@ -405,7 +416,8 @@ def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.nd
     stream.flush()
 
 
-def read_frames(stream, max_frame_bytes: int, max_total_bytes: int, into: list | None = None):
+def read_frames(stream, max_frame_bytes: int, max_total_bytes: int, into: list | None = None,
+                max_json_bytes: int | None = None):
     """Read the frames of :func:`write_frame` until end of stream.
 
     Returns ``(frames, problem)``: ``frames`` a list of ``(kind, grade_id,
@@ -413,7 +425,9 @@ def read_frames(stream, max_frame_bytes: int, max_total_bytes: int, into: list |
     wrong (a malformed or oversized frame: reading stops there, and the rest of
     the stream is drained and dropped). Nothing is decoded beyond the header.
     Frames are appended to ``into`` (when given) as they arrive, so a reader that
-    gives up waiting still has what came.
+    gives up waiting still has what came. ``max_json_bytes`` bounds a frame's JSON
+    part on its own (default: ``max_frame_bytes``); an oversized frame is refused
+    from its header, before a byte of its body is read.
     """
     frames: list[tuple[str, str, bytes, bytes]] = [] if into is None else into
     total = 0
@@ -434,6 +448,9 @@ def read_frames(stream, max_frame_bytes: int, max_total_bytes: int, into: list |
         if n_json + n_npz > max_frame_bytes or total + n_json + n_npz > max_total_bytes:
             problem = f"a result frame of {n_json + n_npz} bytes, over the limit"
             break
+        if max_json_bytes is not None and n_json > max_json_bytes:
+            problem = f"a result frame with {n_json} bytes of JSON, over the {max_json_bytes}-byte limit"
+            break
         body = stream.read(n_json)
         npz = stream.read(n_npz)
         if len(body) != n_json or len(npz) != n_npz:
@@ -453,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     """Sandbox entry point: ``python runner.py JOB_DIR [--result-fd N]``.
 
     ``JOB_DIR/job.json`` holds ``{"setup": [source, ...], "cells": [{"grade_id",
-    "exercise", "source"}, ...]}`` and ``JOB_DIR/cases_<grade_id>.{json,npz}`` the
+    "exercise", "source"}, ...]}`` (a cell with ``"context": true`` is only
+    executed: it defines what later cells call, and is not graded) and ``JOB_DIR/cases_<grade_id>.{json,npz}`` the
     encoded case specs. Runs the setup cells, then each solution cell followed at
     once by its cases, writing ``JOB_DIR/out/result_<grade_id>.{json,npz}`` as soon as
     an exercise is done, so a later crash cannot take earlier results with it.
@@ -480,6 +498,15 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException as exc:  # noqa: BLE001
             print(f"setup cell {i} raised {type(exc).__name__}: {_safe_str(exc)}", file=sys.stderr)
     for cell in job["cells"]:
+        if cell.get("context"):
+            # A cell that only defines what a graded cell calls (an earlier answer,
+            # or an earlier exercise's reference in place of a failing answer): it
+            # is not graded here, sends no frame, and its errors are not reported.
+            try:
+                exec(compile(cell["source"], f"<context cell {cell.get('exercise', '')}>", "exec"), namespace)
+            except Exception:  # noqa: BLE001
+                pass
+            continue
         grade_id = cell["grade_id"]
         if result_stream is not None:
             write_frame(result_stream, grade_id, start=True)

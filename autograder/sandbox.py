@@ -32,6 +32,7 @@ kills the whole sandbox (its PID namespace dies with it) when any is exceeded.
 from __future__ import annotations
 
 import ast
+import logging
 import os
 import secrets
 import shutil
@@ -45,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import cgroup
+
 __all__ = [
     "Limits",
     "RunOutcome",
@@ -56,6 +59,8 @@ __all__ = [
     "SANDBOX_JOB_DIR",
     "SANDBOX_LIB_DIR",
 ]
+
+log = logging.getLogger(__name__)
 
 AUTOGRADER_DIR = Path(__file__).resolve().parent
 REPO = AUTOGRADER_DIR.parent
@@ -89,6 +94,14 @@ class Limits:
         scratch_bytes: total bytes the run may leave in its writable job folder.
         tmp_bytes: size of the sandbox's private ``/tmp`` (a tmpfs).
         result_bytes: total bytes read from the result pipe (one run, all frames).
+        run_memory_bytes: all the memory of the whole run — every process, and
+            what it holds in memfd, ``/dev/shm`` and tmpfs files, which
+            ``RLIMIT_AS`` does not see — bounded by a memory cgroup per run
+            (:mod:`autograder.cgroup`) where the machine allows one.
+        result_json_bytes: the JSON part of one result frame. Arrays travel in the
+            frame's ``.npz`` part, so honest JSON is a few kilobytes; this bound
+            keeps a forged frame from costing the trusted process the ~10x memory
+            that decoding JSON into Python objects takes.
     """
 
     wall_seconds: float = 120.0
@@ -100,11 +113,14 @@ class Limits:
     output_bytes: int = 64 * 1024
     scratch_bytes: int = 512 * MiB
     tmp_bytes: int = 64 * MiB
-    result_bytes: int = 512 * MiB
+    result_bytes: int = 256 * MiB
+    result_json_bytes: int = 4 * MiB
+    run_memory_bytes: int = 2 * GiB
 
     def __post_init__(self):
         for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "processes", "open_files",
-                     "file_bytes", "output_bytes", "scratch_bytes", "tmp_bytes", "result_bytes"):
+                     "file_bytes", "output_bytes", "scratch_bytes", "tmp_bytes", "result_bytes",
+                     "result_json_bytes", "run_memory_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
 
@@ -126,6 +142,12 @@ class RunOutcome:
         frames: the result frames read from the result pipe, in arrival order:
             ``(grade_id, json_bytes, npz_bytes)`` (see :func:`autograder.runner.read_frames`).
         frame_problem: ``None``, or what was wrong with the result pipe's stream.
+        memory_exceeded: the run's memory cgroup hit ``run_memory_bytes`` and the
+            kernel killed a process of it.
+        memory_peak_bytes: the run's peak memory as its cgroup saw it (``None``
+            without a cgroup).
+        cgroup_path: the run's cgroup (removed, with every member killed, when
+            :func:`run_job` returns), or ``None``.
     """
 
     returncode: int | None
@@ -138,6 +160,9 @@ class RunOutcome:
     wall_seconds: float
     frames: list = field(default_factory=list)
     frame_problem: str | None = None
+    memory_exceeded: bool = False
+    memory_peak_bytes: int | None = None
+    cgroup_path: str | None = None
 
 
 # --------------------------------------------------------------------------- the library
@@ -208,11 +233,30 @@ def _parse(source: str, filename: str) -> ast.Module:
         return ast.parse(source, filename)
 
 
+# Objects of a later chapter whose code computes an earlier chapter's exercise: a
+# `softmax` answer could return `masked_softmax(torch.from_numpy(x), None).numpy()`,
+# and a `DecoderLayer` could run its own submodules through the key/value cache's
+# decoder step. Grading any exercise listed here withholds the module that
+# defines the object (and, as for every stripped module, what imports it).
+COMPUTES_EXERCISES: dict[str, tuple[str, ...]] = {
+    "masked_softmax": ("softmax",),
+    "IncrementalDecoder": ("DecoderLayer",),
+}
+
+
+def withheld_names(graded_names: set[str]) -> set[str]:
+    """The graded names and every object that computes one of them."""
+    names = set(graded_names)
+    names |= {obj for obj, computes in COMPUTES_EXERCISES.items() if set(computes) & set(graded_names)}
+    return names
+
+
 def graded_modules(graded_names: set[str], root: Path = SOLUTIONS_DIR, package: str = "solutions") -> set[str]:
     """The modules of ``package`` to strip when ``graded_names`` are being graded.
 
-    A module is stripped when it defines one of the names, or imports (directly or
-    through other modules, found with :mod:`ast`) a stripped module. The package's
+    A module is stripped when it defines one of the names or an object that
+    computes one (:data:`COMPUTES_EXERCISES`), or imports (directly or through
+    other modules, found with :mod:`ast`) a stripped module. The package's
     ``__init__`` is always regenerated, never copied.
 
     Args:
@@ -225,8 +269,9 @@ def graded_modules(graded_names: set[str], root: Path = SOLUTIONS_DIR, package: 
     """
     modules = _module_names(root, package)
     trees = {name: _parse(path.read_text(encoding="utf-8"), str(path)) for name, path in modules.items()}
+    withheld = withheld_names(set(graded_names))
     stripped = {
-        name for name, tree in trees.items() if name != package and _defined_names(tree) & set(graded_names)
+        name for name, tree in trees.items() if name != package and _defined_names(tree) & withheld
     }
     imports = {
         name: _imported_modules(tree, name, modules[name].name == "__init__.py", package)
@@ -460,7 +505,8 @@ class _Frames:
 
         try:
             _, self.problem = runner.read_frames(
-                self.stream, self.limits.result_bytes, self.limits.result_bytes, into=self.frames
+                self.stream, self.limits.result_bytes, self.limits.result_bytes, into=self.frames,
+                max_json_bytes=self.limits.result_json_bytes,
             )
         except (OSError, ValueError) as exc:
             self.problem = f"the result pipe failed ({exc})"
@@ -584,15 +630,38 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
         env["HOME"] = str(job_dir / "out")
         command = [*_prlimit_args(limits), python, "-s", "-B", str(lib_dir / "runner.py"), str(job_dir), *pipe_args]
         cwd = str(out_dir)
+    group = None
+    if cgroup.available()[0]:
+        try:
+            group = cgroup.RunCgroup.create(limits.run_memory_bytes)
+            command = group.wrap(command)
+        except OSError as exc:
+            log.warning("grading sandbox: no memory cgroup for this run (%s)", exc)
+            group = None
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=env, cwd=cwd, start_new_session=True, pass_fds=(write_fd,) if result_pipe else (),
         )
+    except BaseException:
+        if group is not None:
+            group.remove()
+        raise
     finally:
         if write_fd is not None:
             os.close(write_fd)  # only the runner holds the write end: EOF when it is gone
+    try:
+        return _watch(proc, start, out_dir, limits, sandbox, read_fd if result_pipe else None, group)
+    finally:
+        if group is not None:
+            group.remove()  # every process the run left, in whatever session: killed
+
+
+def _watch(proc: subprocess.Popen, start: float, out_dir: Path, limits: Limits, sandbox: bool,
+           read_fd: int | None, group) -> RunOutcome:
+    """Wait for a started run within its limits and collect how it ended."""
+    result_pipe = read_fd is not None
     frames = _Frames(read_fd, limits) if result_pipe else None
     out = _Capped(proc.stdout, limits.output_bytes)
     err = _Capped(proc.stderr, limits.output_bytes)
@@ -614,16 +683,21 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
             pass
     if proc.poll() is None:
         _kill(proc)
+    if group is not None:
+        group.kill_all()  # stragglers in other sessions would hold the pipes open
     wall = time.monotonic() - start
     stdout, stderr = out.text(), err.text()
     frame_list, frame_problem = frames.result() if frames is not None else ([], None)
     returncode, sig = _exit_status(proc.returncode, sandbox)
     if timed_out or overflow:
         returncode, sig = None, None
+    exceeded = group is not None and group.oom_killed()
     return RunOutcome(
         returncode=returncode, signal=sig, timed_out=timed_out, overflow=overflow,
         stdout=stdout, stderr=stderr, output_truncated=out.truncated or err.truncated, wall_seconds=wall,
-        frames=frame_list, frame_problem=frame_problem,
+        frames=frame_list, frame_problem=frame_problem, memory_exceeded=exceeded,
+        memory_peak_bytes=group.peak_bytes() if group is not None else None,
+        cgroup_path=str(group.path) if group is not None else None,
     )
 
 

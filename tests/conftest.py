@@ -1,24 +1,79 @@
-"""Shared pytest set-up: seeded randomness and the GPU marker."""
+"""Shared pytest set-up: seeded randomness, the GPU marker, nbval on demand, the book tests on one worker."""
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 
+NBVAL_OPTION = "--run-nbval"
+
+
+def pytest_addoption(parser):
+    parser.addoption(NBVAL_OPTION, action="store_true", default=False,
+                     help="also execute every chapter under nbval (a second execution of each "
+                          "chapter, for one-off use: make nbval); make test relies on the book "
+                          "build's one execution instead")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "nbval_execution: executes a chapter under nbval; runs only "
+                                       f"with {NBVAL_OPTION} (make nbval)")
+
+
+BOOK_GROUP = "the built book"
+
+
+def _modules_using_the_build(rootpath):
+    """Test modules (node-id prefixes) that read the built book: they use ``built_book``."""
+    return tuple(path.relative_to(rootpath).as_posix() + "::"
+                 for path in sorted(Path(rootpath, "tests").rglob("test_*.py"))
+                 if "built_book" in path.read_text(encoding="utf-8"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``-n``, ``--dist load``): the tests that read the built book on one worker.
+
+    The book is built once per run, under a file lock (``book_helpers.ensure_book_built``),
+    and that build is each chapter's one execution. Sending every test that reads the
+    build (the modules that use the ``built_book`` fixture) to one worker lets it build
+    and then read the build, while the other workers run the rest of the suite test by
+    test (as ``load`` does) instead of waiting on the lock. (``--dist loadgroup`` with
+    ``xdist_group`` markers should do this, but here, with pytest 9.2 and pytest-xdist
+    3.8, its groups are not formed: xdist renames ``item._nodeid``, which pytest 9 no
+    longer reads.)
+    """
+    if config.getvalue("dist") not in ("load", "loadgroup"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    book_modules = _modules_using_the_build(config.rootpath)
+
+    class BookOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return BOOK_GROUP if nodeid.startswith(book_modules) else nodeid
+
+    return BookOnOneWorker(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip tests marked ``gpu`` where CUDA is not available (CI has no GPU)."""
+    """Skip ``gpu`` tests without CUDA and ``nbval_execution`` tests without ``--run-nbval``."""
     try:
         import torch
 
         has_cuda = torch.cuda.is_available()
     except ImportError:  # pragma: no cover - torch is a hard requirement
         has_cuda = False
-    if has_cuda:
-        return
-    skip = pytest.mark.skip(reason="needs CUDA (torch.cuda.is_available() is False)")
+    run_nbval = config.getoption(NBVAL_OPTION)
+    no_cuda = pytest.mark.skip(reason="needs CUDA (torch.cuda.is_available() is False)")
+    no_nbval = pytest.mark.skip(reason=f"a second execution of the chapter: run with {NBVAL_OPTION} "
+                                       "(make nbval); make test checks the book build's execution")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(no_cuda)
+        if "nbval_execution" in item.keywords and not run_nbval:
+            item.add_marker(no_nbval)
 
 
 @pytest.fixture(autouse=True)

@@ -27,15 +27,22 @@ from .. import runner
 from ..runner import Obj, Tensor
 
 __all__ = [
+    "ADVICE",
     "Case",
     "CheckFailure",
     "Exercise",
+    "PartResult",
+    "Points",
+    "Report",
     "Result",
     "REGISTRY",
     "register",
     "get_exercise",
     "check",
+    "check_report",
+    "dtype_verdict",
     "evaluate",
+    "run_cases",
     "as_array",
     "close",
     "Tensor",
@@ -45,6 +52,11 @@ __all__ = [
 
 class CheckFailure(AssertionError):
     """A check found a mistake; the message says what and, where it can, why."""
+
+
+#: The part of a case that is advice, worth no points: behaviour on bad input that
+#: ``shared/EXERCISES.md`` does not grade for this exercise.
+ADVICE = "advice"
 
 
 @dataclass
@@ -73,6 +85,14 @@ class Case:
             ``None`` when it must succeed.
         rtol, atol: tolerances for this case's values.
         seed: seed for numpy/torch set just before the call.
+        part: the graded part this case belongs to (a key of
+            :attr:`Exercise.parts`; ``""`` = the first part), or :data:`ADVICE`: a
+            case about behaviour the contract does not grade (an error it does not
+            name), whose failure is reported as advice worth no points.
+        compare: ``"full"`` (type, shape, dtype and values), ``"structure"``
+            (type, shape, dtype and probes, no array values: a part such as "shape
+            and bool dtype") or ``"values"`` (type, shape and values, any numeric
+            dtype: so a dtype mistake costs only the part that grades dtypes).
     """
 
     args: tuple = ()
@@ -90,6 +110,8 @@ class Case:
     rtol: float = 1e-5
     atol: float = 1e-6
     seed: int = 0
+    part: str = ""
+    compare: str = "full"
 
     def to_spec(self, kind: str, arrays: dict) -> dict:
         """Encode this case for :func:`autograder.runner.run_case`."""
@@ -182,18 +204,27 @@ class Exercise:
         chapter: the chapter id (``"04_self_attention"``).
         kind: ``"function"`` or ``"class"``.
         what: one line saying what the checks cover, printed on success.
+        parts: the graded parts, in the prompt's order: name -> points. Every case
+            names its part (:attr:`Case.part`); a part's points are earned when all
+            its cases pass. The points sum to the test cell's ``points``.
+        uses: earlier exercises of the same chapter that an answer may call
+            (``scaled_dot_product_attention`` uses ``softmax``). When one of them
+            fails its own check, this exercise is graded with the reference in its
+            place as well, and keeps the better grade (one mistake charged once).
     """
 
     name: ClassVar[str] = ""
     chapter: ClassVar[str] = ""
     kind: ClassVar[str] = "function"
     what: ClassVar[str] = "shapes and values against the reference"
+    parts: ClassVar[dict[str, float]] = {}
+    uses: ClassVar[tuple[str, ...]] = ()
 
     # -- to implement -------------------------------------------------------
     def cases(self, rng: np.random.Generator, hidden: bool) -> list[Case]:
         """The cases to run. ``hidden=False``: a few quick, readable ones for the
-        visible check; ``hidden=True``: the full randomised set (shapes, values,
-        dtypes, edge cases of the contract)."""
+        visible check, at least one per part; ``hidden=True``: the full
+        randomised set (the visible cases and fresh ones, no new rules)."""
         raise NotImplementedError
 
     def diagnose(self, case: Case, got: Result, want: Result) -> str | None:
@@ -207,6 +238,21 @@ class Exercise:
         return None
 
     # -- provided -----------------------------------------------------------
+    def part_points(self) -> dict[str, float]:
+        """The parts and their points (one part worth 1 when none are declared)."""
+        return dict(self.parts) if self.parts else {"correct on every case": 1.0}
+
+    def part_of(self, case: Case) -> str:
+        """The part ``case`` counts for: its own, or the first part when unnamed."""
+        if case.part == ADVICE:
+            return ADVICE
+        names = list(self.part_points())
+        if not case.part:
+            return names[0]
+        if case.part not in names:
+            raise ValueError(f"{self.name}: case {case.label!r} names part {case.part!r}; parts are {names}")
+        return case.part
+
     def reference(self) -> Callable:
         """The reference object from ``solutions`` (trusted process only)."""
         import solutions
@@ -217,11 +263,12 @@ class Exercise:
         """Run ``case`` on the reference and return its result."""
         return _run_in_process(self.reference(), case, self.kind)
 
-    def judge(self, case: Case, got: Result, want: Result) -> None:
+    def judge(self, case: Case, got: Result, want: Result) -> list[str]:
         """Raise :class:`CheckFailure` when ``got`` is wrong for ``case``, with the
-        hint of :meth:`raised_hint` when the failure is about raising."""
+        hint of :meth:`raised_hint` when the failure is about raising. Returns the
+        notes of a correct result (e.g. "float64 for float32 input: correct")."""
         try:
-            self._judge(case, got, want)
+            return self._judge(case, got, want)
         except CheckFailure as exc:
             message = str(exc)
             raised = got.raised or {}
@@ -235,7 +282,7 @@ class Exercise:
                     raise CheckFailure(f"{message}\n  Hint: {hint}") from None
             raise
 
-    def _judge(self, case: Case, got: Result, want: Result) -> None:
+    def _judge(self, case: Case, got: Result, want: Result) -> list[str]:
         where = f" ({case.label})" if case.label else ""
         if case.expect_error:
             names = " or ".join(e.__name__ for e in case.expect_error)
@@ -247,29 +294,37 @@ class Exercise:
                 raise CheckFailure(
                     f"should raise {names}{where}, but raised {got.raised['type']}: {got.raised['message']}"
                 )
-            return
+            return []
         if got.raised is not None:
             r = got.raised
             if r["type"] == "NotImplementedError":
-                raise CheckFailure("not implemented yet: replace `raise NotImplementedError()` with your code")
+                raise CheckFailure(NOT_IMPLEMENTED)
             stage = {"init": "the constructor", "load_state_dict": "load_state_dict"}.get(r.get("phase"), "it")
             raise CheckFailure(f"{stage} raised {r['type']}: {r['message']}{where}")
         if want.raised is not None:  # pragma: no cover - a broken reference
             raise RuntimeError(f"the reference raised on {case.label!r}: {want.raised}")
+        notes: list[str] = []
+        mode = case.compare
+        if mode not in ("full", "structure", "values"):
+            raise ValueError(f"Case.compare must be 'full', 'structure' or 'values', got {mode!r}")
         try:
-            for name in want.probes:
-                compare(got.probes.get(name), want.probes[name], f"{name}", case)
-            compare(got.value, want.value, "the output", case)
+            for name in want.probes:  # names, types, shapes: compared fully in every mode
+                compare(got.probes.get(name), want.probes[name], f"{name}", case, notes,
+                        mode="full" if mode == "structure" else mode)
+            compare(got.value, want.value, "the output", case, notes, mode=mode)
             for name in want.attrs:
-                compare(got.attrs.get(name), want.attrs[name], f"self.{name}", case)
+                compare(got.attrs.get(name), want.attrs[name], f"self.{name}", case, notes, mode=mode)
             for name in want.grads:
-                compare(got.grads.get(name), want.grads[name], f"the gradient of argument {name}", case)
+                compare(got.grads.get(name), want.grads[name], f"the gradient of argument {name}", case, notes,
+                        mode=mode)
             for name in want.args_after:
                 compare(
                     got.args_after.get(name),
                     want.args_after[name],
                     f"argument {name} after the call (it must not be modified in place)",
                     case,
+                    notes,
+                    mode=mode,
                 )
         except CheckFailure as exc:
             hint = None
@@ -281,6 +336,10 @@ class Exercise:
             if hint:
                 message += "\n  Hint: " + hint
             raise CheckFailure(message) from None
+        return notes
+
+
+NOT_IMPLEMENTED = "not implemented yet: replace `raise NotImplementedError()` with your code"
 
 
 def _is_subclass_name(name: str, types) -> bool:
@@ -347,9 +406,102 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
-def compare(got, want, what: str, case: Case) -> None:
+# Bits of precision of each float dtype, by the names numpy and torch give them.
+_FLOAT_BITS = {"float16": 11, "half": 11, "bfloat16": 8, "float32": 24, "float": 24, "float64": 53, "double": 53}
+
+
+def _dtype_name(value, array) -> str:
+    """The dtype's name without its library prefix (``torch.float32`` -> ``float32``)."""
+    return str(getattr(value, "dtype", None) or array.dtype).replace("torch.", "")
+
+
+def dtype_verdict(got: str, want: str, input_bits: int | None = 53) -> tuple[bool, str | None]:
+    """The one dtype rule of the book (``shared/EXERCISES.md``, "How an answer is graded").
+
+    Where the reference returns floats, any float dtype at least as precise is
+    correct (float32 in, float64 out gets a note); a less precise one is wrong
+    when the inputs carried that precision (float16 for float32 input) — but not
+    when they did not: built from integers alone (``one_hot``, a positional
+    table), float32 is as right as the reference's float64. A non-float is
+    wrong. Where the reference returns booleans or integers (masks,
+    ``LongTensor`` ids), the contract fixes the dtype: it must match exactly.
+
+    Args:
+        got, want: dtype names as :func:`_dtype_name` gives them.
+        input_bits: the precision (mantissa bits) of the most precise float
+            input, ``None`` when no input is a float.
+
+    Returns:
+        ``(ok, message)``: the message is a note when ``ok``, the reason when not,
+        ``None`` when the dtypes are equal.
+    """
+    if got == want:
+        return True, None
+    if want in _FLOAT_BITS:
+        if got not in _FLOAT_BITS:
+            return False, f"has dtype {got}, expected a float dtype ({want})"
+        if _FLOAT_BITS[got] >= _FLOAT_BITS[want]:
+            return True, (f"returned {got} where the reference returns {want}: correct (a wider float "
+                          f"keeps every digit), though {want} would save memory")
+        if input_bits is None or _FLOAT_BITS[got] >= min(input_bits, _FLOAT_BITS[want]):
+            return True, (f"returned {got} where the reference returns {want}: correct here, as the "
+                          "inputs carry no more precision (compared at the tolerance of " + got + ")")
+        return False, f"has dtype {got}, less precise than the expected {want}: keep the input's precision"
+    return False, f"has dtype {got}, expected {want}"
+
+
+def input_float_bits(case: Case) -> int | None:
+    """The precision of the most precise float among a case's inputs (arguments,
+    keyword arguments, state), or ``None`` when none is a float."""
+    best: list[int] = []
+
+    def visit(value) -> None:
+        if isinstance(value, Tensor):
+            value = value.value
+        if isinstance(value, np.ndarray):
+            if value.dtype.kind == "f":
+                best.append(_FLOAT_BITS.get(value.dtype.name, 53))
+        elif isinstance(value, (float, np.floating)) and not isinstance(value, bool):
+            best.append(53)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                visit(v)
+        elif isinstance(value, dict):
+            for v in value.values():
+                visit(v)
+        elif isinstance(value, Obj):
+            visit(value.init)
+            visit(value.state)
+
+    visit(list(case.args))
+    visit(dict(case.kwargs))
+    visit(case.state or {})
+    return max(best) if best else None
+
+
+# Tolerance floors for a result computed in a narrower float than the reference's.
+_TOLERANCE_OF = {"float32": (1e-4, 1e-5), "float": (1e-4, 1e-5), "float16": (1e-2, 1e-3), "half": (1e-2, 1e-3),
+                 "bfloat16": (2e-2, 1e-2)}
+
+
+def compare(got, want, what: str, case: Case, notes: list | None = None, *, values: bool = True,
+            mode: str | None = None) -> None:
     """Compare decoded values structurally; raise :class:`CheckFailure` on the first
-    difference with a message that says what differs (type, shape, dtype, values)."""
+    difference with a message that says what differs (type, shape, dtype, values).
+
+    Args:
+        got, want: decoded results (the answer's and the reference's).
+        what: how the message names the value ("the output", "self.attn_weights").
+        case: the case (its label and tolerances).
+        notes: where a correct-but-noteworthy finding goes (a wider float dtype).
+        values: ``False`` is ``mode="structure"``.
+        mode: ``"full"`` (default), ``"structure"`` (kinds, shapes, dtypes, and
+            names and other non-float scalars; no array values) or ``"values"``
+            (kinds, shapes and values; no dtype verdict, for a part about values
+            whose dtype another part grades).
+    """
+    mode = mode or ("full" if values else "structure")
+    notes = [] if notes is None else notes
     if isinstance(want, (Tensor, np.ndarray)):
         if _kind(got) != _kind(want):
             raise CheckFailure(f"{what} is a {_kind(got)}, expected a {_kind(want)}")
@@ -357,11 +509,21 @@ def compare(got, want, what: str, case: Case) -> None:
         w = want.value if isinstance(want, Tensor) else want
         if g.shape != w.shape:
             raise CheckFailure(f"{what} has shape {tuple(g.shape)}, expected {tuple(w.shape)}")
-        gd = getattr(got, "dtype", g.dtype)
-        wd = getattr(want, "dtype", w.dtype)
-        if str(gd) != str(wd):
-            raise CheckFailure(f"{what} has dtype {gd}, expected {wd}")
-        if w.dtype == bool or np.issubdtype(w.dtype, np.integer):
+        rtol, atol = case.rtol, case.atol
+        if mode != "values":
+            gname, wname = _dtype_name(got, g), _dtype_name(want, w)
+            ok, message = dtype_verdict(gname, wname, input_float_bits(case))
+            if not ok:
+                raise CheckFailure(f"{what} {message}")
+            if message and message not in notes:
+                notes.append(message)
+            if ok and gname in _TOLERANCE_OF and wname in _FLOAT_BITS and _FLOAT_BITS[gname] < _FLOAT_BITS[wname]:
+                rtol, atol = max(rtol, _TOLERANCE_OF[gname][0]), max(atol, _TOLERANCE_OF[gname][1])
+        if mode == "structure":
+            return
+        if g.dtype.kind not in "biuf" or w.dtype.kind not in "biuf":
+            raise CheckFailure(f"{what} has dtype {g.dtype}, expected numbers like {w.dtype}")
+        if (w.dtype == bool or np.issubdtype(w.dtype, np.integer)) and mode == "full":
             if not np.array_equal(g, w):
                 idx = tuple(int(i) for i in np.argwhere(g != w)[0])
                 raise CheckFailure(f"{what} differs at index {idx}: {g[idx].item()!r}, expected {w[idx].item()!r}")
@@ -371,7 +533,7 @@ def compare(got, want, what: str, case: Case) -> None:
         if np.isnan(g64).any() and not np.isnan(w64).any():
             idx = tuple(int(i) for i in np.argwhere(np.isnan(g64))[0])
             raise CheckFailure(f"{what} contains NaN (first at index {idx})")
-        if not np.allclose(g64, w64, rtol=case.rtol, atol=case.atol, equal_nan=True):
+        if not np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True):
             err = np.abs(np.nan_to_num(g64 - w64, nan=np.inf))
             idx = tuple(int(i) for i in np.unravel_index(np.argmax(err), err.shape)) if err.ndim else ()
             raise CheckFailure(
@@ -385,7 +547,7 @@ def compare(got, want, what: str, case: Case) -> None:
         if len(got) != len(want):
             raise CheckFailure(f"{what} has {len(got)} items, expected {len(want)}")
         for i, (g, w) in enumerate(zip(got, want)):
-            compare(g, w, f"{what}[{i}]", case)
+            compare(g, w, f"{what}[{i}]", case, notes, mode=mode)
         return
     if isinstance(want, dict):
         if not isinstance(got, dict):
@@ -395,12 +557,12 @@ def compare(got, want, what: str, case: Case) -> None:
             extra = sorted(map(str, set(got) - set(want)))[:5]
             raise CheckFailure(f"{what} has the wrong keys: missing {missing}, unexpected {extra}")
         for k in want:
-            compare(got[k], want[k], f"{what}[{k!r}]", case)
+            compare(got[k], want[k], f"{what}[{k!r}]", case, notes, mode=mode)
         return
     if isinstance(want, float) and not isinstance(want, bool):
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             raise CheckFailure(f"{what} is a {_kind(got)}, expected a number")
-        if not np.isclose(got, want, rtol=case.rtol, atol=case.atol, equal_nan=True):
+        if mode != "structure" and not np.isclose(got, want, rtol=case.rtol, atol=case.atol, equal_nan=True):
             raise CheckFailure(f"{what} is {got:.6g}, expected {want:.6g}")
         return
     if type(got) is not type(want) or got != want:
@@ -410,17 +572,154 @@ def compare(got, want, what: str, case: Case) -> None:
 # --------------------------------------------------------------------------- running checks
 
 
-def evaluate(exercise: Exercise, results: list[Result], cases: list[Case]) -> tuple[bool, str]:
-    """Judge results case by case; ``(passed, message)`` with the first failure."""
+@dataclass
+class PartResult:
+    """The verdict on one graded part of an exercise.
+
+    Attributes:
+        name: the part's name, as the prompt prints it.
+        points: what the part is worth (scaled to the test cell's points).
+        earned: whether every case of the part passed.
+        cases: how many cases the part has; ``failed`` how many of them failed.
+        message: the first failing case's diagnosis (``None`` when earned).
+    """
+
+    name: str
+    points: float
+    earned: bool
+    cases: int = 0
+    failed: int = 0
+    message: str | None = None
+
+    @property
+    def score(self) -> float:
+        return self.points if self.earned else 0.0
+
+
+@dataclass
+class Report:
+    """What a check found: the parts, their points, the notes and the advice.
+
+    ``score`` is the sum of the earned parts' points; ``passed`` means every part
+    was earned. ``notes`` are remarks about correct answers (a wider float dtype,
+    an earlier exercise replaced by its reference); ``advice`` the diagnoses of
+    cases worth no points (an error the contract does not grade).
+    """
+
+    exercise: str
+    parts: list[PartResult]
+    notes: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        if self.passed:
+            return self.max_score  # exactly, whatever the scaled parts sum to in floats
+        return round(float(sum(p.score for p in self.parts)), 9)
+
+    @property
+    def max_score(self) -> float:
+        return round(float(sum(p.points for p in self.parts)), 9)
+
+    @property
+    def passed(self) -> bool:
+        return all(p.earned for p in self.parts)
+
+    def parts_line(self) -> str:
+        """One line: ``values 2/2 · any axis 0/1 · ...`` (for tables and CSV)."""
+        return " · ".join(f"{p.name} {_num(p.score)}/{_num(p.points)}" for p in self.parts)
+
+    def reason(self) -> str:
+        """The diagnosis of every missed part (each distinct message once)."""
+        missed = [p for p in self.parts if not p.earned]
+        messages = list(dict.fromkeys(p.message or "failed" for p in missed))
+        if len(messages) == 1 and len(missed) == len(self.parts):
+            return messages[0]
+        if len(messages) == 1 and len(missed) > 1:
+            return f"{', '.join(repr(p.name) for p in missed)}: {messages[0]}"
+        return " | ".join(f"{p.name!r}: {p.message or 'failed'}" for p in missed)
+
+    def render(self, name: str) -> str:
+        """The visible check's text: a verdict line, then one line per part."""
+        head = "✓" if self.passed else "✗"
+        lines = [f"{head} {name}: {_num(self.score)}/{_num(self.max_score)} points"]
+        lines += [f"  note: {n}" for n in self.notes]
+        missed = [p for p in self.parts if not p.earned]
+        shared = len({p.message for p in missed}) == 1 and len(missed) > 1
+        for i, p in enumerate(self.parts):
+            mark = "✓" if p.earned else "✗"
+            lines.append(f"  {mark} {p.name} ({_num(p.score)}/{_num(p.points)})")
+            if not p.earned and not (shared and p is not missed[-1]):
+                lines.extend("      " + line for line in str(p.message or "failed").splitlines())
+        for a in self.advice:
+            first, *rest = str(a).splitlines()
+            lines.append(f"  advice (no points): {first}")
+            lines.extend("      " + line.strip() for line in rest)
+        return "\n".join(lines)
+
+
+def _num(x: float) -> str:
+    x = round(float(x), 4)
+    return str(int(x)) if x == int(x) else f"{x:g}"
+
+
+def evaluate(exercise: Exercise, results: list[Result], cases: list[Case],
+             points: float | None = None) -> Report:
+    """Judge every case (no stop at the first failure) and score the parts.
+
+    Args:
+        exercise: the exercise whose cases these are.
+        results: one decoded result per case, in order.
+        cases: the cases.
+        points: the test cell's points; the parts' points are scaled to sum to it
+            (default: the parts' own points).
+
+    Returns:
+        The :class:`Report`. A part is earned when all its cases pass; a part with
+        no case in ``cases`` is not earned (every part has visible cases).
+    """
+    declared = exercise.part_points()
+    total = sum(declared.values())
+    scale = 1.0 if points is None or total == 0 else float(points) / total
     if len(results) != len(cases):
-        return False, f"expected results for {len(cases)} cases, got {len(results)}"
+        message = f"expected results for {len(cases)} cases, got {len(results)}"
+        return Report(exercise.name, [PartResult(n, p * scale, False, message=message) for n, p in declared.items()])
+    counts = {n: [0, 0, None] for n in declared}  # part -> [cases, failed, first message]
+    notes: list[str] = []
+    advice: list[str] = []
     for case, got in zip(cases, results):
+        part = exercise.part_of(case)
         want = exercise.expected(case)
         try:
-            exercise.judge(case, got, want)
+            for note in exercise.judge(case, got, want) or []:
+                if note not in notes:
+                    notes.append(note)
+            ok, message = True, None
         except CheckFailure as exc:
-            return False, str(exc)
-    return True, f"{len(cases)} checks passed: {exercise.what}"
+            ok, message = False, str(exc)
+        if part == ADVICE:
+            if not ok and message != NOT_IMPLEMENTED:
+                text = message.replace("should raise", "the reference raises; yours should raise", 1) \
+                    if message.startswith("should raise") else message
+                if text not in advice:
+                    advice.append(text)
+            continue
+        entry = counts[part]
+        entry[0] += 1
+        if not ok:
+            entry[1] += 1
+            if entry[2] is None:
+                entry[2] = message
+    parts = []
+    for name, p in declared.items():
+        n, failed, message = counts[name]
+        if n == 0:
+            parts.append(PartResult(name, p * scale, False, 0, 0, "no case of this part was run"))
+        else:
+            parts.append(PartResult(name, p * scale, failed == 0, n, failed, message))
+    if all(p.message == NOT_IMPLEMENTED for p in parts if not p.earned) and not any(p.earned for p in parts):
+        advice = []
+    return Report(exercise.name, parts, notes, advice)
 
 
 def make_rng(hidden: bool, seed: int | None = None) -> np.random.Generator:
@@ -430,25 +729,146 @@ def make_rng(hidden: bool, seed: int | None = None) -> np.random.Generator:
     return np.random.default_rng(None if hidden else 20171206)
 
 
-def check(name: str, obj: Any, hidden: bool = False, seed: int | None = None) -> None:
-    """Check ``obj`` against exercise ``name`` and print a one-line verdict.
+def run_cases(exercise: Exercise, obj: Any, cases: list[Case], points: float | None = None) -> Report:
+    """Run ``cases`` on ``obj`` in this process and judge them (the visible path)."""
+    results = [_run_in_process(obj, case, exercise.kind) for case in cases]
+    return evaluate(exercise, results, cases, points)
+
+
+class Points(float):
+    """The points a check earned. ``repr`` is the bare number, which is what
+    nbgrader reads from a test cell's ``execute_result`` as a partial grade;
+    notebooks show the richer HTML form."""
+
+    def __new__(cls, score: float, max_score: float):
+        obj = super().__new__(cls, score)
+        obj.max_score = float(max_score)
+        return obj
+
+    def __repr__(self) -> str:
+        return repr(float(self))
+
+    def _repr_html_(self) -> str:
+        return f"<b>{_num(self)} / {_num(self.max_score)} points</b>"
+
+
+# -- one mistake charged once ------------------------------------------------
+
+
+def _namespace_of(obj: Any) -> dict | None:
+    """The global namespace in which ``obj``'s code looks up names (the notebook's)."""
+    func = obj
+    if isinstance(obj, type):
+        func = next((v for v in vars(obj).values() if hasattr(v, "__globals__")), None)
+    globals_ = getattr(func, "__globals__", None)
+    return globals_ if isinstance(globals_, dict) else None
+
+
+def names_used(obj: Any) -> set[str]:
+    """Global names the code of ``obj`` (a function, or a class's methods) refers to."""
+    codes = []
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            value = getattr(value, "__func__", value)
+            if hasattr(value, "__code__"):
+                codes.append(value.__code__)
+            elif isinstance(value, property):
+                codes += [f.__code__ for f in (value.fget, value.fset) if f is not None]
+    elif hasattr(obj, "__code__"):
+        codes.append(obj.__code__)
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+    return names
+
+
+def dependency_note(name: str, used: list[str], failing: list[str]) -> str:
+    """The note of an exercise graded with earlier references in place."""
+    called = [d for d in failing if d in used] or failing
+    which = ", ".join(f"`{d}`" for d in called)
+    verb = "fails its check" if len(called) == 1 else "fail their checks"
+    return (f"your `{name}` calls your {which}, which {verb}; it was graded with the reference "
+            f"{which} in its place: fix {which} first")
+
+
+def _visible_failures(exercise: Exercise, namespace: dict) -> list[str]:
+    """The exercises of ``exercise.uses`` whose answers in ``namespace`` fail their
+    own visible check (or are unfinished)."""
+    import solutions
+
+    failing = []
+    for dep in exercise.uses:
+        answer = namespace.get(dep)
+        if answer is None or answer is getattr(solutions, dep, None):
+            continue
+        dep_ex = get_exercise(dep)
+        report = run_cases(dep_ex, answer, dep_ex.cases(make_rng(False), False))
+        if not report.passed:
+            failing.append(dep)
+    return failing
+
+
+def check_report(name: str, obj: Any, hidden: bool = False, seed: int | None = None) -> Report:
+    """The :class:`Report` of the visible (or, with ``hidden``, the full) check of
+    ``obj``, without printing or raising: what :func:`check` shows.
+
+    When the answer calls an earlier exercise of the chapter (``uses``) whose
+    answer fails its own visible check, the answer is checked again with the
+    reference in its place and keeps the better report, with a note saying so.
+    """
+    exercise = get_exercise(name)
+    cases = exercise.cases(make_rng(hidden, seed), hidden)
+    report = run_cases(exercise, obj, cases)
+    namespace = _namespace_of(obj)
+    if not report.passed and exercise.uses and namespace is not None:
+        failing = _visible_failures(exercise, namespace)
+        if failing:
+            import solutions
+
+            saved = {d: namespace[d] for d in failing}
+            try:
+                namespace.update({d: getattr(solutions, d) for d in failing})
+                second = run_cases(exercise, obj, cases)
+            finally:
+                namespace.update(saved)
+            if second.score > report.score:
+                second.notes.insert(0, dependency_note(name, sorted(names_used(obj)), failing))
+                report = second
+    return report
+
+
+def check(name: str, obj: Any, hidden: bool = False, seed: int | None = None) -> "Points":
+    """Check ``obj`` against exercise ``name``; print which parts pass.
 
     This is the one line in every test cell: ``check("softmax", softmax)``. It
-    prints to standard output only; on a mistake it raises :class:`CheckFailure`
-    whose message explains it.
+    prints to standard output only. On full marks it returns ``None``; on partial
+    credit the points earned, which nbgrader reads from the test cell's result as
+    its partial grade (so a test cell's ``points`` must equal the sum of the
+    exercise's parts, as a test ensures for the book's notebooks). It raises
+    :class:`CheckFailure` — whose message explains every missed part — only when
+    no point was earned.
+    An answer that calls a failing earlier answer is also checked with the
+    reference in its place (:func:`check_report`).
 
     Args:
         name: the contract name of the exercise.
         obj: your function or class.
         hidden: run the full randomised set (the instructors' hidden checks).
         seed: fix the random inputs (default: fixed for visible, fresh for hidden).
+
+    Returns:
+        ``None`` on full marks, else the points earned, as :class:`Points`.
     """
-    exercise = get_exercise(name)
+    get_exercise(name)
     if obj is None:
         raise CheckFailure(f"✗ {name}: nothing to check — define {name} in the cell above first")
-    cases = exercise.cases(make_rng(hidden, seed), hidden)
-    results = [_run_in_process(obj, case, exercise.kind) for case in cases]
-    passed, message = evaluate(exercise, results, cases)
-    if not passed:
-        raise CheckFailure(f"✗ {name}: {message}")
-    print(f"✓ {name}: {message}")
+    report = check_report(name, obj, hidden, seed)
+    text = report.render(name)
+    if report.score == 0 and report.max_score > 0:
+        raise CheckFailure(text)
+    print(text)
+    if report.passed:
+        return None  # no output: nbgrader gives the cell its full points, whatever they are
+    return Points(report.score, report.max_score)

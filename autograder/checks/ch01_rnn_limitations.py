@@ -4,6 +4,16 @@
 The contract is ``shared/EXERCISES.md`` section 1; the references are in
 ``solutions/rnn.py`` ("Attention Is All You Need", sections 1 and 4).
 
+Parts (what each exercise teaches; the points are split over them):
+
+* ``rnn_forward``: "every state, H (T, d_h)" 1 · "first step from h0" 1 ·
+  "recurrence over T steps" 2;
+* ``hidden_state_jacobian_norms``: "T norms, norms[T-1] = 1" 1 ·
+  "one step back, ‖J_{T-1}‖" 1 · "products back through time" 2.
+
+A shape mismatch between the arguments is advice: the contract names no error here.
+Neither exercise calls the other (the Jacobian norms take the states ``H``).
+
 Every ``diagnose`` recomputes the plausible wrong answers from the case's own
 inputs (starting from zeros instead of ``h0``, ``h @ W_hh.T``, only ``h_T``,
 Frobenius instead of spectral norms, no tanh derivative, ...) and names the one
@@ -14,7 +24,7 @@ from __future__ import annotations
 import functools
 import numpy as np
 
-from .base import Case, Exercise, register
+from .base import ADVICE, Case, Exercise, register
 from .base import as_array as _array, close
 
 CHAPTER = "01_rnn_limitations"
@@ -81,26 +91,40 @@ class RnnForward(Exercise):
     name = "rnn_forward"
     chapter = CHAPTER
     kind = "function"
-    what = "every hidden state H (T, d_h) from h0, row-vector weights, T = 1, saturated tanh, d_in ≠ d_h"
+    what = "every hidden state H (T, d_h): the first step from h0, the recurrence, saturated tanh, d_in ≠ d_h"
+
+    parts = {"every state, H (T, d_h)": 1, "first step from h0": 1, "recurrence over T steps": 2}
 
     def cases(self, rng, hidden):
+        shape, first, steps = self.parts
+        x, h0, W_xh, W_hh, b_h = _rnn_inputs(rng, 5, 2, 3)
         cases = [
+            Case(args=_rnn_inputs(rng, 5, 3, 2), label="T=5 steps, d_in=3, d_h=2: one row per step",
+                 compare="structure", part=shape),
+            Case(args=_rnn_inputs(rng, 1, 2, 3), label="a single step (T=1): H[0] = tanh(x0 W_xh + h0 W_hh + b_h)",
+                 part=first),
             Case(args=_rnn_inputs(rng, 4, 3, 2), label="T=4 steps, d_in=3, d_h=2, a non-zero h0",
-                 return_args=(0, 1)),
-            Case(args=_rnn_inputs(rng, 1, 2, 3), label="a single step (T=1): H[0] = tanh(x0 W_xh + h0 W_hh + b_h)"),
-            Case(args=_rnn_inputs(rng, 6, 4, 4), label="T=6, square weights d_in = d_h = 4"),
+                 return_args=(0, 1), part=steps),
+            Case(args=_rnn_inputs(rng, 6, 4, 4), label="T=6, square weights d_in = d_h = 4", part=steps),
+            Case(args=(x, h0, W_xh[:1], W_hh, b_h), label="W_xh has 1 row but d_in = 2", part=ADVICE,
+                 expect_error=(ValueError, TypeError)),
         ]
         if not hidden:
             return cases
+        for _ in range(2):
+            T, d_in, d_h = int(rng.integers(2, 9)), int(rng.integers(1, 9)), int(rng.integers(1, 9))
+            cases.append(Case(args=_rnn_inputs(rng, T, d_in, d_h), compare="structure", part=shape,
+                              label=f"random shapes T={T}, d_in={d_in}, d_h={d_h}: one row per step"))
+        for _ in range(2):
+            d_in, d_h = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+            cases.append(Case(args=_rnn_inputs(rng, 1, d_in, d_h), part=first,
+                              label=f"a single step, d_in={d_in}, d_h={d_h}"))
         for _ in range(4):
-            T, d_in, d_h = (int(s) for s in rng.integers(1, 9, size=3))
-            cases.append(Case(args=_rnn_inputs(rng, T, d_in, d_h),
+            T, d_in, d_h = int(rng.integers(2, 9)), int(rng.integers(1, 9)), int(rng.integers(1, 9))
+            cases.append(Case(args=_rnn_inputs(rng, T, d_in, d_h), part=steps,
                               label=f"random shapes T={T}, d_in={d_in}, d_h={d_h}", return_args=(0, 1)))
-        cases.append(Case(args=_rnn_inputs(rng, 12, 3, 5, scale=4.0),
+        cases.append(Case(args=_rnn_inputs(rng, 12, 3, 5, scale=4.0), part=steps,
                           label="large weights: tanh saturates near ±1"))
-        x, h0, W_xh, W_hh, b_h = _rnn_inputs(rng, 5, 3, 4)
-        cases.append(Case(args=(x, h0, W_xh[:2], W_hh, b_h), label="W_xh has 2 rows but d_in = 3",
-                          expect_error=(ValueError, TypeError)))
         return cases
 
     def raised_hint(self, case, got):
@@ -159,38 +183,48 @@ class HiddenStateJacobianNorms(Exercise):
     name = "hidden_state_jacobian_norms"
     chapter = CHAPTER
     kind = "function"
-    what = "spectral norms of ∂h_{T-1}/∂h_t for every t, norms[T-1] = 1, vanishing and exploding regimes"
+    what = ("spectral norms of ∂h_{T-1}/∂h_t for every t: norms[T-1] = 1, one Jacobian, products that vanish "
+            "or explode")
+
+    parts = {"T norms, norms[T-1] = 1": 1, "one step back, ‖J_{T-1}‖": 1, "products back through time": 2}
 
     def cases(self, rng, hidden):
+        last, one_step, products = self.parts
+        H, _ = _jacobian_inputs(rng, 4, 3, 1.0)
         cases = [
-            Case(args=_jacobian_inputs(rng, 5, 3, 1.0), label="T=5 states of width 3", return_args=(0, 1)),
+            Case(args=_jacobian_inputs(rng, 5, 3, 1.0), label="T=5 states of width 3: one norm per state",
+                 compare="structure", part=last),
+            Case(args=_jacobian_inputs(rng, 1, 2, 1.0), label="a single state (T=1): norms = [1.0]", part=last),
+            Case(args=_jacobian_inputs(rng, 2, 3, 1.0), label="T=2: norms[0] = ‖J_1‖, one Jacobian",
+                 part=one_step),
+            Case(args=_jacobian_inputs(rng, 5, 3, 1.0), label="T=5 states of width 3", return_args=(0, 1),
+                 part=products),
             Case(args=_jacobian_inputs(rng, 8, 4, 0.5), label="small W_hh (T=8): the norms vanish as t moves back",
-                 rtol=1e-5, atol=1e-12),
-            Case(args=_jacobian_inputs(rng, 1, 2, 1.0), label="a single state (T=1): norms = [1.0]"),
+                 rtol=1e-5, atol=1e-12, part=products),
+            Case(args=(H, np.zeros((4, 4))), label="W_hh is 4x4 but the states have width 3", part=ADVICE,
+                 expect_error=(ValueError, TypeError)),
         ]
         if not hidden:
             return cases
+        for _ in range(2):
+            T, d_h = int(rng.integers(1, 12)), int(rng.integers(1, 7))
+            cases.append(Case(args=_jacobian_inputs(rng, T, d_h, 1.0), part=last, compare="structure",
+                              label=f"random T={T}, d_h={d_h}: one norm per state"))
+            cases.append(Case(args=_jacobian_inputs(rng, 2, d_h, float(rng.choice([0.5, 2.0]))), part=one_step,
+                              label=f"T=2, d_h={d_h}: one Jacobian"))
         for _ in range(4):
-            T, d_h = int(rng.integers(2, 12)), int(rng.integers(1, 7))
+            T, d_h = int(rng.integers(3, 12)), int(rng.integers(1, 7))
             scale = float(rng.choice([0.5, 1.0, 2.0]))
-            cases.append(Case(args=_jacobian_inputs(rng, T, d_h, scale), rtol=1e-5, atol=1e-12,
+            cases.append(Case(args=_jacobian_inputs(rng, T, d_h, scale), rtol=1e-5, atol=1e-12, part=products,
                               label=f"random T={T}, d_h={d_h}, weight scale {scale}"))
         # An orthogonal W_hh scaled up with small inputs: tanh stays near linear and
         # the norms explode backwards.
         d_h = 4
         Q, _ = np.linalg.qr(rng.normal(size=(d_h, d_h)))
         H = np.tanh(rng.normal(size=(10, d_h)) * 0.05)
-        cases.append(Case(args=(H, 1.5 * Q), label="W_hh = 1.5 × orthogonal, small states: the norms explode"))
-        H, W_hh = _jacobian_inputs(rng, 4, 3, 1.0)
-        cases.append(Case(args=(H, np.zeros((4, 4))), label="W_hh is 4x4 but the states have width 3",
-                          expect_error=(ValueError, TypeError)))
+        cases.append(Case(args=(H, 1.5 * Q), label="W_hh = 1.5 × orthogonal, small states: the norms explode",
+                          part=products))
         return cases
-
-    def raised_hint(self, case, got):
-        raised = got.raised
-        if raised is None or case.expect_error:
-            return None
-        return None
 
     def diagnose(self, case, got, want):
         g = _array(got.value)

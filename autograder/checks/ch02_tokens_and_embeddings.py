@@ -6,6 +6,24 @@ The contract is ``shared/EXERCISES.md`` section 2; the references are in
 ``solutions/tokens.py`` and ``solutions/embeddings.py`` ("Attention Is All You
 Need", sections 3.4 and 5.1; Sennrich et al., 2016, for byte-pair encoding).
 
+Parts (what each exercise teaches; the points are split over them):
+
+* ``build_vocab``: "specials first, in the given order" 1 · "descending count, ties
+  alphabetical" 2 · "min_freq threshold" 1;
+* ``encode``: "known tokens → their ids" 1 · "unknown tokens → vocab['<unk>']" 1 ·
+  "any whitespace, empty sentence" 1;
+* ``learn_bpe``: "most frequent pair, weighted by word counts" 2 · "ties: the smallest
+  pair" 1 · "stop when no pair is left" 1;
+* ``bpe_tokenize``: "merges in learned order" 2 · "every occurrence, left to right" 1 ·
+  "whole symbols, not substrings" 1;
+* ``one_hot``: "shape (len(ids), vocab_size), floats" 1 · "a 1.0 at column ids[i]" 2;
+* ``cosine_similarity``: "a·b / (|a| |b|)" 2 · "a zero vector raises ValueError" 1;
+* ``TokenEmbedding``: "an nn.Embedding named embedding" 1 · "embedding(ids) · √d_model" 2.
+
+The one error the contract names here is a zero vector in ``cosine_similarity``; an
+out-of-range id in ``one_hot`` is advice. No exercise calls another (``encode`` takes
+a vocabulary, ``bpe_tokenize`` takes merges), so none declares ``uses``.
+
 The diagnoses rerun small trusted implementations with one switch flipped (ties in
 reverse order, specials last, ``count > min_freq``, no ``</w>``, unweighted pair
 counts, ...) on the case's own inputs and name the variant the result equals.
@@ -18,7 +36,8 @@ from collections import Counter
 
 import numpy as np
 
-from .base import Case, Exercise, Result, Tensor, register
+from .base import ADVICE, Case, CheckFailure, Exercise, Tensor, register
+from .base import compare as _compare
 from .base import as_array as _array, close
 
 CHAPTER = "02_tokens_and_embeddings"
@@ -43,6 +62,26 @@ def _random_corpus(rng, n_sentences, pool=_WORDS, max_len=7):
 
 
 # --------------------------------------------------------------------------- build_vocab
+
+
+def _distinct_counts(rng, n, least):
+    """``n`` words of ``_WORDS`` with distinct counts ``>= least`` (no ties)."""
+    words = rng.choice(_WORDS, size=n, replace=False)
+    counts = rng.choice(np.arange(least, least + 2 * n), size=n, replace=False)
+    return {str(w): int(c) for w, c in zip(words, counts)}
+
+
+def _counted_corpus(rng, counts, *, rare=0, below=1, extra=()):
+    """Sentences holding each word of ``counts`` exactly that often, plus ``rare``
+    other words seen fewer than ``below`` times each and the ``extra`` tokens once,
+    in random order."""
+    pool = [w for w in _WORDS if w not in counts]
+    tokens = [w for w, c in counts.items() for _ in range(c)] + list(extra)
+    for w in rng.choice(pool, size=min(rare, len(pool)), replace=False):
+        tokens += [str(w)] * int(rng.integers(1, below)) if below > 1 else []
+    tokens = [str(t) for t in rng.permutation(tokens)]
+    cuts = sorted(int(c) for c in rng.integers(0, len(tokens) + 1, size=int(rng.integers(0, 4))))
+    return [" ".join(tokens[i:j]) for i, j in zip([0] + cuts, cuts + [len(tokens)])]
 
 
 def _vocab(sentences, min_freq=1, specials=SPECIALS, *, tie="alpha", specials_last=False, strict=False,
@@ -70,32 +109,47 @@ class BuildVocab(Exercise):
     name = "build_vocab"
     chapter = CHAPTER
     kind = "function"
-    what = "specials first in order, descending counts, alphabetical ties, min_freq, custom specials"
+    what = "specials first in the given order, descending counts with alphabetical ties, the min_freq threshold"
+
+    parts = {"specials first, in the given order": 1, "descending count, ties alphabetical": 2,
+             "min_freq threshold": 1}
 
     def cases(self, rng, hidden):
+        specials, order, threshold = self.parts
+        # The order and min_freq cases pass specials=(), so that a mistake with the
+        # specials costs the specials part only; the specials cases have no ties.
         cases = [
-            Case(args=(["the cat sat on the mat", "the dog sat"],),
-                 label="two sentences: 'the' x3, 'sat' x2, then ties in alphabetical order"),
-            Case(args=(["b a c a b a", "c d"],), kwargs={"min_freq": 2},
-                 label="min_freq=2 keeps tokens seen at least twice (count == 2 included)"),
-            Case(args=(["x y y"],), kwargs={"specials": ("<unk>", "<pad>")},
+            Case(args=(["x y y"],), kwargs={"specials": ("<unk>", "<pad>")}, part=specials,
                  label="custom specials ('<unk>', '<pad>') get ids 0 and 1 in that order"),
+            Case(args=(["go <unk> go"],), part=specials,
+                 label="the token '<unk>' in the text is not added twice: ids stay 0 .. len-1"),
+            Case(args=(["the cat sat on the mat", "the dog sat"],), kwargs={"specials": ()}, part=order,
+                 label="no specials: 'the' x3, 'sat' x2, then ties in alphabetical order"),
+            Case(args=(["  the\tcat  sat\n", "cat   the the"],), kwargs={"specials": ()}, part=order,
+                 label="no specials: tabs, newlines and runs of spaces are whitespace too (str.split())"),
+            Case(args=(["a b a c a b d"],), kwargs={"min_freq": 2, "specials": ()}, part=threshold,
+                 label="min_freq=2, no specials: 'a' x3 and 'b' x2 stay (count == 2 included), 'c' and 'd' go"),
         ]
         if not hidden:
             return cases
-        for _ in range(4):
+        chosen = tuple(str(t) for t in rng.permutation(["<pad>", "<sos>", "<eos>", "<unk>", "<mask>"]))
+        chosen = chosen[: int(rng.integers(1, 6))]
+        cases.append(Case(args=(_counted_corpus(rng, _distinct_counts(rng, 5, 1)),), kwargs={"specials": chosen},
+                          part=specials, label=f"random corpus with specials {chosen}"))
+        cases.append(Case(args=([],), kwargs={"specials": chosen}, part=specials,
+                          label=f"no sentences: only the specials {chosen}"))
+        cases.append(Case(args=(_counted_corpus(rng, _distinct_counts(rng, 4, 1), extra=["<sos>", "<eos>"]),),
+                          part=specials, label="a corpus holding '<sos>' and '<eos>': each keeps its special id"))
+        for _ in range(3):
             corpus = _random_corpus(rng, int(rng.integers(2, 9)))
-            min_freq = int(rng.integers(1, 4))
-            cases.append(Case(args=(corpus,), kwargs={"min_freq": min_freq},
-                              label=f"random corpus of {len(corpus)} sentences, min_freq={min_freq}"))
-        specials = tuple(rng.permutation(["<pad>", "<sos>", "<eos>", "<unk>", "<mask>"])[: int(rng.integers(1, 6))])
-        cases.append(Case(args=(_random_corpus(rng, 5),), kwargs={"specials": specials},
-                          label=f"random corpus with specials {specials}"))
-        cases.append(Case(args=(["  the\tcat  sat\n", "cat   the the"],),
-                          label="tabs, newlines and runs of spaces are whitespace too (str.split())"))
-        cases.append(Case(args=(["go <unk> go", "<unk> stop"],),
-                          label="a token equal to a special is not added twice: ids stay 0 .. len-1"))
-        cases.append(Case(args=([],), label="no sentences: only the specials"))
+            cases.append(Case(args=(corpus,), kwargs={"specials": ()}, part=order,
+                              label=f"no specials, random corpus of {len(corpus)} sentences"))
+        for _ in range(3):
+            min_freq = int(rng.integers(2, 5))
+            counts = _distinct_counts(rng, int(rng.integers(1, 5)), min_freq)
+            corpus = _counted_corpus(rng, counts, rare=int(rng.integers(1, 4)), below=min_freq)
+            cases.append(Case(args=(corpus,), kwargs={"min_freq": min_freq, "specials": ()}, part=threshold,
+                              label=f"min_freq={min_freq}, no specials, {len(corpus)} sentences"))
         return cases
 
     def diagnose(self, case, got, want):
@@ -107,6 +161,8 @@ class BuildVocab(Exercise):
         if sorted(got.value.values()) != list(range(len(got.value))):
             return ("the ids must be exactly 0 .. len(vocab) - 1: give each new token the id len(vocab) "
                     "and skip a token that is already in the vocabulary (e.g. a special seen in the text).")
+        if min_freq > 1 and got.value == _vocab(sentences, 1, specials):
+            return f"min_freq was ignored: keep only the tokens seen at least min_freq (here {min_freq}) times."
         variants = [
             ("ties are not in alphabetical order: sort by (-count, token).", dict(tie="first_seen")),
             ("ties are in reverse alphabetical order: sort by (-count, token), not reverse=True on both.",
@@ -138,27 +194,46 @@ class Encode(Exercise):
     name = "encode"
     chapter = CHAPTER
     kind = "function"
-    what = "ids of whitespace tokens, unknown tokens → vocab['<unk>'], empty sentences, other special orders"
+    what = "ids of whitespace tokens, unknown tokens → vocab['<unk>'] (whatever its id), any whitespace, ''"
+
+    parts = {"known tokens → their ids": 1, "unknown tokens → vocab['<unk>']": 1,
+             "any whitespace, empty sentence": 1}
 
     def cases(self, rng, hidden):
+        known, unknown, spaces = self.parts
         vocab = _vocab(["the cat sat on the mat", "the dog ran"])
+        unk_first = _vocab(["a b c b"], specials=("<unk>", "<eos>", "<pad>", "<sos>"))
         cases = [
-            Case(args=("the cat sat", vocab), label="three known tokens"),
-            Case(args=("the zebra sat on a mat", vocab), label="unknown tokens ('zebra', 'a') become <unk>"),
-            Case(args=("", vocab), label="an empty sentence gives []"),
+            Case(args=("the cat sat", vocab), label="three known tokens", part=known),
+            Case(args=("the zebra sat on a mat", vocab), label="unknown tokens ('zebra', 'a') become <unk>",
+                 part=unknown),
+            Case(args=("c x b y", unk_first), part=unknown,
+                 label="a vocabulary whose '<unk>' has id 0: look the id up, do not assume 3"),
+            Case(args=("", vocab), label="an empty sentence gives []", part=spaces),
+            Case(args=(" the\tcat\n  sat ", vocab), label="tabs, newlines and extra spaces", part=spaces),
         ]
         if not hidden:
             return cases
-        for _ in range(3):
+        for _ in range(2):
             corpus = _random_corpus(rng, 6)
-            v = _vocab(corpus, int(rng.integers(1, 3)))
-            sentence = _random_corpus(rng, 1, max_len=10)[0]
-            cases.append(Case(args=(sentence, v), label=f"random sentence {sentence!r}"))
-        specials = ("<unk>", "<eos>", "<pad>", "<sos>")
-        v = _vocab(["a b c b"], specials=specials)
-        cases.append(Case(args=("c x b y", v),
-                          label="a vocabulary whose '<unk>' has id 0: look the id up, do not assume 3"))
-        cases.append(Case(args=(" the\tcat\n  sat ", vocab), label="tabs, newlines and extra spaces"))
+            v = _vocab(corpus)
+            words = sorted({w for s in corpus for w in s.split()})
+            sentence = " ".join(rng.choice(words, size=int(rng.integers(1, 10))))
+            cases.append(Case(args=(sentence, v), label=f"known tokens {sentence!r}", part=known))
+        for _ in range(2):
+            corpus = _random_corpus(rng, 6)
+            specials = tuple(str(t) for t in rng.permutation(list(SPECIALS)))
+            v = _vocab(corpus, int(rng.integers(1, 3)), specials)
+            sentence = _random_corpus(rng, 1, max_len=10)[0] + " zebra"
+            cases.append(Case(args=(sentence, v), part=unknown,
+                              label=f"{sentence!r}, '<unk>' has id {v['<unk>']}"))
+        corpus = _random_corpus(rng, 4)
+        v = _vocab(corpus)
+        gaps = ["  ", "\t", "\n", " \t "]
+        words = [w for s in corpus for w in s.split()][:8]
+        sentence = "".join(str(rng.choice(gaps)) + w for w in words) + "\n"
+        cases.append(Case(args=(sentence, v), label=f"random whitespace {sentence!r}", part=spaces))
+        cases.append(Case(args=(" \t\n", v), label="only whitespace gives []", part=spaces))
         return cases
 
     def raised_hint(self, case, got):
@@ -236,12 +311,37 @@ def _bpe(corpus, num_merges, *, end="own", weighted=True, tie="smallest"):
 
 
 _SENNRICH = ["low " * 5 + "lower " * 2 + "newest " * 6 + "widest " * 3]
+# A corpus without ties whose first merge depends on weighting the pairs by word counts.
+_WEIGHTED = ["x x ab x", "abc x abd"]
+_ENOUGH = 10_000  # more merges than any corpus here can give
 
 
 def _bpe_corpus(rng):
     """Random words over a small alphabet, so that pairs repeat and tie."""
     vocab = ["".join(rng.choice(list(_LETTERS), size=int(rng.integers(1, 6)))) for _ in range(int(rng.integers(3, 8)))]
     return [" ".join(rng.choice(vocab, size=int(rng.integers(1, 6)))) for _ in range(int(rng.integers(2, 6)))]
+
+
+def _bpe_letters(rng, extra=()):
+    """Two sentences of single letters with distinct counts (each gives one pair,
+    ``(letter, '</w>')``, so no two pairs tie) and the ``extra`` words."""
+    letters = rng.choice(list(_LETTERS), size=int(rng.integers(2, 5)), replace=False)
+    counts = rng.choice(np.arange(1, 12), size=len(letters), replace=False)
+    words = [str(c) for c, k in zip(letters, counts) for _ in range(k)] + list(extra)
+    words = [str(w) for w in rng.permutation(words)]
+    return [" ".join(words[i::2]) for i in range(2)]
+
+
+def _bpe_untied(rng):
+    """A random corpus and a number of merges (at least 1) that never meet a tie
+    or run out of pairs: the three tie-breaking rules agree on every merge."""
+    while True:
+        # Letters with distinct counts, and one random sentence of longer words.
+        corpus = _bpe_letters(rng, _bpe_corpus(rng)[:1])
+        merges = [_bpe(corpus, _ENOUGH, tie=tie) for tie in ("smallest", "largest", "first")]
+        agree = next((i for i, m in enumerate(zip(*merges)) if len(set(m)) > 1), min(map(len, merges)))
+        if agree >= 1:
+            return corpus, int(rng.integers(1, agree + 1))
 
 
 @register
@@ -251,23 +351,41 @@ class LearnBpe(Exercise):
     name = "learn_bpe"
     chapter = CHAPTER
     kind = "function"
-    what = "merges in order: '</w>' as its own symbol, weighted counts, smallest pair on ties, early stop"
+    what = "merges in order: '</w>' its own symbol, pairs weighted by word counts, smallest pair on ties, early stop"
+
+    parts = {"most frequent pair, weighted by word counts": 2, "ties: the smallest pair": 1,
+             "stop when no pair is left": 1}
 
     def cases(self, rng, hidden):
+        frequent, ties, stop = self.parts
+        # The cases of the first part have no tie and never run out of pairs, so a
+        # tie-breaking or stopping mistake costs its own part only.
         cases = [
-            Case(args=(_SENNRICH, 10), label="Sennrich's example: low x5, lower x2, newest x6, widest x3; 10 merges"),
-            Case(args=(["ab ab ba"], 2), label="'ab' x2 and 'ba': the most frequent pairs first"),
-            Case(args=(["ab"], 5), label="one word 'ab': 2 merges, then no pair is left (stop early)"),
+            Case(args=(_WEIGHTED, 2), part=frequent,
+                 label="'x' x4, 'ab', 'abc', 'abd': (x, </w>) is seen 4 times, (a, b) 3 times"),
+            Case(args=(_SENNRICH, 10), part=ties,
+                 label="Sennrich's example: low x5, lower x2, newest x6, widest x3; 10 merges, "
+                       "(e, s), (s, t) and (t, </w>) tie at 9"),
+            Case(args=(["a b a"], 5), label="'a' x2 and 'b': 2 merges, then no pair is left (stop early)", part=stop),
         ]
         if not hidden:
             return cases
-        for _ in range(5):
+        for _ in range(3):
+            corpus, n = _bpe_untied(rng)
+            cases.append(Case(args=(corpus, n), label=f"random corpus {corpus}, {n} merges", part=frequent))
+        cases.append(Case(args=(_SENNRICH, 0), label="num_merges=0 gives []", part=frequent))
+        cases.append(Case(args=(["ba ab"], 1), part=ties,
+                          label="a tie: ('a', 'b'), ('b', 'a'), ('a', '</w>') and ('b', '</w>') seen once each"))
+        cases.append(Case(args=(["aaaa"], 3), label="'aaaa': pairs overlap, merge left to right", part=ties))
+        for _ in range(2):
             corpus = _bpe_corpus(rng)
-            n = int(rng.integers(1, 25))
-            cases.append(Case(args=(corpus, n), label=f"random corpus {corpus}, {n} merges"))
-        cases.append(Case(args=(["ba ab"], 1), label="a tie: ('a', 'b') and ('b', 'a') seen once each; smallest pair wins"))
-        cases.append(Case(args=(["aaaa"], 3), label="'aaaa': pairs overlap, merge left to right"))
-        cases.append(Case(args=(_SENNRICH, 0), label="num_merges=0 gives []"))
+            n = min(int(rng.integers(2, 25)), len(_bpe(corpus, _ENOUGH)))
+            cases.append(Case(args=(corpus, n), label=f"random corpus {corpus}, {n} merges", part=ties))
+        cases.append(Case(args=(["ab"], 5), label="one word 'ab': 2 merges, then no pair is left", part=stop))
+        corpus = _bpe_letters(rng)
+        n = len(_bpe(corpus, _ENOUGH)) + int(rng.integers(1, 10))
+        cases.append(Case(args=(corpus, n), label=f"random corpus {corpus}, {n} merges: more than there are pairs",
+                          part=stop))
         return cases
 
     def raised_hint(self, case, got):
@@ -330,6 +448,18 @@ def _tokenize(word, merges, *, mode="ordered"):
     return symbols
 
 
+def _plain_tokenize_case(rng):
+    """A random word and learned merges on which tokenising by string replacement
+    or merging only the first occurrence gives the right answer: a case about the
+    order of the merges alone."""
+    while True:
+        m = _bpe(_bpe_corpus(rng), int(rng.integers(1, 20)))
+        word = "".join(rng.choice(list(_LETTERS), size=int(rng.integers(1, 8))))
+        right = _tokenize(word, m)
+        if all(_tokenize(word, m, mode=mode) == right for mode in ("once", "replace")):
+            return word, m
+
+
 @register
 class BpeTokenize(Exercise):
     """``bpe_tokenize(word, merges) -> list[str]``."""
@@ -337,33 +467,41 @@ class BpeTokenize(Exercise):
     name = "bpe_tokenize"
     chapter = CHAPTER
     kind = "function"
-    what = "merges applied in learned order, every occurrence, '</w>' kept, unseen words"
+    what = "merges applied in learned order, to every occurrence left to right, on whole symbols; '</w>' kept"
+
+    parts = {"merges in learned order": 2, "every occurrence, left to right": 1, "whole symbols, not substrings": 1}
 
     def cases(self, rng, hidden):
+        order, every, whole = self.parts
         merges = _bpe(_SENNRICH, 10)
         cases = [
-            Case(args=("lowest", merges), label="'lowest' with Sennrich's 10 merges"),
-            Case(args=("newer", merges), label="'newer' (not in the corpus)"),
-            Case(args=("aaaa", [("a", "a"), ("aa", "aa")]), label="'aaaa' with merges (a, a), (aa, aa)"),
+            Case(args=("lowest", merges), label="'lowest' with Sennrich's 10 merges", part=order),
+            Case(args=("abc", [("b", "c"), ("a", "b"), ("a", "bc")]), part=order,
+                 label="merges (b, c), (a, b), (a, bc): the order decides"),
+            Case(args=("aaaa", [("a", "a")]), label="'aaaa' with the one merge (a, a): two 'aa'", part=every),
+            Case(args=("cab", [("c", "a"), ("a", "b")]), part=whole,
+                 label="'cab' with (c, a), (a, b): after the first merge 'a' is inside 'ca'"),
         ]
         if not hidden:
             return cases
-        for _ in range(5):
-            corpus = _bpe_corpus(rng)
-            m = _bpe(corpus, int(rng.integers(1, 20)))
-            word = "".join(rng.choice(list(_LETTERS), size=int(rng.integers(1, 8))))
-            cases.append(Case(args=(word, m), label=f"random word {word!r} with {len(m)} learned merges"))
-        cases.append(Case(args=("xyz", [("a", "b")]), label="no merge applies: characters plus '</w>'"))
-        cases.append(Case(args=("abc", [("b", "c"), ("a", "b"), ("a", "bc")]),
-                          label="merges (b, c), (a, b), (a, bc): the order decides"))
-        cases.append(Case(args=("abab", [("a", "b"), ("b", "a"), ("ab", "ab")]),
-                          label="'abab' with (a, b), (b, a), (ab, ab)"))
-        cases.append(Case(args=("ab", [("b", "</w>"), ("a", "b</w>")]),
-                          label="merges that involve '</w>'"))
-        cases.append(Case(args=("cab", [("c", "a"), ("a", "b")]),
-                          label="'cab' with (c, a), (a, b): after the first merge 'a' is inside 'ca'"))
-        cases.append(Case(args=("abcab", [("a", "b"), ("b", "ca"), ("c", "ab")]),
-                          label="a later merge that spans an earlier merge's boundary"))
+        cases.append(Case(args=("newer", merges), label="'newer' (not in the corpus)", part=order))
+        cases.append(Case(args=("xyz", [("a", "b")]), label="no merge applies: characters plus '</w>'", part=order))
+        cases.append(Case(args=("ab", [("b", "</w>"), ("a", "b</w>")]), label="merges that involve '</w>'",
+                          part=order))
+        # Random words whose merges meet no repeated pair and no symbol boundary:
+        # they test the order only.
+        for _ in range(4):
+            word, m = _plain_tokenize_case(rng)
+            cases.append(Case(args=(word, m), label=f"random word {word!r} with {len(m)} learned merges", part=order))
+        cases.append(Case(args=("abab", [("a", "b")]), label="'abab' with (a, b): both occurrences", part=every))
+        cases.append(Case(args=("aaa", [("a", "a")]), label="'aaa' with (a, a): left to right, aa a", part=every))
+        letter = str(rng.choice(list(_LETTERS)))
+        word = letter * int(rng.integers(3, 8))
+        cases.append(Case(args=(word, [(letter, letter)]), label=f"{word!r} with ({letter}, {letter})", part=every))
+        cases.append(Case(args=("abcab", [("a", "b"), ("b", "ca"), ("c", "ab")]), part=every,
+                          label="'abcab': (a, b) occurs twice, and (c, ab) builds on the second"))
+        cases.append(Case(args=("abc", [("b", "c"), ("a", "b")]), part=whole,
+                          label="'abc' with (b, c), (a, b): 'b' is inside 'bc' by then"))
         return cases
 
     def diagnose(self, case, got, want):
@@ -388,41 +526,36 @@ class BpeTokenize(Exercise):
 # --------------------------------------------------------------------------- one_hot
 
 
-class _FloatResult(Exercise):
-    """Accept any float dtype for a float result (the contract says "floats")."""
-
-    def judge(self, case, got, want):
-        g, w = _array(got.value), _array(want.value)
-        if isinstance(got.value, np.ndarray) and isinstance(w, np.ndarray) and np.issubdtype(g.dtype, np.floating):
-            got = Result(value=g.astype(w.dtype), attrs=got.attrs, probes=got.probes, grads=got.grads,
-                         args_after=got.args_after, raised=got.raised)
-        super().judge(case, got, want)
-
-
 @register
-class OneHot(_FloatResult):
+class OneHot(Exercise):
     """``one_hot(ids, vocab_size) -> (len(ids), vocab_size)`` floats."""
 
     name = "one_hot"
     chapter = CHAPTER
     kind = "function"
-    what = "(len(ids), vocab_size) float rows with one 1.0, repeated ids, empty ids, out-of-range ids raise"
+    what = "(len(ids), vocab_size) float rows with one 1.0 at column ids[i], repeated ids, ids as an array, no ids"
+    parts = {"shape (len(ids), vocab_size), floats": 1, "a 1.0 at column ids[i]": 2}
 
     def cases(self, rng, hidden):
+        shape, ones = self.parts
         cases = [
-            Case(args=([2, 0, 1], 4), label="ids [2, 0, 1], vocab_size 4"),
-            Case(args=([3, 3], 5), label="a repeated id"),
+            Case(args=([2, 0, 1], 5), label="ids [2, 0, 1], vocab_size 5: shape (3, 5)", compare="structure",
+                 part=shape),
+            Case(args=([], 3), label="no ids: shape (0, 3)", compare="structure", part=shape),
+            Case(args=([2, 0, 1], 4), label="ids [2, 0, 1], vocab_size 4", part=ones),
+            Case(args=([3, 3], 5), label="a repeated id", part=ones),
+            Case(args=([1, 5], 5), label="id 5 with vocab_size 5 is out of range", part=ADVICE,
+                 expect_error=(ValueError, IndexError)),
         ]
         if not hidden:
             return cases
         for _ in range(3):
             v = int(rng.integers(1, 30))
             ids = [int(i) for i in rng.integers(0, v, size=int(rng.integers(1, 12)))]
-            cases.append(Case(args=(ids, v), label=f"random {len(ids)} ids, vocab_size {v}"))
-        cases.append(Case(args=(np.array([4, 0, 2]), 6), label="ids as a numpy array"))
-        cases.append(Case(args=([], 3), label="no ids: shape (0, 3)"))
-        cases.append(Case(args=([1, 5], 5), label="id 5 with vocab_size 5 is out of range",
-                          expect_error=(ValueError, IndexError)))
+            cases.append(Case(args=(ids, v), label=f"random {len(ids)} ids, vocab_size {v}: shape",
+                              compare="structure", part=shape))
+            cases.append(Case(args=(ids, v), label=f"random {len(ids)} ids, vocab_size {v}", part=ones))
+        cases.append(Case(args=(np.array([4, 0, 2]), 6), label="ids as a numpy array", part=ones))
         return cases
 
     def diagnose(self, case, got, want):
@@ -432,6 +565,9 @@ class OneHot(_FloatResult):
         w = _array(want.value)
         if np.issubdtype(g.dtype, np.integer) or g.dtype == bool:
             return "the vectors must be floats (dtype float64): np.zeros((n, vocab_size)) is float by default."
+        if np.issubdtype(g.dtype, np.floating) and g.dtype.itemsize < w.dtype.itemsize:
+            return (f"{g.dtype} is narrower than numpy's default float64, which the reference returns: "
+                    "np.zeros((n, vocab_size)) or np.eye(vocab_size) without a dtype.")
         if g.shape == w.shape[::-1] and _close(g.T, w):
             return "rows and columns are swapped: one row per id, shape (len(ids), vocab_size)."
         if g.shape == w.shape and len(w) and any(_close(np.roll(g, shift, axis=1), w) for shift in (1, -1)):
@@ -449,29 +585,39 @@ class CosineSimilarity(Exercise):
     name = "cosine_similarity"
     chapter = CHAPTER
     kind = "function"
-    what = "a·b / (|a| |b|) as a float, parallel / opposite / orthogonal vectors, zero vectors raise"
+    what = "a·b / (|a| |b|) as a float for parallel, opposite, orthogonal, random vectors; a zero vector raises"
+
+    parts = {"a·b / (|a| |b|)": 2, "a zero vector raises ValueError": 1}
 
     def cases(self, rng, hidden):
+        cosine, zero = self.parts
         cases = [
-            Case(args=(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0])), label="parallel vectors: 1.0"),
-            Case(args=(np.array([1.0, 0.0]), np.array([0.0, 3.0])), label="orthogonal vectors: 0.0"),
-            Case(args=(np.array([1.0, 2.0, 2.0]), np.array([-2.0, 1.0, 0.5])), label="a general pair"),
+            Case(args=(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0])), label="parallel vectors: 1.0",
+                 part=cosine),
+            Case(args=(np.array([1.0, 0.0]), np.array([0.0, 3.0])), label="orthogonal vectors: 0.0", part=cosine),
+            Case(args=(np.array([1.0, 2.0, 2.0]), np.array([-2.0, 1.0, 0.5])), label="a general pair", part=cosine),
             Case(args=(np.zeros(3), np.array([1.0, 2.0, 3.0])), label="a zero vector: undefined, raise ValueError",
-                 expect_error=(ValueError,)),
+                 expect_error=(ValueError,), part=zero),
         ]
         if not hidden:
             return cases
         for _ in range(3):
             d = int(rng.integers(2, 50))
             scale = float(rng.choice([1e-3, 1.0, 1e3]))
-            cases.append(Case(args=(rng.normal(size=d) * scale, rng.normal(size=d)),
+            cases.append(Case(args=(rng.normal(size=d) * scale, rng.normal(size=d)), part=cosine,
                               label=f"random vectors of length {d}, one scaled by {scale}"))
         a = rng.normal(size=7)
-        cases.append(Case(args=(a, -2.5 * a), label="opposite vectors: -1.0"))
-        cases.append(Case(args=([1, 2, 3], [3, 2, 1]), label="python lists of ints"))
+        cases.append(Case(args=(a, -2.5 * a), label="opposite vectors: -1.0", part=cosine))
+        cases.append(Case(args=([1, 2, 3], [3, 2, 1]), label="python lists of ints", part=cosine))
         cases.append(Case(args=(rng.normal(size=4), np.zeros(4)), label="b is the zero vector",
-                          expect_error=(ValueError,)))
+                          expect_error=(ValueError,), part=zero))
         return cases
+
+    def raised_hint(self, case, got):
+        if case.expect_error:
+            return ("|a| |b| = 0 here: check np.linalg.norm(a) and np.linalg.norm(b) first and raise "
+                    "ValueError('cosine similarity is undefined for a zero vector').")
+        return None
 
     def diagnose(self, case, got, want):
         if not isinstance(got.value, (float, int)) or isinstance(got.value, bool):
@@ -494,12 +640,12 @@ class CosineSimilarity(Exercise):
 # --------------------------------------------------------------------------- TokenEmbedding
 
 
-def _embedding_case(rng, vocab_size, d_model, ids_shape, label, backward=False):
+def _embedding_case(rng, vocab_size, d_model, ids_shape, label, *, compare="full", part=""):
     weight = rng.normal(size=(vocab_size, d_model)).astype(np.float32)
     ids = rng.integers(0, vocab_size, size=ids_shape).astype(np.int64)
     return Case(init={"vocab_size": vocab_size, "d_model": d_model}, state={"embedding.weight": weight},
-                args=(Tensor(ids),), probes=("state_dict_keys", "type:embedding"), label=label,
-                rtol=1e-5, atol=1e-5)
+                args=(Tensor(ids),), label=label, rtol=1e-5, atol=1e-5, compare=compare, part=part,
+                probes=("state_dict_keys", "type:embedding") if compare == "structure" else ())
 
 
 @register
@@ -509,21 +655,43 @@ class TokenEmbeddingCheck(Exercise):
     name = "TokenEmbedding"
     chapter = CHAPTER
     kind = "class"
-    what = "self.embedding is an nn.Embedding, output = embedding(ids) · √d_model for (B, T) and other id shapes"
+    what = "self.embedding is an nn.Embedding, output = embedding(ids) · √d_model for (B, T) and 1-D ids"
+
+    parts = {"an nn.Embedding named embedding": 1, "embedding(ids) · √d_model": 2}
 
     def cases(self, rng, hidden):
+        module, scaled = self.parts
         cases = [
-            _embedding_case(rng, 10, 4, (2, 3), "vocab 10, d_model 4, ids (2, 3)"),
-            _embedding_case(rng, 7, 16, (1, 5), "vocab 7, d_model 16, one sentence of 5 ids"),
+            _embedding_case(rng, 10, 4, (2, 3), "vocab 10, d_model 4, ids (2, 3): the module and the output shape",
+                            compare="structure", part=module),
+            _embedding_case(rng, 10, 4, (2, 3), "vocab 10, d_model 4, ids (2, 3)", part=scaled),
+            _embedding_case(rng, 7, 16, (1, 5), "vocab 7, d_model 16, one sentence of 5 ids", part=scaled),
+            _embedding_case(rng, 12, 9, (6,), "1-D ids (6,) → (6, d_model), odd d_model 9", part=scaled),
         ]
         if not hidden:
             return cases
         for _ in range(3):
             v, d = int(rng.integers(2, 40)), int(rng.integers(1, 33))
             shape = (int(rng.integers(1, 4)), int(rng.integers(1, 8)))
-            cases.append(_embedding_case(rng, v, d, shape, f"random vocab {v}, d_model {d}, ids {shape}"))
-        cases.append(_embedding_case(rng, 12, 9, (6,), "1-D ids (6,) → (6, d_model), odd d_model 9"))
+            cases.append(_embedding_case(rng, v, d, shape, f"random vocab {v}, d_model {d}, ids {shape}: the module",
+                                         compare="structure", part=module))
+            cases.append(_embedding_case(rng, v, d, shape, f"random vocab {v}, d_model {d}, ids {shape}",
+                                         part=scaled))
         return cases
+
+    def judge(self, case, got, want):
+        """A structure case compares kinds and shapes only, but the probes (the
+        state_dict keys, the type of ``self.embedding``) are this part's facts:
+        they must be equal."""
+        notes = super().judge(case, got, want)
+        if case.compare == "structure":
+            try:
+                for probe in want.probes:
+                    _compare(got.probes.get(probe), want.probes[probe], probe, case)
+            except CheckFailure as exc:
+                hint = self.diagnose(case, got, want)
+                raise CheckFailure(f"{exc} ({case.label})" + (f"\n  Hint: {hint}" if hint else "")) from None
+        return notes
 
     def raised_hint(self, case, got):
         raised = got.raised

@@ -4,6 +4,20 @@
 The contract is ``shared/EXERCISES.md`` section 3; the references are in
 ``solutions/positional.py`` ("Attention Is All You Need", section 3.5).
 
+Parts (what each exercise teaches; the points are split over them):
+
+* ``sinusoidal_positional_encoding``: "shape (max_len, d_model)" 1 · "sin/cos pairs
+  (d_model = 2)" 1 · "frequencies 1/10000^(2i/d_model)" 2 · "odd d_model raises
+  ValueError" 1;
+* ``PositionalEncoding``: "pe: a buffer, not a parameter" 1 · "x + pe[:seq_len]" 2 ·
+  "dropout on the sum" 1 · "seq_len > max_len raises ValueError" 1;
+* ``relative_position_matrix``: "one 2x2 rotation by k (d_model = 2)" 1 ·
+  "block-diagonal, w_i = 1/10000^(2i/d_model)" 2 (an odd ``d_model`` is advice here).
+
+``PositionalEncoding`` and ``relative_position_matrix`` may call
+``sinusoidal_positional_encoding`` (``uses``): when that one fails its check, they
+are graded with the reference table in its place.
+
 The diagnoses rebuild the table with one plausible mistake at a time (sin and cos
 swapped, ``i`` instead of ``2i`` in the exponent, positions from 1, the halves
 layout, dropout before the addition, the rotation by ``-k``, ...) and name the one
@@ -11,12 +25,13 @@ the result equals.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
 import numpy as np
 
-from .base import Case, Exercise, Result, Tensor, register
+from .base import ADVICE, Case, CheckFailure, Exercise, Tensor, register
 from .base import as_array as _array, close
 
 CHAPTER = "03_positional_encoding"
@@ -25,17 +40,6 @@ _close = functools.partial(close, rtol=1e-5, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class _FloatArrayExercise(Exercise):
-    """A numpy exercise whose result may come in any float dtype ("floats")."""
-
-    def judge(self, case, got, want):
-        g, w = got.value, want.value
-        if isinstance(g, np.ndarray) and isinstance(w, np.ndarray) and np.issubdtype(g.dtype, np.floating):
-            got = Result(value=g.astype(w.dtype), attrs=got.attrs, probes=got.probes, grads=got.grads,
-                         args_after=got.args_after, raised=got.raised)
-        super().judge(case, got, want)
 
 
 def _pe(max_len, d_model, *, swap=False, exponent="2i", start=0, layout="interleaved"):
@@ -78,31 +82,47 @@ def _pe_hint(got, max_len, d_model, want):
 
 
 @register
-class SinusoidalPositionalEncoding(_FloatArrayExercise):
+class SinusoidalPositionalEncoding(Exercise):
     """``sinusoidal_positional_encoding(max_len, d_model) -> (max_len, d_model)``."""
 
     name = "sinusoidal_positional_encoding"
     chapter = CHAPTER
     kind = "function"
-    what = "the (max_len, d_model) table: sin on even, cos on odd columns, frequencies 10000**(2i/d_model), odd d_model raises"
+    what = ("the (max_len, d_model) table: sin on even, cos on odd columns, frequencies 1/10000**(2i/d_model), "
+            "odd d_model raises ValueError")
+
+    parts = {"shape (max_len, d_model)": 1, "sin/cos pairs (d_model = 2)": 1,
+             "frequencies 1/10000^(2i/d_model)": 2, "odd d_model raises ValueError": 1}
 
     def cases(self, rng, hidden):
+        shape, pair, frequencies, odd = self.parts
         cases = [
-            Case(args=(4, 4), label="the lecture notes' table: max_len=4, d_model=4", atol=1e-5),
-            Case(args=(10, 6), label="max_len=10, d_model=6", atol=1e-5),
+            Case(args=(10, 6), label="max_len=10, d_model=6: one row per position", compare="structure", part=shape),
+            Case(args=(6, 2), label="d_model=2: PE[pos] = (sin pos, cos pos)", atol=1e-5, part=pair),
+            Case(args=(4, 4), label="the lecture notes' table: max_len=4, d_model=4", atol=1e-5, part=frequencies),
+            Case(args=(10, 6), label="max_len=10, d_model=6", atol=1e-5, part=frequencies),
             Case(args=(5, 3), label="odd d_model=3: sin/cos come in pairs, raise ValueError",
-                 expect_error=(ValueError,)),
+                 expect_error=(ValueError,), part=odd),
         ]
         if not hidden:
             return cases
-        for _ in range(3):
+        for _ in range(2):
             max_len, d_model = int(rng.integers(1, 60)), 2 * int(rng.integers(1, 33))
+            cases.append(Case(args=(max_len, d_model), compare="structure", part=shape,
+                              label=f"random max_len={max_len}, d_model={d_model}: the shape"))
+        max_len = int(rng.integers(1, 60))
+        cases.append(Case(args=(max_len, 2), label=f"d_model=2, max_len={max_len}", atol=1e-5, part=pair))
+        for _ in range(3):
+            max_len, d_model = int(rng.integers(1, 60)), 2 * int(rng.integers(2, 33))
             cases.append(Case(args=(max_len, d_model), label=f"random max_len={max_len}, d_model={d_model}",
-                              atol=1e-5))
-        cases.append(Case(args=(1, 8), label="a single position (max_len=1): sin 0 = 0, cos 0 = 1", atol=1e-5))
-        cases.append(Case(args=(50, 512), label="the paper's d_model=512, 50 positions", atol=1e-5))
-        odd = 2 * int(rng.integers(1, 20)) + 1
-        cases.append(Case(args=(7, odd), label=f"odd d_model={odd}: raise ValueError", expect_error=(ValueError,)))
+                              atol=1e-5, part=frequencies))
+        cases.append(Case(args=(1, 8), label="a single position (max_len=1): sin 0 = 0, cos 0 = 1", atol=1e-5,
+                          part=frequencies))
+        cases.append(Case(args=(50, 512), label="the paper's d_model=512, 50 positions", atol=1e-5,
+                          part=frequencies))
+        d_model = 2 * int(rng.integers(1, 20)) + 1
+        cases.append(Case(args=(7, d_model), label=f"odd d_model={d_model}: raise ValueError",
+                          expect_error=(ValueError,), part=odd))
         return cases
 
     def raised_hint(self, case, got):
@@ -115,6 +135,9 @@ class SinusoidalPositionalEncoding(_FloatArrayExercise):
         if g is None:
             return "return a numpy array of shape (max_len, d_model)."
         max_len, d_model = case.args
+        if np.issubdtype(g.dtype, np.floating) and g.dtype.itemsize < 8:
+            return (f"the table is {g.dtype}; the reference returns numpy's default float64 (np.arange, np.sin, "
+                    "or torch with dtype=torch.float64, then .numpy()).")
         if g.shape == (d_model, max_len) and _close(g.T, _array(want.value)):
             return "rows are positions and columns are dimensions: shape (max_len, d_model)."
         return _pe_hint(g, max_len, d_model, _array(want.value))
@@ -123,12 +146,14 @@ class SinusoidalPositionalEncoding(_FloatArrayExercise):
 # --------------------------------------------------------------------------- PositionalEncoding
 
 
-def _pe_case(rng, batch, seq_len, d_model, max_len, *, dropout=0.1, train=False, label, backward=False, seed=0):
+def _pe_case(rng, batch, seq_len, d_model, max_len, *, dropout=0.1, train=False, label, backward=False, seed=0,
+             part="", compare="full"):
     x = rng.normal(size=(batch, seq_len, d_model)).astype(np.float32)
     weight = Tensor(rng.normal(size=x.shape).astype(np.float32)) if backward else None
     return Case(init={"d_model": d_model, "max_len": max_len, "dropout": dropout},
                 args=(Tensor(x, requires_grad=backward),), train=train, backward=weight, seed=seed,
-                probes=("buffer_names", "parameter_names"), label=label, rtol=1e-5, atol=1e-5)
+                probes=("buffer_names", "parameter_names") if compare == "structure" else (), label=label,
+                rtol=1e-5, atol=1e-5, part=part, compare=compare)
 
 
 @register
@@ -138,30 +163,61 @@ class PositionalEncodingCheck(Exercise):
     name = "PositionalEncoding"
     chapter = CHAPTER
     kind = "class"
-    what = "dropout(x + pe[:T]) in eval and train mode, pe a buffer named pe (not a parameter), T > max_len raises"
+    what = ("dropout(x + pe[:T]) in eval and train mode, pe a buffer named pe (not a parameter), "
+            "T > max_len raises ValueError")
+
+    parts = {"pe: a buffer, not a parameter": 1, "x + pe[:seq_len]": 2, "dropout on the sum": 1,
+             "seq_len > max_len raises ValueError": 1}
+    uses = ("sinusoidal_positional_encoding",)
 
     def cases(self, rng, hidden):
+        buffer, added, dropout, too_long = self.parts
         cases = [
-            _pe_case(rng, 2, 5, 8, 50, label="eval mode: x (2, 5, 8) + pe[:5] (dropout off)"),
-            _pe_case(rng, 1, 3, 4, 10, dropout=0.0, label="dropout=0.0, x (1, 3, 4), max_len=10"),
-            Case(init={"d_model": 4, "max_len": 6}, args=(Tensor(np.zeros((1, 7, 4), np.float32)),),
+            _pe_case(rng, 2, 5, 8, 50, label="d_model 8, max_len 50: the buffers and parameters", part=buffer,
+                     compare="structure"),
+            _pe_case(rng, 2, 5, 8, 50, label="eval mode: x (2, 5, 8) + pe[:5] (dropout off)", part=added),
+            _pe_case(rng, 1, 3, 4, 10, dropout=0.0, backward=True, part=added,
+                     label="dropout=0.0, x (1, 3, 4), max_len=10: the values, and gradients flow back to x"),
+            _pe_case(rng, 1, 6, 4, 6, label="seq_len == max_len = 6 is allowed", part=added),
+            _pe_case(rng, 2, 4, 8, 20, dropout=0.5, train=True, seed=7, part=dropout,
+                     label="train mode, dropout=0.5: dropout(x + pe), one dropout on the sum"),
+            Case(init={"d_model": 4, "max_len": 6}, args=(Tensor(np.zeros((1, 7, 4), np.float32)),), part=too_long,
                  label="7 tokens with max_len=6: raise ValueError", expect_error=(ValueError,)),
         ]
         if not hidden:
             return cases
+        d_model = 2 * int(rng.integers(1, 17))
+        cases.append(_pe_case(rng, 1, 3, d_model, int(rng.integers(3, 40)), part=buffer, compare="structure",
+                              label=f"d_model {d_model}: the buffers and parameters"))
         for _ in range(3):
             d_model = 2 * int(rng.integers(1, 17))
             batch, seq_len = int(rng.integers(1, 4)), int(rng.integers(1, 20))
-            cases.append(_pe_case(rng, batch, seq_len, d_model, seq_len + int(rng.integers(0, 30)),
+            cases.append(_pe_case(rng, batch, seq_len, d_model, seq_len + int(rng.integers(0, 30)), part=added,
                                   label=f"random x ({batch}, {seq_len}, {d_model}) in eval mode"))
-        cases.append(_pe_case(rng, 2, 6, 8, 6, label="seq_len == max_len = 6 is allowed"))
+        cases.append(_pe_case(rng, 2, 6, 8, 6, label="seq_len == max_len = 6 is allowed", part=added))
+        cases.append(_pe_case(rng, 2, 4, 8, 20, backward=True, label="gradients flow back to x unchanged",
+                              part=added))
         cases.append(_pe_case(rng, 2, 7, 16, 40, dropout=0.5, train=True, seed=int(rng.integers(0, 2**31)),
-                              label="train mode, dropout=0.5: dropout(x + pe), one dropout on the sum"))
-        cases.append(_pe_case(rng, 2, 4, 8, 20, backward=True, label="gradients flow back to x unchanged"))
+                              label="train mode, dropout=0.5: dropout(x + pe), one dropout on the sum", part=dropout))
         cases.append(Case(init={"d_model": 6, "max_len": 3, "dropout": 0.0},
-                          args=(Tensor(np.zeros((2, 4, 6), np.float32)),),
+                          args=(Tensor(np.zeros((2, 4, 6), np.float32)),), part=too_long,
                           label="4 tokens with max_len=3: raise ValueError", expect_error=(ValueError,)))
         return cases
+
+    def judge(self, case, got, want):
+        """A structure case compares kinds and shapes only; here it also asks that
+        ``pe`` be a buffer and not a parameter (other buffers are the answer's own
+        business)."""
+        if case.compare != "structure":
+            return super().judge(case, got, want)
+        notes = super().judge(case, dataclasses.replace(got, probes={}), dataclasses.replace(want, probes={}))
+        buffers = got.probes.get("buffer_names") or []
+        params = got.probes.get("parameter_names") or []
+        if "pe" in params or "pe" not in buffers:
+            found = "a parameter" if "pe" in params else f"not a buffer (the buffers are {buffers})"
+            hint = self.diagnose(case, got, want)
+            raise CheckFailure(f"pe is {found} ({case.label})" + (f"\n  Hint: {hint}" if hint else ""))
+        return notes
 
     def raised_hint(self, case, got):
         if case.expect_error:
@@ -172,20 +228,19 @@ class PositionalEncodingCheck(Exercise):
     def diagnose(self, case, got, want):
         import torch
 
-        params = got.probes.get("parameter_names") or []
-        buffers = got.probes.get("buffer_names") or []
-        if "pe" in params:
-            return ("pe must not be a parameter: the encodings are fixed, not learned. Register it with "
-                    "self.register_buffer('pe', table).")
-        if "pe" not in buffers:
-            return ("register the table as a buffer named pe: self.register_buffer('pe', table) (a plain "
-                    "attribute does not follow .to(device) and is not a buffer).")
+        if "buffer_names" in want.probes:  # the structure cases
+            params = got.probes.get("parameter_names") or []
+            buffers = got.probes.get("buffer_names") or []
+            if "pe" in params:
+                return ("pe must not be a parameter: the encodings are fixed, not learned. Register it with "
+                        "self.register_buffer('pe', table).")
+            if "pe" not in buffers:
+                return ("register the table as a buffer named pe: self.register_buffer('pe', table) (a plain "
+                        "attribute does not follow .to(device) and is not a buffer).")
         g = _array(got.value)
         w = _array(want.value)
         if g is None or w is None:
             return None
-        if g.dtype != w.dtype:
-            return "keep pe in float32 (torch.tensor(table, dtype=torch.float32)) so x + pe stays float32."
         x = torch.from_numpy(_array(case.args[0]).astype(np.float32))
         d_model, seq_len = case.init["d_model"], x.shape[1]
         pe = torch.tensor(_pe(seq_len, d_model), dtype=torch.float32)
@@ -227,34 +282,37 @@ def _rotation(k, d_model, *, transpose=False, exponent="2i", layout="pairs"):
 
 
 @register
-class RelativePositionMatrix(_FloatArrayExercise):
+class RelativePositionMatrix(Exercise):
     """``relative_position_matrix(k, d_model) -> M`` with ``M @ pe[pos] == pe[pos + k]``."""
 
     name = "relative_position_matrix"
     chapter = CHAPTER
     kind = "function"
-    what = "the block-diagonal rotation M (d_model, d_model) with M @ pe[pos] = pe[pos + k], any k, odd d_model raises"
+    what = "the block-diagonal rotation M (d_model, d_model) with M @ pe[pos] = pe[pos + k], for any k"
+
+    parts = {"one 2x2 rotation by k (d_model = 2)": 1, "block-diagonal, w_i = 1/10000^(2i/d_model)": 2}
+    uses = ("sinusoidal_positional_encoding",)
 
     def cases(self, rng, hidden):
+        rotation, blocks = self.parts
         cases = [
-            Case(args=(1, 4), label="k=1, d_model=4 (two 2x2 rotations)", atol=1e-8),
-            Case(args=(3, 6), label="k=3, d_model=6", atol=1e-8),
-            Case(args=(2, 5), label="odd d_model=5 raises ValueError", expect_error=(ValueError,)),
+            Case(args=(1, 2), label="k=1, d_model=2: a single 2x2 rotation by the angle 1", atol=1e-8, part=rotation),
+            Case(args=(1, 4), label="k=1, d_model=4 (two 2x2 rotations)", atol=1e-8, part=blocks),
+            Case(args=(3, 6), label="k=3, d_model=6", atol=1e-8, part=blocks),
+            Case(args=(2, 5), label="odd d_model=5: the reference raises ValueError", expect_error=(ValueError,),
+                 part=ADVICE),
         ]
         if not hidden:
             return cases
+        k = int(rng.integers(-20, 40))
+        cases.append(Case(args=(k, 2), label=f"k={k}, d_model=2: a single 2x2 rotation", atol=1e-8, part=rotation))
         for _ in range(3):
-            k, d_model = int(rng.integers(-20, 40)), 2 * int(rng.integers(1, 17))
-            cases.append(Case(args=(k, d_model), label=f"random k={k}, d_model={d_model}", atol=1e-8))
-        cases.append(Case(args=(0, 8), label="k=0 is the identity", atol=1e-8))
-        cases.append(Case(args=(-5, 10), label="a negative offset k=-5 (rotation the other way)", atol=1e-8))
-        cases.append(Case(args=(1, 2), label="d_model=2: a single 2x2 rotation", atol=1e-8))
+            k, d_model = int(rng.integers(-20, 40)), 2 * int(rng.integers(2, 17))
+            cases.append(Case(args=(k, d_model), label=f"random k={k}, d_model={d_model}", atol=1e-8, part=blocks))
+        cases.append(Case(args=(0, 8), label="k=0 is the identity", atol=1e-8, part=blocks))
+        cases.append(Case(args=(-5, 10), label="a negative offset k=-5 (rotation the other way)", atol=1e-8,
+                          part=blocks))
         return cases
-
-    def raised_hint(self, case, got):
-        if case.expect_error:
-            return "check d_model % 2 and raise ValueError: the rotation works on (sin, cos) pairs."
-        return None
 
     def diagnose(self, case, got, want):
         g = _array(got.value)

@@ -7,15 +7,22 @@ transpose, the heads concatenated in the wrong order, no ``1/√d_k`` scale, the
 mask polarity inverted, the softmax over the query axis, no ``w_o`` ...) and names
 the one the submission matches.
 
+The parts and their points are fixed by the chapter's prompts ("Graded parts").
+The one error the contract names here is ``d_model % num_heads != 0`` in
+``split_heads`` (a part of its own); the same in ``MultiHeadAttention`` is advice
+worth no points. ``MultiHeadAttention`` grades its layers, its output and its
+``attn_weights`` as separate parts, so a mistake in one costs that part only.
+
 Paper: "Attention Is All You Need" (Vaswani et al., 2017), section 3.2.2.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
-from .base import Case, Exercise, Tensor, register
+from .base import ADVICE, Case, Exercise, Tensor, register
 
 __all__ = ["SplitHeads", "MergeHeads", "MultiHeadAttentionCheck"]
 
@@ -76,35 +83,49 @@ class SplitHeads(_HeadsExercise):
     name = "split_heads"
     chapter = CHAPTER
     kind = "function"
-    what = "shapes (B, h, T, d_k), which values land in which head, dtypes, d_model % h != 0 raises"
+    what = "shapes (B, h, T, d_k), which values land in which head, d_model % h != 0 raises ValueError"
+    parts = {"shapes and head order": 1, "d_model % num_heads != 0 raises ValueError": 1}
+
+    SPLIT, ERROR = parts
 
     def cases(self, rng, hidden):
+        tokens = np.arange(12, dtype=np.float32).reshape(1, 3, 4)  # 3 tokens, d_model = 4
+        cases = [
+            Case(args=(Tensor(tokens), 2), part=self.SPLIT,
+                 label="1 sentence of 3 tokens, d_model=4, 2 heads (x = arange(12))"),
+            Case(args=(Tensor(rng.normal(size=(2, 5, 8)).astype(np.float32)), 4), part=self.SPLIT,
+                 label="(2, 5, 8) into 4 heads"),
+            Case(args=(Tensor(np.zeros((1, 2, 6), np.float32)), 4), part=self.ERROR, expect_error=(ValueError,),
+                 label="d_model=6 is not divisible by 4 heads"),
+        ]
         if not hidden:
-            tokens = np.arange(12, dtype=np.float32).reshape(1, 3, 4)  # 3 tokens, d_model = 4
-            return [
-                Case(args=(Tensor(tokens), 2), label="1 sentence of 3 tokens, d_model=4, 2 heads (x = arange(12))"),
-                Case(args=(Tensor(rng.normal(size=(2, 5, 8)).astype(np.float32)), 4), label="(2, 5, 8) into 4 heads"),
-                Case(args=(Tensor(np.zeros((1, 2, 6), np.float32)), 4), expect_error=(ValueError,),
-                     label="d_model=6 is not divisible by 4 heads"),
-            ]
-        cases = []
+            return cases
         for _ in range(6):
             batch, length = int(rng.integers(1, 4)), int(rng.integers(1, 7))
             num_heads, d_k = int(rng.choice([1, 2, 3, 4, 8])), int(rng.integers(1, 6))
             x = rng.normal(size=(batch, length, num_heads * d_k)).astype(_float_dtype(rng))
-            cases.append(Case(args=(Tensor(x), num_heads),
+            cases.append(Case(args=(Tensor(x), num_heads), part=self.SPLIT,
                               label=f"{x.shape} {x.dtype} into {num_heads} heads"))
         x = rng.normal(size=(2, 3, 12))
-        cases.append(Case(args=(Tensor(x), 12), label="h = d_model = 12: one value per head"))
-        cases.append(Case(args=(Tensor(x), 1), label="h = 1: a single head of width d_model"))
+        cases.append(Case(args=(Tensor(x), 12), part=self.SPLIT, label="h = d_model = 12: one value per head"))
+        cases.append(Case(args=(Tensor(x), 1), part=self.SPLIT, label="h = 1: a single head of width d_model"))
         grad = rng.normal(size=(2, 3, 3, 4))  # (B, h, T, d_k)
-        cases.append(Case(args=(Tensor(x, requires_grad=True), 3), label="gradient flows back through the split",
-                          backward=Tensor(grad)))
+        cases.append(Case(args=(Tensor(x, requires_grad=True), 3), part=self.SPLIT,
+                          label="gradient flows back through the split", backward=Tensor(grad)))
         d_model = int(rng.choice([5, 7, 9, 10]))
         heads = {5: 2, 7: 3, 9: 2, 10: 4}[d_model]
-        cases.append(Case(args=(Tensor(np.ones((1, 2, d_model))), heads), expect_error=(ValueError,),
-                          label=f"d_model={d_model} is not divisible by {heads} heads"))
+        cases.append(Case(args=(Tensor(np.ones((1, 2, d_model))), heads), part=self.ERROR,
+                          expect_error=(ValueError,), label=f"d_model={d_model} is not divisible by {heads} heads"))
         return cases
+
+    def raised_hint(self, case, got):
+        if case.expect_error and got.raised is None:
+            return ("check first: `if d_model % num_heads != 0: raise ValueError(...)` saying both numbers; "
+                    "a reshape that happens to fit would split the features unevenly.")
+        if case.expect_error:
+            return (f"you raised {got.raised['type']}, but the contract asks for ValueError: check "
+                    "`d_model % num_heads != 0` yourself before the reshape fails on its own.")
+        return super().raised_hint(case, got)
 
     def diagnose(self, case, got, want):
         x = _value(case.args[0])
@@ -143,26 +164,31 @@ class MergeHeads(_HeadsExercise):
     name = "merge_heads"
     chapter = CHAPTER
     kind = "function"
-    what = "shapes (B, T, h * d_k), concatenation order of the heads, dtypes, inverse of split_heads"
+    what = "shape (B, T, h * d_k), the heads concatenated in order [head_1 | head_2 | ...], the inverse of split_heads"
+    parts = {"shape (B, T, h·d_k)": 1, "heads concatenated in order": 1}
+
+    SHAPE, ORDER = parts
+
+    def _pair(self, x, label):
+        """Two cases on one input: its shape and dtype, then its values."""
+        return [Case(args=(Tensor(x),), part=self.SHAPE, compare="structure", label=label),
+                Case(args=(Tensor(x),), part=self.ORDER, label=label)]
 
     def cases(self, rng, hidden):
+        heads = np.arange(12, dtype=np.float32).reshape(1, 2, 3, 2)  # 2 heads, 3 tokens, d_k = 2
+        cases = self._pair(heads, "1 sentence, 2 heads of 3 tokens, d_k=2 (x = arange(12))")
+        cases += self._pair(rng.normal(size=(2, 4, 5, 3)).astype(np.float32), "(2, 4, 5, 3): 4 heads, 5 tokens, d_k=3")
         if not hidden:
-            heads = np.arange(12, dtype=np.float32).reshape(1, 2, 3, 2)  # 2 heads, 3 tokens, d_k = 2
-            return [
-                Case(args=(Tensor(heads),), label="1 sentence, 2 heads of 3 tokens, d_k=2 (x = arange(12))"),
-                Case(args=(Tensor(rng.normal(size=(2, 4, 5, 3)).astype(np.float32)),),
-                     label="(2, 4, 5, 3): 4 heads, 5 tokens, d_k=3"),
-            ]
-        cases = []
+            return cases
         for _ in range(6):
             shape = (int(rng.integers(1, 4)), int(rng.choice([1, 2, 3, 4, 8])),
                      int(rng.integers(2, 7)), int(rng.integers(1, 6)))
             x = rng.normal(size=shape).astype(_float_dtype(rng))
-            cases.append(Case(args=(Tensor(x),), label=f"{shape} {x.dtype}"))
-        cases.append(Case(args=(Tensor(rng.normal(size=(2, 3, 1, 4))),), label="a single token (T = 1)"))
+            cases += self._pair(x, f"{shape} {x.dtype}")
+        cases += self._pair(rng.normal(size=(2, 3, 1, 4)), "a single token (T = 1)")
         x = rng.normal(size=(2, 3, 4, 2))
-        cases.append(Case(args=(Tensor(x, requires_grad=True),), label="gradient flows back through the merge",
-                          backward=Tensor(rng.normal(size=(2, 4, 6)))))
+        cases.append(Case(args=(Tensor(x, requires_grad=True),), part=self.ORDER,
+                          label="gradient flows back through the merge", backward=Tensor(rng.normal(size=(2, 4, 6)))))
         return cases
 
     def diagnose(self, case, got, want):
@@ -253,17 +279,28 @@ def _mha_variant(case: Case, *, scale="d_k", invert_mask=False, softmax_axis=-1,
     return out.numpy(), weights.numpy()
 
 
+_LAYER_PROBES = ("state_dict_keys", "type:w_q", "type:w_k", "type:w_v", "type:w_o")
+
+
 @register
 class MultiHeadAttentionCheck(_HeadsExercise):
     name = "MultiHeadAttention"
     chapter = CHAPTER
     kind = "class"
-    what = ("self- and cross-attention outputs, self.attn_weights (B, h, T_q, T_k), masks (True = may attend), "
-            "exactly w_q/w_k/w_v/w_o, gradients, d_model % h != 0 raises")
+    what = ("exactly w_q/w_k/w_v/w_o, self-attention, cross-attention with masks (True = may attend), "
+            "self.attn_weights (B, h, T_q, T_k)")
+    parts = {"layers w_q, w_k, w_v, w_o": 1, "self-attention": 2, "cross-attention and masks": 2,
+             "attn_weights": 1}
+    uses = ("split_heads", "merge_heads")
+
+    LAYERS, SELF, CROSS, WEIGHTS = parts
 
     @staticmethod
-    def _case(rng, batch, t_q, t_k, d_model, num_heads, *, cross, mask=None, label, scale=1.0,
+    def _case(rng, batch, t_q, t_k, d_model, num_heads, *, cross, part, mask=None, label, scale=1.0,
               dropout=None, backward=False, rtol=1e-4, atol=1e-5):
+        """A forward case; the ``attn_weights`` part reads the attribute (of unmasked
+        self-attention: a mistake with masks or with ``key``/``value`` is charged to
+        "cross-attention and masks" once), the other parts the output."""
         query = (rng.normal(size=(batch, t_q, d_model)) * scale).astype(np.float32)
         if cross:
             key = (rng.normal(size=(batch, t_k, d_model)) * scale).astype(np.float32)
@@ -277,30 +314,49 @@ class MultiHeadAttentionCheck(_HeadsExercise):
         q_arg = Tensor(query, requires_grad=backward)
         args = (q_arg, Tensor(key), Tensor(value)) if cross else (q_arg, Tensor(query), Tensor(query))
         weight = Tensor(rng.normal(size=(batch, t_q, d_model)).astype(np.float32)) if backward else None
-        return Case(args=args, kwargs=kwargs, init=init, state=_random_state(rng, d_model), attrs=("attn_weights",),
-                    probes=("state_dict_keys",), label=label, backward=weight, rtol=rtol, atol=atol)
+        attrs = ("attn_weights",) if part == MultiHeadAttentionCheck.WEIGHTS else ()
+        return Case(args=args, kwargs=kwargs, init=init, state=_random_state(rng, d_model), attrs=attrs,
+                    part=part, label=label, backward=weight, rtol=rtol, atol=atol)
+
+    def _layers(self, rng, d_model, num_heads):
+        x = Tensor(rng.normal(size=(1, 2, d_model)).astype(np.float32))
+        return Case(init={"d_model": d_model, "num_heads": num_heads}, args=(x, x, x), probes=_LAYER_PROBES,
+                    part=self.LAYERS, label=f"the layers of MultiHeadAttention({d_model}, {num_heads})")
 
     def cases(self, rng, hidden):
+        causal = np.tril(np.ones((4, 4), dtype=bool))[None, None]  # (1, 1, T, T)
+        padding = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=bool)[:, None, None, :]  # (B, 1, 1, T_k)
+        cases = [
+            self._layers(rng, 8, 2),
+            self._case(rng, 1, 3, 3, 4, 2, cross=False, part=self.SELF,
+                       label="self-attention, 1 sentence of 3 tokens, d_model=4, h=2"),
+            self._case(rng, 2, 4, 4, 8, 4, cross=False, part=self.SELF,
+                       label="self-attention, 2 sentences of 4 tokens, d_model=8, h=4"),
+            self._case(rng, 1, 4, 4, 8, 2, cross=False, mask=causal, part=self.CROSS,
+                       label="self-attention with a causal mask (1, 1, 4, 4), d_model=8, h=2"),
+            self._case(rng, 2, 3, 5, 8, 4, cross=True, mask=padding, part=self.CROSS,
+                       label="cross-attention T_q=3, T_k=5 with a padding mask (2, 1, 1, 5), h=4"),
+            self._case(rng, 2, 5, 5, 8, 4, cross=False, part=self.WEIGHTS,
+                       label="self.attn_weights of self-attention, 2 sentences of 5 tokens, h=4"),
+        ]
         if not hidden:
-            causal = np.tril(np.ones((4, 4), dtype=bool))[None, None]  # (1, 1, T, T)
-            padding = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=bool)[:, None, None, :]  # (B, 1, 1, T_k)
-            return [
-                self._case(rng, 1, 3, 3, 4, 2, cross=False, label="self-attention, 1 sentence of 3 tokens, d_model=4, h=2"),
-                self._case(rng, 1, 4, 4, 8, 2, cross=False, mask=causal,
-                           label="self-attention with a causal mask (1, 1, 4, 4), d_model=8, h=2"),
-                self._case(rng, 2, 3, 5, 8, 4, cross=True, mask=padding,
-                           label="cross-attention T_q=3, T_k=5 with a padding mask (2, 1, 1, 5), h=4"),
-            ]
-        cases = []
+            return cases
+        num_heads = int(rng.choice([1, 2, 3, 4]))
+        cases.append(self._layers(rng, num_heads * int(rng.integers(1, 5)), num_heads))
         for i in range(4):  # random self- and cross-attention, no mask
             num_heads = int(rng.choice([1, 2, 4]))
             d_model = num_heads * int(rng.integers(2, 5))
             batch, t_q = int(rng.integers(1, 4)), int(rng.integers(2, 7))
             cross = i % 2 == 1
             t_k = t_q + int(rng.integers(1, 4)) if cross else t_q
+            kind = "cross" if cross else "self"
             cases.append(self._case(rng, batch, t_q, t_k, d_model, num_heads, cross=cross,
-                                    label=f"{'cross' if cross else 'self'}-attention B={batch} T_q={t_q} "
-                                          f"T_k={t_k} d_model={d_model} h={num_heads}"))
+                                    part=self.CROSS if cross else self.SELF,
+                                    label=f"{kind}-attention B={batch} T_q={t_q} T_k={t_k} d_model={d_model} "
+                                          f"h={num_heads}"))
+        cases.append(self._case(rng, 2, 4, 4, 8, 8, cross=False, part=self.SELF, label="h = d_model = 8 (d_k = 1)"))
+        cases.append(self._case(rng, 2, 4, 4, 8, 2, cross=False, scale=30.0, rtol=1e-3, atol=1e-3, part=self.SELF,
+                                label="large inputs (x 30): saturated softmax, no overflow"))
         batch, t_q, t_k, d_model, num_heads = 3, 4, 6, 12, 3
         shapes = {
             "(B, 1, 1, T_k) padding": (batch, 1, 1, t_k),
@@ -311,25 +367,42 @@ class MultiHeadAttentionCheck(_HeadsExercise):
             mask = rng.random(size=shape) < 0.7
             mask[..., 0] = True  # every query keeps at least one key
             cases.append(self._case(rng, batch, t_q, t_k, d_model, num_heads, cross=True, mask=mask,
-                                    label=f"cross-attention with a random {what} mask"))
+                                    part=self.CROSS, label=f"cross-attention with a random {what} mask"))
         t = int(rng.integers(3, 7))
         causal = np.tril(np.ones((t, t), dtype=bool))[None, None]
-        cases.append(self._case(rng, 2, t, t, 8, 2, cross=False, mask=causal,
+        cases.append(self._case(rng, 2, t, t, 8, 2, cross=False, mask=causal, part=self.CROSS,
                                 label=f"self-attention with a causal mask (1, 1, {t}, {t})"))
         full = np.ones((2, 1, 3, 5), dtype=bool)
         full[1, 0, 2, :] = False  # one query with every key masked
-        cases.append(self._case(rng, 2, 3, 5, 8, 2, cross=True, mask=full,
+        cases.append(self._case(rng, 2, 3, 5, 8, 2, cross=True, mask=full, part=self.CROSS,
                                 label="a query whose keys are all masked (its weights must be 0, not NaN)"))
-        cases.append(self._case(rng, 2, 4, 4, 8, 8, cross=False, label="h = d_model = 8 (d_k = 1)"))
-        cases.append(self._case(rng, 2, 4, 4, 8, 2, cross=False, scale=30.0, rtol=1e-3, atol=1e-3,
-                                label="large inputs (x 30): saturated softmax, no overflow"))
-        cases.append(self._case(rng, 2, 3, 4, 8, 2, cross=True, dropout=0.1,
+        cases.append(self._case(rng, 2, 3, 4, 8, 2, cross=True, dropout=0.1, part=self.CROSS,
                                 label="dropout=0.1 in eval mode (dropout must be off)"))
-        cases.append(self._case(rng, 2, 3, 3, 8, 4, cross=False, backward=True,
-                                label="gradient flows back to the query"))
+        # Cross-attention, so that only the query tracks gradients (self-attention
+        # would pass one tensor three times, which a case cannot encode).
+        cases.append(self._case(rng, 2, 3, 4, 8, 4, cross=True, backward=True, part=self.CROSS,
+                                label="cross-attention: the gradient flows back to the query"))
+        cases.append(self._case(rng, 2, t, t, 8, 4, cross=False, part=self.WEIGHTS,
+                                label=f"self.attn_weights of self-attention, T={t}, h=4"))
+        cases.append(self._case(rng, 3, t, t, 12, 3, cross=False, part=self.WEIGHTS,
+                                label=f"self.attn_weights of self-attention, T={t}, h=3"))
         cases.append(Case(init={"d_model": 10, "num_heads": 4}, args=(Tensor(np.zeros((1, 2, 10), np.float32)),) * 3,
-                          expect_error=(ValueError,), label="d_model=10 is not divisible by 4 heads"))
+                          part=ADVICE, expect_error=(ValueError,), label="d_model=10 is not divisible by 4 heads"))
         return cases
+
+    def judge(self, case, got, want):
+        """Judge only what the case's part is about: the layers case its probes (a
+        forward that raises is graded by the other parts), an ``attn_weights`` case
+        the attribute, the other cases the output (and gradient)."""
+        part = self.part_of(case)
+        if part == self.LAYERS:
+            raised = got.raised if got.raised and got.raised.get("phase") in ("decode", "init", "probe") else None
+            got = dataclasses.replace(got, value=None, grads={}, attrs={}, raised=raised)
+            want = dataclasses.replace(want, value=None, grads={}, attrs={})
+        elif part == self.WEIGHTS:
+            got = dataclasses.replace(got, value=None, grads={})
+            want = dataclasses.replace(want, value=None, grads={})
+        return super().judge(case, got, want)
 
     def raised_hint(self, case, got):
         """A hint for a call that raised."""
@@ -339,17 +412,72 @@ class MultiHeadAttentionCheck(_HeadsExercise):
             return ("the graders load a state_dict with exactly w_q, w_k, w_v, w_o (weight and bias each, "
                     "nn.Linear(d_model, d_model)): no other parameters or buffers, and these names")
         if len(case.args) >= 2 and _value(case.args[0]).shape[1] != _value(case.args[1]).shape[1]:
-            return ("it failed on cross-attention (T_q != T_k): keys and values have their own length "
-                    "T_k = key.size(1); split them with that length, not the query's")
+            return ("it failed on cross-attention (T_q != T_k): the keys and values come from `key` and "
+                    "`value` (w_k(key), w_v(value)), with their own length T_k = key.size(1); split them "
+                    "with that length, not the query's")
         return super().raised_hint(case, got)
 
     def diagnose(self, case, got, want):
-        attn = got.attrs.get("attn_weights")
-        want_attn = _value(want.attrs.get("attn_weights"))
+        if want.probes:
+            return self._layers_hint(got.probes, want.probes)
         if case.state is None:
             return None
-        if want.probes.get("state_dict_keys") != got.probes.get("state_dict_keys"):
-            return "the module must hold exactly w_q, w_k, w_v, w_o (nn.Linear(d_model, d_model) with bias)"
+        if self.part_of(case) == self.WEIGHTS:
+            return self._weights_hint(case, got, want)
+        for flags, hint in self._variants(case):
+            try:
+                result = _mha_variant(case, **flags)
+            except Exception:  # noqa: BLE001 - a variant that does not apply to this case
+                result = None
+            # A variant that coincides with the right answer on this case names nothing.
+            if result is not None and _matches(got.value, result[0]) and not _matches(want.value, result[0]):
+                return hint
+        g = _value(got.value)
+        if g is not None and np.isnan(g).any():
+            return "NaN in the output: a query whose keys are all masked needs masked_softmax (zeros, not NaN)"
+        if _no_gradient(got, want):
+            return "no gradient reached the query: do not detach or leave torch inside forward"
+        return None
+
+    @staticmethod
+    def _layers_hint(got, want) -> str:
+        keys, want_keys = set(got.get("state_dict_keys") or ()), set(want["state_dict_keys"])
+        if keys != want_keys:
+            missing, extra = sorted(want_keys - keys), sorted(keys - want_keys)
+            return ("the module must hold exactly w_q, w_k, w_v, w_o (nn.Linear(d_model, d_model) with bias)"
+                    + (f"; missing {missing}" if missing else "") + (f"; unexpected {extra}" if extra else ""))
+        for name in ("w_q", "w_k", "w_v", "w_o"):
+            if got.get(f"type:{name}") != want[f"type:{name}"]:
+                return f"self.{name} must be an nn.Linear(d_model, d_model), not a {got.get(f'type:{name}')}"
+        return "each of w_q, w_k, w_v, w_o is nn.Linear(d_model, d_model): weight (d_model, d_model), bias (d_model,)"
+
+    def _weights_hint(self, case, got, want) -> str | None:
+        attn = got.attrs.get("attn_weights")
+        want_attn = _value(want.attrs.get("attn_weights"))
+        a = _value(attn)
+        if attn is None:
+            return "self.attn_weights is not set: store the softmax weights (B, h, T_q, T_k) in forward"
+        if a is None or want_attn is None:
+            return "self.attn_weights must be a tensor (B, h, T_q, T_k)"
+        if a.shape == want_attn.shape[:1] + want_attn.shape[2:]:
+            return "self.attn_weights is averaged over the heads: keep one map per head, shape (B, h, T_q, T_k)"
+        if a.shape != want_attn.shape:
+            return f"self.attn_weights must have shape (B, h, T_q, T_k) = {want_attn.shape}"
+        if np.isnan(a).any():
+            return "NaN in the weights of a fully masked query: use masked_softmax, which returns zeros there"
+        for flags, hint in self._variants(case):
+            try:
+                result = _mha_variant(case, **flags)
+            except Exception:  # noqa: BLE001 - a variant that does not apply to this case
+                result = None
+            if result is not None and _matches(attn, result[1]) and not _matches(want_attn, result[1]):
+                return "in self.attn_weights: " + hint
+        return ("store in self.attn_weights the weights after the softmax (and the mask), before dropout, "
+                "one map per head")
+
+    @staticmethod
+    def _variants(case):
+        """The plausible mistakes, as flags of :func:`_mha_variant`, and their hints."""
         variants = [
             (dict(scale="none"), "no 1/√d_k scale: divide the scores Q Kᵀ by math.sqrt(d_k)"),
             (dict(scale="d_model"), "scaled by √d_model: each head's scores are divided by √d_k, d_k = d_model // h"),
@@ -369,32 +497,4 @@ class MultiHeadAttentionCheck(_HeadsExercise):
         ]
         if case.kwargs.get("mask") is None:
             variants = [v for v in variants if "invert_mask" not in v[0] and "mask_ignored" not in v[0]]
-        output_right = _matches(got.value, _value(want.value))
-        for flags, hint in [] if output_right else variants:
-            try:
-                result = _mha_variant(case, **flags)
-            except Exception:  # noqa: BLE001 - a variant that does not apply to this case
-                result = None
-            # A variant that coincides with the right answer on this case names nothing.
-            if result is not None and _matches(got.value, result[0]) and not _matches(want.value, result[0]):
-                return hint
-        if want_attn is not None:
-            a = _value(attn)
-            if attn is None:
-                return "self.attn_weights is not set: store the softmax weights (B, h, T_q, T_k) in forward"
-            if a is not None and a.shape == want_attn.shape[:1] + want_attn.shape[2:]:
-                return ("self.attn_weights is averaged over the heads: keep one map per head, "
-                        "shape (B, h, T_q, T_k)")
-            if a is not None and a.shape == want_attn.shape and np.isnan(a).any():
-                return "NaN in the weights of a fully masked query: use masked_softmax, which returns zeros there"
-            if a is not None and a.shape == want_attn.shape and not _matches(attn, want_attn):
-                if output_right:
-                    return ("the output is right but self.attn_weights is not: store the weights after the "
-                            "softmax (and the mask), before dropout")
-        g = _value(got.value)
-        if g is not None and np.isnan(g).any():
-            return "NaN in the output: a query whose keys are all masked needs masked_softmax (zeros, not NaN)"
-        if _no_gradient(got, want):
-            return "no gradient reached the query: do not detach or leave torch inside forward"
-        return None
-
+        return variants

@@ -10,15 +10,24 @@ inputs (polarity inverted, the diagonal masked, the upper triangle, OR instead o
 AND, the padding part missing, the softmax over the query axis, masked scores
 filled with 0, ...) and names the one the student's result matches, so a hint is
 a measurement, not a guess. ``masked_softmax`` additionally requires masked
-positions to be *exactly* zero (not merely small), which ``judge`` checks after
-the usual comparison.
+positions to be *exactly* zero (not merely small) in the cases of its part
+"masked positions exactly 0", which ``judge`` checks after the usual comparison.
+
+The parts and their points are fixed by the chapter's prompts ("Graded parts").
+Each mask exercise has a part "shape and bool dtype" (cases compared by
+structure) and a part about which positions are True (the same inputs, judged on
+the truth values even when the shape or dtype is off, so one mistake costs one
+part). The contract names no error in this chapter: 1-D ids, ``size < 1`` and a
+mask that does not fit the scores are advice worth no points.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+
 import numpy as np
 
-from .base import Case, CheckFailure, Exercise, Result, Tensor, register
+from .base import ADVICE, Case, CheckFailure, Exercise, Result, Tensor, dtype_verdict, register
 from .base import as_array as _array, close
 
 CHAPTER = "06_masking"
@@ -100,29 +109,66 @@ class _MaskingExercise(Exercise):
         return self.call_hint(case, got.raised) if got.raised is not None else None
 
 
-_IDS_SHAPE_HINT = ("check the argument first: `if ids.dim() != 2: raise ValueError(...)` — the ids must be "
-                   "a (B, T) batch, and a bad argument raises ValueError rather than returning garbage.")
+class _MaskExercise(_MaskingExercise):
+    """A boolean mask exercise: a "shape and bool dtype" part (:attr:`SHAPE`) and a
+    part about which positions are True (:attr:`TRUTH`)."""
+
+    SHAPE: str = "shape and bool dtype"
+    TRUTH: str = ""
+
+    def pair(self, args, label, kwargs=None) -> list[Case]:
+        """Two cases on one input: its shape and dtype, then its truth values."""
+        kwargs = dict(kwargs or {})
+        return [Case(args=args, kwargs=kwargs, part=self.SHAPE, compare="structure", label=label),
+                Case(args=args, kwargs=kwargs, part=self.TRUTH, label=label)]
+
+    def judge(self, case, got, want):
+        if self.part_of(case) == self.TRUTH:
+            got = _as_truth(got, want)
+        return super().judge(case, got, want)
+
+
+def _as_truth(got: Result, want: Result) -> Result:
+    """``got`` with its mask read as the reference's boolean layout, so the truth part
+    judges which positions are True and nothing else: a 0/1 mask of another dtype
+    (``.long()``, ``.float()``, a numpy array) or with the same elements in another
+    shape (``(B, T)`` for ``(B, 1, 1, T)``) becomes a bool tensor of the reference's
+    shape. Anything else is returned unchanged (and fails as it is)."""
+    g, w = _array(got.value), _array(want.value)
+    if g is None or w is None or g.size != w.size or got.raised is not None:
+        return got
+    if g.dtype != bool and not np.isin(g, (0, 1)).all():
+        return got
+    marker = Tensor(g.astype(bool).reshape(w.shape))
+    marker.dtype = getattr(want.value, "dtype", "bool")
+    return dataclasses.replace(got, value=marker)
+
+
+_IDS_SHAPE_HINT = ("the ids are a (B, T) batch; the reference checks that first "
+                   "(`if ids.dim() != 2: raise ValueError(...)`) instead of returning a mask of another shape.")
 
 
 # --------------------------------------------------------------------------- padding_mask
 
 
 @register
-class PaddingMask(_MaskingExercise):
+class PaddingMask(_MaskExercise):
     """``padding_mask(ids, pad_id=0)``: ``(B, T)`` ids → ``(B, 1, 1, T)`` bool, True where not pad."""
 
     name = "padding_mask"
     chapter = CHAPTER
     kind = "function"
-    what = "shape (B, 1, 1, T), dtype bool, True = real token, pad_id honoured, (B, T) ids required"
+    what = "shape (B, 1, 1, T) and dtype bool, True at real tokens, pad_id honoured"
+    parts = {"shape and bool dtype": 1, "True at real tokens": 1}
+    TRUTH = "True at real tokens"
 
     def cases(self, rng, hidden):
         ids = np.array([[5, 7, 9, 0, 0], [3, 4, 6, 8, 2]], dtype=np.int64)
         cases = [
-            Case(args=(Tensor(ids),), label="2 sentences of lengths 3 and 5, <pad> = 0"),
+            *self.pair((Tensor(ids),), "2 sentences of lengths 3 and 5, <pad> = 0"),
             Case(args=(Tensor(np.array([[4, 0, 6, 2, 2]], dtype=np.int64)),), kwargs={"pad_id": 2},
-                 label="pad_id=2 (here 0 is a real token)"),
-            Case(args=(Tensor(np.array([5, 7, 0], dtype=np.int64)),),
+                 part=self.TRUTH, label="pad_id=2 (here 0 is a real token)"),
+            Case(args=(Tensor(np.array([5, 7, 0], dtype=np.int64)),), part=ADVICE,
                  label="1-D ids (no batch axis)", expect_error=(ValueError,)),
         ]
         if not hidden:
@@ -132,12 +178,11 @@ class PaddingMask(_MaskingExercise):
             pad_id = int(rng.choice([0, 0, 1, 3]))
             ids = _ids_with_padding(rng, batch, length, pad_id, left=bool(rng.integers(0, 2)))
             kwargs = {} if pad_id == 0 else {"pad_id": pad_id}
-            cases.append(Case(args=(Tensor(ids),), kwargs=kwargs,
-                              label=f"random ({batch}, {length}) ids, pad_id={pad_id}"))
+            cases += self.pair((Tensor(ids),), f"random ({batch}, {length}) ids, pad_id={pad_id}", kwargs)
         ids = _ids_with_padding(rng, 3, 6, 0)
         ids[1] = 0  # a sentence that is all padding
-        cases.append(Case(args=(Tensor(ids),), label="a (3, 6) batch with one all-<pad> row"))
-        cases.append(Case(args=(Tensor(np.zeros((2, 3, 4), dtype=np.int64)),),
+        cases.append(Case(args=(Tensor(ids),), part=self.TRUTH, label="a (3, 6) batch with one all-<pad> row"))
+        cases.append(Case(args=(Tensor(np.zeros((2, 3, 4), dtype=np.int64)),), part=ADVICE,
                           label="3-D ids", expect_error=(ValueError,)))
         return cases
 
@@ -174,25 +219,28 @@ class PaddingMask(_MaskingExercise):
 
 
 @register
-class CausalMask(_MaskingExercise):
+class CausalMask(_MaskExercise):
     """``causal_mask(size)``: ``(1, 1, T, T)`` bool, True on and below the diagonal."""
 
     name = "causal_mask"
     chapter = CHAPTER
     kind = "function"
-    what = "shape (1, 1, T, T), dtype bool, True on and below the diagonal, size < 1 rejected"
+    what = "shape (1, 1, T, T) and dtype bool, True on and below the diagonal"
+    parts = {"shape and bool dtype": 1, "True on and below the diagonal": 1}
+    TRUTH = "True on and below the diagonal"
 
     def cases(self, rng, hidden):
         cases = [
-            Case(args=(4,), label="size 4"),
-            Case(args=(1,), label="size 1 (a single token sees itself)"),
-            Case(args=(0,), label="size 0", expect_error=(ValueError,)),
+            *self.pair((4,), "size 4"),
+            *self.pair((1,), "size 1 (a single token sees itself)"),
+            Case(args=(0,), part=ADVICE, label="size 0", expect_error=(ValueError,)),
         ]
         if not hidden:
             return cases
         for size in sorted({int(s) for s in rng.integers(2, 40, size=4)}):
-            cases.append(Case(args=(size,), label=f"size {size}"))
-        cases.append(Case(args=(-int(rng.integers(1, 5)),), label="a negative size", expect_error=(ValueError,)))
+            cases += self.pair((size,), f"size {size}")
+        cases.append(Case(args=(-int(rng.integers(1, 5)),), part=ADVICE, label="a negative size",
+                          expect_error=(ValueError,)))
         return cases
 
     def error_hint(self, case):
@@ -230,21 +278,24 @@ class CausalMask(_MaskingExercise):
 
 
 @register
-class DecoderMask(_MaskingExercise):
+class DecoderMask(_MaskExercise):
     """``decoder_mask(tgt_ids, pad_id=0)``: ``(B, 1, T, T)`` = padding ∧ causal."""
 
     name = "decoder_mask"
     chapter = CHAPTER
     kind = "function"
-    what = "shape (B, 1, T, T), dtype bool, padding AND causal, pad_id honoured, (B, T) ids required"
+    what = "shape (B, 1, T, T) and dtype bool, padding (on the keys) AND causal, pad_id honoured"
+    parts = {"shape and bool dtype": 1, "padding and causal combined": 1}
+    TRUTH = "padding and causal combined"
+    uses = ("padding_mask", "causal_mask")
 
     def cases(self, rng, hidden):
         ids = np.array([[1, 7, 9, 2, 0], [1, 4, 2, 0, 0]], dtype=np.int64)
         cases = [
-            Case(args=(Tensor(ids),), label="2 target sentences of lengths 4 and 3, <pad> = 0"),
+            *self.pair((Tensor(ids),), "2 target sentences of lengths 4 and 3, <pad> = 0"),
             Case(args=(Tensor(np.array([[0, 5, 0, 9, 9]], dtype=np.int64)),), kwargs={"pad_id": 9},
-                 label="pad_id=9 (here 0 is a real token)"),
-            Case(args=(Tensor(np.array([1, 5, 0], dtype=np.int64)),),
+                 part=self.TRUTH, label="pad_id=9 (here 0 is a real token)"),
+            Case(args=(Tensor(np.array([1, 5, 0], dtype=np.int64)),), part=ADVICE,
                  label="1-D ids (no batch axis)", expect_error=(ValueError,)),
         ]
         if not hidden:
@@ -256,10 +307,10 @@ class DecoderMask(_MaskingExercise):
             ids = _ids_with_padding(rng, batch, length, pad_id, left=left)
             kwargs = {} if pad_id == 0 else {"pad_id": pad_id}
             side = "left" if left else "right"
-            cases.append(Case(args=(Tensor(ids),), kwargs=kwargs,
-                              label=f"random ({batch}, {length}) ids, {side} padding, pad_id={pad_id}"))
-        cases.append(Case(args=(Tensor(_ids_with_padding(rng, 1, 1, 0)),), label="a (1, 1) batch"))
-        cases.append(Case(args=(Tensor(np.zeros((2, 2, 3), dtype=np.int64)),),
+            cases += self.pair((Tensor(ids),), f"random ({batch}, {length}) ids, {side} padding, pad_id={pad_id}",
+                               kwargs)
+        cases += self.pair((Tensor(_ids_with_padding(rng, 1, 1, 0)),), "a (1, 1) batch")
+        cases.append(Case(args=(Tensor(np.zeros((2, 2, 3), dtype=np.int64)),), part=ADVICE,
                           label="3-D ids", expect_error=(ValueError,)))
         return cases
 
@@ -295,6 +346,13 @@ class DecoderMask(_MaskingExercise):
             return "the padding part is missing: AND the causal mask with padding_mask(tgt_ids, pad_id)."
         if _same_bool(g, np.broadcast_to(pad, w.shape)):
             return "the causal part is missing: AND the padding mask with causal_mask(T)."
+        rows = np.swapaxes(pad, -1, -2)  # (B, 1, T, 1): padding on the query axis
+        if _same_bool(g, np.broadcast_to(rows & causal, w.shape)) or _same_bool(
+                g, np.broadcast_to(rows & pad & causal, w.shape)):
+            return ("the padding is applied on the query axis (rows): your padded queries see no key at all. "
+                    "The mask hides padded KEYS, the last axis: padding_mask(tgt_ids, pad_id), shape "
+                    "(B, 1, 1, T), broadcasts over the rows; AND it with causal_mask(T) — no (B, 1, T, 1) "
+                    "part (the rows of padded queries are ignored by the loss anyway).")
         pad0 = (ids != 0)[:, None, None, :]
         if _pad_id(case) != 0 and _same_bool(g, pad0 & causal):
             return f"you compared with 0, but this case has pad_id={_pad_id(case)}: pass pad_id on."
@@ -334,8 +392,17 @@ class MaskedSoftmax(_MaskingExercise):
     name = "masked_softmax"
     chapter = CHAPTER
     kind = "function"
-    what = ("softmax over the keys, masked weights exactly 0, fully masked rows 0 (no NaN, no NaN "
-            "gradient), float16/32/64, extreme scores, input left unchanged")
+    what = ("softmax over the keys (float16/32/64, extreme scores, input left unchanged), masked weights "
+            "exactly 0, fully masked rows 0 (no NaN, no NaN gradient)")
+    parts = {"values": 2, "masked positions exactly 0": 1, "fully masked rows give zeros, not NaN": 1}
+
+    VALUES, EXACT, FULL = parts
+
+    def _rows(self, scores, mask, label, **kw) -> Case:
+        """A case in "values", or in the fully-masked-rows part when ``mask`` has a
+        row whose keys are all masked."""
+        full = not np.broadcast_to(mask, scores.shape).any(axis=-1).all()
+        return Case(args=(Tensor(scores), Tensor(mask)), part=self.FULL if full else self.VALUES, label=label, **kw)
 
     def cases(self, rng, hidden):
         scores = np.array([[2.0, 1.0, 0.5, 3.0], [0.0, 1.0, 2.0, 3.0]], dtype=np.float32)
@@ -343,36 +410,43 @@ class MaskedSoftmax(_MaskingExercise):
         causal = np.tril(np.ones((3, 3), dtype=bool))[None, None]
         fully = np.array([[[True, False, True], [False, False, False]]])
         cases = [
-            Case(args=(Tensor(scores), Tensor(keep_three)), return_args=(0,),
+            Case(args=(Tensor(scores), Tensor(keep_three)), return_args=(0,), part=self.VALUES,
                  label="2x4 scores, the last key masked (scores must not change)"),
-            Case(args=(Tensor(rng.normal(size=(2, 1, 3, 3)).astype(np.float32)), Tensor(causal)),
+            Case(args=(Tensor(rng.normal(size=(2, 1, 3, 3)).astype(np.float32)), Tensor(causal)), part=self.VALUES,
                  label="(2, 1, 3, 3) scores with a causal mask"),
+            Case(args=(Tensor(scores), Tensor(keep_three)), part=self.EXACT,
+                 label="2x4 scores, the last key masked: its weight must be exactly 0"),
             Case(args=(Tensor(np.array([[[0.5, -1.0, 2.0], [1.0, 2.0, 3.0]]], dtype=np.float32),
-                              requires_grad=True), Tensor(fully)),
+                              requires_grad=True), Tensor(fully)), part=self.FULL,
                  backward=np.ones((1, 2, 3), dtype=np.float32) * np.array([1.0, -2.0, 0.5], dtype=np.float32),
                  label="a row whose keys are ALL masked (all zeros, no NaN, zero gradient)"),
             Case(args=(Tensor(np.zeros((2, 3, 4), dtype=np.float32)), Tensor(np.ones((2, 1, 5), dtype=bool))),
-                 label="a (2, 1, 5) mask for (2, 3, 4) scores", expect_error=(ValueError,)),
+                 part=ADVICE, label="a (2, 1, 5) mask for (2, 3, 4) scores", expect_error=(ValueError,)),
         ]
         if not hidden:
             return cases
-        for dtype, tol in ((np.float32, (1e-5, 1e-6)), (np.float64, (1e-7, 1e-9)), (np.float16, (2e-3, 1e-3))):
+        # float16 keeps ~3 digits: an answer computed another way (logsumexp, float32
+        # inside) may differ by a few units in the last place of scores up to ~10.
+        for dtype, tol in ((np.float32, (1e-5, 1e-6)), (np.float64, (1e-7, 1e-9)), (np.float16, (1e-2, 2e-3))):
             batch, heads, length = int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(2, 8))
             ids = _ids_with_padding(rng, batch, length, 0, left=bool(rng.integers(0, 2)))
-            pad = (ids != 0)[:, None, None, :]  # (B, 1, 1, T)
+            pad = (ids != 0)[:, None, None, :]  # (B, 1, 1, T): every sentence keeps a real token
             causal = np.tril(np.ones((length, length), dtype=bool))[None, None]  # (1, 1, T, T)
             scores = (rng.normal(size=(batch, heads, length, length)) * rng.choice([0.5, 2.0, 5.0])).astype(dtype)
             name = np.dtype(dtype).name
             cases.append(Case(args=(Tensor(scores), Tensor(pad)), rtol=tol[0], atol=tol[1], return_args=(0,),
-                              label=f"{name} scores {scores.shape}, padding mask {pad.shape}"))
-            cases.append(Case(args=(Tensor(scores), Tensor(pad & causal)), rtol=tol[0], atol=tol[1],
-                              label=f"{name} scores {scores.shape}, padding & causal mask (may hold fully masked rows)"))
+                              part=self.VALUES, label=f"{name} scores {scores.shape}, padding mask {pad.shape}"))
+            cases.append(Case(args=(Tensor(scores), Tensor(pad)), rtol=tol[0], atol=tol[1], part=self.EXACT,
+                              label=f"{name} scores {scores.shape}, padding mask {pad.shape}: masked weights "
+                                    "exactly 0"))
+            cases.append(self._rows(scores, pad & causal, rtol=tol[0], atol=tol[1],
+                                    label=f"{name} scores {scores.shape}, padding & causal mask"))
         # Rows with every key masked, in a full-shape random mask.
         shape = (int(rng.integers(1, 4)), int(rng.integers(2, 6)), int(rng.integers(2, 7)))
         mask = rng.random(shape) < 0.6
         mask[0, int(rng.integers(0, shape[1]))] = False  # one fully masked row
         scores = rng.normal(size=shape).astype(np.float32)
-        cases.append(Case(args=(Tensor(scores, requires_grad=True), Tensor(mask)),
+        cases.append(Case(args=(Tensor(scores, requires_grad=True), Tensor(mask)), part=self.FULL,
                           backward=rng.normal(size=shape).astype(np.float32),
                           label=f"{shape} scores, random mask with a fully masked row (values and gradient)"))
         # Extreme scales: scores of magnitude 1e4 (a naive exp overflows) and real
@@ -382,24 +456,28 @@ class MaskedSoftmax(_MaskingExercise):
         mask[:, 0] = True  # every row keeps a key ...
         mask[:, -1] = False  # ... and masks one, so a too-small fill always shows
         big = (rng.uniform(-1.0, 1.0, size=shape) * 1e4).astype(np.float32)
-        cases.append(Case(args=(Tensor(big), Tensor(mask)), label=f"{shape} float32 scores of magnitude 1e4"))
-        low = (-1e10 + rng.normal(size=shape) * 1e4).astype(np.float32)
-        cases.append(Case(args=(Tensor(low), Tensor(mask)), rtol=1e-4, atol=1e-6,
-                          label=f"{shape} float32 scores near -1e10 (the masked fill must be below every score)"))
+        cases.append(Case(args=(Tensor(big), Tensor(mask)), part=self.VALUES,
+                          label=f"{shape} float32 scores of magnitude 1e4"))
+        cases.append(Case(args=(Tensor(big), Tensor(mask)), part=self.EXACT,
+                          label=f"{shape} float32 scores of magnitude 1e4: masked weights exactly 0"))
+        # float64, so that a logsumexp-based answer keeps its digits at this magnitude.
+        low = -1e10 + rng.normal(size=shape) * 10
+        cases.append(Case(args=(Tensor(low), Tensor(mask)), rtol=1e-4, atol=1e-6, part=self.VALUES,
+                          label=f"{shape} float64 scores near -1e10 (the masked fill must be below every score)"))
         low16 = (-3e4 + rng.normal(size=shape) * 40).astype(np.float16)
-        cases.append(Case(args=(Tensor(low16), Tensor(mask)), rtol=2e-3, atol=1e-3,
+        cases.append(Case(args=(Tensor(low16), Tensor(mask)), rtol=2e-3, atol=1e-3, part=self.VALUES,
                           label=f"{shape} float16 scores near -3e4 (float16 ends at -65504)"))
-        scores = rng.normal(size=(3, 4))
-        cases.append(Case(args=(Tensor(scores), None), label="mask=None (a plain softmax)"))
+        cases.append(Case(args=(Tensor(rng.normal(size=(3, 4))), None), part=self.VALUES,
+                          label="mask=None (a plain softmax)"))
         cases.append(Case(args=(Tensor(rng.normal(size=(2, 3, 4)).astype(np.float32)),
-                                Tensor(np.ones((3, 3), dtype=bool))),
+                                Tensor(np.ones((3, 3), dtype=bool))), part=ADVICE,
                           label="a (3, 3) mask for (2, 3, 4) scores", expect_error=(ValueError,)))
         return cases
 
-    def judge(self, case: Case, got: Result, want: Result) -> None:
-        super().judge(case, got, want)
-        if case.expect_error or len(case.args) < 2 or case.args[1] is None:
-            return
+    def judge(self, case: Case, got: Result, want: Result) -> list[str]:
+        notes = super().judge(case, got, want)
+        if self.part_of(case) != self.EXACT:
+            return notes
         g = _array(got.value)
         mask = np.broadcast_to(_array(case.args[1]), g.shape)
         leaked = np.argwhere((~mask) & (g != 0))
@@ -412,6 +490,7 @@ class MaskedSoftmax(_MaskingExercise):
                 "small; fill with -inf or torch.finfo(scores.dtype).min and set the masked weights to exactly "
                 "0 after the softmax (weights.masked_fill(~mask, 0.0))."
             )
+        return notes
 
     def error_hint(self, case):
         return ("check the shapes first: if torch.broadcast_shapes(mask.shape, scores.shape) != scores.shape "
@@ -449,8 +528,9 @@ class MaskedSoftmax(_MaskingExercise):
             if g is not None and w is not None:
                 return f"return weights of the scores' shape {w.shape} (the mask only broadcasts onto them)."
             return None
-        if _dtype(got.value) != _dtype(want.value):
-            return f"keep the scores' dtype: {_dtype(want.value)} scores give {_dtype(want.value)} weights."
+        if not dtype_verdict(_dtype(got.value) or "", _dtype(want.value) or "")[0]:
+            return (f"{_dtype(want.value)} scores need {_dtype(want.value)} weights (or a wider float): "
+                    f"yours are {_dtype(got.value)}, which loses precision.")
         if mask_arr is None:
             return None
         g64 = g.astype(np.float64)
@@ -481,9 +561,16 @@ class MaskedSoftmax(_MaskingExercise):
         sums = g64.sum(axis=-1)
         if live.any() and not np.allclose(sums[live], 1.0, atol=1e-2) and s[mask].min() < -1e3:
             bad = float(sums[live][np.argmax(np.abs(sums[live] - 1.0))])
-            return (f"a row with unmasked keys sums to {bad:.3g}, not 1: your masked fill is not below "
-                    f"the real scores (they go down to {s[mask].min():.3g} here). Fill with -inf or "
-                    "torch.finfo(scores.dtype).min, not a fixed number such as 0, -1e4 or -1e9.")
+            fills = [f for f in (-100.0, -1e4, -1e9) if f > s[mask].min()]
+            if any(_close(g64, _masked_softmax_variant(s, mask, fill=f, zero_after=z))
+                   for f in fills for z in (True, False)):
+                return (f"a row with unmasked keys sums to {bad:.3g}, not 1: your masked fill is not below "
+                        f"the real scores (they go down to {s[mask].min():.3g} here). Fill with -inf or "
+                        "torch.finfo(scores.dtype).min, not a fixed number such as 0, -1e4 or -1e9.")
+            return (f"a row with unmasked keys sums to {bad:.3g}, not 1: at scores of {s[mask].min():.3g} the "
+                    f"{_dtype(got.value)} arithmetic lost the differences between them. Subtract each row's "
+                    "maximum before exp (torch.softmax and torch.log_softmax do), and do not add a large "
+                    "number (logsumexp) back to the scores before subtracting.")
         if _close(g64, _masked_softmax_variant(s, mask, fill=0.0)) or _close(
             g64, _masked_softmax_variant(s, mask, fill=0.0, zero_after=False)
         ):

@@ -10,13 +10,21 @@ diagnoses recompute the forward pass functionally from that state with one
 plausible mistake at a time (unbiased variance, ε outside the square root, GELU,
 pre- and post-norm swapped, no residual, norms swapped, the mask ignored or
 inverted, ...) and name the one the result equals.
+
+Each exercise's points are split over named parts (``parts``), and every case
+belongs to one, so that a mistake costs the part it is about: ``layer_norm``'s
+normalisation cases use γ = 1, β = 0, the class checks keep post-norm, pre-norm,
+masks and dropout in separate cases. ``layer_norm``'s shape-mismatch case is advice:
+the contract names no error for it. ``EncoderLayer`` may build on the student's
+``PositionwiseFeedForward`` (and ``ResidualSublayer``): ``uses`` lets a wrong one be
+replaced by its reference (one mistake charged once).
 """
 from __future__ import annotations
 
 import functools
 import numpy as np
 
-from .base import Case, Exercise, Obj, Tensor, register
+from .base import ADVICE, Case, Exercise, Obj, Tensor, register
 from .base import as_array as _array, close
 
 CHAPTER = "07_add_and_norm"
@@ -137,14 +145,19 @@ def _ln_variant(x, gamma, beta, eps, *, ddof=0, eps_outside=False, axis=-1, affi
     return z * gamma + beta
 
 
-def _ln_case(rng, shape, label, *, scale=1.0, offset=0.0, eps=None, dtype=np.float64, atol=1e-6):
+def _ln_case(rng, shape, label, part, *, scale=1.0, offset=0.0, eps=None, dtype=np.float64, atol=1e-6,
+             affine=True):
     d = shape[-1]
     x = (offset + scale * rng.normal(size=shape)).astype(dtype)
-    gamma = (1.0 + 0.5 * rng.normal(size=d)).astype(dtype)
-    beta = (0.5 * rng.normal(size=d)).astype(dtype)
+    gamma = (1.0 + 0.5 * rng.normal(size=d)).astype(dtype) if affine else np.ones(d, dtype=dtype)
+    beta = (0.5 * rng.normal(size=d)).astype(dtype) if affine else np.zeros(d, dtype=dtype)
     kwargs = {} if eps is None else {"eps": eps}
-    return Case(args=(x, gamma, beta), kwargs=kwargs, label=label, return_args=(0,),
+    return Case(args=(x, gamma, beta), kwargs=kwargs, label=label, return_args=(0,), part=part,
                 rtol=1e-4 if dtype == np.float32 else 1e-5, atol=atol)
+
+
+def _random_shape(rng, ndim):
+    return tuple(int(s) for s in rng.integers(1, 6, size=ndim - 1)) + (int(rng.integers(2, 17)),)
 
 
 @register
@@ -154,28 +167,47 @@ class LayerNorm(Exercise):
     name = "layer_norm"
     chapter = CHAPTER
     kind = "function"
-    what = "normalised over the last axis with the biased variance and ε inside the root, γ and β, batch axes, float32"
+    what = "normalised over the last axis with the biased variance and ε inside the root, γ and β, any leading shape"
+    parts = {
+        "mean 0 and variance 1 over the last axis": 2,
+        "γ and β scale and shift": 1,
+        "ε inside the square root, the eps argument": 1,
+        "any leading shape (a vector, a batch)": 1,
+    }
 
     def cases(self, rng, hidden):
+        norm, affine, eps, shapes = self.parts
         cases = [
-            _ln_case(rng, (2, 4), "x (2, 4): each row normalised over its 4 features"),
-            _ln_case(rng, (2, 3, 5), "a batch x (2, 3, 5), d=5"),
-            _ln_case(rng, (3, 6), "nearly constant rows (variance 1e-6): where ε goes matters",
-                     scale=1e-3, atol=1e-6),
+            _ln_case(rng, (2, 4), "x (2, 4) with γ = 1, β = 0: each row normalised over its 4 features", norm,
+                     affine=False),
+            _ln_case(rng, (3, 5), "x (3, 5) with random γ and β", affine),
+            _ln_case(rng, (3, 6), "nearly constant rows (variance 1e-6), γ = 1, β = 0: where ε goes matters", eps,
+                     scale=1e-3, atol=1e-6, affine=False),
+            _ln_case(rng, (2, 7), "eps=1e-3 given as an argument, nearly constant rows, γ = 1, β = 0", eps,
+                     scale=1e-2, eps=1e-3, affine=False),
+            _ln_case(rng, (2, 3, 5), "a batch x (2, 3, 5), d=5, γ = 1, β = 0", shapes, affine=False),
         ]
         if not hidden:
             return cases
-        for _ in range(3):
-            shape = tuple(int(s) for s in rng.integers(1, 6, size=int(rng.integers(1, 4)))) + (int(rng.integers(2, 17)),)
-            cases.append(_ln_case(rng, shape, f"random x {shape}", scale=float(rng.choice([0.1, 1.0, 10.0]))))
-        cases.append(_ln_case(rng, (4, 8), "eps=0.1 given as an argument", eps=0.1))
-        cases.append(_ln_case(rng, (3, 5), "rows far from 0 (offset 100)", offset=100.0))
-        cases.append(_ln_case(rng, (5, 8), "float32 inputs give float32 results", dtype=np.float32, atol=1e-5))
-        cases.append(_ln_case(rng, (2, 8), "d=8 features, shape (2, 8) (more columns than rows)"))
-        cases.append(_ln_case(rng, (6,), "a single vector (d,)"))
+        for _ in range(2):
+            shape = _random_shape(rng, 2)
+            scale = float(rng.choice([0.1, 1.0, 10.0]))
+            cases.append(_ln_case(rng, shape, f"random x {shape} × {scale:g}, γ = 1, β = 0", norm, scale=scale,
+                                  affine=False))
+            shape = _random_shape(rng, 2)
+            cases.append(_ln_case(rng, shape, f"random x {shape}, random γ and β", affine, scale=scale))
+        cases.append(_ln_case(rng, (3, 5), "rows far from 0 (offset 100), γ = 1, β = 0", norm, offset=100.0,
+                              affine=False))
+        cases.append(_ln_case(rng, (5, 8), "float32 x (5, 8), γ = 1, β = 0", norm, dtype=np.float32, atol=1e-5,
+                              affine=False))
+        cases.append(_ln_case(rng, (2, 8), "d=8 features, shape (2, 8) (more columns than rows)", affine))
+        cases.append(_ln_case(rng, (4, 8), "eps=0.1 given as an argument, γ = 1, β = 0", eps, eps=0.1, affine=False))
+        cases.append(_ln_case(rng, (6,), "a single vector (d,), γ = 1, β = 0", shapes, affine=False))
+        shape = _random_shape(rng, int(rng.integers(3, 5)))
+        cases.append(_ln_case(rng, shape, f"a batch x {shape}, γ = 1, β = 0", shapes, affine=False))
         x = rng.normal(size=(3, 4))
         cases.append(Case(args=(x, np.ones(5), np.zeros(5)), label="gamma and beta of 5 features for x with 4",
-                          expect_error=(ValueError,)))
+                          expect_error=(ValueError,), part=ADVICE))
         return cases
 
     def diagnose(self, case, got, want):
@@ -186,8 +218,6 @@ class LayerNorm(Exercise):
             if not _close(_array(after), case.args[int(index)], rtol=0, atol=0):
                 return "you changed x in place (x -= mean ...): compute on new arrays."
         w = _array(want.value)
-        if g.dtype != w.dtype:
-            return f"the result should keep the input's dtype {w.dtype} (got {g.dtype})."
         x, gamma, beta = (np.asarray(a, dtype=np.float64) for a in case.args)
         eps = case.kwargs.get("eps", 1e-5)
         variants = [
@@ -217,12 +247,13 @@ class LayerNorm(Exercise):
 # --------------------------------------------------------------------------- PositionwiseFeedForward
 
 
-def _ffn_case(rng, batch, length, d_model, d_ff, *, label, dropout=0.0, train=False, backward=False):
+def _ffn_case(rng, batch, length, d_model, d_ff, *, label, part, dropout=0.0, train=False, backward=False):
     x = rng.normal(size=(batch, length, d_model)).astype(np.float32)
     weight = Tensor(rng.normal(size=x.shape).astype(np.float32)) if backward else None
     return Case(init={"d_model": d_model, "d_ff": d_ff, "dropout": dropout}, state=_ffn_state(rng, "", d_model, d_ff),
                 args=(Tensor(x, requires_grad=backward),), train=train, backward=weight,
-                seed=int(rng.integers(0, 2**31)), probes=("state_dict_keys",), label=label, rtol=1e-4, atol=1e-5)
+                seed=int(rng.integers(0, 2**31)), probes=("state_dict_keys",), label=label, part=part,
+                rtol=1e-4, atol=1e-5)
 
 
 @register
@@ -233,22 +264,31 @@ class PositionwiseFeedForwardCheck(Exercise):
     chapter = CHAPTER
     kind = "class"
     what = "linear2(dropout(relu(linear1(x)))) in eval and train mode, exactly linear1/linear2, gradients"
+    parts = {
+        "linear1 → ReLU → linear2 on every position": 2,
+        "dropout after the ReLU, only in training": 1,
+    }
 
     def cases(self, rng, hidden):
+        ffn, dropout = self.parts
         cases = [
-            _ffn_case(rng, 1, 3, 4, 8, label="x (1, 3, 4), d_model=4, d_ff=8"),
-            _ffn_case(rng, 2, 5, 8, 32, label="x (2, 5, 8), d_ff=32 = 4 × d_model (the paper's ratio)"),
+            _ffn_case(rng, 1, 3, 4, 8, label="x (1, 3, 4), d_model=4, d_ff=8", part=ffn),
+            _ffn_case(rng, 2, 5, 8, 32, label="x (2, 5, 8), d_ff=32 = 4 × d_model (the paper's ratio)", part=ffn),
+            _ffn_case(rng, 2, 3, 6, 12, backward=True, label="gradients flow back to x", part=ffn),
+            _ffn_case(rng, 2, 4, 8, 16, dropout=0.5, train=True, part=dropout,
+                      label="train mode, dropout=0.5: one dropout after the ReLU"),
+            _ffn_case(rng, 2, 3, 8, 16, dropout=0.3, label="dropout=0.3 in eval mode (off)", part=dropout),
         ]
         if not hidden:
             return cases
         for _ in range(3):
             d_model, d_ff = int(rng.integers(2, 17)), int(rng.integers(2, 49))
             b, t = int(rng.integers(1, 4)), int(rng.integers(1, 8))
-            cases.append(_ffn_case(rng, b, t, d_model, d_ff, label=f"random x ({b}, {t}, {d_model}), d_ff={d_ff}"))
-        cases.append(_ffn_case(rng, 2, 3, 8, 16, dropout=0.3, label="dropout=0.3 in eval mode (off)"))
-        cases.append(_ffn_case(rng, 2, 4, 8, 16, dropout=0.5, train=True,
-                               label="train mode, dropout=0.5: one dropout after the ReLU"))
-        cases.append(_ffn_case(rng, 2, 3, 6, 12, backward=True, label="gradients flow back to x"))
+            cases.append(_ffn_case(rng, b, t, d_model, d_ff, label=f"random x ({b}, {t}, {d_model}), d_ff={d_ff}",
+                                   part=ffn))
+        p = float(rng.choice([0.2, 0.5]))
+        cases.append(_ffn_case(rng, 3, 4, 6, 24, dropout=p, train=True, part=dropout,
+                               label=f"train mode, dropout={p}: one dropout after the ReLU"))
         return cases
 
     def raised_hint(self, case, got):
@@ -306,7 +346,8 @@ class PositionwiseFeedForwardCheck(Exercise):
 # --------------------------------------------------------------------------- ResidualSublayer
 
 
-def _residual_case(rng, batch, length, d_model, *, norm_first, label, dropout=0.0, train=False, backward=False):
+def _residual_case(rng, batch, length, d_model, *, norm_first, label, part, dropout=0.0, train=False,
+                   backward=False):
     x = rng.normal(size=(batch, length, d_model)).astype(np.float32)
     sublayer = Obj("torch.nn.Linear", {"in_features": d_model, "out_features": d_model},
                    _linear_state(rng, "", d_model, d_model))
@@ -314,7 +355,7 @@ def _residual_case(rng, batch, length, d_model, *, norm_first, label, dropout=0.
     return Case(init={"d_model": d_model, "dropout": dropout, "norm_first": norm_first},
                 state=_norm_state(rng, "norm.", d_model), args=(Tensor(x, requires_grad=backward), sublayer),
                 train=train, backward=weight, seed=int(rng.integers(0, 2**31)),
-                probes=("state_dict_keys", "type:norm"), label=label, rtol=1e-4, atol=1e-5)
+                probes=("state_dict_keys", "type:norm"), label=label, part=part, rtol=1e-4, atol=1e-5)
 
 
 @register
@@ -325,24 +366,40 @@ class ResidualSublayerCheck(Exercise):
     chapter = CHAPTER
     kind = "class"
     what = "post-norm norm(x + dropout(sublayer(x))) and pre-norm x + dropout(sublayer(norm(x))), self.norm, train mode"
+    parts = {
+        "post-norm (the paper): norm(x + sublayer(x))": 2,
+        "pre-norm: x + sublayer(norm(x))": 1,
+        "dropout on the sub-layer's output, before the addition": 1,
+    }
 
     def cases(self, rng, hidden):
+        post, pre, dropout = self.parts
         cases = [
-            _residual_case(rng, 1, 3, 4, norm_first=False, label="post-norm (the paper), x (1, 3, 4), a Linear sub-layer"),
-            _residual_case(rng, 2, 3, 6, norm_first=True, label="pre-norm (norm_first=True), x (2, 3, 6)"),
+            _residual_case(rng, 1, 3, 4, norm_first=False, part=post,
+                           label="post-norm (the paper), x (1, 3, 4), a Linear sub-layer"),
+            _residual_case(rng, 2, 3, 6, norm_first=True, part=pre, label="pre-norm (norm_first=True), x (2, 3, 6)"),
+            _residual_case(rng, 2, 4, 8, norm_first=False, dropout=0.5, train=True, part=dropout,
+                           label="train mode, dropout=0.5 on the sub-layer's output, post-norm"),
+            _residual_case(rng, 2, 3, 5, norm_first=False, backward=True, part=post,
+                           label="gradients flow back to x through both paths (post-norm)"),
         ]
         if not hidden:
             return cases
-        for i in range(4):
-            d_model, b, t = int(rng.integers(2, 17)), int(rng.integers(1, 4)), int(rng.integers(1, 7))
-            nf = bool(i % 2)
-            cases.append(_residual_case(rng, b, t, d_model, norm_first=nf,
-                                        label=f"random x ({b}, {t}, {d_model}), norm_first={nf}"))
-        for nf in (False, True):
-            cases.append(_residual_case(rng, 2, 4, 8, norm_first=nf, dropout=0.5, train=True,
-                                        label=f"train mode, dropout=0.5 on the sub-layer's output, norm_first={nf}"))
-            cases.append(_residual_case(rng, 2, 3, 8, norm_first=nf, backward=True,
+        for nf, part in ((False, post), (True, pre)):
+            for _ in range(2):
+                d_model, b, t = int(rng.integers(2, 17)), int(rng.integers(1, 4)), int(rng.integers(1, 7))
+                cases.append(_residual_case(rng, b, t, d_model, norm_first=nf, part=part,
+                                            label=f"random x ({b}, {t}, {d_model}), norm_first={nf}"))
+            cases.append(_residual_case(rng, 2, 3, 8, norm_first=nf, backward=True, part=part,
                                         label=f"gradients flow back to x (norm_first={nf})"))
+            cases.append(_residual_case(rng, 2, 3, 8, norm_first=nf, dropout=0.3, part=part,
+                                        label=f"dropout=0.3 in eval mode (off), norm_first={nf}"))
+        # the pre-norm path in train mode counts for pre-norm: a pre-norm mistake costs one part
+        cases.append(_residual_case(rng, 2, 4, 8, norm_first=True, dropout=0.5, train=True, part=pre,
+                                    label="pre-norm in train mode, dropout=0.5 on the sub-layer's output"))
+        p = float(rng.choice([0.2, 0.5]))
+        cases.append(_residual_case(rng, 3, 4, 6, norm_first=False, dropout=p, train=True, part=dropout,
+                                    label=f"train mode, dropout={p} on the sub-layer's output, post-norm"))
         return cases
 
     def raised_hint(self, case, got):
@@ -422,7 +479,7 @@ def _padding(rng, batch, length):
     return (np.arange(length)[None, :] < lengths[:, None])[:, None, None, :]
 
 
-def _encoder_case(rng, batch, length, d_model, num_heads, d_ff, *, norm_first, label, mask="padding",
+def _encoder_case(rng, batch, length, d_model, num_heads, d_ff, *, norm_first, label, part, mask="padding",
                   dropout=0.0, backward=False, as_kwarg=True):
     x = rng.normal(size=(batch, length, d_model)).astype(np.float32)
     kwargs, args = {}, [Tensor(x, requires_grad=backward)]
@@ -436,7 +493,7 @@ def _encoder_case(rng, batch, length, d_model, num_heads, d_ff, *, norm_first, l
     return Case(init={"d_model": d_model, "num_heads": num_heads, "d_ff": d_ff, "dropout": dropout,
                       "norm_first": norm_first},
                 state=_encoder_state(rng, d_model, d_ff), args=tuple(args), kwargs=kwargs, backward=weight,
-                probes=("state_dict_keys",), label=label, rtol=1e-4, atol=1e-4)
+                probes=("state_dict_keys",), label=label, part=part, rtol=1e-4, atol=1e-4)
 
 
 @register
@@ -447,14 +504,24 @@ class EncoderLayerCheck(Exercise):
     chapter = CHAPTER
     kind = "class"
     what = "post- and pre-norm encoder layers with padding masks, exact state_dict keys, gradients"
+    parts = {
+        "post-norm (the paper): self-attention and FFN, each with Add & Norm": 2,
+        "pre-norm (norm_first=True)": 1,
+        "the src_mask reaches the self-attention": 1,
+    }
+    uses = ("PositionwiseFeedForward", "ResidualSublayer")
 
     def cases(self, rng, hidden):
+        post, pre, mask = self.parts
         cases = [
-            _encoder_case(rng, 1, 4, 8, 2, 16, norm_first=False, mask=None,
+            _encoder_case(rng, 1, 4, 8, 2, 16, norm_first=False, mask=None, part=post,
                           label="post-norm, one sentence of 4 tokens, d_model=8, h=2, no mask"),
-            _encoder_case(rng, 2, 5, 8, 2, 16, norm_first=False,
+            _encoder_case(rng, 2, 4, 8, 4, 32, norm_first=True, part=pre,
+                          label="pre-norm (norm_first=True) with a padding mask"),
+            _encoder_case(rng, 2, 5, 8, 2, 16, norm_first=False, part=mask,
                           label="post-norm, 2 sentences with a padding src_mask (2, 1, 1, 5)"),
-            _encoder_case(rng, 2, 4, 8, 4, 32, norm_first=True, label="pre-norm (norm_first=True) with a padding mask"),
+            _encoder_case(rng, 2, 3, 8, 2, 16, norm_first=False, mask=None, backward=True, part=post,
+                          label="gradients flow back to x (post-norm)"),
         ]
         if not hidden:
             return cases
@@ -462,15 +529,19 @@ class EncoderLayerCheck(Exercise):
             h = int(rng.choice([1, 2, 4]))
             d_model, d_ff = h * int(rng.integers(2, 5)), int(rng.integers(4, 33))
             b, t = int(rng.integers(1, 4)), int(rng.integers(2, 7))
-            cases.append(_encoder_case(rng, b, t, d_model, h, d_ff, norm_first=bool(i % 2), as_kwarg=i < 2,
+            nf, masked = bool(i % 2), i >= 2
+            part = mask if masked and not nf else pre if nf else post
+            how = ("mask passed by keyword" if i == 2 else "mask passed by position") if masked else "no mask"
+            cases.append(_encoder_case(rng, b, t, d_model, h, d_ff, norm_first=nf, part=part,
+                                       mask="padding" if masked else None, as_kwarg=i == 2,
                                        label=f"random B={b}, T={t}, d_model={d_model}, h={h}, d_ff={d_ff}, "
-                                             f"norm_first={bool(i % 2)}, mask passed "
-                                             f"{'by keyword' if i < 2 else 'by position'}"))
-        cases.append(_encoder_case(rng, 2, 3, 8, 2, 16, norm_first=False, dropout=0.1,
+                                             f"norm_first={nf}, {how}"))
+        cases.append(_encoder_case(rng, 2, 3, 8, 2, 16, norm_first=False, mask=None, dropout=0.1, part=post,
                                    label="dropout=0.1 in eval mode (off)"))
-        for nf in (False, True):
-            cases.append(_encoder_case(rng, 2, 4, 8, 2, 16, norm_first=nf, backward=True,
-                                       label=f"gradients flow back to x (norm_first={nf})"))
+        cases.append(_encoder_case(rng, 2, 4, 8, 2, 16, norm_first=True, mask=None, backward=True, part=pre,
+                                   label="gradients flow back to x (norm_first=True)"))
+        cases.append(_encoder_case(rng, 3, 5, 8, 2, 16, norm_first=False, as_kwarg=False, part=mask,
+                                   label="post-norm, src_mask (3, 1, 1, 5) passed by position"))
         return cases
 
     def raised_hint(self, case, got):

@@ -14,7 +14,14 @@ result equals.
 
 Grading runs in a sandbox whose ``solutions`` lacks this chapter's modules
 (``decoder``, ``model``): the ``Obj`` models of ``count_parameters``' hidden cases
-are therefore built from ``torch.nn`` and the earlier chapters' modules only.
+are therefore built from ``torch.nn`` and the earlier chapters' modules only. The tied-weights case
+needs ``solutions.Transformer`` and therefore stays in the visible check.
+
+Each exercise's points are split over named parts (``parts``); the decoder layer's
+masks are probed one at a time (only ``tgt_mask``, only ``src_mask``) so that a
+mask mistake costs its own part. ``share_embeddings`` with unequal vocabularies is
+the one error the contract names here. ``Transformer`` may build on the student's
+``DecoderLayer`` (``uses``).
 """
 from __future__ import annotations
 
@@ -91,13 +98,14 @@ def decoder_layer_variant(case, *, flip_norm_first=False, residual=True, cross_m
     return x
 
 
-def _decoder_case(rng, batch, t_tgt, t_src, d_model, num_heads, d_ff, *, norm_first, label, masks=True,
+def _decoder_case(rng, batch, t_tgt, t_src, d_model, num_heads, d_ff, *, norm_first, label, part, masks="both",
                   dropout=0.0, backward=False, tgt_mask="causal"):
     x = rng.normal(size=(batch, t_tgt, d_model)).astype(np.float32)
     memory = rng.normal(size=(batch, t_src, d_model)).astype(np.float32)
     kwargs = {}
-    if masks:
+    if masks in ("both", "src"):
         kwargs["src_mask"] = Tensor(_padding(rng, batch, t_src))
+    if masks in ("both", "tgt"):
         causal = _causal(t_tgt)
         if tgt_mask == "decoder":
             causal = causal & _padding(rng, batch, t_tgt)  # (B, 1, T, T)
@@ -108,7 +116,7 @@ def _decoder_case(rng, batch, t_tgt, t_src, d_model, num_heads, d_ff, *, norm_fi
                       "norm_first": norm_first},
                 state=_decoder_state(rng, d_model, d_ff),
                 args=(Tensor(x, requires_grad=backward), Tensor(memory, requires_grad=backward)), kwargs=kwargs,
-                backward=weight, probes=("state_dict_keys",), label=label, rtol=1e-4, atol=1e-4)
+                backward=weight, probes=("state_dict_keys",), label=label, part=part, rtol=1e-4, atol=1e-4)
 
 
 @register
@@ -120,14 +128,26 @@ class DecoderLayerCheck(Exercise):
     kind = "class"
     what = ("masked self-attention, cross-attention over memory with src_mask, FFN; post- and pre-norm, "
             "T_tgt ≠ T_src, exact state_dict keys, gradients to x and memory")
+    parts = {
+        "post-norm (the paper): self-attention, cross-attention over memory, FFN": 2,
+        "pre-norm (norm_first=True)": 1,
+        "the causal tgt_mask in the self-attention": 1,
+        "the src_mask in the cross-attention": 1,
+    }
 
     def cases(self, rng, hidden):
+        post, pre, tgt, src = self.parts
         cases = [
-            _decoder_case(rng, 1, 3, 4, 8, 2, 16, norm_first=False, masks=False,
+            _decoder_case(rng, 1, 3, 4, 8, 2, 16, norm_first=False, masks=None, part=post,
                           label="post-norm, T_tgt=3, T_src=4, d_model=8, h=2, no masks"),
-            _decoder_case(rng, 2, 4, 5, 8, 2, 16, norm_first=False,
-                          label="post-norm, causal tgt_mask (1, 1, 4, 4) and padding src_mask (2, 1, 1, 5)"),
-            _decoder_case(rng, 2, 4, 3, 8, 4, 32, norm_first=True, label="pre-norm (norm_first=True) with both masks"),
+            _decoder_case(rng, 2, 4, 3, 8, 4, 32, norm_first=True, part=pre,
+                          label="pre-norm (norm_first=True) with a causal tgt_mask and a padding src_mask"),
+            _decoder_case(rng, 2, 4, 5, 8, 2, 16, norm_first=False, masks="tgt", part=tgt,
+                          label="post-norm, a causal tgt_mask (1, 1, 4, 4) only"),
+            _decoder_case(rng, 2, 4, 5, 8, 2, 16, norm_first=False, masks="src", part=src,
+                          label="post-norm, a padding src_mask (2, 1, 1, 5) only"),
+            _decoder_case(rng, 2, 3, 4, 8, 2, 16, norm_first=False, masks=None, backward=True, part=post,
+                          label="gradients flow back to x and to memory"),
         ]
         if not hidden:
             return cases
@@ -137,17 +157,21 @@ class DecoderLayerCheck(Exercise):
             b, t_tgt, t_src = int(rng.integers(1, 4)), int(rng.integers(2, 7)), int(rng.integers(2, 7))
             nf = bool(i % 2)
             cases.append(_decoder_case(rng, b, t_tgt, t_src, d_model, h, d_ff, norm_first=nf,
+                                       masks="both" if nf else None, part=pre if nf else post,
                                        label=f"random B={b}, T_tgt={t_tgt}, T_src={t_src}, d_model={d_model}, "
-                                             f"h={h}, norm_first={nf}"))
-        for nf in (False, True):
-            cases.append(_decoder_case(rng, 2, 5, 5, 8, 2, 16, norm_first=nf,
-                                       label=f"T_tgt = T_src = 5 (the masks have compatible shapes), norm_first={nf}"))
-        cases.append(_decoder_case(rng, 2, 4, 6, 8, 2, 16, norm_first=False, tgt_mask="decoder",
-                                   label="a (B, 1, T, T) decoder mask (padding ∧ causal)"))
-        cases.append(_decoder_case(rng, 2, 3, 4, 8, 2, 16, norm_first=False, dropout=0.1,
+                                             f"h={h}, norm_first={nf}" + (", both masks" if nf else ", no masks")))
+        cases.append(_decoder_case(rng, 2, 3, 4, 8, 2, 16, norm_first=False, masks=None, dropout=0.1, part=post,
                                    label="dropout=0.1 in eval mode (off)"))
-        cases.append(_decoder_case(rng, 2, 3, 4, 8, 2, 16, norm_first=False, backward=True,
-                                   label="gradients flow back to x and to memory"))
+        for masks, part in (("tgt", tgt), ("src", src)):
+            cases.append(_decoder_case(rng, 2, 5, 5, 8, 2, 16, norm_first=False, masks=masks, part=part,
+                                       label=f"T_tgt = T_src = 5 (the masks have compatible shapes), "
+                                             f"only the {masks}_mask"))
+        cases.append(_decoder_case(rng, 2, 4, 6, 8, 2, 16, norm_first=False, masks="tgt", tgt_mask="decoder", part=tgt,
+                                   label="a (B, 1, T, T) decoder mask (padding ∧ causal) as tgt_mask"))
+        cases.append(_decoder_case(rng, 3, 4, 6, 8, 2, 16, norm_first=False, masks="src", part=src,
+                                   label="a padding src_mask (3, 1, 1, 6), T_tgt=4"))
+        cases.append(_decoder_case(rng, 2, 5, 5, 8, 2, 16, norm_first=True, part=pre,
+                                   label="pre-norm, T_tgt = T_src = 5, both masks"))
         return cases
 
     def raised_hint(self, case, got):
@@ -168,7 +192,7 @@ class DecoderLayerCheck(Exercise):
         g, w = _array(got.value), _array(want.value)
         if g is None:
             return "forward must return a tensor of shape (B, T_tgt, d_model)."
-        has_masks = "tgt_mask" in case.kwargs
+        has_tgt, has_src = "tgt_mask" in case.kwargs, "src_mask" in case.kwargs
         same_len = _array(case.args[0]).shape[1] == _array(case.args[1]).shape[1]
         variants = [
             ("pre- and post-norm are swapped: norm_first=False (the paper) normalises after each residual sum.",
@@ -181,17 +205,16 @@ class DecoderLayerCheck(Exercise):
             ("the cross-attention attends over x: its keys and values are the encoder output, "
              "self.cross_attn(x, memory, memory, src_mask).", dict(keys_from_x=True)),
         ]
-        if has_masks:
-            variants += [
-                ("the causal tgt_mask was ignored: the self-attention must not see later target tokens, "
-                 "self.self_attn(x, x, x, tgt_mask).", dict(self_mask="none")),
-                ("the src_mask was ignored: the cross-attention must not attend to source padding, "
-                 "self.cross_attn(x, memory, memory, src_mask).", dict(cross_mask="none")),
-            ]
+        if has_tgt:
+            variants.append(("the causal tgt_mask was ignored: the self-attention must not see later target tokens, "
+                             "self.self_attn(x, x, x, tgt_mask).", dict(self_mask="none")))
+        if has_src:
+            variants.append(("the src_mask was ignored: the cross-attention must not attend to source padding, "
+                             "self.cross_attn(x, memory, memory, src_mask).", dict(cross_mask="none")))
         if same_len:
             variants.append(("memory and x are swapped in the cross-attention: the queries come from the "
                              "decoder, self.cross_attn(x, memory, memory, src_mask).", dict(swap_memory=True)))
-            if has_masks:
+            if has_tgt or has_src:
                 variants += [
                     ("the cross-attention uses the target mask: it takes src_mask (source padding), the "
                      "self-attention takes tgt_mask.", dict(cross_mask="tgt")),
@@ -252,7 +275,7 @@ def _ids(rng, batch, length, vocab, lengths=True):
     return ids
 
 
-def _transformer_case(rng, init, *, method="forward", label, batch=2, t_src=5, t_tgt=4, state=None):
+def _transformer_case(rng, init, *, method="forward", label, part, batch=2, t_src=5, t_tgt=4, state=None):
     state = _transformer_state(rng, init) if state is None else state
     src = _ids(rng, batch, t_src, init["src_vocab_size"])
     tgt = _ids(rng, batch, t_tgt, init["tgt_vocab_size"])
@@ -269,7 +292,18 @@ def _transformer_case(rng, init, *, method="forward", label, batch=2, t_src=5, t
     else:  # project
         args, kwargs = (Tensor(rng.normal(size=(batch, t_tgt, init["d_model"])).astype(np.float32)),), {}
     return Case(init=init, state=state, method=method, args=args, kwargs=kwargs,
-                probes=("state_dict_keys", "parameter_names"), label=label, rtol=1e-4, atol=1e-4)
+                probes=("state_dict_keys", "parameter_names"), label=label, part=part, rtol=1e-4, atol=1e-4)
+
+
+def _unequal_vocab_case(rng, part):
+    """``share_embeddings=True`` with two vocabulary sizes: the constructor must raise."""
+    init = _transformer_init(rng, share=True)
+    init["tgt_vocab_size"] = init["src_vocab_size"] + int(rng.integers(1, 10))
+    src = _ids(rng, 2, 5, init["src_vocab_size"])
+    tgt = _ids(rng, 2, 4, init["src_vocab_size"])
+    return Case(init=init, args=(Tensor(src), Tensor(tgt)), expect_error=(ValueError,), part=part,
+                label=f"share_embeddings=True with src_vocab_size={init['src_vocab_size']} ≠ "
+                      f"tgt_vocab_size={init['tgt_vocab_size']}")
 
 
 def transformer_variant(case, *, scale=True, src_positions=True, tgt_positions=True, cross_mask=True,
@@ -325,39 +359,60 @@ class TransformerCheck(Exercise):
     kind = "class"
     what = ("forward/encode/decode/project with masks, post- and pre-norm, 1-2 layers, tied embeddings "
             "(one shared matrix), exact state_dict keys")
+    parts = {
+        "encode(src, src_mask)": 1,
+        "decode(tgt, memory, src_mask, tgt_mask) and project": 1,
+        "forward = project(decode(tgt, encode(src)))": 1,
+        "share_embeddings=True ties one matrix": 1,
+        "unequal vocabularies with share_embeddings raise ValueError": 1,
+    }
+    uses = ("DecoderLayer",)
 
     def cases(self, rng, hidden):
+        encode, decode, forward, share, error = self.parts
         base = _transformer_init(rng)
         state = _transformer_state(rng, base)
         cases = [
-            _transformer_case(rng, base, state=state, label="forward: 2 sentences, T_src=5, T_tgt=4, with masks"),
-            _transformer_case(rng, base, state=state, method="encode", label="encode(src, src_mask) → memory"),
-            _transformer_case(rng, base, state=state, method="decode",
+            _transformer_case(rng, base, state=state, method="encode", part=encode,
+                              label="encode(src, src_mask) → memory"),
+            _transformer_case(rng, base, state=state, method="decode", part=decode,
                               label="decode(tgt, memory, src_mask, tgt_mask) → hidden"),
-            _transformer_case(rng, _transformer_init(rng, share=True), label="share_embeddings=True: one matrix"),
+            _transformer_case(rng, base, state=state, part=forward,
+                              label="forward: 2 sentences, T_src=5, T_tgt=4, with masks"),
+            _transformer_case(rng, _transformer_init(rng, share=True), part=share,
+                              label="share_embeddings=True: one matrix"),
+            _transformer_case(rng, base, state=state, method="project", part=decode,
+                              label="project(hidden) → logits"),
+            _unequal_vocab_case(rng, error),
         ]
         if not hidden:
             return cases
-        cases.append(_transformer_case(rng, base, state=state, method="project", label="project(hidden) → logits"))
         for i in range(2):
             nf = bool(i)
             init = _transformer_init(rng, norm_first=nf, layers=(int(rng.integers(1, 3)), int(rng.integers(1, 3))))
             b, ts, tt = int(rng.integers(1, 4)), int(rng.integers(2, 8)), int(rng.integers(2, 8))
-            cases.append(_transformer_case(rng, init, batch=b, t_src=ts, t_tgt=tt,
+            cases.append(_transformer_case(rng, init, batch=b, t_src=ts, t_tgt=tt, part=forward,
                                            label=f"random config {init['num_encoder_layers']}+"
                                                  f"{init['num_decoder_layers']} layers, d_model={init['d_model']}, "
                                                  f"h={init['num_heads']}, norm_first={nf}, B={b}, "
                                                  f"T_src={ts}, T_tgt={tt}"))
         init = _transformer_init(rng, norm_first=True)
-        cases.append(_transformer_case(rng, init, method="encode",
+        state = _transformer_state(rng, init)
+        cases.append(_transformer_case(rng, init, state=state, method="encode", part=encode,
                                        label="pre-norm encode: the encoder stack ends with encoder_norm"))
+        cases.append(_transformer_case(rng, init, state=state, method="decode", part=decode,
+                                       label="pre-norm decode: the decoder stack ends with decoder_norm"))
         shared = _transformer_init(rng, share=True, norm_first=True)
-        cases.append(_transformer_case(rng, shared, label="share_embeddings=True with norm_first=True"))
+        cases.append(_transformer_case(rng, shared, part=share, label="share_embeddings=True with norm_first=True"))
+        cases.append(_unequal_vocab_case(rng, error))
         return cases
 
     def raised_hint(self, case, got):
         raised = got.raised
-        if raised is None or case.expect_error:
+        if case.expect_error:
+            return ("one matrix cannot serve two vocabularies: in __init__, when share_embeddings is True and "
+                    "src_vocab_size != tgt_vocab_size, raise ValueError saying both sizes.")
+        if raised is None:
             return None
         if raised.get("phase") == "load_state_dict":
             return ("the graders load the reference state_dict: src_embed, tgt_embed (TokenEmbedding), positional "
@@ -365,7 +420,7 @@ class TransformerCheck(Exercise):
                     "(nn.Linear(d_model, tgt_vocab_size)) and, for norm_first=True, encoder_norm and decoder_norm.")
         return None
 
-    def judge(self, case: Case, got: Result, want: Result) -> None:
+    def judge(self, case: Case, got: Result, want: Result) -> list[str]:
         # Shared parameters appear once in named_parameters(): compare how many there are,
         # not their names (which of the tied modules "owns" the matrix is free).
         got_names = got.probes.get("parameter_names")
@@ -384,7 +439,7 @@ class TransformerCheck(Exercise):
         strip = lambda r: Result(value=r.value, attrs=r.attrs,  # noqa: E731
                                  probes={k: v for k, v in r.probes.items() if k != "parameter_names"},
                                  grads=r.grads, args_after=r.args_after, raised=r.raised)
-        super().judge(case, strip(got), strip(want))
+        return super().judge(case, strip(got), strip(want))
 
     def diagnose(self, case, got, want):
         g, w = _array(got.value), _array(want.value)
@@ -427,37 +482,49 @@ class CountParameters(Exercise):
     chapter = CHAPTER
     kind = "function"
     what = "elements of the distinct trainable parameters: tied weights once, frozen ones and buffers not at all"
+    parts = {
+        "the elements of every parameter, as an int": 2,
+        "only distinct trainable tensors: frozen ones, buffers and tied copies left out": 1,
+    }
 
     def cases(self, rng, hidden):
+        count, excluded = self.parts
         cases = [
-            Case(args=(Obj("torch.nn.Linear", {"in_features": 3, "out_features": 2}),),
+            Case(args=(Obj("torch.nn.Linear", {"in_features": 3, "out_features": 2}),), part=count,
                  label="nn.Linear(3, 2): 3·2 weights + 2 biases"),
             Case(args=(Obj("torch.nn.Embedding", {"num_embeddings": 10, "embedding_dim": 4, "_freeze": True}),),
-                 label="a frozen nn.Embedding (requires_grad=False): 0 trainable parameters"),
+                 part=excluded, label="a frozen nn.Embedding (requires_grad=False): 0 trainable parameters"),
+            Case(args=(Obj("solutions.PositionalEncoding", {"d_model": 8, "max_len": 50}),), part=excluded,
+                 label="PositionalEncoding: a buffer pe of 400 numbers, no parameters"),
         ]
+        # Weight tying without solutions.Transformer (withheld from this chapter's
+        # sandbox): an embedding and an output projection sharing one matrix.
+        vocab, width = (10, 4) if not hidden else (int(rng.integers(5, 30)), int(rng.integers(2, 9)))
+        tied = Obj("torch.nn.ModuleList", {"modules": [
+            Obj("torch.nn.Embedding", {"num_embeddings": vocab, "embedding_dim": width}),
+            Obj("torch.nn.Linear", {"in_features": width, "out_features": vocab, "bias": False})]},
+            tie=[("1.weight", "0.weight")])
+        cases.append(Case(args=(tied,), part=excluded,
+                          label=f"an embedding and an output layer tied to one ({vocab}, {width}) matrix: "
+                                "the shared matrix counts once"))
         if not hidden:
-            # The tied case needs solutions.Transformer, which the grading sandbox of this
-            # chapter does not have: it stays in the visible check (the student's kernel).
-            init = {"src_vocab_size": 30, "tgt_vocab_size": 30, "d_model": 16, "num_heads": 2,
-                    "num_encoder_layers": 1, "num_decoder_layers": 1, "d_ff": 32, "max_len": 64,
-                    "share_embeddings": True}
-            cases.append(Case(args=(Obj("solutions.Transformer", init),),
-                              label="a Transformer with share_embeddings=True: the shared matrix counts once"))
             return cases
         for _ in range(2):
-            cases.append(Case(args=(_linear(rng, bias=bool(rng.integers(0, 2))),), label="a random nn.Linear"))
+            cases.append(Case(args=(_linear(rng, bias=bool(rng.integers(0, 2))),), part=count,
+                              label="a random nn.Linear"))
         d_model = 4 * int(rng.integers(1, 5))
         cases.append(Case(args=(Obj("solutions.MultiHeadAttention", {"d_model": d_model, "num_heads": 2}),),
-                          label=f"MultiHeadAttention(d_model={d_model}, 2 heads): 4 (d² + d)"))
-        cases.append(Case(args=(Obj("solutions.PositionalEncoding", {"d_model": 8, "max_len": 50}),),
-                          label="PositionalEncoding: a buffer pe of 400 numbers, no parameters"))
+                          part=count, label=f"MultiHeadAttention(d_model={d_model}, 2 heads): 4 (d² + d)"))
+        cases.append(Case(args=(Obj("torch.nn.Transformer", {
+            "d_model": 16, "nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 1, "dim_feedforward": 32,
+            "batch_first": True}),), part=count, label="torch.nn.Transformer(d_model=16, 1 + 1 layers, d_ff=32)"))
+        cases.append(Case(args=(Obj("torch.nn.BatchNorm1d", {"num_features": int(rng.integers(2, 9))}),),
+                          part=excluded, label="BatchNorm1d: γ and β count, its running statistics (buffers) do not"))
         cases.append(Case(args=(Obj("torch.nn.ModuleList", {"modules": [
             _linear(rng), Obj("torch.nn.Embedding", {"num_embeddings": 7, "embedding_dim": 3, "_freeze": True}),
             Obj("torch.nn.LayerNorm", {"normalized_shape": 5}), Obj("torch.nn.BatchNorm1d", {"num_features": 4})]}),),
+            part=excluded,
             label="a ModuleList: Linear, frozen Embedding, LayerNorm, BatchNorm1d (its running stats are buffers)"))
-        cases.append(Case(args=(Obj("torch.nn.Transformer", {
-            "d_model": 16, "nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 1, "dim_feedforward": 32,
-            "batch_first": True}),), label="torch.nn.Transformer(d_model=16, 1 + 1 layers, d_ff=32)"))
         return cases
 
     def diagnose(self, case, got, want):

@@ -8,6 +8,12 @@ The diagnoses recompute the plausible wrong answers from the case's inputs (no
 shift, ``<eos>`` in the decoder input, left padding, ``warmup**-1``, no
 ``d_model**-0.5``, pads in the mean, smoothing over ``V - 1`` classes, ...) and
 name the one the result equals.
+
+Each exercise's points are split over named parts (``parts``): the shift, the
+padding and the special ids of ``make_decoder_io``; warm-up, decay, ``factor`` and
+the named ``step < 1`` error of ``noam_lr``; plain cross-entropy, smoothing,
+``pad_id`` and stability of the loss (smoothing 0 outside the smoothing part, so
+that a smoothing mistake costs that part only).
 """
 from __future__ import annotations
 
@@ -63,23 +69,42 @@ class MakeDecoderIO(Exercise):
     chapter = CHAPTER
     kind = "function"
     what = "[<sos>, y…] and [y…, <eos>] as LongTensors (B, L + 1), right-padded, other special ids, empty targets"
+    parts = {
+        "shifted right: [<sos>, y…] and [y…, <eos>]": 1,
+        "right padding with pad_id to L + 1": 1,
+        "the sos_id and eos_id arguments": 1,
+    }
 
     def cases(self, rng, hidden):
+        shift, pad, ids = self.parts
         cases = [
-            Case(args=([[5, 6, 7]],), label="one target [5, 6, 7] → [1, 5, 6, 7] and [5, 6, 7, 2]"),
-            Case(args=([[5, 6, 7], [8]],), label="targets of lengths 3 and 1: the short one is right-padded with 0"),
-            Case(args=([[4, 9], [7, 7, 7, 5]],), kwargs={"sos_id": 10, "eos_id": 11, "pad_id": 12},
-                 label="other special ids: sos_id=10, eos_id=11, pad_id=12"),
+            Case(args=([[5, 6, 7]],), label="one target [5, 6, 7] → [1, 5, 6, 7] and [5, 6, 7, 2]", part=shift),
+            Case(args=([[5, 6, 7], [8]],), label="targets of lengths 3 and 1: the short one is right-padded with 0",
+                 part=pad),
+            Case(args=([[9, 8, 7], [4]],), kwargs={"pad_id": 3}, label="pad_id=3: the short target is padded with 3",
+                 part=pad),
+            Case(args=([[4, 9], [7, 7]],), kwargs={"sos_id": 10, "eos_id": 11},
+                 label="other special ids: sos_id=10, eos_id=11 (targets of one length)", part=ids),
         ]
         if not hidden:
             return cases
-        for _ in range(3):
-            B = int(rng.integers(1, 6))
-            targets = [[int(v) for v in rng.integers(4, 50, size=int(rng.integers(1, 9)))] for _ in range(B)]
-            cases.append(Case(args=(targets,), label=f"random batch of {B} targets, lengths {[len(t) for t in targets]}"))
-        cases.append(Case(args=([[6, 5], []],), label="an empty target gives [<sos>] and [<eos>]"))
-        cases.append(Case(args=(([9, 8, 7], [4, 5]),), kwargs={"pad_id": 3, "eos_id": 0, "sos_id": 2},
-                          label="a tuple of targets with eos_id=0, sos_id=2, pad_id=3"))
+        for _ in range(2):
+            B, L = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+            targets = [[int(v) for v in rng.integers(4, 50, size=L)] for _ in range(B)]
+            cases.append(Case(args=(targets,), label=f"random batch of {B} targets, all of length {L}", part=shift))
+        for _ in range(2):
+            B = int(rng.integers(2, 6))
+            lengths = [int(n) for n in rng.integers(1, 9, size=B)]
+            lengths[0] = max(lengths) + 1  # at least two lengths
+            targets = [[int(v) for v in rng.integers(4, 50, size=n)] for n in lengths]
+            cases.append(Case(args=(targets,), label=f"random batch of {B} targets, lengths {lengths}", part=pad))
+        cases.append(Case(args=([[6, 5], []],), label="an empty target gives [<sos>] and [<eos>], then padding",
+                          part=pad))
+        pad_id = int(rng.integers(3, 60))
+        cases.append(Case(args=([[9, 8, 7], [4, 5], []],), kwargs={"pad_id": pad_id},
+                          label=f"pad_id={pad_id}: the short targets are padded with {pad_id}", part=pad))
+        cases.append(Case(args=(([9, 8, 7], [4, 5, 6]),), kwargs={"eos_id": 0, "sos_id": 2},
+                          label="a tuple of targets with eos_id=0, sos_id=2", part=ids))
         return cases
 
     def diagnose(self, case, got, want):
@@ -136,26 +161,46 @@ class NoamLr(Exercise):
     chapter = CHAPTER
     kind = "function"
     what = "factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5) during and after warm-up, step < 1 raises"
+    parts = {
+        "warm-up: d_model^-0.5 · step · warmup_steps^-1.5": 1,
+        "after warm-up: d_model^-0.5 · step^-0.5": 1,
+        "the factor argument": 1,
+        "step < 1 raises ValueError": 1,
+    }
 
     def cases(self, rng, hidden):
+        warm, decay, factor, error = self.parts
         cases = [
-            Case(args=(1, 512, 4000), label="step 1 of the paper's schedule (d_model=512, warmup 4000)", rtol=1e-9),
-            Case(args=(4000, 512, 4000), label="the peak, step == warmup_steps", rtol=1e-9),
-            Case(args=(100000, 512, 4000), kwargs={"factor": 2.0}, label="after warm-up (step 100000), factor=2",
-                 rtol=1e-9),
+            Case(args=(1, 512, 4000), label="step 1 of the paper's schedule (d_model=512, warmup 4000)", rtol=1e-9,
+                 part=warm),
+            Case(args=(4000, 512, 4000), label="the peak, step == warmup_steps", rtol=1e-9, part=decay),
+            Case(args=(100000, 512, 4000), label="after warm-up (step 100000)", rtol=1e-9, part=decay),
+            Case(args=(100000, 512, 4000), kwargs={"factor": 2.0}, label="factor=2 doubles the rate", rtol=1e-9,
+                 part=factor),
             Case(args=(0, 512, 4000), label="step 0: the schedule counts from 1, raise ValueError",
-                 expect_error=(ValueError,)),
+                 expect_error=(ValueError,), part=error),
         ]
         if not hidden:
             return cases
-        for _ in range(4):
+        for _ in range(2):
+            warmup = int(rng.integers(10, 10000))
+            d_model = int(rng.choice([64, 128, 256, 512, 1024]))
+            step = int(rng.integers(1, warmup))
+            cases.append(Case(args=(step, d_model, warmup), label=f"warm-up: step {step} of {warmup}, d_model {d_model}",
+                              rtol=1e-9, part=warm))
+            step = int(rng.integers(warmup, 30 * warmup))
+            cases.append(Case(args=(step, d_model, warmup), label=f"decay: step {step} > warmup {warmup}, "
+                              f"d_model {d_model}", rtol=1e-9, part=decay))
+        cases.append(Case(args=(37, 256, 100), label="during warm-up (37 of 100): the linear part", rtol=1e-9,
+                          part=warm))
+        for _ in range(2):
             warmup = int(rng.integers(10, 10000))
             step = int(rng.integers(1, 3 * warmup))
-            d_model = int(rng.choice([64, 128, 256, 512, 1024]))
-            cases.append(Case(args=(step, d_model, warmup), kwargs={"factor": float(rng.uniform(0.5, 3.0))},
-                              label=f"random step {step}, d_model {d_model}, warmup {warmup}", rtol=1e-9))
-        cases.append(Case(args=(37, 256, 100), label="during warm-up (37 of 100): the linear part", rtol=1e-9))
-        cases.append(Case(args=(-3, 512, 4000), label="a negative step raises ValueError", expect_error=(ValueError,)))
+            f = float(rng.uniform(0.5, 3.0))
+            cases.append(Case(args=(step, 512, warmup), kwargs={"factor": f}, rtol=1e-9, part=factor,
+                              label=f"factor={f:.3g} at step {step}, warmup {warmup}"))
+        cases.append(Case(args=(-3, 512, 4000), label="a negative step raises ValueError", expect_error=(ValueError,),
+                          part=error))
         return cases
 
     def raised_hint(self, case, got):
@@ -223,7 +268,8 @@ def _lsce_variants(logits, labels, smoothing, pad_id):
     }
 
 
-def _lsce_case(rng, B, T, V, *, smoothing=None, pad_id=0, label, backward=False, scale=1.0, dtype=np.float32):
+def _lsce_case(rng, B, T, V, *, smoothing=None, pad_id=0, label, part, backward=False, scale=1.0,
+               dtype=np.float32):
     logits = (rng.normal(size=(B, T, V)) * scale).astype(dtype)
     ids = [i for i in range(V) if i != pad_id]
     labels = rng.choice(ids, size=(B, T)).astype(np.int64)
@@ -235,7 +281,8 @@ def _lsce_case(rng, B, T, V, *, smoothing=None, pad_id=0, label, backward=False,
         kwargs["smoothing"] = smoothing
     weight = np.float32(rng.uniform(0.5, 2.0)) if backward else None
     return Case(args=(Tensor(logits, requires_grad=backward), Tensor(labels)), kwargs=kwargs,
-                backward=None if weight is None else Tensor(np.array(weight)), label=label, rtol=1e-4, atol=1e-6)
+                backward=None if weight is None else Tensor(np.array(weight)), label=label, part=part,
+                rtol=1e-4, atol=1e-6)
 
 
 @register
@@ -247,23 +294,46 @@ class LabelSmoothedCrossEntropy(Exercise):
     kind = "function"
     what = ("F.cross_entropy(..., label_smoothing=ε, ignore_index=pad_id): mean over non-pad tokens, "
             "ε spread over all V classes, gradients")
+    parts = {
+        "mean cross-entropy over the non-pad tokens": 1,
+        "label smoothing: ε spread over all V classes": 1,
+        "the pad_id argument": 1,
+        "stable for large logits, differentiable": 1,
+    }
 
     def cases(self, rng, hidden):
+        plain, smooth, pad, stable = self.parts
         cases = [
-            _lsce_case(rng, 2, 4, 6, label="logits (2, 4, 6), default smoothing 0.1, padded labels"),
-            _lsce_case(rng, 2, 5, 8, smoothing=0.0, label="smoothing=0.0: plain cross-entropy over non-pad tokens"),
-            _lsce_case(rng, 3, 3, 5, smoothing=0.3, label="smoothing=0.3"),
+            _lsce_case(rng, 2, 5, 8, smoothing=0.0, part=plain,
+                       label="smoothing=0.0: plain cross-entropy over the non-pad tokens"),
+            _lsce_case(rng, 2, 4, 6, part=smooth, label="logits (2, 4, 6), default smoothing 0.1, padded labels"),
+            _lsce_case(rng, 3, 3, 5, smoothing=0.3, part=smooth, label="smoothing=0.3"),
+            _lsce_case(rng, 2, 4, 7, smoothing=0.0, pad_id=5, part=pad,
+                       label="pad_id=5 (not 0), smoothing=0.0: ignore label 5"),
+            _lsce_case(rng, 2, 4, 6, smoothing=0.0, scale=50.0, part=stable,
+                       label="large logits (x 50), smoothing=0.0: use log_softmax, not log(softmax)"),
+            _lsce_case(rng, 2, 3, 5, smoothing=0.0, backward=True, part=stable,
+                       label="gradients flow back to the logits (smoothing=0.0)"),
         ]
         if not hidden:
             return cases
-        for _ in range(3):
+        for _ in range(2):
             B, T, V = int(rng.integers(1, 5)), int(rng.integers(1, 9)), int(rng.integers(3, 40))
+            cases.append(_lsce_case(rng, B, T, V, smoothing=0.0, part=plain,
+                                    label=f"random logits ({B}, {T}, {V}), smoothing 0"))
             eps = float(rng.choice([0.05, 0.1, 0.2]))
-            cases.append(_lsce_case(rng, B, T, V, smoothing=eps,
+            B, T, V = int(rng.integers(1, 5)), int(rng.integers(1, 9)), int(rng.integers(3, 40))
+            cases.append(_lsce_case(rng, B, T, V, smoothing=eps, part=smooth,
                                     label=f"random logits ({B}, {T}, {V}), smoothing {eps}"))
-        cases.append(_lsce_case(rng, 2, 4, 7, pad_id=5, label="pad_id=5 (not 0): ignore label 5"))
-        cases.append(_lsce_case(rng, 2, 4, 6, scale=50.0, label="large logits (x 50): use log_softmax, not log(softmax)"))
-        cases.append(_lsce_case(rng, 2, 5, 9, backward=True, label="gradients flow back to the logits"))
+        pad_id = int(rng.integers(1, 9))
+        cases.append(_lsce_case(rng, 3, 5, 9, smoothing=0.0, pad_id=pad_id, part=pad,
+                                label=f"pad_id={pad_id}, smoothing=0.0: ignore label {pad_id}"))
+        cases.append(_lsce_case(rng, 2, 4, 6, smoothing=0.0, scale=80.0, part=stable,
+                                label="large logits (x 80), smoothing=0.0"))
+        cases.append(_lsce_case(rng, 2, 5, 9, smoothing=0.0, backward=True, part=stable,
+                                label="gradients flow back to the logits (smoothing=0.0)"))
+        cases.append(_lsce_case(rng, 2, 5, 9, smoothing=0.2, backward=True, part=smooth,
+                                label="gradients of the smoothed loss (smoothing 0.2)"))
         return cases
 
     def diagnose(self, case, got, want):

@@ -14,6 +14,12 @@ a correct answer never depends on details the contract leaves open. The
 diagnoses rerun a trusted decoder with one plausible mistake at a time (no padding
 after ``<eos>``, stopping at the first ``<eos>``, ``max_len ± 1`` steps, no
 length penalty, finished hypotheses dropped, ...) and name the one that matches.
+
+Each exercise's points are split over named parts (``parts``). Greedy cases are
+drawn so that each part's cases isolate one rule (no sentence ends / some end /
+all end early / other ids); the beam-search cases of the other parts use models
+on which the length penalty does not change the winner. ``beam_search`` may call
+the student's ``greedy_decode`` for ``beam_size=1`` (``uses``).
 """
 from __future__ import annotations
 
@@ -28,8 +34,9 @@ CHAPTER = "10_inference"
 
 
 class _DecodingExercise(Exercise):
-    """Decoding exercises: cases and hints built on one torch thread (small models
-    decode faster without a thread pool), and a hint when a call raised inside the model."""
+    """Decoding exercises: cases, reference results and hints computed on one torch
+    thread (small models decode faster without a thread pool), and a hint when a call
+    raised inside the model."""
 
     def cases(self, rng, hidden):
         with _one_thread():
@@ -38,6 +45,10 @@ class _DecodingExercise(Exercise):
     def diagnose(self, case, got, want):
         with _one_thread():
             return self._diagnose(case, got, want)
+
+    def expected(self, case):
+        with _one_thread():  # the reference's decoding passes are as tiny as the answer's
+            return super().expected(case)
 
     def raised_hint(self, case, got):
         raised = got.raised
@@ -153,9 +164,10 @@ def greedy_variant(model, src, src_mask, max_len, sos=1, eos=2, pad=0, *, pad_af
     return out if keep_sos else out[:, 1:]
 
 
-def _greedy_case(rng, *, batch, max_len, label, layers=1, target="mixed", specials=None, attempts=6):
+def _greedy_case(rng, *, batch, max_len, label, part, layers=1, target="mixed", specials=None, attempts=6):
     """A greedy case whose sentences end at different steps (``target="mixed"``: some end,
-    at least one does not; ``"all"``: every one ends before ``max_len``)."""
+    at least one does not; ``"all"``: every one ends before ``max_len``; ``"none"``: no
+    sentence ends, so the answer is ``max_len`` arg-max tokens after ``<sos>``)."""
     import torch
 
     init = _model_init(rng, layers)
@@ -166,7 +178,7 @@ def _greedy_case(rng, *, batch, max_len, label, layers=1, target="mixed", specia
     for _ in range(attempts):
         state = _model_state(rng, init, never=(sos, pad))
         model = _build(init, state)
-        for bias in (0.0, 1.5, 3.0, 5.0):
+        for bias in (0.0, -3.0, -30.0) if target == "none" else (0.0, 1.5, 3.0, 5.0):
             biased = _with_eos_bias(state, eos, bias, model)
             ys = greedy_variant(model, torch.from_numpy(src), torch.from_numpy(src_mask), max_len,
                                 sos, eos, pad)
@@ -174,6 +186,8 @@ def _greedy_case(rng, *, batch, max_len, label, layers=1, target="mixed", specia
             first_end = {int(np.argmax(row[1:] == eos)) for row in ys}
             if target == "all":
                 good = bool(ended.all()) and ys.shape[1] < max_len + 1 and (len(first_end) > 1 or len(ys) == 1)
+            elif target == "none":
+                good = not bool(ended.any())
             else:
                 good = bool(ended.any()) and (not bool(ended.all()) or len(ys) == 1)
             chosen = chosen if chosen is not None else biased
@@ -185,7 +199,7 @@ def _greedy_case(rng, *, batch, max_len, label, layers=1, target="mixed", specia
         break
     kwargs = {} if specials is None else {"sos_id": sos, "eos_id": eos, "pad_id": pad}
     return Case(args=(Obj("solutions.Transformer", init, chosen), Tensor(src), Tensor(src_mask), max_len),
-                kwargs=kwargs, label=label)
+                kwargs=kwargs, label=label, part=part)
 
 
 @register
@@ -197,24 +211,40 @@ class GreedyDecode(_DecodingExercise):
     kind = "function"
     what = ("<sos> then arg-max tokens, pad after each sentence's <eos>, stop when all ended or after "
             "max_len new tokens, padded sources, other special ids")
+    parts = {
+        "<sos>, then the arg-max token at each of max_len steps": 2,
+        "pad_id after a sentence's <eos>": 1,
+        "stop once every sentence has ended": 1,
+        "the sos_id, eos_id and pad_id arguments": 1,
+    }
 
     def _cases(self, rng, hidden):
+        steps, pad, stop, ids = self.parts
         cases = [
-            _greedy_case(rng, batch=3, max_len=6, label="3 sentences, max_len=6: some end with <eos>, one does not"),
-            _greedy_case(rng, batch=2, max_len=10, target="all",
+            _greedy_case(rng, batch=2, max_len=5, target="none", part=steps,
+                         label="2 sentences (one padded) that do not end: <sos> and 5 arg-max tokens"),
+            _greedy_case(rng, batch=3, max_len=6, part=pad,
+                         label="3 sentences, max_len=6: some end with <eos>, one does not"),
+            _greedy_case(rng, batch=2, max_len=10, target="all", part=stop,
                          label="2 sentences that both end before max_len=10: stop early"),
+            _greedy_case(rng, batch=3, max_len=7, specials=(4, 5, 6), part=ids,
+                         label="other special ids: sos_id=4, eos_id=5, pad_id=6"),
         ]
         if not hidden:
             return cases
-        for _ in range(2):
-            b, m = int(rng.integers(2, 5)), int(rng.integers(4, 10))
-            cases.append(_greedy_case(rng, batch=b, max_len=m, layers=2,
-                                      label=f"random model with 2 decoder layers, {b} sentences, max_len={m}"))
-        cases.append(_greedy_case(rng, batch=1, max_len=1, label="max_len=1: exactly one new token"))
-        cases.append(_greedy_case(rng, batch=3, max_len=7, specials=(4, 5, 6),
-                                  label="other special ids: sos_id=4, eos_id=5, pad_id=6"))
-        cases.append(_greedy_case(rng, batch=4, max_len=8, target="all", layers=2,
+        b, m = int(rng.integers(1, 4)), int(rng.integers(2, 9))
+        cases.append(_greedy_case(rng, batch=b, max_len=m, target="none", layers=2, part=steps,
+                                  label=f"random model with 2 decoder layers, {b} sentences that do not end, "
+                                        f"max_len={m}"))
+        cases.append(_greedy_case(rng, batch=2, max_len=1, target="none", part=steps,
+                                  label="max_len=1: exactly one new token"))
+        b, m = int(rng.integers(2, 5)), int(rng.integers(4, 10))
+        cases.append(_greedy_case(rng, batch=b, max_len=m, layers=2, part=pad,
+                                  label=f"random model with 2 decoder layers, {b} sentences, max_len={m}"))
+        cases.append(_greedy_case(rng, batch=4, max_len=8, target="all", layers=2, part=stop,
                                   label="4 sentences ending at different steps (2 decoder layers)"))
+        cases.append(_greedy_case(rng, batch=3, max_len=6, specials=(7, 3, 5), part=ids,
+                                  label="other special ids: sos_id=7, eos_id=3, pad_id=5"))
         return cases
 
     def _diagnose(self, case, got, want):
@@ -337,13 +367,15 @@ def beam_variant(model, src, src_mask, beam_size, max_len, sos=1, eos=2, alpha=0
 _MISTAKES = ("no_penalty", "penalty_with_sos", "divide_by_length", "first_finished", "no_finished")
 
 
-def _beam_case(rng, *, beam_size, max_len, label, alpha=0.6, want=("beam_differs",),
+def _beam_case(rng, *, beam_size, max_len, label, part, alpha=0.6, want=("beam_differs",),
                eos_bias=(0.0, 1.0, 2.0, 3.0, 4.0), attempts=15):
     """A beam-search case on which the sound variants agree and the search matters.
 
     ``want`` lists what the chosen model must show: ``"beam_differs"`` (beam ≠ greedy),
-    ``"penalty_matters"`` (another winner without the length penalty), ``"not_first"``
-    (the first hypothesis to end is not the best), ``"ends"`` (the best ends with <eos>).
+    ``"penalty_matters"`` (another winner without the length penalty),
+    ``"penalty_irrelevant"`` (the same winner without it: a case of another part),
+    ``"not_first"`` (the first hypothesis to end is not the best), ``"ends"`` (the best
+    ends with <eos>).
     Models are drawn until one shows all of them (or the attempts run out).
     """
     import torch
@@ -366,6 +398,8 @@ def _beam_case(rng, *, beam_size, max_len, label, alpha=0.6, want=("beam_differs
                 ok = beam_variant(*args, alpha=alpha, mode="no_penalty") != ref
             if ok and "not_first" in want:
                 ok = beam_variant(*args, alpha=alpha, mode="first_finished") != ref
+            if ok and "penalty_irrelevant" in want:  # the case is about the search, not the penalty
+                ok = beam_variant(*args, alpha=alpha, mode="no_penalty") == ref
             # the contract leaves the answer open where sound bookkeepings disagree
             sound = beam_variant(*args, alpha=alpha, mode="shrinking") == ref
             if sound and fallback is None:
@@ -378,7 +412,7 @@ def _beam_case(rng, *, beam_size, max_len, label, alpha=0.6, want=("beam_differs
     state, src, src_mask = chosen or fallback or (biased, src, src_mask)
     kwargs = {} if alpha == 0.6 else {"length_penalty": alpha}
     return Case(args=(Obj("solutions.Transformer", init, state), Tensor(src), Tensor(src_mask), beam_size, max_len),
-                kwargs=kwargs, label=label)
+                kwargs=kwargs, label=label, part=part)
 
 
 @register
@@ -390,25 +424,40 @@ class BeamSearch(_DecodingExercise):
     kind = "function"
     what = ("the best hypothesis as a list with <sos> and <eos>: beam ≠ greedy, GNMT length penalty, finished "
             "hypotheses kept, beam_size=1 = greedy, max_len reached")
+    parts = {
+        "beam_size prefixes kept at every step (beam ≠ greedy)": 2,
+        "beam_size=1 equals greedy decoding": 1,
+        "the GNMT length penalty ((5 + len) / 6) ** length_penalty": 1,
+        "finished hypotheses kept until beam_size have ended or max_len": 1,
+    }
+    uses = ("greedy_decode",)
 
     def _cases(self, rng, hidden):
+        beam, one, penalty, finished = self.parts
         cases = [
-            _beam_case(rng, beam_size=3, max_len=8, label="beam_size=3 on a model where beam search beats greedy"),
-            _beam_case(rng, beam_size=1, max_len=8, want=("ends",), label="beam_size=1 equals greedy decoding"),
+            _beam_case(rng, beam_size=3, max_len=8, want=("beam_differs", "penalty_irrelevant"), part=beam,
+                       label="beam_size=3 on a model where beam search beats greedy"),
+            _beam_case(rng, beam_size=1, max_len=8, want=("ends",), part=one,
+                       label="beam_size=1 equals greedy decoding"),
+            _beam_case(rng, beam_size=3, max_len=8, alpha=1.5, want=("penalty_matters",), part=penalty,
+                       label="length_penalty=1.5 on a model where the penalty changes the winner"),
+            _beam_case(rng, beam_size=3, max_len=8, want=("not_first", "ends", "penalty_irrelevant"), part=finished,
+                       label="the first hypothesis to end is not the best one"),
         ]
         if not hidden:
             return cases
         for _ in range(2):
             k, m = int(rng.integers(2, 5)), int(rng.integers(5, 10))
-            cases.append(_beam_case(rng, beam_size=k, max_len=m, want=("beam_differs",),
+            cases.append(_beam_case(rng, beam_size=k, max_len=m, want=("beam_differs", "penalty_irrelevant"), part=beam,
                                     label=f"random model, beam_size={k}, max_len={m}"))
-        cases.append(_beam_case(rng, beam_size=3, max_len=8, want=("penalty_matters", "ends"),
-                                label="a model on which the length penalty changes the winner"))
-        cases.append(_beam_case(rng, beam_size=3, max_len=8, want=("not_first", "ends"),
-                                label="the first hypothesis to end is not the best one"))
-        cases.append(_beam_case(rng, beam_size=3, max_len=8, alpha=1.5, want=("penalty_matters",),
-                                label="length_penalty=1.5"))
-        cases.append(_beam_case(rng, beam_size=2, max_len=3, want=(), eos_bias=(-30.0,),
+        cases.append(_beam_case(rng, beam_size=1, max_len=6, want=(), part=one,
+                                label="beam_size=1, max_len=6: the greedy sentence"))
+        cases.append(_beam_case(rng, beam_size=3, max_len=8, want=("penalty_matters", "ends"), part=penalty,
+                                label="the default length_penalty=0.6 changes the winner"))
+        cases.append(_beam_case(rng, beam_size=3, max_len=8, want=("not_first", "ends", "penalty_irrelevant"),
+                                part=finished,
+                                label="another model on which the first hypothesis to end is not the best"))
+        cases.append(_beam_case(rng, beam_size=2, max_len=3, want=(), eos_bias=(-30.0,), part=finished,
                                 label="<eos> never likely: max_len=3 reached, the best prefix without <eos>"))
         return cases
 

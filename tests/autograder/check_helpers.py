@@ -1,18 +1,24 @@
-"""Shared helpers of the per-chapter check tests (``test_checks_chNN.py``)."""
+"""Shared helpers of the per-chapter check tests (``test_checks_chNN.py``).
+
+They go through :func:`autograder.checks.base.check_report`, the report behind the
+visible ``check`` (including its "one mistake charged once" substitution), so a
+partly right answer — which ``check`` does not raise for — is still seen.
+"""
 import pytest
 import torch
 
 import solutions
-from autograder.checks import CheckFailure, check
+from autograder.checks import check
+from autograder.checks.base import check_report
 
 
 def rejected(name, wrong, *words, seed=None, hidden=True, any_word=False):
-    """Assert that the check of ``name`` rejects ``wrong`` and that the message names
-    the mistake: every one of ``words`` (case-sensitive), or with ``any_word`` at least
-    one of them (case-insensitive). Returns the message."""
-    with pytest.raises(CheckFailure) as info:
-        check(name, wrong, hidden=hidden, seed=seed)
-    message = str(info.value)
+    """Assert that the check of ``name`` does not give ``wrong`` full marks and that
+    the report names the mistake: every one of ``words`` (case-sensitive), or with
+    ``any_word`` at least one of them (case-insensitive). Returns the report's text."""
+    report = check_report(name, wrong, hidden=hidden, seed=seed)
+    message = report.render(name)
+    assert not report.passed, f"{name}: a wrong answer got full marks:\n{message}"
     if any_word:
         assert any(w.lower() in message.lower() for w in words), message
     else:
@@ -22,14 +28,32 @@ def rejected(name, wrong, *words, seed=None, hidden=True, any_word=False):
 
 
 def accepted(name, obj):
-    """Assert that ``obj`` passes the visible and the hidden check of ``name``."""
-    check(name, obj)
-    check(name, obj, hidden=True)
+    """Assert that ``obj`` earns full marks in the visible and the hidden check of
+    ``name``. Returns the hidden report (its notes and advice)."""
+    for hidden in (False, True):
+        report = check_report(name, obj, hidden=hidden)
+        assert report.passed and report.score == report.max_score, report.render(name)
+    return report
+
+
+def partly(name, obj, earned, missed, *words, hidden=True, seed=None):
+    """Assert that ``obj`` earns exactly the parts ``earned`` and misses ``missed``
+    (part names), and that the report's text holds every one of ``words``."""
+    report = check_report(name, obj, hidden=hidden, seed=seed)
+    got = {p.name: p.earned for p in report.parts}
+    assert {n for n, e in got.items() if e} == set(earned) and {n for n, e in got.items() if not e} == set(missed), \
+        report.render(name)
+    message = report.render(name)
+    for word in words:
+        assert word in message, f"{word!r} not in the message:\n{message}"
+    assert 0 < report.score < report.max_score
+    return report
 
 
 def assert_reference_passes(name, capsys):
     """The reference passes its own visible and hidden checks, printing to stdout only."""
-    accepted(name, getattr(solutions, name))
+    check(name, getattr(solutions, name))
+    check(name, getattr(solutions, name), hidden=True)
     out = capsys.readouterr()
     assert out.out.count(f"✓ {name}") == 2 and out.err == ""
 

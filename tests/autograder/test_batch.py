@@ -25,6 +25,7 @@ import pytest
 
 from autograder import batch
 from autograder.bench import make_book, make_class, make_submission
+from autograder.grading import read_untrusted
 
 CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
 HERE = Path(__file__).resolve().parent
@@ -52,11 +53,11 @@ def scripted_grade(source_nb, submission_nb, *, chapter=None, timeout=120.0, hid
              if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
     if submission_nb is None:
         return [FakeScore(g[5:], g, 0.0, p, "missing", "not submitted") for g, p in tests]
-    try:
-        data = json.loads(Path(submission_nb).read_text(encoding="utf-8"))
+    try:  # through the real grader's door for untrusted files (no links, pipes, devices)
+        data = json.loads(read_untrusted(Path(submission_nb), 50 * 2**20).decode("utf-8"))
         cells = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in data["cells"]
                  if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:  # NotebookError is a ValueError
         return [FakeScore(g[5:], g, 0.0, p, "invalid", f"the notebook cannot be read: {type(exc).__name__}")
                 for g, p in tests]
     rows = []
@@ -154,6 +155,10 @@ def test_submission_seed_is_per_student_and_reproducible():
     assert a == batch.submission_seed(1, "ann", "04_self_attention")
     assert a != batch.submission_seed(1, "bob", "04_self_attention")
     assert a != batch.submission_seed(2, "ann", "04_self_attention")
+    # a resubmission (new content) meets fresh hidden inputs; the same file, the same ones
+    b = batch.submission_seed(1, "ann", "04_self_attention", "digest-of-version-1")
+    assert b == batch.submission_seed(1, "ann", "04_self_attention", "digest-of-version-1")
+    assert b != batch.submission_seed(1, "ann", "04_self_attention", "digest-of-version-2")
 
 
 # --------------------------------------------------------------------------- reports
@@ -166,7 +171,7 @@ def test_reports_have_the_contract_columns_and_totals(tmp_path, course):
     scores = _read(out / "scores.csv")
     grades = _read(out / "grades.csv")
     assert list(scores[0]) == ["student_id", "assignment", "exercise", "grade_id", "score", "max_score",
-                               "status", "reason"]
+                               "status", "reason", "parts", "notes"]
     assert list(grades[0]) == ["student_id", "assignment", "score", "max_score", "status"]
     assert len(grades) == 4 * len(CHAPTERS)
     by = {(g["student_id"], g["assignment"]): g for g in grades}
@@ -325,3 +330,48 @@ def test_csv_text_cells_cannot_become_spreadsheet_formulas():
     assert batch._cell("@SUM(A1)") == "'@SUM(A1)"
     assert batch._cell("raised ValueError: =1+1") == "raised ValueError: =1+1"
     assert batch._cell("") == ""
+
+
+# --------------------------------------------------------------------------- the submitted tree is untrusted
+
+
+def test_links_pipes_and_odd_names_in_the_submitted_tree(tmp_path, course):
+    """A notebook linking to a classmate's or to the source, a student folder linking
+    to a classmate's, a FIFO and a device instead of a notebook, a student called
+    "seed.json" and a Latin-1 folder name: each is graded or refused on its own,
+    nothing hangs, and the honest classmate keeps her grade."""
+    root, book = course
+    sub = tmp_path / "submitted"
+    chapter = CHAPTERS[0]
+    honest = sub / "ann" / chapter
+    honest.mkdir(parents=True)
+    ref = book / chapter / f"{chapter}.ipynb"  # the source notebook: full marks
+    (honest / f"{chapter}.ipynb").write_bytes(ref.read_bytes())
+    for name, make in [
+        ("linker", lambda f: (f / f"{chapter}.ipynb").symlink_to(honest / f"{chapter}.ipynb")),
+        ("source_linker", lambda f: (f / f"{chapter}.ipynb").symlink_to(book / chapter / f"{chapter}.ipynb")),
+        ("piper", lambda f: os.mkfifo(f / f"{chapter}.ipynb")),
+        ("zeroer", lambda f: (f / f"{chapter}.ipynb").symlink_to("/dev/zero")),
+        ("seed.json", lambda f: (f / f"{chapter}.ipynb").write_bytes(ref.read_bytes())),
+    ]:
+        folder = sub / name / chapter
+        folder.mkdir(parents=True)
+        make(folder)
+    (sub / "folder_linker").symlink_to(sub / "ann")
+    latin = sub / os.fsdecode(b"M\xfcller") / chapter
+    latin.mkdir(parents=True)
+    (latin / f"{chapter}.ipynb").write_bytes(ref.read_bytes())
+
+    report = batch.grade_class(sub, tmp_path / "out", chapters=[chapter], book=book, grade_fn=scripted_grade)
+    totals = report.totals()
+    full = totals[("ann", chapter)][1]
+    assert totals[("ann", chapter)][0] == full
+    assert totals[("seed.json", chapter)][0] == full
+    assert totals[("Müller", chapter)][0] == full
+    for cheat in ("linker", "source_linker", "piper", "zeroer", "folder_linker"):
+        graded = next(g for g in report.results if g.submission.student == cheat)
+        assert totals[(cheat, chapter)][0] == 0, (cheat, graded.scores)
+    grades = (tmp_path / "out" / "grades.csv").read_text(encoding="utf-8")
+    assert "Müller" in grades
+    again = batch.grade_class(sub, tmp_path / "out", chapters=[chapter], book=book, grade_fn=scripted_grade)
+    assert again.reused == len(again.results)

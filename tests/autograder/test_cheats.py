@@ -43,9 +43,11 @@ SEED = 1234
 # the wall time); 2 GiB of address space is plenty for torch and the checks.
 LIMITS = Limits(wall_seconds=25.0, cpu_seconds=25, memory_bytes=2 * 2**30)
 
+# Wrong in every graded part (inverted polarity AND a float mask), so an attack
+# that earns any point has beaten the judge: honestly, this answer earns 0.
 WRONG_PADDING_MASK = """
 def padding_mask(ids, pad_id=0):
-    return (ids == pad_id)[:, None, None, :]  # inverted: True on the pads
+    return (ids == pad_id)[:, None, None, :].float()  # inverted, and not a bool mask
 """
 
 
@@ -239,8 +241,8 @@ def _attacks(sentinels: dict[str, Path], urls: list[str]) -> dict[str, tuple[str
 
         Tensor.__module__ = "torch"
 
-        def padding_mask(ids, pad_id=0):
-            return torch.zeros(ids.shape[0], 1, 1, ids.shape[1], dtype=torch.bool).as_subclass(Tensor)
+        def padding_mask(ids, pad_id=0):  # wrong in every part: not a bool mask, all zero
+            return torch.zeros(ids.shape[0], 1, 1, ids.shape[1], dtype=torch.float32).as_subclass(Tensor)
     """, wrong=False)
     # -- delegating to the reference ------------------------------------------------------
     a["import_reference"] = pm("""
@@ -526,7 +528,10 @@ def test_ndarray_subclass_with_lying_comparisons(graded):
 @pytest.mark.parametrize("attack", ["import_reference", "import_reference_module", "read_reference_file",
                                     "importlib_tricks", "search_filesystem_for_reference"])
 def test_the_reference_is_out_of_reach(graded, attack):
-    _assert_contained(graded, attack, {"error", "failed"})
+    # A walk over the whole filesystem may outlast the time limit on a loaded
+    # machine: "timeout" is as contained as "error" (0 points, others unharmed),
+    # and the verdict must not depend on the machine's load.
+    _assert_contained(graded, attack, {"error", "failed", "timeout"})
 
 
 @pytest.mark.parametrize("attack", UNSAFE_CONTROLS)

@@ -49,9 +49,14 @@ class _MHA(Exercise):
 
 
 def _verdict(exercise, obj, hidden=True, seed=1):
+    """``(passed, text)`` of the report on ``obj``."""
+    report = _report(exercise, obj, hidden, seed)
+    return report.passed, report.render(exercise.name)
+
+
+def _report(exercise, obj, hidden=True, seed=1):
     cases = exercise.cases(np.random.default_rng(seed), hidden)
-    results = [base._run_in_process(obj, c, exercise.kind) for c in cases]
-    return base.evaluate(exercise, results, cases)
+    return base.run_cases(exercise, obj, cases)
 
 
 def test_reference_passes():
@@ -73,7 +78,7 @@ def test_shape_dtype_and_type_mismatches_are_named():
     ok, message = _verdict(_Softmax(), lambda x, axis=-1: np.ones(x.shape + (1,)))
     assert not ok and "shape" in message
     ok, message = _verdict(_Softmax(), lambda x, axis=-1: solutions.softmax(x).astype(np.float32))
-    assert not ok and "dtype float32, expected float64" in message
+    assert not ok and "dtype float32, less precise than the expected float64" in message
     ok, message = _verdict(_Softmax(), lambda x, axis=-1: torch.from_numpy(solutions.softmax(x)))
     assert not ok and "torch.Tensor, expected a numpy array" in message
 
@@ -170,3 +175,181 @@ def test_hidden_cases_use_fresh_randomness():
 def test_unknown_exercise_is_a_clear_error():
     with pytest.raises(ValueError, match="no exercise called"):
         base.get_exercise("definitely_not_an_exercise")
+
+
+# --------------------------------------------------------------------------- parts, dtypes, advice
+
+
+class _Parted(Exercise):
+    """softmax with three named parts and an error the contract does not name."""
+
+    name = "softmax"
+    chapter = "test"
+    parts = {"values": 2, "any axis": 1, "no overflow": 1}
+
+    def cases(self, rng, hidden):
+        return [
+            Case(args=(rng.normal(size=(3, 4)),), label="3x4", part="values"),
+            Case(args=(rng.normal(size=(3, 4)).astype(np.float32),), label="float32", part="values",
+                 rtol=1e-4),
+            Case(args=(rng.normal(size=(3, 4)),), kwargs={"axis": 0}, label="axis 0", part="any axis"),
+            Case(args=(np.array([[1e4, 0.0]]),), label="1e4", part="no overflow"),
+            Case(args=(np.float64(2.0),), expect_error=(ValueError,), label="a scalar", part=base.ADVICE),
+        ]
+
+
+def _stable_last_axis(x, axis=-1):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_parts_earn_points_independently():
+    report = _report(_Parted(), _stable_last_axis)
+    assert [(p.name, p.earned) for p in report.parts] == [("values", True), ("any axis", False),
+                                                         ("no overflow", True)]
+    assert report.score == 3 and report.max_score == 4 and not report.passed
+    assert "any axis" in report.reason() and "wrong values" in report.reason()
+    text = report.render("softmax")
+    assert "✗ softmax: 3/4 points" in text and "✓ values (2/2)" in text and "✗ any axis (0/1)" in text
+
+
+def test_every_case_runs_after_a_failure():
+    def naive(x, axis=-1):
+        e = np.exp(np.asarray(x, dtype=np.float64))
+        return e / e.sum(axis, keepdims=True)
+
+    with np.errstate(all="ignore"):
+        report = _report(_Parted(), naive)
+    assert [p.earned for p in report.parts] == [True, True, False]
+    assert report.parts[2].failed == 1 and "NaN" in report.parts[2].message
+
+
+def test_points_scale_to_the_notebook():
+    cases = _Parted().cases(np.random.default_rng(0), True)
+    results = [base._run_in_process(_stable_last_axis, c, "function") for c in cases]
+    report = base.evaluate(_Parted(), results, cases, points=8)
+    assert report.max_score == 8 and report.score == 6
+
+
+def test_unnamed_errors_are_advice_worth_nothing():
+    def no_validation(x, axis=-1):
+        x = np.atleast_1d(np.asarray(x, dtype=np.float64))
+        e = np.exp(x - x.max(axis, keepdims=True))
+        return e / e.sum(axis, keepdims=True)
+
+    report = _report(_Parted(), no_validation)
+    assert report.passed and report.score == 4
+    assert report.advice and "yours should raise ValueError" in report.advice[0]
+    assert "advice (no points)" in report.render("softmax")
+
+
+def test_wider_float_is_correct_with_a_note_narrower_is_wrong():
+    def wider(x, axis=-1):
+        x = np.asarray(x, dtype=np.float64)
+        e = np.exp(x - x.max(axis, keepdims=True))
+        return e / e.sum(axis, keepdims=True)
+
+    report = _report(_Parted(), wider)
+    assert report.passed and any("float64 where the reference returns float32" in n for n in report.notes)
+
+    def narrower(x, axis=-1):
+        return wider(x, axis).astype(np.float16)
+
+    report = _report(_Parted(), narrower)
+    assert report.score == 0 and "less precise than the expected" in report.parts[0].message
+
+
+def test_without_float_inputs_any_float_precision_is_right():
+    """one_hot-like: integer ids in, floats out. float32 carries all the inputs had."""
+
+    class _OneHot(Exercise):
+        name = "one_hot"
+        chapter = "test"
+        parts = {"values": 1, "kind": 1}
+
+        def cases(self, rng, hidden):
+            ids = [2, 0, 1]
+            return [Case(args=(ids, 4), part="values", compare="values"),
+                    Case(args=(ids, 4), part="kind")]
+
+    reference = lambda ids, v: np.eye(v)[ids]  # noqa: E731 - float64
+    _OneHot.reference = lambda self: reference
+    report = _report(_OneHot(), lambda ids, v: np.eye(v, dtype=np.float32)[ids])
+    assert report.passed and "correct here" in report.notes[0]
+    report = _report(_OneHot(), lambda ids, v: np.eye(v, dtype=np.int64)[ids])
+    assert [p.earned for p in report.parts] == [True, False]  # the dtype costs its own part only
+    assert "expected a float dtype" in report.parts[1].message
+
+
+def test_dtype_rule_in_one_place():
+    assert base.dtype_verdict("float64", "float32")[0]
+    assert not base.dtype_verdict("float16", "float32")[0]
+    assert not base.dtype_verdict("bfloat16", "float16")[0]
+    assert not base.dtype_verdict("int64", "float32")[0]
+    assert not base.dtype_verdict("uint8", "bool")[0]
+    assert not base.dtype_verdict("int32", "int64")[0]
+    assert base.dtype_verdict("bool", "bool") == (True, None)
+    assert base.dtype_verdict("float32", "float64", input_bits=None)[0]  # no float input
+    assert base.dtype_verdict("float32", "float64", input_bits=24)[0]  # float32 input
+    assert not base.dtype_verdict("float32", "float64", input_bits=53)[0]  # float64 input
+
+
+def test_structure_cases_ignore_values():
+    class _Shape(_Parted):
+        parts = {"shape": 1, "values": 1}
+
+        def cases(self, rng, hidden):
+            x = rng.normal(size=(2, 3))
+            return [Case(args=(x,), part="shape", compare="structure"), Case(args=(x,), part="values")]
+
+    report = _report(_Shape(), lambda x, axis=-1: np.zeros_like(x))
+    assert [p.earned for p in report.parts] == [True, False]
+    report = _report(_Shape(), lambda x, axis=-1: np.zeros(x.shape + (1,)))
+    assert [p.earned for p in report.parts] == [False, False]
+
+
+def test_check_returns_points_and_raises_only_at_zero(capsys, monkeypatch):
+    monkeypatch.setitem(base.REGISTRY, "softmax", _Parted())
+    monkeypatch.setattr("autograder.checks.load_all", lambda: base.REGISTRY)
+    points = base.check("softmax", _stable_last_axis)
+    out, err = capsys.readouterr()
+    assert points == 3 and repr(points) == "3.0" and "3 / 4 points" in points._repr_html_()
+    assert base.check("softmax", solutions.softmax) is None  # full marks: nbgrader's full points
+    assert out.startswith("✗ softmax: 3/4 points") and err == ""
+    with pytest.raises(CheckFailure, match="0/4 points"):
+        base.check("softmax", lambda x, axis=-1: x)
+
+
+# --------------------------------------------------------------------------- one mistake charged once
+
+_NOTEBOOK = '''
+def softmax(x, axis=-1):
+    return np.exp(x) / np.exp(x).sum()          # wrong: the sum over the whole array
+
+def scaled_dot_product_attention(q, k, v):
+    weights = softmax(q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1]))
+    return weights @ v, weights
+'''
+
+
+def test_visible_check_charges_a_failing_earlier_answer_once(monkeypatch, capsys):
+    from autograder.checks import get_exercise
+
+    monkeypatch.setattr(type(get_exercise("scaled_dot_product_attention")), "uses", ("softmax",))
+    ns = {"np": np, "math": __import__("math")}
+    exec(_NOTEBOOK, ns)  # one namespace, as in a notebook
+    report = base.check_report("scaled_dot_product_attention", ns["scaled_dot_product_attention"])
+    assert report.passed and report.notes[0].startswith(
+        "your `scaled_dot_product_attention` calls your `softmax`, which fails its check")
+    assert ns["softmax"] is not solutions.softmax  # the notebook's own answer is put back
+    base.check("scaled_dot_product_attention", ns["scaled_dot_product_attention"])
+    assert "fix `softmax` first" in capsys.readouterr().out
+
+
+def test_names_used_sees_methods_and_nested_code():
+    class Layer:
+        def forward(self, x):
+            return [split_heads(t) for t in x]  # noqa: F821 - a name, never called
+
+    assert "split_heads" in base.names_used(Layer)
+    assert "softmax" in base.names_used(lambda x: softmax(x))  # noqa: F821

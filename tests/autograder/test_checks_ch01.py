@@ -1,17 +1,22 @@
 """Tests of the chapter 1 checks: plausible wrong answers are rejected with a hint
-that names the mistake, different valid answers pass, hidden inputs are fresh."""
+that names the mistake, valid answers in other styles earn full marks, half-right
+answers earn the parts they get right, hidden inputs are fresh."""
 import functools
+import itertools
+
 import numpy as np
 import pytest
+import torch
 
 import check_helpers
-from check_helpers import assert_reference_passes
+from check_helpers import accepted, assert_reference_passes
 from autograder.checks import CheckFailure, check, get_exercise
 from autograder.checks.base import make_rng
 
 NAMES = ["rnn_forward", "hidden_state_jacobian_norms"]
 
 rejected = functools.partial(check_helpers.rejected, seed=3)
+partly = functools.partial(check_helpers.partly, seed=3)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -80,12 +85,56 @@ def test_rnn_forward_without_tanh_is_rejected():
     rejected("rnn_forward", linear_rnn, "tanh is missing")
 
 
-def test_rnn_forward_that_does_not_validate_shapes_is_rejected():
+def test_rnn_forward_without_shape_validation_earns_full_marks_with_advice():
     def unchecked(x, h0, W_xh, W_hh, b_h):
-        d = min(W_xh.shape[0], x.shape[1])  # silently crops instead of raising
+        d = min(W_xh.shape[0], x.shape[1])  # silently crops instead of raising: not graded
         return _rnn(x[:, :d], h0, W_xh[:d], W_hh, b_h)
 
-    rejected("rnn_forward", unchecked, "should raise ValueError")
+    report = accepted("rnn_forward", unchecked)
+    assert any("should raise ValueError" in a and "returned normally" in a for a in report.advice)
+
+
+def test_rnn_forward_that_lets_numpy_raise_on_a_bad_shape_earns_full_marks():
+    def by_accumulate(x, h0, W_xh, W_hh, b_h):
+        step = lambda h, x_t: np.tanh(x_t @ W_xh + h @ W_hh + b_h)  # noqa: E731
+        return np.stack(list(itertools.accumulate(x, step, initial=h0))[1:])
+
+    report = accepted("rnn_forward", by_accumulate)
+    assert report.advice == [] and report.notes == []
+
+
+def test_rnn_forward_with_column_vectors_earns_full_marks():
+    def column_vectors(x, h0, W_xh, W_hh, b_h):
+        h = h0.reshape(-1, 1)  # (d_h, 1)
+        states = []
+        for x_t in x:
+            h = np.tanh(W_xh.T @ x_t.reshape(-1, 1) + W_hh.T @ h + b_h.reshape(-1, 1))  # (d_h, 1)
+            states.append(h[:, 0])
+        return np.array(states)
+
+    accepted("rnn_forward", column_vectors)
+
+
+def test_rnn_forward_in_torch_float64_earns_full_marks():
+    def in_torch(x, h0, W_xh, W_hh, b_h):
+        x, h, W_xh, W_hh, b_h = (torch.as_tensor(a, dtype=torch.float64) for a in (x, h0, W_xh, W_hh, b_h))
+        H = torch.empty(x.shape[0], h.shape[0], dtype=torch.float64)
+        for t in range(x.shape[0]):
+            h = torch.tanh(x[t] @ W_xh + h @ W_hh + b_h)
+            H[t] = h
+        return H.numpy()
+
+    accepted("rnn_forward", in_torch)
+
+
+def test_rnn_forward_restarting_every_step_from_h0_earns_the_first_step_only():
+    partly("rnn_forward", lambda x, h0, W_xh, W_hh, b_h: np.tanh(x @ W_xh + h0 @ W_hh + b_h),
+           ["every state, H (T, d_h)", "first step from h0"], ["recurrence over T steps"], "restarted from h0")
+
+
+def test_rnn_forward_with_transposed_recurrence_earns_the_shape_part():
+    partly("rnn_forward", lambda *a: _rnn(*a, transpose=True), ["every state, H (T, d_h)"],
+           ["first step from h0", "recurrence over T steps"], "W_hh transposed")
 
 
 def test_a_different_valid_rnn_forward_passes():
@@ -98,8 +147,7 @@ def test_a_different_valid_rnn_forward_passes():
             H[t] = h
         return H
 
-    check("rnn_forward", rnn_precomputed)
-    check("rnn_forward", rnn_precomputed, hidden=True)
+    accepted("rnn_forward", rnn_precomputed)
 
 
 # --------------------------------------------------------------------------- hidden_state_jacobian_norms
@@ -149,5 +197,48 @@ def test_a_different_valid_jacobian_norms_passes():
             out[t] = np.linalg.svd(M, compute_uv=False)[0]
         return out
 
-    check("hidden_state_jacobian_norms", by_singular_values)
-    check("hidden_state_jacobian_norms", by_singular_values, hidden=True)
+    accepted("hidden_state_jacobian_norms", by_singular_values)
+
+
+def test_jacobian_norms_by_einsum_and_batched_svd_earn_full_marks():
+    def batched(H, W_hh):
+        T, d = H.shape
+        J = np.einsum("ki,ji->kij", 1 - H[1:] ** 2, W_hh)  # (T-1, d, d): J_k for k = 1 .. T-1
+        products, P = [np.eye(d)], np.eye(d)
+        for k in range(T - 2, -1, -1):
+            P = P @ J[k]  # J_{T-1} @ ... @ J_{k+1}
+            products.append(P)
+        return np.linalg.svd(np.stack(products[::-1]), compute_uv=False)[:, 0]  # no shape check: not graded
+
+    report = accepted("hidden_state_jacobian_norms", batched)
+    assert report.notes == []
+
+
+def test_jacobian_norms_from_the_eigenvalues_of_the_transposed_product_earn_full_marks():
+    def by_eigenvalues(H, W_hh):
+        T, d = H.shape
+        norms, P = np.ones(T), np.eye(d)  # P^T = J_{t+1}^T ... J_{T-1}^T, the same singular values
+        for t in range(T - 2, -1, -1):
+            P = P @ (np.diag(1 - H[t + 1] ** 2) @ W_hh.T)
+            norms[t] = np.sqrt(np.linalg.eigvalsh(P.T @ P).max())
+        return norms
+
+    accepted("hidden_state_jacobian_norms", by_eigenvalues)
+
+
+def test_jacobian_norms_multiplied_in_the_wrong_order_earn_the_one_step_part():
+    def left_to_right(H, W_hh):
+        T, d = H.shape
+        norms, P = np.ones(T), np.eye(d)
+        for t in range(T - 2, -1, -1):
+            P = (np.diag(1 - H[t + 1] ** 2) @ W_hh.T) @ P  # the earliest step on the left
+            norms[t] = np.linalg.norm(P, ord=2)
+        return norms
+
+    partly("hidden_state_jacobian_norms", left_to_right, ["T norms, norms[T-1] = 1", "one step back, ‖J_{T-1}‖"],
+           ["products back through time"], "wrong order", "latest step on the left")
+
+
+def test_jacobian_frobenius_norms_earn_the_shape_part():
+    partly("hidden_state_jacobian_norms", lambda H, W: _norms(H, W, ord="fro"), ["T norms, norms[T-1] = 1"],
+           ["one step back, ‖J_{T-1}‖", "products back through time"], "Frobenius")

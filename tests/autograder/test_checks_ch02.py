@@ -1,9 +1,12 @@
 """Tests of the chapter 2 checks: plausible wrong answers are rejected with a hint
-that names the mistake, different valid answers pass, hidden inputs are fresh."""
+that names the mistake, valid answers in other styles earn full marks, half-right
+answers earn the parts they get right, hidden inputs are fresh."""
 import functools
+import itertools
 import math
 import pickle
-from collections import Counter
+import re
+from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
@@ -20,6 +23,7 @@ from autograder.checks.base import make_rng
 NAMES = ["build_vocab", "encode", "learn_bpe", "bpe_tokenize", "one_hot", "cosine_similarity", "TokenEmbedding"]
 
 rejected = functools.partial(check_helpers.rejected, seed=7)
+partly = functools.partial(check_helpers.partly, seed=7)
 SPECIALS = ("<pad>", "<sos>", "<eos>", "<unk>")
 
 
@@ -107,6 +111,53 @@ def test_a_different_valid_build_vocab_passes():
     accepted("build_vocab", with_most_common)
 
 
+def test_build_vocab_with_a_sort_key_and_no_validation_earns_full_marks():
+    def by_sort_key(sentences, min_freq=1, specials=SPECIALS):
+        counts = defaultdict(int)
+        for sentence in sentences:
+            for token in sentence.split():
+                counts[token] += 1
+        kept = sorted((t for t in counts if counts[t] >= min_freq and t not in specials),
+                      key=lambda t: (-counts[t], t))
+        return {token: i for i, token in enumerate(itertools.chain(specials, kept))}
+
+    report = accepted("build_vocab", by_sort_key)
+    assert report.notes == [] and report.advice == []
+
+
+def test_build_vocab_with_regex_tokens_and_a_counter_loop_earns_full_marks():
+    def by_regex(sentences, min_freq=1, specials=SPECIALS):
+        counts = Counter(re.findall(r"\S+", " ".join(sentences)))
+        vocab = {}
+        for token in list(specials) + sorted(counts, key=lambda t: (-counts[t], t)):
+            if token not in vocab and (token in specials or counts[token] >= min_freq):
+                vocab[token] = len(vocab)
+        return vocab
+
+    accepted("build_vocab", by_regex)
+
+
+def test_build_vocab_with_specials_last_earns_the_order_and_min_freq_parts():
+    partly("build_vocab", make_vocab(lambda kv: (-kv[1], kv[0]), specials_last=True),
+           ["descending count, ties alphabetical", "min_freq threshold"], ["specials first, in the given order"],
+           "specials must come first")
+
+
+def test_build_vocab_ignoring_min_freq_earns_the_other_parts():
+    def every_token(sentences, min_freq=1, specials=SPECIALS):
+        return solutions.build_vocab(sentences, 1, specials)
+
+    partly("build_vocab", every_token,
+           ["specials first, in the given order", "descending count, ties alphabetical"], ["min_freq threshold"],
+           "min_freq was ignored")
+
+
+def test_build_vocab_with_reversed_ties_loses_the_order_part_only():
+    partly("build_vocab", make_vocab(lambda kv: (-kv[1], [-ord(c) for c in kv[0]])),
+           ["specials first, in the given order", "min_freq threshold"], ["descending count, ties alphabetical"],
+           "reverse alphabetical")
+
+
 # --------------------------------------------------------------------------- encode
 
 
@@ -132,6 +183,35 @@ def test_a_different_valid_encode_passes():
         return list(map(lambda token: vocab[token] if token in vocab else unk, sentence.split()))
 
     accepted("encode", encode)
+
+
+def test_encode_with_regex_tokens_earns_full_marks():
+    accepted("encode", lambda sentence, vocab: [vocab.get(t, vocab["<unk>"]) for t in re.findall(r"\S+", sentence)])
+
+
+def test_encode_with_a_loop_and_key_error_earns_full_marks():
+    def with_try(sentence, vocab):
+        ids = []
+        for token in sentence.split():
+            try:
+                ids.append(vocab[token])
+            except KeyError:
+                ids.append(vocab["<unk>"])
+        return ids
+
+    accepted("encode", with_try)
+
+
+def test_encode_without_unk_earns_the_known_and_whitespace_parts():
+    partly("encode", lambda s, v: [v[t] for t in s.split()],
+           ["known tokens → their ids", "any whitespace, empty sentence"], ["unknown tokens → vocab['<unk>']"],
+           "KeyError", "vocab.get(token, vocab['<unk>'])")
+
+
+def test_encode_splitting_on_single_spaces_loses_the_whitespace_part_only():
+    partly("encode", lambda s, v: [v.get(t, v["<unk>"]) for t in s.split(" ")],
+           ["known tokens → their ids", "unknown tokens → vocab['<unk>']"], ["any whitespace, empty sentence"],
+           "split()")
 
 
 # --------------------------------------------------------------------------- learn_bpe
@@ -209,6 +289,69 @@ def test_a_different_valid_learn_bpe_passes():
     accepted("learn_bpe", learn_bpe)
 
 
+def test_learn_bpe_with_regex_merges_on_spaced_words_earns_full_marks():
+    def sennrich_style(corpus, num_merges):
+        vocab = Counter(" ".join(list(w) + ["</w>"]) for s in corpus for w in s.split())  # "l o w </w>": count
+        merges = []
+        for _ in range(num_merges):
+            pairs = Counter()
+            for word, count in vocab.items():
+                symbols = word.split()
+                for pair in zip(symbols, symbols[1:]):
+                    pairs[pair] += count
+            if not pairs:
+                break
+            best = sorted(pairs.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+            merges.append(best)
+            pattern = re.compile(r"(?<!\S)" + re.escape(" ".join(best)) + r"(?!\S)")
+            vocab = Counter({pattern.sub("".join(best), word): count for word, count in vocab.items()})
+        return merges
+
+    accepted("learn_bpe", sennrich_style)
+
+
+def test_learn_bpe_with_lists_of_symbols_and_a_tuple_key_earns_full_marks():
+    def with_lists(corpus, num_merges):
+        counts = Counter(w for s in corpus for w in s.split())
+        words = [[list(w) + ["</w>"], c] for w, c in counts.items()]
+        merges = []
+        while len(merges) < num_merges:
+            pairs = defaultdict(int)
+            for symbols, c in words:
+                for i in range(len(symbols) - 1):
+                    pairs[symbols[i], symbols[i + 1]] += c
+            if not pairs:
+                break
+            top = max(pairs.values())
+            best = min(p for p in pairs if pairs[p] == top)  # the smallest among the most frequent
+            merges.append(best)
+            for entry in words:
+                symbols, out, i = entry[0], [], 0
+                while i < len(symbols):
+                    if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == best:
+                        out.append(symbols[i] + symbols[i + 1])
+                        i += 2
+                    else:
+                        out.append(symbols[i])
+                        i += 1
+                entry[0] = out
+        return merges
+
+    accepted("learn_bpe", with_lists)
+
+
+def test_learn_bpe_without_early_stop_loses_the_stop_part_only():
+    partly("learn_bpe", make_bpe(stop=False),
+           ["most frequent pair, weighted by word counts", "ties: the smallest pair"], ["stop when no pair is left"],
+           "stop early")
+
+
+def test_learn_bpe_with_first_seen_ties_loses_the_ties_part_only():
+    partly("learn_bpe", make_bpe(tie="first"),
+           ["most frequent pair, weighted by word counts", "stop when no pair is left"], ["ties: the smallest pair"],
+           "smallest pair")
+
+
 # --------------------------------------------------------------------------- bpe_tokenize
 
 
@@ -271,6 +414,59 @@ def test_a_different_valid_bpe_tokenize_passes():
     accepted("bpe_tokenize", in_place)
 
 
+def test_bpe_tokenize_with_reduce_over_the_merges_earns_full_marks():
+    def with_reduce(word, merges):
+        def merge_pair(symbols, pair):
+            out, i = [], 0
+            while i < len(symbols):
+                if symbols[i:i + 2] == list(pair):
+                    out.append("".join(pair))
+                    i += 2
+                else:
+                    out.append(symbols[i])
+                    i += 1
+            return out
+
+        return functools.reduce(merge_pair, merges, list(word) + ["</w>"])
+
+    accepted("bpe_tokenize", with_reduce)
+
+
+def test_bpe_tokenize_with_a_regex_on_spaced_symbols_earns_full_marks():
+    def with_regex(word, merges):
+        text = " ".join(list(word) + ["</w>"])
+        for a, b in merges:
+            text = re.sub(r"(?<!\S)" + re.escape(f"{a} {b}") + r"(?!\S)", a + b, text)
+        return text.split()
+
+    accepted("bpe_tokenize", with_regex)
+
+
+def test_bpe_tokenize_merging_only_the_first_occurrence_loses_that_part_only():
+    def first_only(word, merges):
+        symbols = list(word) + ["</w>"]
+        for pair in merges:
+            for i in range(len(symbols) - 1):
+                if (symbols[i], symbols[i + 1]) == tuple(pair):
+                    symbols[i:i + 2] = ["".join(pair)]
+                    break
+        return symbols
+
+    partly("bpe_tokenize", first_only, ["merges in learned order", "whole symbols, not substrings"],
+           ["every occurrence, left to right"], "every occurrence")
+
+
+def test_bpe_tokenize_by_string_replacement_loses_the_whole_symbols_part_only():
+    def by_replace(word, merges):
+        text = " ".join(list(word) + ["</w>"])
+        for a, b in merges:
+            text = text.replace(f"{a} {b}", a + b)
+        return text.split(" ")
+
+    partly("bpe_tokenize", by_replace, ["merges in learned order", "every occurrence, left to right"],
+           ["whole symbols, not substrings"], "string replacement")
+
+
 # --------------------------------------------------------------------------- one_hot
 
 
@@ -298,19 +494,53 @@ def test_one_hot_off_by_one_is_rejected():
 
 
 def test_a_different_valid_one_hot_passes():
-    accepted("one_hot", lambda ids, v: np.eye(v, dtype=np.float32)[np.asarray(ids, dtype=np.int64)])
+    accepted("one_hot", lambda ids, v: np.eye(v)[np.asarray(ids, dtype=np.int64)])
+
+
+def test_one_hot_by_broadcast_comparison_without_validation_earns_full_marks():
+    def by_comparison(ids, vocab_size):
+        return (np.asarray(ids, dtype=int)[:, None] == np.arange(vocab_size)).astype(float)
+
+    report = accepted("one_hot", by_comparison)
+    assert any("out of range" in a for a in report.advice)
+
+
+def test_one_hot_with_torch_and_a_loop_earns_full_marks():
+    def with_torch(ids, vocab_size):
+        ids = torch.as_tensor(np.asarray(ids, dtype=np.int64)).reshape(-1)
+        return torch.nn.functional.one_hot(ids, vocab_size).double().numpy()  # torch's own error out of range
+
+    def with_loop(ids, vocab_size):
+        out = np.zeros((len(ids), vocab_size))
+        for row, i in enumerate(ids):
+            out[row, i] = 1.0
+        return out
+
+    accepted("one_hot", with_torch)
+    accepted("one_hot", with_loop)
+
+
+def test_one_hot_off_by_one_earns_the_shape_part():
+    def shifted(ids, v):
+        out = np.zeros((len(ids), v))
+        for row, i in enumerate(ids):
+            out[row, i - 1] = 1.0
+        return out
+
+    partly("one_hot", shifted, ["shape (len(ids), vocab_size), floats"], ["a 1.0 at column ids[i]"], "off by one")
 
 
 # --------------------------------------------------------------------------- cosine_similarity
 
 
-def test_cosine_similarity_not_raising_on_zero_vectors_is_rejected():
+def test_cosine_similarity_not_raising_on_zero_vectors_loses_the_named_error_part():
     def no_check(a, b):
         a, b = np.asarray(a, float), np.asarray(b, float)
         with np.errstate(all="ignore"):
             return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
-    rejected("cosine_similarity", no_check, "should raise ValueError")
+    partly("cosine_similarity", no_check, ["a·b / (|a| |b|)"], ["a zero vector raises ValueError"],
+           "should raise ValueError", "np.linalg.norm(a)")
 
 
 def test_cosine_similarity_without_normalising_is_rejected():
@@ -347,6 +577,35 @@ def test_a_different_valid_cosine_similarity_passes():
     accepted("cosine_similarity", via_unit_vectors)
 
 
+def test_cosine_similarity_returning_a_numpy_float_from_pure_python_sums_earns_full_marks():
+    def numpy_scalar(a, b):
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        na, nb = np.sqrt(np.sum(a ** 2)), np.sqrt(np.sum(b ** 2))
+        if na == 0 or nb == 0:
+            raise ValueError("zero vector")
+        return np.dot(a, b) / (na * nb)  # a numpy float64: a float
+
+    def pure_python(a, b):
+        dot = math.fsum(x * y for x, y in zip(a, b))
+        na, nb = math.sqrt(math.fsum(x * x for x in a)), math.sqrt(math.fsum(y * y for y in b))
+        if not na or not nb:
+            raise ValueError("cosine similarity of a zero vector")
+        return dot / (na * nb)
+
+    accepted("cosine_similarity", numpy_scalar)
+    accepted("cosine_similarity", pure_python)
+
+
+def test_cosine_similarity_with_torch_and_an_explicit_zero_check_earns_full_marks():
+    def with_torch(a, b):
+        a, b = torch.as_tensor(np.asarray(a, dtype=np.float64)), torch.as_tensor(np.asarray(b, dtype=np.float64))
+        if not a.any() or not b.any():
+            raise ValueError("zero vector")
+        return torch.nn.functional.cosine_similarity(a, b, dim=0, eps=0.0).item()
+
+    accepted("cosine_similarity", with_torch)
+
+
 # --------------------------------------------------------------------------- TokenEmbedding
 
 
@@ -363,8 +622,31 @@ def make_embedding(scale):
     return TokenEmbedding
 
 
-def test_token_embedding_without_scale_is_rejected():
-    rejected("TokenEmbedding", make_embedding(lambda d: 1.0), "√d_model scale is missing")
+def test_token_embedding_without_scale_earns_the_module_part():
+    partly("TokenEmbedding", make_embedding(lambda d: 1.0), ["an nn.Embedding named embedding"],
+           ["embedding(ids) · √d_model"], "√d_model scale is missing")
+
+
+def test_token_embedding_with_another_module_named_embedding_loses_the_module_part():
+    class Table(nn.Module):  # looks like nn.Embedding from outside, but is not one
+        def __init__(self, vocab_size, d_model):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(vocab_size, d_model))
+
+        def forward(self, ids):
+            return self.weight[ids]
+
+    class OwnTable(nn.Module):
+        def __init__(self, vocab_size, d_model):
+            super().__init__()
+            self.embedding = Table(vocab_size, d_model)
+            self.d_model = d_model
+
+        def forward(self, ids):
+            return self.embedding(ids) * math.sqrt(self.d_model)
+
+    partly("TokenEmbedding", OwnTable, ["embedding(ids) · √d_model"], ["an nn.Embedding named embedding"],
+           "must be an nn.Embedding")
 
 
 def test_token_embedding_scaled_by_d_model_is_rejected():
@@ -399,3 +681,30 @@ def test_a_different_valid_token_embedding_passes():
             return torch.nn.functional.embedding(ids, self.embedding.weight) * self.scale
 
     accepted("TokenEmbedding", FunctionalEmbedding)
+
+
+def test_token_embedding_by_indexing_the_weight_earns_full_marks():
+    class Indexing(nn.Module):
+        def __init__(self, vocab_size, d_model):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab_size, d_model)
+            self.scale = math.sqrt(d_model)
+
+        def forward(self, ids):
+            return torch.mul(self.embedding.weight[ids], self.scale)
+
+    accepted("TokenEmbedding", Indexing)
+
+
+def test_token_embedding_in_float64_earns_full_marks_with_a_note():
+    class Double(nn.Module):
+        def __init__(self, vocab_size, d_model):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab_size, d_model)
+            self.d_model = d_model
+
+        def forward(self, ids):
+            return self.embedding(ids).double() * self.d_model ** 0.5
+
+    report = accepted("TokenEmbedding", Double)
+    assert any("float64 where the reference returns float32" in n for n in report.notes)

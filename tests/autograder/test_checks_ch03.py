@@ -1,8 +1,11 @@
 """Tests of the chapter 3 checks: plausible wrong answers are rejected with a hint
-that names the mistake, different valid answers pass, hidden inputs are fresh."""
+that names the mistake, valid answers in other styles earn full marks, half-right
+answers earn the parts they get right, an answer that calls a wrong earlier answer
+is graded with the reference in its place, hidden inputs are fresh."""
 import functools
 import math
 import pickle
+import textwrap
 
 import numpy as np
 import pytest
@@ -14,11 +17,12 @@ from check_helpers import assert_reference_passes
 from check_helpers import accepted
 import solutions
 from autograder.checks import get_exercise
-from autograder.checks.base import make_rng
+from autograder.checks.base import check_report, make_rng
 
 NAMES = ["sinusoidal_positional_encoding", "PositionalEncoding", "relative_position_matrix"]
 
 rejected = functools.partial(check_helpers.rejected, seed=11)
+partly = functools.partial(check_helpers.partly, seed=11)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -68,25 +72,61 @@ def test_pe_from_position_one_is_rejected():
     rejected("sinusoidal_positional_encoding", make_pe(start=1), "positions start at 0")
 
 
-def test_pe_accepting_odd_d_model_is_rejected():
-    def truncating(max_len, d_model):
-        return make_pe(check_odd=False)(max_len, d_model)
+def test_pe_accepting_odd_d_model_loses_the_named_error_part_only():
+    partly("sinusoidal_positional_encoding", make_pe(check_odd=False),
+           ["shape (max_len, d_model)", "sin/cos pairs (d_model = 2)", "frequencies 1/10000^(2i/d_model)"],
+           ["odd d_model raises ValueError"], "should raise ValueError", "d_model % 2")
 
-    rejected("sinusoidal_positional_encoding", truncating, "should raise ValueError", "d_model % 2")
+
+def test_pe_with_exponent_i_earns_the_shape_pair_and_error_parts():
+    partly("sinusoidal_positional_encoding", make_pe(exponent=lambda col: col // 2),
+           ["shape (max_len, d_model)", "sin/cos pairs (d_model = 2)", "odd d_model raises ValueError"],
+           ["frequencies 1/10000^(2i/d_model)"], "uses i where the paper has 2i")
+
+
+def test_pe_with_sin_and_cos_swapped_earns_the_shape_and_error_parts():
+    partly("sinusoidal_positional_encoding", make_pe(swap=True),
+           ["shape (max_len, d_model)", "odd d_model raises ValueError"],
+           ["sin/cos pairs (d_model = 2)", "frequencies 1/10000^(2i/d_model)"], "swapped")
 
 
 def test_a_different_valid_pe_passes():
     def with_exp_log(max_len, d_model):
         if d_model % 2 != 0:
             raise ValueError("d_model must be even")
-        position = torch.arange(max_len, dtype=torch.float32)[:, None]
-        div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
-        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(max_len, dtype=torch.float64)[:, None]
+        div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
         pe[:, 0::2] = torch.sin(position * div_term)
         pe[:, 1::2] = torch.cos(position * div_term)
-        return pe.numpy()  # float32: "floats" in any precision
+        return pe.numpy()
 
     accepted("sinusoidal_positional_encoding", with_exp_log)
+
+
+def test_pe_by_stacking_sin_and_cos_earns_full_marks():
+    def stacked(max_len, d_model):
+        if d_model % 2:
+            raise ValueError(f"d_model must be even, got {d_model}")
+        angle = np.arange(max_len)[:, None] * 10000.0 ** (-np.arange(0, d_model, 2) / d_model)  # (max_len, d/2)
+        return np.stack([np.sin(angle), np.cos(angle)], axis=-1).reshape(max_len, d_model)  # sin, cos interleaved
+
+    report = accepted("sinusoidal_positional_encoding", stacked)
+    assert report.notes == [] and report.advice == []
+
+
+def test_pe_with_python_loops_earns_full_marks():
+    def loops(max_len, d_model):
+        if d_model % 2 == 1:
+            raise ValueError("sin and cos come in pairs: d_model must be even")
+        pe = np.zeros((max_len, d_model))
+        for pos in range(max_len):
+            for i in range(0, d_model, 2):
+                angle = pos / math.pow(10000, i / d_model)
+                pe[pos, i], pe[pos, i + 1] = math.sin(angle), math.cos(angle)
+        return pe
+
+    accepted("sinusoidal_positional_encoding", loops)
 
 
 # --------------------------------------------------------------------------- PositionalEncoding
@@ -133,8 +173,22 @@ def test_positional_encoding_with_dropout_before_the_sum_is_rejected():
     rejected("PositionalEncoding", make_positional(dropout_first=True), "before adding pe")
 
 
-def test_positional_encoding_without_max_len_check_is_rejected():
-    rejected("PositionalEncoding", make_positional(check_len=False), "should raise ValueError", "max_len")
+def test_positional_encoding_without_max_len_check_loses_the_named_error_part_only():
+    partly("PositionalEncoding", make_positional(check_len=False),
+           ["pe: a buffer, not a parameter", "x + pe[:seq_len]", "dropout on the sum"],
+           ["seq_len > max_len raises ValueError"], "should raise ValueError", "max_len")
+
+
+def test_positional_encoding_with_pe_as_parameter_loses_the_buffer_part_only():
+    partly("PositionalEncoding", make_positional(as_parameter=True),
+           ["x + pe[:seq_len]", "dropout on the sum", "seq_len > max_len raises ValueError"],
+           ["pe: a buffer, not a parameter"], "must not be a parameter")
+
+
+def test_positional_encoding_with_dropout_before_the_sum_loses_the_dropout_part_only():
+    partly("PositionalEncoding", make_positional(dropout_first=True),
+           ["pe: a buffer, not a parameter", "x + pe[:seq_len]", "seq_len > max_len raises ValueError"],
+           ["dropout on the sum"], "before adding pe")
 
 
 def test_a_different_valid_positional_encoding_passes():
@@ -158,6 +212,42 @@ def test_a_different_valid_positional_encoding_passes():
             return self.dropout(x + self.pe[:, :length])
 
     accepted("PositionalEncoding", BatchedTable)
+
+
+def test_positional_encoding_with_a_float64_persistent_table_earns_full_marks_with_a_note():
+    class Float64Table(nn.Module):
+        def __init__(self, d_model, max_len=5000, dropout=0.1):
+            super().__init__()
+            self.register_buffer("pe", torch.from_numpy(solutions.sinusoidal_positional_encoding(max_len, d_model)))
+            self.p = dropout
+
+        def forward(self, x):
+            if x.shape[-2] > len(self.pe):
+                raise ValueError("the sequence is longer than max_len")
+            return torch.nn.functional.dropout(x + self.pe[: x.shape[-2]], self.p, self.training)
+
+    report = accepted("PositionalEncoding", Float64Table)
+    assert any("float64 where the reference returns float32" in n for n in report.notes)
+
+
+def test_positional_encoding_with_an_extra_buffer_narrow_and_unsqueeze_earns_full_marks():
+    class Narrowed(nn.Module):
+        def __init__(self, d_model, max_len=5000, dropout=0.1):
+            super().__init__()
+            inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d_model / 2,)
+            angle = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq  # (max_len, d_model / 2)
+            self.register_buffer("inv_freq", inv_freq)  # another buffer besides pe: allowed
+            self.register_buffer("pe", torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1).float())
+            self.dropout = nn.Dropout(dropout)
+            self.max_len = max_len
+
+        def forward(self, x):
+            seq_len = x.size(1)
+            if seq_len > self.max_len:
+                raise ValueError(f"seq_len {seq_len} > max_len {self.max_len}")
+            return self.dropout(x + self.pe.narrow(0, 0, seq_len).unsqueeze(0))
+
+    accepted("PositionalEncoding", Narrowed)
 
 
 # --------------------------------------------------------------------------- relative_position_matrix
@@ -185,8 +275,14 @@ def test_rotation_with_exponent_i_is_rejected():
     rejected("relative_position_matrix", make_rotation(exponent=lambda i: i), "uses i where the paper has 2i")
 
 
-def test_rotation_accepting_odd_d_model_is_rejected():
-    rejected("relative_position_matrix", make_rotation(check_odd=False), "should raise ValueError")
+def test_rotation_without_validation_earns_full_marks_with_advice():
+    report = accepted("relative_position_matrix", make_rotation(check_odd=False))
+    assert any("should raise ValueError" in a for a in report.advice)
+
+
+def test_rotation_with_exponent_i_earns_the_d_model_2_part():
+    partly("relative_position_matrix", make_rotation(exponent=lambda i: i), ["one 2x2 rotation by k (d_model = 2)"],
+           ["block-diagonal, w_i = 1/10000^(2i/d_model)"], "uses i where the paper has 2i")
 
 
 def test_rotation_identity_is_rejected():
@@ -211,3 +307,97 @@ def test_a_different_valid_rotation_passes():
         return M
 
     accepted("relative_position_matrix", vectorised)
+
+
+def test_rotation_from_complex_exponentials_earns_full_marks():
+    def complex_rotation(k, d_model):
+        w = 10000.0 ** (-np.arange(0, d_model, 2) / d_model)  # (d_model / 2,)
+        z = np.exp(1j * k * w)  # cos(k w) + i sin(k w)
+        M = np.zeros((d_model, d_model))
+        for i, (c, s) in enumerate(zip(z.real, z.imag)):
+            M[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]
+        return M
+
+    accepted("relative_position_matrix", complex_rotation)
+
+
+def test_rotation_read_off_the_encoding_table_earns_full_marks():
+    def from_table(k, d_model):
+        pe_k = solutions.sinusoidal_positional_encoding(abs(k) + 1, d_model)[abs(k)]  # (sin k w_i, cos k w_i)
+        s, c = np.sign(k) * pe_k[0::2], pe_k[1::2]
+        M = np.zeros((d_model, d_model))
+        even = np.arange(0, d_model, 2)
+        M[even, even], M[even, even + 1], M[even + 1, even], M[even + 1, even + 1] = c, s, -s, c
+        return M
+
+    accepted("relative_position_matrix", from_table)
+
+
+# --------------------------------------------------------------------------- one mistake charged once
+
+
+WRONG_TABLE = """
+def sinusoidal_positional_encoding(max_len, d_model):
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    angle = np.arange(max_len)[:, None] / 10000 ** (np.arange(0, d_model, 2) / d_model)
+    pe = np.zeros((max_len, d_model))
+    pe[:, 0::2], pe[:, 1::2] = np.cos(angle), np.sin(angle)  # swapped
+    return pe
+"""
+
+UNFINISHED_TABLE = """
+def sinusoidal_positional_encoding(max_len, d_model):
+    raise NotImplementedError()
+"""
+
+LATER_ANSWERS = """
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        table = sinusoidal_positional_encoding(max_len, d_model)
+        self.register_buffer("pe", torch.tensor(table, dtype=torch.float32))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("sequence longer than max_len")
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+def relative_position_matrix(k, d_model):
+    pe_k = sinusoidal_positional_encoding(abs(k) + 1, d_model)[abs(k)]
+    s, c = np.sign(k) * pe_k[0::2], pe_k[1::2]
+    M = np.zeros((d_model, d_model))
+    even = np.arange(0, d_model, 2)
+    M[even, even], M[even, even + 1], M[even + 1, even], M[even + 1, even + 1] = c, s, -s, c
+    return M
+"""
+
+
+def notebook_namespace(*sources):
+    """The functions of ``sources`` defined in one namespace, as notebook cells are."""
+    ns = {"np": np, "torch": torch, "nn": nn, "math": math}
+    for source in sources:
+        exec(textwrap.dedent(source), ns)
+    return ns
+
+
+@pytest.mark.parametrize("earlier", [WRONG_TABLE, UNFINISHED_TABLE], ids=["wrong", "unfinished"])
+@pytest.mark.parametrize("name", ["PositionalEncoding", "relative_position_matrix"])
+def test_a_later_answer_calling_a_failing_table_is_graded_with_the_reference_table(name, earlier):
+    ns = notebook_namespace(earlier, LATER_ANSWERS)
+    assert not check_report("sinusoidal_positional_encoding", ns["sinusoidal_positional_encoding"]).passed
+    for hidden in (False, True):
+        report = check_report(name, ns[name], hidden=hidden)
+        assert report.passed and report.score == report.max_score, report.render(name)
+        assert report.notes[0].startswith(f"your `{name}` calls your `sinusoidal_positional_encoding`")
+        assert "fix `sinusoidal_positional_encoding` first" in report.notes[0]
+    assert ns["sinusoidal_positional_encoding"] is not solutions.sinusoidal_positional_encoding  # put back
+
+
+def test_a_later_answer_that_is_wrong_itself_still_loses_points_with_the_reference_table():
+    ns = notebook_namespace(WRONG_TABLE, LATER_ANSWERS.replace("self.dropout(x + self.pe", "(x + self.pe"))
+    report = check_report("PositionalEncoding", ns["PositionalEncoding"], hidden=True, seed=11)
+    assert [p.name for p in report.parts if not p.earned] == ["dropout on the sum"]
+    assert "dropout is missing" in report.render("PositionalEncoding")

@@ -1,17 +1,21 @@
-"""Tests of the chapter 4 checks: plausible wrong answers are rejected with a hint
-that names the mistake, different valid answers pass, hidden inputs are fresh."""
+"""Tests of the chapter 4 checks: plausible wrong answers lose the part they are
+about, with a hint that names the mistake; valid answers in other styles earn
+full marks (visible and hidden checks, and the sandboxed grader); a wrong
+``softmax`` is charged once; hidden inputs are fresh."""
 import functools
 import math
+import textwrap
 
 import numpy as np
 import pytest
 
 import check_helpers
-from check_helpers import assert_reference_passes
+import fixtures
+from check_helpers import accepted, assert_reference_passes, partly
 import solutions
 from autograder import check
 from autograder.checks import CheckFailure, get_exercise
-from autograder.checks.base import make_rng
+from autograder.checks.base import check_report, make_rng
 
 NAMES = ["softmax", "scaled_dot_product_attention", "self_attention"]
 
@@ -121,15 +125,21 @@ def test_softmax_modifying_its_input_is_rejected():
     rejected("softmax", softmax_in_place, "modified in place", "new arrays")
 
 
-def test_softmax_losing_float32_is_rejected():
+def test_softmax_returning_float64_for_float32_is_correct_with_a_note():
     def softmax_float64(x, axis=-1):
         x = np.asarray(x, dtype=np.float64)
-        if x.ndim == 0:
-            raise ValueError("scalar")
         e = np.exp(x - x.max(axis=axis, keepdims=True))
         return e / e.sum(axis=axis, keepdims=True)
 
-    rejected("softmax", softmax_float64, "float32")
+    report = accepted("softmax", softmax_float64)
+    assert any("float64 where the reference returns float32: correct" in n for n in report.notes), report.notes
+
+
+def test_softmax_losing_precision_is_rejected():
+    def softmax_float16(x, axis=-1):
+        return solutions.softmax(x, axis=axis).astype(np.float16)
+
+    rejected("softmax", softmax_float16, "float16", "less precise")
 
 
 def test_a_different_valid_softmax_passes():
@@ -143,8 +153,7 @@ def test_a_different_valid_softmax_passes():
         lse = m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
         return np.exp(x - lse)
 
-    check("softmax", softmax_logsumexp)
-    check("softmax", softmax_logsumexp, hidden=True)
+    accepted("softmax", softmax_logsumexp)
 
 
 def test_numpys_axis_error_counts_as_value_error():
@@ -157,19 +166,24 @@ def test_numpys_axis_error_counts_as_value_error():
         e = np.exp(x - np.max(x, axis=axis, keepdims=True))
         return e / np.sum(e, axis=axis, keepdims=True)
 
-    check("softmax", softmax_unvalidated, hidden=True)
+    report = accepted("softmax", softmax_unvalidated)
+    assert not report.advice
 
 
-def test_a_scalar_that_returns_normally_is_rejected():
+def test_a_scalar_that_returns_normally_is_full_marks_with_advice(capsys):
+    """The contract names no error for a 0-d input: the prompt's own recipe returns
+    1.0 there, which earns every point; the feedback advises, worth nothing."""
     def softmax_scalar_ok(x, axis=-1):
         x = np.asarray(x)
         if x.ndim == 0:
             return np.ones_like(x, dtype=float)
         return solutions.softmax(x, axis=axis)
 
-    rejected("softmax", softmax_scalar_ok, "should raise ValueError")
-    with pytest.raises(CheckFailure, match="should raise ValueError"):
-        check("softmax", softmax_scalar_ok)  # the visible check says so before grading does
+    report = accepted("softmax", softmax_scalar_ok)
+    assert any("reference raises" in a and "ValueError" in a and "returned normally" in a for a in report.advice)
+    check("softmax", softmax_scalar_ok)
+    out = capsys.readouterr().out
+    assert "✓ softmax: 3/3 points" in out and "advice (no points)" in out
 
 
 # --------------------------------------------------------------------------- scaled_dot_product_attention
@@ -237,9 +251,9 @@ def test_attention_without_batch_axes_is_rejected():
     rejected("scaled_dot_product_attention", two_d_only, "batch", "swapaxes")
 
 
-def test_attention_with_np_sqrt_promoting_float32_is_rejected():
-    rejected("scaled_dot_product_attention",
-             _attn(lambda q, k, v: q @ _kt(k) / np.sqrt(q.shape[-1])), "float32", "math.sqrt")
+def test_attention_with_np_sqrt_promoting_float32_is_correct_with_a_note():
+    report = accepted("scaled_dot_product_attention", _attn(lambda q, k, v: q @ _kt(k) / np.sqrt(q.shape[-1])))
+    assert any("float64 where the reference returns float32" in n for n in report.notes), report.notes
 
 
 def test_attention_with_a_naive_softmax_is_rejected():
@@ -261,8 +275,7 @@ def test_a_different_valid_attention_passes():
         w = solutions.softmax(scores)
         return np.einsum("...qk,...kd->...qd", w, v), w
 
-    check("scaled_dot_product_attention", einsum_attention)
-    check("scaled_dot_product_attention", einsum_attention, hidden=True)
+    accepted("scaled_dot_product_attention", einsum_attention)
 
 
 # --------------------------------------------------------------------------- self_attention
@@ -312,5 +325,257 @@ def test_a_different_valid_self_attention_passes():
         q, k, v = qkv[..., :d_k], qkv[..., d_k:2 * d_k], qkv[..., 2 * d_k:]
         return solutions.scaled_dot_product_attention(q, k, v)
 
-    check("self_attention", fused)
-    check("self_attention", fused, hidden=True)
+    accepted("self_attention", fused)
+
+
+# --------------------------------------------------------------------------- more valid styles, as notebook cells
+
+# Each answer is the text of a solution cell: the in-process tests exec them into
+# one namespace (as a notebook kernel does), the sandboxed grader runs them as cells.
+
+SOFTMAX_LOOP = '''
+def softmax(x, axis=-1):
+    """One row at a time: move the axis last, loop over every other index."""
+    x = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)  # (..., n)
+    out = np.empty_like(x)
+    for idx in np.ndindex(*x.shape[:-1]):
+        row = x[idx]
+        e = np.exp(row - row.max())
+        out[idx] = e / e.sum()
+    return np.moveaxis(out, -1, axis)
+'''
+
+SOFTMAX_LOGSUMEXP = '''
+def softmax(x, axis=-1):
+    """exp(x - logsumexp(x)), no input validation."""
+    x = np.asarray(x)
+    m = np.max(x, axis=axis, keepdims=True)
+    log_z = m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
+    return np.exp(x - log_z)
+'''
+
+SDPA_LOOP = '''
+def scaled_dot_product_attention(q, k, v):
+    """One (batch, head) problem at a time, with the notebook's own softmax."""
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    d_k = q.shape[-1]
+    dtype = np.result_type(q, k, v, np.float32)
+    output = np.empty(q.shape[:-1] + (v.shape[-1],), dtype=dtype)  # (..., n_q, d_v)
+    weights = np.empty(q.shape[:-1] + (k.shape[-2],), dtype=dtype)  # (..., n_q, n_k)
+    for idx in np.ndindex(*q.shape[:-2]):
+        scores = q[idx] @ k[idx].T / math.sqrt(d_k)  # (n_q, n_k)
+        weights[idx] = softmax(scores, axis=-1)
+        output[idx] = weights[idx] @ v[idx]
+    return output, weights
+'''
+
+SDPA_EINSUM = '''
+def scaled_dot_product_attention(q, k, v):
+    """einsum, the notebook's own softmax, no shape checks (numpy raises its own errors)."""
+    scores = np.einsum("...qd,...kd->...qk", q, k) / np.sqrt(np.shape(q)[-1])  # float64 scale
+    weights = softmax(scores)
+    return np.einsum("...qk,...kv->...qv", weights, v), weights
+'''
+
+SELF_ATTENTION_OWN_SDPA = '''
+def self_attention(x, W_q, W_k, W_v):
+    """Project, then call the notebook's own scaled_dot_product_attention."""
+    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v)
+'''
+
+SELF_ATTENTION_EINSUM = '''
+def self_attention(x, W_q, W_k, W_v):
+    """Everything in float64 with einsum, attention written inline."""
+    x, W_q, W_k, W_v = (np.asarray(a, dtype=np.float64) for a in (x, W_q, W_k, W_v))
+    q = np.einsum("...nd,dk->...nk", x, W_q)
+    k = np.einsum("...nd,dk->...nk", x, W_k)
+    v = np.einsum("...nd,dv->...nv", x, W_v)
+    scores = np.einsum("...qk,...nk->...qn", q, k) / math.sqrt(W_q.shape[1])
+    scores -= scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores)
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return weights @ v, weights
+'''
+
+NAIVE_SOFTMAX = '''
+def softmax(x, axis=-1):
+    """Right on ordinary scores, but exp(1e4) overflows: no maximum subtracted."""
+    e = np.exp(np.asarray(x, dtype=np.float64))
+    return e / e.sum(axis=axis, keepdims=True)
+'''
+
+UNFINISHED_SOFTMAX = '''
+def softmax(x, axis=-1):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+'''
+
+SDPA_REFERENCE_STYLE = '''
+def scaled_dot_product_attention(q, k, v):
+    d_k = q.shape[-1]
+    weights = softmax(q @ np.swapaxes(k, -1, -2) / math.sqrt(d_k))  # (..., n_q, n_k)
+    return weights @ v, weights
+'''
+
+
+def notebook(*sources):
+    """The functions of ``sources`` defined in one namespace, like a notebook kernel."""
+    ns = {"np": np, "math": math}
+    for source in sources:
+        exec(textwrap.dedent(source), ns)
+    return ns
+
+
+@pytest.mark.parametrize("source", [SOFTMAX_LOOP, SOFTMAX_LOGSUMEXP], ids=["loop", "logsumexp"])
+def test_more_valid_softmax_styles_earn_full_marks(source):
+    accepted("softmax", notebook(source)["softmax"])
+
+
+def test_the_loop_softmax_gets_the_wider_dtype_note():
+    report = accepted("softmax", notebook(SOFTMAX_LOOP)["softmax"])
+    assert any("float64 where the reference returns float32" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("source", [SDPA_LOOP, SDPA_EINSUM], ids=["loop", "einsum"])
+def test_more_valid_attention_styles_earn_full_marks(source):
+    accepted("scaled_dot_product_attention", notebook(SOFTMAX_LOGSUMEXP, source)["scaled_dot_product_attention"])
+
+
+@pytest.mark.parametrize("source", [SELF_ATTENTION_OWN_SDPA, SELF_ATTENTION_EINSUM], ids=["own-sdpa", "einsum"])
+def test_more_valid_self_attention_styles_earn_full_marks(source):
+    ns = notebook(SOFTMAX_LOOP, SDPA_EINSUM, source)
+    accepted("self_attention", ns["self_attention"])
+
+
+# --------------------------------------------------------------------------- half-right answers: partial credit
+
+
+def test_softmax_ignoring_axis_loses_only_any_axis():
+    def softmax_last_axis_only(x, axis=-1):
+        x = np.asarray(x, dtype=np.float64)
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    partly("softmax", softmax_last_axis_only, ["values on random inputs", "no overflow at 1e4"],
+           ["any axis"], "you normalised over axis 1, not axis=0", hidden=False)
+
+
+def test_naive_softmax_loses_only_no_overflow():
+    report = partly("softmax", notebook(NAIVE_SOFTMAX)["softmax"], ["values on random inputs", "any axis"],
+                    ["no overflow at 1e4"], "exp overflowed")
+    assert report.score == 2
+
+
+def test_softmax_with_the_global_max_loses_only_no_overflow():
+    partly("softmax", softmax_global_max, ["values on random inputs", "any axis"],
+           ["no overflow at 1e4"], "global maximum", hidden=False)
+
+
+def test_two_d_only_attention_loses_only_batch_axes():
+    def two_d_only(q, k, v):
+        w = _sm(q @ k.T / math.sqrt(q.shape[-1]))
+        return w @ v, w
+
+    report = partly("scaled_dot_product_attention", two_d_only,
+                    ["one sequence: output and weights", "large scores"], ["batch axes"],
+                    "swapaxes")
+    assert report.score == 3
+
+
+def test_attention_with_an_inline_naive_softmax_loses_only_large_scores():
+    def naive(q, k, v):
+        e = np.exp(q @ _kt(k) / math.sqrt(q.shape[-1]))
+        w = e / e.sum(axis=-1, keepdims=True)
+        return w @ v, w
+
+    partly("scaled_dot_product_attention", naive, ["one sequence: output and weights", "batch axes"],
+           ["large scores"], "maximum")
+
+
+def test_two_d_only_self_attention_loses_only_batch_axes():
+    def two_d_only(x, W_q, W_k, W_v):
+        q, k, v = x @ W_q, x @ W_k, x @ W_v
+        w = _sm(q @ k.T / math.sqrt(q.shape[-1]))
+        return w @ v, w
+
+    partly("self_attention", two_d_only, ["projections and attention"], ["batch axes"], "k.T")
+
+
+# --------------------------------------------------------------------------- one mistake charged once
+
+
+@pytest.mark.parametrize("softmax_source", [NAIVE_SOFTMAX, UNFINISHED_SOFTMAX], ids=["naive", "unfinished"])
+def test_a_failing_softmax_is_charged_once(softmax_source):
+    """softmax wrong (overflows at 1e4) or unfinished; the attention functions are
+    right and call it: they earn full marks, and the note says what to fix first."""
+    ns = notebook(softmax_source, SDPA_REFERENCE_STYLE, SELF_ATTENTION_OWN_SDPA)
+    assert not check_report("softmax", ns["softmax"], hidden=True).passed
+    sdpa = check_report("scaled_dot_product_attention", ns["scaled_dot_product_attention"], hidden=True)
+    assert sdpa.passed, sdpa.render("scaled_dot_product_attention")
+    assert sdpa.notes[0].startswith("your `scaled_dot_product_attention` calls your `softmax`, which fails its "
+                                    "check; it was graded with the reference `softmax` in its place")
+    assert "fix `softmax` first" in sdpa.notes[0]
+    # self_attention never meets scores large enough to break the naive softmax;
+    # an unfinished one reaches it through scaled_dot_product_attention.
+    own = check_report("self_attention", ns["self_attention"], hidden=True)
+    assert own.passed, own.render("self_attention")
+    if softmax_source is UNFINISHED_SOFTMAX:
+        assert own.notes[0].startswith("your `self_attention` calls your `scaled_dot_product_attention`")
+        assert "not implemented" not in own.render("self_attention")
+    assert ns["softmax"] is not solutions.softmax  # the namespace got its own answer back
+
+
+def test_a_wrong_attention_under_a_right_softmax_is_still_charged():
+    """The substitution never rescues a later answer whose own code is wrong."""
+    wrong = SDPA_REFERENCE_STYLE.replace("/ math.sqrt(d_k)", "")
+    ns = notebook(NAIVE_SOFTMAX, wrong)
+    report = check_report("scaled_dot_product_attention", ns["scaled_dot_product_attention"], hidden=True)
+    assert not report.passed and "√d_k" in report.render("scaled_dot_product_attention")
+
+
+# --------------------------------------------------------------------------- the sandboxed grader
+
+POINTS = {"softmax": 3, "scaled_dot_product_attention": 4, "self_attention": 3}
+
+
+@pytest.fixture(scope="module")
+def ch04_points_source(tmp_path_factory):
+    """The chapter 4 source notebook with the chapter's points (3, 4, 3)."""
+    root = tmp_path_factory.mktemp("ch04")
+    return fixtures.write_notebook(fixtures.source_notebook("04_self_attention", points=POINTS),
+                                   root / "04_self_attention.ipynb")
+
+
+def _grade(source, tmp_path, **cells):
+    from autograder.grading import grade_submission
+
+    nb = fixtures.submission_with(fixtures.source_notebook("04_self_attention", points=POINTS), **cells)
+    scores = grade_submission(source, fixtures.write_notebook(nb, tmp_path / "submission.ipynb"), seed=4)
+    return {s.exercise: s for s in scores}
+
+
+@pytest.mark.slow
+def test_sandbox_grades_other_valid_styles_full(ch04_points_source, tmp_path, needs_sandbox):
+    scores = _grade(ch04_points_source, tmp_path, softmax=SOFTMAX_LOOP, scaled_dot_product_attention=SDPA_LOOP,
+                    self_attention=SELF_ATTENTION_EINSUM)
+    for name, s in scores.items():
+        assert (s.status, s.score, s.max_score) == ("passed", POINTS[name], POINTS[name]), s
+        assert all(p["score"] == p["points"] for p in s.parts)
+    assert any("float64 where the reference returns float32" in n for n in scores["softmax"].notes)
+
+
+@pytest.mark.slow
+def test_sandbox_partial_softmax_is_charged_once(ch04_points_source, tmp_path, needs_sandbox):
+    scores = _grade(ch04_points_source, tmp_path, softmax=NAIVE_SOFTMAX,
+                    scaled_dot_product_attention=SDPA_REFERENCE_STYLE, self_attention=SELF_ATTENTION_OWN_SDPA)
+    soft = scores["softmax"]
+    assert (soft.status, soft.score) == ("partial", 2), soft
+    assert {p["name"]: p["score"] for p in soft.parts} == {
+        "values on random inputs": 1, "any axis": 1, "no overflow at 1e4": 0}
+    assert "exp overflowed" in soft.reason
+    for name in ("scaled_dot_product_attention", "self_attention"):
+        s = scores[name]
+        assert (s.status, s.score) == ("passed", POINTS[name]), s
+    sdpa = scores["scaled_dot_product_attention"]
+    assert sdpa.notes[0].startswith("your `scaled_dot_product_attention` calls your `softmax`")
+    assert "fix `softmax` first" in sdpa.notes[0]

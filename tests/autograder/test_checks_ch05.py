@@ -1,7 +1,10 @@
-"""Tests of the chapter 5 checks: plausible wrong answers are rejected with a hint
-that names the mistake, different valid answers are accepted."""
+"""Tests of the chapter 5 checks: plausible wrong answers lose the part they are
+about, with a hint that names the mistake; valid answers in other styles earn
+full marks (visible and hidden checks, and the sandboxed grader); a wrong
+``split_heads`` is charged once."""
 import functools
 import math
+import textwrap
 
 import numpy as np
 import pytest
@@ -10,10 +13,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import check_helpers
-from check_helpers import assert_reference_passes
+import fixtures
+from check_helpers import accepted, assert_reference_passes, partly
 import solutions
 from autograder.checks import CheckFailure, check, get_exercise
-from autograder.checks.base import make_rng
+from autograder.checks.base import check_report, make_rng
 
 EXERCISES = ["split_heads", "merge_heads", "MultiHeadAttention"]
 
@@ -44,11 +48,29 @@ class _StubModule(nn.Module):
         raise NotImplementedError()
 
 
+class _ReleasedModule(nn.Module):
+    """The released skeleton: both methods unfinished."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        raise NotImplementedError()
+
+    def forward(self, query, key, value, mask=None):
+        raise NotImplementedError()
+
+
 @pytest.mark.parametrize("name, stub", [("split_heads", _stub_function), ("merge_heads", _stub_function),
-                                        ("MultiHeadAttention", _StubModule)])
+                                        ("MultiHeadAttention", _ReleasedModule)])
 def test_not_implemented_stub_says_so(name, stub):
     with pytest.raises(CheckFailure, match="not implemented yet"):
         check(name, stub)
+
+
+def test_layers_written_and_forward_unfinished_earns_the_layers_part():
+    """Code that is written is graded, never reported as "not implemented"."""
+    report = partly("MultiHeadAttention", _StubModule, ["layers w_q, w_k, w_v, w_o"],
+                    ["self-attention", "cross-attention and masks", "attn_weights"], "not implemented yet")
+    assert report.score == 1
 
 
 @pytest.mark.parametrize("name", EXERCISES)
@@ -68,7 +90,8 @@ def test_visible_cases_are_reproducible():
     exercise = get_exercise("MultiHeadAttention")
     a = exercise.cases(make_rng(hidden=False), hidden=False)
     b = exercise.cases(make_rng(hidden=False), hidden=False)
-    assert all(np.array_equal(x.state["w_q.weight"], y.state["w_q.weight"]) for x, y in zip(a, b))
+    assert all(np.array_equal(x.state["w_q.weight"], y.state["w_q.weight"]) for x, y in zip(a, b) if x.state)
+    assert sum(1 for x in a if x.state) >= 4
 
 
 # --------------------------------------------------------------------------- split_heads
@@ -112,7 +135,7 @@ def test_split_heads_mistakes_are_named():
     rejected("split_heads", split_no_transpose, "without a transpose")
     rejected("split_heads", split_d_k_major, "wrong order", "(d_k, h)")
     rejected("split_heads", split_forgot_transpose, "transpose axes 1 and 2")
-    rejected("split_heads", split_no_check, "should raise ValueError")
+    rejected("split_heads", split_no_check, "should raise ValueError", "d_model % num_heads != 0")
     rejected("split_heads", split_via_numpy, "gradient")
 
 
@@ -124,8 +147,7 @@ def split_by_chunks(x, num_heads):
 
 
 def test_split_heads_other_valid_answer_passes():
-    check("split_heads", split_by_chunks)
-    check("split_heads", split_by_chunks, hidden=True)
+    accepted("split_heads", split_by_chunks)
 
 
 # --------------------------------------------------------------------------- merge_heads
@@ -165,8 +187,7 @@ def merge_by_cat(x):
 
 
 def test_merge_heads_other_valid_answer_passes():
-    check("merge_heads", merge_by_cat)
-    check("merge_heads", merge_by_cat, hidden=True)
+    accepted("merge_heads", merge_by_cat)
 
 
 # --------------------------------------------------------------------------- MultiHeadAttention
@@ -230,13 +251,12 @@ def make_mha(mistake=None):
     ("softmax_over_queries", ["wrong axis"]),
     ("no_w_o", ["w_o is missing"]),
     ("no_transpose", ["wrong order"]),
-    ("keys_from_query", ["come from the query"]),
+    ("keys_from_query", ["w_k(key)"]),
     ("query_length_for_keys", ["T_q != T_k"]),
     ("averaged_weights", ["averaged over the heads"]),
     ("no_weights", ["attn_weights is not set"]),
     ("nan_rows", ["NaN"]),
-    ("extra_parameter", ["w_q, w_k, w_v, w_o"]),
-    ("no_divisibility_check", ["should raise ValueError"]),
+    ("extra_parameter", ["w_q, w_k, w_v, w_o", "unexpected ['scale']"]),
 ])
 def test_multi_head_attention_mistakes_are_named(mistake, words):
     rejected("MultiHeadAttention", make_mha(mistake), *words)
@@ -244,8 +264,13 @@ def test_multi_head_attention_mistakes_are_named(mistake, words):
 
 def test_a_student_style_valid_module_passes():
     """-inf + softmax + nan_to_num, .view after split: a different valid answer."""
-    check("MultiHeadAttention", make_mha())
-    check("MultiHeadAttention", make_mha(), hidden=True)
+    accepted("MultiHeadAttention", make_mha())
+
+
+def test_no_divisibility_check_in_the_module_is_full_marks_with_advice():
+    """The contract names that error for split_heads only: here it is advice."""
+    report = accepted("MultiHeadAttention", make_mha("no_divisibility_check"))
+    assert any("should raise ValueError (d_model=10 is not divisible by 4 heads)" in a for a in report.advice)
 
 
 class FusedMHA(nn.Module):
@@ -272,5 +297,227 @@ class FusedMHA(nn.Module):
 
 
 def test_fused_valid_module_passes():
-    check("MultiHeadAttention", FusedMHA)
-    check("MultiHeadAttention", FusedMHA, hidden=True)
+    accepted("MultiHeadAttention", FusedMHA)
+
+
+# --------------------------------------------------------------------------- more valid styles, as notebook cells
+
+# Each answer is the text of a solution cell: the in-process tests exec them into
+# one namespace (as a notebook kernel does), the sandboxed grader runs them as cells.
+
+SPLIT_UNFLATTEN = '''
+def split_heads(x, num_heads):
+    """unflatten the features into (h, d_k), then put the heads before the tokens."""
+    if x.size(-1) % num_heads != 0:
+        raise ValueError(f"d_model = {x.size(-1)} is not divisible by num_heads = {num_heads}")
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)  # (B, h, T, d_k)
+'''
+
+SPLIT_SLICES = '''
+def split_heads(x, num_heads):
+    """Head i is the slice i*d_k:(i+1)*d_k of the features: slice and stack."""
+    d_model = x.shape[-1]
+    if d_model % num_heads:
+        raise ValueError("d_model must be divisible by num_heads")
+    d_k = d_model // num_heads
+    return torch.stack([x[..., i * d_k:(i + 1) * d_k] for i in range(num_heads)], dim=1)  # (B, h, T, d_k)
+'''
+
+SPLIT_NO_TRANSPOSE = '''
+def split_heads(x, num_heads):
+    """Wrong: a view straight to (B, h, T, d_k) mixes tokens across heads."""
+    batch, length, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError("d_model must be divisible by num_heads")
+    return x.reshape(batch, num_heads, length, d_model // num_heads)
+'''
+
+MERGE_FLATTEN = '''
+def merge_heads(x):
+    """Tokens first again, then flatten (h, d_k) into one feature axis."""
+    return x.transpose(1, 2).flatten(2)  # (B, T, h * d_k)
+'''
+
+MERGE_CONTIGUOUS_VIEW = '''
+def merge_heads(x):
+    batch, num_heads, length, d_k = x.shape
+    return x.permute(0, 2, 1, 3).contiguous().view(batch, length, num_heads * d_k)
+'''
+
+UNFINISHED_MERGE = '''
+def merge_heads(x):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+'''
+
+MHA_NOTEBOOK = '''
+class MultiHeadAttention(nn.Module):
+    """The notebook's own split_heads / merge_heads and the imported masked_softmax."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        self.num_heads = num_heads
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.attn_weights = None
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.w_q(query), self.num_heads)  # (B, h, T_q, d_k)
+        k = split_heads(self.w_k(key), self.num_heads)  # (B, h, T_k, d_k)
+        v = split_heads(self.w_v(value), self.num_heads)  # (B, h, T_k, d_k)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T_q, T_k)
+        weights = masked_softmax(scores, mask)
+        self.attn_weights = weights.detach()
+        return self.w_o(merge_heads(self.dropout(weights) @ v))  # (B, T_q, d_model)
+'''
+
+MHA_HEAD_LOOP = '''
+class MultiHeadAttention(nn.Module):
+    """One head at a time with einsum, masked with torch.where, no validation."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.attn_weights = None
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
+        heads, maps = [], []
+        for i in range(self.h):
+            cols = slice(i * self.d_k, (i + 1) * self.d_k)
+            scores = torch.einsum("bqd,bkd->bqk", q[..., cols], k[..., cols]) / self.d_k ** 0.5
+            if mask is not None:
+                m = mask.expand(mask.size(0), self.h, *mask.shape[2:])[:, i] if mask.size(1) > 1 else mask[:, 0]
+                scores = torch.where(m, scores, torch.tensor(float("-inf"), dtype=scores.dtype))
+                w = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+            else:
+                w = torch.softmax(scores, dim=-1)
+            maps.append(w)
+            heads.append(w @ v[..., cols])  # (B, T_q, d_k)
+        self.attn_weights = torch.stack(maps, dim=1).detach()  # (B, h, T_q, T_k)
+        return self.w_o(torch.cat(heads, dim=-1))
+'''
+
+
+def notebook(*sources):
+    """The objects of ``sources`` defined in one namespace, like a notebook kernel."""
+    ns = {"np": np, "math": math, "torch": torch, "nn": nn, "F": F, "masked_softmax": solutions.masked_softmax}
+    for source in sources:
+        exec(textwrap.dedent(source), ns)
+    return ns
+
+
+@pytest.mark.parametrize("source", [SPLIT_UNFLATTEN, SPLIT_SLICES], ids=["unflatten", "slices"])
+def test_more_valid_split_heads_styles_earn_full_marks(source):
+    accepted("split_heads", notebook(source)["split_heads"])
+
+
+@pytest.mark.parametrize("source", [MERGE_FLATTEN, MERGE_CONTIGUOUS_VIEW], ids=["flatten", "contiguous-view"])
+def test_more_valid_merge_heads_styles_earn_full_marks(source):
+    accepted("merge_heads", notebook(source)["merge_heads"])
+
+
+def test_a_notebook_module_with_its_own_split_and_merge_earns_full_marks():
+    accepted("MultiHeadAttention", notebook(SPLIT_SLICES, MERGE_FLATTEN, MHA_NOTEBOOK)["MultiHeadAttention"])
+
+
+def test_a_head_by_head_einsum_module_without_validation_earns_full_marks():
+    report = accepted("MultiHeadAttention", notebook(MHA_HEAD_LOOP)["MultiHeadAttention"])
+    assert report.advice  # d_model=10, 4 heads: advice only
+
+
+# --------------------------------------------------------------------------- half-right answers: partial credit
+
+
+def test_split_heads_without_the_named_error_loses_only_that_part():
+    partly("split_heads", split_no_check, ["shapes and head order"],
+           ["d_model % num_heads != 0 raises ValueError"], "should raise ValueError", "RuntimeError")
+
+
+def test_split_heads_without_transpose_keeps_the_error_part():
+    partly("split_heads", split_no_transpose, ["d_model % num_heads != 0 raises ValueError"],
+           ["shapes and head order"], "without a transpose")
+
+
+def test_merge_heads_without_transpose_keeps_the_shape_part():
+    partly("merge_heads", merge_no_transpose, ["shape (B, T, h·d_k)"], ["heads concatenated in order"],
+           "transpose(1, 2) first")
+
+
+@pytest.mark.parametrize("mistake, missed, words", [
+    ("no_weights", ["attn_weights"], "attn_weights is not set"),
+    ("averaged_weights", ["attn_weights"], "averaged over the heads"),
+    ("inverted_mask", ["cross-attention and masks"], "polarity"),
+    ("nan_rows", ["cross-attention and masks"], "NaN"),
+    ("keys_from_query", ["cross-attention and masks"], "w_k(key)"),
+    ("no_w_o", ["self-attention", "cross-attention and masks"], "w_o is missing"),
+])
+def test_multi_head_attention_mistakes_cost_their_part(mistake, missed, words):
+    parts = ["layers w_q, w_k, w_v, w_o", "self-attention", "cross-attention and masks", "attn_weights"]
+    partly("MultiHeadAttention", make_mha(mistake), [p for p in parts if p not in missed], missed, words)
+
+
+# --------------------------------------------------------------------------- one mistake charged once
+
+
+@pytest.mark.parametrize("wrong, culprit", [(SPLIT_NO_TRANSPOSE, "split_heads"), (UNFINISHED_MERGE, "merge_heads")],
+                         ids=["wrong-split", "unfinished-merge"])
+def test_a_failing_helper_is_charged_once(wrong, culprit):
+    sources = {"split_heads": SPLIT_UNFLATTEN, "merge_heads": MERGE_FLATTEN, culprit: wrong}
+    ns = notebook(sources["split_heads"], sources["merge_heads"], MHA_NOTEBOOK)
+    assert not check_report(culprit, ns[culprit], hidden=True).passed
+    report = check_report("MultiHeadAttention", ns["MultiHeadAttention"], hidden=True)
+    assert report.passed, report.render("MultiHeadAttention")
+    assert report.notes[0].startswith(f"your `MultiHeadAttention` calls your `{culprit}`, which fails its check")
+    assert f"fix `{culprit}` first" in report.notes[0]
+    assert ns[culprit] is not getattr(solutions, culprit)
+
+
+# --------------------------------------------------------------------------- the sandboxed grader
+
+POINTS = {"split_heads": 2, "merge_heads": 2, "MultiHeadAttention": 6}
+
+
+@pytest.fixture(scope="module")
+def ch05_source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ch05")
+    return fixtures.write_notebook(fixtures.source_notebook("05_multi_head_attention", points=POINTS),
+                                   root / "05_multi_head_attention.ipynb")
+
+
+def _grade(source, tmp_path, **cells):
+    from autograder.grading import grade_submission
+
+    nb = fixtures.submission_with(fixtures.source_notebook("05_multi_head_attention", points=POINTS), **cells)
+    scores = grade_submission(source, fixtures.write_notebook(nb, tmp_path / "submission.ipynb"), seed=5)
+    return {s.exercise: s for s in scores}
+
+
+@pytest.mark.slow
+def test_sandbox_grades_other_valid_styles_full(ch05_source, tmp_path, needs_sandbox):
+    scores = _grade(ch05_source, tmp_path, split_heads=SPLIT_SLICES, merge_heads=MERGE_CONTIGUOUS_VIEW,
+                    MultiHeadAttention=MHA_HEAD_LOOP)
+    for name, s in scores.items():
+        assert (s.status, s.score, s.max_score) == ("passed", POINTS[name], POINTS[name]), s
+        assert all(p["score"] == p["points"] for p in s.parts)
+    assert any(n.startswith("advice (no points)") for n in scores["MultiHeadAttention"].notes)
+
+
+@pytest.mark.slow
+def test_sandbox_partial_split_heads_is_charged_once(ch05_source, tmp_path, needs_sandbox):
+    scores = _grade(ch05_source, tmp_path, split_heads=SPLIT_NO_TRANSPOSE, merge_heads=MERGE_FLATTEN,
+                    MultiHeadAttention=MHA_NOTEBOOK)
+    split = scores["split_heads"]
+    assert (split.status, split.score) == ("partial", 1), split
+    assert {p["name"]: p["score"] for p in split.parts} == {
+        "shapes and head order": 0, "d_model % num_heads != 0 raises ValueError": 1}
+    assert "without a transpose" in split.reason
+    mha = scores["MultiHeadAttention"]
+    assert (mha.status, mha.score) == ("passed", 6), mha
+    assert mha.notes[0].startswith("your `MultiHeadAttention` calls your `split_heads`, which fails its check")
+    assert "fix `split_heads` first" in mha.notes[0]
+    assert scores["merge_heads"].status == "passed"

@@ -1,20 +1,25 @@
 """Tests of the chapter 6 checks (``autograder/checks/ch06_masking.py``).
 
-For every exercise: the reference passes, a different valid implementation
-passes (visible and hidden), plausible wrong implementations are rejected with a
-message that names the mistake, a ``NotImplementedError`` stub is reported as
-not implemented, and hidden checks draw fresh random inputs.
+For every exercise: the reference passes, valid implementations in other styles
+earn full marks (visible and hidden checks, and the sandboxed grader), plausible
+wrong implementations lose the part they are about with a message that names the
+mistake, bad-input behaviour is advice worth no points, a wrong ``padding_mask``
+or ``causal_mask`` is charged once in ``decoder_mask``, a ``NotImplementedError``
+stub is reported as not implemented, and hidden checks draw fresh random inputs.
 """
 import functools
+import textwrap
+
 import numpy as np
 import pytest
 import torch
 
 import check_helpers
-from check_helpers import assert_reference_passes
+import fixtures
+from check_helpers import accepted, assert_reference_passes, partly
 from autograder import check
 from autograder.checks import CheckFailure, get_exercise
-from autograder.checks.base import make_rng
+from autograder.checks.base import check_report, make_rng
 
 NAMES = ["padding_mask", "causal_mask", "decoder_mask", "masked_softmax"]
 
@@ -70,8 +75,7 @@ def test_padding_mask_valid_alternative():
         _check_ids(ids)
         return torch.ne(ids, pad_id).unsqueeze(1).unsqueeze(2)  # (B, 1, 1, T)
 
-    check("padding_mask", padding_mask)
-    check("padding_mask", padding_mask, hidden=True)
+    accepted("padding_mask", padding_mask)
 
 
 def test_padding_mask_inverted_polarity():
@@ -80,6 +84,18 @@ def test_padding_mask_inverted_polarity():
         return (ids == pad_id)[:, None, None, :]
 
     _rejected("padding_mask", padding_mask, "polarity")
+
+
+def test_padding_mask_inverted_without_validation_is_diagnosed_by_its_real_mistake():
+    """No ValueError for 1-D ids (advice) and inverted polarity (the mistake): the
+    missed part names the polarity; the missing validation is advice only."""
+    def padding_mask(ids, pad_id=0):
+        return (ids == pad_id)[..., None, None, :]
+
+    report = partly("padding_mask", padding_mask, ["shape and bool dtype"], ["True at real tokens"], "polarity")
+    missed = next(p for p in report.parts if not p.earned)
+    assert "ValueError" not in missed.message and "polarity" in missed.message
+    assert report.advice
 
 
 def test_padding_mask_wrong_shape_bt():
@@ -114,11 +130,14 @@ def test_padding_mask_ignores_pad_id():
     _rejected("padding_mask", padding_mask, "pad_id")
 
 
-def test_padding_mask_no_validation():
+def test_padding_mask_no_validation_is_full_marks_with_advice():
+    """The contract names no error for 1-D ids: advice, worth no points."""
     def padding_mask(ids, pad_id=0):
         return (ids != pad_id)[..., None, None, :]
 
-    _rejected("padding_mask", padding_mask, "valueerror")
+    report = accepted("padding_mask", padding_mask)
+    assert any("should raise ValueError (1-D ids (no batch axis)), but returned normally" in a
+               for a in report.advice), report.advice
 
 
 # --------------------------------------------------------------------------- causal_mask
@@ -135,8 +154,7 @@ def test_causal_mask_valid_alternative():
         i = torch.arange(size)
         return (i[None, :] <= i[:, None]).view(1, 1, size, size)  # key j <= query i
 
-    check("causal_mask", causal_mask)
-    check("causal_mask", causal_mask, hidden=True)
+    accepted("causal_mask", causal_mask)
 
 
 def test_causal_mask_strict_lower_triangle():
@@ -179,11 +197,14 @@ def test_causal_mask_float():
     _rejected("causal_mask", causal_mask, "boolean")
 
 
-def test_causal_mask_accepts_zero():
+def test_causal_mask_accepting_zero_is_full_marks_with_advice():
+    """size < 1 is not graded: an empty mask for 0, torch's RuntimeError for -3."""
     def causal_mask(size):
         return torch.ones(size, size, dtype=torch.bool).tril()[None, None]
 
-    _rejected("causal_mask", causal_mask, "valueerror")
+    report = accepted("causal_mask", causal_mask)
+    assert any("(size 0), but returned normally" in a for a in report.advice)
+    assert any("(a negative size), but raised RuntimeError" in a for a in report.advice)
 
 
 # --------------------------------------------------------------------------- decoder_mask
@@ -205,8 +226,7 @@ def test_decoder_mask_valid_alternative():
         future = torch.triu(torch.ones(size, size, dtype=torch.bool), diagonal=1)
         return (keys & ~future).unsqueeze(1)  # (B, 1, T, T)
 
-    check("decoder_mask", decoder_mask)
-    check("decoder_mask", decoder_mask, hidden=True)
+    accepted("decoder_mask", decoder_mask)
 
 
 def test_decoder_mask_or_instead_of_and():
@@ -283,8 +303,7 @@ def test_masked_softmax_valid_minus_inf_then_zero():
         weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
         return weights.masked_fill(~mask, 0.0)
 
-    check("masked_softmax", masked_softmax)
-    check("masked_softmax", masked_softmax, hidden=True)
+    accepted("masked_softmax", masked_softmax)
 
 
 def test_masked_softmax_valid_manual_exp():
@@ -302,8 +321,7 @@ def test_masked_softmax_valid_manual_exp():
         total = exp.sum(dim=-1, keepdim=True)
         return exp / torch.where(total > 0, total, torch.ones_like(total))
 
-    check("masked_softmax", masked_softmax)
-    check("masked_softmax", masked_softmax, hidden=True)
+    accepted("masked_softmax", masked_softmax)
 
 
 def test_masked_softmax_nan_on_fully_masked_rows():
@@ -361,9 +379,9 @@ def test_masked_softmax_small_but_not_zero():
         _broadcast_ok(scores, mask)
         return torch.softmax(scores.masked_fill(~mask, -30.0), dim=-1)
 
-    with pytest.raises(CheckFailure) as info:
-        check("masked_softmax", masked_softmax)  # the visible 2x4 case already shows it
-    assert "exactly 0" in str(info.value)
+    partly("masked_softmax", masked_softmax, ["values"],
+           ["masked positions exactly 0", "fully masked rows give zeros, not NaN"], "exactly 0", "all zeros",
+           hidden=False)  # the visible cases already show it
 
 
 def test_masked_softmax_uniform_on_fully_masked_rows():
@@ -424,11 +442,274 @@ def test_masked_softmax_in_place():
     _rejected("masked_softmax", masked_softmax, "in place")
 
 
-def test_masked_softmax_no_shape_validation():
+def test_masked_softmax_with_torchs_own_shape_error_is_full_marks_with_advice():
     def masked_softmax(scores, mask):
         if mask is None:
             return scores.softmax(-1)
         weights = torch.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-1)
         return weights.masked_fill(~mask, 0.0)
 
-    _rejected("masked_softmax", masked_softmax, "valueerror")
+    report = accepted("masked_softmax", masked_softmax)
+    assert any("should raise ValueError (a (2, 1, 5) mask for (2, 3, 4) scores), but raised RuntimeError" in a
+               for a in report.advice), report.advice
+
+
+# --------------------------------------------------------------------------- more valid styles, as notebook cells
+
+# Each answer is the text of a solution cell: the in-process tests exec them into
+# one namespace (as a notebook kernel does), the sandboxed grader runs them as cells.
+
+PAD_RESHAPE = '''
+def padding_mask(ids, pad_id=0):
+    """eq, negate, reshape; no validation."""
+    return ~ids.eq(pad_id).reshape(ids.size(0), 1, 1, -1)  # (B, 1, 1, T)
+'''
+
+PAD_LOOP = '''
+def padding_mask(ids, pad_id=0):
+    """One position at a time."""
+    batch, length = ids.shape
+    mask = torch.zeros(batch, 1, 1, length, dtype=torch.bool)
+    for b in range(batch):
+        for t in range(length):
+            mask[b, 0, 0, t] = bool(ids[b, t] != pad_id)
+    return mask
+'''
+
+PAD_LONG = '''
+def padding_mask(ids, pad_id=0):
+    """Right positions, wrong dtype: .long() turns the mask into 0/1 integers."""
+    return (ids != pad_id).long()[:, None, None, :]
+'''
+
+CAUSAL_NOT_TRIU = '''
+def causal_mask(size):
+    """Everything that is not strictly in the future."""
+    future = torch.triu(torch.ones(size, size, dtype=torch.bool), diagonal=1)
+    return (~future).view(1, 1, size, size)
+'''
+
+CAUSAL_NUMPY = '''
+def causal_mask(size):
+    """np.tri is the lower triangle, diagonal included."""
+    return torch.from_numpy(np.tri(size, dtype=bool))[None, None]  # (1, 1, T, T)
+'''
+
+UNFINISHED_CAUSAL = '''
+def causal_mask(size):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+'''
+
+DEC_NOTEBOOK = '''
+def decoder_mask(tgt_ids, pad_id=0):
+    """The notebook's own padding_mask and causal_mask, combined by AND."""
+    return padding_mask(tgt_ids, pad_id) & causal_mask(tgt_ids.size(1))  # (B, 1, T, T)
+'''
+
+DEC_LOGICAL_AND = '''
+def decoder_mask(tgt_ids, pad_id=0):
+    """torch.logical_and of a (B, 1, 1, T) and a (T, T) mask, then the head axis."""
+    length = tgt_ids.shape[1]
+    keys = (tgt_ids != pad_id)[:, None, :]  # (B, 1, T)
+    lower = torch.tril(torch.ones(length, length)).bool()  # (T, T)
+    return torch.logical_and(keys, lower).unsqueeze(1)  # (B, 1, T, T)
+'''
+
+MS_LOG_SOFTMAX = '''
+def masked_softmax(scores, mask):
+    """exp(log_softmax) with a finite fill; masked weights zeroed."""
+    if mask is None:
+        mask = torch.ones_like(scores, dtype=torch.bool)
+    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.log_softmax(filled, dim=-1).exp()
+    return weights.masked_fill(~mask, 0.0)
+'''
+
+MS_FLOAT64 = '''
+def masked_softmax(scores, mask):
+    """Everything in float64 (a wider result than the scores: correct)."""
+    s = scores.double()
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(s, dim=-1)
+    return torch.where(torch.isnan(weights), torch.zeros_like(weights), weights) if mask is None else \\
+        weights.masked_fill(~mask, 0.0).nan_to_num(0.0)
+'''
+
+
+def notebook(*sources):
+    """The functions of ``sources`` defined in one namespace, like a notebook kernel."""
+    ns = {"np": np, "torch": torch}
+    for source in sources:
+        exec(textwrap.dedent(source), ns)
+    return ns
+
+
+@pytest.mark.parametrize("name, source", [
+    ("padding_mask", PAD_RESHAPE), ("padding_mask", PAD_LOOP),
+    ("causal_mask", CAUSAL_NOT_TRIU), ("causal_mask", CAUSAL_NUMPY),
+    ("decoder_mask", DEC_LOGICAL_AND),
+    ("masked_softmax", MS_LOG_SOFTMAX),
+], ids=["pad-reshape", "pad-loop", "causal-not-triu", "causal-numpy", "decoder-logical-and", "softmax-log-softmax"])
+def test_more_valid_styles_earn_full_marks(name, source):
+    accepted(name, notebook(source)[name])
+
+
+def test_a_decoder_mask_from_the_notebooks_own_masks_earns_full_marks():
+    accepted("decoder_mask", notebook(PAD_LOOP, CAUSAL_NUMPY, DEC_NOTEBOOK)["decoder_mask"])
+
+
+def test_a_float64_masked_softmax_earns_full_marks_with_a_note():
+    report = accepted("masked_softmax", notebook(MS_FLOAT64)["masked_softmax"])
+    assert any("returned float64 where the reference returns float" in n for n in report.notes), report.notes
+
+
+# --------------------------------------------------------------------------- half-right answers: partial credit
+
+
+def test_an_integer_padding_mask_loses_only_the_dtype_part():
+    partly("padding_mask", notebook(PAD_LONG)["padding_mask"], ["True at real tokens"], ["shape and bool dtype"],
+           "int64", "boolean")
+
+
+def test_a_padding_mask_of_shape_b_t_loses_only_the_shape_part():
+    partly("padding_mask", lambda ids, pad_id=0: ids != pad_id, ["True at real tokens"], ["shape and bool dtype"],
+           "(B, 1, 1, T)")
+
+
+def test_a_two_dimensional_causal_mask_loses_only_the_shape_part():
+    partly("causal_mask", lambda size: torch.ones(size, size, dtype=torch.bool).tril(),
+           ["True on and below the diagonal"], ["shape and bool dtype"], "leading axes")
+
+
+def test_an_upper_triangle_causal_mask_keeps_the_shape_part():
+    partly("causal_mask", lambda size: torch.ones(size, size, dtype=torch.bool).triu()[None, None],
+           ["shape and bool dtype"], ["True on and below the diagonal"], "upper triangle")
+
+
+def test_decoder_mask_with_padding_on_the_query_axis_is_named():
+    def decoder_mask(tgt_ids, pad_id=0):
+        rows = (tgt_ids != pad_id)[:, None, :, None]  # (B, 1, T, 1): the queries, not the keys
+        return rows & _causal(tgt_ids.size(1))
+
+    partly("decoder_mask", decoder_mask, ["shape and bool dtype"], ["padding and causal combined"],
+           "query axis (rows)", "padded KEYS", hidden=False)
+
+
+def test_decoder_mask_with_padding_on_both_axes_is_named():
+    def decoder_mask(tgt_ids, pad_id=0):
+        keep = tgt_ids != pad_id
+        return keep[:, None, :, None] & keep[:, None, None, :] & _causal(tgt_ids.size(1))
+
+    partly("decoder_mask", decoder_mask, ["shape and bool dtype"], ["padding and causal combined"],
+           "query axis (rows)", "padded KEYS")
+
+
+def test_decoder_mask_or_keeps_the_shape_part():
+    def decoder_mask(tgt_ids, pad_id=0):
+        return _pad(tgt_ids, pad_id) | _causal(tgt_ids.size(1))
+
+    partly("decoder_mask", decoder_mask, ["shape and bool dtype"], ["padding and causal combined"], "OR (|)")
+
+
+def test_a_logsumexp_masked_softmax_that_loses_float16_digits_is_told_why():
+    """exp(s - logsumexp(s)) adds the log-sum back to scores near -3e4, where float16
+    is spaced 16 apart: on some inputs (seed 10 among them) the weights come out
+    wrong, and the hint names the precision, not the fill (which is right)."""
+    def masked_softmax(scores, mask):
+        if mask is None:
+            return scores.softmax(-1)
+        filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        return torch.exp(filled - torch.logsumexp(filled, dim=-1, keepdim=True)).masked_fill(~mask, 0.0)
+
+    message = partly("masked_softmax", masked_softmax,
+                     ["masked positions exactly 0", "fully masked rows give zeros, not NaN"], ["values"],
+                     "float16 arithmetic lost the differences", seed=10).render("masked_softmax")
+    assert "masked fill is not below" not in message
+
+
+def test_masked_softmax_nan_rows_lose_only_the_fully_masked_part():
+    def masked_softmax(scores, mask):
+        if mask is None:
+            return scores.softmax(-1)
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+
+    partly("masked_softmax", masked_softmax, ["values", "masked positions exactly 0"],
+           ["fully masked rows give zeros, not NaN"], "ALL masked")
+
+
+def test_masked_softmax_nan_gradient_loses_only_the_fully_masked_part():
+    def masked_softmax(scores, mask):
+        if mask is None:
+            return scores.softmax(-1)
+        bias = torch.zeros_like(scores).masked_fill(~mask, float("-inf"))
+        return torch.nan_to_num(torch.softmax(scores + bias, dim=-1), nan=0.0)
+
+    partly("masked_softmax", masked_softmax, ["values", "masked positions exactly 0"],
+           ["fully masked rows give zeros, not NaN"], "gradient is NaN")
+
+
+# --------------------------------------------------------------------------- one mistake charged once
+
+POLARITY_PAD = '''
+def padding_mask(ids, pad_id=0):
+    return (ids == pad_id)[:, None, None, :]  # wrong: True at <pad>
+'''
+
+
+@pytest.mark.parametrize("pad, causal, culprit", [(POLARITY_PAD, CAUSAL_NUMPY, "padding_mask"),
+                                                   (PAD_LOOP, UNFINISHED_CAUSAL, "causal_mask")],
+                         ids=["wrong-padding", "unfinished-causal"])
+def test_a_failing_mask_is_charged_once_in_decoder_mask(pad, causal, culprit):
+    ns = notebook(pad, causal, DEC_NOTEBOOK)
+    assert not check_report(culprit, ns[culprit], hidden=True).passed
+    report = check_report("decoder_mask", ns["decoder_mask"], hidden=True)
+    assert report.passed, report.render("decoder_mask")
+    assert report.notes[0].startswith(f"your `decoder_mask` calls your `{culprit}`, which fails its check")
+    assert f"fix `{culprit}` first" in report.notes[0]
+    assert "not implemented" not in report.render("decoder_mask")
+
+
+# --------------------------------------------------------------------------- the sandboxed grader
+
+POINTS = {"padding_mask": 2, "causal_mask": 2, "decoder_mask": 2, "masked_softmax": 4}
+
+
+@pytest.fixture(scope="module")
+def ch06_source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ch06")
+    return fixtures.write_notebook(fixtures.source_notebook("06_masking", points=POINTS), root / "06_masking.ipynb")
+
+
+def _grade(source, tmp_path, **cells):
+    from autograder.grading import grade_submission
+
+    nb = fixtures.submission_with(fixtures.source_notebook("06_masking", points=POINTS), **cells)
+    scores = grade_submission(source, fixtures.write_notebook(nb, tmp_path / "submission.ipynb"), seed=6)
+    return {s.exercise: s for s in scores}
+
+
+@pytest.mark.slow
+def test_sandbox_grades_other_valid_styles_full(ch06_source, tmp_path, needs_sandbox):
+    scores = _grade(ch06_source, tmp_path, padding_mask=PAD_RESHAPE, causal_mask=CAUSAL_NOT_TRIU,
+                    decoder_mask=DEC_LOGICAL_AND, masked_softmax=MS_LOG_SOFTMAX)
+    for name, s in scores.items():
+        assert (s.status, s.score, s.max_score) == ("passed", POINTS[name], POINTS[name]), s
+        assert all(p["score"] == p["points"] for p in s.parts)
+    assert any(n.startswith("advice (no points)") for n in scores["padding_mask"].notes)
+
+
+@pytest.mark.slow
+def test_sandbox_partial_padding_mask_is_charged_once(ch06_source, tmp_path, needs_sandbox):
+    scores = _grade(ch06_source, tmp_path, padding_mask=PAD_LONG, causal_mask=CAUSAL_NUMPY,
+                    decoder_mask=DEC_NOTEBOOK)
+    pad = scores["padding_mask"]
+    assert (pad.status, pad.score) == ("partial", 1), pad
+    assert {p["name"]: p["score"] for p in pad.parts} == {"shape and bool dtype": 0, "True at real tokens": 1}
+    assert "boolean" in pad.reason
+    dec = scores["decoder_mask"]
+    assert (dec.status, dec.score) == ("passed", 2), dec
+    assert dec.notes[0].startswith("your `decoder_mask` calls your `padding_mask`, which fails its check")
+    assert "fix `padding_mask` first" in dec.notes[0]
+    assert scores["causal_mask"].status == scores["masked_softmax"].status == "passed"

@@ -1,7 +1,10 @@
 """Tests of the chapter 7 checks: plausible wrong answers are rejected with a hint
-that names the mistake, different valid answers pass, hidden inputs are fresh."""
+that names the mistake, valid answers in other styles earn full marks, half-right
+answers earn the parts they get right, an EncoderLayer built on a wrong earlier
+answer is graded with the reference in its place, hidden inputs are fresh."""
 import functools
 import pickle
+import textwrap
 
 import numpy as np
 import pytest
@@ -14,11 +17,17 @@ from check_helpers import assert_reference_passes
 from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_thread: autouse fixture)
 import solutions
 from autograder.checks import get_exercise
-from autograder.checks.base import make_rng
+from autograder.checks.base import check_report, make_rng
 
 NAMES = ["layer_norm", "PositionwiseFeedForward", "ResidualSublayer", "EncoderLayer"]
 
 rejected = functools.partial(check_helpers.rejected, seed=13)
+partly = functools.partial(check_helpers.partly, seed=13)
+
+NORMALISED, AFFINE, EPS, SHAPES = get_exercise("layer_norm").parts
+FFN, FFN_DROPOUT = get_exercise("PositionwiseFeedForward").parts
+POST, PRE, RES_DROPOUT = get_exercise("ResidualSublayer").parts
+ENC_POST, ENC_PRE, ENC_MASK = get_exercise("EncoderLayer").parts
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -74,6 +83,64 @@ def test_a_different_valid_layer_norm_passes():
     accepted("layer_norm", via_torch_formula)
 
 
+def test_layer_norm_with_loops_and_no_validation_passes():
+    def with_loops(x, gamma, beta, eps=1e-5):
+        x = np.asarray(x)
+        rows = x.reshape(-1, x.shape[-1])
+        out = np.empty_like(rows)
+        for i, row in enumerate(rows):
+            mean = sum(row) / len(row)
+            var = sum((v - mean) ** 2 for v in row) / len(row)
+            out[i] = [(v - mean) / (var + eps) ** 0.5 for v in row]
+        return out.reshape(x.shape) * gamma + beta
+
+    accepted("layer_norm", with_loops)
+
+
+def test_layer_norm_in_float64_passes_with_a_note():
+    def in_float64(x, gamma, beta, eps=1e-5):
+        x = np.asarray(x, dtype=np.float64)
+        z = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
+        return z * np.asarray(gamma, dtype=np.float64) + beta
+
+    report = accepted("layer_norm", in_float64)
+    assert any("float64 where the reference returns float32" in note for note in report.notes), report.notes
+
+
+def test_layer_norm_through_torch_with_torchs_own_errors_passes_with_advice():
+    def via_torch(x, gamma, beta, eps=1e-5):
+        t = torch.from_numpy(np.asarray(x))
+        out = F.layer_norm(t, t.shape[-1:], torch.from_numpy(np.asarray(gamma)), torch.from_numpy(np.asarray(beta)),
+                           eps)
+        return out.numpy()
+
+    report = accepted("layer_norm", via_torch)
+    assert any("yours should raise ValueError" in a and "RuntimeError" in a for a in report.advice), report.advice
+
+
+def test_layer_norm_ignoring_the_eps_argument_loses_only_that_part():
+    def fixed_eps(x, gamma, beta, eps=1e-5):
+        return make_layer_norm()(x, gamma, beta)
+
+    partly("layer_norm", fixed_eps, [NORMALISED, AFFINE, SHAPES], [EPS], "use the eps argument")
+
+
+def test_layer_norm_for_matrices_only_loses_the_leading_shapes():
+    def rows_only(x, gamma, beta, eps=1e-5):
+        mean = x.mean(axis=1, keepdims=True)
+        var = x.var(axis=1, keepdims=True)
+        return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+    partly("layer_norm", rows_only, [NORMALISED, AFFINE, EPS], [SHAPES], "axis")
+
+
+def test_layer_norm_without_gamma_and_beta_keeps_the_normalisation():
+    def no_affine(x, gamma, beta, eps=1e-5):
+        return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
+
+    partly("layer_norm", no_affine, [NORMALISED, EPS, SHAPES], [AFFINE], "gamma and beta are not applied")
+
+
 # --------------------------------------------------------------------------- PositionwiseFeedForward
 
 
@@ -103,6 +170,41 @@ def test_ffn_with_gelu_is_rejected():
 
 def test_ffn_without_activation_is_rejected():
     rejected("PositionwiseFeedForward", make_ffn(activation=lambda t: t), "ReLU between")
+
+
+def test_ffn_with_dropout_on_the_input_loses_only_the_dropout():
+    partly("PositionwiseFeedForward", make_ffn(dropout_at="input"), [FFN], [FFN_DROPOUT], "not on the input")
+
+
+def test_ffn_with_einsum_passes():
+    class Einsum(nn.Module):
+        def __init__(self, d_model, d_ff, dropout=0.0):
+            super().__init__()
+            self.linear1 = nn.Linear(d_model, d_ff)
+            self.linear2 = nn.Linear(d_ff, d_model)
+            self.dropout = nn.Dropout(p=dropout)
+
+        def forward(self, x):
+            h = torch.einsum("btd,fd->btf", x, self.linear1.weight) + self.linear1.bias  # (B, T, d_ff)
+            h = self.dropout(h.clamp_min(0.0))
+            return torch.einsum("btf,df->btd", h, self.linear2.weight) + self.linear2.bias  # (B, T, d_model)
+
+    accepted("PositionwiseFeedForward", Einsum)
+
+
+def test_ffn_with_relu_module_and_no_validation_passes():
+    class WithModules(nn.Module):
+        def __init__(self, d_model, d_ff, dropout=0.0):
+            super().__init__()
+            self.linear1, self.relu = nn.Linear(d_model, d_ff), nn.ReLU()
+            self.dropout, self.linear2 = nn.Dropout(dropout), nn.Linear(d_ff, d_model)
+
+        def forward(self, x):
+            for layer in (self.linear1, self.relu, self.dropout, self.linear2):
+                x = layer(x)
+            return x
+
+    accepted("PositionwiseFeedForward", WithModules)
 
 
 def test_ffn_with_dropout_after_linear2_is_rejected():
@@ -175,6 +277,53 @@ def test_residual_without_the_residual_is_rejected():
 
 def test_residual_with_dropout_on_the_sum_is_rejected():
     rejected("ResidualSublayer", make_residual(dropout_on_sum=True), "not on the sum")
+
+
+def test_residual_whose_pre_norm_adds_the_normalised_x_keeps_post_norm():
+    class NormalisedResidual(make_residual()):
+        def forward(self, x, sublayer):
+            if self.norm_first:
+                h = self.norm(x)
+                return h + self.dropout(sublayer(h))
+            return super().forward(x, sublayer)
+
+    partly("ResidualSublayer", NormalisedResidual, [POST, RES_DROPOUT], [PRE], "adds the normalised x")
+
+
+def test_residual_with_two_forward_methods_passes():
+    class TwoPaths(nn.Module):
+        def __init__(self, d_model, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.norm = nn.LayerNorm(d_model)
+            self.dropout = nn.Dropout(dropout)
+            self.forward = self.pre_norm if norm_first else self.post_norm  # chosen once
+
+        def post_norm(self, x, sublayer):
+            return self.norm(torch.add(x, self.dropout(sublayer(x))))
+
+        def pre_norm(self, x, sublayer):
+            return x.add(self.dropout(sublayer(self.norm(x))))
+
+    accepted("ResidualSublayer", TwoPaths)
+
+
+def test_residual_with_a_functional_layer_norm_passes():
+    class FunctionalNorm(nn.Module):
+        def __init__(self, d_model, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.norm = nn.LayerNorm(d_model)
+            self.dropout = nn.Dropout(dropout)
+            self.norm_first = norm_first
+
+        def _norm(self, x):
+            return F.layer_norm(x, (x.size(-1),), self.norm.weight, self.norm.bias, self.norm.eps)
+
+        def forward(self, x, sublayer):
+            if self.norm_first:
+                return x + self.dropout(sublayer(self._norm(x)))
+            return self._norm(x + self.dropout(sublayer(x)))
+
+    accepted("ResidualSublayer", FunctionalNorm)
 
 
 def test_residual_with_a_renamed_norm_is_rejected():
@@ -271,3 +420,140 @@ def test_a_different_valid_encoder_layer_passes():
             return self._sublayer(x, self.norm2, self.feed_forward)
 
     accepted("EncoderLayer", WithResidualSublayers)
+
+
+def test_encoder_whose_pre_norm_adds_the_normalised_x_keeps_post_norm_and_mask():
+    class NormalisedResidual(make_encoder()):
+        def forward(self, x, src_mask=None):
+            if not self.norm_first:
+                return super().forward(x, src_mask)
+            h = self.norm1(x)
+            x = h + self.self_attn(h, h, h, src_mask)
+            h = self.norm2(x)
+            return h + self.feed_forward(h)
+
+    partly("EncoderLayer", NormalisedResidual, [ENC_POST, ENC_MASK], [ENC_PRE], "adds the normalised x")
+
+
+def test_encoder_with_functional_norms_and_a_positional_mask_passes():
+    class Functional(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+            self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
+            self.norm1 = nn.LayerNorm(d_model)
+            self.norm2 = nn.LayerNorm(d_model)
+            self.p, self.norm_first = dropout, norm_first
+
+        def forward(self, x, src_mask=None):
+            sublayers = [(self.norm1, lambda h: self.self_attn(h, h, h, src_mask)), (self.norm2, self.feed_forward)]
+            for norm, fn in sublayers:
+                if self.norm_first:
+                    x = x + F.dropout(fn(norm(x)), self.p, self.training)
+                else:
+                    x = norm(x + F.dropout(fn(x), self.p, self.training))
+            return x
+
+    accepted("EncoderLayer", Functional)
+
+
+def test_encoder_choosing_its_path_once_passes():
+    class ChosenPath(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+            self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
+            self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+            self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+            self._path = self._pre_norm if norm_first else self._post_norm
+
+        def _attend(self, h, mask):
+            return self.dropout1(self.self_attn(query=h, key=h, value=h, mask=mask))
+
+        def _post_norm(self, x, mask):
+            x = self.norm1(torch.add(x, self._attend(x, mask)))
+            return self.norm2(torch.add(x, self.dropout2(self.feed_forward(x))))
+
+        def _pre_norm(self, x, mask):
+            x = x + self._attend(self.norm1(x), mask)
+            return x + self.dropout2(self.feed_forward(self.norm2(x)))
+
+        def forward(self, x, src_mask=None):
+            return self._path(x, src_mask)
+
+    accepted("EncoderLayer", ChosenPath)
+
+
+ENCODER_SOURCE = textwrap.dedent("""
+    class EncoderLayer(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+            self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+            self.norm1 = nn.LayerNorm(d_model)
+            self.norm2 = nn.LayerNorm(d_model)
+            self.dropout = nn.Dropout(dropout)
+            self.norm_first = norm_first
+
+        def forward(self, x, src_mask=None):
+            if self.norm_first:
+                h = self.norm1(x)
+                x = x + self.dropout(self.self_attn(h, h, h, src_mask))
+                return x + self.dropout(self.feed_forward(self.norm2(x)))
+            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, src_mask)))
+            return self.norm2(x + self.dropout(self.feed_forward(x)))
+""")
+
+
+def _notebook(*sources):
+    """One namespace holding ``sources`` in order, as a notebook's cells share one."""
+    ns = {"nn": nn, "torch": torch, "F": F, "np": np, "MultiHeadAttention": solutions.MultiHeadAttention}
+    for source in sources:
+        exec(textwrap.dedent(source), ns)  # noqa: S102 - the test's own code
+    return ns
+
+
+GELU_FEED_FORWARD = """
+    class PositionwiseFeedForward(nn.Module):
+        def __init__(self, d_model, d_ff, dropout=0.0):
+            super().__init__()
+            self.linear1 = nn.Linear(d_model, d_ff)
+            self.linear2 = nn.Linear(d_ff, d_model)
+            self.dropout = nn.Dropout(dropout)
+
+        def forward(self, x):
+            return self.linear2(self.dropout(F.gelu(self.linear1(x))))
+"""
+
+
+def test_an_encoder_on_a_wrong_feed_forward_gets_full_marks_and_the_note():
+    ns = _notebook(GELU_FEED_FORWARD, ENCODER_SOURCE)
+    assert not check_report("PositionwiseFeedForward", ns["PositionwiseFeedForward"]).passed
+    report = check_report("EncoderLayer", ns["EncoderLayer"], hidden=True)
+    assert report.passed and report.score == report.max_score, report.render("EncoderLayer")
+    assert "fix `PositionwiseFeedForward` first" in report.notes[0], report.notes
+
+
+def test_an_encoder_on_an_unfinished_feed_forward_gets_full_marks_and_the_note():
+    ns = _notebook("""
+        class PositionwiseFeedForward(nn.Module):
+            def __init__(self, d_model, d_ff, dropout=0.0):
+                super().__init__()
+                raise NotImplementedError()
+    """, ENCODER_SOURCE)
+    report = check_report("EncoderLayer", ns["EncoderLayer"])
+    assert report.passed, report.render("EncoderLayer")
+    assert report.notes[0].startswith("your `EncoderLayer` calls your `PositionwiseFeedForward`, which fails its check")
+    assert "not implemented" not in report.render("EncoderLayer")
+
+
+def test_an_encoder_with_its_own_mistake_on_a_wrong_feed_forward_is_still_diagnosed():
+    ns = _notebook("""
+        class PositionwiseFeedForward(nn.Module):
+            def __init__(self, d_model, d_ff, dropout=0.0):
+                super().__init__()
+                raise NotImplementedError()
+    """, ENCODER_SOURCE.replace("self.self_attn(x, x, x, src_mask)", "self.self_attn(x, x, x)"))
+    report = check_report("EncoderLayer", ns["EncoderLayer"], hidden=True, seed=13)
+    assert [p.earned for p in report.parts] == [True, True, False], report.render("EncoderLayer")
+    assert "src_mask was ignored" in report.render("EncoderLayer")

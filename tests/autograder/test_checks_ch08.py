@@ -1,11 +1,15 @@
 """Tests of the chapter 8 checks: plausible wrong answers are rejected with a hint
-that names the mistake, different valid answers pass, hidden inputs are fresh."""
+that names the mistake, valid answers in other styles earn full marks, half-right
+answers earn the parts they get right, a Transformer built on a wrong DecoderLayer
+is graded with the reference in its place, hidden inputs are fresh."""
 import functools
 import math
 import pickle
+import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import check_helpers
@@ -13,11 +17,16 @@ from check_helpers import assert_reference_passes
 from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_thread: autouse fixture)
 import solutions
 from autograder.checks import get_exercise
-from autograder.checks.base import make_rng
+from autograder.checks.base import check_report, make_rng
 
 NAMES = ["DecoderLayer", "Transformer", "count_parameters"]
 
 rejected = functools.partial(check_helpers.rejected, seed=17)
+partly = functools.partial(check_helpers.partly, seed=17)
+
+DEC_POST, DEC_PRE, DEC_TGT, DEC_SRC = get_exercise("DecoderLayer").parts
+ENCODE, DECODE, FORWARD, SHARE, VOCAB_ERROR = get_exercise("Transformer").parts
+COUNT, EXCLUDED = get_exercise("count_parameters").parts
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -102,6 +111,65 @@ def test_decoder_without_residuals_is_rejected():
     rejected("DecoderLayer", make_decoder(residual=False), "residual connections are missing")
 
 
+def test_decoder_ignoring_the_src_mask_keeps_the_unmasked_and_causal_parts():
+    partly("DecoderLayer", make_decoder(cross_mask=None), [DEC_POST, DEC_TGT], [DEC_PRE, DEC_SRC],
+           "src_mask was ignored")
+
+
+def test_decoder_with_functional_dropout_and_separate_paths_passes():
+    class TwoPaths(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+            self.cross_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+            self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
+            self.norm1 = nn.LayerNorm(d_model)
+            self.norm2 = nn.LayerNorm(d_model)
+            self.norm3 = nn.LayerNorm(d_model)
+            self.p, self.norm_first = dropout, norm_first
+
+        def _drop(self, t):
+            return F.dropout(t, self.p, self.training)
+
+        def forward(self, x, memory, src_mask=None, tgt_mask=None):
+            if not self.norm_first:  # the paper: Add & Norm after each sub-layer
+                x = self.norm1(x + self._drop(self.self_attn(x, x, x, tgt_mask)))
+                x = self.norm2(x + self._drop(self.cross_attn(x, memory, memory, src_mask)))
+                return self.norm3(x + self._drop(self.feed_forward(x)))
+            h = self.norm1(x)
+            x = x + self._drop(self.self_attn(h, h, h, tgt_mask))
+            h = self.norm2(x)
+            x = x + self._drop(self.cross_attn(h, memory, memory, src_mask))
+            return x + self._drop(self.feed_forward(self.norm3(x)))
+
+    accepted("DecoderLayer", TwoPaths)
+
+
+def test_decoder_with_a_list_of_sublayers_passes():
+    class Listed(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+            self.cross_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+            self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
+            for i in (1, 2, 3):
+                setattr(self, f"norm{i}", nn.LayerNorm(d_model))
+            self.dropout = nn.Dropout(dropout)
+            self.norm_first = norm_first
+
+        def forward(self, x, memory, src_mask=None, tgt_mask=None):
+            steps = [
+                (self.norm1, lambda h: self.self_attn(query=h, key=h, value=h, mask=tgt_mask)),
+                (self.norm2, lambda h: self.cross_attn(query=h, key=memory, value=memory, mask=src_mask)),
+                (self.norm3, self.feed_forward),
+            ]
+            for norm, sublayer in steps:
+                x = x + self.dropout(sublayer(norm(x))) if self.norm_first else norm(x + self.dropout(sublayer(x)))
+            return x
+
+    accepted("DecoderLayer", Listed)
+
+
 def test_a_different_valid_decoder_layer_passes():
     class Explicit(nn.Module):
         def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
@@ -136,12 +204,14 @@ class UnscaledEmbedding(nn.Module):
         return self.embedding(ids)
 
 
-def make_transformer(embedding=solutions.TokenEmbedding, tgt_positions=True, tie=True):
+def make_transformer(embedding=solutions.TokenEmbedding, tgt_positions=True, tie=True, validate=True):
     class Transformer(nn.Module):
         def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_encoder_layers=6,
                      num_decoder_layers=6, d_ff=2048, dropout=0.1, max_len=5000, share_embeddings=False,
                      norm_first=False):
             super().__init__()
+            if validate and share_embeddings and src_vocab_size != tgt_vocab_size:
+                raise ValueError(f"share_embeddings needs one vocabulary, got {src_vocab_size} and {tgt_vocab_size}")
             self.src_embed = embedding(src_vocab_size, d_model)
             self.tgt_embed = embedding(tgt_vocab_size, d_model)
             self.positional = solutions.PositionalEncoding(d_model, max_len, dropout)
@@ -189,6 +259,40 @@ def test_transformer_with_positions_on_the_source_only_is_rejected():
 
 def test_transformer_with_untied_weights_is_rejected():
     rejected("Transformer", make_transformer(tie=False), "must tie the weights")
+
+
+def test_transformer_without_the_named_error_loses_only_that_part():
+    partly("Transformer", make_transformer(validate=False), [ENCODE, DECODE, FORWARD, SHARE], [VOCAB_ERROR],
+           "should raise ValueError", "src_vocab_size != tgt_vocab_size")
+
+
+def test_transformer_with_untied_weights_loses_only_the_sharing():
+    partly("Transformer", make_transformer(tie=False), [ENCODE, DECODE, FORWARD, VOCAB_ERROR], [SHARE],
+           "must tie the weights")
+
+
+def test_transformer_with_explicit_modules_passes():
+    accepted("Transformer", make_transformer())
+
+
+def test_transformer_with_functional_projection_and_reduce_passes():
+    class Reduced(make_transformer()):
+        """Ties the generator first, runs the stacks with functools.reduce, projects with F.linear."""
+
+        def encode(self, src, src_mask=None):
+            x = functools.reduce(lambda h, layer: layer(h, src_mask), self.encoder_layers,
+                                 self.positional(self.src_embed(src)))
+            return self.encoder_norm(x) if self.norm_first else x
+
+        def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
+            x = functools.reduce(lambda h, layer: layer(h, memory, src_mask, tgt_mask), self.decoder_layers,
+                                 self.positional(self.tgt_embed(tgt)))
+            return self.decoder_norm(x) if self.norm_first else x
+
+        def project(self, hidden):
+            return F.linear(hidden, self.generator.weight, self.generator.bias)
+
+    accepted("Transformer", Reduced)
 
 
 def test_transformer_with_other_attribute_names_is_rejected():
@@ -249,6 +353,32 @@ def test_count_parameters_returning_a_tensor_is_rejected():
     rejected("count_parameters", as_tensor, "Python int")
 
 
+def test_count_parameters_counting_frozen_parameters_keeps_the_count():
+    partly("count_parameters", lambda model: sum(p.numel() for p in model.parameters()), [COUNT], [EXCLUDED],
+           "requires_grad")
+
+
+def test_count_parameters_by_named_parameters_passes():
+    def by_name(model):
+        total = 0
+        for _, parameter in model.named_parameters():  # remove_duplicate=True: a tied tensor once
+            if parameter.requires_grad:
+                total += parameter.numel()
+        return total
+
+    accepted("count_parameters", by_name)
+
+
+def test_count_parameters_through_parameters_to_vector_passes():
+    def as_one_vector(model):
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        if not trainable:
+            return 0
+        return int(torch.nn.utils.parameters_to_vector(trainable).numel())
+
+    accepted("count_parameters", as_one_vector)
+
+
 def test_a_different_valid_count_parameters_passes():
     def by_data_pointer(model):
         seen, total = set(), 0
@@ -260,3 +390,108 @@ def test_a_different_valid_count_parameters_passes():
         return total
 
     accepted("count_parameters", by_data_pointer)
+
+
+# --------------------------------------------------------------------------- one mistake charged once
+
+TRANSFORMER_SOURCE = """
+class Transformer(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_encoder_layers=6,
+                 num_decoder_layers=6, d_ff=2048, dropout=0.1, max_len=5000, share_embeddings=False,
+                 norm_first=False):
+        super().__init__()
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError("share_embeddings=True needs src_vocab_size == tgt_vocab_size")
+        self.src_embed = TokenEmbedding(src_vocab_size, d_model)
+        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model)
+        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        self.encoder_layers = nn.ModuleList(
+            [EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_encoder_layers)])
+        self.decoder_layers = nn.ModuleList(
+            [DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_decoder_layers)])
+        self.norm_first = norm_first
+        if norm_first:
+            self.encoder_norm = nn.LayerNorm(d_model)
+            self.decoder_norm = nn.LayerNorm(d_model)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        if share_embeddings:
+            self.tgt_embed.embedding.weight = self.src_embed.embedding.weight
+            self.generator.weight = self.src_embed.embedding.weight
+
+    def encode(self, src, src_mask=None):
+        x = self.positional(self.src_embed(src))
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x) if self.norm_first else x
+
+    def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
+        x = self.positional(self.tgt_embed(tgt))
+        for layer in self.decoder_layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.decoder_norm(x) if self.norm_first else x
+
+    def project(self, hidden):
+        return self.generator(hidden)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.project(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
+"""
+
+
+def _notebook(*sources):
+    """One namespace holding ``sources`` in order, as a notebook's cells share one."""
+    ns = {"nn": nn, "torch": torch, "F": F, "MultiHeadAttention": solutions.MultiHeadAttention,
+          "PositionwiseFeedForward": solutions.PositionwiseFeedForward, "EncoderLayer": solutions.EncoderLayer,
+          "TokenEmbedding": solutions.TokenEmbedding, "PositionalEncoding": solutions.PositionalEncoding}
+    for source in sources:
+        exec(textwrap.dedent(source), ns)  # noqa: S102 - the test's own code
+    return ns
+
+
+def test_a_transformer_on_a_wrong_decoder_layer_gets_full_marks_and_the_note():
+    wrong = """
+        class DecoderLayer(nn.Module):
+            def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+                super().__init__()
+                self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+                self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+                self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+                self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+
+            def forward(self, x, memory, src_mask=None, tgt_mask=None):
+                x = self.norm1(x + self.self_attn(x, x, x, tgt_mask))
+                x = self.norm2(x + self.cross_attn(x, x, x, src_mask))  # attends over x, not memory
+                return self.norm3(x + self.feed_forward(x))
+    """
+    ns = _notebook(wrong, TRANSFORMER_SOURCE)
+    assert not check_report("DecoderLayer", ns["DecoderLayer"]).passed
+    report = check_report("Transformer", ns["Transformer"], hidden=True)
+    assert report.passed and report.score == report.max_score, report.render("Transformer")
+    assert "your `Transformer` calls your `DecoderLayer`, which fails its check" in report.notes[0], report.notes
+    assert "fix `DecoderLayer` first" in report.render("Transformer")
+
+
+def test_a_transformer_on_an_unfinished_decoder_layer_gets_full_marks_and_the_note():
+    unfinished = """
+        class DecoderLayer(nn.Module):
+            def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+                super().__init__()
+                raise NotImplementedError()
+    """
+    ns = _notebook(unfinished, TRANSFORMER_SOURCE)
+    report = check_report("Transformer", ns["Transformer"])
+    assert report.passed, report.render("Transformer")
+    assert "fix `DecoderLayer` first" in report.notes[0] and "not implemented" not in report.render("Transformer")
+
+
+def test_counting_a_tied_matrix_twice_loses_the_distinct_part_in_the_sandbox_path_too():
+    """The tied model is built from torch modules alone (Obj(..., tie=...)), so the
+    hidden check — which runs in the chapter's sandbox, without solutions.Transformer —
+    catches a shared matrix counted twice."""
+    def twice(model):
+        return sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False) if p.requires_grad)
+
+    partly("count_parameters", twice,
+           earned=["the elements of every parameter, as an int"],
+           missed=["only distinct trainable tensors: frozen ones, buffers and tied copies left out"])
+    rejected("count_parameters", twice, "tied", "shared", "once", any_word=True)

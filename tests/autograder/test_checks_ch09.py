@@ -1,9 +1,11 @@
 """Tests of the chapter 9 checks: plausible wrong answers are rejected with a hint
-that names the mistake, different valid answers pass, hidden inputs are fresh."""
+that names the mistake, valid answers in other styles earn full marks, half-right
+answers earn the parts they get right, hidden inputs are fresh."""
 import functools
 import math
 import pickle
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,19 +13,23 @@ import torch.nn.functional as F
 from autograder.checks import get_exercise
 from autograder.checks.base import make_rng
 import check_helpers
-from check_helpers import accepted
+from check_helpers import accepted, assert_reference_passes
+from check_helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 from solutions import training
 
 NAMES = ["make_decoder_io", "noam_lr", "label_smoothed_cross_entropy"]
 
 rejected = functools.partial(check_helpers.rejected, seed=19)
+partly = functools.partial(check_helpers.partly, seed=19)
+
+SHIFT, PAD, IDS = get_exercise("make_decoder_io").parts
+WARM, DECAY, FACTOR, STEP_ERROR = get_exercise("noam_lr").parts
+PLAIN, SMOOTH, PAD_ID, STABLE = get_exercise("label_smoothed_cross_entropy").parts
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_passes_visible_and_hidden(name, capsys):
-    accepted(name, getattr(training, name))
-    out = capsys.readouterr()
-    assert out.out.count(f"✓ {name}") == 2 and out.err == ""
+    assert_reference_passes(name, capsys)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -90,6 +96,43 @@ def test_decoder_io_with_int32_is_rejected():
     rejected("make_decoder_io", int32, "LongTensors")
 
 
+def test_decoder_io_padded_on_the_left_earns_the_shift_and_the_ids():
+    partly("make_decoder_io", make_io("left"), [SHIFT, IDS], [PAD], "pad on the right")
+
+
+def test_decoder_io_padding_with_zero_loses_only_the_padding():
+    partly("make_decoder_io", make_io("zero_pad"), [SHIFT, IDS], [PAD], "pad with pad_id (here 3), not 0")
+
+
+def test_decoder_io_with_loops_and_lists_passes():
+    def with_loops(targets, sos_id=1, eos_id=2, pad_id=0):
+        width = 1 + max(len(t) for t in targets)
+        decoder_input, labels = [], []
+        for target in targets:
+            row_in = [sos_id] + list(target)
+            row_lab = list(target) + [eos_id]
+            decoder_input.append(row_in + [pad_id] * (width - len(row_in)))
+            labels.append(row_lab + [pad_id] * (width - len(row_lab)))
+        return torch.tensor(decoder_input, dtype=torch.long), torch.tensor(labels, dtype=torch.long)
+
+    accepted("make_decoder_io", with_loops)
+
+
+def test_decoder_io_built_in_numpy_passes():
+    def in_numpy(targets, sos_id=1, eos_id=2, pad_id=0):
+        longest = max(map(len, targets))
+        full = np.full((len(targets), longest + 2), pad_id, dtype=np.int64)  # [<sos>, y…, <eos>, pads]
+        for row, target in enumerate(targets):
+            full[row, 0] = sos_id
+            full[row, 1:len(target) + 1] = target
+            full[row, len(target) + 1] = eos_id
+        decoder_input = np.where(full == eos_id, pad_id, full)[:, :-1]
+        decoder_input[:, 0] = sos_id
+        return torch.from_numpy(np.ascontiguousarray(decoder_input)), torch.from_numpy(full[:, 1:].copy())
+
+    accepted("make_decoder_io", in_numpy)
+
+
 def test_a_different_valid_make_decoder_io_passes():
     def with_pad_sequence(targets, sos_id=1, eos_id=2, pad_id=0):
         inputs = [torch.tensor([sos_id] + list(t), dtype=torch.long) for t in targets]
@@ -120,15 +163,20 @@ def test_noam_without_d_model_factor_is_rejected():
     rejected("noam_lr", make_noam(d_exp=0.0), "d_model**-0.5 factor is missing")
 
 
-def test_noam_accepting_step_zero_is_rejected():
-    rejected("noam_lr", make_noam(check=False), "should raise ValueError", "step < 1")
+def test_noam_accepting_step_zero_loses_only_the_named_error():
+    partly("noam_lr", make_noam(check=False), [WARM, DECAY, FACTOR], [STEP_ERROR], "should raise ValueError",
+           "step < 1")
 
 
-def test_noam_ignoring_the_factor_is_rejected():
+def test_noam_with_a_wrong_warmup_power_keeps_the_decay_and_names_the_power():
+    partly("noam_lr", make_noam(warm_exp=-1.0), [DECAY, STEP_ERROR], [WARM, FACTOR], "warmup_steps**-1.5")
+
+
+def test_noam_ignoring_the_factor_loses_only_the_factor():
     def no_factor(step, d_model, warmup_steps, factor=1.0):
         return make_noam()(step, d_model, warmup_steps)
 
-    rejected("noam_lr", no_factor, "factor argument")
+    partly("noam_lr", no_factor, [WARM, DECAY, STEP_ERROR], [FACTOR], "factor argument")
 
 
 def test_a_different_valid_noam_lr_passes():
@@ -141,6 +189,28 @@ def test_a_different_valid_noam_lr_passes():
         return scale / math.sqrt(step)
 
     accepted("noam_lr", piecewise)
+
+
+def test_noam_in_numpy_with_its_own_error_message_passes():
+    def in_numpy(step, d_model, warmup_steps, factor=1.0):
+        if step < 1:
+            raise ValueError("the learning-rate schedule starts at step 1")
+        return factor * np.float64(d_model) ** -0.5 * np.minimum(np.float64(step) ** -0.5,
+                                                                 step * np.float64(warmup_steps) ** -1.5)
+
+    accepted("noam_lr", in_numpy)
+
+
+def test_noam_with_math_pow_in_a_helper_passes():
+    def as_lambda(step, d_model, warmup_steps, factor=1.0):
+        if not step >= 1:
+            raise ValueError(f"step must be >= 1, got {step}")
+        def rate(s):
+            return math.pow(d_model, -0.5) * min(math.pow(s, -0.5), s * math.pow(warmup_steps, -1.5))
+
+        return factor * rate(step)
+
+    accepted("noam_lr", as_lambda)
 
 
 # --------------------------------------------------------------------------- label_smoothed_cross_entropy
@@ -156,18 +226,31 @@ def test_loss_averaging_over_pads_is_rejected():
     rejected("label_smoothed_cross_entropy", over_all, "pads are counted in the mean")
 
 
-def test_loss_smoothing_over_v_minus_one_is_rejected():
-    def other_classes(logits, labels, smoothing=0.1, pad_id=0):
-        V = logits.size(-1)
-        lp = F.log_softmax(logits, dim=-1).reshape(-1, V)
-        y = labels.reshape(-1)
-        target = torch.full_like(lp, smoothing / (V - 1))
-        target.scatter_(1, y[:, None], 1 - smoothing)
-        per_token = -(target * lp).sum(-1)
-        keep = y != pad_id
-        return per_token[keep].mean()
+def other_classes(logits, labels, smoothing=0.1, pad_id=0):
+    V = logits.size(-1)
+    lp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    y = labels.reshape(-1)
+    target = torch.full_like(lp, smoothing / (V - 1))
+    target.scatter_(1, y[:, None], 1 - smoothing)
+    per_token = -(target * lp).sum(-1)
+    keep = y != pad_id
+    return per_token[keep].mean()
 
+
+def test_loss_smoothing_over_v_minus_one_is_rejected():
     rejected("label_smoothed_cross_entropy", other_classes, "ε / V")
+
+
+def test_loss_smoothing_over_v_minus_one_keeps_the_other_parts():
+    partly("label_smoothed_cross_entropy", other_classes, [PLAIN, PAD_ID, STABLE], [SMOOTH], "ε / V")
+
+
+def test_loss_ignoring_the_pad_id_argument_loses_only_that_part():
+    def pad_zero(logits, labels, smoothing=0.1, pad_id=0):
+        V = logits.size(-1)
+        return F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), label_smoothing=smoothing, ignore_index=0)
+
+    partly("label_smoothed_cross_entropy", pad_zero, [PLAIN, SMOOTH, STABLE], [PAD_ID], "use the pad_id argument")
 
 
 def test_loss_without_ignoring_pads_is_rejected():
@@ -200,3 +283,27 @@ def test_a_different_valid_loss_passes():
                                ignore_index=pad_id)
 
     accepted("label_smoothed_cross_entropy", via_cross_entropy)
+
+
+def test_loss_as_an_explicit_target_distribution_passes():
+    def explicit(logits, labels, smoothing=0.1, pad_id=0):
+        V = logits.size(-1)
+        log_p = torch.log_softmax(logits, dim=-1)  # (B, T, V)
+        target = F.one_hot(labels, V).to(log_p.dtype) * (1 - smoothing) + smoothing / V  # (B, T, V)
+        per_token = -(target * log_p).sum(dim=-1)  # (B, T)
+        keep = labels != pad_id
+        return per_token.masked_select(keep).mean()
+
+    accepted("label_smoothed_cross_entropy", explicit)
+
+
+def test_loss_in_float64_passes_with_a_note():
+    def with_gather(logits, labels, smoothing=0.1, pad_id=0):
+        log_p = F.log_softmax(logits.double(), dim=-1)  # (B, T, V), float64
+        nll = -log_p.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        uniform = -log_p.mean(dim=-1)  # (B, T)
+        keep = (labels != pad_id).double()
+        return (((1 - smoothing) * nll + smoothing * uniform) * keep).sum() / keep.sum()
+
+    report = accepted("label_smoothed_cross_entropy", with_gather)
+    assert any("float64 where the reference returns float32" in note for note in report.notes), report.notes

@@ -1,7 +1,10 @@
 """Tests of the chapter 10 checks: plausible wrong decoders are rejected with a hint
-that names the mistake, different valid decoders pass, hidden models are fresh."""
+that names the mistake, valid decoders in other styles earn full marks, half-right
+decoders earn the parts they get right, a beam search that calls a wrong greedy
+decoder is graded with the reference in its place, hidden models are fresh."""
 import functools
 import pickle
+import textwrap
 
 import pytest
 import torch
@@ -9,7 +12,7 @@ import torch.nn.functional as F
 
 import solutions
 from autograder.checks import get_exercise
-from autograder.checks.base import make_rng
+from autograder.checks.base import check_report, make_rng
 import check_helpers
 from check_helpers import assert_reference_passes
 from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_thread: autouse fixture)
@@ -17,6 +20,10 @@ from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_th
 NAMES = ["greedy_decode", "beam_search"]
 
 rejected = functools.partial(check_helpers.rejected, seed=23)
+partly = functools.partial(check_helpers.partly, seed=23)
+
+STEPS, PAD_AFTER_EOS, STOP, SPECIAL_IDS = get_exercise("greedy_decode").parts
+BEAM, BEAM_ONE, PENALTY, FINISHED = get_exercise("beam_search").parts
 
 
 def causal(t):
@@ -86,6 +93,40 @@ def test_greedy_with_max_len_off_by_one_is_rejected():
 
 def test_greedy_without_sos_is_rejected():
     rejected("greedy_decode", make_greedy(keep_sos=False), "column 0 must be <sos>")
+
+
+def test_greedy_without_early_stop_loses_only_the_stop():
+    partly("greedy_decode", make_greedy(stop="never"), [STEPS, PAD_AFTER_EOS, SPECIAL_IDS], [STOP], "stop early")
+
+
+def test_greedy_without_padding_after_eos_keeps_the_arg_max_steps():
+    partly("greedy_decode", make_greedy(pad_after_eos=False), [STEPS], [PAD_AFTER_EOS, STOP, SPECIAL_IDS],
+           "must hold pad_id")
+
+
+def test_greedy_with_the_tensor_loop_passes():
+    accepted("greedy_decode", make_greedy())
+
+
+def test_greedy_into_a_preallocated_tensor_passes():
+    def preallocated(model, src, src_mask, max_len, sos_id=1, eos_id=2, pad_id=0):
+        B = src.size(0)
+        ys = torch.full((B, max_len + 1), pad_id, dtype=torch.long)  # (B, max_len + 1)
+        ys[:, 0] = sos_id
+        alive = torch.ones(B, dtype=torch.bool)
+        with torch.inference_mode():
+            memory = model.encode(src, src_mask)
+            t = 0
+            while t < max_len and alive.any():
+                t += 1
+                prefix = ys[:, :t]  # (B, t)
+                tgt_mask = torch.ones(t, t).tril().bool().view(1, 1, t, t)
+                logits = model.project(model.decode(prefix, memory, src_mask, tgt_mask))  # (B, t, V)
+                ys[:, t] = torch.where(alive, logits[:, -1].argmax(-1), torch.tensor(pad_id))
+                alive &= ys[:, t] != eos_id
+        return ys[:, :t + 1].clone()
+
+    accepted("greedy_decode", preallocated)
 
 
 def test_a_different_valid_greedy_decode_passes():
@@ -175,3 +216,99 @@ def test_beam_returning_a_tensor_is_rejected():
 
 def test_a_different_valid_beam_search_passes():
     accepted("beam_search", make_beam())
+
+
+def test_beam_without_length_penalty_loses_the_penalty_part():
+    report = partly("beam_search", make_beam(score="raw"), [BEAM, BEAM_ONE, FINISHED], [PENALTY], "length_penalty")
+    assert report.score == 4
+
+
+def shrinking_beam(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, length_penalty=0.6):
+    """Another sound bookkeeping: the k - (finished so far) best extensions each step;
+    one that ends in <eos> leaves the beam as a finished hypothesis."""
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        live = [([sos_id], 0.0)]
+        done = []
+        for step in range(1, max_len + 1):
+            ys = torch.tensor([tokens for tokens, _ in live])
+            hidden = model.decode(ys, memory.expand(len(live), -1, -1), src_mask, causal(ys.size(1)))
+            logp = F.log_softmax(model.project(hidden[:, -1]).float(), dim=-1)  # (k, V)
+            totals = torch.tensor([score for _, score in live])[:, None] + logp
+            best = totals.flatten().topk(beam_size - len(done))
+            extended = []
+            for score, index in zip(best.values.tolist(), best.indices.tolist()):
+                row, token = divmod(index, logp.size(1))
+                tokens = live[row][0] + [token]
+                if token == eos_id:
+                    done.append((score / ((5 + step) / 6) ** length_penalty, tokens))
+                else:
+                    extended.append((tokens, score))
+            live = extended
+            if len(done) >= beam_size or not live:
+                break
+        else:
+            done += [(score / ((5 + max_len) / 6) ** length_penalty, tokens) for tokens, score in live]
+        return max(done, key=lambda item: item[0])[1]
+
+
+def test_beam_with_a_shrinking_beam_passes():
+    accepted("beam_search", shrinking_beam)
+
+
+def test_beam_calling_greedy_for_beam_size_one_passes():
+    def via_greedy(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, length_penalty=0.6):
+        if beam_size == 1:
+            row = solutions.greedy_decode(model, src, src_mask, max_len, sos_id, eos_id)[0].tolist()
+            return row[: row.index(eos_id) + 1] if eos_id in row[1:] else row
+        return make_beam()(model, src, src_mask, beam_size, max_len, sos_id, eos_id, length_penalty)
+
+    accepted("beam_search", via_greedy)
+
+
+# --------------------------------------------------------------------------- one mistake charged once
+
+BEAM_SOURCE = """
+def beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, length_penalty=0.6):
+    if beam_size == 1:
+        row = greedy_decode(model, src, src_mask, max_len, sos_id, eos_id)[0].tolist()
+        return row[: row.index(eos_id) + 1] if eos_id in row[1:] else row
+    return reference_beam(model, src, src_mask, beam_size, max_len, sos_id, eos_id, length_penalty)
+"""
+
+
+def _notebook(*sources):
+    """One namespace holding ``sources`` in order, as a notebook's cells share one."""
+    ns = {"torch": torch, "F": F, "causal": causal, "reference_beam": make_beam()}
+    for source in sources:
+        exec(textwrap.dedent(source), ns)  # noqa: S102 - the test's own code
+    return ns
+
+
+def test_a_beam_search_on_an_unfinished_greedy_decode_gets_full_marks_and_the_note():
+    ns = _notebook("""
+        def greedy_decode(model, src, src_mask, max_len, sos_id=1, eos_id=2, pad_id=0):
+            raise NotImplementedError()
+    """, BEAM_SOURCE)
+    report = check_report("beam_search", ns["beam_search"])
+    assert report.passed, report.render("beam_search")
+    assert report.notes[0].startswith("your `beam_search` calls your `greedy_decode`, which fails its check")
+    assert "not implemented" not in report.render("beam_search")
+
+
+def test_a_beam_search_on_a_wrong_greedy_decode_gets_full_marks_and_the_note():
+    ns = _notebook("""
+        def greedy_decode(model, src, src_mask, max_len, sos_id=1, eos_id=2, pad_id=0):
+            ys = torch.full((src.size(0), 1), sos_id, dtype=torch.long)
+            memory = model.encode(src, src_mask)
+            for _ in range(max_len):
+                logits = model.project(model.decode(ys, memory, src_mask, causal(ys.size(1))))
+                ys = torch.cat([ys, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+                if (ys[:, 1:] == eos_id).any(dim=1).all():
+                    break
+            return ys[:, 1:]  # <sos> dropped
+    """, BEAM_SOURCE)
+    assert not check_report("greedy_decode", ns["greedy_decode"]).passed
+    report = check_report("beam_search", ns["beam_search"], hidden=True, seed=23)
+    assert report.passed and report.score == report.max_score, report.render("beam_search")
+    assert "fix `greedy_decode` first" in report.notes[0]

@@ -9,11 +9,13 @@ import inspect
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import solutions
 from autograder.checks import REGISTRY, Exercise, check, load_all
+from autograder.checks.base import ADVICE
 
 # The contract, chapter id -> graded names, in the order of EXERCISES.md.
 CONTRACT = {
@@ -119,3 +121,50 @@ def test_reference_passes_its_own_visible_and_hidden_checks(name, capsys):
     out = capsys.readouterr()
     assert out.out.count(f"✓ {name}") == 2
     assert out.err == ""
+
+
+# --------------------------------------------------------------------------- the grading rules
+
+# Where EXERCISES.md names an error for an exercise, that error is graded; every
+# other expected error is advice worth no points ("How an answer is graded").
+NAMED_ERRORS = {"sinusoidal_positional_encoding", "split_heads", "noam_lr", "cosine_similarity",
+                "PositionalEncoding", "Transformer"}
+
+
+def _cases(name, hidden):
+    return load_all()[name].cases(np.random.default_rng(7), hidden)
+
+
+@pytest.mark.parametrize("name", list(CHAPTER_OF))
+def test_points_are_split_over_two_to_five_named_parts(name):
+    parts = type(load_all()[name]).parts
+    assert 2 <= len(parts) <= 5, f"{name}: {len(parts)} parts {list(parts)}"
+    assert all(isinstance(p, (int, float)) and p > 0 for p in parts.values()), parts
+    assert all(n and n != ADVICE for n in parts), parts
+
+
+@pytest.mark.parametrize("name", list(CHAPTER_OF))
+def test_every_part_has_a_visible_case_and_every_case_a_part(name):
+    exercise = load_all()[name]
+    for hidden in (False, True):
+        seen = {exercise.part_of(case) for case in _cases(name, hidden)}  # raises on an unknown part
+        missing = set(exercise.parts) - seen
+        assert not missing, f"{name}: no {'hidden' if hidden else 'visible'} case for parts {sorted(missing)}"
+
+
+@pytest.mark.parametrize("name", list(CHAPTER_OF))
+def test_errors_are_graded_only_where_the_contract_names_them(name):
+    exercise = load_all()[name]
+    graded_errors = [c.label for c in _cases(name, True) if c.expect_error and exercise.part_of(c) != ADVICE]
+    if name in NAMED_ERRORS:
+        assert graded_errors, f"{name}: the contract names an error; a part must grade it"
+    else:
+        assert not graded_errors, f"{name}: errors the contract does not name are graded: {graded_errors}"
+
+
+@pytest.mark.parametrize("name", list(CHAPTER_OF))
+def test_uses_names_earlier_exercises_of_the_same_chapter(name):
+    uses = type(load_all()[name]).uses
+    names = CONTRACT[CHAPTER_OF[name]]
+    for dep in uses:
+        assert dep in names and names.index(dep) < names.index(name), f"{name}.uses: {dep}"

@@ -58,8 +58,10 @@ def test_grading_is_deterministic_given_a_seed_and_idempotent(ch04_source, submi
     assert _table(first) == _table(again)
     assert first[0].status == "failed" and first[0].score == 0
     assert "wrong values" in first[0].reason and "\n" not in first[0].reason
-    # the student's softmax is used by the two later exercises, as in the notebook
-    assert [s.status for s in first] == ["failed", "failed", "failed"]
+    # the student's softmax is used by the two later exercises, as in the notebook:
+    # charged once, they are graded with the reference softmax in its place
+    assert [s.status for s in first] == ["failed", "passed", "passed"]
+    assert all("fix `softmax` first" in s.notes[0] for s in first[1:])
     # a fresh hidden seed changes the inputs, never the verdict
     fresh = grade_submission(ch04_source, submissions["wrong"])
     assert [(s.status, s.score) for s in fresh] == [(s.status, s.score) for s in first]
@@ -75,7 +77,7 @@ def test_visible_cases_only(ch04_source, submissions, needs_sandbox):
 @pytest.mark.slow
 def test_unsandboxed_mode_grades_the_same(ch04_source, submissions):
     scores = grade_submission(ch04_source, submissions["wrong"], sandbox=False, seed=11)
-    assert [(s.status, s.score) for s in scores] == [("failed", 0.0)] * 3
+    assert [(s.status, s.score) for s in scores] == [("failed", 0.0), ("passed", 2.0), ("passed", 3.0)]
     scores = grade_submission(ch04_source, submissions["reference"], sandbox=False, seed=11)
     assert [s.score for s in scores] == [1.0, 2.0, 3.0]
 
@@ -206,3 +208,202 @@ def test_why_the_kernel_stopped(kw, status, fragment):
     rest = _collect([a, b], _outcome([("start", "a", b"", b"")], **kw), Limits())
     assert rest == [b]  # b runs again in a fresh sandbox
     assert a.result.status == status and fragment in a.result.reason and a.result.score == 0
+
+
+# --------------------------------------------------------------------------- one mistake charged once
+
+UNFINISHED_SOFTMAX = """
+def softmax(x, axis=-1):
+    raise NotImplementedError()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("softmax_source", [WRONG_SOFTMAX, UNFINISHED_SOFTMAX], ids=["wrong", "unfinished"])
+def test_a_failing_earlier_answer_is_charged_once(ch04_source, tmp_path, needs_sandbox, monkeypatch,
+                                                  softmax_source):
+    """softmax wrong or unfinished, the attention functions right (they call softmax):
+    softmax loses its points, the later exercises keep theirs, graded with the
+    reference softmax in its place, and the feedback says so first."""
+    from autograder.checks import get_exercise
+
+    for name, uses in (("scaled_dot_product_attention", ("softmax",)),
+                       ("self_attention", ("scaled_dot_product_attention", "softmax"))):
+        monkeypatch.setattr(type(get_exercise(name)), "uses", uses)
+    sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
+                                                           softmax=softmax_source), tmp_path / "s.ipynb")
+    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, seed=3)}
+    assert scores["softmax"].score < scores["softmax"].max_score
+    for name in ("scaled_dot_product_attention", "self_attention"):
+        s = scores[name]
+        assert (s.status, s.score) == ("passed", s.max_score), s
+        assert s.notes[0].startswith(f"your `{name}` calls your `softmax`") and "fix `softmax` first" in s.notes[0]
+    assert "calls your `scaled_dot_product_attention`" not in scores["self_attention"].notes[0]
+
+
+@pytest.mark.slow
+def test_without_uses_the_later_answers_carry_the_mistake(ch04_source, tmp_path, needs_sandbox, monkeypatch):
+    """The control of the test above: the regrade is what gives the points back."""
+    from autograder.checks import get_exercise
+
+    for name in ("scaled_dot_product_attention", "self_attention"):
+        monkeypatch.setattr(type(get_exercise(name)), "uses", ())
+    sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
+                                                           softmax=WRONG_SOFTMAX), tmp_path / "s.ipynb")
+    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, seed=3)}
+    assert scores["scaled_dot_product_attention"].score < scores["scaled_dot_product_attention"].max_score
+    assert not scores["scaled_dot_product_attention"].notes or "calls your" not in scores[
+        "scaled_dot_product_attention"].notes[0]
+
+
+# --------------------------------------------------------------------------- what reaches the instructor
+
+ESCAPING_SOFTMAX = '''
+def softmax(x, axis=-1):
+    raise ValueError("\\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mred\\u202etxt.exe")
+'''
+
+
+def test_safe_text_escapes_controls_and_bidi_overrides():
+    from autograder.grading import safe_text
+
+    assert safe_text("a\x1b[31mb\u202ec\td") == "a\\x1b[31mb\\u202ec d"
+    assert safe_text("plain text, ünïcode ✓") == "plain text, ünïcode ✓"
+
+
+@pytest.mark.slow
+def test_no_escape_sequence_from_a_submission_reaches_a_reason(ch04_source, tmp_path, needs_sandbox):
+    sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
+                                                           softmax=ESCAPING_SOFTMAX), tmp_path / "s.ipynb")
+    scores = grade_submission(ch04_source, sub, seed=5)
+    texts = [s.reason for s in scores] + [n for s in scores for n in s.notes] + [
+        p["message"] for s in scores for p in s.parts]
+    assert "\\x1b]0;pwned" in scores[0].reason
+    assert not any(ch in t for t in texts for ch in ("\x1b", "\x07", "\u202e")), texts
+
+
+# --------------------------------------------------------------------------- the time budget
+
+ENDLESS = "\nwhile True:\n    pass\n"
+
+
+@pytest.mark.slow
+def test_endless_exercises_cost_at_most_the_submission_budget(tmp_path, needs_sandbox, monkeypatch):
+    """Four endless exercises: the runs' wall limits add up to at most the budget,
+    and what was left when it was spent scores 0 with the budget as the reason."""
+    import autograder.grading as grading
+
+    names = fixtures.CHAPTER_EXERCISES["06_masking"]
+    nb = fixtures.source_notebook("06_masking")
+    source = fixtures.write_notebook(nb, tmp_path / "06_masking.ipynb")
+    sub = fixtures.write_notebook(fixtures.submission_with(nb, **{n: ENDLESS for n in names}), tmp_path / "s.ipynb")
+    limits_seen = []
+    real_run_job = grading.run_job
+
+    def recording_run_job(job_dir, lib_dir, limits, **kw):
+        limits_seen.append(limits.wall_seconds)
+        return real_run_job(job_dir, lib_dir, limits, **kw)
+
+    monkeypatch.setattr(grading, "run_job", recording_run_job)
+    scores = grade_submission(source, sub, timeout=4, budget=7, seed=1)
+    assert [s.score for s in scores] == [0.0] * len(names)
+    assert all(s.status == "timeout" for s in scores), scores
+    assert sum(limits_seen) <= 7 and len(limits_seen) < len(names), limits_seen
+    assert "time budget of 7 s" in scores[-1].reason
+
+
+def test_the_budget_cuts_the_last_run():
+    from autograder.grading import _Budget
+    from autograder.sandbox import Limits
+
+    clock = _Budget(10)
+    clock.used = 7.5
+    assert clock.limits(Limits(wall_seconds=4, cpu_seconds=4)).wall_seconds == 2.5
+    clock.used = 9.5
+    assert clock.limits(Limits(wall_seconds=4, cpu_seconds=4)) is None
+    with pytest.raises(ValueError, match="positive"):
+        _Budget(0)
+
+
+# --------------------------------------------------------------------------- oversized result frames
+
+FRAME_FLOOD = '''
+import json as _json, os as _os, sys as _sys
+_fd = int(_sys.argv[_sys.argv.index("--result-fd") + 1])
+for _ in range(4):
+    _n = 120 * 2**20
+    _os.write(_fd, _json.dumps({"grade_id": "softmax", "kind": "result", "json": _n, "npz": 0}).encode() + b"\\n")
+    _chunk = b"[" + b"1," * (2**20) + b"1]"
+    for _ in range(8):
+        _os.write(_fd, _chunk)
+
+def softmax(x, axis=-1):
+    return x
+'''
+
+_PEAK_RSS = '''
+import json, resource, sys
+from pathlib import Path
+from autograder.grading import grade_submission
+scores = grade_submission(Path(sys.argv[1]), Path(sys.argv[2]), seed=1)
+print(json.dumps({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "scores": [[s.exercise, s.status, s.score, s.reason] for s in scores]}))
+'''
+
+
+def _graded_in_child(source, submission):
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _PEAK_RSS, str(source), str(submission)], capture_output=True,
+                          text=True, timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_forged_giant_frames_are_refused_unread(ch04_source, submissions, tmp_path, needs_sandbox):
+    """Four frames announcing 120 MB of JSON each: refused from their headers, the
+    cell flagged, the others graded, and the trusted process's peak memory stays
+    that of an honest grading (measured in a child process)."""
+    attack = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
+                                                              softmax=FRAME_FLOOD), tmp_path / "flood.ipynb")
+    honest = _graded_in_child(ch04_source, submissions["reference"])
+    flooded = _graded_in_child(ch04_source, attack)
+    by_name = {name: (status, score, reason) for name, status, score, reason in flooded["scores"]}
+    assert by_name["softmax"][:2] == ("cheat", 0.0) and "JSON" in by_name["softmax"][2]
+    assert by_name["self_attention"][0] == "passed"
+    assert flooded["rss_mb"] < honest["rss_mb"] + 128, (honest["rss_mb"], flooded["rss_mb"])
+
+
+# --------------------------------------------------------------------------- memory held in files
+
+MEMFD_HOG = '''
+import os as _os
+_held = []
+for _i in range(12):  # 12 x 128 MiB = 1.5 GiB in memfd files, never mapped (RLIMIT_AS cannot see it)
+    _fd = _os.memfd_create(f"hog{_i}")
+    _held.append(_fd)
+    for _ in range(128):
+        _os.write(_fd, b"x" * 2**20)
+
+def softmax(x, axis=-1):
+    return x
+'''
+
+
+@pytest.mark.slow
+def test_memory_held_in_files_is_stopped_at_the_run_limit(ch04_source, tmp_path, needs_sandbox):
+    from autograder import cgroup
+    from autograder.sandbox import Limits
+
+    if not cgroup.available()[0]:
+        pytest.skip("no memory cgroup here: RLIMIT_AS alone bounds each process")
+    sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
+                                                           softmax=MEMFD_HOG), tmp_path / "hog.ipynb")
+    limits = Limits(wall_seconds=120.0, cpu_seconds=120, run_memory_bytes=1024 * 2**20)
+    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, limits=limits, seed=2)}
+    hog = scores["softmax"]
+    assert (hog.status, hog.score) == ("error", 0.0) and "1 GiB of memory" in hog.reason, hog
+    assert scores["self_attention"].status == "passed"  # graded afresh after the kill

@@ -1,6 +1,7 @@
 """``autograder release``: student notebooks without solutions or hidden tests."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,24 @@ def test_release_command(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert bad.returncode == 2 and "99_missing" in bad.stderr
+
+
+def test_release_copies_the_chapter_figures(tmp_path):
+    """A chapter's ``figures/*.svg`` lie beside the student notebook, so the notebook's
+    ``figures/<name>.svg`` references resolve in Jupyter as they do in the book."""
+    from solutions.diagrams import DIAGRAMS
+
+    chapters = sorted({Path(p).parts[1] for p in DIAGRAMS})
+    book = make_book(tmp_path / "src", chapters)
+    for chapter in chapters:
+        shutil.copytree(REPO / "book" / chapter / "figures", book / chapter / "figures")
+        (book / chapter / "figures" / ".ipynb_checkpoints").mkdir()
+    out = tmp_path / "release"
+    release(out, chapters, book=book)
+    for path in DIAGRAMS:
+        _, chapter, folder, name = Path(path).parts
+        released = out / chapter / folder / name
+        assert released.is_file(), f"{path} was not released"
+        assert released.read_bytes() == (REPO / path).read_bytes()
+    for chapter in chapters:
+        assert not (out / chapter / "figures" / ".ipynb_checkpoints").exists()

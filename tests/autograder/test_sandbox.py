@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,11 +21,56 @@ CH04 = {"softmax", "scaled_dot_product_attention", "self_attention"}
 # --------------------------------------------------------------------------- the stripped library
 
 
-def test_graded_modules_chapter4_strips_only_the_numpy_attention_module():
+def test_graded_modules_chapter4_strips_attention_and_what_computes_a_softmax():
     stripped = graded_modules(CH04)
     assert "solutions.attention" in stripped
-    assert "solutions.masking" not in stripped
+    # masked_softmax(torch.from_numpy(x), None) is a softmax: chapter 6's module
+    # (and every module that imports it) is withheld while chapter 4 is graded.
+    assert {"solutions.masking", "solutions.multihead", "solutions.kv_cache"} <= stripped
     assert "solutions" not in stripped
+    assert "solutions.positional" not in stripped and "solutions.embeddings" not in stripped
+
+
+def test_a_softmax_that_delegates_to_a_later_chapter_has_nothing_to_call(tmp_path):
+    lib = build_library(tmp_path / "lib", CH04)
+    kept = {p.stem for p in (lib / "solutions").glob("*.py")}
+    assert "masking" not in kept
+    init = (lib / "solutions" / "__init__.py").read_text()
+    assert "masked_softmax" not in init.replace("# ", "")
+
+
+# Per chapter: the exercises graded, and what else in `solutions` computes one of them.
+_CHAPTERS = {
+    "01": {"rnn_forward", "hidden_state_jacobian_norms"},
+    "02": {"build_vocab", "encode", "learn_bpe", "bpe_tokenize", "one_hot", "cosine_similarity", "TokenEmbedding"},
+    "03": {"sinusoidal_positional_encoding", "PositionalEncoding", "relative_position_matrix"},
+    "04": CH04,
+    "05": {"split_heads", "merge_heads", "MultiHeadAttention"},
+    "06": {"padding_mask", "causal_mask", "decoder_mask", "masked_softmax"},
+    "07": {"layer_norm", "PositionwiseFeedForward", "ResidualSublayer", "EncoderLayer"},
+    "08": {"DecoderLayer", "Transformer", "count_parameters"},
+    "09": {"make_decoder_io", "noam_lr", "label_smoothed_cross_entropy"},
+    "10": {"greedy_decode", "beam_search"},
+}
+
+
+@pytest.mark.parametrize("chapter", sorted(_CHAPTERS))
+def test_no_kept_module_defines_or_computes_a_graded_exercise(chapter, tmp_path):
+    """What each chapter's stripped library holds (printed on failure): no graded
+    name and no object known to compute one (``COMPUTES_EXERCISES``)."""
+    from autograder.sandbox import COMPUTES_EXERCISES, withheld_names
+
+    graded = _CHAPTERS[chapter]
+    lib = build_library(tmp_path / "lib", graded)
+    withheld = withheld_names(graded)
+    assert {o for o, computes in COMPUTES_EXERCISES.items() if set(computes) & graded} <= withheld
+    kept = sorted(p.relative_to(lib).as_posix() for p in (lib / "solutions").rglob("*.py"))
+    for path in (lib / "solutions").rglob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        assert not defined & withheld, f"chapter {chapter}: {path.name} defines {defined & withheld}; kept {kept}"
 
 
 def test_graded_modules_are_closed_under_importers():
@@ -77,6 +123,7 @@ def test_reference_and_repository_are_invisible(probe):
         import solutions
         print("softmax" , hasattr(solutions, "softmax"))
         print("masked_softmax", hasattr(solutions, "masked_softmax"))
+        print("PositionalEncoding", hasattr(solutions, "PositionalEncoding"))
         try:
             import solutions.attention
             print("attention module", "importable")
@@ -97,7 +144,8 @@ def test_reference_and_repository_are_invisible(probe):
     """)
     out = probe(code).stdout
     assert "softmax False" in out
-    assert "masked_softmax True" in out  # other chapters' building blocks stay usable
+    assert "masked_softmax False" in out  # it computes a softmax: withheld from chapter 4
+    assert "PositionalEncoding True" in out  # other chapters' building blocks stay usable
     assert "attention module missing" in out
     assert "checks missing" in out
     assert "read " not in out
@@ -192,6 +240,54 @@ def test_memory_hog_gets_memory_error(probe):
     """)
     out = probe(code, limits=Limits(wall_seconds=30.0, memory_bytes=2 * 2**30))
     assert "MemoryError" in out.stdout
+
+
+_MEMFD_HOG = """
+import os
+chunk = b"x" * 2**20
+holders, held = [], 0
+for i in range(6):  # six files of 128 MiB (each under RLIMIT_FSIZE): 1.5 x the run's 512 MiB
+    fd = os.memfd_create(f"hog{i}")
+    holders.append(fd)
+    for _ in range(128):
+        os.write(fd, chunk)
+        held += 1
+print("held", held, "MiB outside any mapping")
+"""
+
+
+def test_memory_in_files_is_bounded_by_the_run_cgroup(probe):
+    """memfd and /dev/shm pages are never mapped, so RLIMIT_AS cannot see them; the
+    run's memory cgroup does: 1.5 x its limit and the kernel stops the run."""
+    from autograder import cgroup
+
+    ok, why = cgroup.available()
+    if not ok:
+        pytest.skip(f"no memory cgroup here ({why}); RLIMIT_AS alone bounds each process")
+    out = probe(_MEMFD_HOG, limits=Limits(wall_seconds=60.0, run_memory_bytes=512 * 2**20))
+    assert "held 768 MiB" not in out.stdout, out.stdout
+    assert out.memory_exceeded, out
+    assert out.memory_peak_bytes is None or out.memory_peak_bytes <= 512 * 2**20
+
+
+def test_the_run_cgroup_leaves_no_process_behind(probe):
+    """Processes that leave the runner's session are still members of the run's
+    cgroup: when the run ends they are killed, and the cgroup (which cannot be
+    removed while it has a member) is gone."""
+    from autograder import cgroup
+
+    if not cgroup.available()[0]:
+        pytest.skip("no memory cgroup here")
+    code = textwrap.dedent("""
+        import subprocess, sys
+        for _ in range(5):
+            subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(600)"],
+                             start_new_session=True)
+        print("spawned")
+    """)
+    out = probe(code, limits=Limits(wall_seconds=30.0))
+    assert "spawned" in out.stdout
+    assert out.cgroup_path and not Path(out.cgroup_path).exists()
 
 
 def test_torch_works_under_the_default_memory_limit(probe):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
+# myst-nb's jupyter-cache: the one execution of each chapter that the build, the
+# "executes top to bottom with its hidden checks" test and the browser test share.
+JUPYTER_CACHE = ROOT / "_build" / ".jupyter_cache"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXT_DIR = ROOT / "book" / "_ext"
 VENDOR = ROOT / "book" / "_vendor"
@@ -96,6 +100,63 @@ def ensure_book_built():
             return HTML
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def toc_chapters(root=ROOT):
+    """The chapter notebooks listed in ``_toc.yml``, in book order (``book/NN_x/NN_x.ipynb``)."""
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    files = []
+
+    def walk(entries):
+        for entry in entries or ():
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("sections"))
+            for part_or_chapter in ("parts", "chapters"):
+                walk(entry.get(part_or_chapter))
+
+    walk([toc])
+    notebooks = [root / (name + ".ipynb") for name in files]
+    return [nb for nb in notebooks if nb.is_file() and nb.parent.name[:2].isdigit()]
+
+
+def executed_notebook(source, cache_dir=JUPYTER_CACHE, render_module=None, root=ROOT):
+    """The build's executed copy of a chapter notebook, as jupyter-cache stored it.
+
+    The book build renders each source notebook (``render_notebook(..., hidden="run")``:
+    hidden checks set apart in removed cells, the fingerprint of ``solutions/`` and
+    ``autograder/`` recorded) and executes it through jupyter-cache, which stores only
+    executions that raised no error. Rendering the *current* source the same way and
+    matching it in the cache finds the execution of exactly this version of the
+    notebook with exactly these packages.
+
+    Args:
+        source: path of the nbgrader source notebook.
+        cache_dir: the jupyter-cache folder of the build.
+        render_module: the loaded ``nbgrader_render`` extension (loaded when None).
+        root: the book's root (where ``solutions/`` and ``autograder/`` are).
+
+    Returns:
+        nbformat.NotebookNode | None: the executed rendered notebook, or None when the
+        cache holds no execution of this source (not built, changed since, or failed).
+    """
+    import nbformat
+    from jupyter_cache import get_cache
+
+    if not Path(cache_dir).is_dir():
+        return None
+    render = render_module or load_extension("nbgrader_render")
+    nb = json.loads(Path(source).read_text(encoding="utf-8"))
+    rendered = render.render_notebook(nb, edition="web", where=str(source), hidden="run",
+                                      inputs=render.inputs_fingerprint(root))
+    cache = get_cache(str(cache_dir))
+    try:
+        record = cache.match_cache_notebook(nbformat.from_dict(rendered))
+    except KeyError:
+        return None
+    return cache.get_cache_bundle(record.pk).nb
 
 
 def built_pages(html=HTML):

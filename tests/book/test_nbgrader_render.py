@@ -54,12 +54,81 @@ def test_web_edition_folds_solutions_behind_show_solution(source_nb):
     assert _text(_cell(out, "prompt_double")) == _text(_cell(source_nb, "prompt_double"))
 
 
-def test_course_edition_removes_solution_code_but_keeps_it_executable(source_nb):
+def test_course_edition_keeps_solution_code_executable_and_removes_prose(source_nb):
     out = render.render_notebook(source_nb, edition="course")
     solution = _cell(out, "double")
-    assert solution["metadata"]["tags"] == ["remove-input"]  # still executed: later cells use it
-    assert "SOLUTION-CODE-MARKER" in _text(solution)
+    assert "SOLUTION-CODE-MARKER" in _text(solution)  # still executed: later cells use it
     assert "remove-cell" in _cell(out, "why")["metadata"]["tags"]
+    # The code is taken off the page after parsing (doctree-read; see test_render_build).
+
+
+@pytest.mark.parametrize("hidden", ["strip", "run"])
+def test_code_cells_are_the_same_in_both_editions(source_nb, hidden):
+    """jupyter-cache hashes code cells with their metadata: equal cells share one execution."""
+    def code(edition):
+        out = render.render_notebook(source_nb, edition=edition, hidden=hidden)
+        return [c for c in out["cells"] if c["cell_type"] == "code"]
+
+    assert code("web") == code("course")
+
+
+def test_run_mode_sets_hidden_tests_apart_in_removed_cells(source_nb):
+    out = render.render_notebook(source_nb, edition="web", hidden="run")
+    ids = [c.get("id") for c in out["cells"]]
+    assert len(ids) == len(set(ids)) == len(source_nb["cells"]) + 2
+    visible = _cell(out, "test_double")
+    assert _text(visible) == 'check("double", double)'
+    assert "remove-cell" not in visible["metadata"].get("tags", [])
+    after = out["cells"][out["cells"].index(visible) + 1]
+    assert _text(after) == 'check("double", double, hidden=True)  # HIDDEN-TEST-MARKER'
+    assert after["metadata"] == {"tags": ["remove-cell"],
+                                 render.HIDDEN_CELL_KEY: {"hidden_tests_of": "test_double"}}
+    assert after["cell_type"] == "code" and after["outputs"] == [] and after["execution_count"] is None
+    only_hidden = _cell(out, "test_double_hidden_only")
+    assert _text(only_hidden) == "" and "remove-cell" in only_hidden["metadata"]["tags"]
+    after = out["cells"][out["cells"].index(only_hidden) + 1]
+    assert _text(after) == "assert double(7) == 14  # ONLY-HIDDEN-MARKER"
+    assert "remove-cell" in after["metadata"]["tags"]
+    # No marker line survives, and no hidden line sits in a cell that is shown.
+    shown = [c for c in out["cells"] if "remove-cell" not in c["metadata"].get("tags", [])]
+    assert "HIDDEN" not in json.dumps(shown).replace("HIDDEN-RAN", "")
+    assert "HIDDEN TESTS" not in json.dumps(out)
+
+
+def test_the_packages_fingerprint_is_recorded_on_the_first_code_cell(source_nb, tmp_path):
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "solutions" / "a.py").write_text("x = 1\n")
+    before = render.inputs_fingerprint(tmp_path)
+    out = render.render_notebook(source_nb, hidden="run", inputs=before)
+    first_code = next(c for c in out["cells"] if c["cell_type"] == "code")
+    assert first_code["metadata"][render.INPUTS_KEY] == {"inputs": before}
+    assert sum(render.INPUTS_KEY in c["metadata"] for c in out["cells"]) == 1
+    assert render.INPUTS_KEY not in json.dumps(render.render_notebook(source_nb, hidden="run"))
+    (tmp_path / "solutions" / "__pycache__").mkdir()
+    (tmp_path / "solutions" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"cache")
+    assert render.inputs_fingerprint(tmp_path) == before  # caches do not count
+    (tmp_path / "autograder").mkdir()
+    (tmp_path / "autograder" / "b.py").write_text("y = 2\n")
+    assert render.inputs_fingerprint(tmp_path) != before
+
+
+def test_split_hidden_tests_keeps_the_order_of_several_regions():
+    text = "a = 1\n### BEGIN HIDDEN TESTS\nsecret()\n### END HIDDEN TESTS\nb = 2\n" \
+           "### BEGIN HIDDEN TESTS\nmore()\n### END HIDDEN TESTS"
+    assert render.split_hidden_tests(text) == [(False, "a = 1"), (True, "secret()"),
+                                               (False, "b = 2"), (True, "more()")]
+    cell = {"cell_type": "code", "id": "abc", "metadata": {"nbgrader": {"grade_id": "t"}},
+            "outputs": [], "execution_count": None, "source": text}
+    out = render.render_notebook({"cells": [cell]}, hidden="run")
+    assert [(_text(c), c["metadata"].get("tags")) for c in out["cells"]] == [
+        ("a = 1", None), ("secret()", ["remove-cell"]), ("b = 2", None), ("more()", ["remove-cell"])]
+    assert [c["id"] for c in out["cells"]] == ["abc", "abc-h1", "abc-h2", "abc-h3"]
+
+
+def test_an_indented_hidden_region_is_an_error_in_run_mode():
+    with pytest.raises(render.HiddenTestsError, match="indented"):
+        render.split_hidden_tests("for x in xs:\n    ### BEGIN HIDDEN TESTS\n    f(x)\n"
+                                  "    ### END HIDDEN TESTS", where="ch.ipynb, cell 9")
 
 
 def test_source_notebook_is_not_modified(source_nb):
@@ -110,6 +179,8 @@ def test_dropdown_fence_is_longer_than_any_backtick_run_inside():
 def test_unknown_edition_is_rejected(source_nb, monkeypatch):
     with pytest.raises(ValueError, match="edition"):
         render.render_notebook(source_nb, edition="teacher")
+    with pytest.raises(ValueError, match="hidden"):
+        render.render_notebook(source_nb, hidden="show")
     monkeypatch.setenv("BOOK_EDITION", "teacher")
     with pytest.raises(ValueError, match="BOOK_EDITION"):
         render.current_edition()

@@ -1,7 +1,10 @@
 """Build a one-page book from the fixture notebook in both editions and read the HTML.
 
 This runs the real chain (jupyter-book → Sphinx source-read → myst-nb parse and
-execute) that the chapters go through, on a tiny notebook with known markers.
+execute) that the chapters go through, on a tiny notebook with known markers. The
+two editions share one jupyter-cache, as ``make book`` and ``make book EDITION=course``
+do: the notebook executes once, hidden checks included, and the course edition reuses
+that execution.
 """
 import os
 import shutil
@@ -9,7 +12,7 @@ import subprocess
 
 import pytest
 
-from book_helpers import EXT_DIR, FIXTURES, jupyter_book
+from book_helpers import EXT_DIR, FIXTURES, executed_notebook, jupyter_book, load_extension
 
 pytestmark = pytest.mark.slow
 
@@ -18,6 +21,7 @@ title: fixture
 only_build_toc_files: true
 execute:
   execute_notebooks: cache
+  cache: "{cache}"
   timeout: 120
   allow_errors: false
 sphinx:
@@ -31,10 +35,10 @@ sphinx:
 def _build(tmp_path, edition):
     src = tmp_path / edition
     src.mkdir()
-    (src / "_config.yml").write_text(CONFIG.format(ext=EXT_DIR))
+    (src / "_config.yml").write_text(CONFIG.format(ext=EXT_DIR, cache=tmp_path / "jupyter_cache"))
     (src / "_toc.yml").write_text("format: jb-article\nroot: chapter\n")
     shutil.copy(FIXTURES / "nbgrader_chapter.ipynb", src / "chapter.ipynb")
-    env = dict(os.environ, BOOK_EDITION=edition)
+    env = dict(os.environ, BOOK_EDITION=edition, FIXTURE_EXECUTIONS_LOG=str(tmp_path / "executions.log"))
     env.pop("TRANSFORMER_BOOK_STATIC", None)  # the extension must set it itself
     result = subprocess.run([jupyter_book(), "build", str(src), "-W", "-n", "--keep-going"],
                             cwd=src, env=env, capture_output=True, text=True)
@@ -45,9 +49,51 @@ def _build(tmp_path, edition):
 
 
 @pytest.fixture(scope="module")
-def editions(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("render_build")
-    return {edition: _build(tmp, edition) for edition in ("web", "course")}
+def build_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("render_build")
+
+
+@pytest.fixture(scope="module")
+def editions(build_dir):
+    return {edition: _build(build_dir, edition) for edition in ("web", "course")}
+
+
+def test_both_editions_share_one_execution(editions, build_dir):
+    """The course edition finds the web edition's execution in the shared cache."""
+    assert (build_dir / "executions.log").read_text().splitlines() == ["executed"]
+
+
+def test_a_change_to_the_packages_executes_the_notebook_again(tmp_path):
+    """The chapters import solutions/ and autograder/: changing them re-executes, once."""
+    log = tmp_path / "executions.log"
+
+    def build():
+        env = dict(os.environ, FIXTURE_EXECUTIONS_LOG=str(log))
+        result = subprocess.run([jupyter_book(), "build", str(src), "-W", "-n", "--keep-going"],
+                                cwd=src, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+        return log.read_text().count("executed")
+
+    src = tmp_path / "book"
+    (src / "solutions").mkdir(parents=True)
+    (src / "solutions" / "reference.py").write_text("VERSION = 1\n")
+    (src / "_config.yml").write_text(CONFIG.format(ext=EXT_DIR, cache=tmp_path / "jupyter_cache"))
+    (src / "_toc.yml").write_text("format: jb-article\nroot: chapter\n")
+    shutil.copy(FIXTURES / "nbgrader_chapter.ipynb", src / "chapter.ipynb")
+    assert build() == 1
+    assert build() == 1  # nothing changed: the page and its execution are reused
+    (src / "solutions" / "reference.py").write_text("VERSION = 2\n")
+    assert build() == 2
+
+
+def test_the_build_ran_the_hidden_checks(editions, build_dir):
+    executed = executed_notebook(FIXTURES / "nbgrader_chapter.ipynb", build_dir / "jupyter_cache",
+                                 load_extension("nbgrader_render"), root=build_dir / "web")
+    assert executed is not None, "the cache holds no execution of the fixture notebook"
+    printed = "".join(out.get("text", "") for cell in executed.cells if cell.cell_type == "code"
+                      for out in cell.outputs)
+    assert "\u2713 double HIDDEN-RAN" in printed  # the hidden check's own line
+    assert printed.count("\u2713 double") == 2  # and the visible one
 
 
 @pytest.mark.parametrize("edition", ["web", "course"])
@@ -58,7 +104,7 @@ def test_hidden_tests_reach_neither_the_page_nor_the_download(editions, edition)
         assert "ONLY-HIDDEN-MARKER" not in text
         assert "HIDDEN TESTS" not in text
     assert "check" in html and "\u2713 double" in html  # the visible check ran and shows
-    assert "HIDDEN-RAN" not in html  # the hidden check never ran in the build
+    assert "HIDDEN-RAN" not in html  # the hidden check ran (see above) but its output is not shown
 
 
 @pytest.mark.parametrize("edition", ["web", "course"])
@@ -96,7 +142,7 @@ def test_a_failing_cell_fails_the_strict_build_naming_notebook_and_cell(tmp_path
                         "outputs": [], "source": "raise RuntimeError('BROKEN-CELL-MARKER')"})
     src = tmp_path / "broken"
     src.mkdir()
-    (src / "_config.yml").write_text(CONFIG.format(ext=EXT_DIR))
+    (src / "_config.yml").write_text(CONFIG.format(ext=EXT_DIR, cache=tmp_path / "jupyter_cache"))
     (src / "_toc.yml").write_text("format: jb-article\nroot: chapter\n")
     (src / "chapter.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     result = subprocess.run([jupyter_book(), "build", str(src), "-W", "-n", "--keep-going"],

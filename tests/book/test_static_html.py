@@ -1,4 +1,6 @@
 """Static checks of the built HTML: self-contained, no hidden tests, every chapter built."""
+import html
+import json
 import re
 import subprocess
 from html.parser import HTMLParser
@@ -6,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from book_helpers import ROOT, built_pages
+from book_helpers import ROOT, built_pages, load_extension, toc_chapters
 
 pytestmark = pytest.mark.book
 
@@ -75,6 +77,44 @@ def test_hidden_tests_are_nowhere_in_the_build(built_book):
             if "HIDDEN TESTS" in path.read_text(encoding="utf-8", errors="replace"):
                 leaks.append(str(path.relative_to(built_book)))
     assert not leaks, f"hidden tests leaked into: {leaks}"
+
+
+def _hidden_lines():
+    """Each chapter's hidden-check lines that appear nowhere in its visible cells."""
+    render = load_extension("nbgrader_render")
+    lines = {}
+    for notebook in toc_chapters():
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        visible, hidden = set(), set()
+        for cell in cells:
+            text = render._source_text(cell)
+            for is_hidden, run in (render.split_hidden_tests(text) if render.BEGIN_HIDDEN in text
+                                   else [(False, text)]):
+                (hidden if is_hidden else visible).update(
+                    line.strip() for line in run.splitlines() if len(line.strip()) >= 12)
+        lines[notebook.relative_to(ROOT).as_posix()] = hidden - visible
+    return lines
+
+
+def test_hidden_check_code_is_nowhere_in_the_build(built_book):
+    """The build runs the hidden checks (in removed cells): their code must not be published.
+
+    Pages are compared as text (tags stripped, entities decoded), so highlighted code
+    split into ``<span>``s is still found.
+    """
+    secrets = {line: name for name, lines in _hidden_lines().items() for line in lines}
+    if any("BEGIN HIDDEN TESTS" in p.read_text(encoding="utf-8") for p in toc_chapters()):
+        assert secrets, "the chapters have hidden checks, but no line of them to look for"
+    leaks = []
+    for path in built_book.rglob("*"):
+        if path.suffix not in (".html", ".ipynb", ".js", ".txt", ".md", ".json") or "_static" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix == ".html":
+            text = html.unescape(re.sub(r"<[^>]+>", "", text))
+        leaks += [f"{path.relative_to(built_book)}: {line!r} (from {secrets[line]})"
+                  for line in secrets if line in text]
+    assert not leaks, "hidden check code published:\n" + "\n".join(leaks)
 
 
 def _committed_chapters():

@@ -1,10 +1,15 @@
-"""Every chapter notebook runs top to bottom (nbval), and is committed without outputs.
+"""Chapter notebooks are committed without outputs; nbval runs them on demand.
 
-Each notebook runs under ``pytest --nbval-lax`` in its own subprocess, so the outer
-``make test`` can spread notebooks over pytest-xdist workers. ``--nbval-lax`` runs
-every cell and fails on any error; it compares outputs only in cells marked
-``# NBVAL_CHECK_OUTPUT`` (outputs are random or timing-dependent elsewhere). The
-source notebooks include their hidden checks, so those run here too.
+``make test`` executes each chapter once: in the strict book build, hidden checks
+included, and ``tests/book/test_executed_chapters.py`` asserts on that execution.
+Running nbval as well would execute every chapter a second time, so
+``test_notebook_runs`` (marker ``nbval_execution``) runs only with ``--run-nbval``:
+``make nbval``, for one-off use (it is what a student's ``pytest --nbval-lax`` does).
+
+Each notebook runs under ``pytest --nbval-lax`` in its own subprocess, so notebooks
+spread over pytest-xdist workers. ``--nbval-lax`` runs every cell and fails on any
+error; it compares outputs only in cells marked ``# NBVAL_CHECK_OUTPUT``. The source
+notebooks include their hidden checks, so those run here too.
 """
 import json
 import subprocess
@@ -34,6 +39,7 @@ def _committed_notebooks():
 
 
 @pytest.mark.slow
+@pytest.mark.nbval_execution
 @pytest.mark.parametrize("notebook", _params(CHAPTERS))
 def test_notebook_runs(notebook):
     rel = notebook.relative_to(ROOT)
