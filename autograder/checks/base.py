@@ -699,8 +699,7 @@ def evaluate(exercise: Exercise, results: list[Result], cases: list[Case],
             ok, message = False, str(exc)
         if part == ADVICE:
             if not ok and message != NOT_IMPLEMENTED:
-                text = message.replace("should raise", "the reference raises; yours should raise", 1) \
-                    if message.startswith("should raise") else message
+                text = _as_advice(message)
                 if text not in advice:
                     advice.append(text)
             continue
@@ -720,6 +719,17 @@ def evaluate(exercise: Exercise, results: list[Result], cases: list[Case],
     if all(p.message == NOT_IMPLEMENTED for p in parts if not p.earned) and not any(p.earned for p in parts):
         advice = []
     return Report(exercise.name, parts, notes, advice)
+
+
+def _as_advice(message: str) -> str:
+    """A failed expectation about bad input, reworded as advice: "should raise
+    ValueError (x), but returned normally" -> "the reference raises ValueError (x);
+    yours returned normally"."""
+    if message.startswith("should raise "):
+        head, sep, tail = message[len("should raise "):].partition(", but ")
+        if sep:
+            return f"the reference raises {head}; yours {tail}"
+    return message
 
 
 def make_rng(hidden: bool, seed: int | None = None) -> np.random.Generator:

@@ -66,3 +66,20 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def grade_in_sandbox(chapter, tmp_path, seed=5, **cells):
+    """Grade, through the real sandboxed grader, the chapter's own notebook
+    (``book/<chapter>/<chapter>.ipynb``: its setup cell and points) with the
+    solution cells ``name=source`` replaced. Returns ``{exercise: CellScore}``."""
+    from pathlib import Path
+
+    import nbformat
+
+    import fixtures
+    from autograder.grading import grade_submission
+
+    source = Path(__file__).resolve().parents[2] / "book" / chapter / f"{chapter}.ipynb"
+    nb = fixtures.submission_with(nbformat.read(str(source), as_version=4), **cells)
+    scores = grade_submission(source, fixtures.write_notebook(nb, Path(tmp_path) / "submission.ipynb"), seed=seed)
+    return {s.exercise: s for s in scores}

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import check_helpers
+from check_helpers import grade_in_sandbox
 from check_helpers import assert_reference_passes
 from check_helpers import accepted
 import solutions
@@ -277,7 +278,7 @@ def test_rotation_with_exponent_i_is_rejected():
 
 def test_rotation_without_validation_earns_full_marks_with_advice():
     report = accepted("relative_position_matrix", make_rotation(check_odd=False))
-    assert any("should raise ValueError" in a for a in report.advice)
+    assert any("the reference raises ValueError" in a for a in report.advice)
 
 
 def test_rotation_with_exponent_i_earns_the_d_model_2_part():
@@ -401,3 +402,71 @@ def test_a_later_answer_that_is_wrong_itself_still_loses_points_with_the_referen
     report = check_report("PositionalEncoding", ns["PositionalEncoding"], hidden=True, seed=11)
     assert [p.name for p in report.parts if not p.earned] == ["dropout on the sum"]
     assert "dropout is missing" in report.render("PositionalEncoding")
+
+
+# --------------------------------------------------------------------------- the sandboxed grader, on the chapter's notebook
+
+PE_LOOPS = """
+def sinusoidal_positional_encoding(max_len, d_model):
+    if d_model % 2 == 1:
+        raise ValueError(f"d_model must be even, got {d_model}")
+    pe = np.zeros((max_len, d_model))
+    for pos in range(max_len):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            pe[pos, 2 * i] = math.sin(angle)
+            pe[pos, 2 * i + 1] = math.cos(angle)
+    return pe
+"""
+
+PE_MODULE_TORCH = """
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)          # (max_len, 1)
+        div = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(position * div)
+        pe[:, 1::2] = torch.cos(position * div)
+        self.register_buffer("pe", pe)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        T = x.shape[1]
+        if T > self.pe.shape[0]:
+            raise ValueError("longer than max_len")
+        return self.dropout(x + self.pe[:T])
+"""
+
+ROTATION_COMPLEX = """
+def relative_position_matrix(k, d_model):
+    w = 1.0 / 10000 ** (np.arange(0, d_model, 2) / d_model)
+    z = np.exp(1j * k * w)                           # one rotation per pair, as a complex number
+    M = np.zeros((d_model, d_model))
+    for i, (c, s) in enumerate(zip(z.real, z.imag)):
+        M[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]
+    return M
+"""
+
+
+
+
+@pytest.mark.slow
+def test_sandbox_grades_other_valid_styles_full(tmp_path, needs_sandbox):
+    scores = grade_in_sandbox("03_positional_encoding", tmp_path, sinusoidal_positional_encoding=PE_LOOPS, PositionalEncoding=PE_MODULE_TORCH,
+                         relative_position_matrix=ROTATION_COMPLEX)
+    for name, s in scores.items():
+        assert (s.status, s.score) == ("passed", s.max_score), s
+
+
+@pytest.mark.slow
+def test_sandbox_charges_a_wrong_table_once(tmp_path, needs_sandbox):
+    later, rotation = LATER_ANSWERS.split("\n\ndef relative_position_matrix")
+    scores = grade_in_sandbox("03_positional_encoding", tmp_path, sinusoidal_positional_encoding=WRONG_TABLE, PositionalEncoding=later,
+                         relative_position_matrix="def relative_position_matrix" + rotation)
+    table = scores["sinusoidal_positional_encoding"]
+    assert table.status == "partial" and 0 < table.score < table.max_score, table
+    for name in ("PositionalEncoding", "relative_position_matrix"):
+        s = scores[name]
+        assert (s.status, s.score) == ("passed", s.max_score), s
+        assert "fix `sinusoidal_positional_encoding` first" in s.notes[0]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import check_helpers
+from check_helpers import grade_in_sandbox
 import fixtures
 from check_helpers import accepted, assert_reference_passes, partly
 import solutions
@@ -538,25 +539,13 @@ def test_a_wrong_attention_under_a_right_softmax_is_still_charged():
 POINTS = {"softmax": 3, "scaled_dot_product_attention": 4, "self_attention": 3}
 
 
-@pytest.fixture(scope="module")
-def ch04_points_source(tmp_path_factory):
-    """The chapter 4 source notebook with the chapter's points (3, 4, 3)."""
-    root = tmp_path_factory.mktemp("ch04")
-    return fixtures.write_notebook(fixtures.source_notebook("04_self_attention", points=POINTS),
-                                   root / "04_self_attention.ipynb")
 
 
-def _grade(source, tmp_path, **cells):
-    from autograder.grading import grade_submission
-
-    nb = fixtures.submission_with(fixtures.source_notebook("04_self_attention", points=POINTS), **cells)
-    scores = grade_submission(source, fixtures.write_notebook(nb, tmp_path / "submission.ipynb"), seed=4)
-    return {s.exercise: s for s in scores}
 
 
 @pytest.mark.slow
-def test_sandbox_grades_other_valid_styles_full(ch04_points_source, tmp_path, needs_sandbox):
-    scores = _grade(ch04_points_source, tmp_path, softmax=SOFTMAX_LOOP, scaled_dot_product_attention=SDPA_LOOP,
+def test_sandbox_grades_other_valid_styles_full(tmp_path, needs_sandbox):
+    scores = grade_in_sandbox("04_self_attention", tmp_path, softmax=SOFTMAX_LOOP, scaled_dot_product_attention=SDPA_LOOP,
                     self_attention=SELF_ATTENTION_EINSUM)
     for name, s in scores.items():
         assert (s.status, s.score, s.max_score) == ("passed", POINTS[name], POINTS[name]), s
@@ -565,8 +554,8 @@ def test_sandbox_grades_other_valid_styles_full(ch04_points_source, tmp_path, ne
 
 
 @pytest.mark.slow
-def test_sandbox_partial_softmax_is_charged_once(ch04_points_source, tmp_path, needs_sandbox):
-    scores = _grade(ch04_points_source, tmp_path, softmax=NAIVE_SOFTMAX,
+def test_sandbox_partial_softmax_is_charged_once(tmp_path, needs_sandbox):
+    scores = grade_in_sandbox("04_self_attention", tmp_path, softmax=NAIVE_SOFTMAX,
                     scaled_dot_product_attention=SDPA_REFERENCE_STYLE, self_attention=SELF_ATTENTION_OWN_SDPA)
     soft = scores["softmax"]
     assert (soft.status, soft.score) == ("partial", 2), soft

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import check_helpers
+from check_helpers import grade_in_sandbox
 import fixtures
 from check_helpers import accepted, assert_reference_passes, partly
 import solutions
@@ -270,7 +271,7 @@ def test_a_student_style_valid_module_passes():
 def test_no_divisibility_check_in_the_module_is_full_marks_with_advice():
     """The contract names that error for split_heads only: here it is advice."""
     report = accepted("MultiHeadAttention", make_mha("no_divisibility_check"))
-    assert any("should raise ValueError (d_model=10 is not divisible by 4 heads)" in a for a in report.advice)
+    assert any("the reference raises ValueError (d_model=10 is not divisible by 4 heads)" in a for a in report.advice)
 
 
 class FusedMHA(nn.Module):
@@ -482,24 +483,13 @@ def test_a_failing_helper_is_charged_once(wrong, culprit):
 POINTS = {"split_heads": 2, "merge_heads": 2, "MultiHeadAttention": 6}
 
 
-@pytest.fixture(scope="module")
-def ch05_source(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ch05")
-    return fixtures.write_notebook(fixtures.source_notebook("05_multi_head_attention", points=POINTS),
-                                   root / "05_multi_head_attention.ipynb")
 
 
-def _grade(source, tmp_path, **cells):
-    from autograder.grading import grade_submission
-
-    nb = fixtures.submission_with(fixtures.source_notebook("05_multi_head_attention", points=POINTS), **cells)
-    scores = grade_submission(source, fixtures.write_notebook(nb, tmp_path / "submission.ipynb"), seed=5)
-    return {s.exercise: s for s in scores}
 
 
 @pytest.mark.slow
-def test_sandbox_grades_other_valid_styles_full(ch05_source, tmp_path, needs_sandbox):
-    scores = _grade(ch05_source, tmp_path, split_heads=SPLIT_SLICES, merge_heads=MERGE_CONTIGUOUS_VIEW,
+def test_sandbox_grades_other_valid_styles_full(tmp_path, needs_sandbox):
+    scores = grade_in_sandbox("05_multi_head_attention", tmp_path, split_heads=SPLIT_SLICES, merge_heads=MERGE_CONTIGUOUS_VIEW,
                     MultiHeadAttention=MHA_HEAD_LOOP)
     for name, s in scores.items():
         assert (s.status, s.score, s.max_score) == ("passed", POINTS[name], POINTS[name]), s
@@ -508,8 +498,8 @@ def test_sandbox_grades_other_valid_styles_full(ch05_source, tmp_path, needs_san
 
 
 @pytest.mark.slow
-def test_sandbox_partial_split_heads_is_charged_once(ch05_source, tmp_path, needs_sandbox):
-    scores = _grade(ch05_source, tmp_path, split_heads=SPLIT_NO_TRANSPOSE, merge_heads=MERGE_FLATTEN,
+def test_sandbox_partial_split_heads_is_charged_once(tmp_path, needs_sandbox):
+    scores = grade_in_sandbox("05_multi_head_attention", tmp_path, split_heads=SPLIT_NO_TRANSPOSE, merge_heads=MERGE_FLATTEN,
                     MultiHeadAttention=MHA_NOTEBOOK)
     split = scores["split_heads"]
     assert (split.status, split.score) == ("partial", 1), split

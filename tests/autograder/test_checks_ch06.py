@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import check_helpers
+from check_helpers import grade_in_sandbox
 import fixtures
 from check_helpers import accepted, assert_reference_passes, partly
 from autograder import check
@@ -136,7 +137,7 @@ def test_padding_mask_no_validation_is_full_marks_with_advice():
         return (ids != pad_id)[..., None, None, :]
 
     report = accepted("padding_mask", padding_mask)
-    assert any("should raise ValueError (1-D ids (no batch axis)), but returned normally" in a
+    assert any("the reference raises ValueError (1-D ids (no batch axis)); yours returned normally" in a
                for a in report.advice), report.advice
 
 
@@ -203,8 +204,8 @@ def test_causal_mask_accepting_zero_is_full_marks_with_advice():
         return torch.ones(size, size, dtype=torch.bool).tril()[None, None]
 
     report = accepted("causal_mask", causal_mask)
-    assert any("(size 0), but returned normally" in a for a in report.advice)
-    assert any("(a negative size), but raised RuntimeError" in a for a in report.advice)
+    assert any("(size 0); yours returned normally" in a for a in report.advice)
+    assert any("(a negative size); yours raised RuntimeError" in a for a in report.advice)
 
 
 # --------------------------------------------------------------------------- decoder_mask
@@ -450,7 +451,7 @@ def test_masked_softmax_with_torchs_own_shape_error_is_full_marks_with_advice():
         return weights.masked_fill(~mask, 0.0)
 
     report = accepted("masked_softmax", masked_softmax)
-    assert any("should raise ValueError (a (2, 1, 5) mask for (2, 3, 4) scores), but raised RuntimeError" in a
+    assert any("the reference raises ValueError (a (2, 1, 5) mask for (2, 3, 4) scores); yours raised RuntimeError" in a
                for a in report.advice), report.advice
 
 
@@ -676,23 +677,13 @@ def test_a_failing_mask_is_charged_once_in_decoder_mask(pad, causal, culprit):
 POINTS = {"padding_mask": 2, "causal_mask": 2, "decoder_mask": 2, "masked_softmax": 4}
 
 
-@pytest.fixture(scope="module")
-def ch06_source(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ch06")
-    return fixtures.write_notebook(fixtures.source_notebook("06_masking", points=POINTS), root / "06_masking.ipynb")
 
 
-def _grade(source, tmp_path, **cells):
-    from autograder.grading import grade_submission
-
-    nb = fixtures.submission_with(fixtures.source_notebook("06_masking", points=POINTS), **cells)
-    scores = grade_submission(source, fixtures.write_notebook(nb, tmp_path / "submission.ipynb"), seed=6)
-    return {s.exercise: s for s in scores}
 
 
 @pytest.mark.slow
-def test_sandbox_grades_other_valid_styles_full(ch06_source, tmp_path, needs_sandbox):
-    scores = _grade(ch06_source, tmp_path, padding_mask=PAD_RESHAPE, causal_mask=CAUSAL_NOT_TRIU,
+def test_sandbox_grades_other_valid_styles_full(tmp_path, needs_sandbox):
+    scores = grade_in_sandbox("06_masking", tmp_path, padding_mask=PAD_RESHAPE, causal_mask=CAUSAL_NOT_TRIU,
                     decoder_mask=DEC_LOGICAL_AND, masked_softmax=MS_LOG_SOFTMAX)
     for name, s in scores.items():
         assert (s.status, s.score, s.max_score) == ("passed", POINTS[name], POINTS[name]), s
@@ -701,8 +692,8 @@ def test_sandbox_grades_other_valid_styles_full(ch06_source, tmp_path, needs_san
 
 
 @pytest.mark.slow
-def test_sandbox_partial_padding_mask_is_charged_once(ch06_source, tmp_path, needs_sandbox):
-    scores = _grade(ch06_source, tmp_path, padding_mask=PAD_LONG, causal_mask=CAUSAL_NUMPY,
+def test_sandbox_partial_padding_mask_is_charged_once(tmp_path, needs_sandbox):
+    scores = grade_in_sandbox("06_masking", tmp_path, padding_mask=PAD_LONG, causal_mask=CAUSAL_NUMPY,
                     decoder_mask=DEC_NOTEBOOK)
     pad = scores["padding_mask"]
     assert (pad.status, pad.score) == ("partial", 1), pad
