@@ -91,7 +91,9 @@ class Limits:
         file_bytes: size of any one written file (``RLIMIT_FSIZE``).
         output_bytes: how much of stdout and of stderr is kept (the rest is read
             and dropped, so a flood neither blocks the runner nor fills memory).
-        scratch_bytes: total bytes the run may leave in its writable job folder.
+        scratch_bytes: total bytes the run may write to its writable job folder
+            (a tmpfs of this size inside the sandbox: writes past it fail with
+            ENOSPC, whether the files are kept, deleted or unlinked while open).
         tmp_bytes: size of the sandbox's private ``/tmp`` (a tmpfs).
         result_bytes: total bytes read from the result pipe (one run, all frames).
         run_memory_bytes: all the memory of the whole run — every process, and
@@ -417,7 +419,12 @@ def _parents_dirs(path: Path, made: set[Path]) -> list[str]:
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts", "mime.types")
 
 
-def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits) -> list[str]:
+def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits, out_on_host: bool = False) -> list[str]:
+    """bubblewrap's arguments. The run's writable ``/job/out`` is a tmpfs of
+    ``scratch_bytes`` inside the sandbox (results travel through the result pipe),
+    so nothing the run writes — unlinked open files included — reaches the host's
+    disk, and its pages count against the run's memory cgroup; only the
+    file-result mode (``out_on_host``) binds the host's ``job_dir/out`` instead."""
     args = [
         "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
         "--hostname", "sandbox", "--new-session", "--die-with-parent", "--clearenv",
@@ -449,7 +456,10 @@ def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits) -> list[str]:
         args += ["--ro-bind", "/dev/null", str(hook)]
     args += ["--ro-bind", str(lib_dir), SANDBOX_LIB_DIR]
     args += ["--ro-bind", str(job_dir), SANDBOX_JOB_DIR]
-    args += ["--bind", str(job_dir / "out"), f"{SANDBOX_JOB_DIR}/out"]
+    if out_on_host:
+        args += ["--bind", str(job_dir / "out"), f"{SANDBOX_JOB_DIR}/out"]
+    else:
+        args += ["--perms", "1777", "--size", str(limits.scratch_bytes), "--tmpfs", f"{SANDBOX_JOB_DIR}/out"]
     args += ["--chdir", "/tmp"]
     return args
 
@@ -606,7 +616,7 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
         if bwrap is None:
             raise RuntimeError("bubblewrap (bwrap) is not installed: install it, or grade with sandbox=False (unsafe)")
         inner = [python, "-s", "-B", f"{SANDBOX_LIB_DIR}/runner.py", SANDBOX_JOB_DIR, *pipe_args]
-        command = [bwrap, *_bwrap_args(job_dir, lib_dir, limits)]
+        command = [bwrap, *_bwrap_args(job_dir, lib_dir, limits, out_on_host=not result_pipe)]
         for key, value in _environment(SANDBOX_LIB_DIR).items():
             command += ["--setenv", key, value]
         command += ["--", *_prlimit_args(limits)]

@@ -407,3 +407,35 @@ def test_memory_held_in_files_is_stopped_at_the_run_limit(ch04_source, tmp_path,
     hog = scores["softmax"]
     assert (hog.status, hog.score) == ("error", 0.0) and "1 GiB of memory" in hog.reason, hog
     assert scores["self_attention"].status == "passed"  # graded afresh after the kill
+
+
+# --------------------------------------------------------------------------- disk
+
+DISK_FILLER = '''
+import os as _os
+_held = []
+for _i in range(2000):  # 2 GB of unlinked files held open: no polling could see them
+    _fh = open(f"/job/out/f{_i}", "wb")
+    _os.unlink(f"/job/out/f{_i}")
+    _fh.write(b"x" * 2**20)
+    _fh.flush()
+    _held.append(_fh)
+
+def softmax(x, axis=-1):
+    return x
+'''
+
+
+@pytest.mark.slow
+def test_unlinked_files_cannot_fill_the_disk(ch04_source, tmp_path, needs_sandbox):
+    from autograder.sandbox import Limits
+
+    sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
+                                                           softmax=DISK_FILLER), tmp_path / "disk.ipynb")
+    limits = Limits(wall_seconds=120.0, cpu_seconds=120, scratch_bytes=64 * 2**20)
+    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, limits=limits, seed=2,
+                                                      scratch_dir=tmp_path)}
+    hit = scores["softmax"]
+    assert (hit.status, hit.score) == ("error", 0.0) and "No space left on device" in hit.reason, hit
+    assert scores["self_attention"].status == "passed"
+    assert not list(tmp_path.glob("autograder-*"))  # the scratch folder is gone, nothing left on disk

@@ -323,17 +323,31 @@ def test_output_flood_is_capped(probe):
     assert out.returncode == 0
 
 
-def test_writing_too_much_to_the_scratch_dir_is_stopped(probe):
-    code = textwrap.dedent("""
-        import os, time
+@pytest.mark.parametrize("unlink", [False, True], ids=["kept", "unlinked-while-open"])
+def test_writing_too_much_to_the_scratch_dir_is_refused(probe, unlink):
+    """The job folder is a tmpfs of scratch_bytes inside the sandbox: files kept, or
+    unlinked while held open (invisible to any polling), stop at the same bound,
+    and none of it is on the host's disk."""
+    code = textwrap.dedent(f"""
+        import errno, os
         chunk = b"x" * 2**20
-        for i in range(400):
-            with open(f"/job/out/junk{i}", "wb") as fh:
+        held, written = [], 0
+        try:
+            for i in range(400):
+                fh = open(f"/job/out/junk{{i}}", "wb")
+                held.append(fh)
+                if {unlink!r}:
+                    os.unlink(f"/job/out/junk{{i}}")
                 fh.write(chunk)
-            time.sleep(0.01)
+                fh.flush()
+                written += 1
+            print("wrote", written)
+        except OSError as exc:
+            print("refused after", written, "MiB:", errno.errorcode.get(exc.errno))
     """)
     out = probe(code, limits=Limits(wall_seconds=60.0, scratch_bytes=50 * 2**20))
-    assert out.overflow
+    assert "refused after" in out.stdout and "ENOSPC" in out.stdout, out.stdout + out.stderr
+    assert int(out.stdout.split("refused after")[1].split()[0]) <= 50
 
 
 def test_file_size_limit(probe):
