@@ -7,32 +7,20 @@ others) and ``render_pe_explorer`` (its picture). The test executes the notebook
 setup cell and that cell, then checks the functions' results against the formula.
 """
 import math
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-import nbformat  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-
-NOTEBOOK = (Path(__file__).resolve().parents[2] / "book" / "03_positional_encoding"
-            / "03_positional_encoding.ipynb")
-MARKER = "# explorer-logic"
+from explorer_helpers import explorer_namespace  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def explorer():
-    nb = nbformat.read(str(NOTEBOOK), as_version=4)
-    setup = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup")
-    logic = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(MARKER)]
-    assert len(logic) == 1, f"expected one cell starting with {MARKER!r}, found {len(logic)}"
-    namespace = {"__name__": "ch03_explorer"}
-    exec(compile(setup.source, "<setup cell>", "exec"), namespace)
-    exec(compile(logic[0].source, "<explorer-logic cell>", "exec"), namespace)
-    return namespace
+    return explorer_namespace("03_positional_encoding")
 
 
 def test_state_shapes(explorer):

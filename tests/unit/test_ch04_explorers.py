@@ -2,35 +2,22 @@
 (``attention_at_temperature``, ``entropy_bits``, ``draw_temperature``) is executed
 here after the chapter's setup cell, so the test checks the code the book runs."""
 import math
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-import nbformat  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import solutions  # noqa: E402
-
-NOTEBOOK = Path(__file__).resolve().parents[2] / "book" / "04_self_attention" / "04_self_attention.ipynb"
-MARKER = "# explorer-logic"
+from explorer_helpers import explorer_namespace  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def ns():
-    nb = nbformat.read(str(NOTEBOOK), as_version=4)
-    code_cells = [c for c in nb.cells if c.cell_type == "code"]
-    setup = code_cells[0]
-    assert setup.metadata["nbgrader"]["grade_id"] == "setup"
-    logic = [c for c in code_cells if c.source.lstrip().startswith(MARKER)]
-    assert len(logic) == 1, "exactly one cell must start with the explorer-logic marker"
-    namespace: dict = {}
-    exec(compile(setup.source, "setup", "exec"), namespace)  # noqa: S102 - our own notebook
-    exec(compile(logic[0].source, "explorer-logic", "exec"), namespace)  # noqa: S102
-    return namespace
+    return explorer_namespace("04_self_attention")
 
 
 @pytest.fixture(autouse=True)

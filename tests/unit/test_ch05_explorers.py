@@ -1,30 +1,21 @@
 """Tests of chapter 5's explorer logic: the notebook cell marked ``# explorer-logic``
 (``relation_scores``, ``head_view``, ``render_head``) is executed and its functions called."""
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-import nbformat  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from solutions.viz import plot_attention  # noqa: E402
-
-NOTEBOOK = Path(__file__).resolve().parents[2] / "book" / "05_multi_head_attention" / "05_multi_head_attention.ipynb"
-MARKER = "# explorer-logic"
+from explorer_helpers import explorer_namespace  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def logic():
-    nb = nbformat.read(str(NOTEBOOK), as_version=4)
-    cells = [c for c in nb.cells if c.cell_type == "code" and c.source.lstrip().startswith(MARKER)]
-    assert len(cells) == 1, f"expected exactly one cell starting with {MARKER!r}, found {len(cells)}"
-    namespace = {"np": np, "plot_attention": plot_attention}
-    exec(compile(cells[0].source, "<explorer-logic>", "exec"), namespace)
-    return namespace
+    return explorer_namespace("05_multi_head_attention")
 
 
 def _heads(batch=3, length=6):

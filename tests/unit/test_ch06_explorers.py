@@ -5,33 +5,22 @@ defines ``mask_explorer_state`` (the mask and weights of the "build a mask" expl
 and ``render_mask_explorer`` (its picture). The test executes the notebook's setup
 cell and that cell, then checks the functions' results.
 """
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-import nbformat  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import solutions  # noqa: E402
-
-NOTEBOOK = Path(__file__).resolve().parents[2] / "book" / "06_masking" / "06_masking.ipynb"
-MARKER = "# explorer-logic"
+from explorer_helpers import explorer_namespace  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def explorer():
-    nb = nbformat.read(str(NOTEBOOK), as_version=4)
-    setup = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup")
-    logic = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(MARKER)]
-    assert len(logic) == 1, f"expected one cell starting with {MARKER!r}, found {len(logic)}"
-    namespace = {"__name__": "ch06_explorer"}
-    exec(compile(setup.source, "<setup cell>", "exec"), namespace)
-    exec(compile(logic[0].source, "<explorer-logic cell>", "exec"), namespace)
-    return namespace
+    return explorer_namespace("06_masking")
 
 
 def test_state_shapes_and_tokens(explorer):

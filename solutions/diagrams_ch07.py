@@ -1,0 +1,114 @@
+"""Chapter 7's diagram: the encoder layer with its two residual paths, post-norm (the
+paper) and pre-norm (modern models) side by side, with every shape.
+
+It uses only the vocabulary of :mod:`solutions.diagrams` (tensors with their shapes,
+operations, arrows, frames, notes). A residual path is an elbow arrow that leaves the
+main flow before a sub-layer and enters the ``+`` after it from the left.
+
+``DIAGRAMS`` maps the file written to the function that draws it and ``LAYOUTS`` to its
+layout model, as in :mod:`solutions.diagrams`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from solutions.diagrams import GAP, Diagram, Rect
+
+__all__ = ["encoder_layer_norms_diagram", "DIAGRAMS", "LAYOUTS"]
+
+#: How far left of a column's centre its residual paths run.
+SKIP_OFFSET = 122
+
+
+def _skip(d: Diagram, cx: float, branch_y: float, plus: Rect) -> None:
+    """A residual path: from the main flow at ``branch_y`` round the left into ``plus``."""
+    lane = cx - SKIP_OFFSET
+    d.arrow((cx, branch_y), (lane, branch_y), (lane, plus.cy), (plus.left, plus.cy))
+
+
+def _column(d: Diagram, cx: float, top: float, norm_first: bool) -> list[Rect]:
+    """One encoder layer, top to bottom; returns every element drawn (for the frame)."""
+    drawn = []
+    x = d.tensor("x", "(B, T, d_model)", "other", word="input", cx=cx, top=top)
+    drawn.append(x)
+    above = x
+    sublayers = (("multi-head attention", "norm1"), ("feed-forward (FFN)", "norm2"))
+    for name, norm in sublayers:
+        branch_y = above.bottom + GAP / 2
+        y = above.bottom + GAP
+        if norm_first:
+            ln = d.operation(f"LayerNorm ({norm})", cx=cx, top=y)
+            sub = d.operation(name, cx=cx, top=ln.bottom + GAP)
+            plus = d.operation("+", cx=cx, top=sub.bottom + GAP)
+            d.down(above, ln)
+            d.down(ln, sub)
+            d.down(sub, plus)
+            _skip(d, cx, branch_y, plus)
+            drawn += [ln, sub, plus]
+            above = plus
+        else:
+            sub = d.operation(name, cx=cx, top=y)
+            plus = d.operation("+", cx=cx, top=sub.bottom + GAP)
+            ln = d.operation(f"LayerNorm ({norm})", cx=cx, top=plus.bottom + GAP)
+            d.down(above, sub)
+            d.down(sub, plus)
+            d.down(plus, ln)
+            _skip(d, cx, branch_y, plus)
+            drawn += [sub, plus, ln]
+            above = ln
+    out = d.tensor("output", "(B, T, d_model)", "other", word="", cx=cx, top=above.bottom + GAP)
+    d.down(above, out)
+    drawn.append(out)
+    drawn.append(Rect(cx - SKIP_OFFSET, x.top, 0, out.bottom - x.top))  # the residual lane, inside the frame
+    return drawn
+
+
+def _encoder_layer_layout() -> Diagram:
+    """Chapter 7: the encoder layer, post-norm and pre-norm, with the residual paths."""
+    d = Diagram(
+        name="encoder-layer-norms",
+        title="The encoder layer: post-norm and pre-norm",
+        desc=("Two versions of one encoder layer side by side. Left, post-norm, as in the paper: "
+              "the input x of shape (B, T, d_model) goes through multi-head self-attention; a "
+              "residual path carries x around it to a + node, and the sum goes through LayerNorm "
+              "norm1. That result goes through the feed-forward network, a second residual path "
+              "carries it around to a + node, and LayerNorm norm2 gives the output of shape "
+              "(B, T, d_model). Right, pre-norm, as in most modern models: LayerNorm norm1 comes "
+              "first, then self-attention, then the + with x carried around both; then LayerNorm "
+              "norm2, the feed-forward network and a + with the residual carried around both, "
+              "giving the output (B, T, d_model). In pre-norm the residual paths never pass "
+              "through a LayerNorm. Every arrow carries a tensor of shape (B, T, d_model); inside "
+              "the feed-forward network the width is d_ff."),
+    )
+    left_cx, right_cx = 160, 470
+    top = 52
+    post = _column(d, left_cx, top, norm_first=False)
+    pre = _column(d, right_cx, top, norm_first=True)
+    d.frame(post, "post-norm: the paper", label_at="top", pad=14)
+    d.frame(pre, "pre-norm: modern models", label_at="top", pad=14)
+    bottom = max(r.bottom for r in post + pre) + 14
+    d.note("every arrow carries (B, T, d_model); inside the FFN: (B, T, d_ff)", x=(left_cx + right_cx) / 2,
+           top=bottom + 8, anchor="middle")
+    d.note("the arrows on the left of each column are the residual paths", x=(left_cx + right_cx) / 2,
+           top=bottom + 30, anchor="middle")
+    return d
+
+
+def encoder_layer_norms_diagram() -> str:
+    """Chapter 7's diagram: the encoder layer, post-norm and pre-norm side by side.
+
+    Returns:
+        The SVG text of ``book/07_add_and_norm/figures/encoder_layer_norms.svg``.
+    """
+    return _encoder_layer_layout().svg()
+
+
+#: Chapter 7's diagrams: file (relative to the repository) → the function drawing it.
+DIAGRAMS: dict[str, Callable[[], str]] = {
+    "book/07_add_and_norm/figures/encoder_layer_norms.svg": encoder_layer_norms_diagram,
+}
+
+#: The layout of each diagram (for the tests), by file.
+LAYOUTS: dict[str, Callable[[], Diagram]] = {
+    "book/07_add_and_norm/figures/encoder_layer_norms.svg": _encoder_layer_layout,
+}
