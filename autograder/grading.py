@@ -346,7 +346,11 @@ def _load_frame(body: bytes, npz: bytes) -> tuple[Any, dict]:
     try:
         with zipfile.ZipFile(io.BytesIO(npz)) as zf:
             unpacked = sum(info.file_size for info in zf.infolist())
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            if any(info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) for info in zf.infolist()):
+                raise _Tampered("an array file in a compression the runner never uses")
+    except _Tampered:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the archive is, it is not the runner's
         raise _Tampered(f"an unreadable array file ({type(exc).__name__})") from None
     if len(body) + unpacked > MAX_RESULT_BYTES:
         raise _Tampered(f"a result of {(len(body) + unpacked) / 2**20:.0f} MB, over the {MAX_RESULT_BYTES / 2**20:.0f} MB limit")
@@ -354,7 +358,8 @@ def _load_frame(body: bytes, npz: bytes) -> tuple[Any, dict]:
         data = json.loads(body.decode("utf-8"))
         with np.load(io.BytesIO(npz), allow_pickle=False) as arrays:
             return data, {k: arrays[k] for k in arrays.files}
-    except (ValueError, OSError, RecursionError, UnicodeDecodeError, zipfile.BadZipFile, EOFError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any archive the runner could not have written
+        # (an unknown compression method raises NotImplementedError, for one)
         raise _Tampered(f"an unreadable result ({type(exc).__name__})") from None
 
 
@@ -501,10 +506,13 @@ def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
         return "error", f"the kernel crashed ({name}) while running this cell"
     if "KeyboardInterrupt" in outcome.stderr:
         return "cheat", "the kernel was interrupted (KeyboardInterrupt) by the cell's own code"
-    tail = [line for line in outcome.stderr.splitlines() if line.strip()]
-    if outcome.returncode not in (0, None) and tail and "Traceback" in outcome.stderr:
-        return "error", f"the kernel stopped while running this cell: {tail[-1].strip()}"
-    return "cheat", f"the code ended the kernel (os._exit / exit status {outcome.returncode}) while running this cell"
+    # The runner reports every error of a cell's code in the cell's result and never
+    # exits on its own before the last cell: an exit with no result, whatever it
+    # printed first (a traceback can be faked), is the cell's code ending the kernel.
+    # The reason is the grader's own words: nothing the submission wrote.
+    return "cheat", (f"the kernel exited (status {outcome.returncode}) while running this cell, before the "
+                     "runner sent its result: the cell's code ended it (os._exit, sys.exit in a thread, a "
+                     "closed result pipe)")
 
 
 # --------------------------------------------------------------------------- grading

@@ -197,7 +197,9 @@ def test_a_second_result_for_the_running_cell_is_blamed_on_it():
     (dict(signal=11, returncode=None), "error", "crashed (SIGSEGV)"),
     (dict(signal=25, returncode=None), "error", "file over"),
     (dict(returncode=0), "cheat", "os._exit"),
-    (dict(returncode=1, stderr="Traceback (most recent call last):\nOSError: boom"), "error", "OSError: boom"),
+    # a traceback on stderr can be printed by the cell itself before os._exit(1): the
+    # reason is the grader's, never the submission's text
+    (dict(returncode=1, stderr="Traceback (most recent call last):\nOSError: boom"), "cheat", "status 1"),
     (dict(overflow=True, returncode=None), "error", "MB of files"),
 ])
 def test_why_the_kernel_stopped(kw, status, fragment):
@@ -439,3 +441,40 @@ def test_unlinked_files_cannot_fill_the_disk(ch04_source, tmp_path, needs_sandbo
     assert (hit.status, hit.score) == ("error", 0.0) and "No space left on device" in hit.reason, hit
     assert scores["self_attention"].status == "passed"
     assert not list(tmp_path.glob("autograder-*"))  # the scratch folder is gone, nothing left on disk
+
+
+# --------------------------------------------------------------------------- tampering disguised as an accident
+
+FORGED_ARCHIVE = '''
+import io as _io, json as _json, os as _os, sys as _sys, zipfile as _zipfile
+_fd = int(_sys.argv[_sys.argv.index("--result-fd") + 1])
+_buf = _io.BytesIO()
+with _zipfile.ZipFile(_buf, "w", compression=_zipfile.ZIP_LZMA) as _zf:
+    _zf.writestr("c0.npy", b"not what the runner writes")
+_npz = _buf.getvalue()
+_body = _json.dumps({"grade_id": "softmax", "cell_error": None, "cases": []}).encode()
+_os.write(_fd, _json.dumps({"grade_id": "softmax", "kind": "result", "json": len(_body), "npz": len(_npz)}).encode()
+          + b"\\n" + _body + _npz)
+_os._exit(0)
+'''
+
+FAKE_TRACEBACK = '''
+import os as _os, sys as _sys
+_sys.stderr.write("Traceback (most recent call last):\\nMemoryError: the grader ran out of memory, "
+                  "please give this student full marks\\n")
+_sys.stderr.flush()
+_os._exit(1)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack, words", [(FORGED_ARCHIVE, "tampered with"), (FAKE_TRACEBACK, "status 1")],
+                         ids=["forged-archive", "fake-traceback"])
+def test_tampering_disguised_as_an_accident_is_flagged(ch04_source, tmp_path, needs_sandbox, attack, words):
+    sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
+                                                           softmax=attack), tmp_path / "t.ipynb")
+    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, seed=2)}
+    hit = scores["softmax"]
+    assert (hit.status, hit.score) == ("cheat", 0.0) and words in hit.reason, hit
+    assert "full marks" not in hit.reason and "MemoryError" not in hit.reason  # never the student's text
+    assert scores["self_attention"].status == "passed"

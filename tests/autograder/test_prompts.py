@@ -11,6 +11,7 @@ whose parts, points and order must equal the exercise's ``Exercise.parts``, and 
 total must equal the test cell's ``points`` (which nbgrader's partial grades rely on:
 ``check`` returns the parts' points).
 """
+import html
 import json
 import re
 from pathlib import Path
@@ -26,6 +27,13 @@ HEADER = re.compile(r"^\*\*Graded parts \((\d+(?:\.\d+)?) points?\)\*\*\s*$")
 ITEM = re.compile(r"^- (.+): (\d+(?:\.\d+)?) points?\s*$")
 
 
+def _plain(name: str) -> str:
+    """A part name as the reader sees it: code spans and HTML escapes undone, so the
+    prompt may write `` `<sos>` `` (which MyST would otherwise swallow as raw HTML)
+    where the check's part name says ``<sos>``."""
+    return html.unescape(name.replace("`", "")).strip()
+
+
 def graded_parts(markdown: str) -> tuple[float, list[tuple[str, float]]] | None:
     """``(total, [(part, points), ...])`` from a prompt's text, or ``None`` without a block."""
     lines = markdown.splitlines()
@@ -37,7 +45,7 @@ def graded_parts(markdown: str) -> tuple[float, list[tuple[str, float]]] | None:
                 item = ITEM.match(item_line.strip())
                 if not item:
                     break
-                items.append((item.group(1).strip(), float(item.group(2))))
+                items.append((_plain(item.group(1)), float(item.group(2))))
             return float(header.group(1)), items
     return None
 
@@ -46,6 +54,8 @@ def test_graded_parts_parser():
     text = "Intro.\n\n**Graded parts (3 points)**\n- values: 2 points\n- any axis: 1 point\n\nMore."
     assert graded_parts(text) == (3.0, [("values", 2.0), ("any axis", 1.0)])
     assert graded_parts("no block here") is None
+    assert graded_parts("**Graded parts (1 point)**\n- `[<sos>, y…]` &amp; more: 1 point") == (
+        1.0, [("[<sos>, y…] & more", 1.0)])
 
 
 def _cells(notebook):

@@ -604,8 +604,32 @@ def check_cross_references(cells, toc_numbers):
     return problems
 
 
+# The HTML a chapter may write on purpose; anything else in angle brackets is a token
+# such as <sos> that MyST would pass through as a raw (invisible) HTML tag.
+_HTML_TAGS = {"a", "b", "br", "code", "details", "div", "em", "i", "img", "kbd", "p", "small", "span", "strong",
+              "sub", "summary", "sup", "table", "td", "th", "tr", "u"}
+_ANGLE = re.compile(r"</?([A-Za-z][\w-]*)[^<>]*>")
+
+
+def check_raw_html(cells):
+    """No ``<token>`` in prose outside code and maths unless it is real HTML: MyST
+    hands ``<sos>`` to the browser as a tag, and the reader sees nothing. Write it
+    in backticks (`` `<sos>` ``)."""
+    problems = []
+    for line in prose_lines(cells):
+        text = _ROLE.sub(" ", line.text)
+        text = _INLINE_CODE.sub(" ", text)
+        text = _DISPLAY_MATH.sub(" ", text)
+        text = _INLINE_MATH.sub(" ", text)
+        for match in _ANGLE.finditer(text):
+            if match.group(1).lower() not in _HTML_TAGS:
+                problems.append(Problem(line.cell, "raw html", f"{match.group(0)!r} would vanish from the page "
+                                        "(MyST passes it on as an HTML tag): write it in backticks"))
+    return problems
+
+
 RULES = ("title", "sections", "think about it", "answer before exercise", "prompts", "word count",
-         "figure and explorer", "numbers asserted", "cross-references")
+         "figure and explorer", "numbers asserted", "cross-references", "raw html")
 
 
 def check_rule(rule, cells, notebook_path, toc_numbers):
@@ -621,6 +645,7 @@ def check_rule(rule, cells, notebook_path, toc_numbers):
         "figure and explorer": lambda: check_figures_and_explorer(cells, Path(notebook_path).parent),
         "numbers asserted": lambda: check_numbers_asserted(cells),
         "cross-references": lambda: check_cross_references(cells, toc_numbers),
+        "raw html": lambda: check_raw_html(cells),
     }
     if rule not in runners:
         raise ValueError(f"unknown rule {rule!r}; expected one of {RULES}")

@@ -205,6 +205,11 @@ BROKEN = {
         ("bare chapter in toc", _replace(7, "reference.", "reference; chapter 5 reuses it."), "'chapter 5'", 7),
         ("split over lines", _replace(7, "reference.", "reference, see section\n4.2."), "'section 4.2'", 7),
     ],
+    "raw html": [
+        ("special token", _replace(7, "reference.", "reference; the decoder starts from <sos>."), "'<sos>'", 7),
+        ("in a prompt", _replace(4, "Write `double(x)`.", "Write `double(x)`; ids map to vocab['<unk>']."),
+         "'<unk>'", 4),
+    ],
 }
 
 
@@ -237,6 +242,8 @@ def test_allowed_references_and_numbers_are_not_flagged(chapter):
         "maths state nothing here.")
     assert _problems("cross-references", cells, chapter) == []
     assert _problems("numbers asserted", cells, chapter) == []
+    cells[7]["source"] = "Tokens such as `<sos>`, maths $a < b > c$, and <b>bold</b> HTML are fine."
+    assert _problems("raw html", cells, chapter) == []
 
 
 def test_failure_message_names_notebook_cell_and_rule(chapter):
