@@ -4,9 +4,13 @@ Examples::
 
     python -m solutions train --preset tiny --out runs/tiny
     python -m solutions train --preset tiny --data corpus.tsv --epochs 20 --out runs/tsv
+    python -m solutions train --train train.de:train.en --valid val.de:val.en --test test.de:test.en \
+        --on-bad-line skip --out runs/de-en
     python -m solutions train --resume runs/tiny/checkpoint.pt --epochs 8 --out runs/tiny
     torchrun --nproc_per_node 2 -m solutions train --preset tiny --out runs/ddp
     python -m solutions translate --checkpoint runs/tiny/checkpoint.pt "the dog sees a cat" --beam 4
+    python -m solutions translate --checkpoint runs/de-en/best.pt --input test.de --output test.hyp
+    cat sentences.txt | python -m solutions translate --checkpoint runs/de-en/best.pt -
     python -m solutions bench --quick
 
 Bad arguments, missing files and checkpoints that do not fit print one line
@@ -15,14 +19,20 @@ Bad arguments, missing files and checkpoints that do not fit print one line
 import argparse
 import json
 import logging
+import math
 import os
 import sys
+import zipfile
 
 __all__ = ["main", "build_parser"]
 
 
 class UsageError(Exception):
     """A user error: reported as one line, exit status 2."""
+
+
+def _warn(message):
+    print(f"transformer: warning: {message}", file=sys.stderr)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,26 +51,57 @@ def build_parser():
     train.add_argument("--preset", choices=["tiny", "base"],
                        help="model and schedule: tiny (CPU minutes) or base (the paper's); default: tiny, "
                             "or the checkpoint's with --resume")
-    train.add_argument("--data", default="synthetic",
-                       help="'synthetic' (the book's task, generated) or a PATH.tsv of 'source<TAB>target' lines")
-    train.add_argument("--num-train", type=int, default=20000, help="synthetic training pairs (default 20000)")
-    train.add_argument("--epochs", type=int, help="number of epochs (default: the preset's)")
-    train.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
+    corpus = "a CORPUS is a PATH.tsv of 'source<TAB>target' lines, or SRC_FILE:TGT_FILE, two UTF-8 " \
+             "plain-text files with one sentence per line (line i of one translates line i of the other)"
+    train.add_argument("--data", metavar="CORPUS",
+                       help="one corpus cut into train/valid/test (90/5/5 %%, seeded), or 'synthetic' (the book's "
+                            "generated task; the default without --data/--train); " + corpus)
+    train.add_argument("--train", metavar="CORPUS", help="the training corpus (instead of --data)")
+    train.add_argument("--valid", metavar="CORPUS",
+                       help="the validation corpus (BLEU each epoch, best.pt); default: 5%% cut from --train")
+    train.add_argument("--test", metavar="CORPUS",
+                       help="the test corpus (evaluated at the end); default: 5%% cut from --train")
+    train.add_argument("--on-bad-line", choices=["error", "skip"], default="error",
+                       help="a line with a wrong number of tabs, an empty side or bytes that are not UTF-8: "
+                            "stop with FILE:LINE and the problem (error, the default), or leave it out and "
+                            "report the lines on stderr (skip)")
+    train.add_argument("--num-train", type=int, help="synthetic training pairs (default 20000)")
+    train.add_argument("--epochs", type=int,
+                       help="total number of epochs, also on --resume (default: the preset's or the checkpoint's; "
+                            "without it, --max-steps alone decides when to stop)")
+    train.add_argument("--max-steps", type=int,
+                       help="stop after this many optimizer steps in total, also on --resume")
     train.add_argument("--batch-size", type=int, help="sentence pairs per (global) batch")
     train.add_argument("--tokenizer", choices=["word", "bpe"], help="word level or BPE (Hugging Face tokenizers)")
     train.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     train.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA only; ignored with a warning on CPU)")
     train.add_argument("--compile", action="store_true", help="torch.compile (CUDA only; ignored with a warning on CPU)")
-    train.add_argument("--seed", type=int, default=0, help="seed of data, initialisation and dropout (default 0)")
-    train.add_argument("--out", default="runs/transformer", help="output folder (default runs/transformer)")
-    train.add_argument("--resume", metavar="CKPT", help="continue the run saved in this checkpoint")
+    train.add_argument("--seed", type=int,
+                       help="seed of data, initialisation and dropout (default 0, or the checkpoint's)")
+    train.add_argument("--out", default="runs/transformer",
+                       help="output folder: checkpoint.pt (last epoch), best.pt (best validation BLEU), "
+                            "history.json (default runs/transformer)")
+    train.add_argument("--resume", metavar="CKPT",
+                       help="continue the run saved in this checkpoint; give the same data it was trained on "
+                            "(checked by SHA-256; a synthetic run needs none)")
+    train.add_argument("--allow-other-data", action="store_true",
+                       help="with --resume: accept data other than the checkpoint's (fine-tuning)")
     train.add_argument("--quiet", action="store_true", help="no progress bar and no log lines")
 
-    translate = commands.add_parser("translate", help="translate sentences with a trained checkpoint",
-                                    description="Translate sentences; the checkpoint holds the model and vocabularies.")
-    translate.add_argument("sentences", nargs="+", help="source sentences (quote each one)")
+    translate = commands.add_parser(
+        "translate", help="translate sentences with a trained checkpoint",
+        description="Translate sentences given as arguments, from a file (--input) or from stdin ('-'); "
+                    "one output line per input line, in order (an empty line gives an empty line). The "
+                    "checkpoint holds the model and vocabularies. Inputs longer than the model's max_len "
+                    "tokens are truncated, with a warning on stderr naming the lines.")
+    translate.add_argument("sentences", nargs="*", help="source sentences (quote each one); '-' = read stdin")
+    translate.add_argument("--input", metavar="FILE",
+                           help="read sentences from FILE (UTF-8, one a line; '-' = stdin)")
+    translate.add_argument("--output", metavar="FILE", help="write translations to FILE (default: stdout)")
     translate.add_argument("--checkpoint", required=True, help="a checkpoint written by 'train'")
     translate.add_argument("--beam", type=int, default=1, help="beam size (default 1 = greedy with the key/value cache)")
+    translate.add_argument("--batch-size", type=int, default=64,
+                           help="sentences decoded together by greedy decoding (default 64)")
     translate.add_argument("--max-len", type=int, help="most new tokens (default: source length + 50)")
     translate.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
 
@@ -80,25 +121,149 @@ def _positive(name, value):
         raise UsageError(f"{name} must be a positive integer, got {value}")
 
 
-def _load_data(args):
-    from .data import make_synthetic_splits, read_tsv, split_pairs
+def _load_checkpoint_for_user(option, path, missing="no such file"):
+    """The checkpoint's state, or a :class:`UsageError` naming the file (never a torch traceback)."""
+    from .trainer import CheckpointError, load_checkpoint
 
-    if args.data == "synthetic":
-        _positive("--num-train", args.num_train)
-        return make_synthetic_splits(args.num_train, 500, 500, seed=args.seed)
-    if not os.path.isfile(args.data):
-        raise UsageError(f"--data: no such file: {args.data} (give 'synthetic' or a PATH.tsv)")
-    pairs = read_tsv(args.data)
-    if len(pairs) < 3:
-        raise UsageError(f"--data: {args.data} has {len(pairs)} pairs; at least 3 are needed")
-    return split_pairs(pairs, seed=args.seed)
+    if not os.path.isfile(path):
+        raise UsageError(f"{option}: {missing}: {path}")
+    problem = (f"{option}: {path} is not a readable checkpoint of this package "
+               "(expected a file written by 'transformer train')")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive
+        raise UsageError(problem)
+    try:
+        return load_checkpoint(path)
+    except CheckpointError:
+        raise UsageError(problem) from None
+
+
+def _corpus_files(option, spec):
+    """The file(s) a CORPUS argument names: ``(path,)`` for TSV, ``(source, target)`` for a pair."""
+    if os.path.isfile(spec):
+        return (spec,)
+    # SRC_FILE:TGT_FILE; try every colon, since a path may itself contain one.
+    for index, char in enumerate(spec):
+        if char == ":" and os.path.isfile(spec[:index]) and os.path.isfile(spec[index + 1:]):
+            return spec[:index], spec[index + 1:]
+    if ":" in spec:
+        source, target = spec.split(":", 1)
+        missing = source if not os.path.isfile(source) else target
+        raise UsageError(f"{option}: no such file: {missing} (in {spec!r}; a CORPUS is PATH.tsv or "
+                         "SRC_FILE:TGT_FILE)")
+    raise UsageError(f"{option}: no such file: {spec} (a CORPUS is PATH.tsv or SRC_FILE:TGT_FILE)")
+
+
+def _read_corpus(option, spec, on_bad_line):
+    """``(pairs, files)``: the pairs of a CORPUS and ``[{"path", "sha256"}]`` of its file(s)."""
+    from .data import file_sha256, read_parallel
+
+    files = _corpus_files(option, spec)
+    try:
+        pairs, bad_lines = read_parallel(*files, on_bad_line=on_bad_line)
+    except ValueError as error:
+        hint = " (--on-bad-line skip leaves such lines out)" if on_bad_line == "error" and any(
+            str(error).startswith(f"{path}:") for path in files) and "no sentence pairs" not in str(error) else ""
+        raise UsageError(f"{option}: {error}{hint}") from None
+    if bad_lines and os.environ.get("RANK", "0") == "0":
+        shown = "; ".join(str(bad) for bad in bad_lines[:5])
+        more = f"; and {len(bad_lines) - 5} more" if len(bad_lines) > 5 else ""
+        _warn(f"{option}: skipped {len(bad_lines)} bad line{'s' if len(bad_lines) > 1 else ''} "
+              f"(kept {len(pairs)} pairs): {shown}{more}")
+    return pairs, [{"path": os.path.abspath(path), "sha256": file_sha256(path)} for path in files]
+
+
+def _same_data_key(identity):
+    """What must match for "the same data": file contents and how they were split (not the paths)."""
+    if identity is None:
+        return None
+    if "synthetic" in identity:
+        return ("synthetic", identity["synthetic"]["num_train"], identity["synthetic"]["seed"])
+    files = sorted((role, tuple(f["sha256"] for f in entries)) for role, entries in identity["files"].items())
+    return ("files", tuple(files), identity.get("split_seed"))
+
+
+def _describe_data(identity):
+    """A data identity as the command-line options that reproduce it."""
+    if identity is None:
+        return "data it does not record (a checkpoint written before data identities were stored)"
+    if "synthetic" in identity:
+        synthetic = identity["synthetic"]
+        return f"--data synthetic --num-train {synthetic['num_train']} --seed {synthetic['seed']}"
+    parts = [f"--{role} " + ":".join(f["path"] for f in entries)
+             + " (sha256 " + ", ".join(f["sha256"][:12] for f in entries) + ")"
+             for role, entries in identity["files"].items()]
+    if identity.get("split_seed") is not None:
+        parts.append(f"--seed {identity['split_seed']}")
+    return " ".join(parts)
+
+
+def _load_data(args, state=None):
+    """``(train, valid, test, identity)`` from ``--data`` or ``--train/--valid/--test``.
+
+    ``state`` is the checkpoint of ``--resume``: without data options a synthetic run
+    is regenerated as it was; a run on files needs its files again.
+    """
+    from .data import make_synthetic_splits, split_pairs
+
+    if args.data is not None and args.train is not None:
+        raise UsageError("give --data (one corpus, split here) or --train [--valid] [--test], not both")
+    for name in ("valid", "test"):
+        if getattr(args, name) is not None and args.train is None:
+            raise UsageError(f"--{name} needs --train (--data cuts its own validation and test sets)")
+    stored = state.get("data") if state is not None else None
+    data = args.data
+    if data is None and args.train is None:
+        if state is not None and (stored is None or "synthetic" not in stored) and not args.allow_other_data:
+            raise UsageError(f"--resume: {args.resume} was trained on {_describe_data(stored)}; give that data "
+                             "again (or --allow-other-data to continue on other data)")
+        data = "synthetic"
+    if data == "synthetic":
+        num_train = args.num_train
+        if num_train is None:
+            synthetic = (stored or {}).get("synthetic") if state is not None else None
+            num_train = synthetic["num_train"] if synthetic else 20000
+        identity = {"synthetic": {"num_train": num_train, "seed": args.seed}}
+        return (*make_synthetic_splits(num_train, 500, 500, seed=args.seed), identity)
+    if data is not None:
+        pairs, files = _read_corpus("--data", data, args.on_bad_line)
+        if len(pairs) < 3:
+            raise UsageError(f"--data: {data} has {len(pairs)} pairs; at least 3 are needed")
+        return (*split_pairs(pairs, seed=args.seed), {"files": {"data": files}, "split_seed": args.seed})
+    train, files = _read_corpus("--train", args.train, args.on_bad_line)
+    identity = {"files": {"train": files}}
+    given = {}
+    for name in ("valid", "test"):
+        if getattr(args, name) is not None:
+            given[name], identity["files"][name] = _read_corpus("--" + name, getattr(args, name), args.on_bad_line)
+    if len(given) < 2:  # cut the missing split(s) from --train
+        if len(train) < 3:
+            raise UsageError(f"--train: {args.train} has {len(train)} pairs; at least 3 are needed to cut "
+                             "the missing --valid/--test from it")
+        train, valid, test = split_pairs(train, valid_fraction=0 if "valid" in given else 0.05,
+                                         test_fraction=0 if "test" in given else 0.05, seed=args.seed)
+        given.setdefault("valid", valid)
+        given.setdefault("test", test)
+        identity["split_seed"] = args.seed
+    return train, given["valid"], given["test"], identity
 
 
 def _train(args):
-    from .trainer import PRESETS, Trainer
+    from .trainer import MODEL_FIELDS, PRESETS, Trainer
 
-    for name in ("epochs", "max_steps", "batch_size"):
+    for name in ("epochs", "max_steps", "batch_size", "num_train"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
+    state = None
+    if args.resume:
+        state = _load_checkpoint_for_user("--resume", args.resume, missing="no such checkpoint")
+    elif args.allow_other_data:
+        raise UsageError("--allow-other-data applies to --resume only")
+    if args.seed is None:
+        args.seed = state["config"].get("seed", 0) if state is not None else 0
+    train_pairs, valid_pairs, test_pairs, identity = _load_data(args, state)
+    other_data = state is not None and _same_data_key(identity) != _same_data_key(state.get("data"))
+    if other_data and not args.allow_other_data:
+        raise UsageError(f"--resume: {args.resume} was trained on {_describe_data(state.get('data'))}, not on "
+                         f"{_describe_data(identity)}; give the same data (or --allow-other-data)")
     changes = {"device": args.device, "quiet": args.quiet, "seed": args.seed}
     if args.bf16:
         changes["bf16"] = True
@@ -107,13 +272,10 @@ def _train(args):
     for name in ("epochs", "max_steps", "batch_size", "tokenizer"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
-    train_pairs, valid_pairs, test_pairs = _load_data(args)
-    if args.resume:
-        if not os.path.isfile(args.resume):
-            raise UsageError(f"--resume: no such checkpoint: {args.resume}")
-        from .trainer import MODEL_FIELDS, load_checkpoint
-
-        stored = load_checkpoint(args.resume)["config"]
+    if args.epochs is not None and args.max_steps is None:
+        changes["max_steps"] = None  # --epochs alone: the new total, not capped by a stored --max-steps
+    if state is not None:
+        stored = state["config"]
         if args.preset is not None:
             preset = PRESETS[args.preset]
             clashing = [n for n in MODEL_FIELDS if stored.get(n) != getattr(preset, n) and n != "tokenizer"]
@@ -126,6 +288,13 @@ def _train(args):
     else:
         config = PRESETS[args.preset or "tiny"].replace(**changes)
         trainer = Trainer(config, train_pairs, valid_pairs, out_dir=args.out)
+    if other_data:
+        trainer.best_bleu = None  # --allow-other-data: BLEU on another validation set is not comparable
+    trainer.data_identity = identity
+    if args.max_steps is not None and args.epochs is None:
+        # --max-steps alone: the new total number of steps, not capped by a stored (or preset) epoch count.
+        per_epoch = max(1, len(trainer.sampler))
+        trainer.config = trainer.config.replace(epochs=max(1, math.ceil(args.max_steps / per_epoch)))
     context = trainer.context
     if context.is_main and not args.quiet:
         from .model import count_parameters
@@ -137,15 +306,64 @@ def _train(args):
     trainer.train()
     if context.is_main:
         test = trainer.evaluate(test_pairs) if test_pairs else {}
+        best = os.path.join(args.out, "best.pt")
         summary = {"checkpoint": os.path.join(args.out, "checkpoint.pt"), "steps": trainer.step,
-                   "epochs": trainer.epoch, "test": test}
+                   "epochs": trainer.epoch, "best": best if os.path.isfile(best) else None,
+                   "best_valid_bleu": trainer.best_bleu, "test": test}
         with open(os.path.join(args.out, "history.json"), "w", encoding="utf-8") as handle:
-            json.dump({"history": trainer.history, "test": test}, handle, indent=1)
+            json.dump({"history": trainer.history, "test": test, "data": identity}, handle, indent=1)
         print(json.dumps(summary))
     from .distributed import cleanup_distributed
 
     cleanup_distributed()
     return 0
+
+
+def _read_sentences(args):
+    """``(sentences, where)``: the input lines and a name for messages ("FILE", "<stdin>", "argument")."""
+    if args.input is not None and args.sentences:
+        raise UsageError("give sentences as arguments or with --input, not both")
+    source = args.input if args.input is not None else ("-" if args.sentences == ["-"] else None)
+    if source is None:
+        if not args.sentences:
+            raise UsageError("no sentences: give them as arguments, with --input FILE, or '-' to read stdin")
+        return list(args.sentences), "argument"
+    if source == "-":
+        name = "<stdin>"
+        stream = getattr(sys.stdin, "buffer", None)
+        data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
+    else:
+        name = source
+        if not os.path.isfile(source):
+            raise UsageError(f"--input: no such file: {source}")
+        with open(source, "rb") as handle:
+            data = handle.read()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    raw_lines = data.split(b"\n")
+    if raw_lines and raw_lines[-1] == b"":
+        raw_lines.pop()  # the final end of line ends the last line; it does not start a new one
+    sentences = []
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            sentences.append(raw.rstrip(b"\r").decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise UsageError(f"{name}:{number}: not UTF-8: byte 0x{raw[error.start]:02x} at byte "
+                             f"{error.start + 1} of the line") from None
+    return sentences, name
+
+
+class _TruncatingTokenizer:
+    """A source tokenizer that keeps the first ``limit`` ids (what the positional table covers)."""
+
+    def __init__(self, tokenizer, limit):
+        self.tokenizer, self.limit = tokenizer, limit
+
+    def encode(self, sentence):
+        return self.tokenizer.encode(sentence)[:self.limit]
+
+    def __len__(self):
+        return len(self.tokenizer)
 
 
 def _translate(args):
@@ -154,13 +372,34 @@ def _translate(args):
 
     _positive("--beam", args.beam)
     _positive("--max-len", args.max_len)
-    if not os.path.isfile(args.checkpoint):
-        raise UsageError(f"--checkpoint: no such file: {args.checkpoint}")
+    _positive("--batch-size", args.batch_size)
+    sentences, where = _read_sentences(args)
+    state = _load_checkpoint_for_user("--checkpoint", args.checkpoint)
     device = resolve_device(args.device)
-    model, src_tokenizer, tgt_tokenizer, _ = model_from_checkpoint(args.checkpoint, device=device)
-    for line in translate(model, args.sentences, src_tokenizer, tgt_tokenizer, beam_size=args.beam,
-                          max_len=args.max_len, device=device):
-        print(line)
+    model, src_tokenizer, tgt_tokenizer, _ = model_from_checkpoint(state, device=device)
+    limit = model.positional.pe.size(0)  # the longest source the encoder can place
+    todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
+    too_long = [i + 1 for i in todo if len(src_tokenizer.encode(sentences[i])) > limit]
+    if too_long:
+        shown = ", ".join(map(str, too_long[:10]))
+        shown += f" and {len(too_long) - 10} more" if len(too_long) > 10 else ""
+        label = "argument" if where == "argument" else f"{where} line"
+        _warn(f"{label}{'s' if len(too_long) > 1 else ''} {shown} longer than the model's max_len "
+              f"({limit} tokens): truncated to the first {limit} tokens")
+    outputs = [""] * len(sentences)  # an empty (or blank) line gives an empty line
+    if todo:
+        translated = translate(model, [sentences[i] for i in todo], _TruncatingTokenizer(src_tokenizer, limit),
+                               tgt_tokenizer, beam_size=args.beam, max_len=args.max_len,
+                               batch_size=args.batch_size, device=device)
+        for i, line in zip(todo, translated):
+            outputs[i] = line
+    text = "".join(line + "\n" for line in outputs)
+    if args.output is not None:
+        with open(args.output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
     return 0
 
 

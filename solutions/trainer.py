@@ -12,7 +12,9 @@ preset on a laptop CPU to the paper's ``base`` model on several GPUs:
   (``sacrebleu.corpus_bleu``) of greedy translations, kept in :attr:`Trainer.history`;
 - checkpoints that resume *exactly*: model, optimizer, schedule, the RNG states of
   ``random``/``numpy``/``torch``, the step and the position inside the epoch, plus the
-  configuration and both vocabularies (so translating needs nothing else);
+  configuration, both vocabularies (so translating needs nothing else) and
+  :attr:`Trainer.data_identity` (what the run was trained on); with an ``out_dir``,
+  ``best.pt`` beside ``checkpoint.pt`` keeps the epoch of highest validation BLEU;
 - ``device="auto" | "cpu" | "cuda"``; on CUDA ``bf16=True`` runs the forward pass
   under ``torch.autocast(dtype=torch.bfloat16)`` and ``compile=True`` uses
   ``torch.compile``. **On the CPU both switches warn and are ignored** (CPU bf16
@@ -235,6 +237,9 @@ class Trainer:
         model: the :class:`~solutions.model.Transformer` (unwrapped).
         optimizer, scheduler: Adam and the ``LambdaLR`` warm-up schedule.
         step, epoch: optimizer steps done; the current epoch (from 0).
+        data_identity: a JSON-like description of the training data (set by the
+            caller, e.g. file paths and SHA-256 fingerprints); stored in checkpoints.
+        best_bleu: the highest validation BLEU at an epoch end so far (``None`` before).
         history: ``{"train": {"step", "loss", "lr", "time"}, "valid": {"step", "epoch",
             "loss", "accuracy", "exact_match", "bleu", "time"}}`` (lists, for plots).
 
@@ -293,6 +298,8 @@ class Trainer:
         self.epoch = 0
         self.batch_in_epoch = 0
         self.elapsed = 0.0
+        self.data_identity = None
+        self.best_bleu = None
         self.history = {
             "train": {"step": [], "loss": [], "lr": [], "time": []},
             "valid": {"step": [], "epoch": [], "loss": [], "accuracy": [], "exact_match": [], "bleu": [], "time": []},
@@ -400,11 +407,21 @@ class Trainer:
                     f"epoch {self.epoch}/{epochs} step {self.step}: " + ", ".join(
                         f"{name} {value:.4g}" for name, value in metrics.items())
                 )
+                self._keep_best(metrics["bleu"])
                 if self.out_dir is not None:
                     self.save_checkpoint(os.path.join(self.out_dir, "checkpoint.pt"))
         if self.out_dir is not None:
             self.save_checkpoint(os.path.join(self.out_dir, "checkpoint.pt"))
         return self.history
+
+    def _keep_best(self, bleu):
+        """Record a new best validation BLEU; with an ``out_dir``, also write the full checkpoint to ``best.pt``."""
+        if math.isnan(bleu) or (self.best_bleu is not None and bleu <= self.best_bleu):
+            return
+        self.best_bleu = bleu
+        if self.out_dir is not None:
+            # Saved after best_bleu is updated, so that best.pt records its own score.
+            self.save_checkpoint(os.path.join(self.out_dir, "best.pt"))
 
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self, pairs=None, max_sentences=None):
@@ -475,6 +492,8 @@ class Trainer:
             "elapsed": self.elapsed,
             "history": self.history,
             "world_size": self.context.world_size,
+            "data": self.data_identity,
+            "best_bleu": self.best_bleu,
         }
 
     def save_checkpoint(self, path):
@@ -514,6 +533,8 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         self.elapsed = state.get("elapsed", 0.0)
+        self.data_identity = state.get("data")
+        self.best_bleu = state.get("best_bleu")
         self.history = state["history"]
         rng = state["rng"]
         python_state = rng["python"]

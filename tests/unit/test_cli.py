@@ -1,5 +1,8 @@
 """The command line: train, resume, translate, and one-line errors with exit status 2."""
+import io
 import json
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -69,7 +72,14 @@ def test_resume_continues_and_rejects_another_config(trained, capsys):
     (["train", "--resume", "missing.pt"], "no such checkpoint"),
     (["translate", "hello"], "--checkpoint"),
     (["translate", "--checkpoint", "missing.pt", "hello"], "no such file"),
-    (["translate", "--checkpoint", CORPUS, "hello"], "not a readable checkpoint"),
+    (["translate", "--checkpoint", CORPUS, "hello"], "not a readable checkpoint of this package"),
+    (["translate", "--checkpoint", "missing.pt"], "no sentences"),
+    (["translate", "--checkpoint", "missing.pt", "--input", "no/such.txt"], "--input: no such file"),
+    (["train", "--data", CORPUS, "--train", CORPUS], "not both"),
+    (["train", "--valid", CORPUS], "--valid needs --train"),
+    (["train", "--train", CORPUS + ":no/such.txt"], "no such file: no/such.txt"),
+    (["train", "--allow-other-data"], "--resume only"),
+    (["train", "--on-bad-line", "fix"], "invalid choice"),
     (["fly"], "invalid choice"),
     ([], "required"),
 ])
@@ -90,3 +100,215 @@ def test_help_exits_zero(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--help"])
     assert exit_info.value.code == 0 and "--resume" in capsys.readouterr().out
+
+
+def _write_corpus(folder, pairs, name="corpus"):
+    """``folder/name.src`` and ``folder/name.tgt``: a plain-text pair, one sentence per line."""
+    src, tgt = folder / f"{name}.src", folder / f"{name}.tgt"
+    src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    tgt.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    return f"{src}:{tgt}"
+
+
+TRAIN_FLAGS = ["--preset", "tiny", "--device", "cpu", "--quiet", "--batch-size", "8"]
+
+
+@pytest.fixture(scope="module")
+def splits():
+    from solutions.data import make_synthetic_splits
+
+    return make_synthetic_splits(40, 6, 6, seed=3)
+
+
+def test_bad_lines_error_names_file_line_and_problem(tmp_path, capsys):
+    good = "".join(f"{s}\t{t}\n" for s, t in [("a b", "c d")] * 4).encode()
+    for content, problem in [
+        (good + b"the dog\tsees\tlo cane\n", ":5: expected 'source<TAB>target' (exactly one tab), found 2 tabs"),
+        (good + b"the d\xe9g\tlo cane\n", ":5: not UTF-8: byte 0xe9"),
+        (good + b"the dog\t \n", ":5: the target sentence is empty"),
+    ]:
+        corpus = tmp_path / "corpus.tsv"
+        corpus.write_bytes(content)
+        assert main(["train", "--data", str(corpus), "--out", str(tmp_path / "run")] + TRAIN_FLAGS) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"--data: {corpus}{problem}" in err and "--on-bad-line skip" in err
+        assert len(err.splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_with_skip_reports_the_bad_lines_and_trains(tmp_path, splits, capsys):
+    train, valid, _ = splits
+    lines = [f"{s}\t{t}\n".encode() for s, t in train]
+    lines[3] = b"a dog\twith\ta tab\tun cane\n"
+    lines[10] = b"a \xff dog\tun cane\n"
+    lines[20] = b"\tun cane\n"
+    lines.append(" ".join(["the dog"] * 200).encode() + b"\tlo cane\n")  # longer than max_len: dropped, not bad
+    corpus = tmp_path / "train.tsv"
+    corpus.write_bytes(b"".join(lines))
+    out = tmp_path / "run"
+    code = main(["train", "--train", str(corpus), "--valid", _write_corpus(tmp_path, valid, "valid"),
+                 "--on-bad-line", "skip", "--epochs", "1", "--out", str(out)] + TRAIN_FLAGS)
+    captured = capsys.readouterr()
+    assert code == 0
+    warning = captured.err.strip()
+    assert warning.startswith("transformer: warning: --train: skipped 3 bad lines (kept 38 pairs)")
+    assert f"{corpus}:4:" in warning and f"{corpus}:11: not UTF-8" in warning
+    assert f"{corpus}:21: the source sentence is empty" in warning
+    summary = json.loads(captured.out.splitlines()[-1])
+    assert summary["steps"] > 0 and summary["epochs"] == 1
+    data = json.loads((out / "history.json").read_text())["data"]
+    assert set(data["files"]) == {"train", "valid"} and data["split_seed"] == 0  # test cut from --train
+    assert len(data["files"]["valid"]) == 2 and data["files"]["train"][0]["path"] == str(corpus)
+
+
+@pytest.fixture(scope="module")
+def file_run(tmp_path_factory, splits):
+    """A run on plain-text pairs (--train/--valid/--test), 1 epoch of a few steps."""
+    folder = tmp_path_factory.mktemp("files")
+    train, valid, test = splits
+    specs = {name: _write_corpus(folder, pairs, name) for name, pairs in
+             [("train", train), ("valid", valid), ("test", test)]}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    code = main(["train", "--train", specs["train"], "--valid", specs["valid"], "--test", specs["test"],
+                 "--epochs", "1", "--out", str(folder / "run")] + TRAIN_FLAGS)
+    torch.set_num_threads(threads)
+    assert code == 0
+    return folder, specs
+
+
+def test_train_valid_test_files_and_best_checkpoint(file_run, capsys):
+    from solutions.trainer import load_checkpoint
+
+    folder, specs = file_run
+    state = load_checkpoint(folder / "run" / "checkpoint.pt")
+    files = state["data"]["files"]
+    assert set(files) == {"train", "valid", "test"} and "split_seed" not in state["data"]
+    assert files["train"][0]["path"] == specs["train"].split(":")[0]
+    assert all(len(entry["sha256"]) == 64 for entries in files.values() for entry in entries)
+    assert state["src_tokenizer"] and state["tgt_tokenizer"]
+    best = load_checkpoint(folder / "run" / "best.pt")
+    assert best["best_bleu"] == best["history"]["valid"]["bleu"][-1] == state["best_bleu"]
+    history = json.loads((folder / "run" / "history.json").read_text())
+    assert set(history["test"]) == {"loss", "accuracy", "exact_match", "bleu"}
+
+
+def test_resume_refuses_missing_or_other_data(file_run, tmp_path, splits, capsys):
+    folder, specs = file_run
+    checkpoint = str(folder / "run" / "checkpoint.pt")
+    common = ["--epochs", "2", "--out", str(tmp_path / "resumed")] + TRAIN_FLAGS
+    assert main(["train", "--resume", checkpoint] + common) == 2
+    err = capsys.readouterr().err.strip()
+    assert "was trained on --train " + specs["train"] in err and "--allow-other-data" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "resumed").exists()
+    # Same paths, changed contents: the fingerprint notices.
+    changed = _write_corpus(tmp_path, splits[0][:-1], "train")
+    assert main(["train", "--resume", checkpoint, "--train", changed, "--valid", specs["valid"],
+                 "--test", specs["test"]] + common) == 2
+    err = capsys.readouterr().err
+    assert "not on --train " + changed in err
+    # Without --test: a different arrangement of the data, refused too.
+    assert main(["train", "--resume", checkpoint, "--train", specs["train"], "--valid", specs["valid"]] + common) == 2
+    capsys.readouterr()
+    assert main(["train", "--resume", checkpoint, "--train", changed, "--valid", specs["valid"],
+                 "--allow-other-data"] + common) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["epochs"] == 2
+    # Other data: the best BLEU starts afresh (epoch 1's was measured on the old data).
+    valid_bleu = json.loads((tmp_path / "resumed" / "history.json").read_text())["history"]["valid"]["bleu"]
+    assert len(valid_bleu) == 2 and summary["best_valid_bleu"] == valid_bleu[1]
+    assert main(["train", "--resume", checkpoint, "--train", specs["train"], "--valid", specs["valid"],
+                 "--test", specs["test"]] + common) == 0
+
+
+def test_max_steps_and_epochs_on_resume_are_the_new_totals(tmp_path, splits, capsys):
+    from solutions.trainer import load_checkpoint
+
+    corpus = _write_corpus(tmp_path, splits[0], "train")  # 40 pairs: about 4-5 batches of 8 an epoch
+    out = tmp_path / "run"
+    flags = ["--train", corpus, "--out", str(out)] + TRAIN_FLAGS
+    assert main(["train", "--epochs", "1"] + flags) == 0
+    per_epoch = json.loads(capsys.readouterr().out.splitlines()[-1])["steps"]
+    assert per_epoch >= 3
+    # The checkpoint stores epochs = 1; --max-steps alone must not stop at the end of epoch 1.
+    target = per_epoch * 2 + 1
+    assert main(["train", "--resume", str(out / "checkpoint.pt"), "--max-steps", str(target)] + flags) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["steps"] == target
+    # The checkpoint now stores max_steps = target; --epochs alone is the new total, not capped by it.
+    assert main(["train", "--resume", str(out / "checkpoint.pt"), "--epochs", "4"] + flags) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["epochs"] == 4 and summary["steps"] == 4 * per_epoch
+    assert load_checkpoint(out / "checkpoint.pt")["config"]["epochs"] == 4
+
+
+def test_resume_of_a_synthetic_run_needs_no_data(tmp_path, capsys):
+    out = tmp_path / "run"
+    flags = ["--num-train", "30", "--out", str(out)] + TRAIN_FLAGS
+    assert main(["train", "--max-steps", "2"] + flags) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out / "checkpoint.pt"), "--max-steps", "3", "--out", str(out)]
+                + TRAIN_FLAGS) == 0  # regenerates --num-train 30 from the checkpoint
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["steps"] == 3
+    assert main(["train", "--resume", str(out / "checkpoint.pt"), "--num-train", "50", "--max-steps", "4",
+                 "--out", str(out)] + TRAIN_FLAGS) == 2
+    assert "--data synthetic --num-train 30 --seed 0" in capsys.readouterr().err
+
+
+def _stdin(monkeypatch, data):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+def test_translate_from_stdin_keeps_lines_truncates_and_warns(trained, monkeypatch, capsys):
+    long_line = " ".join(["the dog sees a cat"] * 20)  # 100 words > max_len 64
+    _stdin(monkeypatch, ("the dog sees a cat\n\n" + long_line + "\n   \ntwo cats\n").encode())
+    code = main(["translate", "--checkpoint", str(trained / "checkpoint.pt"), "-", "--max-len", "6",
+                 "--device", "cpu"])
+    captured = capsys.readouterr()
+    assert code == 0
+    lines = captured.out.split("\n")
+    assert len(lines) == 6 and lines[-1] == ""  # five lines, each ended by a newline
+    assert lines[1] == "" and lines[3] == "" and all(lines[i] for i in (0, 2, 4))
+    assert captured.err.strip() == ("transformer: warning: <stdin> line 3 longer than the model's max_len "
+                                    "(64 tokens): truncated to the first 64 tokens")
+    # The same sentence alone, short: translated the same way as inside the batch.
+    assert main(["translate", "--checkpoint", str(trained / "checkpoint.pt"), "two cats", "--max-len", "6",
+                 "--device", "cpu"]) == 0
+    assert capsys.readouterr().out == lines[4] + "\n"
+
+
+def test_translate_file_to_file_in_batches_and_beam(trained, tmp_path, capsys):
+    source = tmp_path / "in.txt"
+    sentences = ["the dog sees a cat", "", "two cats see the dog", "a bird", "the old man has a red car"]
+    source.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    results = {}
+    for flags in (["--batch-size", "2"], ["--batch-size", "64"], ["--beam", "2"]):
+        output = tmp_path / "out.txt"
+        assert main(["translate", "--checkpoint", str(trained / "checkpoint.pt"), "--input", str(source),
+                     "--output", str(output), "--max-len", "6", "--device", "cpu"] + flags) == 0
+        assert capsys.readouterr().out == ""
+        results[flags[0] + flags[1]] = output.read_text(encoding="utf-8").split("\n")
+    for lines in results.values():
+        assert len(lines) == len(sentences) + 1 and lines[1] == "" and lines[0]
+    assert results["--batch-size2"] == results["--batch-size64"]  # batching does not change greedy output
+
+
+def test_translate_rejects_bad_input_and_non_checkpoints(trained, tmp_path, monkeypatch, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"a cat\nthe d\xf6g\n")
+    assert main(["translate", "--checkpoint", str(trained / "checkpoint.pt"), "--input", str(bad)]) == 2
+    assert capsys.readouterr().err.strip() == f"transformer: error: {bad}:2: not UTF-8: byte 0xf6 at byte 6 of the line"
+    assert main(["translate", "--checkpoint", str(trained / "checkpoint.pt"), "--input", str(bad), "a cat"]) == 2
+    assert "not both" in capsys.readouterr().err
+    archive = tmp_path / "other.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("hello.txt", "not a model")
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(2)}, foreign)
+    for path in (archive, foreign, tmp_path / "in.txt"):
+        if not path.exists():
+            path.write_text("the dog\n", encoding="utf-8")
+        assert main(["translate", "--checkpoint", str(path), "a cat"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"transformer: error: --checkpoint: {path} is not a readable checkpoint of this package "
+                       "(expected a file written by 'transformer train')")
