@@ -83,3 +83,12 @@ def grade_in_sandbox(chapter, tmp_path, seed=5, **cells):
     nb = fixtures.submission_with(nbformat.read(str(source), as_version=4), **cells)
     scores = grade_submission(source, fixtures.write_notebook(nb, Path(tmp_path) / "submission.ipynb"), seed=seed)
     return {s.exercise: s for s in scores}
+
+
+def assert_full_marks(scores, points=None):
+    """Every CellScore of ``scores`` (``{exercise: CellScore}``) passed with every part
+    earned; with ``points`` (``{exercise: points}``), at exactly those points."""
+    for name, s in scores.items():
+        want = s.max_score if points is None else points[name]
+        assert (s.status, s.score, s.max_score) == ("passed", want, want), s
+        assert all(p["score"] == p["points"] for p in s.parts), s

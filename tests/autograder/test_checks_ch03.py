@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import check_helpers
-from check_helpers import grade_in_sandbox
+from check_helpers import assert_full_marks, grade_in_sandbox
 from check_helpers import assert_reference_passes
 from check_helpers import accepted
 import solutions
@@ -449,21 +449,26 @@ def relative_position_matrix(k, d_model):
 """
 
 
-
-
 @pytest.mark.slow
 def test_sandbox_grades_other_valid_styles_full(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox("03_positional_encoding", tmp_path, sinusoidal_positional_encoding=PE_LOOPS, PositionalEncoding=PE_MODULE_TORCH,
-                         relative_position_matrix=ROTATION_COMPLEX)
-    for name, s in scores.items():
-        assert (s.status, s.score) == ("passed", s.max_score), s
+    scores = grade_in_sandbox(
+        "03_positional_encoding", tmp_path,
+        sinusoidal_positional_encoding=PE_LOOPS,
+        PositionalEncoding=PE_MODULE_TORCH,
+        relative_position_matrix=ROTATION_COMPLEX,
+    )
+    assert_full_marks(scores)
 
 
 @pytest.mark.slow
 def test_sandbox_charges_a_wrong_table_once(tmp_path, needs_sandbox):
     later, rotation = LATER_ANSWERS.split("\n\ndef relative_position_matrix")
-    scores = grade_in_sandbox("03_positional_encoding", tmp_path, sinusoidal_positional_encoding=WRONG_TABLE, PositionalEncoding=later,
-                         relative_position_matrix="def relative_position_matrix" + rotation)
+    scores = grade_in_sandbox(
+        "03_positional_encoding", tmp_path,
+        sinusoidal_positional_encoding=WRONG_TABLE,
+        PositionalEncoding=later,
+        relative_position_matrix="def relative_position_matrix" + rotation,
+    )
     table = scores["sinusoidal_positional_encoding"]
     assert table.status == "partial" and 0 < table.score < table.max_score, table
     for name in ("PositionalEncoding", "relative_position_matrix"):

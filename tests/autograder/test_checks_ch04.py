@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import check_helpers
-from check_helpers import grade_in_sandbox
+from check_helpers import assert_full_marks, grade_in_sandbox
 import fixtures
 from check_helpers import accepted, assert_reference_passes, partly
 import solutions
@@ -539,24 +539,26 @@ def test_a_wrong_attention_under_a_right_softmax_is_still_charged():
 POINTS = {"softmax": 3, "scaled_dot_product_attention": 4, "self_attention": 3}
 
 
-
-
-
-
 @pytest.mark.slow
 def test_sandbox_grades_other_valid_styles_full(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox("04_self_attention", tmp_path, softmax=SOFTMAX_LOOP, scaled_dot_product_attention=SDPA_LOOP,
-                    self_attention=SELF_ATTENTION_EINSUM)
-    for name, s in scores.items():
-        assert (s.status, s.score, s.max_score) == ("passed", POINTS[name], POINTS[name]), s
-        assert all(p["score"] == p["points"] for p in s.parts)
+    scores = grade_in_sandbox(
+        "04_self_attention", tmp_path,
+        softmax=SOFTMAX_LOOP,
+        scaled_dot_product_attention=SDPA_LOOP,
+        self_attention=SELF_ATTENTION_EINSUM,
+    )
+    assert_full_marks(scores, POINTS)
     assert any("float64 where the reference returns float32" in n for n in scores["softmax"].notes)
 
 
 @pytest.mark.slow
 def test_sandbox_partial_softmax_is_charged_once(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox("04_self_attention", tmp_path, softmax=NAIVE_SOFTMAX,
-                    scaled_dot_product_attention=SDPA_REFERENCE_STYLE, self_attention=SELF_ATTENTION_OWN_SDPA)
+    scores = grade_in_sandbox(
+        "04_self_attention", tmp_path,
+        softmax=NAIVE_SOFTMAX,
+        scaled_dot_product_attention=SDPA_REFERENCE_STYLE,
+        self_attention=SELF_ATTENTION_OWN_SDPA,
+    )
     soft = scores["softmax"]
     assert (soft.status, soft.score) == ("partial", 2), soft
     assert {p["name"]: p["score"] for p in soft.parts} == {

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import check_helpers
-from check_helpers import grade_in_sandbox
+from check_helpers import assert_full_marks, grade_in_sandbox
 import fixtures
 from check_helpers import accepted, assert_reference_passes, partly
 import solutions
@@ -483,24 +483,26 @@ def test_a_failing_helper_is_charged_once(wrong, culprit):
 POINTS = {"split_heads": 2, "merge_heads": 2, "MultiHeadAttention": 6}
 
 
-
-
-
-
 @pytest.mark.slow
 def test_sandbox_grades_other_valid_styles_full(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox("05_multi_head_attention", tmp_path, split_heads=SPLIT_SLICES, merge_heads=MERGE_CONTIGUOUS_VIEW,
-                    MultiHeadAttention=MHA_HEAD_LOOP)
-    for name, s in scores.items():
-        assert (s.status, s.score, s.max_score) == ("passed", POINTS[name], POINTS[name]), s
-        assert all(p["score"] == p["points"] for p in s.parts)
+    scores = grade_in_sandbox(
+        "05_multi_head_attention", tmp_path,
+        split_heads=SPLIT_SLICES,
+        merge_heads=MERGE_CONTIGUOUS_VIEW,
+        MultiHeadAttention=MHA_HEAD_LOOP,
+    )
+    assert_full_marks(scores, POINTS)
     assert any(n.startswith("advice (no points)") for n in scores["MultiHeadAttention"].notes)
 
 
 @pytest.mark.slow
 def test_sandbox_partial_split_heads_is_charged_once(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox("05_multi_head_attention", tmp_path, split_heads=SPLIT_NO_TRANSPOSE, merge_heads=MERGE_FLATTEN,
-                    MultiHeadAttention=MHA_NOTEBOOK)
+    scores = grade_in_sandbox(
+        "05_multi_head_attention", tmp_path,
+        split_heads=SPLIT_NO_TRANSPOSE,
+        merge_heads=MERGE_FLATTEN,
+        MultiHeadAttention=MHA_NOTEBOOK,
+    )
     split = scores["split_heads"]
     assert (split.status, split.score) == ("partial", 1), split
     assert {p["name"]: p["score"] for p in split.parts} == {

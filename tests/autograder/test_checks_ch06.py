@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import check_helpers
-from check_helpers import grade_in_sandbox
+from check_helpers import assert_full_marks, grade_in_sandbox
 import fixtures
 from check_helpers import accepted, assert_reference_passes, partly
 from autograder import check
@@ -677,24 +677,27 @@ def test_a_failing_mask_is_charged_once_in_decoder_mask(pad, causal, culprit):
 POINTS = {"padding_mask": 2, "causal_mask": 2, "decoder_mask": 2, "masked_softmax": 4}
 
 
-
-
-
-
 @pytest.mark.slow
 def test_sandbox_grades_other_valid_styles_full(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox("06_masking", tmp_path, padding_mask=PAD_RESHAPE, causal_mask=CAUSAL_NOT_TRIU,
-                    decoder_mask=DEC_LOGICAL_AND, masked_softmax=MS_LOG_SOFTMAX)
-    for name, s in scores.items():
-        assert (s.status, s.score, s.max_score) == ("passed", POINTS[name], POINTS[name]), s
-        assert all(p["score"] == p["points"] for p in s.parts)
+    scores = grade_in_sandbox(
+        "06_masking", tmp_path,
+        padding_mask=PAD_RESHAPE,
+        causal_mask=CAUSAL_NOT_TRIU,
+        decoder_mask=DEC_LOGICAL_AND,
+        masked_softmax=MS_LOG_SOFTMAX,
+    )
+    assert_full_marks(scores, POINTS)
     assert any(n.startswith("advice (no points)") for n in scores["padding_mask"].notes)
 
 
 @pytest.mark.slow
 def test_sandbox_partial_padding_mask_is_charged_once(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox("06_masking", tmp_path, padding_mask=PAD_LONG, causal_mask=CAUSAL_NUMPY,
-                    decoder_mask=DEC_NOTEBOOK)
+    scores = grade_in_sandbox(
+        "06_masking", tmp_path,
+        padding_mask=PAD_LONG,
+        causal_mask=CAUSAL_NUMPY,
+        decoder_mask=DEC_NOTEBOOK,
+    )
     pad = scores["padding_mask"]
     assert (pad.status, pad.score) == ("partial", 1), pad
     assert {p["name"]: p["score"] for p in pad.parts} == {"shape and bool dtype": 0, "True at real tokens": 1}

@@ -16,6 +16,7 @@ import check_helpers
 from check_helpers import assert_reference_passes
 from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_thread: autouse fixture)
 import solutions
+from autograder.sync import solution_cell_source
 from autograder.checks import get_exercise
 from autograder.checks.base import check_report, make_rng
 
@@ -484,25 +485,9 @@ def test_encoder_choosing_its_path_once_passes():
     accepted("EncoderLayer", ChosenPath)
 
 
-ENCODER_SOURCE = textwrap.dedent("""
-    class EncoderLayer(nn.Module):
-        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
-            super().__init__()
-            self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
-            self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-            self.norm1 = nn.LayerNorm(d_model)
-            self.norm2 = nn.LayerNorm(d_model)
-            self.dropout = nn.Dropout(dropout)
-            self.norm_first = norm_first
-
-        def forward(self, x, src_mask=None):
-            if self.norm_first:
-                h = self.norm1(x)
-                x = x + self.dropout(self.self_attn(h, h, h, src_mask))
-                return x + self.dropout(self.feed_forward(self.norm2(x)))
-            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, src_mask)))
-            return self.norm2(x + self.dropout(self.feed_forward(x)))
-""")
+# The reference EncoderLayer as its notebook cell: it calls PositionwiseFeedForward by its bare
+# name, so in one namespace it picks up whatever answer the notebook defined.
+ENCODER_SOURCE = solution_cell_source(solutions.EncoderLayer)
 
 
 def _notebook(*sources):
