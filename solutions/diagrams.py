@@ -16,9 +16,11 @@ has learnt to read one diagram can read them all:
   layer; a **note** in a smaller, muted font says what a step does or what shape
   travels along an arrow.
 
-A diagram is a function returning the SVG text; :data:`DIAGRAMS` maps the file it is
-written to (relative to the repository) to that function, and :func:`registry` adds
-the diagrams of chapter modules ``solutions/diagrams_<name>.py``. ``python -m
+A diagram is a function returning its :class:`Diagram` (the layout, which
+``.svg()`` turns into the SVG text); :data:`LAYOUTS` maps the file it is written to
+(relative to the repository) to that function, :func:`layouts` adds those of the
+chapter modules ``solutions/diagrams_<name>.py``, and :func:`registry` gives, for
+each file, the function that draws its SVG. ``python -m
 solutions.diagrams`` writes every file; ``python -m solutions.diagrams --check``
 exits with status 1 and names the files that differ from what the code draws (a
 test runs it, so a drawing edited by hand or left stale fails CI).
@@ -34,6 +36,7 @@ so the labels fit with any font the reader has; the layout model
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import math
 import sys
@@ -50,12 +53,8 @@ __all__ = [
     "Diagram",
     "text_width",
     "plain_text",
-    "scaled_dot_product_attention_diagram",
-    "multi_head_attention_diagram",
-    "mask_broadcast_diagram",
     "mask_example",
     "MAX_WIDTH",
-    "DIAGRAMS",
     "LAYOUTS",
     "chapter_modules",
     "registry",
@@ -893,43 +892,8 @@ def _mask_layout() -> Diagram:
     return d
 
 
-def scaled_dot_product_attention_diagram() -> str:
-    """Chapter 4's diagram: scaled dot-product attention with every shape and the mask slot.
-
-    Returns:
-        The SVG text of ``book/04_self_attention/figures/scaled_dot_product_attention.svg``.
-    """
-    return _sdpa_layout().svg()
-
-
-def multi_head_attention_diagram() -> str:
-    """Chapter 5's diagram: project, split heads, attend per head, merge heads, project.
-
-    Returns:
-        The SVG text of ``book/05_multi_head_attention/figures/multi_head_attention.svg``.
-    """
-    return _mha_layout().svg()
-
-
-def mask_broadcast_diagram() -> str:
-    """Chapter 6's diagram: padding and causal masks broadcasting to ``(B, 1, T, T)``
-    and meeting the scores ``(B, h, T_q, T_k)`` in ``masked_fill`` before the softmax.
-
-    Returns:
-        The SVG text of ``book/06_masking/figures/mask_broadcast.svg``.
-    """
-    return _mask_layout().svg()
-
-
-#: The diagrams drawn in this module: file, relative to the repository, → the function
-#: drawing it. :func:`registry` adds those of the chapter modules (``diagrams_*.py``).
-DIAGRAMS: dict[str, Callable[[], str]] = {
-    "book/04_self_attention/figures/scaled_dot_product_attention.svg": scaled_dot_product_attention_diagram,
-    "book/05_multi_head_attention/figures/multi_head_attention.svg": multi_head_attention_diagram,
-    "book/06_masking/figures/mask_broadcast.svg": mask_broadcast_diagram,
-}
-
-#: The layout of each diagram of this module (for the tests: text boxes, element boxes), by file.
+#: The diagrams of this module: file, relative to the repository, → the function laying it
+#: out (its text boxes and element boxes, for the tests; ``.svg()`` for the file).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {
     "book/04_self_attention/figures/scaled_dot_product_attention.svg": _sdpa_layout,
     "book/05_multi_head_attention/figures/multi_head_attention.svg": _mha_layout,
@@ -941,8 +905,8 @@ def chapter_modules() -> list:
     """The modules ``solutions/diagrams_<name>.py``, in name order.
 
     A chapter whose diagram needs an element of its own (a wave, a stack of layers)
-    draws it in such a module, built on :class:`Diagram`, with its own ``DIAGRAMS``
-    and ``LAYOUTS`` dictionaries; :func:`registry` and :func:`layouts` gather them,
+    draws it in such a module, built on :class:`Diagram`, with its own ``LAYOUTS``
+    dictionary; :func:`layouts` gathers them (and :func:`registry` draws from them),
     so there is still one list of the book's diagrams and one command that writes them.
     They are imported here, lazily, because they import this module.
     """
@@ -951,14 +915,21 @@ def chapter_modules() -> list:
             for path in sorted(folder.glob("diagrams_*.py"))]
 
 
-def _gather(attribute: str) -> dict:
-    merged = dict(globals()[attribute])
+def layouts() -> dict[str, Callable[[], Diagram]]:
+    """Every diagram's layout function (its :class:`Diagram`), by file.
+
+    Returns:
+        :data:`LAYOUTS` and the ``LAYOUTS`` of every chapter module, in that order.
+
+    Raises:
+        ValueError: when two modules register the same file.
+    """
+    merged = dict(LAYOUTS)
     for module in chapter_modules():
-        theirs = getattr(module, attribute)
-        clash = sorted(set(theirs) & set(merged))
+        clash = sorted(set(module.LAYOUTS) & set(merged))
         if clash:
-            raise ValueError(f"{module.__name__}.{attribute} registers {clash} a second time")
-        merged.update(theirs)
+            raise ValueError(f"{module.__name__}.LAYOUTS registers {clash} a second time")
+        merged.update(module.LAYOUTS)
     return merged
 
 
@@ -966,21 +937,17 @@ def registry() -> dict[str, Callable[[], str]]:
     """Every diagram of the book: its file, relative to the repository, → the function drawing it.
 
     Returns:
-        :data:`DIAGRAMS` and the ``DIAGRAMS`` of every chapter module, in that order.
+        For each file of :func:`layouts`, a function returning its SVG text.
 
     Raises:
         ValueError: when two modules register the same file.
     """
-    return _gather("DIAGRAMS")
+    return {path: functools.partial(_draw, layout) for path, layout in layouts().items()}
 
 
-def layouts() -> dict[str, Callable[[], Diagram]]:
-    """Every diagram's layout function (its :class:`Diagram`, for the tests), by file.
+def _draw(layout: Callable[[], Diagram]) -> str:
+    return layout().svg()
 
-    Returns:
-        :data:`LAYOUTS` and the ``LAYOUTS`` of every chapter module, in that order.
-    """
-    return _gather("LAYOUTS")
 
 # --------------------------------------------------------------------------- command line
 

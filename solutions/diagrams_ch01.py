@@ -5,8 +5,8 @@ attention beside the scaled dot-product attention of chapter 4.
 Both use the book's figure language of :mod:`solutions.diagrams` (tensors with their
 shapes, operations, arrows, frames, notes); nothing new is needed.
 
-``DIAGRAMS`` maps the file written to the function that draws it and ``LAYOUTS`` to its
-layout model, as in :mod:`solutions.diagrams`.
+``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
+:mod:`solutions.diagrams`, which draws the SVG from it.
 """
 from __future__ import annotations
 
@@ -14,9 +14,7 @@ from typing import Callable
 
 from solutions.diagrams import GAP, OP_H, Diagram
 
-__all__ = ["sequence_shapes_diagram", "unrolled_rnn_diagram", "lstm_cell_diagram", "context_vs_attention_diagram",
-           "additive_vs_dot_product_diagram",
-           "DIAGRAMS", "LAYOUTS"]
+__all__ = ["LAYOUTS"]
 
 
 def _unrolled_layout() -> Diagram:
@@ -295,61 +293,8 @@ def _lstm_layout() -> Diagram:
     return d
 
 
-def unrolled_rnn_diagram() -> str:
-    """Chapter 1's unrolled RNN with every shape.
-
-    Returns:
-        The SVG text of ``book/01_rnn_limitations/figures/unrolled_rnn.svg``.
-    """
-    return _unrolled_layout().svg()
-
-
-def context_vs_attention_diagram() -> str:
-    """Chapter 1's encoder–decoder with one context vector beside the one with additive attention.
-
-    Returns:
-        The SVG text of ``book/01_rnn_limitations/figures/context_vs_attention.svg``.
-    """
-    return _context_layout().svg()
-
-
-def additive_vs_dot_product_diagram() -> str:
-    """Chapter 1's comparison of additive and scaled dot-product attention for one query.
-
-    Returns:
-        The SVG text of ``book/01_rnn_limitations/figures/additive_vs_dot_product.svg``.
-    """
-    return _scores_layout().svg()
-
-
-def sequence_shapes_diagram() -> str:
-    """Chapter 1's four shapes of sequence problems (one-to-many … translation).
-
-    Returns:
-        The SVG text of ``book/01_rnn_limitations/figures/sequence_shapes.svg``.
-    """
-    return _shapes_layout().svg()
-
-
-def lstm_cell_diagram() -> str:
-    """Chapter 1's LSTM step: gates, the additive cell path and the new hidden state.
-
-    Returns:
-        The SVG text of ``book/01_rnn_limitations/figures/lstm_cell.svg``.
-    """
-    return _lstm_layout().svg()
-
-
-#: Chapter 1's diagrams: file (relative to the repository) → the function drawing it.
-DIAGRAMS: dict[str, Callable[[], str]] = {
-    "book/01_rnn_limitations/figures/sequence_shapes.svg": sequence_shapes_diagram,
-    "book/01_rnn_limitations/figures/unrolled_rnn.svg": unrolled_rnn_diagram,
-    "book/01_rnn_limitations/figures/lstm_cell.svg": lstm_cell_diagram,
-    "book/01_rnn_limitations/figures/context_vs_attention.svg": context_vs_attention_diagram,
-    "book/01_rnn_limitations/figures/additive_vs_dot_product.svg": additive_vs_dot_product_diagram,
-}
-
-#: The layout of each diagram (for the tests), by file.
+#: Chapter diagrams: file (relative to the repository) → the function laying it out
+#: (:func:`solutions.diagrams.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {
     "book/01_rnn_limitations/figures/sequence_shapes.svg": _shapes_layout,
     "book/01_rnn_limitations/figures/unrolled_rnn.svg": _unrolled_layout,

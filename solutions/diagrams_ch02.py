@@ -6,8 +6,8 @@ It uses only the book's figure language of :mod:`solutions.diagrams` (tensors wi
 their shapes, operations, arrows, frames and notes). A worked example runs down the
 right-hand side: the sentence "the cat sat" with the ids of a small vocabulary.
 
-``DIAGRAMS`` maps the file written to the function that draws it and ``LAYOUTS`` to its
-layout model, as in :mod:`solutions.diagrams`. (Nothing here is named after a graded
+``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
+:mod:`solutions.diagrams`, which draws the SVG from it. (Nothing here is named after a graded
 exercise: the grading sandbox withholds the modules that define those names.)
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Callable
 
 from solutions.diagrams import GAP, Diagram
 
-__all__ = ["text_to_vectors_diagram", "cbow_diagram", "DIAGRAMS", "LAYOUTS"]
+__all__ = ["LAYOUTS"]
 
 #: The worked example drawn beside the flow: tokens and their ids in a small vocabulary
 #: whose specials take ids 0-3 (<pad>, <sos>, <eos>, <unk>).
@@ -139,31 +139,8 @@ def _cbow_layout() -> Diagram:
     return d
 
 
-def cbow_diagram() -> str:
-    """Chapter 2's CBOW diagram: neighbours' ids → E → mean → output layer → centre word.
-
-    Returns:
-        The SVG text of ``book/02_tokens_and_embeddings/figures/cbow.svg``.
-    """
-    return _cbow_layout().svg()
-
-
-def text_to_vectors_diagram() -> str:
-    """Chapter 2's diagram: text → tokens → ids → one-hot × E → × √d_model, with every shape.
-
-    Returns:
-        The SVG text of ``book/02_tokens_and_embeddings/figures/text_to_vectors.svg``.
-    """
-    return _text_to_vectors_layout().svg()
-
-
-#: Chapter 2's diagrams: file (relative to the repository) → the function drawing it.
-DIAGRAMS: dict[str, Callable[[], str]] = {
-    "book/02_tokens_and_embeddings/figures/text_to_vectors.svg": text_to_vectors_diagram,
-    "book/02_tokens_and_embeddings/figures/cbow.svg": cbow_diagram,
-}
-
-#: The layout of each diagram (for the tests), by file.
+#: Chapter diagrams: file (relative to the repository) → the function laying it out
+#: (:func:`solutions.diagrams.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {
     "book/02_tokens_and_embeddings/figures/text_to_vectors.svg": _text_to_vectors_layout,
     "book/02_tokens_and_embeddings/figures/cbow.svg": _cbow_layout,

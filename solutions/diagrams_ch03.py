@@ -6,8 +6,8 @@ It uses the book's figure language of :mod:`solutions.diagrams` (tensors with th
 shapes, operations, arrows, frames, notes) and adds one element that only this
 chapter needs: a **wave**, a sampled curve drawn as a polyline inside its own box.
 
-``DIAGRAMS`` maps the file written to the function that draws it and ``LAYOUTS`` to its
-layout model, as in :mod:`solutions.diagrams`.
+``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
+:mod:`solutions.diagrams`, which draws the SVG from it.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Callable
 
 from solutions.diagrams import ALLOWED, GAP, GRID_LINE, OP_H, TENSOR_H, Diagram, Rect, _num
 
-__all__ = ["positional_encoding_diagram", "wave_rows", "DIAGRAMS", "LAYOUTS"]
+__all__ = ["wave_rows", "LAYOUTS"]
 
 #: The width of the model the wave panel describes (the paper's base model).
 D_MODEL = 512
@@ -154,21 +154,8 @@ def _pe_layout() -> Diagram:
     return d
 
 
-def positional_encoding_diagram() -> str:
-    """Chapter 3's diagram: embedding + positional encoding with every shape, and the waves.
-
-    Returns:
-        The SVG text of ``book/03_positional_encoding/figures/positional_encoding.svg``.
-    """
-    return _pe_layout().svg()
-
-
-#: Chapter 3's diagrams: file (relative to the repository) → the function drawing it.
-DIAGRAMS: dict[str, Callable[[], str]] = {
-    "book/03_positional_encoding/figures/positional_encoding.svg": positional_encoding_diagram,
-}
-
-#: The layout of each diagram (for the tests), by file.
+#: Chapter diagrams: file (relative to the repository) → the function laying it out
+#: (:func:`solutions.diagrams.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {
     "book/03_positional_encoding/figures/positional_encoding.svg": _pe_layout,
 }

@@ -5,8 +5,8 @@ It uses only the vocabulary of :mod:`solutions.diagrams` (tensors with their sha
 operations, arrows, frames, notes). A residual path is an elbow arrow that leaves the
 main flow before a sub-layer and enters the ``+`` after it from the left.
 
-``DIAGRAMS`` maps the file written to the function that draws it and ``LAYOUTS`` to its
-layout model, as in :mod:`solutions.diagrams`.
+``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
+:mod:`solutions.diagrams`, which draws the SVG from it.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Callable
 
 from solutions.diagrams import GAP, Diagram, Rect
 
-__all__ = ["encoder_layer_norms_diagram", "DIAGRAMS", "LAYOUTS"]
+__all__ = ["LAYOUTS"]
 
 #: How far left of a column's centre its residual paths run.
 SKIP_OFFSET = 122
@@ -94,21 +94,8 @@ def _encoder_layer_layout() -> Diagram:
     return d
 
 
-def encoder_layer_norms_diagram() -> str:
-    """Chapter 7's diagram: the encoder layer, post-norm and pre-norm side by side.
-
-    Returns:
-        The SVG text of ``book/07_add_and_norm/figures/encoder_layer_norms.svg``.
-    """
-    return _encoder_layer_layout().svg()
-
-
-#: Chapter 7's diagrams: file (relative to the repository) → the function drawing it.
-DIAGRAMS: dict[str, Callable[[], str]] = {
-    "book/07_add_and_norm/figures/encoder_layer_norms.svg": encoder_layer_norms_diagram,
-}
-
-#: The layout of each diagram (for the tests), by file.
+#: Chapter diagrams: file (relative to the repository) → the function laying it out
+#: (:func:`solutions.diagrams.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {
     "book/07_add_and_norm/figures/encoder_layer_norms.svg": _encoder_layer_layout,
 }

@@ -7,8 +7,8 @@ right (target ids → embedding and positions → N decoder layers, each reading
 ``memory`` in its cross-attention → the output projection → logits → softmax), and
 the mask each attention takes.
 
-``DIAGRAMS`` maps the file written to the function that draws it and ``LAYOUTS`` to its
-layout model, as in :mod:`solutions.diagrams`.
+``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
+:mod:`solutions.diagrams`, which draws the SVG from it.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Callable
 
 from solutions.diagrams import GAP, Diagram
 
-__all__ = ["encoder_decoder_diagram", "DIAGRAMS", "LAYOUTS"]
+__all__ = ["LAYOUTS"]
 
 FILE = "book/08_transformer/figures/encoder_decoder.svg"
 
@@ -110,17 +110,6 @@ def _encoder_decoder_layout() -> Diagram:
     return d
 
 
-def encoder_decoder_diagram() -> str:
-    """Chapter 8's diagram: the encoder–decoder Transformer with every shape and mask.
-
-    Returns:
-        The SVG text of ``book/08_transformer/figures/encoder_decoder.svg``.
-    """
-    return _encoder_decoder_layout().svg()
-
-
-#: Chapter 8's diagrams: file (relative to the repository) → the function drawing it.
-DIAGRAMS: dict[str, Callable[[], str]] = {FILE: encoder_decoder_diagram}
-
-#: The layout of each diagram (for the tests), by file.
+#: Chapter diagrams: file (relative to the repository) → the function laying it out
+#: (:func:`solutions.diagrams.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {FILE: _encoder_decoder_layout}

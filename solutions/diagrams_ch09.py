@@ -6,8 +6,8 @@ shifted right, become the decoder input ``[<sos>, y…]`` and the labels
 ``[y…, <eos>]``; the decoder's logits meet the labels in a cross-entropy with label
 smoothing that skips the pad positions; the scalar loss drives one optimizer step.
 
-``DIAGRAMS`` maps the file written to the function that draws it and ``LAYOUTS`` to its
-layout model, as in :mod:`solutions.diagrams`.
+``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
+:mod:`solutions.diagrams`, which draws the SVG from it.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Callable
 
 from solutions.diagrams import GAP, Diagram
 
-__all__ = ["training_step_diagram", "DIAGRAMS", "LAYOUTS"]
+__all__ = ["LAYOUTS"]
 
 FILE = "book/09_training/figures/training_step.svg"
 
@@ -85,17 +85,6 @@ def _training_step_layout() -> Diagram:
     return d
 
 
-def training_step_diagram() -> str:
-    """Chapter 9's diagram: one teacher-forced training step with every shape.
-
-    Returns:
-        The SVG text of ``book/09_training/figures/training_step.svg``.
-    """
-    return _training_step_layout().svg()
-
-
-#: Chapter 9's diagrams: file (relative to the repository) → the function drawing it.
-DIAGRAMS: dict[str, Callable[[], str]] = {FILE: training_step_diagram}
-
-#: The layout of each diagram (for the tests), by file.
+#: Chapter diagrams: file (relative to the repository) → the function laying it out
+#: (:func:`solutions.diagrams.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {FILE: _training_step_layout}

@@ -8,8 +8,8 @@ its query attends over the cached self-attention keys and values (which grow by 
 position per step) and over the cached memory keys and values; the output projection
 gives the logits of the next token, whose arg-max is fed back in.
 
-``DIAGRAMS`` maps the file written to the function that draws it and ``LAYOUTS`` to its
-layout model, as in :mod:`solutions.diagrams`.
+``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
+:mod:`solutions.diagrams`, which draws the SVG from it.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Callable
 
 from solutions.diagrams import GAP, Diagram
 
-__all__ = ["decoding_loop_diagram", "DIAGRAMS", "LAYOUTS"]
+__all__ = ["LAYOUTS"]
 
 FILE = "book/10_inference/figures/decoding_loop.svg"
 
@@ -86,17 +86,6 @@ def _decoding_loop_layout() -> Diagram:
     return d
 
 
-def decoding_loop_diagram() -> str:
-    """Chapter 10's diagram: greedy decoding with the key/value cache, every shape labelled.
-
-    Returns:
-        The SVG text of ``book/10_inference/figures/decoding_loop.svg``.
-    """
-    return _decoding_loop_layout().svg()
-
-
-#: Chapter 10's diagrams: file (relative to the repository) → the function drawing it.
-DIAGRAMS: dict[str, Callable[[], str]] = {FILE: decoding_loop_diagram}
-
-#: The layout of each diagram (for the tests), by file.
+#: Chapter diagrams: file (relative to the repository) → the function laying it out
+#: (:func:`solutions.diagrams.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {FILE: _decoding_loop_layout}
