@@ -628,8 +628,25 @@ def check_raw_html(cells):
     return problems
 
 
+# MathJax's text mode does not know \_: \text{warmup\_steps} shows its backslash.
+_TEXT_UNDERSCORE = re.compile(r"\\text(?:tt|rm|bf|it|sf)?\{[^{}]*\\_[^{}]*\}")
+
+
+def check_maths_text(cells):
+    r"""No ``\_`` inside ``\text{…}`` / ``\texttt{…}`` in maths: MathJax prints the
+    backslash there. ``\mathrm{warmup\_steps}`` or ``\mathtt{…}`` (maths mode) is right."""
+    problems = []
+    for index, cell in enumerate(cells):
+        if cell.get("cell_type") != "markdown":
+            continue
+        for match in _TEXT_UNDERSCORE.finditer(source(cell)):
+            problems.append(Problem(index, "maths text", f"{match.group(0)!r} shows a backslash in MathJax: "
+                                    "use \\mathrm{…} or \\mathtt{…}"))
+    return problems
+
+
 RULES = ("title", "sections", "think about it", "answer before exercise", "prompts", "word count",
-         "figure and explorer", "numbers asserted", "cross-references", "raw html")
+         "figure and explorer", "numbers asserted", "cross-references", "raw html", "maths text")
 
 
 def check_rule(rule, cells, notebook_path, toc_numbers):
@@ -646,6 +663,7 @@ def check_rule(rule, cells, notebook_path, toc_numbers):
         "numbers asserted": lambda: check_numbers_asserted(cells),
         "cross-references": lambda: check_cross_references(cells, toc_numbers),
         "raw html": lambda: check_raw_html(cells),
+        "maths text": lambda: check_maths_text(cells),
     }
     if rule not in runners:
         raise ValueError(f"unknown rule {rule!r}; expected one of {RULES}")

@@ -205,6 +205,10 @@ BROKEN = {
         ("bare chapter in toc", _replace(7, "reference.", "reference; chapter 5 reuses it."), "'chapter 5'", 7),
         ("split over lines", _replace(7, "reference.", "reference, see section\n4.2."), "'section 4.2'", 7),
     ],
+    "maths text": [
+        ("underscore in text", _replace(7, "reference.", "reference: $\\text{warmup\\_steps}$."),
+         "warmup\\\\_steps", 7),
+    ],
     "raw html": [
         ("special token", _replace(7, "reference.", "reference; the decoder starts from <sos>."), "'<sos>'", 7),
         ("in a prompt", _replace(4, "Write `double(x)`.", "Write `double(x)`; ids map to vocab['<unk>']."),
@@ -244,6 +248,8 @@ def test_allowed_references_and_numbers_are_not_flagged(chapter):
     assert _problems("numbers asserted", cells, chapter) == []
     cells[7]["source"] = "Tokens such as `<sos>`, maths $a < b > c$, and <b>bold</b> HTML are fine."
     assert _problems("raw html", cells, chapter) == []
+    cells[7]["source"] = "A rate of $\\mathrm{warmup\\_steps}^{-1.5}$ and $\\text{step}$ are fine."
+    assert _problems("maths text", cells, chapter) == []
 
 
 def test_failure_message_names_notebook_cell_and_rule(chapter):
