@@ -1,4 +1,4 @@
-"""Command line: ``transformer train | translate | bench`` (also ``python -m solutions ...``).
+"""Command line: ``transformer train | translate | evaluate | export | bench`` (also ``python -m solutions ...``).
 
 Examples::
 
@@ -6,11 +6,15 @@ Examples::
     python -m solutions train --preset tiny --data corpus.tsv --epochs 20 --out runs/tsv
     python -m solutions train --train train.de:train.en --valid val.de:val.en --test test.de:test.en \
         --on-bad-line skip --out runs/de-en
+    python -m solutions train --train train.tsv --tokenizer bpe --bpe-vocab-size 8000 --shared-vocab \
+        --d-model 256 --heads 4 --layers 3 --d-ff 1024 --dropout 0.2 --threads 2 --out runs/mine
     python -m solutions train --resume runs/tiny/checkpoint.pt --epochs 8 --out runs/tiny
     torchrun --nproc_per_node 2 -m solutions train --preset tiny --out runs/ddp
     python -m solutions translate --checkpoint runs/tiny/checkpoint.pt "the dog sees a cat" --beam 4
     python -m solutions translate --checkpoint runs/de-en/best.pt --input test.de --output test.hyp
     cat sentences.txt | python -m solutions translate --checkpoint runs/de-en/best.pt -
+    python -m solutions evaluate --checkpoint runs/de-en/best.pt --test test.de:test.en --beam 4
+    python -m solutions export runs/de-en/best.pt --output de-en-small.pt
     python -m solutions bench --quick
 
 Bad arguments, missing files and checkpoints that do not fit print one line
@@ -43,7 +47,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser():
     """The ``argparse`` parser of the three sub-commands."""
     parser = _Parser(prog="transformer", description="Train and run the Transformer of 'Attention Is All You Need'.")
-    commands = parser.add_subparsers(dest="command", metavar="{train,translate,bench}", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", metavar="{train,translate,evaluate,export,bench}",
+                                     parser_class=_Parser)
     commands.required = True
 
     train = commands.add_parser("train", help="train a model (synthetic task or a TSV corpus)",
@@ -72,7 +77,10 @@ def build_parser():
     train.add_argument("--max-steps", type=int,
                        help="stop after this many optimizer steps in total, also on --resume")
     train.add_argument("--batch-size", type=int, help="sentence pairs per (global) batch")
-    train.add_argument("--tokenizer", choices=["word", "bpe"], help="word level or BPE (Hugging Face tokenizers)")
+    train.add_argument("--tokenizer", choices=["word", "bpe"],
+                       help="word level (split at spaces; the default) or BPE subwords (Hugging Face tokenizers; "
+                            "punctuation split off, and decoded back to ordinary text): use bpe for real corpora; "
+                            "part of the model: on --resume it must match")
     train.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     train.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA only; ignored with a warning on CPU)")
     train.add_argument("--compile", action="store_true", help="torch.compile (CUDA only; ignored with a warning on CPU)")
@@ -87,6 +95,29 @@ def build_parser():
     train.add_argument("--allow-other-data", action="store_true",
                        help="with --resume: accept data other than the checkpoint's (fine-tuning)")
     train.add_argument("--quiet", action="store_true", help="no progress bar and no log lines")
+    train.add_argument("--threads", type=int, metavar="N",
+                       help="CPU threads for torch (torch.set_num_threads; default: torch's choice, or the "
+                            "checkpoint's with --resume)")
+    train.add_argument("--progress-seconds", type=float, metavar="SECONDS",
+                       help="when stderr is not a terminal: a progress line (step, loss, tokens/s, ETA) at least "
+                            "this often (default 30; 0 = after every step)")
+    train.add_argument("--progress-steps", type=int, metavar="N",
+                       help="a progress line every N steps instead (and also every --progress-seconds, when "
+                            "that is given too)")
+    model = train.add_argument_group(
+        "model", "default: the preset's; stored in the checkpoint. On --resume they may be left out; given, they "
+                 "must match the checkpoint (--dropout may change)")
+    model.add_argument("--d-model", type=int, metavar="N", help="width of every layer (tiny 128, base 512)")
+    model.add_argument("--heads", type=int, metavar="N", help="attention heads; must divide --d-model (tiny 4, base 8)")
+    model.add_argument("--layers", type=int, metavar="N", help="encoder layers = decoder layers (tiny 2, base 6)")
+    model.add_argument("--d-ff", type=int, metavar="N",
+                       help="inner width of the feed-forward layers (tiny 256, base 2048)")
+    model.add_argument("--dropout", type=float, metavar="P", help="dropout rate in [0, 1) (0.1)")
+    model.add_argument("--bpe-vocab-size", type=int, metavar="N",
+                       help="vocabulary size of --tokenizer bpe (default 8000)")
+    model.add_argument("--shared-vocab", action="store_true",
+                       help="one tokenizer for both languages and tied embeddings (source, target and output "
+                            "projection share one matrix, as in the paper)")
 
     translate = commands.add_parser(
         "translate", help="translate sentences with a trained checkpoint",
@@ -104,6 +135,31 @@ def build_parser():
                            help="sentences decoded together by greedy decoding (default 64)")
     translate.add_argument("--max-len", type=int, help="most new tokens (default: source length + 50)")
     translate.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    translate.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
+
+    evaluate = commands.add_parser(
+        "evaluate", help="BLEU of a checkpoint on a test corpus (sacreBLEU, detokenised)",
+        description="Translate the source side of a test CORPUS with a checkpoint (or an export) and print, as one "
+                    "JSON line, sacreBLEU's corpus BLEU of the detokenised translations against the target side, "
+                    "with its signature and the exact-match rate.")
+    evaluate.add_argument("--checkpoint", required=True, help="a checkpoint written by 'train', or an export")
+    evaluate.add_argument("--test", required=True, metavar="CORPUS", help="PATH.tsv or SRC_FILE:TGT_FILE")
+    evaluate.add_argument("--on-bad-line", choices=["error", "skip"], default="error",
+                          help="a malformed line: stop (error, the default) or leave it out (skip)")
+    evaluate.add_argument("--output", metavar="FILE", help="also write the translations to FILE")
+    evaluate.add_argument("--beam", type=int, default=1, help="beam size (default 1 = greedy)")
+    evaluate.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default 64)")
+    evaluate.add_argument("--max-len", type=int, help="most new tokens (default: source length + 50)")
+    evaluate.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    evaluate.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
+
+    export = commands.add_parser(
+        "export", help="write a small inference-only checkpoint for translate",
+        description="Copy the weights, configuration and tokenizers of a checkpoint (checkpoint.pt or best.pt) "
+                    "into a smaller file without the optimizer state and history; 'translate' reads it like the "
+                    "full checkpoint, 'train --resume' cannot continue from it.")
+    export.add_argument("checkpoint", metavar="CKPT", help="a checkpoint written by 'train'")
+    export.add_argument("--output", "-o", required=True, metavar="PATH", help="the file to write")
 
     bench = commands.add_parser("bench", help="performance ratios (training step vs torch.nn.Transformer, cache)",
                                 description="Side-by-side benchmarks of the reference package.")
@@ -247,46 +303,111 @@ def _load_data(args, state=None):
     return train, given["valid"], given["test"], identity
 
 
-def _train(args):
-    from .trainer import MODEL_FIELDS, PRESETS, Trainer
+# Model flags of 'train': (argparse name, flag, config fields it sets).
+_MODEL_FLAGS = (
+    ("d_model", "--d-model", ("d_model",)),
+    ("heads", "--heads", ("num_heads",)),
+    ("layers", "--layers", ("num_encoder_layers", "num_decoder_layers")),
+    ("d_ff", "--d-ff", ("d_ff",)),
+    ("tokenizer", "--tokenizer", ("tokenizer",)),
+    ("bpe_vocab_size", "--bpe-vocab-size", ("bpe_vocab_size",)),
+)
 
-    for name in ("epochs", "max_steps", "batch_size", "num_train"):
+
+def _requested_model(args):
+    """``{config field: (flag as typed, value)}`` for the model flags given on the command line."""
+    requested = {}
+    for name, flag, fields in _MODEL_FLAGS:
+        value = getattr(args, name)
+        if value is not None:
+            requested.update({field: (f"{flag} {value}", value) for field in fields})
+    if args.shared_vocab:
+        requested["share_embeddings"] = ("--shared-vocab", True)
+    return requested
+
+
+def _check_train_flags(args):
+    for name in ("epochs", "max_steps", "batch_size", "num_train", "d_model", "heads", "layers", "d_ff",
+                 "bpe_vocab_size", "threads", "progress_steps"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        raise UsageError(f"--dropout must be in [0, 1), got {args.dropout}")
+    if args.progress_seconds is not None and args.progress_seconds < 0:
+        raise UsageError(f"--progress-seconds must be >= 0, got {args.progress_seconds}")
+
+
+def _check_resume_model(args, stored):
+    """Refuse model flags (or a --preset) that differ from the checkpoint's model: one line naming them."""
+    from .trainer import MODEL_FIELDS, PRESETS
+
+    wanted = {}
+    if args.preset is not None:
+        preset = PRESETS[args.preset]
+        wanted = {name: (f"--preset {args.preset}", getattr(preset, name)) for name in MODEL_FIELDS
+                  if name not in ("tokenizer", "bpe_vocab_size")}
+    wanted.update(_requested_model(args))
+    clashing = [f"{name} is {getattr(stored, name)!r} in the checkpoint, {value!r} with {flag}"
+                for name, (flag, value) in wanted.items() if getattr(stored, name) != value]
+    if clashing:
+        raise UsageError(f"--resume: {args.resume} does not match the requested model: " + "; ".join(clashing)
+                         + " (a resumed run keeps its model: leave these flags out, or start a new run with "
+                           "another --out)")
+
+
+def _check_new_model(config):
+    if config.d_model % 2:
+        raise UsageError(f"--d-model must be even (the positional encoding pairs sines and cosines), "
+                         f"got {config.d_model}")
+    if config.d_model % config.num_heads:
+        raise UsageError(f"--d-model {config.d_model} is not divisible by --heads {config.num_heads} "
+                         "(each head gets d_model / heads dimensions)")
+
+
+def _train(args):
+    from .trainer import EXPORT_FORMAT, PRESETS, Trainer, TrainConfig
+
+    _check_train_flags(args)
     state = None
     if args.resume:
         state = _load_checkpoint_for_user("--resume", args.resume, missing="no such checkpoint")
+        if state["format"] == EXPORT_FORMAT:
+            raise UsageError(f"--resume: {args.resume} is an inference-only export (written by 'transformer "
+                             "export', without the optimizer state): resume from the checkpoint.pt or best.pt "
+                             "it was exported from")
     elif args.allow_other_data:
         raise UsageError("--allow-other-data applies to --resume only")
     if args.seed is None:
         args.seed = state["config"].get("seed", 0) if state is not None else 0
-    train_pairs, valid_pairs, test_pairs, identity = _load_data(args, state)
-    other_data = state is not None and _same_data_key(identity) != _same_data_key(state.get("data"))
-    if other_data and not args.allow_other_data:
-        raise UsageError(f"--resume: {args.resume} was trained on {_describe_data(state.get('data'))}, not on "
-                         f"{_describe_data(identity)}; give the same data (or --allow-other-data)")
     changes = {"device": args.device, "quiet": args.quiet, "seed": args.seed}
     if args.bf16:
         changes["bf16"] = True
     if args.compile:
         changes["compile"] = True
-    for name in ("epochs", "max_steps", "batch_size", "tokenizer"):
+    for name in ("epochs", "max_steps", "batch_size", "dropout", "threads", "progress_seconds", "progress_steps"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if args.epochs is not None and args.max_steps is None:
         changes["max_steps"] = None  # --epochs alone: the new total, not capped by a stored --max-steps
+    if args.progress_steps is not None and args.progress_seconds is None:
+        changes["progress_seconds"] = None  # every N steps, not also every 30 s
+    base = TrainConfig(**state["config"]) if state is not None else PRESETS[args.preset or "tiny"]
+    if args.bpe_vocab_size is not None and (args.tokenizer or base.tokenizer) != "bpe":
+        raise UsageError("--bpe-vocab-size applies to --tokenizer bpe only"
+                         + (" (the checkpoint's tokenizer is word level)" if state is not None else ""))
     if state is not None:
-        stored = state["config"]
-        if args.preset is not None:
-            preset = PRESETS[args.preset]
-            clashing = [n for n in MODEL_FIELDS if stored.get(n) != getattr(preset, n) and n != "tokenizer"]
-            if clashing:
-                raise UsageError(
-                    f"checkpoint config does not match --preset {args.preset}: "
-                    + ", ".join(f"{n} {stored[n]!r} != {getattr(preset, n)!r}" for n in clashing)
-                )
+        _check_resume_model(args, base)
+    else:
+        config = base.replace(**changes, **{field: value for field, (_, value) in _requested_model(args).items()})
+        _check_new_model(config)
+    # The flags are sound: now read (or generate) the data.
+    train_pairs, valid_pairs, test_pairs, identity = _load_data(args, state)
+    other_data = state is not None and _same_data_key(identity) != _same_data_key(state.get("data"))
+    if other_data and not args.allow_other_data:
+        raise UsageError(f"--resume: {args.resume} was trained on {_describe_data(state.get('data'))}, not on "
+                         f"{_describe_data(identity)}; give the same data (or --allow-other-data)")
+    if state is not None:
         trainer = Trainer.from_checkpoint(args.resume, train_pairs, valid_pairs, out_dir=args.out, **changes)
     else:
-        config = PRESETS[args.preset or "tiny"].replace(**changes)
         trainer = Trainer(config, train_pairs, valid_pairs, out_dir=args.out)
     if other_data:
         trainer.best_bleu = None  # --allow-other-data: BLEU on another validation set is not comparable
@@ -309,9 +430,10 @@ def _train(args):
         best = os.path.join(args.out, "best.pt")
         summary = {"checkpoint": os.path.join(args.out, "checkpoint.pt"), "steps": trainer.step,
                    "epochs": trainer.epoch, "best": best if os.path.isfile(best) else None,
-                   "best_valid_bleu": trainer.best_bleu, "test": test}
+                   "best_valid_bleu": trainer.best_bleu, "test": test, "bleu_signature": trainer.bleu.signature}
         with open(os.path.join(args.out, "history.json"), "w", encoding="utf-8") as handle:
-            json.dump({"history": trainer.history, "test": test, "data": identity}, handle, indent=1)
+            json.dump({"history": trainer.history, "test": test, "data": identity,
+                       "bleu_signature": trainer.bleu.signature}, handle, indent=1)
         print(json.dumps(summary))
     from .distributed import cleanup_distributed
 
@@ -366,24 +488,33 @@ class _TruncatingTokenizer:
         return len(self.tokenizer)
 
 
-def _translate(args):
-    from .decoding import translate
+def _load_model(args):
+    """``(model, src_tokenizer, tgt_tokenizer, device)`` from ``args.checkpoint`` (a checkpoint or an export)."""
     from .trainer import model_from_checkpoint, resolve_device
 
-    _positive("--beam", args.beam)
-    _positive("--max-len", args.max_len)
-    _positive("--batch-size", args.batch_size)
-    sentences, where = _read_sentences(args)
     state = _load_checkpoint_for_user("--checkpoint", args.checkpoint)
     device = resolve_device(args.device)
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     model, src_tokenizer, tgt_tokenizer, _ = model_from_checkpoint(state, device=device)
+    return model, src_tokenizer, tgt_tokenizer, device
+
+
+def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentences, label):
+    """One detokenised translation per sentence ("" for a blank one); too-long sources are cut, with a warning.
+
+    ``label`` names a sentence in the warning: "argument", "FILE line", "<stdin> line" ...
+    """
+    from .decoding import translate
+
     limit = model.positional.pe.size(0)  # the longest source the encoder can place
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
     too_long = [i + 1 for i in todo if len(src_tokenizer.encode(sentences[i])) > limit]
     if too_long:
         shown = ", ".join(map(str, too_long[:10]))
         shown += f" and {len(too_long) - 10} more" if len(too_long) > 10 else ""
-        label = "argument" if where == "argument" else f"{where} line"
         _warn(f"{label}{'s' if len(too_long) > 1 else ''} {shown} longer than the model's max_len "
               f"({limit} tokens): truncated to the first {limit} tokens")
     outputs = [""] * len(sentences)  # an empty (or blank) line gives an empty line
@@ -393,13 +524,65 @@ def _translate(args):
                                batch_size=args.batch_size, device=device)
         for i, line in zip(todo, translated):
             outputs[i] = line
-    text = "".join(line + "\n" for line in outputs)
-    if args.output is not None:
-        with open(args.output, "w", encoding="utf-8") as handle:
+    return outputs
+
+
+def _write_lines(path, lines):
+    text = "".join(line + "\n" for line in lines)
+    if path is not None:
+        with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def _check_decoding_flags(args):
+    for name in ("beam", "max_len", "batch_size", "threads"):
+        _positive("--" + name.replace("_", "-"), getattr(args, name))
+
+
+def _translate(args):
+    _check_decoding_flags(args)
+    sentences, where = _read_sentences(args)
+    model, src_tokenizer, tgt_tokenizer, device = _load_model(args)
+    label = "argument" if where == "argument" else f"{where} line"
+    _write_lines(args.output, _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentences, label))
+    return 0
+
+
+def _evaluate(args):
+    from .trainer import CorpusBLEU
+
+    _check_decoding_flags(args)
+    pairs, files = _read_corpus("--test", args.test, args.on_bad_line)
+    model, src_tokenizer, tgt_tokenizer, device = _load_model(args)
+    hypotheses = _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, [s for s, _ in pairs],
+                                  "--test pair")
+    references = [t for _, t in pairs]
+    if args.output is not None:
+        _write_lines(args.output, hypotheses)
+    scorer = CorpusBLEU()
+    bleu = scorer(hypotheses, references)
+    print(json.dumps({"bleu": round(bleu, 2), "signature": scorer.signature, "details": str(scorer.last),
+                      "exact_match": sum(h.split() == r.split() for h, r in zip(hypotheses, references)) / len(pairs),
+                      "sentences": len(pairs), "beam": args.beam, "checkpoint": args.checkpoint,
+                      "test": [f["path"] for f in files]}))
+    return 0
+
+
+def _export(args):
+    from .model import count_parameters
+    from .trainer import export_checkpoint, model_from_checkpoint
+
+    state = _load_checkpoint_for_user("CKPT", args.checkpoint)
+    if os.path.exists(args.output) and os.path.samefile(args.output, args.checkpoint):
+        raise UsageError(f"--output {args.output} is the checkpoint itself: give another file")
+    export_checkpoint(state, args.output)
+    model = model_from_checkpoint(args.output)[0]
+    print(json.dumps({"export": args.output, "bytes": os.path.getsize(args.output), "checkpoint": args.checkpoint,
+                      "checkpoint_bytes": os.path.getsize(args.checkpoint),
+                      "parameters": count_parameters(model)}))
     return 0
 
 
@@ -420,7 +603,8 @@ def main(argv=None):
         args = build_parser().parse_args(argv)
         if args.command == "train" and not getattr(args, "quiet", False):
             logging.basicConfig(level=logging.INFO, format="%(message)s")
-        handler = {"train": _train, "translate": _translate, "bench": _bench}[args.command]
+        handler = {"train": _train, "translate": _translate, "evaluate": _evaluate, "export": _export,
+                   "bench": _bench}[args.command]
         return handler(args)
     except (UsageError, CheckpointError, FileNotFoundError, ValueError) as error:
         print(f"transformer: error: {error}", file=sys.stderr)

@@ -593,7 +593,7 @@ class WordTokenizer:
 
 
 class BPETokenizer:
-    """Byte-pair encoding trained in memory with Hugging Face ``tokenizers`` (offline).
+    """Byte-pair encoding trained in memory with Hugging Face ``tokenizers`` (offline), reversible.
 
     Args:
         tokenizer: a ``tokenizers.Tokenizer`` whose vocabulary starts with
@@ -601,10 +601,19 @@ class BPETokenizer:
 
     Same interface as :class:`WordTokenizer`. Build one with :meth:`train`.
 
+    Tokenisation is reversible, as in SentencePiece: runs of whitespace become one
+    space, a word-initial token carries the marker ``"▁"`` (it was preceded by a
+    space) and punctuation is split off as tokens of its own, so
+    ``"A man's T-shirt."`` → ``▁A ▁man ' s ▁T - shirt .`` and :meth:`decode` gives
+    ``"A man's T-shirt."`` back (detokenised: no space before ``'s``, ``-`` or the
+    final period). A character never seen in training becomes ``<unk>``.
+    (Tokenizers trained before this scheme are read back as they were stored.)
+
     Paper: section 5.1 ("byte-pair encoding ... shared source-target vocabulary").
     """
 
     kind = "bpe"
+    MARKER = "\u2581"  # "▁": the token was preceded by a space (SentencePiece's convention)
 
     def __init__(self, tokenizer):
         for token, index in zip(SPECIALS, range(4)):
@@ -615,14 +624,17 @@ class BPETokenizer:
     @classmethod
     def train(cls, sentences, vocab_size=1000, min_frequency=2):
         """Learn merges on ``sentences`` (an iterable of strings); nothing is downloaded."""
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-        tokenizer = Tokenizer(models.BPE(unk_token="<unk>", end_of_word_suffix="</w>"))
-        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-        tokenizer.decoder = decoders.BPEDecoder(suffix="</w>")
+        tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+        tokenizer.normalizer = normalizers.Sequence([normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()])
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Metaspace(replacement=cls.MARKER, prepend_scheme="always", split=True),
+            pre_tokenizers.Punctuation(behavior="isolated"),
+        ])
+        tokenizer.decoder = decoders.Metaspace(replacement=cls.MARKER, prepend_scheme="always", split=True)
         trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS),
-            end_of_word_suffix="</w>", show_progress=False,
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS), show_progress=False,
         )
         tokenizer.train_from_iterator(list(sentences), trainer=trainer)
         return cls(tokenizer)

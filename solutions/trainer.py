@@ -8,13 +8,18 @@ preset on a laptop CPU to the paper's ``base`` model on several GPUs:
   :func:`~solutions.training.noam_lr` (section 5.3), label-smoothed cross-entropy
   (section 5.4), gradient-norm clipping (not in the paper; a safety net);
 - batches of similar length (:class:`~solutions.data.BucketBatchSampler`);
-- after every epoch: validation loss, token accuracy, exact match and BLEU
-  (``sacrebleu.corpus_bleu``) of greedy translations, kept in :attr:`Trainer.history`;
+- after every epoch: validation loss, token accuracy, exact match and BLEU of
+  greedy translations, kept in :attr:`Trainer.history`. BLEU is sacreBLEU's standard
+  corpus BLEU (:class:`CorpusBLEU`) of the *detokenised* translations against the
+  references as they are in the data; its signature is logged once per run;
+- off a terminal, a log line every ``progress_seconds`` seconds or ``progress_steps``
+  steps with the step, loss, tokens per second and the ETA (on a terminal, a tqdm bar);
 - checkpoints that resume *exactly*: model, optimizer, schedule, the RNG states of
   ``random``/``numpy``/``torch``, the step and the position inside the epoch, plus the
   configuration, both vocabularies (so translating needs nothing else) and
   :attr:`Trainer.data_identity` (what the run was trained on); with an ``out_dir``,
   ``best.pt`` beside ``checkpoint.pt`` keeps the epoch of highest validation BLEU;
+  :func:`export_checkpoint` writes the small inference-only version (no optimizer);
 - ``device="auto" | "cpu" | "cuda"``; on CUDA ``bf16=True`` runs the forward pass
   under ``torch.autocast(dtype=torch.bfloat16)`` and ``compile=True`` uses
   ``torch.compile``. **On the CPU both switches warn and are ignored** (CPU bf16
@@ -35,9 +40,9 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import sacrebleu
 import torch
 import torch.nn.functional as F
+from sacrebleu.metrics import BLEU
 from tqdm.auto import tqdm
 
 from .data import BucketBatchSampler, TranslationDataset, build_tokenizer, collate_batch, tokenizer_from_state
@@ -49,11 +54,13 @@ from .tokens import PAD_ID
 from .training import noam_lr
 
 __all__ = ["TrainConfig", "PRESETS", "MODEL_FIELDS", "Trainer", "CheckpointError", "load_checkpoint",
-           "model_from_checkpoint", "resolve_device"]
+           "model_from_checkpoint", "resolve_device", "export_checkpoint", "CorpusBLEU"]
 
 logger = logging.getLogger("solutions.trainer")
 
 CHECKPOINT_FORMAT = "transformer-book-checkpoint/1"
+# An inference-only checkpoint (export_checkpoint): weights, config and tokenizers, no optimizer.
+EXPORT_FORMAT = "transformer-book-export/1"
 
 
 @dataclass
@@ -70,13 +77,18 @@ class TrainConfig:
     ``clip_norm`` (``None`` = no clipping).
 
     Data: ``tokenizer`` (``"word"`` or ``"bpe"``), ``bpe_vocab_size``, ``max_tokens``
-    (longer pairs are dropped), ``bucket_size``.
+    (longer pairs are dropped), ``bucket_size``. With ``share_embeddings`` one
+    tokenizer is trained on both sides (the paper's shared vocabulary), and the two
+    embeddings and the output projection are one matrix (section 3.4).
 
     Run: ``seed``, ``device`` (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``),
     ``bf16`` and ``compile`` (CUDA only; warn and are ignored on the CPU),
     ``eval_sentences`` (how many validation sentences are translated for exact
     match and BLEU each epoch; 0 = skip), ``log_every`` (steps between history points),
-    ``quiet`` (no progress bar, no log lines).
+    ``quiet`` (no progress bar, no log lines), ``threads`` (``torch.set_num_threads``
+    when the trainer is built; ``None`` = torch's default), ``progress_seconds`` and
+    ``progress_steps`` (off a terminal, a progress line after this many seconds or
+    steps, whichever comes first; ``None`` = never by that measure).
     """
 
     # model
@@ -110,6 +122,9 @@ class TrainConfig:
     eval_sentences: int = 500
     log_every: int = 10
     quiet: bool = False
+    threads: int = None
+    progress_seconds: float = 30.0
+    progress_steps: int = None
 
     def replace(self, **changes):
         """A copy with some fields changed; unknown names raise ``ValueError``."""
@@ -119,9 +134,9 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
-# The fields a checkpoint's weights depend on: a resumed run must not change them.
+# The fields a checkpoint's weights (and vocabularies) depend on: a resumed run must not change them.
 MODEL_FIELDS = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff",
-                "norm_first", "share_embeddings", "max_len", "tokenizer")
+                "norm_first", "share_embeddings", "max_len", "tokenizer", "bpe_vocab_size")
 
 PRESETS = {
     # The book's model: learns the synthetic task (>= 95% exact match) in minutes on 2 CPU cores.
@@ -169,6 +184,9 @@ def _numpy_state_from_plain(state):
 def load_checkpoint(path, map_location="cpu"):
     """Read a checkpoint written by :meth:`Trainer.save_checkpoint` (safely: ``weights_only=True``).
 
+    Also reads the inference-only files of :func:`export_checkpoint` (``state["format"]``
+    tells them apart: they have no optimizer and cannot be resumed).
+
     Raises:
         FileNotFoundError: no such file.
         CheckpointError: not a checkpoint of this package.
@@ -181,7 +199,7 @@ def load_checkpoint(path, map_location="cpu"):
     except Exception as error:  # torch raises several types for a corrupt file
         first_line = (str(error).strip().splitlines() or [""])[0][:200]
         raise CheckpointError(f"{path} is not a readable checkpoint ({type(error).__name__}: {first_line})") from error
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(state, dict) or state.get("format") not in (CHECKPOINT_FORMAT, EXPORT_FORMAT):
         raise CheckpointError(f"{path} is not a checkpoint of this package (format {CHECKPOINT_FORMAT})")
     return state
 
@@ -196,7 +214,7 @@ def _build_model(config, src_vocab_size, tgt_vocab_size):
 
 
 def model_from_checkpoint(path_or_state, device="cpu"):
-    """Rebuild the trained model and its tokenizers from a checkpoint (for translation).
+    """Rebuild the trained model and its tokenizers from a checkpoint or an export (for translation).
 
     Returns:
         ``(model, src_tokenizer, tgt_tokenizer, config)``; the model is in eval mode
@@ -216,6 +234,81 @@ def model_from_checkpoint(path_or_state, device="cpu"):
         raise CheckpointError(f"the checkpoint's weights do not match its config: {str(error).splitlines()[0]}") from error
     model.set_fused(True)
     return model.to(device).eval(), src_tokenizer, tgt_tokenizer, config
+
+
+def export_checkpoint(source, path):
+    """Write an inference-only checkpoint: weights, config and tokenizers (no optimizer, no history).
+
+    ``translate`` and :func:`model_from_checkpoint` read it like a full checkpoint;
+    :meth:`Trainer.from_checkpoint` refuses it (there is nothing to resume). For the
+    ``tiny`` preset it is about a third of the full checkpoint, whose Adam state holds
+    two more numbers per parameter.
+
+    Args:
+        source: a checkpoint path, or a state dict from :func:`load_checkpoint`.
+        path: the file to write (replaced atomically).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        CheckpointError: when ``source`` is not a usable checkpoint.
+    """
+    state = load_checkpoint(source) if not isinstance(source, dict) else source
+    model_from_checkpoint(state)  # the weights must fit the config before anything is written
+    exported = {"format": EXPORT_FORMAT}
+    for key in ("config", "src_tokenizer", "tgt_tokenizer", "model", "data", "best_bleu", "step", "epoch"):
+        exported[key] = state.get(key)
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    temporary = path + ".tmp"
+    torch.save(exported, temporary)
+    os.replace(temporary, path)
+    return path
+
+
+class CorpusBLEU:
+    """sacreBLEU's standard corpus BLEU (13a tokenisation, exponential smoothing, mixed case).
+
+    ``scorer(hypotheses, references)`` returns the score (0-100) of detokenised
+    hypotheses against one reference each. sacreBLEU's warning about hypotheses
+    that look tokenised ("That's 100 lines that end in a tokenized period") comes at
+    most once per scorer, not at every evaluation. :attr:`signature` is the
+    standard signature (``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:...``)
+    to report with the scores.
+    """
+
+    def __init__(self):
+        self._first, self._later = BLEU(), BLEU(force=True)  # force=True: no tokenised-period warning
+        self.calls = 0
+        self.signature = None
+        self.last = None  # the last sacrebleu BLEUScore (str() gives n-gram precisions, BP, lengths)
+
+    def __call__(self, hypotheses, references):
+        if len(hypotheses) != len(references):
+            raise ValueError(f"expected one reference per hypothesis, got {len(hypotheses)} hypotheses "
+                             f"and {len(references)} references")
+        metric = self._first if self.calls == 0 else self._later
+        self.last = metric.corpus_score(list(hypotheses), [list(references)])
+        self.calls += 1
+        self.signature = str(metric.get_signature())
+        return self.last.score
+
+
+def _refuse_export(state):
+    if state.get("format") == EXPORT_FORMAT:
+        raise CheckpointError("an inference-only export (no optimizer state) cannot be resumed: "
+                              "resume from the full checkpoint it was exported from")
+
+
+def _duration(seconds):
+    """``75`` → ``"1m15s"``, ``3725`` → ``"1h02m"``: a short, log-friendly duration."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 class Trainer:
@@ -240,6 +333,7 @@ class Trainer:
         data_identity: a JSON-like description of the training data (set by the
             caller, e.g. file paths and SHA-256 fingerprints); stored in checkpoints.
         best_bleu: the highest validation BLEU at an epoch end so far (``None`` before).
+        bleu: the :class:`CorpusBLEU` scorer (``bleu.signature`` after the first evaluation).
         history: ``{"train": {"step", "loss", "lr", "time"}, "valid": {"step", "epoch",
             "loss", "accuracy", "exact_match", "bleu", "time"}}`` (lists, for plots).
 
@@ -260,8 +354,16 @@ class Trainer:
         self.use_bf16 = self._cuda_only_switch("bf16", config.bf16)
         use_compile = self._cuda_only_switch("compile", config.compile)
         self.out_dir = out_dir
+        if config.threads is not None:
+            if isinstance(config.threads, bool) or not isinstance(config.threads, int) or config.threads < 1:
+                raise ValueError(f"threads must be a positive int or None, got {config.threads!r}")
+            torch.set_num_threads(config.threads)
         self._seed(config.seed)
 
+        if config.share_embeddings and src_tokenizer is None and tgt_tokenizer is None:
+            # One vocabulary for both languages (section 5.1), so that the embeddings can be tied.
+            src_tokenizer = tgt_tokenizer = build_tokenizer(
+                [text for pair in train_pairs for text in pair], config.tokenizer, config.bpe_vocab_size)
         if src_tokenizer is None:
             src_tokenizer = build_tokenizer((s for s, _ in train_pairs), config.tokenizer, config.bpe_vocab_size)
         if tgt_tokenizer is None:
@@ -300,6 +402,8 @@ class Trainer:
         self.elapsed = 0.0
         self.data_identity = None
         self.best_bleu = None
+        self.bleu = CorpusBLEU()
+        self.tokens_seen = 0  # source + target tokens of the training steps of this process's run
         self.history = {
             "train": {"step": [], "loss": [], "lr": [], "time": []},
             "valid": {"step": [], "epoch": [], "loss": [], "accuracy": [], "exact_match": [], "bleu": [], "time": []},
@@ -343,9 +447,10 @@ class Trainer:
         self.train_model.train()
         batch = batch.to(self.device)
         loss_sum, tokens, _ = self._forward_loss(self.train_model, batch, self.config.label_smoothing)
+        src_tokens = (batch.src != PAD_ID).sum()
         # Mean over the tokens of the *global* batch: DDP averages gradients over the
         # processes, so each scales its sum by world_size / global token count.
-        totals = all_reduce_sum(torch.stack([loss_sum.detach(), tokens.float()]), self.context)
+        totals = all_reduce_sum(torch.stack([loss_sum.detach(), tokens.float(), src_tokens.float()]), self.context)
         global_tokens = totals[1].clamp(min=1)
         loss = loss_sum * self.context.world_size / global_tokens
         self.optimizer.zero_grad(set_to_none=True)
@@ -355,11 +460,22 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
+        self.tokens_seen += int(totals[1].item() + totals[2].item())
         return (totals[0] / global_tokens).item()
 
     # -- the loop -------------------------------------------------------------------------------
     def train(self, epochs=None, max_steps=None, callback=None):
         """Train until ``epochs`` epochs (total, counted from 0) or ``max_steps`` steps are done.
+
+        On a terminal a tqdm bar shows the epoch's progress. Off a terminal (a log
+        file, a batch job) a line goes to the log instead, every
+        ``config.progress_seconds`` seconds or ``config.progress_steps`` steps::
+
+            step 120/900 epoch 1/3 loss 3.214 lr 4.10e-04 5230 tok/s elapsed 1m02s ETA 6m45s
+
+        (tokens per second: source and target tokens without padding, over the time
+        spent in the training steps since the previous line; the ETA extrapolates the
+        run so far, evaluations included). ``quiet`` turns both off.
 
         Args:
             epochs: defaults to ``config.epochs``.
@@ -372,6 +488,13 @@ class Trainer:
         epochs = self.config.epochs if epochs is None else epochs
         max_steps = self.config.max_steps if max_steps is None else max_steps
         show_bar = self.context.is_main and not self.config.quiet and sys.stderr.isatty()
+        log_progress = self.context.is_main and not self.config.quiet and not show_bar
+        planned = self.step + max(0, (epochs - self.epoch) * len(self.sampler) - self.batch_in_epoch)
+        if max_steps is not None:
+            planned = min(planned, max(max_steps, self.step))
+        now = time.perf_counter()
+        self._progress = {"run_start": now, "first_step": self.step, "planned": planned, "epochs": epochs,
+                          "last_time": now, "last_step": self.step, "last_tokens": self.tokens_seen, "busy": 0.0}
         while self.epoch < epochs and (max_steps is None or self.step < max_steps):
             self.sampler.set_epoch(self.epoch)
             batches = list(self.sampler)
@@ -381,8 +504,10 @@ class Trainer:
             for indices in batches[self.batch_in_epoch:]:
                 if max_steps is not None and self.step >= max_steps:
                     break
+                step_start = time.perf_counter()
                 batch = collate_batch([self.train_data[i] for i in indices])
                 loss = self.train_step(batch)
+                self._progress["busy"] += time.perf_counter() - step_start
                 self.batch_in_epoch += 1
                 lr = self.scheduler.get_last_lr()[0]
                 if self.step % self.config.log_every == 0 or self.step == 1:
@@ -393,6 +518,8 @@ class Trainer:
                     history["time"].append(self.elapsed + time.perf_counter() - start)
                 bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
                 bar.update(1)
+                if log_progress:
+                    self._log_progress(loss, lr)
                 if callback is not None:
                     self.elapsed += time.perf_counter() - start
                     start = time.perf_counter()
@@ -413,6 +540,23 @@ class Trainer:
         if self.out_dir is not None:
             self.save_checkpoint(os.path.join(self.out_dir, "checkpoint.pt"))
         return self.history
+
+    def _log_progress(self, loss, lr):
+        """Log the progress line of :meth:`train` when ``progress_seconds`` or ``progress_steps`` have passed."""
+        state, now = self._progress, time.perf_counter()
+        seconds, steps = self.config.progress_seconds, self.config.progress_steps
+        due_by_time = seconds is not None and now - state["last_time"] >= seconds
+        due_by_steps = steps is not None and self.step - state["last_step"] >= steps
+        if not (due_by_time or due_by_steps):
+            return
+        tokens_per_s = (self.tokens_seen - state["last_tokens"]) / max(state["busy"], 1e-9)
+        elapsed = now - state["run_start"]
+        done = self.step - state["first_step"]
+        remaining = max(0, state["planned"] - self.step)
+        eta = _duration(elapsed / done * remaining) if done else "?"
+        self._log(f"step {self.step}/{state['planned']} epoch {self.epoch + 1}/{state['epochs']} loss {loss:.3f} "
+                  f"lr {lr:.2e} {tokens_per_s:.0f} tok/s elapsed {_duration(elapsed)} ETA {eta}")
+        state.update(last_time=now, last_step=self.step, last_tokens=self.tokens_seen, busy=0.0)
 
     def _keep_best(self, bleu):
         """Record a new best validation BLEU; with an ``out_dir``, also write the full checkpoint to ``best.pt``."""
@@ -435,8 +579,10 @@ class Trainer:
         Returns:
             ``{"loss", "accuracy", "exact_match", "bleu"}``: label-smoothed loss and
             arg-max accuracy per target token (teacher forcing); the fraction of
-            greedy translations equal to the reference; corpus BLEU (sacrebleu).
-            Empty data gives NaN.
+            greedy translations equal to the reference (up to whitespace); corpus BLEU
+            (:attr:`bleu`, sacreBLEU's standard signature, logged at the first
+            evaluation) of the detokenised translations against the references as
+            they are in the data. Empty data gives NaN.
         """
         record = pairs is None
         data = self.valid_data if pairs is None else TranslationDataset(
@@ -458,8 +604,14 @@ class Trainer:
                 hypotheses = translate(self.model, [s for s, _ in chosen], self.src_tokenizer,
                                        self.tgt_tokenizer, device=self.device)
                 references = [t for _, t in chosen]
-                metrics["exact_match"] = sum(h == r for h, r in zip(hypotheses, references)) / len(chosen)
-                metrics["bleu"] = sacrebleu.corpus_bleu(hypotheses, [references]).score
+                # Both sides as text (translate() detokenises); whitespace runs do not count.
+                same = sum(h.split() == r.split() for h, r in zip(hypotheses, references))
+                metrics["exact_match"] = same / len(chosen)
+                first = self.bleu.calls == 0
+                metrics["bleu"] = self.bleu(hypotheses, references)
+                if first:
+                    self._log("BLEU: sacreBLEU corpus BLEU of detokenised translations, "
+                              f"signature {self.bleu.signature}")
         if record:
             history = self.history["valid"]
             history["step"].append(self.step)
@@ -513,8 +665,9 @@ class Trainer:
 
         Raises:
             CheckpointError: when the checkpoint's model config or vocabularies differ
-            from this trainer's.
+            from this trainer's, or when it is an inference-only export.
         """
+        _refuse_export(state)
         stored = state["config"]
         different = [name for name in MODEL_FIELDS if stored.get(name) != getattr(self.config, name)]
         if different:
@@ -555,6 +708,7 @@ class Trainer:
                 changing a model field (:data:`MODEL_FIELDS`) raises :class:`CheckpointError`.
         """
         state = load_checkpoint(path)
+        _refuse_export(state)
         config = TrainConfig(**state["config"])
         clashing = [name for name in MODEL_FIELDS if name in changes and changes[name] != getattr(config, name)]
         if clashing:

@@ -80,6 +80,15 @@ def test_resume_continues_and_rejects_another_config(trained, capsys):
     (["train", "--train", CORPUS + ":no/such.txt"], "no such file: no/such.txt"),
     (["train", "--allow-other-data"], "--resume only"),
     (["train", "--on-bad-line", "fix"], "invalid choice"),
+    (["train", "--d-model", "30", "--heads", "4"], "--d-model 30 is not divisible by --heads 4"),
+    (["train", "--d-model", "15", "--heads", "5"], "--d-model must be even"),
+    (["train", "--layers", "0"], "--layers must be a positive integer"),
+    (["train", "--dropout", "1.5"], "--dropout must be in [0, 1)"),
+    (["train", "--bpe-vocab-size", "500"], "--bpe-vocab-size applies to --tokenizer bpe only"),
+    (["train", "--threads", "0"], "--threads must be a positive integer"),
+    (["translate", "--checkpoint", "missing.pt", "--threads", "0", "a"], "--threads must be a positive integer"),
+    (["export", "missing.pt", "--output", "small.pt"], "CKPT: no such file: missing.pt"),
+    (["export", CORPUS], "--output"),
     (["fly"], "invalid choice"),
     ([], "required"),
 ])
@@ -312,3 +321,180 @@ def test_translate_rejects_bad_input_and_non_checkpoints(trained, tmp_path, monk
         err = capsys.readouterr().err.strip()
         assert err == (f"transformer: error: --checkpoint: {path} is not a readable checkpoint of this package "
                        "(expected a file written by 'transformer train')")
+
+
+SIZE_FLAGS = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "24"]
+
+
+def test_model_flags_reach_the_model_and_the_checkpoint(tmp_path, splits, capsys):
+    from solutions.model import Transformer, count_parameters
+    from solutions.trainer import load_checkpoint, model_from_checkpoint
+
+    out = tmp_path / "run"
+    flags = ["--train", _write_corpus(tmp_path, splits[0], "train"), "--out", str(out)] + TRAIN_FLAGS
+    assert main(["train", "--max-steps", "2", "--dropout", "0.2", "--threads", "2"] + SIZE_FLAGS + flags) == 0
+    assert torch.get_num_threads() == 2
+    config = load_checkpoint(out / "checkpoint.pt")["config"]
+    wanted = dict(d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=24, dropout=0.2, threads=2)
+    assert {name: config[name] for name in wanted} == wanted
+    model, src_tok, tgt_tok, _ = model_from_checkpoint(out / "checkpoint.pt")
+    expected = Transformer(len(src_tok), len(tgt_tok), d_model=16, num_heads=2, num_encoder_layers=1,
+                           num_decoder_layers=1, d_ff=24, max_len=64)
+    assert count_parameters(model) == count_parameters(expected)
+    tiny = Transformer(len(src_tok), len(tgt_tok), d_model=128, num_heads=4, num_encoder_layers=2,
+                       num_decoder_layers=2, d_ff=256, max_len=64)
+    assert count_parameters(model) < 0.2 * count_parameters(tiny)  # not the preset's model
+    capsys.readouterr()
+    resume = ["train", "--resume", str(out / "checkpoint.pt")]
+    # Another model on resume: one line naming each conflicting flag; the run is untouched.
+    conflicts = [
+        (["--d-model", "32", "--layers", "2"],
+         ["d_model is 16 in the checkpoint, 32 with --d-model 32", "num_encoder_layers is 1", "with --layers 2"]),
+        (["--shared-vocab"], ["share_embeddings is False in the checkpoint, True with --shared-vocab"]),
+        (["--tokenizer", "bpe"], ["tokenizer is 'word' in the checkpoint, 'bpe' with --tokenizer bpe"]),
+        (["--bpe-vocab-size", "100"], ["applies to --tokenizer bpe only (the checkpoint's"]),
+    ]
+    for other, named in conflicts:
+        assert main(resume + other + ["--max-steps", "3"] + flags) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and all(text in err for text in named), err
+    assert load_checkpoint(out / "checkpoint.pt")["step"] == 2
+    # The same model flags again are fine, and the dropout rate may change.
+    assert main(resume + SIZE_FLAGS + ["--dropout", "0.3", "--max-steps", "3"] + flags) == 0
+    state = load_checkpoint(out / "checkpoint.pt")
+    assert state["step"] == 3 and state["config"]["dropout"] == 0.3 and state["config"]["d_model"] == 16
+
+
+def test_shared_vocab_flag_trains_one_bpe_vocabulary_with_tied_embeddings(tmp_path, splits, capsys):
+    from solutions.trainer import load_checkpoint, model_from_checkpoint
+
+    out = tmp_path / "run"
+    assert main(["train", "--train", _write_corpus(tmp_path, splits[0], "train"), "--max-steps", "2",
+                 "--tokenizer", "bpe", "--bpe-vocab-size", "90", "--shared-vocab", "--out", str(out)]
+                + SIZE_FLAGS + TRAIN_FLAGS) == 0
+    state = load_checkpoint(out / "checkpoint.pt")
+    assert state["src_tokenizer"] == state["tgt_tokenizer"] and state["src_tokenizer"]["kind"] == "bpe"
+    assert state["config"]["share_embeddings"] and state["config"]["bpe_vocab_size"] == 90
+    model, src_tok, tgt_tok, _ = model_from_checkpoint(out / "checkpoint.pt")
+    assert len(src_tok) == len(tgt_tok) <= 90
+    assert model.src_embed.embedding.weight is model.tgt_embed.embedding.weight is model.generator.weight
+
+
+def test_progress_lines_and_one_bleu_signature_on_stderr_off_a_terminal(tmp_path, splits):
+    import re
+    import subprocess
+
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "solutions", "train", "--train", _write_corpus(tmp_path, splits[0], "train"),
+               "--epochs", "2",
+               "--progress-steps", "2", "--threads", "1", "--out", str(out)] + SIZE_FLAGS + TRAIN_FLAGS
+    command.remove("--quiet")
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300,
+                            env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "\r" not in result.stderr  # plain lines for a log file, not a redrawn bar
+    lines = result.stderr.splitlines()
+    progress = [line for line in lines if line.startswith("step ")]
+    steps = json.loads(result.stdout.splitlines()[-1])["steps"]
+    pattern = rf"step (\d+)/{steps} epoch [12]/2 loss \d+\.\d{{3}} lr \S+ \d+ tok/s elapsed \S+ ETA \S+"
+    assert [int(re.fullmatch(pattern, line).group(1)) for line in progress] == list(range(2, steps + 1, 2))
+    signature = [line for line in lines if "signature" in line]
+    # Two validations and one test evaluation, but the signature is printed once.
+    assert len(signature) == 1 and "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in signature[0]
+    summary = json.loads(result.stdout.splitlines()[-1])
+    assert summary["bleu_signature"] in signature[0] and set(summary["test"]) >= {"bleu"}
+
+
+# German-English pairs with what a space-joined output gets wrong: "man's", "T-shirt",
+# quotes, commas, and the final period, "!" or "?".
+PUNCTUATED_PAIRS = [
+    ("Ein Mann spielt.", "A man plays."),
+    ("Die Frau des Mannes lacht.", "The man's wife laughs."),
+    ("Ein Junge im T-Shirt rennt.", "A boy in a T-shirt runs."),
+    ("Zwei Hunde, ein Ball.", "Two dogs, one ball."),
+    ("Der Hund des Mädchens schläft!", "The girl's dog sleeps!"),
+    ('Ein Kind isst "Eis".', 'A child eats "ice cream".'),
+    ("Die Frau rennt.", "The woman runs."),
+    ("Ein Hund spielt im Park.", "A dog plays in the park."),
+    ("Das T-Shirt ist rot.", "The T-shirt is red."),
+    ("Wer lacht?", "Who laughs?"),
+    ("Der Mann schläft.", "The man sleeps."),
+    ("Ein Mädchen isst.", "A girl eats."),
+]
+
+
+@pytest.fixture(scope="module")
+def punctuated_run(tmp_path_factory):
+    """A BPE model with one shared vocabulary that has learnt PUNCTUATED_PAIRS by heart (out/checkpoint.pt).
+
+    Built with Trainer, as 'train' would, but with a short warm-up (100 steps) that no preset has,
+    so that 180 steps are enough."""
+    from solutions.trainer import PRESETS, Trainer
+
+    out = tmp_path_factory.mktemp("punctuated")
+    config = PRESETS["tiny"].replace(
+        d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=24,
+        tokenizer="bpe", bpe_vocab_size=120, share_embeddings=True, warmup_steps=100, lr_factor=1.0,
+        batch_size=4, epochs=60, eval_sentences=12, device="cpu", quiet=True, seed=1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    trainer = Trainer(config, PUNCTUATED_PAIRS, PUNCTUATED_PAIRS, out_dir=out)
+    trainer.train()
+    torch.set_num_threads(threads)
+    sources = out / "sources.de"
+    sources.write_text("".join(s + "\n" for s, _ in PUNCTUATED_PAIRS), encoding="utf-8")
+    return out, trainer, sources
+
+
+def test_translate_prints_detokenised_text_and_bleu_is_measured_on_it(punctuated_run, tmp_path, capsys):
+    out, trainer, sources = punctuated_run
+    valid = trainer.history["valid"]
+    # BLEU during training compares the detokenised translations with the references as written.
+    assert valid["exact_match"][-1] == 1.0 and valid["bleu"][-1] == pytest.approx(100.0)
+    assert main(["translate", "--checkpoint", str(out / "checkpoint.pt"), "--input", str(sources),
+                 "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [t for _, t in PUNCTUATED_PAIRS]  # "The man's wife laughs.", not "The man ' s wife laughs ."
+    assert not any(" ." in line or " '" in line or " - " in line for line in lines)
+
+
+def test_export_is_smaller_and_translates_like_the_full_checkpoint(punctuated_run, tmp_path, capsys):
+    out, _, sources = punctuated_run
+    full, small = out / "checkpoint.pt", tmp_path / "small.pt"
+    assert main(["export", str(full), "--output", str(small)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["bytes"] == small.stat().st_size < 0.5 * full.stat().st_size == 0.5 * report["checkpoint_bytes"]
+    outputs = {}
+    for checkpoint in (full, small):
+        for beam in ("1", "2"):
+            target = tmp_path / f"{checkpoint.stem}.{beam}.en"
+            assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(sources), "--output",
+                         str(target), "--beam", beam, "--device", "cpu"]) == 0
+            outputs[checkpoint.stem, beam] = target.read_text(encoding="utf-8")
+    assert outputs["checkpoint", "1"] == outputs["small", "1"] == "".join(t + "\n" for _, t in PUNCTUATED_PAIRS)
+    assert outputs["checkpoint", "2"] == outputs["small", "2"]
+    # An export has no optimizer state: it translates but cannot be resumed; it never overwrites its source.
+    assert main(["train", "--resume", str(small), "--out", str(tmp_path / "again")] + TRAIN_FLAGS) == 2
+    assert "is an inference-only export" in capsys.readouterr().err
+    assert main(["export", str(full), "--output", str(full)]) == 2
+    assert "is the checkpoint itself" in capsys.readouterr().err
+
+
+def test_evaluate_prints_sacrebleu_of_the_detokenised_translations(punctuated_run, tmp_path, capsys):
+    import sacrebleu
+
+    out, _, _ = punctuated_run
+    pairs = [("Ein Mann spielt.", "A man is playing.")] + PUNCTUATED_PAIRS[1:]  # one reference the model misses
+    test = tmp_path / "test.tsv"
+    test.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    hypotheses = tmp_path / "test.hyp"
+    assert main(["evaluate", "--checkpoint", str(out / "checkpoint.pt"), "--test", str(test), "--output",
+                 str(hypotheses), "--device", "cpu"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    lines = hypotheses.read_text(encoding="utf-8").splitlines()
+    assert lines == ["A man plays."] + [t for _, t in PUNCTUATED_PAIRS[1:]]
+    expected = sacrebleu.corpus_bleu(lines, [[t for _, t in pairs]])
+    assert report["bleu"] == round(expected.score, 2) < 100 and report["details"] == str(expected)
+    assert report["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert report["exact_match"] == 11 / 12 and report["sentences"] == 12

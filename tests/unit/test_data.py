@@ -232,3 +232,48 @@ def test_file_sha256_is_the_content_fingerprint(tmp_path):
     assert file_sha256(path, chunk_size=1 << 16) == hashlib.sha256(b"x" * 3_000_001).hexdigest()
     path.write_bytes(b"x" * 3_000_000 + b"y")
     assert file_sha256(path) != hashlib.sha256(b"x" * 3_000_001).hexdigest()
+
+
+# Hand-made sentences with what a word-per-space tokenizer gets wrong: clitics, hyphens,
+# quotes, commas and a final period or "!" glued to the word before.
+PUNCTUATED = [
+    "The man's wife laughs.",
+    "A boy in a T-shirt runs.",
+    "Two dogs, one ball.",
+    "The girl's dog sleeps!",
+    'A child eats "ice cream".',
+    "Who laughs?",
+    "It costs 1,000 euros - or more...",
+]
+
+
+def test_bpe_splits_punctuation_and_decodes_to_the_original_text():
+    tok = BPETokenizer.train(PUNCTUATED * 2, vocab_size=90)
+    marker = BPETokenizer.MARKER
+    for sentence in PUNCTUATED:
+        ids = tok.encode(sentence)
+        pieces = [tok.tokenizer.id_to_token(i).lstrip(marker) for i in ids]
+        # Punctuation is never glued to letters, so "laughs." shares "laughs" with "laughs?".
+        glued = [p for p in pieces if any(c in p for c in ".,!?'\"-") and any(c.isalnum() for c in p)]
+        assert not glued, (sentence, pieces)
+        assert tok.decode([1] + ids + [2, 0, 0]) == sentence  # detokenised: exactly the input text
+    pieces = [tok.tokenizer.id_to_token(i) for i in tok.encode("The man's T-shirt.")]
+    assert pieces[-1] == "." and "'" in pieces and "-" in pieces
+    assert sum(p.startswith(marker) for p in pieces) == 3  # the start and the two spaces are marked
+    # Runs of whitespace become one space; characters never seen in training become <unk>.
+    assert tok.decode(tok.encode("  Two   dogs,\tone ball. ")) == "Two dogs, one ball."
+    assert tok.decode(tok.encode("Two dogs ¿")) == "Two dogs <unk>"
+    again = tokenizer_from_state(tok.state())
+    assert again.decode(again.encode(PUNCTUATED[0])) == PUNCTUATED[0]
+
+
+def test_bleu_of_a_round_trip_is_100_on_detokenised_text():
+    from solutions.trainer import CorpusBLEU
+
+    tok = BPETokenizer.train(PUNCTUATED * 2, vocab_size=90)
+    hypotheses = [tok.decode(tok.encode(sentence)) for sentence in PUNCTUATED]
+    assert CorpusBLEU()(hypotheses, PUNCTUATED) == pytest.approx(100.0)
+    # What the old whitespace tokenizer printed ("man ' s", "T - shirt") costs BLEU.
+    spaced = [" ".join(tok.tokenizer.id_to_token(i).lstrip(BPETokenizer.MARKER) for i in tok.encode(s))
+              for s in PUNCTUATED]
+    assert spaced[0] != PUNCTUATED[0] and CorpusBLEU()(spaced, PUNCTUATED) < 90

@@ -196,3 +196,84 @@ def test_bad_configs(splits):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             Trainer(SMALL.replace(device="cuda"), train, valid)
+
+
+def test_corpus_bleu_is_sacrebleu_and_warns_once(caplog):
+    import sacrebleu
+
+    from solutions.trainer import CorpusBLEU
+
+    references = [f"the dog number {i} sees the cat." for i in range(120)]
+    hypotheses = [f"the dog number {i} sees a cat ." for i in range(120)]  # ends in " .": looks tokenised
+    scorer = CorpusBLEU()
+    with caplog.at_level("WARNING", logger="sacrebleu"):
+        first = scorer(hypotheses, references)
+        second = scorer(hypotheses, references)
+        perfect = scorer(references, references)
+    warned = [r for r in caplog.records if "tokenized period" in r.getMessage()]
+    assert len(warned) == 1  # sacreBLEU's warning at the first evaluation only
+    assert first == second == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    assert first < 100 and perfect == pytest.approx(100.0)
+    assert scorer.signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    with pytest.raises(ValueError, match="one reference per hypothesis"):
+        scorer(hypotheses, references[:-1])
+
+
+def test_shared_vocab_trains_one_tokenizer_and_ties_the_embeddings(splits):
+    from solutions.model import Transformer, count_parameters
+
+    train, valid, _ = splits
+    shared = Trainer(SMALL.replace(share_embeddings=True), train, valid)
+    separate = Trainer(SMALL, train, valid)
+    assert shared.src_tokenizer is shared.tgt_tokenizer
+    vocab = len(shared.src_tokenizer)
+    assert vocab == len(set(separate.src_tokenizer.vocab) | set(separate.tgt_tokenizer.vocab))
+    model = shared.model
+    assert model.src_embed.embedding.weight is model.tgt_embed.embedding.weight is model.generator.weight
+    sizes = dict(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64)
+    untied = count_parameters(Transformer(vocab, vocab, **sizes))
+    assert count_parameters(model) == untied - 2 * vocab * 32  # one (V, d_model) matrix instead of three
+    shared.train(max_steps=2)
+    assert model.src_embed.embedding.weight is model.generator.weight  # still one tensor after Adam steps
+
+
+def test_progress_lines_off_a_terminal(splits, caplog):
+    import re
+
+    train, valid, _ = splits
+    trainer = Trainer(SMALL.replace(quiet=False, progress_seconds=None, progress_steps=3, epochs=2), train, valid)
+    with caplog.at_level("INFO", logger="solutions.trainer"):
+        trainer.train()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    pattern = (r"step (\d+)/8 epoch [12]/2 loss \d+\.\d{3} lr \d\.\d\de-\d\d \d+ tok/s "
+               r"elapsed \d+(m\d\ds)?s? ETA (\d+(m\d\ds)?s?|\d+h\d\dm)")
+    assert [int(re.fullmatch(pattern, line).group(1)) for line in lines] == [3, 6]  # 4 batches an epoch
+    signatures = [r for r in caplog.records if "signature nrefs:1|" in r.getMessage()]
+    assert len(signatures) == 1 and trainer.history["valid"]["epoch"] == [1, 2]  # two evaluations, one line
+    caplog.clear()
+    quiet = Trainer(SMALL.replace(progress_seconds=0), train, valid)  # quiet: no lines at all
+    with caplog.at_level("INFO", logger="solutions.trainer"):
+        quiet.train(max_steps=2)
+    assert not caplog.records
+
+
+def test_export_is_smaller_translates_the_same_and_cannot_be_resumed(splits, tmp_path):
+    from solutions.decoding import translate
+    from solutions.trainer import export_checkpoint
+
+    train, valid, _ = splits
+    trainer = Trainer(SMALL, train, valid, out_dir=tmp_path)
+    trainer.train(max_steps=3)
+    full, small = tmp_path / "checkpoint.pt", tmp_path / "small.pt"
+    assert export_checkpoint(full, small) == str(small)
+    assert small.stat().st_size < 0.5 * full.stat().st_size  # no Adam moments, no history
+    exported = load_checkpoint(small)
+    assert "optimizer" not in exported and exported["config"] == load_checkpoint(full)["config"]
+    sources = [s for s, _ in valid[:4]]
+    outputs = []
+    for path in (full, small):
+        model, src_tok, tgt_tok, _ = model_from_checkpoint(path)
+        outputs.append(translate(model, sources, src_tok, tgt_tok, max_len=6))
+    assert outputs[0] == outputs[1]
+    with pytest.raises(CheckpointError, match="inference-only export"):
+        Trainer.from_checkpoint(small, train, valid)
