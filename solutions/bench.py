@@ -1,21 +1,28 @@
 """Benchmarks of the reference package, always as ratios measured side by side in one run.
 
-1. **Training step** (forward + backward + Adam step) of :class:`solutions.Transformer`
-   with the fused attention path, against ``torch.nn.Transformer`` of the same sizes
-   wrapped in the same embeddings, positional encoding and output projection, on the
-   same batch and masks. The two alternate, repetition by repetition, so both see the
-   same machine load; the result is the median of the per-repetition ratios
-   (> 1 = ours is faster).
+1. **Training step** (forward + backward + Adam step, dropout 0.1, label smoothing 0.1)
+   of :class:`solutions.Transformer` on the fused attention path (packed q/k/v
+   projections, :mod:`solutions.fused`, and ``F.scaled_dot_product_attention``),
+   against the same model with separate q/k/v projections and against
+   ``torch.nn.Transformer`` of the same sizes wrapped in the same embeddings,
+   positional encoding and output projection, on the same batch and masks. The three
+   take turns, repetition by repetition, so all see the same machine load; the ratios
+   are medians of the per-repetition ratios (> 1 = ours is faster). Training tokens per
+   second count the non-padding source and target tokens.
 2. **Greedy decoding** of 64 new tokens with the key/value cache against without
    (``<eos>`` is an id the model cannot produce, so every step runs).
-3. On CUDA, the paper's **base** model in bf16: tokens per second and the model-FLOPs
+3. **Translation** throughput in sentences per second: batched greedy decoding with
+   the cache, and beam search (beam 4) one sentence at a time, the two ways
+   :func:`~solutions.decoding.translate` decodes.
+4. On CUDA, the paper's **base** model in bf16: tokens per second and the model-FLOPs
    utilisation (MFU) against the GPU's dense bf16 peak.
 
-``python -m solutions bench`` (or ``make bench``) prints a table; ``--quick`` uses tiny
-sizes for a smoke test. Timings depend on the machine and its load; compare ratios.
+``python -m solutions bench --threads 2`` (or ``make bench``) prints a table; ``--quick``
+uses tiny sizes for a smoke test; ``--clock cpu`` times with the process's CPU time.
+Timings depend on the machine and its load; compare the ratios.
 
 Paper: section 3 (the model), 5.2 (hardware and schedule: "about 0.4 seconds" per
-base step on 8 P100 GPUs).
+base step on 8 P100 GPUs), 6.1 (beam search).
 """
 import json
 import math
@@ -26,13 +33,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .decoding import greedy_decode
+from .decoding import beam_search, greedy_decode
 from .embeddings import TokenEmbedding
+from .fused import fuse_attention
 from .masking import decoder_mask, padding_mask
 from .model import PAPER_CONFIGS, Transformer, count_parameters
 from .positional import PositionalEncoding
 
-__all__ = ["TorchTransformerBaseline", "bench_training_step", "bench_kv_cache", "bench_base_mfu",
+__all__ = ["TorchTransformerBaseline", "bench_training_step", "bench_kv_cache", "bench_translation", "bench_base_mfu",
            "run_benchmarks"]
 
 # Dense bf16 peak FLOP/s by GPU name (vendor data sheets, without sparsity).
@@ -100,19 +108,32 @@ def _clock(name, device):
 
 def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=32, src_len=32, tgt_len=32,
                         vocab=2000, dropout=0.1, repeats=10, warmup=2, device="cpu", bf16=False, clock="wall"):
-    """Median ratio of training-step times, ``torch.nn.Transformer`` / ours (> 1 = ours faster).
+    """Training-step times of three models, interleaved: ours fused, ours with separate
+    q/k/v projections, and ``torch.nn.Transformer``.
+
+    All three have the same sizes, initial weights where they share a layout (ours),
+    batch, masks, loss (label smoothing 0.1) and optimizer (Adam); every repetition
+    runs one step of each, in rotating order, so all see the same machine load.
 
     Returns:
-        A dict with both models' median step time (s), tokens per second and the
-        median ``ratio`` of the per-repetition times.
+        A dict with the median step time (s) and training tokens per second of each
+        (``ours``: fused, ``separate``, ``torch``), ``ratio`` = the median of the
+        per-repetition ``torch / ours`` times (> 1 = ours is faster),
+        ``packing_ratio`` = the median of ``separate / ours`` (> 1 = packing helps),
+        and the sizes. Tokens = non-padding source + target tokens of the batch.
     """
     device = torch.device(device)
     now = _clock(clock, device)
+
+    def ours(fused):
+        torch.manual_seed(0)
+        model = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout, max_len=512)
+        return fuse_attention(model, fused).set_fused(True)  # SDPA on both; packed projections or not
+
     torch.manual_seed(0)
-    ours = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout, max_len=512)
-    ours.set_fused(True)
     theirs = TorchTransformerBaseline(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout)
-    models = {"ours": ours.to(device).train(), "torch": theirs.to(device).train()}
+    models = {"ours": ours(True), "separate": ours(False), "torch": theirs}
+    models = {name: model.to(device).train() for name, model in models.items()}
     optimizers = {name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
                   for name, m in models.items()}
     src, tgt, labels = _random_batch(batch, src_len, tgt_len, vocab, device, torch.Generator().manual_seed(1))
@@ -122,36 +143,37 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
     def step(name):
         model, optimizer = models[name], optimizers[name]
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-            if name == "ours":
-                logits = model(src, tgt, src_mask, tgt_mask)
-            else:
+            if name == "torch":
                 logits = model(src, tgt, src_pad, tgt_pad)
+            else:
+                logits = model(src, tgt, src_mask, tgt_mask)
         loss = F.cross_entropy(logits.float().reshape(-1, vocab), labels.reshape(-1), ignore_index=0,
                                label_smoothing=0.1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
 
-    times = {"ours": [], "torch": []}
+    names = list(models)
+    times = {name: [] for name in names}
     for repeat in range(warmup + repeats):
-        order = ("ours", "torch") if repeat % 2 == 0 else ("torch", "ours")
-        for name in order:
+        shift = repeat % len(names)
+        for name in names[shift:] + names[:shift]:  # rotate who goes first
             _sync(device)
             start = now()
             step(name)
             _sync(device)
             if repeat >= warmup:
                 times[name].append(now() - start)
-    ratios = [t / o for o, t in zip(times["ours"], times["torch"])]
     tokens = int((tgt != 0).sum()) + int((src != 0).sum())
-    return {
-        "ours_s": statistics.median(times["ours"]), "torch_s": statistics.median(times["torch"]),
-        "ours_tokens_per_s": tokens / statistics.median(times["ours"]),
-        "torch_tokens_per_s": tokens / statistics.median(times["torch"]),
-        "ratio": statistics.median(ratios),
-        "sizes": dict(d_model=d_model, num_heads=num_heads, layers=num_layers, d_ff=d_ff, batch=batch,
-                      src_len=src_len, tgt_len=tgt_len, vocab=vocab),
-    }
+    result = {}
+    for name in names:
+        result[f"{name}_s"] = statistics.median(times[name])
+        result[f"{name}_tokens_per_s"] = tokens / result[f"{name}_s"]
+    result["ratio"] = statistics.median([t / o for o, t in zip(times["ours"], times["torch"])])
+    result["packing_ratio"] = statistics.median([s / o for o, s in zip(times["ours"], times["separate"])])
+    result["sizes"] = dict(d_model=d_model, num_heads=num_heads, layers=num_layers, d_ff=d_ff, batch=batch,
+                           src_len=src_len, tgt_len=tgt_len, vocab=vocab, dropout=dropout)
+    return result
 
 
 def bench_kv_cache(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=32, src_len=24, new_tokens=64,
@@ -183,6 +205,59 @@ def bench_kv_cache(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=32, 
         "cached_s": statistics.median(times[True]), "plain_s": statistics.median(times[False]),
         "ratio": statistics.median(ratios), "new_tokens": outputs[True].size(1) - 1,
         "same_tokens": bool(torch.equal(outputs[True], outputs[False])),
+    }
+
+
+def bench_translation(d_model=256, num_heads=8, num_layers=3, d_ff=1024, sentences=64, batch=32, src_len=24,
+                      new_tokens=24, beam_size=4, beam_sentences=8, vocab=2000, repeats=3, device="cpu",
+                      clock="wall"):
+    """Sentences per second of translation: batched greedy decoding and beam search.
+
+    The two ways :func:`~solutions.decoding.translate` decodes: greedy (beam 1) in
+    batches of ``batch`` sentences with the key/value cache, and beam search with
+    ``beam_size`` beams one sentence at a time, on the fused attention path. The
+    model is untrained, so ``<eos>`` is an id it cannot produce and every sentence
+    gets exactly ``new_tokens`` tokens: the same work in every run. Sources have
+    ``src_len // 2`` to ``src_len`` tokens. The two alternate; medians of ``repeats``.
+
+    Returns:
+        A dict with ``greedy_sentences_per_s``, ``beam_sentences_per_s`` and the sizes.
+    """
+    device = torch.device(device)
+    now = _clock(clock, device)
+    torch.manual_seed(0)
+    model = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, 0.0, max_len=512)
+    model = fuse_attention(model).set_fused(True).to(device).eval()
+    src, _, _ = _random_batch(sentences, src_len, 2, vocab, device, torch.Generator().manual_seed(4))
+    never = -1  # an <eos> id no arg-max can produce: every sentence decodes new_tokens tokens
+
+    def greedy():
+        for start in range(0, sentences, batch):
+            chunk = src[start:start + batch]  # (b, T_src)
+            greedy_decode(model, chunk, padding_mask(chunk), new_tokens, eos_id=never, use_cache=True)
+        return sentences
+
+    def beam():
+        for row in range(beam_sentences):
+            one = src[row:row + 1]  # (1, T_src)
+            beam_search(model, one, padding_mask(one), beam_size, new_tokens, eos_id=never)
+        return beam_sentences
+
+    runs = {"greedy": greedy, "beam": beam}
+    rates = {name: [] for name in runs}
+    for repeat in range(repeats + 1):
+        for name in (("greedy", "beam") if repeat % 2 == 0 else ("beam", "greedy")):
+            _sync(device)
+            start = now()
+            count = runs[name]()
+            _sync(device)
+            if repeat > 0:  # the first round warms up
+                rates[name].append(count / (now() - start))
+    return {
+        "greedy_sentences_per_s": statistics.median(rates["greedy"]),
+        "beam_sentences_per_s": statistics.median(rates["beam"]),
+        "sizes": dict(d_model=d_model, num_heads=num_heads, layers=num_layers, d_ff=d_ff, vocab=vocab,
+                      src_len=src_len, new_tokens=new_tokens, batch=batch, beam_size=beam_size),
     }
 
 
@@ -258,20 +333,31 @@ def _run(quick, device, json_path, clock, out):
         train = bench_training_step(batch=4, src_len=8, tgt_len=8, repeats=3, warmup=1, device=device,
                                     clock=clock, **sizes)
         cache = bench_kv_cache(batch=2, src_len=6, new_tokens=8, repeats=1, device=device, clock=clock, **sizes)
+        translation = bench_translation(sentences=4, batch=2, src_len=6, new_tokens=4, beam_sentences=2,
+                                        repeats=1, device=device, clock=clock, **sizes)
     else:
         train = bench_training_step(device=device, bf16=device.type == "cuda",
                                     repeats=30 if device.type == "cuda" else 10, clock=clock)
         cache = bench_kv_cache(device=device, clock=clock)
+        translation = bench_translation(device=device, clock=clock)
     results = {"device": str(device), "threads": torch.get_num_threads(), "clock": clock,
-               "training_step": train, "kv_cache": cache}
+               "training_step": train, "kv_cache": cache, "translation": translation}
+    sizes = ", ".join(f"{key} {value}" for key, value in train["sizes"].items())
     out(f"device {device} ({torch.get_num_threads()} threads, {clock} clock){' [quick]' if quick else ''}")
-    out(f"training step, sizes {train['sizes']}")
-    out(f"  solutions.Transformer (fused): {train['ours_s'] * 1e3:8.1f} ms  {train['ours_tokens_per_s']:10.0f} tok/s")
-    out(f"  torch.nn.Transformer:          {train['torch_s'] * 1e3:8.1f} ms  {train['torch_tokens_per_s']:10.0f} tok/s")
-    out(f"  throughput ratio ours/torch (median of interleaved runs): {train['ratio']:.2f}x  (target >= 1.0x)")
+    out(f"training step (forward, backward, Adam), {sizes}")
+    out(f"  solutions.Transformer, fused q/k/v:    {train['ours_s'] * 1e3:8.1f} ms  {train['ours_tokens_per_s']:8.0f} tok/s")
+    out(f"  solutions.Transformer, separate q/k/v: {train['separate_s'] * 1e3:8.1f} ms  "
+        f"{train['separate_tokens_per_s']:8.0f} tok/s")
+    out(f"  torch.nn.Transformer:                  {train['torch_s'] * 1e3:8.1f} ms  {train['torch_tokens_per_s']:8.0f} tok/s")
+    out(f"  throughput ratio ours/torch (median of interleaved runs): {train['ratio']:.2f}x  (target >= 1.1x)")
+    out(f"  fused/separate q/k/v (median of interleaved runs):        {train['packing_ratio']:.2f}x")
     out(f"greedy decoding, {cache['new_tokens']} new tokens")
     out(f"  with cache {cache['cached_s'] * 1e3:8.1f} ms, without {cache['plain_s'] * 1e3:8.1f} ms: "
         f"{cache['ratio']:.2f}x faster (target >= 3x), same tokens: {cache['same_tokens']}")
+    t = translation["sizes"]
+    out(f"translation, sources of {t['src_len'] // 2}-{t['src_len']} tokens, {t['new_tokens']} new tokens each")
+    out(f"  greedy, batches of {t['batch']}, key/value cache: {translation['greedy_sentences_per_s']:8.1f} sentences/s")
+    out(f"  beam {t['beam_size']}, one sentence at a time:    {translation['beam_sentences_per_s']:8.1f} sentences/s")
     if device.type == "cuda" and not quick:
         mfu = bench_base_mfu(device=device)
         results["base_mfu"] = mfu

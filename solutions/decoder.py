@@ -4,11 +4,17 @@ encoder output, and the feed-forward network, each wrapped in Add & Norm.
 "Attention Is All You Need", section 3.1 and figure 1 (right). It lives in its own
 module, apart from the chapter 7 building blocks in ``layers.py``, so that grading
 chapter 8 can withhold this answer while chapter 7's stay importable.
+
+The package's decoder layers build :class:`~solutions.fused.FusedMultiHeadAttention`:
+chapter 5's module (same parameters, same readable path) whose fast path
+(``need_weights=False``, what ``Transformer.set_fused(True)`` sets) computes the
+self-attention ``Q, K, V`` with one matrix product and the cross-attention ``K, V``
+with one. In the book's notebooks the same code builds chapter 5's class.
 """
 from torch import nn
 
+from .fused import FusedMultiHeadAttention as MultiHeadAttention  # chapter 5's module + packed projections
 from .layers import PositionwiseFeedForward
-from .multihead import MultiHeadAttention
 
 __all__ = ["DecoderLayer"]
 

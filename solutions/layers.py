@@ -10,7 +10,7 @@ import numpy as np
 import torch.nn.functional as F
 from torch import nn
 
-from .multihead import MultiHeadAttention
+from .fused import FusedMultiHeadAttention as MultiHeadAttention  # chapter 5's module + packed projections
 
 __all__ = [
     "layer_norm",

@@ -21,14 +21,37 @@ def _one_torch_thread():
 def test_quick_bench_reports_ratios(tmp_path):
     lines = []
     results = run_benchmarks(quick=True, device="cpu", json_path=tmp_path / "bench.json", out=lines.append)
-    assert results["training_step"]["ratio"] > 0 and results["kv_cache"]["ratio"] > 0
+    train = results["training_step"]
+    assert train["ratio"] > 0 and train["packing_ratio"] > 0 and results["kv_cache"]["ratio"] > 0
+    for name in ("ours", "separate", "torch"):  # three contestants, each timed
+        assert train[f"{name}_s"] > 0 and train[f"{name}_tokens_per_s"] > 0
     assert results["kv_cache"]["same_tokens"] is True and results["kv_cache"]["new_tokens"] == 8
-    assert any("throughput ratio" in line for line in lines)
-    assert json.loads((tmp_path / "bench.json").read_text())["training_step"]["ratio"] > 0
+    translation = results["translation"]
+    assert translation["greedy_sentences_per_s"] > 0 and translation["beam_sentences_per_s"] > 0
+    text = "\n".join(lines)
+    for words in ("throughput ratio ours/torch", "fused/separate q/k/v", "tok/s", "sentences/s", "beam 4"):
+        assert words in text
+    stored = json.loads((tmp_path / "bench.json").read_text())
+    assert stored["training_step"]["ratio"] == pytest.approx(train["ratio"])
+    assert stored["translation"]["beam_sentences_per_s"] == pytest.approx(translation["beam_sentences_per_s"])
 
 
-def test_bench_command_with_cpu_clock(capsys):
-    torch.set_num_threads(2)
-    assert main(["bench", "--quick", "--device", "cpu", "--clock", "cpu", "--threads", "1"]) == 0
-    assert "1 threads, cpu clock" in capsys.readouterr().out
-    assert torch.get_num_threads() == 2  # restored after the run
+def test_training_bench_times_the_fused_and_the_separate_path(monkeypatch):
+    """The 'ours' model packs its projections (every attention module is fused), the
+    'separate' one does not; both train on the SDPA path (need_weights False)."""
+    import solutions.bench as bench
+    from solutions import MultiHeadAttention
+    from solutions.fused import FusedMultiHeadAttention, fuse_attention
+
+    built = []
+
+    def recording_fuse_attention(model, flag=True):
+        built.append((model, flag))
+        return fuse_attention(model, flag)
+
+    monkeypatch.setattr(bench, "fuse_attention", recording_fuse_attention)
+    bench.bench_training_step(d_model=16, num_heads=2, num_layers=1, d_ff=32, batch=2, src_len=4, tgt_len=4,
+                              vocab=20, repeats=1, warmup=0)
+    kinds = {flag: {type(m) for m in model.modules() if isinstance(m, MultiHeadAttention)} for model, flag in built}
+    assert kinds == {True: {FusedMultiHeadAttention}, False: {MultiHeadAttention}}
+    assert all(not m.need_weights for model, _ in built for m in model.modules() if isinstance(m, MultiHeadAttention))
