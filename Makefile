@@ -20,7 +20,7 @@ help:
 	@echo "make nbval    run each chapter notebook under nbval (a second execution; one-off)"
 	@echo "make venv     only set up .venv (torch CPU build first, then requirements)"
 	@echo "make bench    performance ratios of the reference package"
-	@echo "make release  student notebooks under release/"
+	@echo "make release  student notebooks and student package under release/ (CHAPTERS=04_self_attention)"
 	@echo "make clean    remove build outputs"
 
 # torch goes in first and on its own: with 2.13.0 present, nothing below pulls CUDA wheels.
@@ -87,8 +87,11 @@ nbval: venv
 bench: venv
 	$(PY) -m solutions bench
 
+# CHAPTERS="04_self_attention" releases one chapter (default: all); each release writes
+# the student notebooks and the student package (release/transformer_book_student-*.whl).
+CHAPTERS ?=
 release: venv
-	$(PY) -m autograder release --out release
+	$(PY) -m autograder release --out release $(CHAPTERS)
 
 selftest: venv
 	$(PY) -m autograder selftest

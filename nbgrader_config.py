@@ -6,12 +6,13 @@ its formgrader work here as well as ``python -m autograder``:
     nbgrader generate_assignment 04_self_attention   # -> release/04_self_attention/
     nbgrader autograde 04_self_attention             # submissions/<student>/04_self_attention/
 
-Prefer ``python -m autograder release`` and ``python -m autograder grade``: the
-first also checks the solution cells against ``solutions`` and proves that nothing
-secret was released; the second runs student code in a sandbox, which plain
-``nbgrader autograde`` does not (it runs it with your rights, in the kernel that
-runs the hidden tests). Both write nbgrader's own gradebook format, so the
-formgrader can open ``python -m autograder grade``'s ``gradebook.db``.
+Prefer ``python -m autograder release`` and ``python -m autograder autograde
+04_self_attention`` (run here): the first also checks the solution cells against
+``solutions`` and proves that nothing secret was released; the second reads this
+file as nbgrader does and does what ``nbgrader autograde`` does (this gradebook,
+``graded/<student>/<chapter>/`` for the formgrader, nbgrader's late penalties; hand
+grades kept), but runs student code in a sandbox, which plain ``nbgrader autograde``
+does not (it runs it with your rights, in the kernel that runs the hidden tests).
 """
 import os
 
@@ -32,6 +33,34 @@ c.CourseDirectory.feedback_directory = "feedback"        # nbgrader generate_fee
 c.CourseDirectory.solution_directory = "answer_key"      # nbgrader generate_solution's output
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db")
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "_build", "feedback"]
+
+
+# Only real chapters are assignments. book/ also holds the book's _ext, _static and
+# _vendor folders, and nbgrader 0.9.6 has no setting that hides a folder of the source
+# directory from the formgrader: NbGraderAPI.get_source_assignments() lists every
+# folder there (CourseDirectory.ignore only filters files nbgrader copies). So this
+# file, which every nbgrader command and the formgrader load, narrows that listing
+# to the folders that hold a notebook named after themselves (<id>/<id>.ipynb).
+def _only_chapters(get_source_assignments):
+    def chapters(self):
+        return {
+            name for name in get_source_assignments(self)
+            if os.path.isfile(os.path.join(self.coursedir.format_path(
+                self.coursedir.source_directory, ".", name), name + ".ipynb"))
+        }
+
+    chapters.only_chapters = True
+    return chapters
+
+
+def _install_chapter_filter():
+    from nbgrader.apps.api import NbGraderAPI
+
+    if not getattr(NbGraderAPI.get_source_assignments, "only_chapters", False):  # once per process
+        NbGraderAPI.get_source_assignments = _only_chapters(NbGraderAPI.get_source_assignments)
+
+
+_install_chapter_filter()
 
 # Per-cell timeout of `nbgrader autograde`. The longest cell of a chapter (the
 # training chapter's short run, ~1-2 min on 2 CPU cores) must fit with margin; a

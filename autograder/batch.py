@@ -10,10 +10,13 @@ never here), and writes, from this trusted process only:
   the source notebook and of the grading code, the seed and the limits. A re-run reuses every entry whose
   key is unchanged, so an interrupted run resumes where it stopped and a regrade
   of unchanged work is a no-op; ``force=True`` regrades everything;
-* ``OUT/scores.csv``, ``OUT/grades.csv``, ``OUT/feedback/<student>/<chapter>.html``
-  and nbgrader's ``OUT/gradebook.db``, all rebuilt from the journal at the end, so
-  the same results always give the same files and the gradebook rows are updated in
-  place, never duplicated.
+* nbgrader's gradebook (``OUT/gradebook.db``, or an nbgrader course's own ``db_url``),
+  then ``OUT/scores.csv``, ``OUT/grades.csv`` and ``OUT/feedback/<student>/<chapter>.html``,
+  all rebuilt from the journal at the end, so the same results always give the same
+  files and the gradebook rows are updated in place, never duplicated. The CSVs and
+  the feedback are written from what the gradebook holds after the update: a hand
+  grade, extra credit or comment a grader entered (the formgrader) wins over the
+  checks' score, and the late penalty is nbgrader's (:mod:`autograder.gradebook`).
 
 A broken submission (unreadable, invalid JSON, endless loop) gets its rows with
 score 0 and a reason; the batch goes on.
@@ -41,15 +44,22 @@ __all__ = [
     "Submission",
     "Graded",
     "BatchReport",
+    "GradebookTarget",
     "find_submissions",
     "grade_class",
     "submission_status",
+    "with_hand_grades",
 ]
 
 JOURNAL_VERSION = 2  # 2: scores carry their parts and notes
+# score: nbgrader's Grade.score (a grader's manual score if given, else the checks'
+# auto_score, plus extra credit); comment: the grader's comment on the exercise.
 SCORE_COLUMNS = ["student_id", "assignment", "exercise", "grade_id", "score", "max_score", "status", "reason",
-                 "parts", "notes"]
-GRADE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status"]
+                 "parts", "notes", "auto_score", "manual_score", "extra_credit", "comment"]
+# score: after hand grades and the late penalty (nbgrader export's "score");
+# raw_score: before the penalty; late_seconds: past the due date (0: on time or no due date).
+GRADE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "raw_score", "late_seconds",
+                 "penalty"]
 # The feedback page does not read a submission larger than this (grading refuses it too).
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 
@@ -73,6 +83,25 @@ class Graded:
     scores: list[dict]
     key: dict = field(default_factory=dict)
     reused: bool = False
+
+
+@dataclass(frozen=True)
+class GradebookTarget:
+    """Where and how the batch records its grades in nbgrader's gradebook.
+
+    Attributes:
+        url: the SQLAlchemy URL (``None``: ``OUT/gradebook.db``).
+        course_id: the course id of new assignments (an nbgrader course's ``course_id``).
+        duedate: sets the assignment's due date (text or ``datetime``; ``None``
+            keeps the one in the gradebook).
+        config: traitlets ``Config`` for nbgrader's late-penalty plugin
+            (``AssignLatePenalties.plugin_class``, ``LateSubmissionPlugin.penalty_method``).
+    """
+
+    url: str | None = None
+    course_id: str = "default_course"
+    duedate: object = None
+    config: object = None
 
 
 @dataclass
@@ -257,6 +286,17 @@ def _read_journal(out: Path, sub: Submission, key: dict) -> list[dict] | None:
     return data.get("scores")
 
 
+def _read_journal_entry(out: Path, sub: Submission) -> tuple[list[dict], dict] | None:
+    """A journal entry whatever its key (the last grade of a student not graded now)."""
+    try:
+        data = json.loads(_journal_path(out, sub).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != JOURNAL_VERSION or not isinstance(data.get("scores"), list):
+        return None
+    return data["scores"], data.get("key") or {}
+
+
 def _write_journal(out: Path, graded: Graded) -> None:
     sub = graded.submission
     data = {
@@ -322,10 +362,16 @@ def parts_text(row: dict) -> str:
 
 def _grade_task(task: tuple) -> list[dict]:
     """Worker entry: grade one submission; never raises for the submission's sake."""
-    source, path, chapter, timeout, seed, sandbox = task
+    source, path, chapter, timeout, seed, sandbox, budget = task
     fn = _worker_grade_fn or _default_grade_fn()
     return _as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
-                        timeout=timeout, hidden=True, seed=seed, sandbox=sandbox))
+                        timeout=timeout, hidden=True, seed=seed, sandbox=sandbox, **_budget_kw(budget)))
+
+
+def _budget_kw(budget: float | None) -> dict:
+    """``budget=`` for the grade function only when one was set (a ``grade_fn``
+    of the tests need not know the argument)."""
+    return {} if budget is None else {"budget": float(budget)}
 
 
 def _init_worker(grade_fn: GradeFn | None, threads: int) -> None:
@@ -368,6 +414,7 @@ def grade_class(
     flat: str | None = None,
     jobs: int = 1,
     timeout: float = 120.0,
+    budget: float | None = None,
     seed: int | None = None,
     force: bool = False,
     sandbox: bool = True,
@@ -375,6 +422,8 @@ def grade_class(
     progress: bool | None = None,
     grade_fn: GradeFn | None = None,
     on_graded: Callable[[Graded], None] | None = None,
+    students: list[str] | None = None,
+    gradebook: GradebookTarget | None = None,
 ) -> BatchReport:
     """Grade every submission under ``submitted`` and write the reports under ``out``.
 
@@ -385,6 +434,8 @@ def grade_class(
         flat: the chapter of a flat folder of ``<student>.ipynb``.
         jobs: submissions graded at the same time (worker processes).
         timeout: wall-clock seconds for one submission's sandbox run.
+        budget: wall-clock seconds for one submission over all its sandbox runs
+            (default: twice ``timeout``; :func:`autograder.grading.grade_submission`).
         seed: base seed of the hidden checks (default: the one stored in ``out``,
             else a fresh random one, stored for resuming).
         force: regrade every submission, ignoring the journal.
@@ -393,6 +444,10 @@ def grade_class(
         progress: show a tqdm bar (default: when stderr is a terminal).
         grade_fn: replaces :func:`autograder.grading.grade_submission` (tests).
         on_graded: called in this process after each submission is journaled.
+        students: grade only these students (as ``nbgrader autograde --student``);
+            the others keep their last journaled grade in the reports.
+        gradebook: the gradebook to fill and its late-penalty settings
+            (default: ``OUT/gradebook.db``, nbgrader's defaults).
 
     Returns:
         A :class:`BatchReport`. Raises ``KeyboardInterrupt`` after journaling what
@@ -404,11 +459,21 @@ def grade_class(
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
+    if budget is not None and not budget > 0:
+        raise ValueError(f"budget must be positive, got {budget}")
+    if gradebook is not None and gradebook.duedate is not None:
+        from .gradebook import parse_duedate
+
+        parse_duedate(gradebook.duedate)  # a bad date fails before any grading
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     wanted, subs = find_submissions(submitted, chapters, flat, book)
     if not subs:
         raise ValueError(f"no submissions found under {submitted}")
+    if students is not None:
+        unknown = sorted(set(students) - {s.student for s in subs})
+        if unknown:
+            raise ValueError(f"no submission of student(s) {', '.join(unknown)} under {submitted}")
     base_seed = _base_seed(out, seed)
     sources = {c: source_notebook(c, book) for c in wanted}
     source_hash = {c: _sha256(p) for c, p in sources.items()}
@@ -417,6 +482,11 @@ def grade_class(
     results: dict[Submission, Graded] = {}
     todo: list[tuple[Submission, dict, tuple]] = []
     for sub in subs:
+        if students is not None and sub.student not in students:
+            kept = _read_journal_entry(out, sub)
+            if kept is not None:  # not graded now: the last grade stays in the reports
+                results[sub] = Graded(sub, kept[0], kept[1], reused=True)
+            continue
         sub_digest = _sha256(sub.path)
         sub_seed = submission_seed(base_seed, sub.student, sub.chapter, str(sub_digest))
         key = {
@@ -426,6 +496,7 @@ def grade_class(
             "timeout": float(timeout),
             "sandbox": bool(sandbox),
             "grader": fingerprint,
+            **_budget_kw(budget),
         }
         cached = None if force else _read_journal(out, sub, key)
         if cached is not None:
@@ -433,7 +504,7 @@ def grade_class(
             continue
         path = sub.path
         todo.append((sub, key, (str(sources[sub.chapter]), str(path) if path else None,
-                                sub.chapter, float(timeout), sub_seed, bool(sandbox))))
+                                sub.chapter, float(timeout), sub_seed, bool(sandbox), budget)))
 
     def finish(sub: Submission, key: dict, rows: list[dict]) -> None:
         graded = Graded(sub, rows, key)
@@ -447,10 +518,10 @@ def grade_class(
         if jobs == 1 or len(todo) <= 1:
             fn = grade_fn or _default_grade_fn()
             for sub, key, task in todo:
-                source, path, chapter, t, s, sb = task
+                source, path, chapter, t, s, sb, bud = task
                 try:
                     rows = _as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
-                                        timeout=t, hidden=True, seed=s, sandbox=sb))
+                                        timeout=t, hidden=True, seed=s, sandbox=sb, **_budget_kw(bud)))
                 except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
                     rows = _failed_rows(sources[sub.chapter], f"the grader failed: {type(exc).__name__}: {exc}")
                 finish(sub, key, rows)
@@ -477,8 +548,8 @@ def grade_class(
     finally:
         bar.close()
 
-    ordered = [results[s] for s in subs]
-    write_reports(out, ordered, sources)
+    ordered = [results[s] for s in subs if s in results]
+    write_reports(out, ordered, sources, gradebook)
     graded_now = sum(1 for g in ordered if not g.reused)
     return BatchReport(out, ordered, graded_now, len(ordered) - graded_now)
 
@@ -524,21 +595,58 @@ def _write_csv(path: Path, columns: list[str], rows: list[list]) -> None:
     _write_atomic(path, buf.getvalue())
 
 
-def write_reports(out: Path, results: list[Graded], sources: dict[str, Path]) -> None:
-    """Write ``scores.csv``, ``grades.csv``, the feedback pages and ``gradebook.db``
-    from the results (deterministic: the same results give the same files)."""
+def _optional(x) -> str:
+    """A number that may be unset (a gradebook field): ``""`` when ``None``."""
+    return "" if x is None else _num(x)
+
+
+def with_hand_grades(graded: Graded, recorded) -> list[dict]:
+    """The score rows of ``graded`` as the gradebook holds them now: ``score`` is
+    nbgrader's ``Grade.score`` (manual score if a grader gave one, plus extra
+    credit); ``auto_score``, ``manual_score``, ``extra_credit`` and ``comment``
+    (the grader's) are added. ``recorded`` is the submission's
+    :class:`autograder.gradebook.Recorded`, or ``None`` (nothing recorded)."""
+    rows = []
+    for s in graded.scores:
+        row = dict(s, auto_score=s["score"], manual_score=None, extra_credit=None, comment="")
+        held = recorded.grades.get(s["grade_id"]) if recorded is not None else None
+        if held is not None:
+            row.update(manual_score=held["manual_score"], extra_credit=held["extra_credit"], score=held["score"])
+        if recorded is not None:
+            row["comment"] = recorded.comments.get(s["exercise"], "")
+        rows.append(row)
+    return rows
+
+
+def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
+                  gradebook: GradebookTarget | None = None) -> None:
+    """Fill the gradebook, then write ``scores.csv``, ``grades.csv`` and the feedback
+    pages from the results and what the gradebook holds (hand grades, late
+    penalties). Deterministic: the same results and gradebook give the same files."""
     from .feedback import render_feedback, student_code
     from .gradebook import write_gradebook
+
+    target = gradebook or GradebookTarget()
+    recorded = write_gradebook(out / "gradebook.db", sources, results, url=target.url, course_id=target.course_id,
+                               duedate=target.duedate, config=target.config)
 
     score_rows, grade_rows = [], []
     for g in results:
         sub = g.submission
-        for s in g.scores:
+        held = recorded.get((sub.student, sub.chapter))
+        rows = with_hand_grades(g, held)
+        for s in rows:
             score_rows.append([_cell(sub.student), sub.chapter, s["exercise"], s["grade_id"], _num(s["score"]),
                                _num(s["max_score"]), s["status"], _cell(s["reason"]), _cell(parts_text(s)),
-                               _cell(" | ".join(s.get("notes") or []))])
-        grade_rows.append([_cell(sub.student), sub.chapter, _num(sum(s["score"] for s in g.scores)),
-                           _num(sum(s["max_score"] for s in g.scores)), submission_status(g)])
+                               _cell(" | ".join(s.get("notes") or [])), _num(s["auto_score"]),
+                               _optional(s["manual_score"]), _optional(s["extra_credit"]),
+                               _cell(" ".join(s["comment"].split()))])
+        raw = sum(s["score"] for s in rows)
+        penalty = held.penalty if held is not None else 0.0
+        late = held.late_seconds if held is not None else 0.0
+        grade_rows.append([_cell(sub.student), sub.chapter, _num(max(0.0, raw - penalty)),
+                           _num(sum(s["max_score"] for s in rows)), submission_status(g), _num(raw),
+                           _num(late), _num(penalty)])
     _write_csv(out / "scores.csv", SCORE_COLUMNS, score_rows)
     _write_csv(out / "grades.csv", GRADE_COLUMNS, grade_rows)
 
@@ -550,12 +658,13 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path]) ->
             if page.exists():
                 page.unlink()
             continue
-        html = render_feedback(sub.student, sub.chapter, g.scores, student_code(sub.path, MAX_NOTEBOOK_BYTES),
-                               submission_status(g))
+        held = recorded.get((sub.student, sub.chapter))
+        html = render_feedback(sub.student, sub.chapter, with_hand_grades(g, held),
+                               student_code(sub.path, MAX_NOTEBOOK_BYTES), submission_status(g),
+                               late_seconds=held.late_seconds if held is not None else 0.0,
+                               penalty=held.penalty if held is not None else 0.0)
         if not page.is_file() or page.read_text(encoding="utf-8") != html:
             _write_atomic(page, html)
-
-    write_gradebook(out / "gradebook.db", sources, results)
 
 
 def clean_outputs(out: Path) -> None:

@@ -1,13 +1,20 @@
 """``python -m autograder`` (or ``autograder``): release, grade, check, selftest, bench.
 
-* ``release --out DIR`` — the student notebooks ``DIR/<chapter>/<chapter>.ipynb``
+* ``release --out DIR [CHAPTER...]`` — the student notebooks ``DIR/<chapter>/<chapter>.ipynb``
   (nbgrader's preprocessors; no solution, no hidden test), after checking that the
-  solution cells equal the ``solutions`` package.
+  solution cells equal the ``solutions`` package, and the student package
+  ``DIR/transformer_book_student-*.whl`` (the visible checks, no answers).
 * ``grade SUBMITTED --out OUT`` — grade a class in nbgrader's submitted layout
   (``<student>/<chapter>/<chapter>.ipynb``; ``--flat CHAPTER`` for a folder of
   ``<student>.ipynb``) with the hidden checks, student code in the sandbox; writes
   ``gradebook.db`` (nbgrader's), ``scores.csv``, ``grades.csv`` and
-  ``feedback/<student>/<chapter>.html``. Resumes an interrupted run.
+  ``feedback/<student>/<chapter>.html``. Resumes an interrupted run. Ends with a
+  summary naming the invalid, wrong-chapter, flagged and timed-out submissions.
+* ``report OUT`` — the class report of a ``grade`` output: per chapter, an HTML
+  page and a CSV in ``OUT/report/`` (:mod:`autograder.report`).
+* ``autograde ASSIGNMENT`` — ``nbgrader autograde`` for an nbgrader course, run in the
+  course folder (or ``--course DIR``): grades ``submitted/`` in the sandbox, fills the
+  course's gradebook and writes ``autograded/`` for the formgrader (:mod:`autograder.course`).
 * ``check NOTEBOOK`` — a student's local run of the visible checks, as a table.
 * ``selftest`` — the source notebooks must score full marks and the released ones
   zero, through the same pipeline as ``grade``.
@@ -44,14 +51,24 @@ def _sandbox_available() -> bool:
 def cmd_release(args: argparse.Namespace) -> int:
     from .release import ReleaseError, release
 
+    chapters = list(dict.fromkeys(list(args.chapter_ids or []) + list(args.chapters or [])))
     try:
-        done = release(Path(args.out), args.chapters or None, book=Path(args.book),
-                       check_sync=not args.no_sync_check)
+        done = release(Path(args.out), chapters or None, book=Path(args.book),
+                       check_sync=not args.no_sync_check, package=not args.no_package)
     except (ReleaseError, ValueError) as exc:
         print(f"release failed: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, ReleaseError) else 2
     for item in done:
         print(f"released {item.chapter}: {item.path}")
+    if done.package is not None:
+        pkg = done.package
+        print(f"student package: {pkg.wheel}\n  students install it with: pip install \"{pkg.wheel.name}\"\n"
+              f"  and check a notebook with: python -m autograder check NOTEBOOK")
+        for module, helpers in sorted(pkg.withheld_helpers.items()):
+            print(f"  note: {module}'s hint helpers {', '.join(helpers)} compute an answer: the package holds "
+                  "their results on the visible cases, not their code")
+        for warning in pkg.warnings:
+            print(f"  warning: {warning}")
     return 0
 
 
@@ -59,7 +76,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from .batch import grade_class
+    from .batch import GradebookTarget, grade_class
 
     sandbox = True
     if args.unsafe_no_sandbox:
@@ -75,8 +92,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
         report = grade_class(
             Path(args.submitted), Path(args.out),
             chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, timeout=args.timeout,
-            seed=args.seed, force=args.force, sandbox=sandbox, progress=None if not args.no_progress else False,
-            book=Path(args.book),
+            budget=args.budget, seed=args.seed, force=args.force, sandbox=sandbox, progress=None if not args.no_progress else False,
+            book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate),
         )
     except ValueError as exc:
         print(f"grade: {exc}", file=sys.stderr)
@@ -85,12 +102,64 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print("\ninterrupted: the finished submissions are journaled in "
               f"{Path(args.out) / '.journal'}; run the same command again to resume.", file=sys.stderr)
         return 130
-    totals = report.totals()
-    students = sorted({s for s, _ in totals})
-    print(f"graded {report.graded} submission(s), reused {report.reused} unchanged from the journal; "
-          f"{len(students)} student(s).")
-    print(f"wrote {report.out / 'grades.csv'}, {report.out / 'scores.csv'}, {report.out / 'gradebook.db'}, "
-          f"{report.out / 'feedback'}/")
+    from .report import summarise
+
+    print(summarise(report))
+    return 0
+
+
+# --------------------------------------------------------------------------- report
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import ReportError, class_report
+
+    try:
+        written = class_report(Path(args.out), Path(args.to) if args.to else None)
+    except ReportError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+# --------------------------------------------------------------------------- autograde
+
+
+def cmd_autograde(args: argparse.Namespace) -> int:
+    from .course import autograde
+
+    sandbox = True
+    if args.unsafe_no_sandbox:
+        sandbox = False
+        print("WARNING: --unsafe-no-sandbox: student code runs as a plain subprocess with your rights; "
+              "the grades are NOT tamper-proof.", file=sys.stderr)
+    elif not _sandbox_available():
+        print("autograde: the bubblewrap sandbox (bwrap) is not available; install it "
+              "(apt-get install bubblewrap) or pass --unsafe-no-sandbox for untrusted-free testing only.",
+              file=sys.stderr)
+        return 2
+    try:
+        done = autograde(args.assignment, course=args.course, students=args.student or None, force=args.force,
+                         duedate=args.duedate, out=Path(args.out) if args.out else None, jobs=args.jobs,
+                         timeout=args.timeout, seed=args.seed, sandbox=sandbox,
+                         progress=None if not args.no_progress else False)
+    except ValueError as exc:
+        print(f"autograde: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: the finished submissions are journaled; run the same command again to resume.",
+              file=sys.stderr)
+        return 130
+    from .report import summarise
+
+    report, course = done.batch, done.course
+    # The summary of `grade`, less its OUT/gradebook.db line: here the course's own gradebook is filled.
+    print("\n".join(line for line in summarise(report).splitlines() if not line.endswith("nbgrader's gradebook")))
+    print(f"  {course.folder(course.coursedir.autograded_directory, '<student>', args.assignment)}/  "
+          f"{len(done.autograded)} autograded notebook(s), for nbgrader's formgrader and generate_feedback")
+    print(f"  {course.db_url}  the course's gradebook (hand grades entered there are kept)")
     return 0
 
 
@@ -106,24 +175,33 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .batch import _as_dicts, _num, parts_text
+    from .checks import exercises_of
     from .grading import grade_submission
-    from .release import source_notebook
+    from .release import chapter_ids, source_notebook
+    from .student.notebook import chapter_of, read_notebook
 
     path = Path(args.notebook)
     if not path.is_file():
         print(f"check: no such notebook: {path}", file=sys.stderr)
         return 2
-    chapter = args.chapter or path.stem
     try:
-        source = source_notebook(chapter, Path(args.book))
+        nb = read_notebook(path)
+    except ValueError as exc:
+        print(f"check: {exc}", file=sys.stderr)
+        return 2
+    known = {c: [ex.name for ex in exercises_of(c)] for c in chapter_ids(Path(args.book))}
+    chapter = args.chapter or chapter_of(nb, path, known)
+    try:
+        source = source_notebook(chapter or "", Path(args.book))
     except ValueError:
-        print(f"check: cannot tell the chapter of {path.name}; pass --chapter (e.g. --chapter 04_self_attention)",
-              file=sys.stderr)
+        print(f"check: {path.name} is none of the chapter notebooks under {args.book}: its metadata names no "
+              "chapter and none of its exercise cells belongs to one; pass --chapter (e.g. --chapter "
+              "04_self_attention) if you are sure", file=sys.stderr)
         return 2
     sandbox = _sandbox_available()
     if not sandbox:
         print("(no sandbox available: your code runs as a plain subprocess)", file=sys.stderr)
-    rows = _as_dicts(grade_submission(source, path, chapter=chapter, timeout=args.timeout,
+    rows = _as_dicts(grade_submission(source, path, chapter=chapter, timeout=args.timeout, budget=args.budget,
                                       hidden=False, seed=args.seed, sandbox=sandbox))
     table = [[r["exercise"], f"{_num(r['score'])}/{_num(r['max_score'])}", r["status"], r["reason"] or "ok"]
              for r in rows]
@@ -219,6 +297,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- parser
 
 
+def _seconds(text: str) -> float:
+    """argparse type of a positive number of seconds (``--budget``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
 def _book_option(parser: argparse.ArgumentParser) -> None:
     from .release import BOOK
 
@@ -230,11 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autograder", description=__doc__.split("\n\n")[0].strip("`"))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("release", help="write the student notebooks DIR/<chapter>/<chapter>.ipynb")
+    p = sub.add_parser("release", help="write the student notebooks DIR/<chapter>/<chapter>.ipynb and the "
+                                       "student package (a wheel in DIR)")
     p.add_argument("--out", required=True, help="release folder")
-    p.add_argument("--chapters", nargs="*", help="chapter ids (default: all)")
+    p.add_argument("chapter_ids", nargs="*", metavar="CHAPTER", help="chapter ids (default: all)")
+    p.add_argument("--chapters", nargs="*", help="chapter ids, as an option (same as CHAPTER...)")
     p.add_argument("--no-sync-check", action="store_true",
                    help="release even if solution cells differ from the solutions package")
+    p.add_argument("--no-package", action="store_true",
+                   help="only the notebooks: no student package (the visible checks without the answers)")
     _book_option(p)
     p.set_defaults(func=cmd_release)
 
@@ -242,21 +335,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("submitted", help="nbgrader's submitted folder: <student>/<chapter>/<chapter>.ipynb")
     p.add_argument("--out", required=True, help="output folder (gradebook.db, CSVs, feedback/)")
     p.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per submission (default 120)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="wall-clock seconds of one sandbox run of a submission (default 120)")
+    p.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS",
+                   help="wall-clock seconds of one submission over all its sandbox runs; what is left when it "
+                        "is spent scores 0 (default: twice --timeout)")
     p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh, kept in OUT)")
     p.add_argument("--chapters", nargs="*", help="chapter ids to grade (default: those submitted)")
     p.add_argument("--flat", metavar="CHAPTER", help="SUBMITTED is a folder of <student>.ipynb for CHAPTER")
     p.add_argument("--force", action="store_true", help="regrade everything, ignoring the journal")
+    p.add_argument("--duedate", help="due date of the graded chapters, e.g. '2026-11-20 17:00:00 UTC' "
+                                     "(lateness from timestamp.txt; default: the one in OUT/gradebook.db)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without the sandbox (NOT tamper-proof; testing only)")
     _book_option(p)
     p.set_defaults(func=cmd_grade)
 
+    p = sub.add_parser("autograde", help="nbgrader autograde, sandboxed, in an nbgrader course folder")
+    p.add_argument("assignment", help="the assignment (chapter) id, e.g. 04_self_attention")
+    p.add_argument("--course", default=None, help="the course folder with nbgrader_config.py (default: here)")
+    p.add_argument("--student", action="append", metavar="ID",
+                   help="grade only this student (repeatable); the others keep their grades")
+    p.add_argument("--force", action="store_true", help="regrade unchanged submissions too (hand grades stay)")
+    p.add_argument("--duedate", help="set the assignment's due date in the gradebook, "
+                                     "e.g. '2026-11-20 17:00:00 UTC' (default: the gradebook's)")
+    p.add_argument("--out", help="folder of grades.csv, scores.csv, feedback/ (default: COURSE/grades/ASSIGNMENT)")
+    p.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per submission (default 120)")
+    p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh, kept)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run student code without the sandbox (NOT tamper-proof; testing only)")
+    p.set_defaults(func=cmd_autograde)
+
+    p = sub.add_parser("report", help="the class report of a grade output: scores, parts, frequent mistakes")
+    p.add_argument("out", help="the --out folder of `grade` (with its scores.csv)")
+    p.add_argument("--to", help="where the pages go (default: OUT/report)")
+    p.set_defaults(func=cmd_report)
+
     p = sub.add_parser("check", help="run the visible checks of a notebook and print a summary")
-    p.add_argument("notebook", help="your notebook, e.g. 04_self_attention.ipynb")
-    p.add_argument("--chapter", help="chapter id when the file name is not <chapter>.ipynb")
+    p.add_argument("notebook", help="your notebook, whatever its name, e.g. '04_self_attention (1).ipynb'")
+    p.add_argument("--chapter", help="chapter id, only when the notebook's metadata and cells do not tell")
     p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS",
+                   help="wall-clock seconds over all the sandbox runs (default: twice --timeout)")
     p.add_argument("--seed", type=int, default=None)
     _book_option(p)
     p.set_defaults(func=cmd_check)

@@ -1,8 +1,9 @@
 """Per-student feedback pages: ``feedback/<student>/<chapter>.html``.
 
 One self-contained HTML page per submission (no scripts, no external assets): a
-summary, then per exercise its status, score, the check's diagnosis and the
-student's own code for that exercise. It is built from the grading results and
+summary (with the late penalty, if any), then per exercise its status, score, the
+check's diagnosis, what a grader changed by hand (score, extra credit, comment)
+and the student's own code for that exercise. It is built from the grading results and
 the submission only, so it can never show a hidden test or the reference answer.
 Everything the student wrote is HTML-escaped.
 """
@@ -29,6 +30,7 @@ CSS = """
 body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #222; }
 table { border-collapse: collapse; margin: 1rem 0; }
 th, td { border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertical-align: top; }
+.hand { background: #fff8dc; padding: .3rem .6rem; border-left: 3px solid #c9a400; }
 .passed, .earned { color: #176317; } .partial { color: #8a5a00; } .missed, .failed, .error, .timeout, .cheat, .invalid, .missing { color: #a11; }
 pre { background: #f6f6f6; padding: .6rem; overflow-x: auto; }
 section { border-top: 1px solid #ddd; margin-top: 1.5rem; }
@@ -72,22 +74,53 @@ def _num(x: float) -> str:
     return str(int(x)) if x == int(x) else f"{x:g}"
 
 
+def _duration(seconds: float) -> str:
+    """``2 h 5 min`` / ``12 min`` / ``40 s``: how late, in words."""
+    seconds = int(round(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes else ""]
+    text = " ".join(p for p in parts if p)
+    return text or f"{secs} s"
+
+
+def _hand_lines(s: dict) -> list[str]:
+    """What a grader changed on one exercise, as HTML paragraphs (escaped)."""
+    e = html.escape
+    lines = []
+    if s.get("manual_score") is not None:
+        lines.append(f'<p class="hand">Graded by hand: {_num(s["manual_score"])} / {_num(s["max_score"])} points '
+                     f"(the checks gave {_num(s.get('auto_score', 0) or 0)}).</p>")
+    if s.get("extra_credit"):
+        lines.append(f'<p class="hand">Extra credit: {_num(s["extra_credit"])} point(s).</p>')
+    if s.get("comment"):
+        lines.append(f'<p class="hand">Grader\'s comment: {e(s["comment"])}</p>')
+    return lines
+
+
 def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[str, list[str]],
-                    status: str) -> str:
+                    status: str, *, late_seconds: float = 0.0, penalty: float = 0.0) -> str:
     """The feedback page of one submission.
 
     Args:
         student: the student id.
         chapter: the chapter (assignment) id.
-        scores: one dict per graded cell (the fields of ``CellScore``).
+        scores: one dict per graded cell (the fields of ``CellScore``; ``score`` is
+            the final one, and the optional ``auto_score``, ``manual_score``,
+            ``extra_credit`` and ``comment`` say what a grader changed by hand,
+            see :func:`autograder.batch.with_hand_grades`).
         code: the submission's code cells by grade_id (:func:`student_code`).
         status: the submission's overall status (``complete``, ``incomplete``, …).
+        late_seconds: how late the submission was (0: on time).
+        penalty: the late penalty in points, taken off the total.
 
     Returns:
         The HTML text (deterministic for the same inputs).
     """
     e = html.escape
-    total = sum(s["score"] for s in scores)
+    raw = sum(s["score"] for s in scores)
+    total = max(0.0, raw - penalty)
     max_total = sum(s["max_score"] for s in scores)
     parts = [
         "<!DOCTYPE html>",
@@ -96,6 +129,8 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
         f"<style>{CSS}</style></head><body>",
         f"<h1>{e(chapter)}</h1>",
         f"<p>Student <b>{e(student)}</b>: <b>{_num(total)} / {_num(max_total)}</b> points ({e(status)}).</p>",
+        *([f'<p class="late">Submitted {_duration(late_seconds)} after the due date: late penalty '
+           f"{_num(penalty)} point(s), taken off the {_num(raw)} earned.</p>"] if late_seconds > 0 else []),
         "<table><thead><tr><th>exercise</th><th>points</th><th>status</th><th>message</th></tr></thead><tbody>",
     ]
     for s in scores:
@@ -129,6 +164,7 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
             parts.append(f"<p>{e(s['reason'])}</p>")
         for note in s.get("notes") or []:
             parts.append(f'<p class="note">Note: {e(note)}</p>')
+        parts.extend(_hand_lines(s))
         if not cells:
             parts.append("<p><i>No cell for this exercise was found in your notebook.</i></p>")
         for i, source in enumerate(cells):

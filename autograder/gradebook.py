@@ -12,22 +12,37 @@ formgrader, ``nbgrader export`` and any nbgrader tooling read it unchanged:
   verdict (``"failed: the rows of … sum to 2"``), shown by the formgrader.
 
 Everything is an update-or-create, so regrading updates rows and never duplicates
-them; a manual score a grader entered in the formgrader is kept (and the cell is
-flagged for review, as nbgrader does).
+them; what a grader entered in the formgrader (``Grade.manual_score``,
+``Grade.extra_credit``, ``Comment.manual_comment``) is never written here: it is
+kept (the cell flagged for review, as nbgrader does) and read back by
+:func:`write_gradebook`, so the CSVs and the feedback show it.
+
+Late submissions follow nbgrader: the assignment's ``duedate`` (optionally set
+here, as ``nbgrader db assignment add --duedate`` does), the submission's
+timestamp from ``timestamp.txt``, and nbgrader's own ``AssignLatePenalties``
+preprocessor with the configured plugin (``c.AssignLatePenalties.plugin_class``,
+``c.LateSubmissionPlugin.penalty_method``) setting each notebook's
+``late_submission_penalty``.
 """
 from __future__ import annotations
 
 import contextlib
+import datetime
+import logging
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import nbformat
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Graded
 
-__all__ = ["write_gradebook", "db_url"]
+__all__ = ["write_gradebook", "db_url", "Recorded", "parse_duedate", "DEFAULT_COURSE"]
+
+# nbgrader's own default course id (``Gradebook(db_url)``).
+DEFAULT_COURSE = "default_course"
 
 
 def db_url(path: Path) -> str:
@@ -61,14 +76,69 @@ def alembic_on_path():
 _HEAD: str | None = None
 
 
-def _record_assignment(url: str, chapter: str, source: Path) -> None:
-    """Create or update the assignment and its cells from the source notebook."""
+@dataclass
+class Recorded:
+    """What the gradebook holds for one submission once the checks' scores are in.
+
+    Attributes:
+        grades: per test cell ``grade_id``: ``auto_score``, ``manual_score`` and
+            ``extra_credit`` as stored (``None`` when unset) and ``score``, nbgrader's
+            ``Grade.score`` (the manual score if a grader gave one, else the auto
+            score, plus any extra credit).
+        comments: per exercise (solution cell), the grader's ``manual_comment``.
+        raw_score: the sum of ``score`` (nbgrader's ``SubmittedNotebook.score``).
+        late_seconds: ``SubmittedAssignment.total_seconds_late`` (0 when on time or
+            when the assignment has no due date).
+        penalty: the notebook's ``late_submission_penalty`` (0 when none).
+    """
+
+    grades: dict[str, dict[str, Any]] = field(default_factory=dict)
+    comments: dict[str, str] = field(default_factory=dict)
+    raw_score: float = 0.0
+    late_seconds: float = 0.0
+    penalty: float = 0.0
+
+    @property
+    def score(self) -> float:
+        """The final score, as ``nbgrader export`` computes it: ``max(0, raw - penalty)``."""
+        return max(0.0, self.raw_score - self.penalty)
+
+
+def parse_duedate(value: str | datetime.datetime) -> datetime.datetime:
+    """A due date as nbgrader stores it (naive UTC), from text such as
+    ``"2026-11-20 17:00:00 Europe/Berlin"`` or ``"2026-11-20T17:00:00+01:00"``
+    (nbgrader's ``parse_utc``; no zone means UTC; the date written YYYY-MM-DD) or
+    a ``datetime``.
+
+    Raises:
+        ValueError: the text is not a date.
+    """
+    import re
+
+    from nbgrader.utils import parse_utc
+
+    if isinstance(value, str) and not re.search(r"\d{4}-\d{1,2}-\d{1,2}", value):
+        # dateutil would read "friday" as the next Friday: ask for the date itself
+        raise ValueError(f"due date {value!r}: expected a date and time such as '2026-11-20 17:00:00 UTC'")
+    try:
+        parsed = parse_utc(value)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ValueError(f"due date {value!r}: expected a date and time such as "
+                         f"'2026-11-20 17:00:00 UTC' ({exc})") from None
+    if not isinstance(parsed, datetime.datetime):
+        raise ValueError(f"due date {value!r}: expected a date and time such as '2026-11-20 17:00:00 UTC'")
+    return parsed
+
+
+def _record_assignment(url: str, chapter: str, source: Path, course_id: str,
+                       duedate: datetime.datetime | None) -> None:
+    """Create or update the assignment (and its due date) and its cells from the source notebook."""
     from nbgrader.api import Gradebook, MissingEntry
 
     from .release import student_version
 
-    with Gradebook(url) as gb:
-        gb.update_or_create_assignment(chapter)
+    with Gradebook(url, course_id) as gb:
+        gb.update_or_create_assignment(chapter, **({"duedate": duedate} if duedate is not None else {}))
         try:
             notebook = gb.find_notebook(chapter, chapter)
             known = {c.name: c.max_score for c in notebook.grade_cells}
@@ -85,20 +155,36 @@ def _record_assignment(url: str, chapter: str, source: Path) -> None:
     student_version(nb, chapter, db_url=url)  # nbgrader's SaveCells records the cells
 
 
-def write_gradebook(path: Path, sources: dict[str, Path], results: list["Graded"]) -> None:
-    """Record ``results`` in the gradebook at ``path`` (created when missing).
+def write_gradebook(path: Path | None, sources: dict[str, Path], results: list["Graded"], *,
+                    url: str | None = None, course_id: str = DEFAULT_COURSE,
+                    duedate: str | datetime.datetime | None = None,
+                    config: Any = None) -> dict[tuple[str, str], Recorded]:
+    """Record ``results`` in a gradebook and read back what it holds for each of them.
 
     Args:
-        path: the ``gradebook.db`` file.
+        path: the ``gradebook.db`` file (created when missing); ignored when ``url`` is given.
         sources: chapter id -> source notebook, for every chapter in ``results``.
         results: the batch's graded submissions (not-submitted ones are skipped,
             as nbgrader has no submission for them).
+        url: the gradebook's SQLAlchemy URL (an nbgrader course's ``db_url``).
+        course_id: the course id under which a new assignment is created.
+        duedate: sets the due date of every chapter in ``sources`` (text for
+            :func:`parse_duedate`, or a ``datetime``); ``None`` keeps the gradebook's.
+        config: a traitlets ``Config`` for nbgrader's ``AssignLatePenalties``
+            (its ``plugin_class``) and ``LateSubmissionPlugin`` (``penalty_method``);
+            ``None``: nbgrader's defaults (no penalty).
+
+    Returns:
+        ``(student, chapter) -> Recorded`` for every submitted result.
     """
-    url = db_url(path)
+    url = url or db_url(path)
+    due = parse_duedate(duedate) if duedate is not None else None
     with alembic_on_path():
         for chapter, source in sources.items():
-            _record_assignment(url, chapter, source)
-        _record_results(url, results)
+            _record_assignment(url, chapter, source, course_id, due)
+        _record_results(url, course_id, results)
+        _assign_late_penalties(url, results, config)
+        return _read_back(url, course_id, results)
 
 
 def _timestamp(text: str | None) -> dict:
@@ -113,10 +199,10 @@ def _timestamp(text: str | None) -> dict:
         return {}
 
 
-def _record_results(url: str, results: list["Graded"]) -> None:
+def _record_results(url: str, course_id: str, results: list["Graded"]) -> None:
     from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(url) as gb, warnings.catch_warnings():
+    with Gradebook(url, course_id) as gb, warnings.catch_warnings():
         # nbgrader's add_submission trips SQLAlchemy's autoflush warnings; harmless.
         warnings.filterwarnings("ignore", message=".*not in session.*")
         for graded in results:
@@ -130,6 +216,7 @@ def _record_results(url: str, results: list["Graded"]) -> None:
                     grade = gb.find_grade(row["grade_id"], sub.chapter, sub.chapter, sub.student)
                 except MissingEntry:  # not a grade cell of the source notebook
                     continue
+                # Only the auto fields: a grader's manual_score / extra_credit stay as they are.
                 grade.auto_score = float(row["score"])
                 grade.needs_manual_grade = grade.manual_score is not None
                 verdict = row["status"] + (f": {row['reason']}" if row["reason"] else "")
@@ -137,5 +224,62 @@ def _record_results(url: str, results: list["Graded"]) -> None:
                     comment = gb.find_comment(row["exercise"], sub.chapter, sub.chapter, sub.student)
                 except MissingEntry:  # no solution cell of that name
                     continue
-                comment.auto_comment = verdict
+                comment.auto_comment = verdict  # the manual_comment is the grader's, never touched
             gb.db.commit()
+
+
+def _assign_late_penalties(url: str, results: list["Graded"], config: Any) -> None:
+    """Run nbgrader's own ``AssignLatePenalties`` on every submitted notebook, as
+    ``nbgrader autograde`` does after saving the grades: it resets the penalty, and
+    for a late submission asks the configured plugin for one, clipped to ``[0, score]``."""
+    from nbformat.v4 import new_notebook
+    from nbgrader.preprocessors import AssignLatePenalties
+    from traitlets.log import get_logger
+
+    step = AssignLatePenalties(config=config) if config is not None else AssignLatePenalties()
+    log = get_logger()  # its per-submission warnings ("... is 5400.0 seconds late") go to grades.csv instead
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        for graded in results:
+            sub = graded.submission
+            if sub.path is None:
+                continue
+            resources = {"nbgrader": {"notebook": sub.chapter, "assignment": sub.chapter,
+                                      "student": sub.student, "db_url": url}}
+            step.preprocess(new_notebook(), resources)
+    finally:
+        log.setLevel(level)
+
+
+def _read_back(url: str, course_id: str, results: list["Graded"]) -> dict[tuple[str, str], Recorded]:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    recorded: dict[tuple[str, str], Recorded] = {}
+    with Gradebook(url, course_id) as gb:
+        for graded in results:
+            sub = graded.submission
+            if sub.path is None:
+                continue
+            try:
+                notebook = gb.find_submission_notebook(sub.chapter, sub.chapter, sub.student)
+                assignment = gb.find_submission(sub.chapter, sub.student)
+            except MissingEntry:
+                continue
+            rec = Recorded(
+                raw_score=float(notebook.score or 0.0),
+                late_seconds=float(assignment.total_seconds_late or 0.0),
+                penalty=float(notebook.late_submission_penalty or 0.0),
+            )
+            for grade in notebook.grades:
+                rec.grades[grade.name] = {
+                    "auto_score": grade.auto_score,
+                    "manual_score": grade.manual_score,
+                    "extra_credit": grade.extra_credit,
+                    "score": float(grade.score or 0.0),
+                }
+            for comment in notebook.comments:
+                if comment.manual_comment:
+                    rec.comments[comment.name] = comment.manual_comment
+            recorded[(sub.student, sub.chapter)] = rec
+    return recorded

@@ -36,6 +36,16 @@ the correct output for the hidden inputs — values the student's own code
 computed without the reference, which is what the exercise asks for. A result
 for a cell *after* the one that was running when the kernel died cannot come
 from the runner: it is dropped and that cell re-run in a fresh sandbox.
+
+How the cases go in, and why hidden inputs do not come out. No case is written
+to the job folder: each cell's cases travel through a second pipe, sent only in
+answer to the runner's ``cases`` request for the cell that is running, in
+protocol order (:class:`autograder.sandbox._CaseFeeder`), so code that runs
+before a cell's check finds none of its cases. Once hidden cases are in the
+sandbox, any text the submission writes may spell them out: every exception
+record that arrives after the first hidden case was sent keeps only its class
+(when it is Python's or numpy's) and phase, never its message
+(:func:`_withhold`); tamper reasons quote nothing the submission sent.
 """
 from __future__ import annotations
 
@@ -61,7 +71,7 @@ import numpy as np
 
 from . import runner
 from .checks.base import Exercise, Report, Result, dependency_note, evaluate, get_exercise, make_rng
-from .sandbox import Limits, RunOutcome, build_library, check_sandbox, run_job
+from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, run_job
 
 __all__ = ["CellScore", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES"]
 
@@ -211,6 +221,7 @@ class _Graded:
     exercise: Exercise | None = None
     source: str | None = None
     cases: list = field(default_factory=list)
+    hidden: bool = False  # the cases carry hidden inputs (fresh, randomised)
     result: CellScore | None = None
 
     def settle(self, status: str, reason: str = "", passed: bool = False) -> None:
@@ -353,7 +364,7 @@ def _load_frame(body: bytes, npz: bytes) -> tuple[Any, dict]:
     except Exception as exc:  # noqa: BLE001 - whatever the archive is, it is not the runner's
         raise _Tampered(f"an unreadable array file ({type(exc).__name__})") from None
     if len(body) + unpacked > MAX_RESULT_BYTES:
-        raise _Tampered(f"a result of {(len(body) + unpacked) / 2**20:.0f} MB, over the {MAX_RESULT_BYTES / 2**20:.0f} MB limit")
+        raise _Tampered(f"a result over the {MAX_RESULT_BYTES / 2**20:.0f} MB limit")
     try:
         data = json.loads(body.decode("utf-8"))
         with np.load(io.BytesIO(npz), allow_pickle=False) as arrays:
@@ -396,11 +407,11 @@ def _check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None
             raise _Tampered("a reference to a missing array")
         arr = arrays[key]
         if arr.dtype.kind not in "biufc" or arr.dtype.hasobject:
-            raise _Tampered(f"an array of dtype {arr.dtype}")
+            raise _Tampered("an array of a dtype that is not numbers")
         if "dtype" in value:
             label = value["dtype"]
             if not isinstance(label, str) or not (label == str(arr.dtype) or (label == "bfloat16" and arr.dtype == np.float32)):
-                raise _Tampered(f"a tensor labelled {label!r} holding {arr.dtype} data")
+                raise _Tampered("a tensor whose dtype label disagrees with its data")
         return
     if keys == {"__tuple__"} and isinstance(value["__tuple__"], list):
         _check_encoded(value["__tuple__"], arrays, depth + 1, budget)
@@ -416,14 +427,70 @@ def _check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None
                 raise _Tampered("a malformed dict entry")
             _check_encoded(item[1], arrays, depth + 1, budget)
         return
-    raise _Tampered(f"an encoded value with keys {sorted(map(str, keys))[:4]}")
+    raise _Tampered("an encoded value with keys the runner never writes")
 
 
 _RESULT_KEYS = {"value", "attrs", "probes", "grads", "args_after", "raised"}
 
 
-def _decode_report(report: Any, arrays: dict, grade_id: str) -> tuple[dict | None, list[Result]]:
-    """Validate a runner report; return ``(cell_error, results)``."""
+# The placeholder for a submission's own text (an exception's message) that may
+# carry hidden inputs.
+WITHHELD = "(its message is not shown: hidden inputs were in the sandbox)"
+
+
+class _Withheld(str):
+    """An exception message that may carry hidden inputs: it prints, formats and
+    concatenates as :data:`WITHHELD`, so no check can quote it into feedback by
+    accident; only ``word in message`` sees the real text, for the checks' hints
+    (``"matmul" in message``), which answer in their own words."""
+
+    def __new__(cls, text: str):
+        obj = super().__new__(cls, WITHHELD)
+        obj._text = str(text)
+        return obj
+
+    def __contains__(self, word) -> bool:
+        return str(word) in self._text
+
+
+def _exception_name(name: str) -> str:
+    """An exception's class name as the feedback may show it: a class of Python
+    or numpy by its name (the checks compare those), any other — a class the
+    submission made, whose name it chose — by a fixed phrase."""
+    import builtins
+
+    for namespace in (builtins, np.exceptions):
+        cls = getattr(namespace, name, None) if name.isidentifier() else None
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            return name
+    return "an exception of the answer's own class"
+
+
+# What the runner says when it cannot send a returned value back (runner.encode),
+# in the grader's words: the runner's own message names the value's class.
+_UNREADABLE = ("the answer returned a value that cannot cross the sandbox wall: expected numbers, strings, "
+               "lists/tuples/dicts, numpy arrays or torch tensors of a sensible size")
+
+
+def _withhold(record: dict) -> dict:
+    """An exception record (``type``, ``message``, ``phase``) with nothing of the
+    submission's own text left: for what ran once hidden inputs were in the sandbox."""
+    phase = record.get("phase")
+    phase = phase if phase in ("decode", "init", "load_state_dict", "probe", "call", "encode", "backward") else "call"
+    message = _UNREADABLE if phase == "encode" else _Withheld(record["message"])
+    return {"type": _exception_name(record["type"]), "message": message, "phase": phase}
+
+
+def _decode_report(report: Any, arrays: dict, grade_id: str, *, withhold: bool = False
+                   ) -> tuple[dict | None, list[Result]]:
+    """Validate a runner report; return ``(cell_error, results)``.
+
+    With ``withhold`` (hidden inputs had entered the sandbox before the report was
+    written), every exception record keeps only what the grader can vouch for:
+    a known class name, the phase and, for the checks' hints, ``in`` tests on
+    the message (:class:`_Withheld`); never the submission's text, which could
+    spell out the hidden inputs.
+    """
     if not isinstance(report, dict) or report.get("grade_id") != grade_id:
         raise _Tampered("a result bundle for another exercise")
     cell_error = report.get("cell_error")
@@ -431,6 +498,9 @@ def _decode_report(report: Any, arrays: dict, grade_id: str) -> tuple[dict | Non
         isinstance(cell_error, dict) and isinstance(cell_error.get("type"), str) and isinstance(cell_error.get("message"), str)
     ):
         raise _Tampered("a malformed cell error")
+    if cell_error is not None:
+        cell_error = _withhold(cell_error) if withhold else {"type": cell_error["type"],
+                                                              "message": cell_error["message"]}
     cases = report.get("cases")
     if not isinstance(cases, list):
         raise _Tampered("no list of case results")
@@ -448,7 +518,10 @@ def _decode_report(report: Any, arrays: dict, grade_id: str) -> tuple[dict | Non
             if data.get(key) is not None and not isinstance(data[key], dict):
                 raise _Tampered(f"a malformed {key} record")
         _check_encoded([data.get("value"), *[v for k in ("attrs", "probes", "grads", "args_after") for v in (data.get(k) or {}).values()]], arrays)
-        results.append(Result.from_encoded(data, arrays))
+        result = Result.from_encoded(data, arrays)
+        if raised is not None and withhold:
+            result.raised = _withhold(raised)
+        results.append(result)
     return cell_error, results
 
 
@@ -457,8 +530,14 @@ def _judge(g: _Graded, cell_error: dict | None, results: list[Result]) -> None:
         kind, message = cell_error["type"], cell_error["message"]
         if kind == "SystemExit":
             g.settle("cheat", f"the cell ends the kernel (sys.exit / SystemExit) when it runs")
-        elif kind == "NameError" and message.startswith("the cell does not define"):
-            g.settle("error", f"{message} — keep the def/class line of the exercise")
+        elif kind == "SyntaxError" and _syntax_error(g.source):
+            g.settle("error", f"the cell raised SyntaxError when it ran: {_syntax_error(g.source)}")
+        elif kind == "NameError" and (message.startswith("the cell does not define") or (
+                isinstance(message, _Withheld) and g.name not in _top_level_names(g.source))):
+            g.settle("error", f"the cell does not define {g.name!r} — keep the def/class line of the exercise")
+        elif isinstance(message, _Withheld):
+            g.settle("error", f"the cell raised {kind} when it ran (its message is not shown: hidden inputs were in "
+                              "the sandbox; run the cell in your notebook to read it)")
         else:
             g.settle("error", f"the cell raised {kind} when it ran: {message}")
         return
@@ -487,7 +566,7 @@ def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
         return "error", (f"used more than {limits.run_memory_bytes / 2**30:g} GiB of memory (counting memory "
                          "held in files: memfd, /dev/shm, /tmp); the kernel was stopped")
     if outcome.timed_out:
-        return "timeout", f"did not finish within {limits.wall_seconds:g} s (an endless loop?)"
+        return "timeout", f"did not finish within {round(limits.wall_seconds, 1):g} s (an endless loop?)"
     if outcome.overflow:
         return "error", f"wrote more than {limits.scratch_bytes / 2**20:.0f} MB of files; the kernel was stopped"
     if outcome.signal is not None:
@@ -519,9 +598,14 @@ def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
 
 
 def _write_job(job_dir: Path, setup: list[str], pending: list[_Graded],
-               context: list[tuple[str, str]] = ()) -> None:
+               context: list[tuple[str, str]] = ()) -> list[tuple[str, bytes]]:
     """Write a job: the setup, then ``context`` cells (``(name, source)``: only
-    executed), then the ``pending`` cells, each followed by its cases."""
+    executed), then the ``pending`` cells, each followed by its cases.
+
+    Returns the cases as ``(grade_id, frame bytes)`` per pending cell, for the
+    cases pipe (:func:`autograder.sandbox.run_job`): they are never written to
+    the job folder, which the sandbox can read.
+    """
     job_dir.mkdir(parents=True)
     (job_dir / "out").mkdir()
     job = {
@@ -530,10 +614,12 @@ def _write_job(job_dir: Path, setup: list[str], pending: list[_Graded],
         + [{"grade_id": g.name, "exercise": g.name, "source": g.source} for g in pending],
     }
     (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    bundles = []
     for g in pending:
         arrays: dict = {}
         specs = [case.to_spec(g.exercise.kind, arrays) for case in g.cases]
-        runner.dump_bundle(str(job_dir / f"cases_{g.name}"), specs, arrays)
+        bundles.append((g.name, case_frame(g.name, specs, arrays)))
+    return bundles
 
 
 def _make_cases(g: _Graded, hidden: bool, seed: int | None) -> None:
@@ -549,7 +635,7 @@ def _make_cases(g: _Graded, hidden: bool, seed: int | None) -> None:
     except Exception as exc:  # noqa: BLE001 - an instructor-side bug, reported per cell
         g.settle("error", f"cannot make the cases of {g.name}: {type(exc).__name__}: {exc}")
         return
-    g.cases = cases
+    g.cases, g.hidden = cases, hidden
 
 
 def grade_submission(
@@ -601,6 +687,8 @@ def grade_submission(
     """
     source_nb = Path(source_nb)
     chapter = chapter or source_nb.stem
+    if budget is not None and not budget > 0:
+        raise ValueError(f"budget must be a positive number of seconds, got {budget!r}")
     if limits is None:
         limits = Limits(wall_seconds=float(timeout), cpu_seconds=max(1, math.ceil(timeout)))
     try:
@@ -630,8 +718,8 @@ def grade_submission(
                     break
                 attempt += 1
                 job_dir = scratch / f"job{attempt}"
-                _write_job(job_dir, setup, pending)
-                outcome = clock.run(job_dir, lib_dir, run_limits, sandbox)
+                bundles = _write_job(job_dir, setup, pending)
+                outcome = clock.run(job_dir, lib_dir, run_limits, sandbox, bundles)
                 if attempt == 1:
                     _warn_about_setup(source_nb, outcome)
                 pending = _collect(pending, outcome, run_limits)
@@ -691,10 +779,11 @@ class _Budget:
             return limits
         return dataclasses.replace(limits, wall_seconds=left, cpu_seconds=max(1, math.ceil(left)))
 
-    def run(self, job_dir: Path, lib_dir: Path, limits: Limits, sandbox: bool) -> RunOutcome:
+    def run(self, job_dir: Path, lib_dir: Path, limits: Limits, sandbox: bool,
+            cases: list[tuple[str, bytes]]) -> RunOutcome:
         start = time.monotonic()
         try:
-            return run_job(job_dir, lib_dir, limits, sandbox=sandbox)
+            return run_job(job_dir, lib_dir, limits, sandbox=sandbox, cases=cases)
         finally:
             self.used += time.monotonic() - start
 
@@ -725,8 +814,8 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
         elif h.source is not None:
             context.append((h.name, h.source))
     first = g.result
-    _write_job(job_dir, setup, [g], context)
-    outcome = clock.run(job_dir, lib_dir, limits, sandbox)
+    bundles = _write_job(job_dir, setup, [g], context)
+    outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles)
     _collect([g], outcome, limits)
     second = g.result
     if second is None or second.status == "cheat" or second.score <= first.score:
@@ -738,6 +827,35 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     second.notes.insert(0, _one_line(dependency_note(g.name, sorted(_names_in(g.source)), failing)))
     if second.status != "passed":
         second.reason = _one_line(f"{second.notes[0]}. {second.reason}")
+
+
+def _syntax_error(source: str | None) -> str:
+    """The grader's own account of the syntax error in ``source`` (parsed here,
+    never run), or ``""`` when it parses."""
+    from .sandbox import _parse
+
+    try:
+        _parse(source or "", "<cell>")
+    except SyntaxError as exc:
+        return f"{exc.msg} (line {exc.lineno})"
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return f"the cell cannot be parsed ({type(exc).__name__})"
+    return ""
+
+
+def _top_level_names(source: str | None) -> set[str]:
+    """Names a cell binds at its top level (trusted parse of untrusted text)."""
+    from .sandbox import _defined_names, _parse
+
+    try:
+        tree = _parse(source or "", "<submission>")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    names = _defined_names(tree)
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return names
 
 
 def _names_in(source: str) -> set[str]:
@@ -769,20 +887,25 @@ def _chapter_exercises(chapter: str) -> list[str]:
         return []
 
 
-def _attribute(pending: list[_Graded], outcome: RunOutcome) -> tuple[dict[int, tuple[bytes, bytes]], dict[int, str]]:
+def _attribute(pending: list[_Graded], outcome: RunOutcome) -> tuple[dict[int, tuple[bytes, bytes, int]], dict[int, str]]:
     """Match the run's frames to cells: ``(accepted results, blamed cells)``.
 
     The runner sends, for each cell in job order, a ``start`` frame before running
-    its code and one ``result`` frame after its cases. Anything else — a result for
-    a cell that is not the one running, a second result, a start out of order,
-    garbage — can only come from student code, and is blamed on the cell that was
-    running when it arrived (the last genuine ``start``). That cell is marked
-    ``cheat``; the forged frame itself is dropped. (A background thread left by an
-    earlier cell would get the running cell blamed: all cells belong to the same
-    student, so no one else's grade can be touched either way.)
+    its code, a ``cases`` request once the cell is defined (answered on the cases
+    pipe) and one ``result`` frame after its cases. Anything else — a result or
+    request for a cell that is not the one running, a second one, a start out of
+    order, garbage — can only come from student code, and is blamed on the cell
+    that was running when it arrived (the last genuine ``start``). That cell is
+    marked ``cheat``; the forged frame itself is dropped. (A background thread
+    left by an earlier cell would get the running cell blamed: all cells belong
+    to the same student, so no one else's grade can be touched either way.)
+    An accepted result is ``(json bytes, npz bytes, its index in the frames)``.
+    The reasons are the grader's words: a forged frame's own grade_id is named
+    only when it is one of the job's cells.
     """
     index = {g.name: i for i, g in enumerate(pending)}
-    accepted: dict[int, tuple[bytes, bytes]] = {}
+    accepted: dict[int, tuple[bytes, bytes, int]] = {}
+    asked: set[int] = set()
     blamed: dict[int, str] = {}
     running, next_start = None, 0
 
@@ -790,14 +913,17 @@ def _attribute(pending: list[_Graded], outcome: RunOutcome) -> tuple[dict[int, t
         culprit = running if running is not None else 0
         blamed.setdefault(culprit, what)
 
-    for kind, grade_id, body, npz in outcome.frames:
+    for n, (kind, grade_id, body, npz) in enumerate(outcome.frames):
         i = index.get(grade_id)
         if kind == "start" and i is not None and i == next_start:
             running, next_start = i, i + 1
+        elif kind == "cases" and i is not None and i == running and i not in asked and i not in accepted:
+            asked.add(i)
         elif kind == "result" and i is not None and i == running and i not in accepted:
-            accepted[i] = (body, npz)
+            accepted[i] = (body, npz, n)
         else:
-            blame(f"a forged {kind} frame for {grade_id!r} was sent while this cell ran")
+            named = repr(grade_id) if i is not None else "a cell not in this job"
+            blame(f"a forged {kind} frame for {named} was sent while this cell ran")
     if outcome.frame_problem:
         blame(f"the result pipe was tampered with while this cell ran ({outcome.frame_problem})")
     return accepted, blamed
@@ -805,25 +931,42 @@ def _attribute(pending: list[_Graded], outcome: RunOutcome) -> tuple[dict[int, t
 
 def _collect(pending: list[_Graded], outcome: RunOutcome, limits: Limits) -> list[_Graded]:
     """Judge what one run sent through its result pipe; return the cells to run
-    again in a fresh sandbox (those after a cell that took the kernel down)."""
+    again in a fresh sandbox: those after a cell that took the kernel down, and
+    those whose cases were withheld because an earlier cell broke the protocol
+    (the cases pipe answers only a runner that keeps to it)."""
     accepted, blamed = _attribute(pending, outcome)
+    served = {grade_id for _, grade_id in outcome.cases_sent}
+    first_break = min(blamed) if blamed else len(pending)
+    again: list[_Graded] = []
     for i, g in enumerate(pending):
         if i in blamed:
             g.settle("cheat", blamed[i])
             if i not in accepted:
-                return pending[i + 1:]
+                return again + pending[i + 1:]
+            continue
+        if i > first_break and g.name not in served:
+            again.append(g)  # no cases after the break: graded afresh, without the culprit
             continue
         if i not in accepted:
             status, reason = _death(outcome, limits)
             g.settle(status, reason)
             # The runner stopped in this cell: the cells after it run again in a
             # fresh sandbox, without it.
-            return pending[i + 1:]
+            return again + pending[i + 1:]
+        body, npz, at = accepted[i]
         try:
-            report, arrays = _load_frame(*accepted[i])
-            cell_error, results = _decode_report(report, arrays, g.name)
+            report, arrays = _load_frame(body, npz)
+            cell_error, results = _decode_report(report, arrays, g.name,
+                                                 withhold=_hidden_inputs_before(pending, outcome, at))
         except _Tampered as exc:
             g.settle("cheat", f"the result of {g.name} was tampered with ({exc})")
             continue
         _judge(g, cell_error, results)
-    return []
+    return again
+
+
+def _hidden_inputs_before(pending: list[_Graded], outcome: RunOutcome, frame_index: int) -> bool:
+    """Whether any hidden case had entered the sandbox before the frame at
+    ``frame_index`` was written: then that frame's text may carry hidden inputs."""
+    hidden = {g.name for g in pending if g.hidden}
+    return any(at < frame_index and grade_id in hidden for at, grade_id in outcome.cases_sent)

@@ -13,12 +13,21 @@ batch grader fills ``gradebook.db`` for the formgrader.
 Before releasing, the solution regions must equal the ``solutions`` package
 (:mod:`autograder.sync`); after releasing, :func:`leaked_lines` proves that no
 marker, no line of a reference solution body and no line of a hidden test region
-reached a student notebook.
+reached a student notebook. Each released notebook carries a stamp in its metadata,
+``{"transformer_book": {"chapter": ..., "edition": "student"}}``, by which
+``autograder check`` recognises it whatever the file is called.
+
+With ``package=True`` (the ``release`` command's default), the release also holds
+the student package, a wheel that runs the released chapters' visible checks offline
+without any reference answer of a released or later chapter
+(:mod:`autograder.student.package`); :func:`scan_release` proves that no line of
+those answers is in any file of the release, inside the wheel included.
 """
 from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +45,8 @@ __all__ = [
     "leaked_lines",
     "release_chapter",
     "release",
+    "scan_release",
+    "Release",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -193,6 +204,9 @@ def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
     src_path = source_notebook(chapter, book)
     source = nbformat.read(str(src_path), as_version=4)
     released = student_version(source, chapter)
+    from .student.notebook import stamp
+
+    stamp(released, chapter)
     leaks = leaked_lines(source, released)
     if leaks:
         raise ReleaseError(f"{chapter}: the released notebook would leak:\n  " + "\n  ".join(leaks[:20]))
@@ -212,8 +226,15 @@ def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
     return Released(chapter, path)
 
 
+class Release(list):
+    """The :class:`Released` chapters of one release (a list), and its student package
+    (``package``: an :class:`autograder.student.package.StudentPackage`, or ``None``)."""
+
+    package = None
+
+
 def release(out: Path, chapters: list[str] | None = None, book: Path = BOOK,
-            check_sync: bool = True) -> list[Released]:
+            check_sync: bool = True, package: bool = False) -> Release:
     """Release every chapter (or the given ones) under ``out``.
 
     Args:
@@ -221,9 +242,15 @@ def release(out: Path, chapters: list[str] | None = None, book: Path = BOOK,
         chapters: chapter ids; default every chapter with a source notebook.
         book: the folder holding the source notebooks.
         check_sync: refuse to release when the solution cells differ from ``solutions``.
+        package: also write the student package (a wheel in ``out``) and scan the
+            whole release for the answers of the released and later chapters.
 
     Returns:
-        One :class:`Released` per chapter.
+        One :class:`Released` per chapter (a :class:`Release`, whose ``package`` is
+        the student package when one was built).
+
+    Raises:
+        ReleaseError: out of sync, or a leak in a notebook or in the package.
     """
     chapters = list(chapters) if chapters else chapter_ids(book)
     if not chapters:
@@ -232,4 +259,96 @@ def release(out: Path, chapters: list[str] | None = None, book: Path = BOOK,
     if check_sync:
         check_in_sync(paths)
     Path(out).mkdir(parents=True, exist_ok=True)
-    return [release_chapter(c, Path(out), book) for c in chapters]
+    done = Release(release_chapter(c, Path(out), book) for c in chapters)
+    if package:
+        from .student.package import build_package
+
+        done.package = build_package(Path(out), chapters, book)
+        written = [Path(out) / c for c in chapters] + [done.package.wheel]
+        leaks = scan_release(Path(out), chapters, book, only=written)
+        if leaks:
+            done.package.wheel.unlink()
+            raise ReleaseError("the release would hold reference answers:\n  " + "\n  ".join(leaks[:20]))
+    return done
+
+
+_PY_WORDS = None
+
+
+def distinctive(line: str) -> bool:
+    """Whether a stripped code line says something of its own: two names that are not
+    Python keywords or builtins (``k = beams.size(0)``), or one in a long line.
+    ``else:``, ``)``, ``raise ValueError(``, ``super().__init__()`` or
+    ``batch, length, d_model = x.shape`` appear in any such file and prove nothing."""
+    global _PY_WORDS
+    if _PY_WORDS is None:
+        import builtins
+        import keyword
+
+        _PY_WORDS = set(keyword.kwlist) | set(dir(builtins)) | {"self", "cls"}
+    if re.fullmatch(r"[\w, ()]+ = (np\.asarray\(\w+\)|\w+\.shape|\w+\.size\(\))", line):
+        return False  # reading the input's shape, or making it an array: every answer starts so
+    names = [w for w in re.findall(r"[A-Za-z_][A-Za-z_0-9]*", line)
+             if w not in _PY_WORDS and not (w.startswith("__") and w.endswith("__"))]
+    return len(names) >= 2 or (len(names) == 1 and len(line) >= 24)
+
+
+def answer_lines(chapters: list[str], book: Path = BOOK) -> dict[str, set[str]]:
+    """Chapter -> the lines that would give away its answers, for ``chapters`` and every
+    later chapter under ``book``: the distinctive (:func:`distinctive`) secret lines
+    (:func:`secret_lines`) of its source notebook that are not also a line of an
+    earlier chapter's answer (``self.norm1 = nn.LayerNorm(d_model)`` is chapter 7's as
+    much as chapter 8's, and a class studying chapter 8 has chapter 7's references)."""
+    first = min(chapters)
+    secret = {c: secret_lines(nbformat.read(str(source_notebook(c, book)), as_version=4)) for c in chapter_ids(book)}
+    earlier = set().union(*(lines for c, lines in secret.items() if c < first))
+    return {c: {line for line in lines - earlier if distinctive(line)} for c, lines in secret.items() if c >= first}
+
+
+def _release_texts(out: Path, only: list[Path] | None = None):
+    """``(name, text)`` for every file under ``out`` (or under the files and folders
+    ``only``), and for every member of a wheel or zip."""
+    import zipfile
+
+    roots = [Path(p) for p in only] if only is not None else [Path(out)]
+    paths = sorted({q for root in roots for q in ([root] if root.is_file() else root.rglob("*"))})
+    for path in paths:
+        if not path.is_file():
+            continue
+        if path.suffix in (".whl", ".zip"):
+            with zipfile.ZipFile(path) as zf:
+                for member in zf.namelist():
+                    yield f"{path.name}!{member}", zf.read(member).decode("utf-8", errors="replace")
+        else:
+            yield str(path.relative_to(out)), path.read_bytes().decode("utf-8", errors="replace")
+
+
+def scan_release(out: Path, chapters: list[str], book: Path = BOOK, only: list[Path] | None = None) -> list[str]:
+    """Lines of an answer (a solution body or a hidden test of a released or later
+    chapter) found in any file of the release, inside archives included; empty when
+    clean. Notebooks are read as their cells' sources and outputs.
+
+    Args:
+        out: the release folder.
+        chapters: the released chapters.
+        book: the folder of the source notebooks.
+        only: scan these files and folders (under ``out``) instead of all of ``out``
+            (an earlier release of an earlier chapter in the same folder may hold
+            this chapter's reference: its students were allowed to).
+    """
+    secret = answer_lines(chapters, book)
+    found = []
+    for name, text in _release_texts(out, only):
+        if name.endswith(".ipynb"):
+            try:
+                nb = nbformat.reads(text, as_version=4)
+                text = "\n".join([c.source for c in nb.cells] + [json.dumps(o) for c in nb.cells
+                                                                  for o in c.get("outputs", [])])
+            except Exception:  # noqa: BLE001 - not a notebook after all: scan the raw text
+                pass
+        for line in text.splitlines():
+            stripped = line.strip()
+            for chapter, lines in secret.items():
+                if stripped in lines:
+                    found.append(f"{name}: {chapter} answer line {stripped!r}")
+    return found

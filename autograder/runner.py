@@ -394,30 +394,48 @@ def load_bundle(path_stem: str, max_bytes: int = 256 * 2**20):
     return data, arrays
 
 
-def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.ndarray] | None = None,
-                *, start: bool = False) -> None:
-    """Write one frame to a byte stream (the result pipe).
+FRAME_KINDS = ("start", "cases", "result")
 
-    A frame is a JSON header line ``{"grade_id", "kind", "json", "npz"}`` (kind
-    ``"start"``: the runner is about to execute that cell; ``"result"``: its
-    bundle follows), then ``json`` bytes of JSON and ``npz`` bytes of ``.npz``.
+
+def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.ndarray] | None = None,
+                *, start: bool = False, kind: str | None = None) -> None:
+    """Write one frame to a byte stream (the result pipe, or the cases pipe).
+
+    A frame is a JSON header line ``{"grade_id", "kind", "json", "npz"}``, then
+    ``json`` bytes of JSON and ``npz`` bytes of ``.npz``. The runner sends, per
+    graded cell, ``start`` (about to execute that cell), ``cases`` (the cell is
+    defined: send its cases; no body) and ``result`` (its bundle follows); the
+    trusted side answers a ``cases`` frame with one ``cases`` frame carrying the
+    case specs (:func:`autograder.sandbox.run_job`).
+
+    Args:
+        stream: a binary stream.
+        grade_id: the cell's grade_id.
+        data, arrays: the frame's body (JSON-able data and its arrays).
+        start: the same as ``kind="start"``.
+        kind: one of :data:`FRAME_KINDS` (default ``"result"``, or ``"start"``
+            with ``start``). A ``start`` frame, or a ``cases`` request without
+            ``data``, has no body.
     """
     import io
 
-    if start:
+    kind = kind or ("start" if start else "result")
+    if kind not in FRAME_KINDS:
+        raise ValueError(f"frame kind must be one of {FRAME_KINDS}, got {kind!r}")
+    if kind == "start" or (kind == "cases" and data is None):
         body = npz = b""
     else:
         buf = io.BytesIO()
         np.savez(buf, **(arrays or {}))
         npz = buf.getvalue()
         body = json.dumps(data).encode("utf-8")
-    header = {"grade_id": grade_id, "kind": "start" if start else "result", "json": len(body), "npz": len(npz)}
+    header = {"grade_id": grade_id, "kind": kind, "json": len(body), "npz": len(npz)}
     stream.write(json.dumps(header).encode("utf-8") + b"\n" + body + npz)
     stream.flush()
 
 
 def read_frames(stream, max_frame_bytes: int, max_total_bytes: int, into: list | None = None,
-                max_json_bytes: int | None = None):
+                max_json_bytes: int | None = None, on_frame=None, drain: bool = True):
     """Read the frames of :func:`write_frame` until end of stream.
 
     Returns ``(frames, problem)``: ``frames`` a list of ``(kind, grade_id,
@@ -425,67 +443,92 @@ def read_frames(stream, max_frame_bytes: int, max_total_bytes: int, into: list |
     wrong (a malformed or oversized frame: reading stops there, and the rest of
     the stream is drained and dropped). Nothing is decoded beyond the header.
     Frames are appended to ``into`` (when given) as they arrive, so a reader that
-    gives up waiting still has what came. ``max_json_bytes`` bounds a frame's JSON
-    part on its own (default: ``max_frame_bytes``); an oversized frame is refused
-    from its header, before a byte of its body is read.
+    gives up waiting still has what came, and ``on_frame(kind, grade_id)`` (when
+    given) is called after each is appended. ``max_json_bytes`` bounds a frame's
+    JSON part on its own (default: ``max_frame_bytes``); an oversized frame is
+    refused from its header, before a byte of its body is read. A problem never
+    quotes what the stream announced (sizes, names): only the grader's limits.
+    ``drain=False`` returns at the end of the frames, leaving the rest unread.
     """
     frames: list[tuple[str, str, bytes, bytes]] = [] if into is None else into
     total = 0
     problem = None
     while True:
-        header = stream.readline(4096)
-        if not header:
+        frame, problem = read_frame(stream, min(max_frame_bytes, max_total_bytes - total), max_json_bytes)
+        if frame is None:
             break
-        try:
-            meta = json.loads(header.decode("utf-8"))
-            kind, grade_id = meta["kind"], meta["grade_id"]
-            n_json, n_npz = int(meta["json"]), int(meta["npz"])
-            if kind not in ("start", "result") or not isinstance(grade_id, str) or n_json < 0 or n_npz < 0:
-                raise ValueError
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            problem = "a malformed result frame"
-            break
-        if n_json + n_npz > max_frame_bytes or total + n_json + n_npz > max_total_bytes:
-            problem = f"a result frame of {n_json + n_npz} bytes, over the limit"
-            break
-        if max_json_bytes is not None and n_json > max_json_bytes:
-            problem = f"a result frame with {n_json} bytes of JSON, over the {max_json_bytes}-byte limit"
-            break
-        body = stream.read(n_json)
-        npz = stream.read(n_npz)
-        if len(body) != n_json or len(npz) != n_npz:
-            problem = "a truncated result frame"
-            break
-        total += n_json + n_npz
-        frames.append((kind, grade_id, body, npz))
-    while stream.read(65536):  # drain, so the writer never blocks
+        total += len(frame[2]) + len(frame[3])
+        frames.append(frame)
+        if on_frame is not None:
+            on_frame(frame[0], frame[1])
+    while drain and stream.read(65536):  # drain, so the writer never blocks
         pass
     return frames, problem
+
+
+def read_frame(stream, max_frame_bytes: int, max_json_bytes: int | None = None):
+    """Read one frame of :func:`write_frame`: ``((kind, grade_id, json_bytes,
+    npz_bytes), None)``, or ``(None, problem)`` where ``problem`` is ``None`` at
+    a clean end of stream and else says, in the reader's words, what was wrong."""
+    header = stream.readline(4096)
+    if not header:
+        return None, None
+    try:
+        meta = json.loads(header.decode("utf-8"))
+        kind, grade_id = meta["kind"], meta["grade_id"]
+        n_json, n_npz = int(meta["json"]), int(meta["npz"])
+        if kind not in FRAME_KINDS or not isinstance(grade_id, str) or n_json < 0 or n_npz < 0:
+            raise ValueError
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None, "a malformed result frame"
+    if max_json_bytes is not None and n_json > max_json_bytes:
+        return None, f"a result frame announcing more JSON than the {max_json_bytes}-byte limit"
+    if n_json + n_npz > max_frame_bytes:
+        return None, f"a result frame over the {max_frame_bytes}-byte limit"
+    body = stream.read(n_json)
+    npz = stream.read(n_npz)
+    if len(body) != n_json or len(npz) != n_npz:
+        return None, "a truncated result frame"
+    return (kind, grade_id, body, npz), None
 
 
 # --------------------------------------------------------------------------- sandbox entry
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Sandbox entry point: ``python runner.py JOB_DIR [--result-fd N]``.
+    """Sandbox entry point: ``python runner.py JOB_DIR [--result-fd N [--cases-fd M]]``.
 
     ``JOB_DIR/job.json`` holds ``{"setup": [source, ...], "cells": [{"grade_id",
     "exercise", "source"}, ...]}`` (a cell with ``"context": true`` is only
-    executed: it defines what later cells call, and is not graded) and ``JOB_DIR/cases_<grade_id>.{json,npz}`` the
-    encoded case specs. Runs the setup cells, then each solution cell followed at
-    once by its cases, writing ``JOB_DIR/out/result_<grade_id>.{json,npz}`` as soon as
-    an exercise is done, so a later crash cannot take earlier results with it.
+    executed: it defines what later cells call, and is not graded). Runs the setup
+    cells, then each solution cell followed at once by its cases.
 
-    With ``--result-fd N`` the bundles go, as :func:`write_frame` frames, to the
-    inherited pipe ``N`` instead of files: once the trusted reader has a frame, no
-    later cell can rewrite it, and a second frame for the same exercise is visible.
+    With ``--result-fd N`` each cell's bundle goes, as a :func:`write_frame`
+    frame, to the inherited pipe ``N``: once the trusted reader has a frame, no
+    later cell can rewrite it, and a second frame for the same exercise is
+    visible. With ``--cases-fd M`` too (how the grader runs it), no case is in the
+    job folder: once a cell is defined, the runner sends a ``cases`` frame and
+    reads that cell's cases, and only those, from the inherited pipe ``M``, where
+    the trusted side writes them in answer (:func:`autograder.sandbox.run_job`).
+    So code that runs before a cell's check (the setup, an earlier cell) finds
+    none of its cases anywhere: not in a file, and not in the pipe, which is
+    empty until then. Without ``--cases-fd``, the cases are read from
+    ``JOB_DIR/cases_<grade_id>.{json,npz}`` and, without ``--result-fd``, the
+    results written to ``JOB_DIR/out/result_<grade_id>.{json,npz}`` (the
+    in-process tests' mode; not for untrusted code).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    result_stream = None
+    result_stream = cases_stream = None
     if "--result-fd" in argv:
         i = argv.index("--result-fd")
         result_stream = os.fdopen(int(argv[i + 1]), "wb")
         del argv[i : i + 2]
+    if "--cases-fd" in argv:
+        i = argv.index("--cases-fd")
+        cases_stream = os.fdopen(int(argv[i + 1]), "rb")
+        del argv[i : i + 2]
+        if result_stream is None:
+            raise SystemExit("runner.py: --cases-fd needs --result-fd (the cases are asked for on the result pipe)")
     job_dir = argv[0]
     with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as fh:
         job = json.load(fh)
@@ -530,7 +573,10 @@ def main(argv: list[str] | None = None) -> int:
                 "traceback": "",
             }
         if report["cell_error"] is None:
-            specs, arrays = load_bundle(os.path.join(job_dir, f"cases_{grade_id}"))
+            if cases_stream is not None:
+                specs, arrays = _receive_cases(result_stream, cases_stream, grade_id)
+            else:
+                specs, arrays = load_bundle(os.path.join(job_dir, f"cases_{grade_id}"))
             for spec in specs:
                 res = run_case(obj, spec, arrays)
                 res_arrays = res.pop("__arrays__")
@@ -545,6 +591,29 @@ def main(argv: list[str] | None = None) -> int:
         else:
             dump_bundle(os.path.join(out_dir, f"result_{grade_id}"), report, out_arrays)
     return 0
+
+
+# Largest case bundle the runner accepts from the cases pipe (the trusted side
+# writes it; a chapter-8 Transformer's state is a few MB).
+MAX_CASES_BYTES = 512 * 2**20
+
+
+def _receive_cases(result_stream, cases_stream, grade_id: str) -> tuple[list, dict]:
+    """Ask the trusted side for ``grade_id``'s cases and read them from the cases pipe.
+
+    Returns ``(specs, arrays)``; no cases at all (``[]``) when the trusted side sent
+    none (it answers only a request in protocol order) or sent something else.
+    """
+    import io
+
+    write_frame(result_stream, grade_id, kind="cases")
+    frame, _ = read_frame(cases_stream, MAX_CASES_BYTES)
+    if frame is None or frame[0] != "cases" or frame[1] != grade_id:
+        return [], {}
+    specs = json.loads(frame[2].decode("utf-8"))
+    with np.load(io.BytesIO(frame[3]), allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    return specs, arrays
 
 
 def _rename(data, renamed):

@@ -9,8 +9,14 @@ trust student code"):
   modules that define the graded chapter's answers and of every module importing
   them (:func:`build_library`), the stub ``autograder`` package whose ``check``
   does nothing, and ``runner.py``;
-* ``/job``, read-only (``job.json`` and the encoded cases), with ``/job/out``
-  the only writable directory of the host; a small private ``/tmp``;
+* ``/job``, read-only (``job.json``: the setup and the cells' source, no case),
+  with ``/job/out`` a size-limited tmpfs, and a small private ``/tmp``; nothing
+  of the host is writable;
+* two inherited pipes: the result pipe (the runner's frames out) and the cases
+  pipe, on which each graded cell's cases arrive only when the runner asks for
+  them, after that cell is defined and every earlier cell is done
+  (:class:`_CaseFeeder`): code that runs before a cell's check finds none of its
+  cases in any file or pipe;
 * no network (a new, empty network namespace), a new PID/IPC/UTS namespace and
   session, nothing of the repository (no ``book/``, no checks, no gradebook, no
   other submissions), and the venv's editable-install hooks hidden, so
@@ -32,8 +38,10 @@ kills the whole sandbox (its PID namespace dies with it) when any is exceeded.
 from __future__ import annotations
 
 import ast
+import io
 import logging
 import os
+import queue
 import secrets
 import shutil
 import signal
@@ -56,6 +64,7 @@ __all__ = [
     "graded_modules",
     "run_job",
     "check_sandbox",
+    "case_frame",
     "SANDBOX_JOB_DIR",
     "SANDBOX_LIB_DIR",
 ]
@@ -150,6 +159,10 @@ class RunOutcome:
             without a cgroup).
         cgroup_path: the run's cgroup (removed, with every member killed, when
             :func:`run_job` returns), or ``None``.
+        cases_sent: ``(frame index, grade_id)`` of each case bundle written to the
+            cases pipe: the bundle went out in answer to the frame at that index of
+            ``frames``, so whatever came in an earlier frame was written before any
+            of those cases was in the sandbox.
     """
 
     returncode: int | None
@@ -165,6 +178,7 @@ class RunOutcome:
     memory_exceeded: bool = False
     memory_peak_bytes: int | None = None
     cgroup_path: str | None = None
+    cases_sent: list = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- the library
@@ -499,14 +513,99 @@ def _fresh_uid() -> int:
     return 1_000_000 + secrets.randbelow(1_000_000_000)
 
 
-class _Frames:
-    """Read the runner's result pipe in a thread (:func:`autograder.runner.read_frames`)."""
+class _CaseFeeder:
+    """Write each graded cell's cases to the runner's cases pipe when, and only
+    when, the runner asks for them in protocol order.
 
-    def __init__(self, fd: int, limits: Limits):
+    The frames read so far must be exactly the protocol's beginning: for each
+    graded cell in job order, ``start``, then at most one ``cases`` request, then
+    ``result``. A request that continues that sequence is answered with that
+    cell's bundle, once; the first frame out of it stops the feeder for good (the
+    pipe is closed, so a runner waiting for cases reads end of file), and the
+    grader blames the cell that was running (:func:`autograder.grading._attribute`).
+    Writing happens in a thread of its own, so a runner that asks and never reads
+    cannot stall the reader of the result pipe.
+
+    Args:
+        fd: the write end of the cases pipe.
+        bundles: ``(grade_id, frame bytes)`` per graded cell, in job order.
+    """
+
+    def __init__(self, fd: int, bundles: list[tuple[str, bytes]]):
+        self.stream = os.fdopen(fd, "wb")
+        self.order = [grade_id for grade_id, _ in bundles]
+        self.bundles = dict(bundles)
+        self.sent: list[tuple[int, str]] = []
+        self.position, self.state, self.frames_seen = 0, "start", 0
+        self.queue: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._write, daemon=True)
+        self.thread.start()
+
+    def on_frame(self, kind: str, grade_id: str) -> None:
+        """Follow the protocol with one more frame from the result pipe."""
+        index, self.frames_seen = self.frames_seen, self.frames_seen + 1
+        if self.state == "broken":
+            return
+        expected = self.order[self.position] if self.position < len(self.order) else None
+        if grade_id == expected and (self.state, kind) == ("start", "start"):
+            self.state = "defining"
+        elif grade_id == expected and (self.state, kind) == ("defining", "cases"):
+            self.state = "checking"
+            self.sent.append((index, grade_id))
+            self.queue.put(self.bundles.pop(grade_id))
+        elif grade_id == expected and self.state in ("defining", "checking") and kind == "result":
+            self.position, self.state = self.position + 1, "start"
+        else:
+            self.stop()
+
+    def stop(self) -> None:
+        """Send nothing more; close the pipe once what was queued is written."""
+        if self.state != "broken":
+            self.state = "broken"
+            self.queue.put(None)
+
+    def _write(self) -> None:
+        try:
+            while True:
+                item = self.queue.get()
+                if item is None:
+                    break
+                self.stream.write(item)
+                self.stream.flush()
+        except (OSError, ValueError):
+            pass  # the run is over (EPIPE): nothing is waiting for these cases
+        finally:
+            try:
+                self.stream.close()
+            except OSError:
+                pass
+
+    def close(self) -> list[tuple[int, str]]:
+        """Stop after the run; return ``(frame index, grade_id)`` of each bundle sent."""
+        self.stop()
+        self.thread.join(timeout=10)
+        return list(self.sent)
+
+
+def case_frame(grade_id: str, specs: list, arrays: dict) -> bytes:
+    """The bytes of the ``cases`` frame that carries one cell's case specs."""
+    buf = io.BytesIO()
+    from . import runner
+
+    runner.write_frame(buf, grade_id, specs, arrays, kind="cases")
+    return buf.getvalue()
+
+
+class _Frames:
+    """Read the runner's result pipe in a thread (:func:`autograder.runner.read_frames`),
+    following the protocol with the case feeder when there is one."""
+
+    def __init__(self, fd: int, limits: Limits, feeder: _CaseFeeder | None = None):
         self.stream = os.fdopen(fd, "rb")
         self.frames: list = []
         self.problem: str | None = None
         self.limits = limits
+        self.feeder = feeder
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
@@ -517,10 +616,19 @@ class _Frames:
             _, self.problem = runner.read_frames(
                 self.stream, self.limits.result_bytes, self.limits.result_bytes, into=self.frames,
                 max_json_bytes=self.limits.result_json_bytes,
+                on_frame=self.feeder.on_frame if self.feeder is not None else None, drain=False,
             )
+            if self.feeder is not None:
+                # A stream that ended or broke asks for nothing more: a runner waiting
+                # for cases reads the end of the cases pipe instead of waiting forever.
+                self.feeder.stop()
+            while self.stream.read(65536):  # drain, so the writer never blocks
+                pass
         except (OSError, ValueError) as exc:
-            self.problem = f"the result pipe failed ({exc})"
+            self.problem = self.problem or f"the result pipe failed ({type(exc).__name__})"
         finally:
+            if self.feeder is not None:
+                self.feeder.stop()
             self.stream.close()
 
     def result(self) -> tuple[list, str | None]:
@@ -583,34 +691,49 @@ def _scratch_size(path: Path, cap_files: int = 10_000) -> int:
 
 
 def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandbox: bool = True,
-            result_pipe: bool = True) -> RunOutcome:
+            result_pipe: bool = True, cases: list[tuple[str, bytes]] | None = None) -> RunOutcome:
     """Run ``python runner.py JOB_DIR`` on a prepared job, sandboxed, and wait for it.
 
     Args:
-        job_dir: the job folder (``job.json``, ``cases_*``); its ``out/`` is created
-            here and is the only place the run can write to.
+        job_dir: the job folder (``job.json``); its ``out/`` is created here (the
+            run's writable ``/job/out`` is a tmpfs inside the sandbox).
         lib_dir: the folder from :func:`build_library`.
         limits: resource limits (defaults: :class:`Limits`).
         sandbox: ``False`` runs a plain subprocess — NOT tamper-proof.
         result_pipe: hand the runner a pipe for its results (``--result-fd``)
             instead of letting it write ``out/result_*`` files.
+        cases: ``(grade_id, case_frame(...))`` per graded cell of the job, in job
+            order: handed to the runner through a second pipe (``--cases-fd``), each
+            cell's only when the runner asks for them in protocol order
+            (:class:`_CaseFeeder`), so no case is ever in a file. ``None``: no
+            cases pipe; the runner reads ``cases_<grade_id>`` files from the job
+            folder (the runner's own tests).
 
     Returns:
         A :class:`RunOutcome`.
 
     Raises:
         RuntimeError: ``sandbox=True`` and bubblewrap is not installed.
+        ValueError: ``cases`` without ``result_pipe`` (the runner asks for its cases
+            on the result pipe).
     """
     limits = limits or Limits()
+    if cases is not None and not result_pipe:
+        raise ValueError("cases travel through a pipe only beside the result pipe: pass result_pipe=True")
     job_dir = Path(job_dir).resolve()
     lib_dir = Path(lib_dir).resolve()
     out_dir = job_dir / "out"
     out_dir.mkdir(exist_ok=True)
     python = os.path.abspath(sys.executable)  # a relative path would not resolve inside the sandbox
-    read_fd = write_fd = None
+    read_fd = write_fd = cases_read = cases_write = None
     if result_pipe:
         read_fd, write_fd = os.pipe()
+    if cases is not None:
+        cases_read, cases_write = os.pipe()
     pipe_args = ["--result-fd", str(write_fd)] if result_pipe else []
+    if cases is not None:
+        pipe_args += ["--cases-fd", str(cases_read)]
+    child_fds = tuple(fd for fd in (write_fd, cases_read) if fd is not None)
     if sandbox:
         bwrap = bwrap_path()
         if bwrap is None:
@@ -648,31 +771,39 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
         except OSError as exc:
             log.warning("grading sandbox: no memory cgroup for this run (%s)", exc)
             group = None
+    feeder = None
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, cwd=cwd, start_new_session=True, pass_fds=(write_fd,) if result_pipe else (),
+            env=env, cwd=cwd, start_new_session=True, pass_fds=child_fds,
         )
     except BaseException:
         if group is not None:
             group.remove()
+        if cases_write is not None:
+            os.close(cases_write)
         raise
     finally:
-        if write_fd is not None:
-            os.close(write_fd)  # only the runner holds the write end: EOF when it is gone
+        for fd in child_fds:
+            os.close(fd)  # only the runner holds these ends: EOF/EPIPE when it is gone
+    if cases is not None:
+        feeder = _CaseFeeder(cases_write, cases)
     try:
-        return _watch(proc, start, out_dir, limits, sandbox, read_fd if result_pipe else None, group)
+        outcome = _watch(proc, start, out_dir, limits, sandbox, read_fd if result_pipe else None, group, feeder)
     finally:
         if group is not None:
             group.remove()  # every process the run left, in whatever session: killed
+    if feeder is not None:
+        outcome.cases_sent = feeder.close()
+    return outcome
 
 
 def _watch(proc: subprocess.Popen, start: float, out_dir: Path, limits: Limits, sandbox: bool,
-           read_fd: int | None, group) -> RunOutcome:
+           read_fd: int | None, group, feeder: _CaseFeeder | None = None) -> RunOutcome:
     """Wait for a started run within its limits and collect how it ended."""
     result_pipe = read_fd is not None
-    frames = _Frames(read_fd, limits) if result_pipe else None
+    frames = _Frames(read_fd, limits, feeder) if result_pipe else None
     out = _Capped(proc.stdout, limits.output_bytes)
     err = _Capped(proc.stderr, limits.output_bytes)
     timed_out = overflow = False
@@ -695,6 +826,8 @@ def _watch(proc: subprocess.Popen, start: float, out_dir: Path, limits: Limits, 
         _kill(proc)
     if group is not None:
         group.kill_all()  # stragglers in other sessions would hold the pipes open
+    if feeder is not None:
+        feeder.stop()
     wall = time.monotonic() - start
     stdout, stderr = out.text(), err.text()
     frame_list, frame_problem = frames.result() if frames is not None else ([], None)

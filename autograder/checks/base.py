@@ -45,6 +45,10 @@ __all__ = [
     "run_cases",
     "as_array",
     "close",
+    "Precomputed",
+    "use_precomputed",
+    "precomputed",
+    "visible_cases",
     "Tensor",
     "Obj",
 ]
@@ -260,7 +264,11 @@ class Exercise:
         return getattr(solutions, self.name)
 
     def expected(self, case: Case) -> Result:
-        """Run ``case`` on the reference and return its result."""
+        """Run ``case`` on the reference and return its result; in the student
+        package, read it from the precomputed data instead (:func:`use_precomputed`)."""
+        store = precomputed()
+        if store is not None and store.has(self.name):
+            return store.expected(self.name, case)
         return _run_in_process(self.reference(), case, self.kind)
 
     def judge(self, case: Case, got: Result, want: Result) -> list[str]:
@@ -762,6 +770,62 @@ class Points(float):
         return f"<b>{_num(self)} / {_num(self.max_score)} points</b>"
 
 
+# -- precomputed visible checks (the student package) -------------------------
+
+
+class Precomputed:
+    """What the student package ships instead of reference code: for each exercise
+    of the released chapters, its visible cases and their expected results as data.
+
+    Subclasses implement :meth:`has`, :meth:`cases` and :meth:`expected`
+    (:class:`autograder.student.expected.ExpectedStore` reads them from files).
+    """
+
+    def has(self, name: str) -> bool:
+        """Whether exercise ``name``'s visible cases are stored."""
+        raise NotImplementedError
+
+    def cases(self, name: str) -> list[Case]:
+        """The stored visible cases of exercise ``name``, in order."""
+        raise NotImplementedError
+
+    def expected(self, name: str, case: Case) -> Result:
+        """The stored reference result of ``case``; ``ValueError`` for a case that
+        was not stored (the visible set is fixed when the chapter is released)."""
+        raise NotImplementedError
+
+
+_PRECOMPUTED: list[Precomputed] = []
+
+
+def use_precomputed(store: Precomputed | None) -> None:
+    """Make the visible checks read cases and expected results from ``store``
+    (``None``: compute them with ``solutions`` again, the default)."""
+    _PRECOMPUTED[:] = [store] if store is not None else []
+
+
+def precomputed() -> Precomputed | None:
+    """The store installed by :func:`use_precomputed`, or ``None``."""
+    return _PRECOMPUTED[0] if _PRECOMPUTED else None
+
+
+def visible_cases(exercise: Exercise, hidden: bool = False, seed: int | None = None) -> list[Case]:
+    """The cases of a check: the stored visible ones in the student package,
+    else ``exercise.cases`` on :func:`make_rng`'s generator.
+
+    Raises:
+        ValueError: for hidden checks or another seed in the student package,
+            which holds only the visible cases' expected results.
+    """
+    store = precomputed()
+    if store is not None and store.has(exercise.name):
+        if hidden or seed is not None:
+            raise ValueError(f"{exercise.name}: the student package runs only the visible check "
+                             "(no hidden=True, no seed): the hidden checks run when your work is graded")
+        return store.cases(exercise.name)
+    return exercise.cases(make_rng(hidden, seed), hidden)
+
+
 # -- one mistake charged once ------------------------------------------------
 
 
@@ -794,11 +858,15 @@ def names_used(obj: Any) -> set[str]:
     return names
 
 
-def dependency_note(name: str, used: list[str], failing: list[str]) -> str:
-    """The note of an exercise graded with earlier references in place."""
+def dependency_note(name: str, used: list[str], failing: list[str], regraded: bool = True) -> str:
+    """The note of an exercise graded with earlier references in place (``regraded``),
+    or, in the student package, of one that could not be (no reference there)."""
     called = [d for d in failing if d in used] or failing
     which = ", ".join(f"`{d}`" for d in called)
     verb = "fails its check" if len(called) == 1 else "fail their checks"
+    if not regraded:
+        return (f"your `{name}` calls your {which}, which {verb}: fix {which} first (when your work "
+                f"is graded, `{name}` is also graded with the reference {which} in its place)")
     return (f"your `{name}` calls your {which}, which {verb}; it was graded with the reference "
             f"{which} in its place: fix {which} first")
 
@@ -814,7 +882,7 @@ def _visible_failures(exercise: Exercise, namespace: dict) -> list[str]:
         if answer is None or answer is getattr(solutions, dep, None):
             continue
         dep_ex = get_exercise(dep)
-        report = run_cases(dep_ex, answer, dep_ex.cases(make_rng(False), False))
+        report = run_cases(dep_ex, answer, visible_cases(dep_ex))
         if not report.passed:
             failing.append(dep)
     return failing
@@ -829,12 +897,16 @@ def check_report(name: str, obj: Any, hidden: bool = False, seed: int | None = N
     reference in its place and keeps the better report, with a note saying so.
     """
     exercise = get_exercise(name)
-    cases = exercise.cases(make_rng(hidden, seed), hidden)
+    cases = visible_cases(exercise, hidden, seed)
     report = run_cases(exercise, obj, cases)
     namespace = _namespace_of(obj)
     if not report.passed and exercise.uses and namespace is not None:
         failing = _visible_failures(exercise, namespace)
-        if failing:
+        if failing and precomputed() is not None:
+            # The student package has no reference of this chapter's exercises to put
+            # in place of the failing one: say which to fix first; the grader regrades.
+            report.notes.insert(0, dependency_note(name, sorted(names_used(obj)), failing, regraded=False))
+        elif failing:
             import solutions
 
             saved = {d: namespace[d] for d in failing}

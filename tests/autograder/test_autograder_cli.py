@@ -70,12 +70,16 @@ def test_check_prints_a_table_and_an_exit_status(tmp_path, book):
         assert f"0/{points:g}" in row and "failed" in row and "not implemented yet" in row
     assert "0 of 3 exercises pass" in proc.stdout
 
-    mine = tmp_path / "my_copy.ipynb"  # renamed: needs --chapter
+    mine = tmp_path / f"{CHAPTER} (1).ipynb"  # a browser-renamed download: recognised by its cells
     nbformat.write(source, str(mine))
-    assert _autograder("check", str(mine), "--book", str(book)).returncode == 2
-    ok = _autograder("check", str(mine), "--book", str(book), "--chapter", CHAPTER)
+    ok = _autograder("check", str(mine), "--book", str(book))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "3 of 3 exercises pass" in ok.stdout
+
+    stranger = tmp_path / "notes.ipynb"  # no chapter's exercise cells, no stamp: --chapter is asked for
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), str(stranger))
+    refused = _autograder("check", str(stranger), "--book", str(book))
+    assert refused.returncode == 2 and "--chapter" in refused.stderr
 
 
 @pytest.mark.slow

@@ -171,8 +171,14 @@ def test_reports_have_the_contract_columns_and_totals(tmp_path, course):
     scores = _read(out / "scores.csv")
     grades = _read(out / "grades.csv")
     assert list(scores[0]) == ["student_id", "assignment", "exercise", "grade_id", "score", "max_score",
-                               "status", "reason", "parts", "notes"]
-    assert list(grades[0]) == ["student_id", "assignment", "score", "max_score", "status"]
+                               "status", "reason", "parts", "notes", "auto_score", "manual_score",
+                               "extra_credit", "comment"]
+    assert list(grades[0]) == ["student_id", "assignment", "score", "max_score", "status", "raw_score",
+                               "late_seconds", "penalty"]
+    # no due date, no grader: the score is the checks' own, nothing late
+    assert all(s["score"] == s["auto_score"] and s["manual_score"] == s["extra_credit"] == s["comment"] == ""
+               for s in scores)
+    assert all(g["raw_score"] == g["score"] and g["late_seconds"] == g["penalty"] == "0" for g in grades)
     assert len(grades) == 4 * len(CHAPTERS)
     by = {(g["student_id"], g["assignment"]): g for g in grades}
     # student001 reference, student002 blank, student003 wrong, student004 reference
@@ -375,3 +381,71 @@ def test_links_pipes_and_odd_names_in_the_submitted_tree(tmp_path, course):
     assert "Müller" in grades
     again = batch.grade_class(sub, tmp_path / "out", chapters=[chapter], book=book, grade_fn=scripted_grade)
     assert again.reused == len(again.results)
+
+
+# --------------------------------------------------------------------------- some students, due dates
+
+
+def test_grading_some_students_keeps_the_others_last_grades(tmp_path, course):
+    root, book = course
+    out = tmp_path / "out"
+    _grade(root / "submitted", out, book)
+    before = (out / "grades.csv").read_bytes()
+    report = _grade(root / "submitted", out, book, students=["student002"], force=True)
+    assert report.graded == len(CHAPTERS)  # student002's chapters only
+    assert (out / "grades.csv").read_bytes() == before
+    assert {g.submission.student for g in report.results} == {f"student00{i}" for i in range(1, 5)}
+    with pytest.raises(ValueError, match="no submission of student.s. nobody"):
+        _grade(root / "submitted", out, book, students=["nobody"])
+
+
+def test_a_due_date_gives_lateness_and_nbgraders_penalty_in_grades_csv(tmp_path, course):
+    from traitlets.config import Config
+
+    root, book = course
+    sub = tmp_path / "submitted"
+    import shutil
+
+    shutil.copytree(root / "submitted", sub)
+    chapter = CHAPTERS[0]
+    for student, stamp in (("student001", "2026-11-20 09:00:00 UTC"), ("student004", "2026-11-22 12:00:00 UTC")):
+        (sub / student / chapter / "timestamp.txt").write_text(stamp + "\n", encoding="utf-8")
+    config = Config()
+    config.LateSubmissionPlugin.penalty_method = "zero"
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="due date"):
+        _grade(sub, out, book, chapters=[chapter], gradebook=batch.GradebookTarget(duedate="soon"))
+    _grade(sub, out, book, chapters=[chapter],
+           gradebook=batch.GradebookTarget(duedate="2026-11-21 12:00:00 UTC", config=config))
+    grades = {g["student_id"]: g for g in _read(out / "grades.csv")}
+    on_time, late = grades["student001"], grades["student004"]  # both hand in the reference
+    assert (on_time["late_seconds"], on_time["penalty"], on_time["score"]) == ("0", "0", on_time["max_score"])
+    assert (late["late_seconds"], late["penalty"], late["score"]) == ("86400", late["raw_score"], "0")
+    assert late["raw_score"] == late["max_score"] and late["status"] == "complete"
+    assert grades["student002"]["late_seconds"] == "0"  # no timestamp.txt: never late
+    page = (out / "feedback" / "student004" / f"{chapter}.html").read_text(encoding="utf-8")
+    assert "Submitted 1 d after the due date" in page and f"<b>0 / {late['max_score']}</b>" in page
+
+
+def test_a_hand_grade_in_outs_gradebook_survives_grade_force(tmp_path, course):
+    """`grade --force` after a grader changed OUT/gradebook.db (as the formgrader does)."""
+    from nbgrader.api import Gradebook
+
+    root, book = course
+    out = tmp_path / "out"
+    chapter = CHAPTERS[0]
+    _grade(root / "submitted", out, book, chapters=[chapter])
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:  # student002 handed in the blank notebook
+        grade = gb.find_grade("test_softmax", chapter, chapter, "student002")
+        grade.manual_score = 1.0
+        gb.find_comment("softmax", chapter, chapter, "student002").manual_comment = "explained on paper <ok>"
+        gb.db.commit()
+    _grade(root / "submitted", out, book, chapters=[chapter], force=True)
+    grades = {g["student_id"]: g for g in _read(out / "grades.csv")}
+    assert grades["student002"]["score"] == "1"
+    row = next(s for s in _read(out / "scores.csv") if s["student_id"] == "student002" and s["exercise"] == "softmax")
+    assert (row["score"], row["auto_score"], row["manual_score"], row["comment"]) == \
+        ("1", "0", "1", "explained on paper <ok>")
+    page = (out / "feedback" / "student002" / f"{chapter}.html").read_text(encoding="utf-8")
+    assert f"Graded by hand: 1 / {row['max_score']} points (the checks gave 0)" in page
+    assert "explained on paper &lt;ok&gt;" in page

@@ -16,6 +16,7 @@ do earn the points the sandbox denies.
 """
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import socket
 import textwrap
@@ -39,15 +40,82 @@ CH06 = ["masked_softmax", "padding_mask", "causal_mask"]
 CH06_POINTS = {"masked_softmax": 3, "padding_mask": 1, "causal_mask": 2}
 CH04_POINTS = {"softmax": 1, "scaled_dot_product_attention": 2, "self_attention": 3}
 SEED = 1234
-# Shorter than the defaults to keep the suite quick (the endless loop waits for
-# the wall time); 2 GiB of address space is plenty for torch and the checks.
-LIMITS = Limits(wall_seconds=25.0, cpu_seconds=25, memory_bytes=2 * 2**30)
+# No verdict may depend on the machine's load (the suite runs beside other work):
+# the wall-time limit is only a safety net, far above any run here even on a
+# crowded machine, and the endless loop is stopped by its CPU time, which load
+# does not stretch (10 s of CPU: several times what setup and the checks use).
+# 2 GiB of address space is plenty for torch and the checks.
+LIMITS = Limits(wall_seconds=300.0, cpu_seconds=120, memory_bytes=2 * 2**30)
+ATTACK_LIMITS = {"endless_loop": dataclasses.replace(LIMITS, cpu_seconds=10)}
 
 # Wrong in every graded part (inverted polarity AND a float mask), so an attack
 # that earns any point has beaten the judge: honestly, this answer earns 0.
 WRONG_PADDING_MASK = """
 def padding_mask(ids, pad_id=0):
     return (ids == pad_id)[:, None, None, :].float()  # inverted, and not a bool mask
+"""
+
+
+# What code in the sandbox can find of the grading cases: every file of the
+# filesystem by name (the cases once were ``/job/cases_<exercise>.json``), the
+# content of every file outside the Python installation and of every descriptor
+# open in any process it can see (a pipe reopened through /proc and read without
+# waiting), looking for the keys every case spec has. ``reached`` proves the
+# search reads the job folder. The keys are built at run time, so the submitted
+# source, which is in /job/job.json, does not hold them; the result pipe is left
+# alone (reading it would steal the runner's own frames).
+SEARCH_FOR_CASES = """
+import os as _os
+import stat as _stat
+import sys as _sys
+
+def _search_for_cases():
+    keys = (b'"se' + b'ed": ', b'"kw' + b'args": ')
+    found, reached = [], False
+    installed = tuple(_os.path.realpath(p) + "/" for p in {_sys.prefix, _sys.base_prefix, "/usr"})
+    for root, dirs, files in _os.walk("/"):
+        if root.startswith(("/proc", "/sys", "/dev")) and not root.startswith("/dev/shm"):
+            dirs[:] = []
+            continue
+        for name in files:
+            path = _os.path.join(root, name)
+            if name.startswith("cases_"):
+                found.append(path)
+            if path.startswith(installed) or name.endswith(".py"):
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read(50_000_000)
+            except OSError:
+                continue
+            reached = reached or (path == "/job/job.json" and b"masked_softmax" in data)
+            if all(k in data for k in keys):
+                found.append(path)
+    result_fd = int(_sys.argv[_sys.argv.index("--result-fd") + 1])
+    result_pipe = _os.fstat(result_fd).st_ino
+    for pid in [p for p in _os.listdir("/proc") if p.isdigit()]:
+        try:
+            fds = _os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            path = f"/proc/{pid}/fd/{fd}"
+            try:
+                if _os.stat(path).st_ino == result_pipe:
+                    continue
+                handle = _os.open(path, _os.O_RDONLY | _os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                if _stat.S_ISFIFO(_os.fstat(handle).st_mode) or _stat.S_ISREG(_os.fstat(handle).st_mode):
+                    data = _os.read(handle, 1 << 20)
+                    if all(k in data for k in keys):
+                        found.append(path)
+            except OSError:
+                pass
+            finally:
+                _os.close(handle)
+    return found, reached
 """
 
 
@@ -302,6 +370,26 @@ def _attacks(sentinels: dict[str, Path], urls: list[str]) -> dict[str, tuple[str
         exec(open(found).read().replace("from __future__ import annotations", ""), namespace)
         padding_mask = namespace["padding_mask"]
     """, wrong=False)
+    # -- the cases of an exercise, before its check and from files -------------------------
+    a["search_for_cases_before_their_check"] = ("06_masking", "masked_softmax", SEARCH_FOR_CASES + """
+_found, _reached = _search_for_cases()
+assert _reached and not _found, _found  # a cell error: 0 points, unless nothing is found
+""" + solution_cell_source(solutions.masked_softmax))
+    a["search_for_own_cases_when_called"] = ("06_masking", "padding_mask", SEARCH_FOR_CASES + """
+_found, _reached = _search_for_cases()
+assert _reached and not _found, _found
+""" + solution_cell_source(solutions.padding_mask) + """
+_reference_padding_mask = padding_mask
+_searched = []
+
+def padding_mask(ids, pad_id=0):
+    if not _searched:  # while its own check runs: its hidden inputs in a file?
+        _searched.append(_search_for_cases())
+    found, reached = _searched[0]
+    if found or not reached:
+        raise RuntimeError(f"found {found}")
+    return _reference_padding_mask(ids, pad_id)
+""")
     # -- files outside the scratch directory -------------------------------------------
     a["touch_files_outside"] = pm(f"""
         import os
@@ -462,7 +550,8 @@ def graded(tmp_path_factory, needs_sandbox):
         def run(item):
             name, (src_path, sub, target, sandbox) = item
             start = time.monotonic()
-            scores = grade_submission(src_path, sub, seed=SEED, limits=LIMITS, sandbox=sandbox)
+            limits = ATTACK_LIMITS.get(name.removeprefix("unsafe:"), LIMITS)
+            scores = grade_submission(src_path, sub, seed=SEED, limits=limits, sandbox=sandbox)
             durations[name] = time.monotonic() - start
             return name, ({s.exercise: s for s in scores}, target)
 
@@ -507,7 +596,8 @@ def test_patching_and_hooks_earn_nothing(graded, attack):
 
 def test_ipython_input_transformers_earn_nothing(graded):
     hit = _assert_contained(graded, "ipython_input_transformers", {"error"})
-    assert "get_ipython" in hit.reason
+    # (a NameError for get_ipython; its message is withheld: hidden inputs were in the sandbox)
+    assert "NameError" in hit.reason
 
 
 @pytest.mark.parametrize("attack", ["lying_eq_object", "tensor_subclass_torch_function"])
@@ -528,10 +618,44 @@ def test_ndarray_subclass_with_lying_comparisons(graded):
 @pytest.mark.parametrize("attack", ["import_reference", "import_reference_module", "read_reference_file",
                                     "importlib_tricks", "search_filesystem_for_reference"])
 def test_the_reference_is_out_of_reach(graded, attack):
-    # A walk over the whole filesystem may outlast the time limit on a loaded
-    # machine: "timeout" is as contained as "error" (0 points, others unharmed),
-    # and the verdict must not depend on the machine's load.
-    _assert_contained(graded, attack, {"error", "failed", "timeout"})
+    # Even the walk over the whole filesystem ends well within the limits (see
+    # LIMITS), loaded machine or not: it finds nothing and the cell fails.
+    _assert_contained(graded, attack, {"error", "failed"})
+
+
+@pytest.mark.parametrize("attack", ["search_for_cases_before_their_check", "search_for_own_cases_when_called"])
+def test_cases_are_out_of_reach_before_and_outside_their_check(graded, attack):
+    """An exercise's cases reach the runner through a pipe, and only when its check
+    starts: code in an earlier cell searching every file and every descriptor in
+    the sandbox finds none, and an exercise finds none of its own in a file while
+    it is being checked. Each answer is the reference's, spoiled only if the
+    search finds anything: every exercise keeps full marks."""
+    scores, _ = graded["results"][attack]
+    for name, s in scores.items():
+        assert s.status == "passed" and s.score == CH06_POINTS[name], f"{attack}: {s}"
+
+
+def test_the_case_search_finds_case_files_where_there_are_some(tmp_path, needs_sandbox, monkeypatch):
+    """The control of the test above: with the cases in the job folder, as they once
+    were, the same search finds them and the searching cell loses its points."""
+    from autograder import grading, runner
+
+    write_job = grading._write_job
+
+    def job_with_case_files(job_dir, setup, pending, context=()):
+        write_job(job_dir, setup, pending, context)
+        for g in pending:
+            arrays: dict = {}
+            runner.dump_bundle(str(job_dir / f"cases_{g.name}"), [c.to_spec(g.exercise.kind, arrays) for c in g.cases],
+                               arrays)
+        return None  # no cases pipe: the runner reads the files
+
+    monkeypatch.setattr(grading, "_write_job", job_with_case_files)
+    chapter, target, source = _attacks({}, [])["search_for_cases_before_their_check"]
+    nb, src_path = _notebooks(tmp_path / "source")[chapter]
+    sub = fixtures.write_notebook(fixtures.submission_with(nb, **{target: source}), tmp_path / "s.ipynb")
+    scores = {s.exercise: s for s in grade_submission(src_path, sub, seed=SEED, limits=LIMITS)}
+    assert scores[target].score == 0 and "cases_masked_softmax" in scores[target].reason, scores[target]
 
 
 @pytest.mark.parametrize("attack", UNSAFE_CONTROLS)
@@ -574,7 +698,7 @@ def test_memory_hog_is_bounded(graded):
 
 def test_endless_loop_times_out_and_the_rest_is_graded(graded):
     hit = _assert_contained(graded, "endless_loop", {"timeout"})
-    assert "25 s" in hit.reason
+    assert "more than 10 s of CPU time" in hit.reason
 
 
 def test_forged_result_with_a_factory_is_rejected(graded):

@@ -102,3 +102,57 @@ def test_nbgrader_export_reads_our_gradebook(tmp_path, source):
     assert float(rows["ann"]["score"]) == tests[0][1]
     assert float(rows["bob"]["score"]) == 0.0
     assert float(rows["ann"]["max_score"]) == sum(p for _, p in tests)
+
+
+def test_hand_grades_and_comments_are_read_back_and_never_overwritten(tmp_path, source):
+    db = tmp_path / "gradebook.db"
+    tests = _tests(source)
+    first, second = tests[0][0], tests[1][0]
+    write_gradebook(db, {CHAPTER: source}, [_graded(source, "ann", set())])
+    with alembic_on_path(), _open(db) as gb:  # what the formgrader writes
+        grade = gb.find_grade(first, CHAPTER, CHAPTER, "ann")
+        grade.manual_score, grade.extra_credit = 0.5, 0.25
+        gb.find_grade(second, CHAPTER, CHAPTER, "ann").extra_credit = 1.0
+        gb.find_comment(first[5:], CHAPTER, CHAPTER, "ann").manual_comment = "see me"
+        gb.db.commit()
+    recorded = write_gradebook(db, {CHAPTER: source}, [_graded(source, "ann", {g for g, _ in tests})])
+    ann = recorded[("ann", CHAPTER)]
+    assert ann.grades[first] == {"auto_score": tests[0][1], "manual_score": 0.5, "extra_credit": 0.25,
+                                 "score": 0.75}
+    assert ann.grades[second]["score"] == tests[1][1] + 1.0  # auto score plus extra credit
+    assert ann.comments == {first[5:]: "see me"}
+    assert ann.raw_score == pytest.approx(sum(p for _, p in tests) - tests[0][1] + 0.75 + 1.0)
+    assert (ann.late_seconds, ann.penalty, ann.score) == (0.0, 0.0, ann.raw_score)
+    with alembic_on_path(), _open(db) as gb:
+        assert gb.find_comment(first[5:], CHAPTER, CHAPTER, "ann").auto_comment == "passed"
+
+
+@pytest.mark.parametrize("method,penalty", [("none", 0.0), ("zero", None)])
+def test_late_penalty_follows_nbgraders_late_submission_plugin(tmp_path, source, method, penalty):
+    from traitlets.config import Config
+
+    config = Config()
+    config.LateSubmissionPlugin.penalty_method = method
+    tests = _tests(source)
+    results = [_graded(source, "early", {tests[0][0]}, timestamp="2026-11-20 16:59:00 UTC"),
+               _graded(source, "late", {tests[0][0]}, timestamp="2026-11-20 19:00:00 Europe/Berlin")]
+    recorded = write_gradebook(tmp_path / "gradebook.db", {CHAPTER: source}, results,
+                               duedate="2026-11-20 17:00:00 UTC", config=config)
+    early, late = recorded[("early", CHAPTER)], recorded[("late", CHAPTER)]
+    assert (early.late_seconds, early.penalty) == (0.0, 0.0)
+    assert late.late_seconds == 3600.0  # 19:00 in Berlin is 18:00 UTC
+    want = late.raw_score if penalty is None else penalty  # "zero": the penalty is the whole score
+    assert late.penalty == want and late.score == late.raw_score - want
+    with alembic_on_path(), _open(db := tmp_path / "gradebook.db") as gb:
+        assert gb.find_submission_notebook(CHAPTER, CHAPTER, "late").late_submission_penalty == (
+            None if method == "none" else want)
+        assert str(gb.find_assignment(CHAPTER).duedate) == "2026-11-20 17:00:00"
+    assert db.is_file()
+
+
+def test_a_due_date_must_be_a_date():
+    from autograder.gradebook import parse_duedate
+
+    assert str(parse_duedate("2026-11-20 18:00:00 Europe/Berlin")) == "2026-11-20 17:00:00"
+    with pytest.raises(ValueError, match="expected a date and time"):
+        parse_duedate("friday")

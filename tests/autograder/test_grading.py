@@ -175,7 +175,8 @@ def test_frames_are_attributed_to_the_running_cell():
               ("start", "b", b"", b""), ("result", "a", b"forged", b""), ("result", "c", b"forged", b""),
               ("result", "b", b"B", b""), ("start", "c", b"", b""), ("result", "c", b"C", b"")]
     accepted, blamed = _attribute([a, b, c], _outcome(frames))
-    assert {i: body for i, (body, _) in accepted.items()} == {0: b"A", 1: b"B", 2: b"C"}
+    assert {i: body for i, (body, _, _) in accepted.items()} == {0: b"A", 1: b"B", 2: b"C"}
+    assert {i: at for i, (_, _, at) in accepted.items()} == {0: 1, 1: 5, 2: 7}
     assert list(blamed) == [1] and "'a'" in blamed[1]
 
 
@@ -187,6 +188,22 @@ def test_a_second_result_for_the_running_cell_is_blamed_on_it():
               ("start", "b", b"", b""), ("result", "b", b"B", b"")]
     accepted, blamed = _attribute(cells, _outcome(frames))
     assert list(blamed) == [0] and 1 in accepted
+
+
+def test_after_a_break_the_cells_left_without_cases_run_again():
+    """A forged frame stops the cases pipe (no case leaves the grader out of
+    protocol): the culprit is flagged, its own words never quoted, and the cells
+    after it, which got no cases, are graded again in a fresh sandbox."""
+    from autograder.grading import _collect
+    from autograder.sandbox import Limits
+
+    a, b, c = _pending("a", "b", "c")
+    frames = [("start", "a", b"", b""), ("result", "LEAK<0.123>", b"", b""), ("result", "a", b"{}", b""),
+              ("start", "b", b"", b""), ("cases", "b", b"", b""), ("result", "b", b"{}", b"")]
+    rest = _collect([a, b, c], _outcome(frames, cases_sent=[]), Limits())
+    assert rest == [b, c] and b.result is None
+    assert a.result.status == "cheat" and "a cell not in this job" in a.result.reason
+    assert "LEAK" not in a.result.reason
 
 
 @pytest.mark.parametrize("kw, status, fragment", [
@@ -277,11 +294,105 @@ def test_safe_text_escapes_controls_and_bidi_overrides():
 def test_no_escape_sequence_from_a_submission_reaches_a_reason(ch04_source, tmp_path, needs_sandbox):
     sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
                                                            softmax=ESCAPING_SOFTMAX), tmp_path / "s.ipynb")
-    scores = grade_submission(ch04_source, sub, seed=5)
+    # the visible-only run: no hidden input is in the sandbox, so the student's text is shown, escaped
+    scores = grade_submission(ch04_source, sub, seed=5, hidden=False)
     texts = [s.reason for s in scores] + [n for s in scores for n in s.notes] + [
         p["message"] for s in scores for p in s.parts]
     assert "\\x1b]0;pwned" in scores[0].reason
     assert not any(ch in t for t in texts for ch in ("\x1b", "\x07", "\u202e")), texts
+
+
+# --------------------------------------------------------------------------- hidden inputs in feedback
+
+# softmax raises with its input's repr, from an exception class whose *name* carries
+# a value too, and keeps every input it saw; the next cell raises, when it is
+# defined, with all of them. The markers are built at run time, so the feedback
+# page, which shows the submitted code, does not hold them.
+LEAKY_SOFTMAX = """
+import builtins
+def softmax(x, axis=-1):
+    builtins._seen = getattr(builtins, "_seen", []) + [repr(x)]
+    name = "Le" + "ak_" + str(int(abs(float(np.asarray(x).flat[0])) * 1e6))
+    raise type(name, (ValueError,), {})("LE" + "AK<" + repr(x) + ">")
+"""
+LEAKY_DEFINITION = """
+import builtins
+raise RuntimeError("LE" + "AK<" + "".join(getattr(builtins, "_seen", ["nothing seen"])) + ">")
+"""
+
+
+def _all_text(folder):
+    """Every file under ``folder`` (CSV, HTML, gradebook, journal) as one text."""
+    return "\n".join(path.read_bytes().decode("utf-8", errors="replace") for path in sorted(folder.rglob("*"))
+                     if path.is_file())
+
+
+@pytest.mark.slow
+def test_hidden_inputs_never_reach_the_feedback(tmp_path, needs_sandbox):
+    """A student's exception text written once hidden inputs were in the sandbox
+    (a message with the input's repr, a class name built from a value, a later
+    cell echoing inputs it kept) reaches no output of a real batch: not
+    scores.csv, not the feedback page, not the gradebook. The grader's own words
+    say what happened; a classmate graded beside it keeps full marks."""
+    from autograder.batch import grade_class
+
+    nb = fixtures.source_notebook("04_self_attention")
+    book = tmp_path / "book"
+    fixtures.write_notebook(nb, book / "04_self_attention" / "04_self_attention.ipynb")
+    leaky = fixtures.submission_with(nb, softmax=LEAKY_SOFTMAX, scaled_dot_product_attention=LEAKY_DEFINITION)
+    fixtures.write_notebook(leaky, tmp_path / "submitted" / "mallory" / "04_self_attention" / "04_self_attention.ipynb")
+    fixtures.write_notebook(fixtures.reference_submission(nb),
+                            tmp_path / "submitted" / "alice" / "04_self_attention" / "04_self_attention.ipynb")
+    out = tmp_path / "out"
+    report = grade_class(tmp_path / "submitted", out, book=book, seed=9, progress=False)
+    totals = report.totals()
+    assert totals[("alice", "04_self_attention")] == (6.0, 6.0)
+    rows = {g.submission.student: {r["exercise"]: r for r in g.scores} for g in report.results}["mallory"]
+    assert rows["softmax"]["score"] == 0 and "its message is not shown" in rows["softmax"]["reason"]
+    assert "an exception of the answer's own class" in rows["softmax"]["reason"]
+    assert rows["scaled_dot_product_attention"]["status"] == "error"
+    assert "RuntimeError" in rows["scaled_dot_product_attention"]["reason"]
+    assert "not shown" in rows["scaled_dot_product_attention"]["reason"]
+    written = _all_text(out)
+    assert (out / "scores.csv").is_file() and (out / "gradebook.db").is_file()
+    assert list((out / "feedback").rglob("*.html"))
+    assert "LEAK" not in written and "Leak_" not in written and "array([" not in written
+
+
+@pytest.mark.slow
+def test_without_hidden_inputs_the_student_reads_their_own_message(ch04_source, tmp_path, needs_sandbox):
+    """The visible-only run holds no hidden input: the student's message stays (escaped)."""
+    leaky = fixtures.submission_with(fixtures.source_notebook("04_self_attention"), softmax=LEAKY_SOFTMAX)
+    scores = grade_submission(ch04_source, fixtures.write_notebook(leaky, tmp_path / "l.ipynb"), hidden=False)
+    assert "LEAK<array(" in scores[0].reason and "Leak_" in scores[0].reason
+
+
+def test_a_withheld_message_answers_word_tests_but_never_prints():
+    from autograder.grading import WITHHELD, _decode_report, _exception_name
+
+    raised = {"type": "Leak_123", "message": "matmul: size mismatch LEAK<0.123>", "phase": "call"}
+    report = {"grade_id": "f", "cell_error": None, "cases": [{"result": {"value": None, "raised": raised}}]}
+    _, (result,) = _decode_report(report, {}, "f", withhold=True)
+    message = result.raised["message"]
+    assert "matmul" in message and "LEAK" in message  # what a check's hint may test
+    assert str(message) == f"{message}" == WITHHELD and "LEAK" not in "it raised: " + message
+    assert result.raised["type"] == "an exception of the answer's own class"
+    assert _exception_name("ValueError") == "ValueError" and _exception_name("AxisError") == "AxisError"
+    _, (kept,) = _decode_report(report, {}, "f", withhold=False)
+    assert kept.raised["message"] == raised["message"]
+
+
+def test_only_text_written_before_any_hidden_case_was_sent_is_kept():
+    from autograder.grading import _hidden_inputs_before
+
+    a, b = _pending("a", "b")
+    a.hidden = b.hidden = True
+    outcome = _outcome([("start", "a", b"", b""), ("result", "a", b"", b""), ("start", "b", b"", b""),
+                        ("cases", "b", b"", b""), ("result", "b", b"", b"")], cases_sent=[(3, "b")])
+    assert not _hidden_inputs_before([a, b], outcome, 1)  # a failed to define: nothing sent yet
+    assert _hidden_inputs_before([a, b], outcome, 4)
+    b.hidden = False  # the visible check's cases: nothing hidden
+    assert not _hidden_inputs_before([a, b], outcome, 4)
 
 
 # --------------------------------------------------------------------------- the time budget
@@ -312,6 +423,32 @@ def test_endless_exercises_cost_at_most_the_submission_budget(tmp_path, needs_sa
     assert all(s.status == "timeout" for s in scores), scores
     assert sum(limits_seen) <= 7 and len(limits_seen) < len(names), limits_seen
     assert "time budget of 7 s" in scores[-1].reason
+
+
+def test_the_budget_option_reaches_every_submission(tmp_path):
+    """``grade --budget`` and ``grade_class(budget=...)`` hand the budget to the
+    grading of each submission; without it, none is passed (the default applies)."""
+    from autograder.batch import grade_class
+    from autograder.cli import build_parser
+
+    nb = fixtures.source_notebook("04_self_attention")
+    book = tmp_path / "book"
+    fixtures.write_notebook(nb, book / "04_self_attention" / "04_self_attention.ipynb")
+    fixtures.write_notebook(nb, tmp_path / "submitted" / "ann" / "04_self_attention" / "04_self_attention.ipynb")
+    seen = []
+
+    def recording_grade(source_nb, submission_nb, **kw):
+        seen.append(kw.get("budget"))
+        return []
+
+    args = build_parser().parse_args(["grade", str(tmp_path / "submitted"), "--out", "o", "--budget", "90"])
+    assert args.budget == 90.0
+    grade_class(tmp_path / "submitted", tmp_path / "out1", book=book, budget=args.budget, grade_fn=recording_grade,
+                progress=False)
+    grade_class(tmp_path / "submitted", tmp_path / "out2", book=book, grade_fn=recording_grade, progress=False)
+    assert seen == [90.0, None]
+    with pytest.raises(ValueError, match="budget"):
+        grade_class(tmp_path / "submitted", tmp_path / "out3", book=book, budget=0, grade_fn=recording_grade)
 
 
 def test_the_budget_cuts_the_last_run():

@@ -46,6 +46,7 @@ def test_released_notebooks_hide_solutions_and_hidden_tests(tmp_path, generated_
         assert item.path == out / chapter / f"{chapter}.ipynb"
         source = nbformat.read(str(book / chapter / f"{chapter}.ipynb"), as_version=4)
         released = nbformat.read(str(item.path), as_version=4)
+        assert released.metadata["transformer_book"] == {"chapter": chapter, "edition": "student"}
         secret = secret_lines(source)
         assert secret, f"{chapter}: no solution or hidden test lines found to protect"
         text = "\n".join(c.source for c in released.cells)

@@ -159,7 +159,7 @@ def test_oversized_frame_is_refused():
     runner.write_frame(stream, "a", {"x": "y" * 5000}, {})
     stream.seek(0)
     frames, problem = runner.read_frames(stream, 1000, 10_000)
-    assert frames == [] and "over the limit" in problem
+    assert frames == [] and "over the 1000-byte limit" in problem
 
 
 def test_zip_bomb_is_refused(monkeypatch):
@@ -186,7 +186,7 @@ def _nested(depth: int):
     ({"__obj__": "solutions.softmax", "init": {"__dict__": []}, "state": {}}, {}, "keys"),
     ({"__ndarray__": "a9"}, {}, "missing array"),
     ({"__ndarray__": "a0"}, {"a0": np.zeros(2, dtype=[("x", "f8")])}, "dtype"),
-    ({"__tensor__": "a0", "dtype": "float32"}, {"a0": np.zeros(2)}, "labelled"),
+    ({"__tensor__": "a0", "dtype": "float32"}, {"a0": np.zeros(2)}, "dtype label"),
     ({"__float__": "1.5"}, {}, "finite float"),
     ({"__float__": "abc"}, {}, "malformed float"),
     ({"__dict__": [[[1], 2]]}, {}, "dict entry"),

@@ -1,0 +1,112 @@
+"""``python -m autograder`` in the student package: ``check NOTEBOOK`` before you submit.
+
+The package (``autograder release`` builds it for a class) holds the visible checks of
+the released chapters as data, so this runs offline and without the reference answers:
+
+    python -m autograder check "04_self_attention (1).ipynb"
+
+It recognises the chapter by the notebook's own metadata (any file name), runs the
+notebook's setup cell and your exercise cells in a fresh Python process, then the
+visible check of every exercise, and prints a table. Exit codes: 0 every visible check
+passes; 1 one does not; 2 bad usage (no such file, not a chapter notebook of this
+package); 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["main", "build_parser", "released_chapters"]
+
+
+def released_chapters() -> dict[str, list[str]]:
+    """Chapter id -> exercise names, for the chapters whose checks this package holds."""
+    from ..checks.base import precomputed
+
+    store = precomputed()
+    return dict(getattr(store, "chapters", {}) or {})
+
+
+def _num(x: float) -> str:
+    x = round(float(x), 4)
+    return str(int(x)) if x == int(x) else f"{x:g}"
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    widths[-1] = min(widths[-1], 200)
+
+    def line(r):
+        return "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .notebook import chapter_of, read_notebook, visible_checks
+
+    path = Path(args.notebook)
+    if not path.is_file():
+        print(f"check: no such notebook: {path}", file=sys.stderr)
+        return 2
+    chapters = released_chapters()
+    try:
+        nb = read_notebook(path)
+    except ValueError as exc:
+        print(f"check: {exc}", file=sys.stderr)
+        return 2
+    chapter = args.chapter or chapter_of(nb, path, chapters)
+    if chapter not in chapters:
+        known = ", ".join(chapters) or "none"
+        print(f"check: {path.name} is not a notebook of the chapters this package checks ({known}): its metadata "
+              "names no such chapter and none of its exercise cells belongs to one. Check the notebook your "
+              "instructor released, or install the package released with its chapter.", file=sys.stderr)
+        return 2
+    try:
+        rows = visible_checks(path, timeout=args.timeout)
+    except (TimeoutError, RuntimeError) as exc:
+        print(f"check: {exc}", file=sys.stderr)
+        return 1
+    print(f"{path.name}: chapter {chapter}, visible checks\n")
+    table = [[r["exercise"], f"{_num(r['score'])}/{_num(r['max_score'])}", r["status"],
+              (r["message"].splitlines() or ["ok"])[0]] for r in rows]
+    print(_table(table, ["exercise", "points", "status", "message"]))
+    for r in rows:
+        if r["status"] != "passed" and r["parts"]:
+            print(f"\n{r['exercise']}: {r['parts']}")
+            for line in r["message"].splitlines()[1:]:
+                print(f"  {line}")
+        for note in r["notes"]:
+            print(f"  note on {r['exercise']}: {note}")
+        for advice in r["advice"]:
+            print(f"  advice on {r['exercise']} (no points): {advice.splitlines()[0]}")
+    passed = sum(r["status"] == "passed" for r in rows)
+    print(f"\n{passed} of {len(rows)} exercises pass the visible checks "
+          "(the hidden checks, run when grading, test more cases).")
+    return 0 if rows and passed == len(rows) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autograder", description="Check your chapter notebook before you "
+                                     "submit it (the student package of the Transformer book).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("check", help="run the visible checks of your notebook and print a summary")
+    p.add_argument("notebook", help="your notebook, whatever its name, e.g. '04_self_attention (1).ipynb'")
+    p.add_argument("--chapter", help="chapter id, only if the notebook's metadata was lost")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds for your cells and the checks (default 300)")
+    p.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the student package's ``python -m autograder`` and ``autograder``."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

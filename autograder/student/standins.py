@@ -1,0 +1,75 @@
+"""Stand-ins: later chapters' building blocks that a released chapter's setup cell imports.
+
+A chapter may use a building block that a later chapter asks students to write
+(chapter 5's setup cell imports chapter 6's ``masked_softmax``; chapter 3's imports
+chapter 4's ``self_attention``). The student package of that chapter must not hold
+the reference answer, so it holds one of these instead: the same values, computed
+another way (with torch's fused attention, complex exponentials, ...), only as much
+of the contract as the chapter's cells need (no input checks, no gradient care).
+``autograder release`` copies into the package only the stand-ins its chapters
+import (:mod:`autograder.student.package`), each one into the module path the
+notebook imports it from.
+
+Nothing here is graded, and nothing here is the reference: the exercises' answers
+are in ``solutions``; ``tests/autograder/test_student_release.py`` checks that these
+agree with them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = ["sinusoidal_positional_encoding", "self_attention", "padding_mask", "causal_mask", "masked_softmax"]
+
+
+def sinusoidal_positional_encoding(max_len, d_model):
+    """Stand-in for chapter 3's table: column pair ``(2i, 2i+1)`` of row ``pos`` is the
+    point ``e^{j·pos·ω_i}`` on the unit circle, ``ω_i = 10000^{-2i/d_model}``, as (imag, real).
+
+    Shape:
+        output: ``(max_len, d_model)`` float64.
+    """
+    if d_model % 2:
+        raise ValueError(f"the sinusoidal table pairs columns: d_model must be even, got {d_model}")
+    omega = 10000.0 ** (-np.arange(d_model // 2) * 2.0 / d_model)  # (d_model/2,)
+    circle = np.exp(1j * np.arange(max_len)[:, None] * omega[None, :])  # (max_len, d_model/2)
+    return np.stack((circle.imag, circle.real), axis=-1).reshape(max_len, d_model)  # (max_len, d_model)
+
+
+def self_attention(x, W_q, W_k, W_v):
+    """Stand-in for chapter 4's numpy self-attention, through torch's fused kernel:
+    attending over the identity matrix returns the attention weights themselves.
+
+    Shape:
+        x: ``(..., n, d_model)``; output ``(..., n, d_v)``, weights ``(..., n, n)``.
+    """
+    inputs = torch.from_numpy(np.asarray(x, dtype=np.float64))
+    queries, keys, values = (inputs @ torch.from_numpy(np.asarray(W, dtype=np.float64)) for W in (W_q, W_k, W_v))
+    identity = torch.eye(keys.shape[-2], dtype=keys.dtype).expand(*keys.shape[:-1], keys.shape[-2])
+    weights = F.scaled_dot_product_attention(queries, keys, identity)  # (..., n, n)
+    return (weights @ values).numpy(), weights.numpy()
+
+
+def padding_mask(ids, pad_id=0):
+    """Stand-in for chapter 6's padding mask: ``(B, T)`` ids to ``(B, 1, 1, T)`` bool,
+    True (may attend) where the token is not ``pad_id``."""
+    batch, length = ids.shape
+    return torch.ne(ids, pad_id).reshape(batch, 1, 1, length)
+
+
+def causal_mask(size):
+    """Stand-in for chapter 6's look-ahead mask: ``(1, 1, size, size)`` bool, True on
+    and below the diagonal (True = may attend)."""
+    rows = torch.arange(size)
+    return (rows[None, :] <= rows[:, None]).reshape(1, 1, size, size)
+
+
+def masked_softmax(scores, mask):
+    """Stand-in for chapter 6's masked softmax (values only): masked keys get weight 0,
+    a row whose keys are all masked gets zeros (its gradient is not defined here)."""
+    if mask is None:
+        return F.softmax(scores, dim=-1)
+    blocked = torch.full_like(scores, float("-inf"))
+    weights = F.softmax(torch.where(mask, scores, blocked), dim=-1)
+    return torch.nan_to_num(weights, nan=0.0)

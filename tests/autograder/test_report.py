@@ -1,0 +1,291 @@
+"""The console summary after a batch and the class report (``autograder/report.py``).
+
+* The summary: one real sandboxed batch of chapter 4 with a valid, an invalid, a
+  wrong-chapter and a tampering submission, graded through ``python -m autograder
+  grade`` (its ``main``); the counts and the names of the others are checked on a
+  ``BatchReport`` built by hand.
+* The class report: a synthetic class of 10 students — 4 normalise the softmax
+  over the wrong axis, 3 forget to subtract the maximum, 3 are right — graded by
+  ``grade_class`` with the real checks run in this process (``checked_grade``:
+  the same ``check_report`` and messages as the sandbox, without its start-up
+  cost), so ``scores.csv`` and the journal are exactly what ``grade`` writes.
+"""
+from __future__ import annotations
+
+import csv
+import html.parser
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import fixtures
+from autograder import report
+from autograder.batch import SCORE_COLUMNS, BatchReport, Graded, Submission, grade_class, grader_fingerprint
+from autograder.bench import make_book, make_source_notebook
+from autograder.checks.base import check_report
+from autograder.cli import main
+
+CH4, CH5 = "04_self_attention", "05_multi_head_attention"
+
+WRONG_AXIS = """def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=0, keepdims=True))
+    return e / np.sum(e, axis=0, keepdims=True)"""
+
+NO_MAX = """def softmax(x, axis=-1):
+    e = np.exp(x)
+    return e / np.sum(e, axis=axis, keepdims=True)"""
+
+SCRIPT_NAME = "<script>alert('x')"  # a folder name cannot hold the "/" of a closing tag
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    """A reason as ``grading.CellScore`` holds it: one line, cut at 400 characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def checked_grade(source_nb, submission_nb, *, chapter=None, timeout=120.0, hidden=True, seed=None, sandbox=True):
+    """Grade a (trusted, test-made) submission in this process with the real checks:
+    the setup cell and every solution cell in one namespace, then ``check_report``
+    per test cell; rows with the fields of ``grading.CellScore``."""
+    source = nbformat.read(str(source_nb), as_version=4)
+    submission = nbformat.read(str(submission_nb), as_version=4)
+    namespace: dict = {}
+    exec(next(c.source for c in source.cells if c.cell_type == "code"), namespace)  # the setup cell
+    for cell in submission.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            exec(cell.source, namespace)
+    rows = []
+    for cell in source.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if not meta.get("grade"):
+            continue
+        name = meta["grade_id"][len("test_"):]
+        r = check_report(name, namespace[name], hidden=hidden, seed=seed)
+        rows.append({
+            "exercise": name, "grade_id": meta["grade_id"], "score": r.score, "max_score": float(meta["points"]),
+            "status": "passed" if r.passed else ("partial" if r.score > 0 else "failed"),
+            "reason": "" if r.passed else _one_line(r.reason()),
+            "parts": [{"name": p.name, "points": p.points, "score": p.score,
+                       "message": "" if p.earned else (p.message or "")} for p in r.parts],
+            "notes": list(r.notes) + ["advice (no points): " + a for a in r.advice],
+        })
+    return rows
+
+
+# --------------------------------------------------------------------------- the console summary
+
+
+def test_grade_prints_a_summary_naming_each_problem(tmp_path, needs_sandbox, capsys):
+    book = make_book(tmp_path, [CH4, CH5])
+    source4 = nbformat.read(str(book / CH4 / f"{CH4}.ipynb"), as_version=4)
+    source5 = nbformat.read(str(book / CH5 / f"{CH5}.ipynb"), as_version=4)
+    sub = tmp_path / "submitted"
+    fixtures.write_notebook(source4, sub / "ann" / CH4 / f"{CH4}.ipynb")
+    fixtures.write_notebook("{ not json", sub / "bob" / CH4 / f"{CH4}.ipynb")
+    fixtures.write_notebook(source5, sub / "cat" / CH4 / f"{CH5}.ipynb")  # chapter 5, in the chapter 4 folder
+    fixtures.write_notebook(fixtures.submission_with(source4, softmax="import os\nos._exit(3)"),
+                            sub / "dan" / CH4 / f"{CH4}.ipynb")
+    out = tmp_path / "out"
+    args = ["grade", str(sub), "--out", str(out), "--book", str(book), "--chapters", CH4, "--seed", "3",
+            "--no-progress"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "graded 4 submission(s), reused 0 unchanged from the journal; 4 student(s)." in text
+    assert ("complete: 1 · incomplete: 0 · invalid: 1 · wrong chapter: 1 · flagged: 1 · timed out: 0 · "
+            "errors: 0 · not submitted: 0") in text
+    assert "bob/04_self_attention: unreadable submission: the file is not valid JSON" in text
+    assert f"cat/{CH4}: this is a {CH5} notebook, submitted as {CH4}" in text
+    assert "was it deleted" not in text
+    assert "dan/04_self_attention softmax: the kernel exited" in text
+    for where in (out / "scores.csv", out / "grades.csv", out / "feedback", f"python -m autograder report {out}"):
+        assert str(where) in text
+    fingerprint = grader_fingerprint()
+    assert main(args) == 0  # nothing changed: everything comes from the journal
+    if grader_fingerprint() == fingerprint:  # nobody edited the grading code meanwhile
+        assert "graded 0 submission(s), reused 4 unchanged from the journal" in capsys.readouterr().out
+
+
+def _graded(student: str, chapter: str, statuses: list[str], reason: str = "why", path: bool = True) -> Graded:
+    rows = [{"exercise": f"ex{i}", "grade_id": f"test_ex{i}", "score": 1.0 if s == "passed" else 0.0,
+             "max_score": 1.0, "status": s, "reason": "" if s == "passed" else reason, "parts": [], "notes": []}
+            for i, s in enumerate(statuses)]
+    return Graded(Submission(student, chapter, Path(f"/nowhere/{student}.ipynb") if path else None), rows)
+
+
+def test_summary_counts_and_names_timeouts_invalid_and_absent(tmp_path):
+    results = [
+        _graded("ok", CH4, ["passed", "passed"]),
+        _graded("half", CH4, ["passed", "failed"]),
+        _graded("slow", CH4, ["passed", "timeout"], reason="did not finish within 5 s (an endless loop?)"),
+        _graded("crash", CH4, ["error", "passed"], reason="the kernel crashed (SIGSEGV) while running this cell"),
+        _graded("gone", CH4, ["missing", "missing"], reason="no submission", path=False),
+        _graded("esc\x1b[2Jape", CH4, ["invalid", "invalid"], reason="unreadable submission: the file is empty"),
+    ] + [_graded(f"broken{i:02d}", CH4, ["invalid"], reason="unreadable submission") for i in range(12)]
+    text = report.summarise(BatchReport(tmp_path, results, graded=10, reused=7))
+    assert text.startswith("graded 10 submission(s), reused 7 unchanged from the journal; 18 student(s).")
+    assert ("complete: 1 · incomplete: 3 · invalid: 13 · wrong chapter: 0 · flagged: 0 · timed out: 1 · "
+            "errors: 1 · not submitted: 1") in text
+    assert "crash/04_self_attention ex0: the kernel crashed (SIGSEGV)" in text
+    assert "slow/04_self_attention ex1: did not finish within 5 s" in text
+    assert "esc\\x1b[2Jape/04_self_attention: unreadable submission: the file is empty" in text
+    assert "\x1b" not in text  # a name cannot drive the terminal
+    assert "… and 3 more (see scores.csv)" in text  # 13 invalid, 10 named
+    assert "gone/" not in text
+
+
+def test_detect_chapter_reads_the_notebooks_own_cells(tmp_path):
+    five = fixtures.write_notebook(make_source_notebook(CH5), tmp_path / "renamed.ipynb")
+    assert report.detect_chapter(five) == CH5
+    plain = fixtures.write_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]),
+                                    tmp_path / "plain.ipynb")
+    assert report.detect_chapter(plain) is None
+    assert report.detect_chapter(fixtures.write_notebook("not json", tmp_path / "bad.ipynb")) is None
+    assert report.detect_chapter(None) is None
+
+
+# --------------------------------------------------------------------------- diagnoses
+
+
+def test_messages_about_one_mistake_on_different_inputs_share_a_key():
+    a = ("the output has the right shape but wrong values: largest error 0.641 at index (0, 0) (got 0.731, "
+         "expected 0.09) (2x3 scores) Hint: you normalised over axis 0, not axis=-1: pass `axis` to both "
+         "np.max and np.sum (with keepdims=True).")
+    b = ("the output has the right shape but wrong values: largest error 0.791 at index (1, 2, 2) (got 0.88, "
+         "expected 0.09) (2x3x4 scores with axis=1 (a middle axis)) Hint: you normalised over axis 2, not "
+         "axis=1: pass `axis` to both np.max and np.sum (with keepdims=True).")
+    overflow = "the output contains NaN (first at index (0, 0)) Hint: exp overflowed: np.exp(1e4) is inf"
+    assert report.diagnosis_key(a) == report.diagnosis_key(b)
+    assert "normalised over axis #" in report.diagnosis_key(a)
+    assert report.diagnosis_key(overflow) != report.diagnosis_key(a)
+    # without a hint, what differs (the head), not the case's numbers
+    assert (report.diagnosis_key("the output has shape (2, 3), expected (3, 2) (a 2x3 case)")
+            == report.diagnosis_key("the output has shape (4,), expected (1, 4)"))
+    assert report.diagnosis_key("it raised TypeError: bad thing 1 (label)") == "it raised typeerror"
+
+
+# --------------------------------------------------------------------------- the class report
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    """10 students of chapter 4: 4 wrong axis, 3 without the maximum, 3 right
+    (one of them named like a script tag), graded into ``out``."""
+    root = tmp_path_factory.mktemp("class")
+    book = make_book(root, [CH4])
+    source = nbformat.read(str(book / CH4 / f"{CH4}.ipynb"), as_version=4)
+    kinds = {**{f"axis{i}": WRONG_AXIS for i in range(4)}, **{f"nomax{i}": NO_MAX for i in range(3)},
+             "right0": None, "right1": None, SCRIPT_NAME: None}
+    for student, softmax in kinds.items():
+        nb = fixtures.submission_with(source, softmax=softmax) if softmax else source
+        fixtures.write_notebook(nb, root / "submitted" / student / CH4 / f"{CH4}.ipynb")
+    out = root / "out"
+    grade_class(root / "submitted", out, book=book, seed=11, progress=False, grade_fn=checked_grade)
+    return out
+
+
+def _csv(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_report_names_the_class_mistakes_with_their_shares(graded_class, tmp_path, capsys):
+    dest = tmp_path / "report"
+    assert main(["report", str(graded_class), "--to", str(dest)]) == 0
+    assert f"wrote {dest / (CH4 + '.html')}" in capsys.readouterr().out
+    rows = _csv(dest / f"{CH4}.csv")
+    diagnoses = [(r["exercise"], int(r["students"]), r["share"], r["item"]) for r in rows
+                 if r["section"] == "diagnosis"]
+    assert len(diagnoses) == 2, diagnoses  # one mistake each; later exercises were not charged again
+    (ex1, n1, share1, text1), (ex2, n2, share2, text2) = diagnoses
+    assert (ex1, n1, share1, ex2, n2, share2) == ("softmax", 4, "0.4000", "softmax", 3, "0.3000")
+    assert "you normalised over axis 0" in text1 and "exp overflowed" in text2
+    parts = {(r["exercise"], r["item"]): (int(r["students"]), int(r["of"])) for r in rows if r["section"] == "part"}
+    assert parts[("softmax", "values on random inputs")] == (6, 10)  # the axis students miss it
+    assert parts[("softmax", "any axis")] == (6, 10)
+    assert parts[("softmax", "no overflow at 1e4")] == (3, 10)  # only the right ones
+    assert all(n == 10 for (ex, _), (n, _) in parts.items() if ex != "softmax")
+    scores = {r["item"]: int(r["students"]) for r in rows if r["section"] == "score"}
+    assert sum(scores.values()) == 10 and scores[rows[0]["points"]] == 3  # 3 full marks
+
+    page = (dest / f"{CH4}.html").read_text(encoding="utf-8")
+    assert "<b>40%</b>" in page and "<b>30%</b>" in page
+    assert "you normalised over axis 0" in page and "exp overflowed" in page
+    assert page.count("<svg") == 2  # the histogram and the parts chart, inline
+
+
+def test_the_page_works_offline_and_escapes_student_names(graded_class, tmp_path):
+    dest = tmp_path / "report"
+    report.class_report(graded_class, dest)
+    page = (dest / f"{CH4}.html").read_text(encoding="utf-8")
+
+    class Refs(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tags, self.refs = set(), []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.add(tag)
+            self.refs += [(tag, k, v) for k, v in attrs if k in ("src", "href", "xlink:href", "action", "data")]
+
+    refs = Refs()
+    refs.feed(page)
+    assert not refs.tags & {"script", "link", "img", "iframe", "object", "embed", "base"}, refs.tags
+    assert all(v.startswith("#") for _, _, v in refs.refs), refs.refs  # only links inside the page
+    assert "@import" not in page and "url(http" not in page and "@font-face" not in page
+    assert "<script" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)" in page  # the name is shown, as text
+    index = (dest / "index.html").read_text(encoding="utf-8")
+    assert f'href="{CH4}.html"' in index
+
+
+def test_without_the_journal_the_reason_column_still_gives_the_diagnoses(graded_class, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(graded_class, out, ignore=shutil.ignore_patterns(".journal", "report"))
+    report.class_report(out)
+    rows = _csv(out / "report" / f"{CH4}.csv")
+    shares = {r["item"].split(":")[0]: r["share"] for r in rows if r["section"] == "diagnosis"}
+    assert shares["you normalised over axis 0, not axis=-1"] == "0.4000"
+    assert any(item.startswith("exp overflowed") and share == "0.3000" for item, share in shares.items())
+
+
+def test_a_hand_grade_counts_in_the_scores_and_the_checks_diagnosis_stays(graded_class, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(graded_class, out, ignore=shutil.ignore_patterns("report"))
+    with open(out / "scores.csv", encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        columns, rows = list(reader.fieldnames) + ["auto_score"] * ("auto_score" not in reader.fieldnames), list(reader)
+    for r in rows:
+        r.setdefault("auto_score", r["score"])
+        if (r["student_id"], r["exercise"]) == ("axis0", "softmax"):
+            r["score"] = r["max_score"]  # given full marks by hand; the checks gave 0
+    with open(out / "scores.csv", "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    report.class_report(out)
+    table = _csv(out / "report" / f"{CH4}.csv")
+    scores = {r["item"]: int(r["students"]) for r in table if r["section"] == "score"}
+    assert scores == {"7": 3, "9": 3, "10": 4}
+    axis = [r for r in table if r["section"] == "diagnosis" and "normalised over axis 0" in r["item"]]
+    assert [(r["students"], r["share"]) for r in axis] == [("4", "0.4000")]  # from the journal's full messages
+    assert len([r for r in table if r["section"] == "diagnosis"]) == 2
+
+
+def test_the_report_reads_only_columns_that_grade_writes():
+    assert set(report.READ_COLUMNS) <= set(SCORE_COLUMNS)
+
+
+def test_a_folder_that_is_not_a_grade_output_gets_one_line(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "has no scores.csv" in err and "python -m autograder grade" in err
+    (tmp_path / "scores.csv").write_text("name,grade\nann,3\n", encoding="utf-8")
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "lacks the column(s) student_id" in err
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "is not a folder" in capsys.readouterr().err

@@ -1,0 +1,407 @@
+"""The student package of a release: the visible checks offline, and no answer inside.
+
+A release of chapter 4 is installed into a fresh virtual environment that sees
+neither this repository nor its editable install (only the third-party packages of
+the project's venv, through a ``.pth`` file); from a folder outside the repository
+the released notebook runs in a kernel of that environment, and ``python -m
+autograder check`` grades renamed copies of it. Another test scans every file of the
+release, inside the wheel too, for the body of every exercise of chapter 4 and later.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+import solutions
+from autograder.checks import exercises_of, load_all
+from autograder.checks.base import CheckFailure, check, check_report, use_precomputed
+from autograder.release import BOOK, chapter_ids, distinctive, release, scan_release
+from autograder.student import standins
+from autograder.student.expected import ExpectedStore, write_chapter
+from autograder.student.notebook import chapter_of
+from autograder.student.hints import withhold_helpers
+from autograder.sync import BEGIN, END, solution_cell_source
+
+REPO = Path(__file__).resolve().parents[2]
+CHAPTER = "04_self_attention"
+
+
+@pytest.fixture(scope="module")
+def chapter_release(tmp_path_factory):
+    out = tmp_path_factory.mktemp("release")
+    done = release(out, [CHAPTER], package=True)
+    return out, done
+
+
+def _nbgrader(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _filled(released: Path) -> nbformat.NotebookNode:
+    """The released notebook with every exercise cell written as the reference writes it
+    (what a student who finished the chapter submits)."""
+    nb = nbformat.read(str(released), as_version=4)
+    for cell in nb.cells:
+        meta = _nbgrader(cell)
+        if meta.get("solution") and cell.cell_type == "code":
+            source = solution_cell_source(getattr(solutions, meta["grade_id"]))
+            cell.source = "\n".join(ln for ln in source.splitlines() if ln.strip() not in (BEGIN, END))
+    return nb
+
+
+# --------------------------------------------------------------------------- no answers inside
+
+
+def _answer_bodies(first: str) -> dict[str, set[str]]:
+    """Exercise -> the distinctive lines of its reference body (``autograder.sync``'s
+    solution regions), for the exercises of chapter ``first`` and later, less the lines
+    an earlier chapter's reference also has (those belong to the released package)."""
+    bodies: dict[str, set[str]] = {}
+    earlier: set[str] = set()
+    for name, exercise in sorted(load_all().items()):
+        lines, inside = set(), False
+        for line in solution_cell_source(getattr(solutions, name)).splitlines():
+            if line.strip() in (BEGIN, END):
+                inside = line.strip() == BEGIN
+            elif inside:
+                lines.add(line.strip())
+        if exercise.chapter >= first:
+            bodies[name] = lines
+        else:
+            earlier |= lines
+    return {name: {ln for ln in lines - earlier if distinctive(ln)} for name, lines in bodies.items()}
+
+
+def _texts(out: Path):
+    for path in sorted(out.rglob("*")):
+        if path.suffix == ".whl":
+            with zipfile.ZipFile(path) as zf:
+                for member in zf.namelist():
+                    yield f"{path.name}!{member}", zf.read(member).decode("utf-8", errors="replace")
+        elif path.is_file():
+            yield str(path), path.read_text(encoding="utf-8", errors="replace")
+
+
+def test_the_release_holds_no_answer_of_this_or_a_later_chapter(chapter_release):
+    out, done = chapter_release
+    bodies = _answer_bodies(CHAPTER)
+    assert set(bodies) >= {"softmax", "scaled_dot_product_attention", "self_attention", "MultiHeadAttention",
+                           "masked_softmax", "Transformer", "beam_search"}
+    assert all(bodies.values()), [name for name, lines in bodies.items() if not lines]
+    found = []
+    names = []
+    for name, text in _texts(out):
+        names.append(name)
+        if name.endswith(".ipynb"):  # a notebook's cells, as JSON strings: one line each
+            text = "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                             for c in json.loads(text)["cells"])
+        lines = {ln.strip() for ln in text.splitlines()}
+        found += [(name, exercise, ln) for exercise, body in bodies.items() for ln in body & lines]
+    assert not found, found[:10]
+    assert scan_release(out, [CHAPTER]) == []
+    wheel = [n for n in names if "!" in n]
+    assert any(n.endswith("!solutions/viz.py") for n in wheel)
+    for module in ("attention", "multihead", "masking", "layers", "model", "decoding", "training"):
+        assert not any(n.endswith(f"!solutions/{module}.py") for n in wheel), module
+    assert done.package.wheel.name == "transformer_book_student-0.1.0+ch04-py3-none-any.whl"
+
+
+def test_the_scan_finds_an_answer_line_hidden_in_an_archive(chapter_release, tmp_path):
+    out, _ = chapter_release
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    line = sorted(_answer_bodies(CHAPTER)["scaled_dot_product_attention"])[0]
+    with zipfile.ZipFile(copy / "extra.zip", "w") as zf:
+        zf.writestr("notes/answer.py", f"# a student's leak\n    {line}\n")
+    found = scan_release(copy, [CHAPTER])
+    assert found and all(entry.startswith("extra.zip!notes/answer.py") for entry in found), found
+
+
+def test_a_check_helper_that_recomputes_an_answer_is_withheld():
+    text = ("def _ok(x):\n    return x + 1\n\n\nclass Ex:\n    def diagnose(self, case):\n"
+            "        weights = softmax(scores, axis=-1)\n        return weights\n")
+    out, withheld = withhold_helpers(text, {"weights = softmax(scores, axis=-1)"})
+    assert withheld == ["Ex.diagnose"]
+    assert "softmax(scores" not in out and "return x + 1" in out and "raise LookupError" in out
+    compile(out, "<withheld>", "exec")
+
+
+# --------------------------------------------------------------------------- the visible checks as data
+
+
+def test_stored_checks_equal_the_reference_checks(tmp_path):
+    """For every chapter, the stored visible cases are the visible check's own, and
+    a reference answer judged against the stored results gets full marks."""
+    registry = load_all()
+    for chapter in chapter_ids():
+        write_chapter(tmp_path, chapter, exercises_of(chapter))
+    store = ExpectedStore(tmp_path)
+    assert set(store.chapters) == set(chapter_ids())
+    try:
+        use_precomputed(store)
+        for name, exercise in registry.items():
+            assert store.has(name)
+            report = check_report(name, getattr(solutions, name))
+            assert report.passed, (name, report.reason())
+    finally:
+        use_precomputed(None)
+
+
+def test_stored_checks_still_name_the_mistake(tmp_path):
+    write_chapter(tmp_path, CHAPTER, exercises_of(CHAPTER))
+    store = ExpectedStore(tmp_path)
+
+    def softmax(x, axis=-1):  # normalised over the wrong axis
+        e = np.exp(x - x.max(axis=0, keepdims=True))
+        return e / e.sum(axis=0, keepdims=True)
+
+    def scaled_dot_product_attention(q, k, v):
+        weights = softmax(q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]))
+        return weights @ v, weights
+
+    scaled_dot_product_attention.__globals__["softmax"] = softmax  # the notebook's namespace
+    try:
+        use_precomputed(store)
+        report = check_report("softmax", softmax)
+        assert not report.passed and "axis" in report.reason()
+        with pytest.raises(ValueError, match="only the visible check"):
+            check("softmax", softmax, hidden=True)
+        sdpa = check_report("scaled_dot_product_attention", scaled_dot_product_attention)
+        assert "fix `softmax` first" in sdpa.notes[0]
+    finally:
+        use_precomputed(None)
+        del scaled_dot_product_attention.__globals__["softmax"]
+
+
+def test_standins_agree_with_the_references_they_replace():
+    rng = np.random.default_rng(3)
+    table = standins.sinusoidal_positional_encoding(40, 12)
+    assert np.allclose(table, solutions.sinusoidal_positional_encoding(40, 12))
+    x, weights = rng.normal(size=(2, 5, 8)), [rng.normal(size=(8, 4)) for _ in range(3)]
+    for got, want in zip(standins.self_attention(x, *weights), solutions.self_attention(x, *weights)):
+        assert np.allclose(got, want)
+    ids = torch.tensor([[5, 6, 0], [7, 0, 0]])
+    assert torch.equal(standins.padding_mask(ids), solutions.padding_mask(ids))
+    assert torch.equal(standins.causal_mask(5), solutions.causal_mask(5))
+    scores, mask = torch.randn(2, 1, 3, 3), solutions.padding_mask(torch.tensor([[5, 6, 0], [0, 0, 0]]))
+    assert torch.allclose(standins.masked_softmax(scores, mask), solutions.masked_softmax(scores, mask))
+
+
+def test_a_notebook_is_recognised_by_its_metadata_whatever_its_name(chapter_release, tmp_path):
+    out, _ = chapter_release
+    known = {c: [ex.name for ex in exercises_of(c)] for c in chapter_ids()}
+    released = json.loads((out / CHAPTER / f"{CHAPTER}.ipynb").read_text())
+    assert released["metadata"]["transformer_book"] == {"chapter": CHAPTER, "edition": "student"}
+    assert chapter_of(released, Path("homework (3).ipynb"), known) == CHAPTER
+    del released["metadata"]["transformer_book"]  # an editor dropped it: the exercise cells still tell
+    assert chapter_of(released, Path("homework.ipynb"), known) == CHAPTER
+    for cell in released["cells"]:
+        cell.get("metadata", {}).pop("nbgrader", None)
+    assert chapter_of(released, Path(f"{CHAPTER} (1).ipynb"), known) == CHAPTER
+    assert chapter_of(released, Path("homework.ipynb"), known) is None
+
+
+# --------------------------------------------------------------------------- a fresh environment
+
+
+def _make_env(wheel: Path, root: Path):
+    """A venv under ``root`` with ``wheel`` installed and this venv's third-party packages
+    reachable through a ``.pth`` (not this repository, not its editable install)."""
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, "project_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+                    "--no-build-isolation", "--no-index", "--quiet", str(wheel)],
+                   check=True, timeout=300, capture_output=True)
+    work = root / "work"  # outside the repository
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(OMP_NUM_THREADS="1", MPLBACKEND="Agg", TRANSFORMER_BOOK_STATIC="1")
+    return python, Path(purelib), work, env
+
+
+@pytest.fixture(scope="module")
+def student_env(chapter_release, tmp_path_factory):
+    """The chapter-4 release installed in a fresh venv (:func:`_make_env`)."""
+    _, done = chapter_release
+    return _make_env(done.package.wheel, tmp_path_factory.mktemp("student"))
+
+
+def _run(python, args, work, env, timeout=300):
+    return subprocess.run([str(python), *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_installed_package_is_the_release_not_this_repository(student_env):
+    python, purelib, work, env = student_env
+    proc = _run(python, ["-c", "import solutions, autograder, autograder.checks.base as b; "
+                               "print(solutions.__file__); print(autograder.__file__); "
+                               "print(type(b.precomputed()).__name__)"], work, env)
+    assert proc.returncode == 0, proc.stderr
+    paths = proc.stdout.split()
+    assert all(Path(p).is_relative_to(purelib) for p in paths[:2]), paths
+    assert paths[2] == "ExpectedStore"
+    proc = _run(python, ["-c", "import solutions; solutions.softmax"], work, env)
+    assert proc.returncode != 0 and "exercise of chapter 04_self_attention" in proc.stderr
+    assert "Write `softmax` in its exercise cell" in proc.stderr
+    proc = _run(python, ["-c", "import solutions; solutions.masked_softmax"], work, env)
+    assert proc.returncode != 0 and "not released yet" in proc.stderr
+
+
+def test_check_grades_renamed_notebooks_offline(chapter_release, student_env):
+    out, _ = chapter_release
+    python, _, work, env = student_env
+    released = out / CHAPTER / f"{CHAPTER}.ipynb"
+    nbformat.write(_filled(released), str(work / f"{CHAPTER} (1).ipynb"))
+    shutil.copy(released, work / f"{CHAPTER} (2).ipynb")
+    done = _run(python, ["-m", "autograder", "check", f"{CHAPTER} (1).ipynb"], work, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"chapter {CHAPTER}" in done.stdout and "3 of 3 exercises pass the visible checks" in done.stdout
+    assert re.search(r"scaled_dot_product_attention\s+4/4\s+passed", done.stdout)
+    blank = _run(python, ["-m", "autograder", "check", f"{CHAPTER} (2).ipynb"], work, env)
+    assert blank.returncode == 1, blank.stdout + blank.stderr
+    assert "not implemented yet" in blank.stdout and "0 of 3 exercises pass" in blank.stdout
+    other = work / "notes.ipynb"
+    other.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    unknown = _run(python, ["-m", "autograder", "check", "notes.ipynb"], work, env)
+    assert unknown.returncode == 2 and "not a notebook of the chapters this package checks" in unknown.stderr
+
+
+def test_the_released_notebook_runs_in_the_student_kernel(chapter_release, student_env, tmp_path):
+    """Every cell of the finished notebook runs in a kernel of the student environment
+    (its demo cells' ``solutions.softmax`` is the student's own), and each test cell
+    prints full marks; in the blank notebook the setup cell runs and the first check
+    says "not implemented"."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    out, _ = chapter_release
+    python, _, work, env = student_env
+    spec = tmp_path / "jupyter" / "kernels" / "student"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({"argv": [str(python), "-m", "ipykernel_launcher", "-f",
+                                                           "{connection_file}"],
+                                                  "display_name": "student", "language": "python", "env": env}))
+    saved = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = str(tmp_path / "jupyter")
+    try:
+        nb = _filled(out / CHAPTER / f"{CHAPTER}.ipynb")
+        NotebookClient(nb, kernel_name="student", timeout=120, resources={"metadata": {"path": str(work)}}).execute()
+        tests = [c for c in nb.cells if _nbgrader(c).get("grade")]
+        assert len(tests) == 3
+        for cell in tests:
+            text = "".join(o.get("text", "") for o in cell.outputs)
+            assert text.startswith("✓ ") and "points" in text, text
+        blank = nbformat.read(str(out / CHAPTER / f"{CHAPTER}.ipynb"), as_version=4)
+        first_test = next(i for i, c in enumerate(blank.cells) if _nbgrader(c).get("grade"))
+        blank.cells = [c for i, c in enumerate(blank.cells)
+                       if i <= first_test and (c.cell_type != "code" or _nbgrader(c))]
+        with pytest.raises(CellExecutionError, match="not implemented yet"):
+            NotebookClient(blank, kernel_name="student", timeout=120,
+                           resources={"metadata": {"path": str(work)}}).execute()
+        setup = next(c for c in blank.cells if c.cell_type == "code")
+        assert not [o for o in setup.outputs if o.get("output_type") == "error"]
+    finally:
+        if saved is None:
+            os.environ.pop("JUPYTER_PATH", None)
+        else:
+            os.environ["JUPYTER_PATH"] = saved
+
+
+def test_the_repository_check_recognises_a_renamed_release(chapter_release, tmp_path, capsys):
+    """``python -m autograder check`` of the repository reads the chapter from the
+    notebook too: no ``--chapter`` for a browser-renamed download."""
+    from autograder.cli import main
+
+    out, _ = chapter_release
+    renamed = tmp_path / f"{CHAPTER} (1).ipynb"
+    shutil.copy(out / CHAPTER / f"{CHAPTER}.ipynb", renamed)
+    assert main(["check", str(renamed)]) == 1
+    captured = capsys.readouterr()
+    assert "not implemented yet" in captured.out and "0 of 3 exercises pass" in captured.out
+    stranger = tmp_path / "notes.ipynb"
+    stranger.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert main(["check", str(stranger)]) == 2
+    assert "none of the chapter notebooks" in capsys.readouterr().err
+
+
+def test_a_used_part_of_a_withheld_module_ships_and_released_answers_are_the_students():
+    """Chapter 1 uses ``additive_attention``, which lives beside the ``rnn_forward``
+    answer: only it ships. Chapter 6's demo cells use chapter 5's MultiHeadAttention,
+    whose module imports chapter 6's ``masked_softmax``: it ships with a shim in place
+    of ``solutions.masking`` that calls the student's own ``masked_softmax``."""
+    from autograder.student.package import package_files
+
+    files, info = package_files(["01_rnn_limitations"], BOOK)
+    rnn = files["solutions/rnn.py"].decode()
+    assert info.partial_modules == {"solutions.rnn": ["additive_attention"]}
+    assert "def additive_attention" in rnn and "def rnn_forward" not in rnn and "def hidden_state" not in rnn
+    assert "from .rnn import additive_attention" in files["solutions/__init__.py"].decode()
+
+    files, info = package_files(["06_masking"], BOOK)
+    masking = files["solutions/masking.py"].decode()
+    assert info.shims == ["solutions.masking"] and "masked_softmax = _yours('masked_softmax')" in masking
+    assert "def padding_mask" not in masking and "torch.finfo" not in masking
+    assert "class MultiHeadAttention" in files["solutions/multihead.py"].decode()
+    namespace = {}
+    exec(compile(masking, "masking", "exec"), namespace)
+    main = sys.modules["__main__"]
+    had = hasattr(main, "masked_softmax")
+    saved = getattr(main, "masked_softmax", None)
+    try:
+        main.masked_softmax = lambda scores, mask: ("yours", scores, mask)
+        assert namespace["masked_softmax"](1, 2) == ("yours", 1, 2)
+        del main.masked_softmax
+        with pytest.raises(NameError, match="write it in its exercise cell"):
+            namespace["masked_softmax"](1, 2)
+    finally:
+        if had:
+            main.masked_softmax = saved
+
+
+WRONG_NORMS = """
+import numpy as np
+from autograder.checks.base import check_report
+
+def hidden_state_jacobian_norms(H, W_hh):  # the Frobenius norm instead of the spectral norm
+    T = H.shape[0]
+    norms, product = np.ones(T), np.eye(H.shape[1])
+    for t in range(T - 2, -1, -1):
+        product = product @ ((1 - H[t + 1] ** 2)[:, None] * W_hh.T)
+        norms[t] = np.linalg.norm(product)
+    return norms
+
+report = check_report("hidden_state_jacobian_norms", hidden_state_jacobian_norms)
+print(report.score, report.reason())
+"""
+
+
+def test_a_hint_that_needs_an_answer_is_replayed_from_the_release(tmp_path):
+    """Chapter 1's Jacobian hints compare the answer with the norms computed several wrong
+    ways by a helper that computes the answer too: the package holds that helper's
+    results on the visible cases, not its code, and the hint still names the mistake."""
+    out = tmp_path / "release"
+    done = release(out, ["01_rnn_limitations"], package=True)
+    assert done.package.withheld_helpers == {"ch01_rnn_limitations": ["_jacobian_norms"]}
+    assert done.package.replayed_calls > 0
+    with zipfile.ZipFile(done.package.wheel) as zf:
+        module = zf.read("autograder/checks/ch01_rnn_limitations.py").decode()
+    assert "return _replay('ch01_rnn_limitations._jacobian_norms'" in module
+    python, _, work, env = _make_env(done.package.wheel, tmp_path)
+    proc = _run(python, ["-c", WRONG_NORMS], work, env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Frobenius norm" in proc.stdout and "ord=2" in proc.stdout, proc.stdout
