@@ -362,16 +362,29 @@ def parts_text(row: dict) -> str:
 
 def _grade_task(task: tuple) -> list[dict]:
     """Worker entry: grade one submission; never raises for the submission's sake."""
-    source, path, chapter, timeout, seed, sandbox, budget = task
+    source, path, chapter, timeout, seed, sandbox, budget, limit_options = task
     fn = _worker_grade_fn or _default_grade_fn()
     return _as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
-                        timeout=timeout, hidden=True, seed=seed, sandbox=sandbox, **_budget_kw(budget)))
+                        timeout=timeout, hidden=True, seed=seed, sandbox=sandbox, **_budget_kw(budget),
+                        **limit_options))
 
 
 def _budget_kw(budget: float | None) -> dict:
     """``budget=`` for the grade function only when one was set (a ``grade_fn``
     of the tests need not know the argument)."""
     return {} if budget is None else {"budget": float(budget)}
+
+
+def _limit_kw(memory: int | None, disk: int | None, processes: int | None) -> dict:
+    """The limit options that were set (``--memory``, ``--disk``, ``--processes``),
+    as keyword arguments of the grade function and entries of the journal key:
+    only those set, so that a journal written without them stays valid."""
+    given = {"memory": memory, "disk": disk, "processes": processes}
+    for name, value in given.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f"{name} must be a positive whole number ({'bytes' if name != 'processes' else 'processes'}), "
+                             f"got {value!r}")
+    return {name: int(value) for name, value in given.items() if value is not None}
 
 
 def _init_worker(grade_fn: GradeFn | None, threads: int) -> None:
@@ -415,6 +428,9 @@ def grade_class(
     jobs: int = 1,
     timeout: float = 120.0,
     budget: float | None = None,
+    memory: int | None = None,
+    disk: int | None = None,
+    processes: int | None = None,
     seed: int | None = None,
     force: bool = False,
     sandbox: bool = True,
@@ -436,6 +452,9 @@ def grade_class(
         timeout: wall-clock seconds for one submission's sandbox run.
         budget: wall-clock seconds for one submission over all its sandbox runs
             (default: twice ``timeout``; :func:`autograder.grading.grade_submission`).
+        memory, disk, processes: limits of each sandbox run (bytes of all its
+            memory, bytes of its scratch tmpfs, its processes and threads); ``None``
+            keeps the defaults of :func:`autograder.sandbox.limits_for`.
         seed: base seed of the hidden checks (default: the one stored in ``out``,
             else a fresh random one, stored for resuming).
         force: regrade every submission, ignoring the journal.
@@ -461,6 +480,7 @@ def grade_class(
         raise ValueError(f"timeout must be positive, got {timeout}")
     if budget is not None and not budget > 0:
         raise ValueError(f"budget must be positive, got {budget}")
+    limit_options = _limit_kw(memory, disk, processes)
     if gradebook is not None and gradebook.duedate is not None:
         from .gradebook import parse_duedate
 
@@ -497,6 +517,7 @@ def grade_class(
             "sandbox": bool(sandbox),
             "grader": fingerprint,
             **_budget_kw(budget),
+            **limit_options,
         }
         cached = None if force else _read_journal(out, sub, key)
         if cached is not None:
@@ -504,7 +525,7 @@ def grade_class(
             continue
         path = sub.path
         todo.append((sub, key, (str(sources[sub.chapter]), str(path) if path else None,
-                                sub.chapter, float(timeout), sub_seed, bool(sandbox), budget)))
+                                sub.chapter, float(timeout), sub_seed, bool(sandbox), budget, limit_options)))
 
     def finish(sub: Submission, key: dict, rows: list[dict]) -> None:
         graded = Graded(sub, rows, key)
@@ -518,10 +539,10 @@ def grade_class(
         if jobs == 1 or len(todo) <= 1:
             fn = grade_fn or _default_grade_fn()
             for sub, key, task in todo:
-                source, path, chapter, t, s, sb, bud = task
+                source, path, chapter, t, s, sb, bud, lim = task
                 try:
                     rows = _as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
-                                        timeout=t, hidden=True, seed=s, sandbox=sb, **_budget_kw(bud)))
+                                        timeout=t, hidden=True, seed=s, sandbox=sb, **_budget_kw(bud), **lim))
                 except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
                     rows = _failed_rows(sources[sub.chapter], f"the grader failed: {type(exc).__name__}: {exc}")
                 finish(sub, key, rows)
@@ -542,7 +563,13 @@ def grade_class(
                     finish(sub, key, rows)
                     bar.update(1)
             except BaseException:
+                # Interrupted (Ctrl-C, or a signal to this process alone): stop now. What finished is
+                # journaled; the submissions in flight are graded again on resume, so their workers are
+                # ended rather than waited for (up to a whole budget each).
+                workers = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
                 pool.shutdown(wait=False, cancel_futures=True)
+                for worker in workers:
+                    worker.terminate()
                 raise
             pool.shutdown(wait=True)
     finally:

@@ -93,6 +93,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
             Path(args.submitted), Path(args.out),
             chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, timeout=args.timeout,
             budget=args.budget, seed=args.seed, force=args.force, sandbox=sandbox, progress=None if not args.no_progress else False,
+            memory=args.memory, disk=args.disk, processes=args.processes,
             book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate),
         )
     except ValueError as exc:
@@ -112,10 +113,14 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import ReportError, class_report
+    from .report import ReportError, class_report, course_output
 
     try:
-        written = class_report(Path(args.out), Path(args.to) if args.to else None)
+        out, submitted = Path(args.out), Path(args.submitted) if args.submitted else None
+        if args.course:  # `report --course DIR ASSIGNMENT`: where `autograde ASSIGNMENT` wrote
+            out, in_course = course_output(args.course, args.out)
+            submitted = submitted or in_course
+        written = class_report(out, Path(args.to) if args.to else None, submitted)
     except ReportError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2
@@ -144,7 +149,8 @@ def cmd_autograde(args: argparse.Namespace) -> int:
         done = autograde(args.assignment, course=args.course, students=args.student or None, force=args.force,
                          duedate=args.duedate, out=Path(args.out) if args.out else None, jobs=args.jobs,
                          timeout=args.timeout, seed=args.seed, sandbox=sandbox,
-                         progress=None if not args.no_progress else False)
+                         progress=None if not args.no_progress else False, budget=args.budget,
+                         memory=args.memory, disk=args.disk, processes=args.processes)
     except ValueError as exc:
         print(f"autograde: {exc}", file=sys.stderr)
         return 2
@@ -202,7 +208,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not sandbox:
         print("(no sandbox available: your code runs as a plain subprocess)", file=sys.stderr)
     rows = _as_dicts(grade_submission(source, path, chapter=chapter, timeout=args.timeout, budget=args.budget,
-                                      hidden=False, seed=args.seed, sandbox=sandbox))
+                                      hidden=False, seed=args.seed, sandbox=sandbox, memory=args.memory,
+                                      disk=args.disk, processes=args.processes))
     table = [[r["exercise"], f"{_num(r['score'])}/{_num(r['max_score'])}", r["status"], r["reason"] or "ok"]
              for r in rows]
     print(_table(table, ["exercise", "points", "status", "message"]))
@@ -308,6 +315,42 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _size(text: str) -> int:
+    """argparse type of a size in bytes (``--memory``, ``--disk``): ``512M``, ``2G``."""
+    from .sandbox import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(text: str) -> int:
+    """argparse type of a positive whole number (``--processes``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of processes such as 64, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of processes, got {text}")
+    return value
+
+
+def _limit_options(parser: argparse.ArgumentParser) -> None:
+    """``--memory``, ``--disk`` and ``--processes``: the limits of each sandbox run
+    (defaults: :class:`autograder.sandbox.Limits`)."""
+    from .sandbox import Limits
+
+    d = Limits()
+    parser.add_argument("--memory", type=_size, default=None, metavar="SIZE",
+                        help="all the memory of one sandbox run, files in memory included, e.g. 2G "
+                             f"(default {d.run_memory_bytes // 2**30}G; a memory cgroup where the machine has one)")
+    parser.add_argument("--disk", type=_size, default=None, metavar="SIZE",
+                        help=f"what one sandbox run may write, e.g. 512M (default {d.scratch_bytes // 2**20}M)")
+    parser.add_argument("--processes", type=_count, default=None, metavar="N",
+                        help=f"processes and threads of one sandbox run (default {d.processes})")
+
+
 def _book_option(parser: argparse.ArgumentParser) -> None:
     from .release import BOOK
 
@@ -340,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS",
                    help="wall-clock seconds of one submission over all its sandbox runs; what is left when it "
                         "is spent scores 0 (default: twice --timeout)")
+    _limit_options(p)
     p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh, kept in OUT)")
     p.add_argument("--chapters", nargs="*", help="chapter ids to grade (default: those submitted)")
     p.add_argument("--flat", metavar="CHAPTER", help="SUBMITTED is a folder of <student>.ipynb for CHAPTER")
@@ -362,7 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "e.g. '2026-11-20 17:00:00 UTC' (default: the gradebook's)")
     p.add_argument("--out", help="folder of grades.csv, scores.csv, feedback/ (default: COURSE/grades/ASSIGNMENT)")
     p.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per submission (default 120)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="wall-clock seconds of one sandbox run of a submission (default 120)")
+    p.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS",
+                   help="wall-clock seconds of one submission over all its sandbox runs; what is left when it "
+                        "is spent scores 0 (default: twice --timeout)")
+    _limit_options(p)
     p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh, kept)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
@@ -370,8 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_autograde)
 
     p = sub.add_parser("report", help="the class report of a grade output: scores, parts, frequent mistakes")
-    p.add_argument("out", help="the --out folder of `grade` (with its scores.csv)")
+    p.add_argument("out", help="the --out folder of `grade` (with its scores.csv); with --course, the assignment")
     p.add_argument("--to", help="where the pages go (default: OUT/report)")
+    p.add_argument("--course", help="an nbgrader course folder: report on COURSE/grades/ASSIGNMENT (autograde's)")
+    p.add_argument("--submitted", help="the graded submissions folder, to name a notebook of the wrong chapter "
+                                       "(default with --course or OUT = COURSE/grades/ASSIGNMENT: the course's)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("check", help="run the visible checks of a notebook and print a summary")
@@ -380,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS",
                    help="wall-clock seconds over all the sandbox runs (default: twice --timeout)")
+    _limit_options(p)
     p.add_argument("--seed", type=int, default=None)
     _book_option(p)
     p.set_defaults(func=cmd_check)

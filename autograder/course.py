@@ -326,7 +326,9 @@ class CourseReport:
 def autograde(assignment: str, *, course: Path | str | None = None, students: list[str] | None = None,
               force: bool = False, duedate=None, out: Path | None = None, jobs: int = 1,
               timeout: float = 120.0, seed: int | None = None, sandbox: bool = True,
-              progress: bool | None = None, grade_fn=None) -> CourseReport:
+              progress: bool | None = None, grade_fn=None, budget: float | None = None,
+              memory: int | None = None, disk: int | None = None,
+              processes: int | None = None) -> CourseReport:
     """Autograde one assignment of an nbgrader course (``nbgrader autograde ASSIGNMENT``).
 
     Args:
@@ -338,8 +340,9 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
             ``"2026-11-20 17:00:00 UTC"``); default: the one the gradebook has.
         out: where ``grades.csv``, ``scores.csv``, ``feedback/`` and the journal go
             (default: ``<course>/grades/<assignment>``).
-        jobs, timeout, seed, sandbox, progress, grade_fn: as for
-            :func:`autograder.batch.grade_class`.
+        jobs, timeout, seed, sandbox, progress, grade_fn, budget, memory, disk, processes:
+            as for :func:`autograder.batch.grade_class` (``--budget``, ``--memory``,
+            ``--disk``, ``--processes``).
 
     Returns:
         A :class:`CourseReport`.
@@ -365,6 +368,7 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
     target = GradebookTarget(url=c.db_url, course_id=c.course_id, duedate=duedate, config=c.config)
     report = grade_class(c.submitted_root, out, chapters=[assignment], students=students, force=force, jobs=jobs,
                          timeout=timeout, seed=seed, sandbox=sandbox, book=c.source_root, progress=progress,
-                         grade_fn=grade_fn, gradebook=target)
+                         grade_fn=grade_fn, gradebook=target, budget=budget, memory=memory, disk=disk,
+                         processes=processes)
     written = write_autograded(c, assignment, report.results, source)
     return CourseReport(report, c, written)

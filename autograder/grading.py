@@ -71,7 +71,7 @@ import numpy as np
 
 from . import runner
 from .checks.base import Exercise, Report, Result, dependency_note, evaluate, get_exercise, make_rng
-from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, run_job
+from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
 
 __all__ = ["CellScore", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES"]
 
@@ -547,9 +547,12 @@ def _judge(g: _Graded, cell_error: dict | None, results: list[Result]) -> None:
             g.settle("cheat", f"the code calls sys.exit() while being checked{where}")
             return
     try:
-        report = evaluate(g.exercise, results, g.cases, g.points)
+        # A hidden set is judged under the checks' one redaction rule: no message
+        # quotes a value from (or computed from) the inputs (checks.base.redacting).
+        report = evaluate(g.exercise, results, g.cases, g.points, hidden=g.hidden)
     except Exception as exc:  # noqa: BLE001 - odd data must not stop the batch
-        g.settle("failed", f"the results could not be judged ({type(exc).__name__}: {exc})")
+        said = "" if g.hidden else f": {exc}"
+        g.settle("failed", f"the results could not be judged ({type(exc).__name__}{said})")
         return
     g.settle_report(report)
 
@@ -563,12 +566,13 @@ _SELF_INFLICTED = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
 def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
     """``(status, reason)`` for the cell that was running when the runner stopped."""
     if outcome.memory_exceeded:
-        return "error", (f"used more than {limits.run_memory_bytes / 2**30:g} GiB of memory (counting memory "
-                         "held in files: memfd, /dev/shm, /tmp); the kernel was stopped")
+        return "error", (f"used more than {limits.run_memory_bytes / 2**30:g} GiB of memory, the --memory limit "
+                         "(counting memory held in files: memfd, /dev/shm, /tmp); the kernel was stopped")
     if outcome.timed_out:
         return "timeout", f"did not finish within {round(limits.wall_seconds, 1):g} s (an endless loop?)"
     if outcome.overflow:
-        return "error", f"wrote more than {limits.scratch_bytes / 2**20:.0f} MB of files; the kernel was stopped"
+        return "error", (f"wrote more than {limits.scratch_bytes / 2**20:.0f} MB of files, the --disk limit; the "
+                         "kernel was stopped")
     if outcome.signal is not None:
         try:
             name = signal.Signals(outcome.signal).name
@@ -650,6 +654,9 @@ def grade_submission(
     limits: Limits | None = None,
     scratch_dir: Path | None = None,
     budget: float | None = None,
+    memory: int | None = None,
+    disk: int | None = None,
+    processes: int | None = None,
 ) -> list[CellScore]:
     """Grade one submission against its source notebook, without trusting it.
 
@@ -677,6 +684,10 @@ def grade_submission(
             limit and the others are still graded; a submission full of endless
             exercises never costs more than its budget: each run's limit is cut to
             what is left, and cells left when it is spent score 0 ("timeout").
+        memory, disk, processes: the limits of each run (``--memory``, ``--disk``,
+            ``--processes``: bytes of all its memory, bytes of its scratch tmpfs,
+            its processes and threads); ``None`` keeps the default
+            (:func:`~autograder.sandbox.limits_for`). They apply on top of ``limits``.
 
     Returns:
         One :class:`CellScore` per graded test cell of the source notebook, in
@@ -689,8 +700,14 @@ def grade_submission(
     chapter = chapter or source_nb.stem
     if budget is not None and not budget > 0:
         raise ValueError(f"budget must be a positive number of seconds, got {budget!r}")
+    options = limits_for(timeout, memory=memory, disk=disk, processes=processes)
     if limits is None:
-        limits = Limits(wall_seconds=float(timeout), cpu_seconds=max(1, math.ceil(timeout)))
+        limits = options
+    else:
+        limits = dataclasses.replace(limits, **{
+            name: getattr(options, name) for name, given in (
+                ("run_memory_bytes", memory), ("memory_bytes", memory), ("scratch_bytes", disk),
+                ("processes", processes)) if given is not None})
     try:
         setup, graded = _read_source(source_nb)
     except NotebookError as exc:

@@ -6,11 +6,15 @@
   05_multi_head_attention notebook, submitted as 04_self_attention"), the ones
   flagged for tampering and the ones that timed out; then where to look.
 * :func:`class_report` — ``python -m autograder report OUT``: from a ``grade``
-  output folder (its ``scores.csv``, ``grades.csv`` and journal), one
-  self-contained HTML page and one CSV per chapter: the score distribution,
-  each exercise's parts with the share of students who earned them, and the
-  most frequent diagnoses across the class ("40% — softmax: you normalised over
-  axis 0, not axis=-1 …").
+  output folder or an nbgrader course's ``<course>/grades/<assignment>``
+  (``autograde``'s; ``report --course COURSE ASSIGNMENT``), from its
+  ``scores.csv``, ``grades.csv`` and journal, one self-contained HTML page and
+  one CSV per chapter: the distribution of the final scores (hand grades and late
+  penalties included), each exercise's parts with the share of students whose
+  answer earned them, and the most frequent diagnoses across the class ("40% —
+  softmax: you normalised over axis 0, not axis=-1 …"), from the checks' verdicts.
+  A notebook of another chapter is one diagnosis, "submitted the wrong chapter's
+  notebook (05_multi_head_attention)", when the graded submissions can be read.
 
 Diagnoses. A check's failure message names the case it failed on and its
 numbers ("largest error 0.641 at index (0, 0) … (2x3 scores)"), then, when the
@@ -40,6 +44,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .feedback import STATUS_WORDS, _duration
+
 __all__ = [
     "ReportError",
     "Row",
@@ -47,7 +53,10 @@ __all__ = [
     "detect_chapter",
     "diagnosis_key",
     "load_rows",
+    "GradeLine",
     "chapter_summary",
+    "wrong_chapters",
+    "course_output",
     "class_report",
 ]
 
@@ -287,7 +296,8 @@ def _messages_from_reason(reason: str, parts: list[Part]) -> None:
             p.message = reason
 
 
-def _journal_scores(out: Path, student: str, chapter: str) -> list[dict] | None:
+def _journal_entry(out: Path, student: str, chapter: str) -> dict | None:
+    """The journal's entry of one submission (``scores``, ``key``), or ``None``."""
     if student in ("", ".", "..") or "/" in student or "\x00" in student:
         return None
     path = out / ".journal" / student / f"{chapter}.json"
@@ -297,7 +307,12 @@ def _journal_scores(out: Path, student: str, chapter: str) -> list[dict] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
-    scores = data.get("scores") if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def _journal_scores(out: Path, student: str, chapter: str) -> list[dict] | None:
+    data = _journal_entry(out, student, chapter)
+    scores = data.get("scores") if data is not None else None
     return scores if isinstance(scores, list) else None
 
 
@@ -333,23 +348,43 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict]]:
 READ_COLUMNS = ["student_id", "assignment", "exercise", "score", "max_score", "status", "reason", "parts", "notes"]
 
 
-def load_rows(out: Path) -> tuple[list[Row], dict[tuple[str, str], str]]:
-    """The rows of a ``grade`` output folder, with their parts' messages.
+@dataclass
+class GradeLine:
+    """One row of ``grades.csv`` (one student × chapter) as the report uses it."""
+
+    status: str  # complete, incomplete, invalid, cheat, not submitted
+    late_seconds: float = 0.0  # past the assignment's due date (0: on time or no due date)
+    penalty: float = 0.0  # nbgrader's late penalty, in points, taken off the total
+
+
+def _number(text) -> float:
+    try:
+        return float(_uncell(str(text or "0")) or 0)
+    except ValueError:
+        return 0.0
+
+
+def load_rows(out: Path) -> tuple[list[Row], dict[tuple[str, str], GradeLine]]:
+    """The rows of a ``grade`` (or ``autograde``) output folder, with their parts' messages.
 
     Args:
-        out: the folder ``python -m autograder grade … --out OUT`` wrote.
+        out: the folder ``python -m autograder grade … --out OUT`` wrote, or the
+            ``<course>/grades/<assignment>`` folder of ``autograde``.
 
     Returns:
-        ``(rows, status)``: one :class:`Row` per line of ``scores.csv``, and the
-        ``grades.csv`` status of each ``(student, chapter)`` (``{}`` without it).
+        ``(rows, grades)``: one :class:`Row` per line of ``scores.csv``, and each
+        ``(student, chapter)``'s line of ``grades.csv``: its status and late
+        penalty (``{}`` without the file; a ``grades.csv`` older than the
+        penalty columns reads as on time).
 
     Raises:
         ReportError: ``out`` has no ``scores.csv`` with the columns ``grade`` writes.
     """
     out = Path(out)
     scores = out / "scores.csv"
-    expected = (f"expected the output folder of `python -m autograder grade … --out {out}` "
-                f"(a scores.csv with the columns {', '.join(READ_COLUMNS)}, …)")
+    expected = (f"expected the output folder of `python -m autograder grade … --out {out}` or of "
+                f"`autograde` (COURSE/grades/ASSIGNMENT): a scores.csv with the columns "
+                f"{', '.join(READ_COLUMNS)}, …")
     if not out.is_dir():
         raise ReportError(f"{out} is not a folder: {expected}")
     if not scores.is_file():
@@ -378,15 +413,16 @@ def load_rows(out: Path) -> tuple[list[Row], dict[tuple[str, str], str]]:
         if not _from_journal(row, journals[key]):
             _messages_from_reason(row.reason, row.parts)
         rows.append(row)
-    status = {}
+    lines = {}
     if (out / "grades.csv").is_file():
         try:
             _, grades = _read_csv(out / "grades.csv")
-            status = {(_uncell(g.get("student_id") or ""), g.get("assignment") or ""): g.get("status") or ""
-                      for g in grades}
+            lines = {(_uncell(g.get("student_id") or ""), g.get("assignment") or ""):
+                     GradeLine(g.get("status") or "", _number(g.get("late_seconds")), _number(g.get("penalty")))
+                     for g in grades}
         except (OSError, UnicodeDecodeError, csv.Error):
-            status = {}
-    return rows, status
+            lines = {}
+    return rows, lines
 
 
 # --------------------------------------------------------------------------- diagnoses
@@ -439,18 +475,28 @@ class Diagnosis:
     text: str  # the most frequent wording, as a student's feedback shows it
     recognised: bool  # a check's hint named it (else only what differs is known)
     students: list[str]
+    not_judged: str = ""  # the status when no check judged the answer (error, timeout, cheat, …)
+
+    @property
+    def not_attempted(self) -> bool:
+        """The answer was still the released stub (``raise NotImplementedError()``)."""
+        return self.key.startswith(NOT_IMPLEMENTED_HEAD)
 
 
 def _diagnoses(rows: list[Row]) -> list[Diagnosis]:
     """Every diagnosis of the missed parts of ``rows``, each student counted once per
-    exercise and mistake, most frequent first."""
+    exercise and mistake, most frequent first; answers left as the released stub
+    ("not implemented yet") after every mistake."""
     who: dict[tuple[str, str], set[str]] = defaultdict(set)
     wording: dict[tuple[str, str], Counter] = defaultdict(Counter)
     hinted: dict[tuple[str, str], bool] = {}
+    unjudged: dict[tuple[str, str], str] = {}
     for row in rows:
         messages = [p.message or row.reason for p in row.parts if not p.earned]
         if not row.parts and row.status not in ("passed",) and row.reason:
             messages = [row.reason]
+            if row.status not in ("failed", "partial"):
+                unjudged[(row.exercise, diagnosis_key(row.reason))] = row.status
         for message in messages:
             if not message:
                 continue
@@ -460,8 +506,8 @@ def _diagnoses(rows: list[Row]) -> list[Diagnosis]:
             wording[key][text] += 1
             hinted[key] = hinted.get(key, False) or recognised
     found = [Diagnosis(ex, key, min(wording[(ex, key)].items(), key=lambda kv: (-kv[1], kv[0]))[0],
-                       hinted[(ex, key)], sorted(who[(ex, key)])) for ex, key in who]
-    return sorted(found, key=lambda d: (-len(d.students), not d.recognised, d.exercise, d.key))
+                       hinted[(ex, key)], sorted(who[(ex, key)]), unjudged.get((ex, key), "")) for ex, key in who]
+    return sorted(found, key=lambda d: (d.not_attempted, -len(d.students), not d.recognised, d.exercise, d.key))
 
 
 # --------------------------------------------------------------------------- one chapter
@@ -483,12 +529,13 @@ class ChapterSummary:
     chapter: str
     students: list[str]  # who submitted
     not_submitted: list[str]
-    totals: dict[str, tuple[float, float]]  # student -> (score, max)
+    totals: dict[str, tuple[float, float]]  # student -> (final score, max): hand grades and late penalty in
     max_score: float
     parts: list[PartShare]
     diagnoses: list[Diagnosis]
     status: dict[str, str]
-    missed: dict[str, list[str]]  # student -> "exercise: part" missed
+    missed: dict[str, list[str]]  # student -> "exercise: part" the checks marked missed
+    adjusted: dict[str, list[str]] = field(default_factory=dict)  # student -> hand grades, late penalty
 
     def share(self, count: int) -> float:
         return count / len(self.students) if self.students else 0.0
@@ -500,21 +547,51 @@ def _submitted(student_rows: list[Row], status: str | None) -> bool:
     return not all(r.status == "missing" and r.reason == "no submission" for r in student_rows)
 
 
-def chapter_summary(chapter: str, rows: list[Row], status: dict[tuple[str, str], str]) -> ChapterSummary:
+def nothing_found(rows: list[Row]) -> bool:
+    """Every exercise of a submitted notebook is ``missing``: not one of the chapter's
+    solution cells was in it (another chapter's notebook, or every cell deleted)."""
+    return bool(rows) and all(r.status == "missing" for r in rows)
+
+
+WRONG_CHAPTER = "submitted the wrong chapter's notebook ({real})"
+NOTHING_FOUND = "no solution cell of this chapter was found (another chapter's notebook, or the cells were deleted)"
+
+
+def _missed(row: Row) -> list[str]:
+    """What the checks marked missed in one answer, as the students' table lists it."""
+    lost = [p for p in row.parts if not p.earned]
+    if not row.parts:
+        return [] if row.status == "passed" else [f"{row.exercise} ({row.status})"]
+    if lost and len(lost) == len(row.parts):
+        if all(diagnosis_key(p.message or row.reason).startswith(NOT_IMPLEMENTED_HEAD) for p in lost):
+            return [f"{row.exercise}: {NOT_IMPLEMENTED_HEAD}"]
+        return [f"{row.exercise}: every part"]
+    return [f"{row.exercise}: {p.name}" for p in lost]
+
+
+def chapter_summary(chapter: str, rows: list[Row], grades: dict[tuple[str, str], GradeLine],
+                    wrong: dict[str, str] | None = None) -> ChapterSummary:
     """Score totals, parts' shares and diagnoses of one chapter's rows.
 
     Args:
         chapter: the chapter id.
         rows: the chapter's rows of ``scores.csv`` (:func:`load_rows`).
-        status: ``grades.csv``'s status per ``(student, chapter)``.
+        grades: ``grades.csv``'s line per ``(student, chapter)`` (status, late penalty).
+        wrong: student -> the chapter their notebook really is (:func:`wrong_chapters`),
+            for the submissions none of whose exercises was found.
 
     Returns:
-        The :class:`ChapterSummary`; shares are of the students who submitted.
+        The :class:`ChapterSummary`. The totals are final scores, as ``nbgrader
+        export`` gives them: ``max(0, score - late penalty)``, the score with any hand
+        grade; the parts' shares, the missed parts and the diagnoses are the checks'
+        own verdicts. Shares are of the students who submitted.
     """
+    wrong = wrong or {}
     by_student: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_student[r.student].append(r)
-    students = sorted(s for s, rs in by_student.items() if _submitted(rs, status.get((s, chapter))))
+    line = {s: grades.get((s, chapter)) for s in by_student}
+    students = sorted(s for s, rs in by_student.items() if _submitted(rs, line[s].status if line[s] else None))
     absent = sorted(set(by_student) - set(students))
     kept = [r for r in rows if r.student in students]
     exercises = list(dict.fromkeys(r.exercise for r in rows))
@@ -527,14 +604,125 @@ def chapter_summary(chapter: str, rows: list[Row], status: dict[tuple[str, str],
         for name, points in part_names[ex].items():
             earned = sum(1 for r in kept if r.exercise == ex and any(p.name == name and p.earned for p in r.parts))
             parts.append(PartShare(ex, name, points, earned, len(students)))
-    totals = {s: (sum(r.score for r in by_student[s]), sum(r.max_score for r in by_student[s])) for s in students}
+    totals, adjusted, missed, status = {}, {}, {}, {}
+    for s in students:
+        penalty = line[s].penalty if line[s] else 0.0
+        raw = sum(r.score for r in by_student[s])
+        totals[s] = (max(0.0, raw - penalty), sum(r.max_score for r in by_student[s]))
+        adjusted[s] = [f"{r.exercise}: {r.score:g}/{r.max_score:g} by hand (the checks gave {r.auto_score:g})"
+                       for r in by_student[s] if r.auto_score is not None and abs(r.score - r.auto_score) > 1e-9]
+        if line[s] and line[s].late_seconds > 0:
+            adjusted[s].append(f"{_duration(line[s].late_seconds)} late: {penalty:g} point(s) off")
+        status[s] = line[s].status if line[s] else ""
+        if s in wrong:
+            missed[s] = [WRONG_CHAPTER.format(real=wrong[s])]
+            status[s] = "wrong chapter"
+        elif nothing_found(by_student[s]):
+            missed[s] = [NOTHING_FOUND]
+        else:
+            missed[s] = [m for r in by_student[s] for m in _missed(r)]
     max_score = max((m for _, m in totals.values()), default=sum(
         max((r.max_score for r in rows if r.exercise == ex), default=0.0) for ex in exercises))
-    missed = {s: [f"{r.exercise}: {p.name}" for r in by_student[s] for p in r.parts if not p.earned]
-              + [f"{r.exercise} ({r.status})" for r in by_student[s] if not r.parts and r.status != "passed"]
-              for s in students}
-    return ChapterSummary(chapter, students, absent, totals, max_score, parts, _diagnoses(kept),
-                          {s: status.get((s, chapter), "") for s in students}, missed)
+    # A notebook none of whose exercises was found is one diagnosis of the whole notebook,
+    # not one "no solution cell" per exercise.
+    whole: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for s in students:
+        if s in wrong:
+            whole[(f"wrong chapter {wrong[s]}", WRONG_CHAPTER.format(real=wrong[s]))].append(s)
+        elif nothing_found(by_student[s]):
+            whole[("no solution cell found", NOTHING_FOUND)].append(s)
+    counted = {s for who in whole.values() for s in who}
+    diagnoses = _diagnoses([r for r in kept if r.student not in counted])
+    diagnoses += [Diagnosis("", key, text, True, sorted(who)) for (key, text), who in whole.items()]
+    # Most frequent first; at equal counts an answer's mistake before a whole notebook's, stubs last.
+    diagnoses.sort(key=lambda d: (d.not_attempted, -len(d.students), not d.exercise, not d.recognised,
+                                  d.exercise, d.key))
+    return ChapterSummary(chapter, students, absent, totals, max_score, parts, diagnoses, status, missed, adjusted)
+
+
+# --------------------------------------------------------------------------- wrong chapters
+
+
+def _student_notebook(submitted: Path, student: str, chapter: str) -> Path | None:
+    """The notebook ``grade`` read for ``student`` × ``chapter`` under ``submitted``:
+    ``<student>/<chapter>/`` (its ``<chapter>.ipynb`` or only notebook), else a flat
+    folder's ``<student>.ipynb``."""
+    from .batch import _chapter_notebook
+
+    if student in ("", ".", "..") or "/" in student or "\x00" in student:
+        return None
+    folder = submitted / student / chapter
+    if folder.is_dir():
+        return _chapter_notebook(folder, chapter)
+    flat = submitted / f"{student}.ipynb"
+    return flat if flat.is_file() else None
+
+
+def wrong_chapters(out: Path, rows: list[Row], submitted: Path) -> dict[tuple[str, str], str]:
+    """The real chapter of each submission none of whose exercises was found, read
+    (as data, never run) from the notebook under ``submitted`` with
+    :func:`detect_chapter` — only when it is the file that was graded (its SHA-256
+    is the journal's).
+
+    Args:
+        out: the grade output folder (for the journal).
+        rows: its rows (:func:`load_rows`).
+        submitted: the folder of submissions that was graded.
+
+    Returns:
+        ``(student, chapter) -> real chapter`` for the notebooks of another chapter.
+    """
+    from .batch import _sha256
+
+    by_key: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        by_key[(r.student, r.chapter)].append(r)
+    found = {}
+    for (student, chapter), rs in sorted(by_key.items()):
+        if not nothing_found(rs) or any(r.reason == "no submission" for r in rs):
+            continue
+        path = _student_notebook(Path(submitted), student, chapter)
+        if path is None:
+            continue
+        entry = _journal_entry(out, student, chapter) or {}
+        graded_digest = entry.get("key", {}).get("submission_sha256") if isinstance(entry.get("key"), dict) else None
+        if graded_digest is not None and _sha256(path) != graded_digest:
+            continue  # changed since it was graded: what it is now says nothing about the grade
+        real = detect_chapter(path)
+        if real and real != chapter:
+            found[(student, chapter)] = real
+    return found
+
+
+def course_output(course: Path | str, assignment: str) -> tuple[Path, Path]:
+    """Where ``autograde ASSIGNMENT`` wrote in a course: ``(<course>/grades/<assignment>,
+    the course's submitted folder)``, the course read as nbgrader reads it.
+
+    Raises:
+        ReportError: ``course`` is not an nbgrader course folder.
+    """
+    from .course import load_course
+
+    try:
+        c = load_course(course)
+    except ValueError as exc:
+        raise ReportError(f"{exc}: expected an nbgrader course folder (with nbgrader_config.py)") from None
+    return c.root / "grades" / assignment, c.submitted_root
+
+
+def course_submissions(out: Path) -> Path | None:
+    """The ``submitted`` folder of the nbgrader course whose ``grades/<assignment>``
+    folder (``autograde``'s default output) is ``out``; ``None`` when ``out`` is not one."""
+    out = Path(out).resolve()
+    course = out.parent.parent
+    if out.parent.name != "grades" or not (course / "nbgrader_config.py").is_file():
+        return None
+    try:
+        from .course import load_course
+
+        return load_course(course).submitted_root
+    except (ValueError, ImportError, OSError):
+        return None
 
 
 # --------------------------------------------------------------------------- figures
@@ -573,19 +761,22 @@ def _style(ax) -> None:
 
 
 def histogram_svg(summary: ChapterSummary) -> str:
-    """The distribution of the chapter's totals: one bar per score (or per range of
-    scores when there are more than 25 points), the count above each bar."""
+    """The distribution of the chapter's final totals: one bar per score (per half
+    point when a hand grade or a penalty gave halves; per range of scores when that
+    makes more than 25 bars), the count above each bar."""
     import numpy as np
 
     scores = np.array([s for s, _ in summary.totals.values()], dtype=float)
     top = max(summary.max_score, float(scores.max()) if scores.size else 0.0, 1.0)
     fig = _figure(7.2, 2.6)
     ax = fig.add_subplot()
-    if top <= 25 and float(top).is_integer():
-        edges = np.arange(-0.5, top + 1.0, 1.0)
-        centers = np.arange(0, top + 1)
-        counts = np.array([int(np.sum(np.isclose(np.round(scores), c))) for c in centers])
-        width = 0.8
+    step = next((st for st in (1.0, 0.5) if np.allclose(scores / st, np.round(scores / st))
+                 and float(top / st).is_integer()), None)
+    if step is not None and top / step <= 25:
+        centers = np.arange(0, top + step / 2, step)
+        edges = np.append(centers - step / 2, top + step / 2)
+        counts = np.array([int(np.sum(np.isclose(scores, c))) for c in centers])
+        width = 0.8 * step
     else:
         edges = np.linspace(0, top, 11)
         counts, _ = np.histogram(scores, bins=edges)
@@ -599,11 +790,12 @@ def histogram_svg(summary: ChapterSummary) -> str:
     ax.set_xlim(edges[0] - 0.2, edges[-1] + 0.2)
     ax.set_ylim(0, max(1, int(counts.max()) if counts.size else 1) * 1.2)
     ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_xlabel(f"points (of {summary.max_score:g})", fontsize=9, color=_INK)
+    ax.set_xlabel(f"final points (of {summary.max_score:g}): hand grades and late penalties included",
+                  fontsize=9, color=_INK)
     ax.set_ylabel("students", fontsize=9, color=_INK)
     _style(ax)
     fig.tight_layout()
-    return _svg(fig, f"Histogram of the {len(summary.students)} submitted totals of {summary.chapter}")
+    return _svg(fig, f"Histogram of the {len(summary.students)} final totals of {summary.chapter}")
 
 
 def parts_svg(summary: ChapterSummary) -> str:
@@ -652,7 +844,8 @@ h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; margin-t
 table { border-collapse: collapse; margin: .8rem 0; width: 100%; }
 th, td { border-bottom: 1px solid #ddd; padding: .3rem .5rem; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; } td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
-.bar { display: inline-block; height: .7rem; background: #0072b2; vertical-align: middle; margin-right: .4rem; }
+.track { display: inline-block; width: 4rem; height: .7rem; background: #e6e6e6; vertical-align: middle;
+         margin-right: .4rem; } .track .bar { display: block; height: 100%; background: #0072b2; }
 .headline { font-size: 1.05rem; margin: .3rem 0; } .headline b { color: #0072b2; }
 code { background: #f4f4f4; padding: 0 .2rem; border-radius: 3px; }
 svg.figure { width: 100%; max-width: 46rem; height: auto; display: block; margin: .5rem 0; }
@@ -674,6 +867,20 @@ def _pct(share: float) -> str:
     return f"{100 * share:.0f}%"
 
 
+def _bar(share: float) -> str:
+    """A share as a bar in a grey track of fixed width, so that bars line up and compare."""
+    return f'<span class="track"><span class="bar" style="width:{100 * share:.1f}%"></span></span>'
+
+
+# ``grades.csv``'s status words as the students' table shows them.
+STATUS_SHOWN = {"cheat": "flagged (tampering caught)", "invalid": "invalid (unreadable)"}
+
+
+def _where(d: Diagnosis) -> str:
+    """A diagnosis's exercise as a page shows it (a whole-notebook diagnosis has none)."""
+    return f"<code>{_e(d.exercise)}</code>" if d.exercise else '<span class="muted">whole notebook</span>'
+
+
 def render_html(summary: ChapterSummary, source: str) -> str:
     """The class report page of one chapter (self-contained: no script, no link)."""
     s = summary
@@ -682,6 +889,9 @@ def render_html(summary: ChapterSummary, source: str) -> str:
     mean = statistics.fmean(scores) if scores else 0.0
     median = statistics.median(scores) if scores else 0.0
     full = sum(1 for t, m in s.totals.values() if m > 0 and t >= m - 1e-9)
+    by_hand = sum(1 for st in s.students if any("by hand" in a for a in s.adjusted.get(st, [])))
+    late = sum(1 for st in s.students if any(a.endswith("point(s) off") for a in s.adjusted.get(st, [])))
+    adjustments = [f"{by_hand} graded by hand" if by_hand else "", f"{late} late" if late else ""]
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -693,22 +903,33 @@ def render_html(summary: ChapterSummary, source: str) -> str:
         + (f", {len(s.not_submitted)} did not" if s.not_submitted else "")
         + f". Mean {mean:.3g} of {s.max_score:g} points, median {median:.3g}; "
           f"{full} with full marks.</p>",
+        '<p class="lead">Points are final scores, as <code>nbgrader export</code> gives them: hand grades and '
+        "late penalties included" + (f" ({', '.join(a for a in adjustments if a)})" if by_hand or late else "")
+        + ". The parts and the mistakes below are the checks' own verdicts.</p>",
     ]
     out.append("<h2>Most frequent mistakes</h2>")
     top = s.diagnoses[:TOP_DIAGNOSES]
     if not top:
         out.append("<p>Every submitted answer earned every part.</p>")
     else:
-        for d in top[:3]:
+        for d in [d for d in top if not d.not_attempted][:3]:
             out.append(f'<p class="headline"><b>{_pct(s.share(len(d.students)))}</b> · '
-                       f"<code>{_e(d.exercise)}</code>: {_code_spans(d.text)}</p>")
+                       f"{_where(d)}: {_code_spans(d.text)}</p>")
         out.append('<table><thead><tr><th>students</th><th>exercise</th><th>diagnosis</th></tr></thead><tbody>')
         for d in top:
             share = s.share(len(d.students))
-            kind = "" if d.recognised else ' <span class="muted">(what differs; no known mistake matched)</span>'
+            if d.not_attempted:
+                kind = ' <span class="muted">(the released stub, left as it was)</span>'
+            elif d.not_judged:
+                kind = (f' <span class="muted">(no check judged the answer: '
+                        f"{_e(STATUS_WORDS.get(d.not_judged, d.not_judged))})</span>")
+            elif not d.recognised:
+                kind = ' <span class="muted">(what differs; no known mistake matched)</span>'
+            else:
+                kind = ""
             out.append(
-                f'<tr><td class="num"><span class="bar" style="width:{4 * share:.2f}rem"></span>'
-                f"{_pct(share)} ({len(d.students)}/{n})</td><td><code>{_e(d.exercise)}</code></td>"
+                f'<tr><td class="num">{_bar(share)}'
+                f"{_pct(share)} ({len(d.students)}/{n})</td><td>{_where(d)}</td>"
                 f"<td>{_code_spans(d.text)}{kind}<details><summary>who</summary>"
                 f"{_e(', '.join(d.students))}</details></td></tr>")
         out.append("</tbody></table>")
@@ -725,19 +946,23 @@ def render_html(summary: ChapterSummary, source: str) -> str:
             share = s.share(p.earned)
             out.append(f"<tr><td><code>{_e(p.exercise)}</code></td><td>{_e(p.name)}</td>"
                        f'<td class="num">{p.points:g}</td><td class="num">'
-                       f'<span class="bar" style="width:{4 * share:.2f}rem"></span>{_pct(share)} '
+                       f'{_bar(share)}{_pct(share)} '
                        f"({p.earned}/{p.of})</td></tr>")
         out.append("</tbody></table>")
     else:
         out.append("<p>No answer of this chapter could be judged part by part.</p>")
     out.append("<h2>Students</h2>")
-    out.append('<table><thead><tr><th>student</th><th>points</th><th>status</th><th>parts missed</th>'
-               "</tr></thead><tbody>")
+    any_adjusted = any(s.adjusted.get(st) for st in s.students)
+    out.append('<table><thead><tr><th>student</th><th>points</th><th>status</th><th>parts the checks marked '
+               "missed</th>" + ("<th>hand grades, late penalty</th>" if any_adjusted else "")
+               + "</tr></thead><tbody>")
     for student in sorted(s.students, key=lambda st: (s.totals[st][0], st)):
         score, max_score = s.totals[student]
         missed = _e("; ".join(s.missed[student])) if s.missed[student] else '<span class="earned">none</span>'
+        status = s.status.get(student) or ""
+        extra = f"<td>{_e('; '.join(s.adjusted.get(student, [])))}</td>" if any_adjusted else ""
         out.append(f'<tr><td>{_e(student)}</td><td class="num">{score:g}/{max_score:g}</td>'
-                   f"<td>{_e(s.status.get(student) or '')}</td><td>{missed}</td></tr>")
+                   f"<td>{_e(STATUS_SHOWN.get(status, status))}</td><td>{missed}</td>{extra}</tr>")
     out.append("</tbody></table>")
     if s.not_submitted:
         out.append(f'<p class="muted">Not submitted: {_e(", ".join(s.not_submitted))}.</p>')
@@ -775,9 +1000,8 @@ def _index_html(summaries: list[ChapterSummary]) -> str:
     for s in summaries:
         scores = [t for t, _ in s.totals.values()]
         mean = statistics.fmean(scores) if scores else 0.0
-        top = s.diagnoses[0] if s.diagnoses else None
-        mistake = (f"{_pct(s.share(len(top.students)))} · <code>{_e(top.exercise)}</code>: {_code_spans(top.text)}"
-                   if top else "none")
+        top = next((d for d in s.diagnoses if not d.not_attempted), None)
+        mistake = f"{_pct(s.share(len(top.students)))} · {_where(top)}: {_code_spans(top.text)}" if top else "none"
         rows.append(f'<tr><td><a href="{_e(s.chapter)}.html">{_e(s.chapter)}</a></td>'
                     f'<td class="num">{len(s.students)}</td><td class="num">{mean:.3g}/{s.max_score:g}</td>'
                     f"<td>{mistake}</td></tr>")
@@ -788,12 +1012,16 @@ def _index_html(summaries: list[ChapterSummary]) -> str:
         "</tr></thead><tbody>", *rows, "</tbody></table></body></html>\n"])
 
 
-def class_report(out: Path, dest: Path | None = None) -> list[Path]:
-    """Write the class report of a ``grade`` output folder.
+def class_report(out: Path, dest: Path | None = None, submitted: Path | None = None) -> list[Path]:
+    """Write the class report of a ``grade`` or ``autograde`` output folder.
 
     Args:
-        out: the folder ``python -m autograder grade … --out OUT`` wrote.
+        out: the folder ``python -m autograder grade … --out OUT`` wrote, or an
+            nbgrader course's ``<course>/grades/<assignment>`` (``autograde``'s).
         dest: where the pages go (default ``OUT/report``).
+        submitted: the folder of submissions that was graded, read only to name
+            the chapter of a notebook none of whose exercises was found; default:
+            the course's ``submitted`` folder when ``out`` is ``<course>/grades/<assignment>``.
 
     Returns:
         The files written: ``<chapter>.html`` and ``<chapter>.csv`` per chapter,
@@ -805,9 +1033,14 @@ def class_report(out: Path, dest: Path | None = None) -> list[Path]:
     from .batch import _write_atomic
 
     out = Path(out)
-    rows, status = load_rows(out)
+    rows, grades = load_rows(out)
     if not rows:
         raise ReportError(f"{out / 'scores.csv'} has no rows: grade a class first")
+    if submitted is None:
+        submitted = course_submissions(out)
+    elif not Path(submitted).is_dir():
+        raise ReportError(f"{submitted} is not a folder: expected the folder of submissions that was graded")
+    wrong = wrong_chapters(out, rows, Path(submitted)) if submitted is not None else {}
     dest = Path(dest) if dest is not None else out / "report"
     dest.mkdir(parents=True, exist_ok=True)
     by_chapter: dict[str, list[Row]] = defaultdict(list)
@@ -818,7 +1051,8 @@ def class_report(out: Path, dest: Path | None = None) -> list[Path]:
     for chapter in sorted(by_chapter):
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", chapter) or chapter.startswith("."):
             raise ReportError(f"{out / 'scores.csv'}: {chapter!r} is not a chapter id")
-        summary = chapter_summary(chapter, by_chapter[chapter], status)
+        summary = chapter_summary(chapter, by_chapter[chapter], grades,
+                                  {s: real for (s, c), real in wrong.items() if c == chapter})
         summaries.append(summary)
         page, table = dest / f"{chapter}.html", dest / f"{chapter}.csv"
         _write_atomic(page, render_html(summary, f"scores.csv{journal}"))

@@ -38,8 +38,10 @@ kills the whole sandbox (its PID namespace dies with it) when any is exceeded.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import logging
+import math
 import os
 import queue
 import secrets
@@ -59,6 +61,8 @@ from . import cgroup
 __all__ = [
     "Limits",
     "RunOutcome",
+    "limits_for",
+    "parse_size",
     "bwrap_path",
     "build_library",
     "graded_modules",
@@ -134,6 +138,64 @@ class Limits:
                      "result_json_bytes", "run_memory_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_size(text: str | int) -> int:
+    """A size in bytes from ``"512M"``, ``"2G"``, ``"1.5G"``, ``"300K"`` or a plain
+    number of bytes (units are powers of 1024; ``KiB``/``MB`` spellings too).
+
+    Raises:
+        ValueError: not such a size, or not positive.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        raw = str(text).strip().upper().replace(" ", "")
+        for suffix in ("IB", "B"):
+            if len(raw) > 1 and raw.endswith(suffix) and raw[-len(suffix) - 1:-len(suffix)] in "KMGT":
+                raw = raw[:-len(suffix)]
+                break
+        unit = raw[-1:] if raw[-1:] in _SIZE_UNITS and raw[-1:].isalpha() else ""
+        number = raw[: len(raw) - len(unit)]
+        try:
+            value = int(float(number) * _SIZE_UNITS[unit])
+        except (ValueError, OverflowError):
+            raise ValueError(f"expected a size such as 512M or 2G, got {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"expected a positive size such as 512M or 2G, got {text!r}")
+    return value
+
+
+def limits_for(timeout: float = 120.0, *, memory: int | None = None, disk: int | None = None,
+               processes: int | None = None) -> Limits:
+    """The :class:`Limits` of one sandbox run from the grading options.
+
+    Args:
+        timeout: wall-clock seconds of the run (``--timeout``); also its CPU time.
+        memory: bytes of all the run's memory (``--memory``: its memory cgroup,
+            :attr:`Limits.run_memory_bytes`); each process's address space
+            (``RLIMIT_AS``) is raised to it when it is larger than the default.
+        disk: bytes the run may write to its scratch tmpfs (``--disk``:
+            :attr:`Limits.scratch_bytes`).
+        processes: processes and threads of the run (``--processes``: ``RLIMIT_NPROC``).
+            ``None`` keeps a limit's default.
+
+    Raises:
+        ValueError: a value that is not positive.
+    """
+    limits = Limits(wall_seconds=float(timeout), cpu_seconds=max(1, math.ceil(timeout)))
+    changes: dict = {}
+    if memory is not None:
+        changes["run_memory_bytes"] = int(memory)
+        changes["memory_bytes"] = max(limits.memory_bytes, int(memory))
+    if disk is not None:
+        changes["scratch_bytes"] = int(disk)
+    if processes is not None:
+        changes["processes"] = int(processes)
+    return dataclasses.replace(limits, **changes) if changes else limits
 
 
 @dataclass

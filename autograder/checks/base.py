@@ -12,10 +12,26 @@ An :class:`Exercise` describes one contract exercise (``shared/EXERCISES.md``):
 The same three methods serve the visible check (``check(name, obj)`` in the
 student's kernel) and the trusted grader (which ships the cases into the sandbox,
 runs them with :mod:`autograder.runner`, and judges the returned data outside).
+
+Hidden cases, one rule: :func:`evaluate` with ``hidden=True`` judges under
+:func:`redacting`. There every message names the mistake without quoting a value
+that came from, or was computed from, the inputs: :func:`compare` says kinds,
+shapes, dtypes, counts ("3 of 12 entries differ"), the largest error and where it
+is, never an element, a returned string or key, or an expected value; the
+checks' own hints format values through :func:`shown`, which describes a value
+instead of quoting it. The whole hidden set is judged so, its visible cases too:
+they ran in the same sandbox as the hidden inputs, so what they returned may carry
+them. A case's label is shown only when it is fixed text (the same in every
+draw of the cases, :func:`public_labels`): a label such as "random corpus [...]"
+spells out its inputs. The check in the student's own kernel (:func:`check`, even with
+``hidden=True``: the inputs are made in that kernel) keeps its detailed messages.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import dataclasses
+import functools
 import io
 import warnings
 from dataclasses import dataclass, field
@@ -49,6 +65,9 @@ __all__ = [
     "use_precomputed",
     "precomputed",
     "visible_cases",
+    "public_labels",
+    "redacting",
+    "shown",
     "Tensor",
     "Obj",
 ]
@@ -56,6 +75,34 @@ __all__ = [
 
 class CheckFailure(AssertionError):
     """A check found a mistake; the message says what and, where it can, why."""
+
+
+# Set while a hidden set is judged (:func:`evaluate` with ``hidden=True``).
+_REDACT: contextvars.ContextVar[bool] = contextvars.ContextVar("autograder_redact", default=False)
+
+
+def redacting() -> bool:
+    """Whether the messages being made are about hidden cases, and so must not
+    quote values from (or computed from) the inputs (:func:`evaluate`)."""
+    return _REDACT.get()
+
+
+def shown(value, spec: str = "") -> str:
+    """``value`` as a message may show it: formatted with ``spec`` (``repr`` when
+    ``spec`` is ``""``) for the visible check; under :func:`redacting`, only its
+    kind and shape ("a number", "an array of shape (2, 3)")."""
+    if not redacting():
+        return format(value, spec) if spec else repr(value)
+    array = as_array(value)
+    if array is not None:
+        return f"an array of shape {tuple(array.shape)}"
+    if isinstance(value, bool):
+        return "a truth value"
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return f"a {_kind(value)}"
 
 
 #: The part of a case that is advice, worth no points: behaviour on bad input that
@@ -299,16 +346,17 @@ class Exercise:
             if got.raised["type"] not in {e.__name__ for e in case.expect_error} and not _is_subclass_name(
                 got.raised["type"], case.expect_error
             ):
-                raise CheckFailure(
-                    f"should raise {names}{where}, but raised {got.raised['type']}: {got.raised['message']}"
-                )
+                said = _HIDDEN_MESSAGE if redacting() else f": {got.raised['message']}"
+                raise CheckFailure(f"should raise {names}{where}, but raised {got.raised['type']}{said}")
             return []
         if got.raised is not None:
             r = got.raised
             if r["type"] == "NotImplementedError":
                 raise CheckFailure(NOT_IMPLEMENTED)
             stage = {"init": "the constructor", "load_state_dict": "load_state_dict"}.get(r.get("phase"), "it")
-            raise CheckFailure(f"{stage} raised {r['type']}: {r['message']}{where}")
+            # phase "encode": the grader's own words on a value that cannot cross (grading._withhold)
+            said = _HIDDEN_MESSAGE if redacting() and r.get("phase") != "encode" else f": {r['message']}"
+            raise CheckFailure(f"{stage} raised {r['type']}{said}{where}")
         if want.raised is not None:  # pragma: no cover - a broken reference
             raise RuntimeError(f"the reference raised on {case.label!r}: {want.raised}")
         notes: list[str] = []
@@ -348,6 +396,8 @@ class Exercise:
 
 
 NOT_IMPLEMENTED = "not implemented yet: replace `raise NotImplementedError()` with your code"
+# An exception's message is the answer's own text: on a hidden case it may spell out the inputs.
+_HIDDEN_MESSAGE = " (its message is not shown: hidden case)"
 
 
 def _is_subclass_name(name: str, types) -> bool:
@@ -534,6 +584,9 @@ def compare(got, want, what: str, case: Case, notes: list | None = None, *, valu
         if (w.dtype == bool or np.issubdtype(w.dtype, np.integer)) and mode == "full":
             if not np.array_equal(g, w):
                 idx = tuple(int(i) for i in np.argwhere(g != w)[0])
+                if redacting():
+                    raise CheckFailure(f"{what} has the right shape but wrong values: {int(np.sum(g != w))} of "
+                                       f"{g.size} entries differ (the first at index {idx})")
                 raise CheckFailure(f"{what} differs at index {idx}: {g[idx].item()!r}, expected {w[idx].item()!r}")
             return
         g64 = g.astype(np.float64)
@@ -544,6 +597,10 @@ def compare(got, want, what: str, case: Case, notes: list | None = None, *, valu
         if not np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True):
             err = np.abs(np.nan_to_num(g64 - w64, nan=np.inf))
             idx = tuple(int(i) for i in np.unravel_index(np.argmax(err), err.shape)) if err.ndim else ()
+            if redacting():
+                wrong = int(np.sum(~np.isclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True)))
+                raise CheckFailure(f"{what} has the right shape but wrong values: {wrong} of {g64.size} entries "
+                                   f"differ, the largest error {float(err[idx]):.3g} at index {idx}")
             raise CheckFailure(
                 f"{what} has the right shape but wrong values: largest error {float(err[idx]):.3g} "
                 f"at index {idx} (got {float(g64[idx]):.6g}, expected {float(w64[idx]):.6g})"
@@ -561,19 +618,31 @@ def compare(got, want, what: str, case: Case, notes: list | None = None, *, valu
         if not isinstance(got, dict):
             raise CheckFailure(f"{what} is a {_kind(got)}, expected a dict")
         if set(got) != set(want):
-            missing = sorted(map(str, set(want) - set(got)))[:5]
-            extra = sorted(map(str, set(got) - set(want)))[:5]
+            missing, extra = set(want) - set(got), set(got) - set(want)
+            if redacting():
+                raise CheckFailure(f"{what} has the wrong keys: {len(missing)} of the {len(want)} expected "
+                                   f"missing, {len(extra)} unexpected")
+            missing = sorted(map(str, missing))[:5]
+            extra = sorted(map(str, extra))[:5]
             raise CheckFailure(f"{what} has the wrong keys: missing {missing}, unexpected {extra}")
-        for k in want:
-            compare(got[k], want[k], f"{what}[{k!r}]", case, notes, mode=mode)
+        for i, k in enumerate(want):
+            where = f"{what}[key {i + 1} of {len(want)}]" if redacting() else f"{what}[{k!r}]"
+            compare(got[k], want[k], where, case, notes, mode=mode)
         return
     if isinstance(want, float) and not isinstance(want, bool):
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             raise CheckFailure(f"{what} is a {_kind(got)}, expected a number")
         if mode != "structure" and not np.isclose(got, want, rtol=case.rtol, atol=case.atol, equal_nan=True):
+            if redacting():
+                # not even the error: for one number, |got - want| can give the expected value away
+                raise CheckFailure(f"{what} is not the expected number (its value is not shown: hidden case)")
             raise CheckFailure(f"{what} is {got:.6g}, expected {want:.6g}")
         return
     if type(got) is not type(want) or got != want:
+        if redacting():
+            if type(got) is not type(want):
+                raise CheckFailure(f"{what} is a {_kind(got)}, expected a {_kind(want)}")
+            raise CheckFailure(f"{what} is not the expected {_kind(want)} (its value is not shown: hidden case)")
         raise CheckFailure(f"{what} is {got!r}, expected {want!r}")
 
 
@@ -672,7 +741,7 @@ def _num(x: float) -> str:
 
 
 def evaluate(exercise: Exercise, results: list[Result], cases: list[Case],
-             points: float | None = None) -> Report:
+             points: float | None = None, hidden: bool = False) -> Report:
     """Judge every case (no stop at the first failure) and score the parts.
 
     Args:
@@ -681,11 +750,54 @@ def evaluate(exercise: Exercise, results: list[Result], cases: list[Case],
         cases: the cases.
         points: the test cell's points; the parts' points are scaled to sum to it
             (default: the parts' own points).
+        hidden: the cases are a hidden set (or ran beside one): judge under
+            :func:`redacting`, so that no message quotes a value from the inputs.
 
     Returns:
         The :class:`Report`. A part is earned when all its cases pass; a part with
         no case in ``cases`` is not earned (every part has visible cases).
     """
+    shown_cases = cases
+    if hidden:  # the messages quote a label only when it is fixed text
+        public = public_labels(exercise)
+        shown_cases = [case if case.label in public else
+                       dataclasses.replace(case, label=f"hidden case {i + 1} of {len(cases)}, its inputs not shown")
+                       for i, case in enumerate(cases)]
+    token = _REDACT.set(bool(hidden))
+    try:
+        return _evaluate(exercise, results, cases, shown_cases, points)
+    finally:
+        _REDACT.reset(token)
+
+
+# Seeds of the draws that tell a case label's fixed text from one made of drawn values.
+_LABEL_DRAWS = (1, 2)
+
+
+def _labels_of(exercise: Exercise) -> frozenset[str]:
+    visible = {c.label for c in exercise.cases(make_rng(False), False)}
+    draws = [{c.label for c in exercise.cases(np.random.default_rng(seed), True)} for seed in _LABEL_DRAWS]
+    return frozenset(visible | set.intersection(*draws))
+
+
+@functools.lru_cache(maxsize=None)
+def _registered_labels(name: str) -> frozenset[str]:
+    return _labels_of(REGISTRY[name])
+
+
+def public_labels(exercise: Exercise) -> frozenset[str]:
+    """The case labels of ``exercise`` that a hidden case's message may quote: those
+    of the visible check (the student reads them in their own check) and those
+    that are the same in independent draws of the hidden set (fixed text such as
+    "'aaaa': pairs overlap"). A label made of drawn values ("random corpus [...]")
+    is neither."""
+    if REGISTRY.get(exercise.name) is exercise:
+        return _registered_labels(exercise.name)
+    return _labels_of(exercise)  # an unregistered exercise (a test's own): not cached
+
+
+def _evaluate(exercise: Exercise, results: list[Result], cases: list[Case], shown_cases: list[Case],
+              points: float | None) -> Report:
     declared = exercise.part_points()
     total = sum(declared.values())
     scale = 1.0 if points is None or total == 0 else float(points) / total
@@ -695,11 +807,11 @@ def evaluate(exercise: Exercise, results: list[Result], cases: list[Case],
     counts = {n: [0, 0, None] for n in declared}  # part -> [cases, failed, first message]
     notes: list[str] = []
     advice: list[str] = []
-    for case, got in zip(cases, results):
+    for case, shown, got in zip(cases, shown_cases, results):
         part = exercise.part_of(case)
         want = exercise.expected(case)
         try:
-            for note in exercise.judge(case, got, want) or []:
+            for note in exercise.judge(shown, got, want) or []:
                 if note not in notes:
                     notes.append(note)
             ok, message = True, None
@@ -747,10 +859,12 @@ def make_rng(hidden: bool, seed: int | None = None) -> np.random.Generator:
     return np.random.default_rng(None if hidden else 20171206)
 
 
-def run_cases(exercise: Exercise, obj: Any, cases: list[Case], points: float | None = None) -> Report:
-    """Run ``cases`` on ``obj`` in this process and judge them (the visible path)."""
+def run_cases(exercise: Exercise, obj: Any, cases: list[Case], points: float | None = None,
+              hidden: bool = False) -> Report:
+    """Run ``cases`` on ``obj`` in this process and judge them (the visible path;
+    ``hidden``: a hidden set, judged under :func:`redacting`)."""
     results = [_run_in_process(obj, case, exercise.kind) for case in cases]
-    return evaluate(exercise, results, cases, points)
+    return evaluate(exercise, results, cases, points, hidden)
 
 
 class Points(float):

@@ -37,7 +37,7 @@ from collections import Counter
 import numpy as np
 
 from .base import ADVICE, Case, CheckFailure, Exercise, Tensor, register
-from .base import compare as _compare
+from .base import compare as _compare, redacting
 from .base import as_array as _array, close
 
 CHAPTER = "02_tokens_and_embeddings"
@@ -162,7 +162,8 @@ class BuildVocab(Exercise):
             return ("the ids must be exactly 0 .. len(vocab) - 1: give each new token the id len(vocab) "
                     "and skip a token that is already in the vocabulary (e.g. a special seen in the text).")
         if min_freq > 1 and got.value == _vocab(sentences, 1, specials):
-            return f"min_freq was ignored: keep only the tokens seen at least min_freq (here {min_freq}) times."
+            here = "" if redacting() else f" (here {min_freq})"
+            return f"min_freq was ignored: keep only the tokens seen at least min_freq{here} times."
         variants = [
             ("ties are not in alphabetical order: sort by (-count, token).", dict(tie="first_seen")),
             ("ties are in reverse alphabetical order: sort by (-count, token), not reverse=True on both.",
@@ -254,6 +255,8 @@ class Encode(Exercise):
         unk = vocab.get("<unk>")
         for wrong in (3, 0, -1, len(vocab)):
             if wrong != unk and got.value == [vocab.get(t, wrong) for t in tokens]:
+                if redacting():  # the ids are the hidden vocabulary's
+                    return "unknown tokens got another id than vocab['<unk>']: use vocab['<unk>']."
                 return f"unknown tokens became {wrong}: use vocab['<unk>'] (here {unk})."
         if got.value == [vocab.get(t, unk) for t in sentence.split(" ")]:
             return "split with sentence.split() (any whitespace), not split(' ')."

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from .base import ADVICE, Case, CheckFailure, Exercise, Tensor, register
+from .base import ADVICE, Case, CheckFailure, Exercise, Tensor, redacting, register
 from .base import as_array as _array, close
 
 CHAPTER = "03_positional_encoding"
@@ -214,7 +214,9 @@ class PositionalEncodingCheck(Exercise):
         buffers = got.probes.get("buffer_names") or []
         params = got.probes.get("parameter_names") or []
         if "pe" in params or "pe" not in buffers:
-            found = "a parameter" if "pe" in params else f"not a buffer (the buffers are {buffers})"
+            # The answer's own buffer names are not quoted for a hidden case.
+            found = "a parameter" if "pe" in params else (
+                "not a buffer" if redacting() else f"not a buffer (the buffers are {buffers})")
             hint = self.diagnose(case, got, want)
             raise CheckFailure(f"pe is {found} ({case.label})" + (f"\n  Hint: {hint}" if hint else ""))
         return notes

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from .base import ADVICE, Case, Exercise, dtype_verdict, register
+from .base import ADVICE, Case, Exercise, dtype_verdict, redacting, register
 from .base import as_array as _array, close
 
 CHAPTER = "04_self_attention"
@@ -187,8 +187,9 @@ class Softmax(Exercise):
                 return "you divided by the sum of the whole array: sum along the axis (axis=axis, keepdims=True)."
         sums = np.sum(g, axis=axis)
         if not np.allclose(sums, 1.0, atol=1e-5):
+            total = "do not sum" if redacting() else f"sum to {float(np.ravel(sums)[0]):.4g}, not"
             return (
-                f"the values along axis {axis} sum to {float(np.ravel(sums)[0]):.4g}, not 1: divide "
+                f"the values along axis {axis} {total} 1: divide "
                 "the exponentials by their sum along that axis."
             )
         return None
@@ -266,6 +267,8 @@ def _diagnose_attention(q, k, v, got_value, want_value, extra=()):
         return "the weights are right but the output is not: output = weights @ v."
     sums = np.sum(weights, axis=-1)
     if not np.allclose(sums, 1.0, atol=1e-4):
+        if redacting():
+            return "each row of the weights should sum to 1 over the keys; one does not."
         return f"each row of the weights should sum to 1 over the keys; one sums to {float(np.ravel(sums)[0]):.4g}."
     return None
 

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from .base import ADVICE, Case, Exercise, Tensor, register
+from .base import ADVICE, Case, Exercise, Tensor, redacting, register
 
 __all__ = ["SplitHeads", "MergeHeads", "MultiHeadAttentionCheck"]
 
@@ -444,11 +444,14 @@ class MultiHeadAttentionCheck(_HeadsExercise):
         keys, want_keys = set(got.get("state_dict_keys") or ()), set(want["state_dict_keys"])
         if keys != want_keys:
             missing, extra = sorted(want_keys - keys), sorted(keys - want_keys)
+            if redacting():  # the answer's own names are not quoted for a hidden case
+                extra = f"{len(extra)} of the answer's own" if extra else []
             return ("the module must hold exactly w_q, w_k, w_v, w_o (nn.Linear(d_model, d_model) with bias)"
                     + (f"; missing {missing}" if missing else "") + (f"; unexpected {extra}" if extra else ""))
         for name in ("w_q", "w_k", "w_v", "w_o"):
             if got.get(f"type:{name}") != want[f"type:{name}"]:
-                return f"self.{name} must be an nn.Linear(d_model, d_model), not a {got.get(f'type:{name}')}"
+                other = "another class" if redacting() else f"a {got.get(f'type:{name}')}"
+                return f"self.{name} must be an nn.Linear(d_model, d_model), not {other}"
         return "each of w_q, w_k, w_v, w_o is nn.Linear(d_model, d_model): weight (d_model, d_model), bias (d_model,)"
 
     def _weights_hint(self, case, got, want) -> str | None:

@@ -27,7 +27,7 @@ import functools
 
 import numpy as np
 
-from .base import ADVICE, Case, CheckFailure, Exercise, Result, Tensor, dtype_verdict, register
+from .base import ADVICE, Case, CheckFailure, Exercise, Result, Tensor, dtype_verdict, redacting, register
 from .base import as_array as _array, close
 
 CHAPTER = "06_masking"
@@ -484,8 +484,9 @@ class MaskedSoftmax(_MaskingExercise):
         if leaked.size:
             idx = tuple(int(i) for i in leaked[0])
             where = f" ({case.label})" if case.label else ""
+            holds = "another value" if redacting() else f"{float(g[idx]):.3g}"
             raise CheckFailure(
-                f"masked positions must be exactly 0, but the output holds {float(g[idx]):.3g} at masked "
+                f"masked positions must be exactly 0, but the output holds {holds} at masked "
                 f"index {idx}{where}\n  Hint: a large negative fill (-1e4, -100) only makes masked weights "
                 "small; fill with -inf or torch.finfo(scores.dtype).min and set the masked weights to exactly "
                 "0 after the softmax (weights.masked_fill(~mask, 0.0))."
@@ -562,12 +563,17 @@ class MaskedSoftmax(_MaskingExercise):
         if live.any() and not np.allclose(sums[live], 1.0, atol=1e-2) and s[mask].min() < -1e3:
             bad = float(sums[live][np.argmax(np.abs(sums[live] - 1.0))])
             fills = [f for f in (-100.0, -1e4, -1e9) if f > s[mask].min()]
+            if redacting():  # the sums and the scores are the hidden case's
+                sums_to, low, at = "does not sum to 1", "", "at such large negative scores"
+            else:
+                sums_to = f"sums to {bad:.3g}, not 1"
+                low, at = f" (they go down to {s[mask].min():.3g} here)", f"at scores of {s[mask].min():.3g}"
             if any(_close(g64, _masked_softmax_variant(s, mask, fill=f, zero_after=z))
                    for f in fills for z in (True, False)):
-                return (f"a row with unmasked keys sums to {bad:.3g}, not 1: your masked fill is not below "
-                        f"the real scores (they go down to {s[mask].min():.3g} here). Fill with -inf or "
+                return (f"a row with unmasked keys {sums_to}: your masked fill is not below "
+                        f"the real scores{low}. Fill with -inf or "
                         "torch.finfo(scores.dtype).min, not a fixed number such as 0, -1e4 or -1e9.")
-            return (f"a row with unmasked keys sums to {bad:.3g}, not 1: at scores of {s[mask].min():.3g} the "
+            return (f"a row with unmasked keys {sums_to}: {at} the "
                     f"{_dtype(got.value)} arithmetic lost the differences between them. Subtract each row's "
                     "maximum before exp (torch.softmax and torch.log_softmax do), and do not add a large "
                     "number (logsumexp) back to the scores before subtracting.")
@@ -578,5 +584,6 @@ class MaskedSoftmax(_MaskingExercise):
                     "fill with -inf (or torch.finfo(dtype).min) before the softmax.")
         if live.any() and not np.allclose(sums[live], 1.0, atol=1e-2):
             bad = float(sums[live][np.argmax(np.abs(sums[live] - 1.0))])
-            return f"a row with unmasked keys sums to {bad:.3g}, not 1: normalise over the last axis."
+            sums_to = "does not sum to 1" if redacting() else f"sums to {bad:.3g}, not 1"
+            return f"a row with unmasked keys {sums_to}: normalise over the last axis."
         return None

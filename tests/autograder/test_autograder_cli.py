@@ -117,3 +117,60 @@ def test_bench_quick_runs_both_graders():
     ratio = float(re.search(r"([\d.]+)x\s*$", rows["autograder grade --jobs 1"]).group(1))
     assert ratio > 0  # a benchmark: the figure is reported, never asserted on
     assert "totals equal to nbgrader's on 2 of 2 submissions" in proc.stdout
+
+
+def test_limit_options_reach_the_sandbox_limits(tmp_path, book, monkeypatch, capsys):
+    """``--memory``, ``--disk`` and ``--processes`` of ``grade`` and ``check`` reach
+    the :class:`~autograder.sandbox.Limits` of every sandbox run; ``autograde``
+    passes them (and ``--budget``) on; bad values are argparse errors that say
+    what is expected. No timing: the limits are read where the run starts."""
+    import autograder.course
+    import autograder.grading
+    from autograder.sandbox import Limits
+
+    seen: list[Limits] = []
+    real_run_job = autograder.grading.run_job
+
+    def recording_run_job(job_dir, lib_dir, limits=None, **kwargs):
+        seen.append(limits)
+        return real_run_job(job_dir, lib_dir, limits, **kwargs)
+
+    monkeypatch.setattr(autograder.grading, "run_job", recording_run_job)
+    source = nbformat.read(str(book / CHAPTER / f"{CHAPTER}.ipynb"), as_version=4)
+    blank = tmp_path / "subs" / "ann" / CHAPTER / f"{CHAPTER}.ipynb"
+    blank.parent.mkdir(parents=True)
+    nbformat.write(make_submission(source, CHAPTER, "blank"), str(blank))
+    options = ["--memory", "768M", "--disk", "100M", "--processes", "20", "--timeout", "60"]
+    assert main(["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--book", str(book),
+                 "--unsafe-no-sandbox", "--no-progress", *options]) == 0
+    assert main(["check", str(blank), "--book", str(book), *options]) == 1  # the blank release fails its checks
+    assert len(seen) >= 2
+    for limits in seen:
+        assert (limits.run_memory_bytes, limits.scratch_bytes, limits.processes) == (768 * 2**20, 100 * 2**20, 20)
+        assert limits.memory_bytes == Limits().memory_bytes  # RLIMIT_AS keeps its default: 768M is below it
+    seen.clear()
+    assert main(["check", str(blank), "--book", str(book)]) == 1
+    default = Limits()
+    assert [(s.run_memory_bytes, s.scratch_bytes, s.processes) for s in seen] == [
+        (default.run_memory_bytes, default.scratch_bytes, default.processes)] * len(seen)
+
+    passed = {}
+
+    def fake_autograde(assignment, **kwargs):
+        passed.update(kwargs)
+        raise ValueError("stopped by the test")
+
+    monkeypatch.setattr(autograder.course, "autograde", fake_autograde)
+    assert main(["autograde", CHAPTER, "--unsafe-no-sandbox", "--budget", "90", *options]) == 2
+    assert {k: passed[k] for k in ("memory", "disk", "processes", "budget", "timeout")} == {
+        "memory": 768 * 2**20, "disk": 100 * 2**20, "processes": 20, "budget": 90.0, "timeout": 60.0}
+    capsys.readouterr()
+
+    parser = build_parser()
+    for command in (["grade", "s", "--out", "o"], ["check", "n.ipynb"], ["autograde", CHAPTER]):
+        for bad, words in ((["--memory", "lots"], "expected a size such as 512M or 2G"),
+                           (["--disk", "0"], "expected a positive size"),
+                           (["--processes", "many"], "expected a whole number of processes")):
+            with pytest.raises(SystemExit):
+                parser.parse_args(command + bad)
+            assert words in capsys.readouterr().err

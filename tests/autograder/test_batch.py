@@ -45,9 +45,18 @@ class FakeScore:
 def scripted_grade(source_nb, submission_nb, *, chapter=None, timeout=120.0, hidden=True, seed=None,
                    sandbox=True):
     """Score a submission by rules on its text (see the module docstring)."""
-    delay = float(os.environ.get("SCRIPTED_GRADE_DELAY", "0"))
-    if delay:
-        time.sleep(delay)
+    gate = os.environ.get("SCRIPTED_GRADE_GATE")
+    if gate:  # "DIR:K": the first K calls (in any process) grade, every later one waits to be killed
+        folder, allowed = gate.rsplit(":", 1)
+        ticket = 0
+        while True:  # take the next free ticket, atomically across worker processes
+            try:
+                os.close(os.open(os.path.join(folder, f"ticket-{ticket}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                break
+            except FileExistsError:
+                ticket += 1
+        while ticket >= int(allowed):
+            time.sleep(1)
     source = nbformat.read(str(source_nb), as_version=4)
     tests = [(c.metadata.nbgrader["grade_id"], float(c.metadata.nbgrader["points"])) for c in source.cells
              if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
@@ -307,15 +316,18 @@ def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, sig, j
     _grade(root / "submitted", clean, book)
     out = tmp_path / "out"
     script = KILL_SCRIPT.format(here=str(HERE), sub=str(root / "submitted"), out=str(out), book=str(book), jobs=jobs)
-    env = dict(os.environ, SCRIPTED_GRADE_DELAY="0.4")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    # Three submissions are graded; every later one blocks until the run is killed, so the
+    # interruption lands midway however slow or loaded the machine is.
+    env = dict(os.environ, SCRIPTED_GRADE_GATE=f"{gate}:3")
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=REPO, start_new_session=True)
     journal = out / ".journal"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait for a few journaled submissions
+    deadline = time.monotonic() + 600  # a safety net for a stuck run, not a measurement
+    while time.monotonic() < deadline:  # wait for the three to be journaled
         if journal.is_dir() and len(list(journal.glob("*/*.json"))) >= 3:
             break
-        if proc.poll() is not None:
-            break
+        assert proc.poll() is None, "the run ended before it was interrupted"
         time.sleep(0.05)
     if sig == signal.SIGKILL:
         os.killpg(proc.pid, sig)  # the whole run, workers included
@@ -323,7 +335,7 @@ def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, sig, j
         proc.send_signal(sig)
     proc.wait(timeout=60)
     done = len(list(journal.glob("*/*.json")))
-    assert 0 < done < 8, f"the run should have stopped midway, {done} journaled"
+    assert done == 3, f"the run should have stopped after the three graded submissions, {done} journaled"
     assert not (out / "grades.csv").exists()
     resumed = _grade(root / "submitted", out, book)
     assert resumed.reused == done and resumed.graded == 8 - done
@@ -449,3 +461,32 @@ def test_a_hand_grade_in_outs_gradebook_survives_grade_force(tmp_path, course):
     page = (out / "feedback" / "student002" / f"{chapter}.html").read_text(encoding="utf-8")
     assert f"Graded by hand: 1 / {row['max_score']} points (the checks gave 0)" in page
     assert "explained on paper &lt;ok&gt;" in page
+
+
+def test_limit_options_reach_the_grader_and_key_the_journal_only_when_set(tmp_path, course):
+    """``memory``/``disk``/``processes`` reach the grade function as keyword arguments
+    and enter the journal key only when set: a journal written without them is
+    reused by a run without them, and a run with them regrades (other limits,
+    possibly other grades). Bad values are refused before any grading."""
+    root, book = course
+    seen = []
+
+    def limited_grade(source_nb, submission_nb, **kwargs):
+        seen.append({k: kwargs[k] for k in ("memory", "disk", "processes", "budget") if k in kwargs})
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("memory", "disk", "processes", "budget")}
+        return scripted_grade(source_nb, submission_nb, **kwargs)
+
+    out = tmp_path / "out"
+    plain = _grade(root / "submitted", out, book, chapters=[CHAPTERS[0]])  # scripted_grade knows no limit
+    keys = [json.loads(p.read_text())["key"] for p in sorted((out / ".journal").glob("*/*.json"))]
+    assert keys and not any({"memory", "disk", "processes"} & set(k) for k in keys)
+    assert _grade(root / "submitted", out, book, chapters=[CHAPTERS[0]]).reused == len(plain.results)
+    limited = _grade(root / "submitted", out, book, chapters=[CHAPTERS[0]], grade_fn=limited_grade,
+                     memory=768 * 2**20, disk=64 * 2**20, processes=20, budget=50.0)
+    assert limited.graded == len(plain.results)
+    assert seen and all(s == {"memory": 768 * 2**20, "disk": 64 * 2**20, "processes": 20, "budget": 50.0} for s in seen)
+    keys = [json.loads(p.read_text())["key"] for p in sorted((out / ".journal").glob("*/*.json"))]
+    assert all((k["memory"], k["disk"], k["processes"]) == (768 * 2**20, 64 * 2**20, 20) for k in keys)
+    for bad in (dict(memory=0), dict(disk=-1), dict(processes=2.5), dict(memory="2G")):
+        with pytest.raises(ValueError, match="must be a positive whole number"):
+            _grade(root / "submitted", tmp_path / "bad", book, chapters=[CHAPTERS[0]], **bad)

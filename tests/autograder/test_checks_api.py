@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import solutions
-from autograder.checks import base
+from autograder.checks import base, load_all
 from autograder.checks.base import Case, CheckFailure, Exercise, Tensor
 
 
@@ -353,3 +353,125 @@ def test_names_used_sees_methods_and_nested_code():
 
     assert "split_heads" in base.names_used(Layer)
     assert "softmax" in base.names_used(lambda x: softmax(x))  # noqa: F821
+
+
+# --------------------------------------------------------------------------- hidden cases: one redaction rule
+
+
+class _Leaky(Exercise):
+    """An exercise whose reference echoes a drawn input in every form a message
+    could quote: a string, dict keys, integers, a float and an array; its hidden
+    case's label spells the input out, as "random corpus [...]" labels do."""
+
+    name = "leaky"
+    chapter = "test"
+
+    def cases(self, rng, hidden):
+        word = "".join(rng.choice(list("qwxz"), size=6))
+        cases = [Case(args=("abc",), label="the fixed word 'abc'")]
+        if hidden:
+            cases.append(Case(args=(word,), label=f"random word {word!r}"))
+        return cases
+
+    def reference(self):
+        return lambda w: {"text": w, "keys": {w: 1}, "ids": np.array([ord(c) for c in w]),
+                          "mean": float(np.mean([ord(c) for c in w])), "x": np.array([ord(c) / 7 for c in w])}
+
+    def diagnose(self, case, got, want):
+        return f"you returned {base.shown(got.value.get('text'))}"
+
+
+def _leaky_answer(w):
+    marker = "LEAK<" + w + ">"
+    return {"text": marker, "keys": {marker: 1}, "ids": np.array([ord(c) + 1 for c in w]),
+            "mean": 1.0, "x": np.array([ord(c) / 7 + 1 for c in w])}
+
+
+@pytest.mark.parametrize("wrong_field", ["text", "keys", "ids", "mean", "x"])
+def test_hidden_case_messages_quote_no_value(wrong_field):
+    """Under ``evaluate(..., hidden=True)`` every message names the mistake (what
+    differs, counts, the largest error) without a value from the inputs: not the
+    returned string or keys, not an element, not the expected value, not a label
+    made of drawn values. The visible check quotes them."""
+    ex = _Leaky()
+    cases = ex.cases(np.random.default_rng(4), True)
+    word = cases[1].args[0]
+
+    def answer(w):
+        right = ex.reference()(w)
+        right[wrong_field] = _leaky_answer(w)[wrong_field]
+        return right
+
+    results = [base._run_in_process(answer, c, "function") for c in cases]
+    hidden = base.evaluate(ex, results[1:], cases[1:], hidden=True)
+    message = hidden.parts[0].message
+    assert not hidden.passed and word not in message and "LEAK" not in message, message
+    assert "hidden case 1 of 1, its inputs not shown" in message and "random word" not in message
+    assert "Hint: you returned a string" in message
+    assert {"text": "not the expected str", "keys": "1 unexpected", "ids": "6 of 6 entries differ (the first at index (0,))",
+            "mean": "is not the expected number", "x": "6 of 6 entries differ, the largest error 1"}[wrong_field] in message
+    # the same results judged as the visible check's: detailed, the label too
+    visible = base.evaluate(ex, results[1:], cases[1:]).parts[0].message
+    assert f"random word {word!r}" in visible
+    assert ("LEAK<" if wrong_field in ("text", "keys") else "expected") in visible
+    # a fixed label stays readable in a hidden set
+    fixed = base.evaluate(ex, results[:1], cases[:1], hidden=True).parts[0].message
+    assert "the fixed word 'abc'" in fixed and "LEAK" not in fixed and "abc>" not in fixed
+    assert not base.redacting()  # the rule holds only while a hidden set is judged
+    token = base._REDACT.set(True)
+    try:
+        assert [base.shown(v) for v in ("LEAK", 3, np.ones((2, 1)), {"k": 1})] == [
+            "a string", "a number", "an array of shape (2, 1)", "a dict"]
+    finally:
+        base._REDACT.reset(token)
+
+
+def test_public_labels_are_the_fixed_ones():
+    labels = base.public_labels(_Leaky())
+    assert "the fixed word 'abc'" in labels and not any(label.startswith("random word") for label in labels)
+    assert base.shown([1, 2]) == "[1, 2]" and base.shown(0.5, ".2f") == "0.50"
+
+
+def _strings_in(value, found):
+    """Every string of four characters or more inside a case's arguments."""
+    if isinstance(value, str):
+        if len(value.strip()) >= 4:
+            found.add(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _strings_in(v, found)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _strings_in(k, found)
+            _strings_in(v, found)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(n for n, ex in load_all().items()
+                                        if ex.kind == "function"))
+def test_every_function_exercise_redacts_its_hidden_messages(name):
+    """Every chapter's function exercise, fed an answer that hands its first argument
+    back (the input tensor itself, the input string or list): judged as a hidden
+    set, no message holds a drawn label, an input string, or the visible check's
+    "got ..., expected ..." / "is ..., expected ..." quotes."""
+    ex = base.get_exercise(name)
+    cases = ex.cases(np.random.default_rng(11), True)
+    public = base.public_labels(ex)
+
+    def echo(*args, **kwargs):
+        return args[0] if args else None
+
+    results = [base._run_in_process(echo, c, ex.kind) for c in cases]
+    report = base.evaluate(ex, results, cases, hidden=True)
+    text = report.render(name)
+    known = set()  # the visible check's strings and the fixed labels and parts: the student has them
+    for case in ex.cases(base.make_rng(False), False):
+        _strings_in(list(case.args) + list(case.kwargs.values()), known)
+    fixed_text = " ".join([*public, *ex.part_points()])
+    drawn = [case for case in cases if case.label not in public]
+    assert drawn, "no drawn case: the test would check nothing"
+    for case in drawn:
+        assert case.label not in text, text
+        for s in _strings_in(list(case.args) + list(case.kwargs.values()), set()) - known:
+            assert s not in text or s in fixed_text, (s, text)
+    assert "(got " not in text and "differs at index" not in text and "unexpected [" not in text, text

@@ -26,6 +26,7 @@ import fixtures
 from autograder.cli import main
 from autograder.course import autograde, load_course
 from autograder.release import chapter_ids, student_version
+from autograder.report import summarise
 
 REPO = Path(__file__).resolve().parents[2]
 CH = "01_rnn_limitations"
@@ -113,6 +114,19 @@ def _export(root: Path) -> dict[str, dict]:
     subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", "export.csv"], cwd=root, check=True,
                    capture_output=True, timeout=120)
     return _read(root / "export.csv")
+
+
+def _report(root: Path, *args: str) -> tuple[list[dict], str]:
+    """``python -m autograder report`` of the course's chapter: its CSV rows and its page."""
+    assert main(["report", *args]) == 0
+    folder = root / "grades" / CH / "report"
+    with open(folder / f"{CH}.csv", encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return rows, (folder / f"{CH}.html").read_text(encoding="utf-8")
+
+
+def _section(rows: list[dict], section: str) -> list[dict]:
+    return [r for r in rows if r["section"] == section]
 
 
 def _test_cells(path: Path) -> dict:
@@ -207,6 +221,27 @@ def test_an_unreadable_submission_is_autograded_as_the_released_notebook(course)
         assert cell.outputs[0].ename == "InvalidNotebook" and "cannot be read" in "\n".join(cell.outputs[0].traceback)
 
 
+# --------------------------------------------------------------------------- the class report
+
+
+def test_the_class_report_reads_the_course_grades_folder(graded, course):
+    """``autograde`` ends by naming the report command of its output folder; on it,
+    the report names cat's known mistake with its share of the class."""
+    root, report = graded
+    out = course / "grades" / CH
+    assert f"python -m autograder report {root / 'grades' / CH}" in summarise(report.batch)
+    rows, page = _report(course, str(out))
+    mistakes = [(r["exercise"], r["students"], r["of"], r["share"], r["item"]) for r in _section(rows, "diagnosis")]
+    restart = [m for m in mistakes if "every step restarted from h0" in m[4]]
+    assert [m[:4] for m in restart] == [("rnn_forward", "1", "3", "0.3333")]
+    assert mistakes[0] == restart[0]  # the one real mistake comes before bob's untouched stubs
+    assert sorted(m[0] for m in mistakes[1:]) == ["hidden_state_jacobian_norms", "rnn_forward"]
+    assert all(m[4] == "not implemented yet" and m[1:3] == ("1", "3") for m in mistakes[1:])
+    assert {r["item"]: r["students"] for r in _section(rows, "score")} == {"0": "1", "6": "1", "8": "1"}
+    assert "<b>33%</b> · <code>rnn_forward</code>: every step restarted from h0" in page
+    assert "was it deleted" not in page and "wrong chapter" not in page
+
+
 # --------------------------------------------------------------------------- hand grades win
 
 
@@ -242,6 +277,12 @@ def test_a_hand_grade_survives_a_forced_regrade_and_shows_everywhere(course):
     assert "Extra credit: 0.5" in page and "Carry h forward &amp; it is all right." in page
     assert "<b>8 / 8</b>" in page
     assert float(_export(course)["cat"]["score"]) == 8.0
+    rows, page = _report(course, "--course", str(course), CH)
+    # ann and cat: the hand grade counts in the totals
+    assert {r["item"]: r["students"] for r in _section(rows, "score")} == {"0": "1", "8": "2"}
+    assert "rnn_forward: 4/4 by hand (the checks gave 2)" in page
+    restart = [r for r in _section(rows, "diagnosis") if "restarted from h0" in r["item"]]
+    assert [r["share"] for r in restart] == ["0.3333"]  # the checks' verdict is still what went wrong
 
 
 # --------------------------------------------------------------------------- due dates and late penalties
@@ -263,6 +304,11 @@ def test_a_late_submission_gets_the_configured_penalty(course):
     assert {s: float(r["score"]) for s, r in exported.items()} == {"ann": 8.0, "bob": 0.0, "cat": 4.0}
     page = (course / "grades" / CH / "feedback" / "cat" / f"{CH}.html").read_text(encoding="utf-8")
     assert "<b>4 / 8</b>" in page and "1 h 30 min after the due date: late penalty 2 point(s)" in page
+    # the class report's distribution is of these final scores, and says so
+    rows, page = _report(course, "--course", str(course), CH)
+    assert {r["item"]: r["students"] for r in _section(rows, "score")} == {"0": "1", "4": "1", "8": "1"}
+    assert "late penalties included" in page and "1 h 30 min late: 2 point(s) off" in page
+    assert [r["share"] for r in _section(rows, "diagnosis") if "restarted from h0" in r["item"]] == ["0.3333"]
 
     # the due date stays in the gradebook: a later run without --duedate keeps the penalty
     autograde(CH, course=course, progress=False)

@@ -3,6 +3,7 @@ release, deterministic and idempotent grades, the visible-only and unsandboxed m
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -615,3 +616,122 @@ def test_tampering_disguised_as_an_accident_is_flagged(ch04_source, tmp_path, ne
     assert (hit.status, hit.score) == ("cheat", 0.0) and words in hit.reason, hit
     assert "full marks" not in hit.reason and "MemoryError" not in hit.reason  # never the student's text
     assert scores["self_attention"].status == "passed"
+
+
+# What a submission *returns* on hidden cases, judged outside: answers that hand
+# their hidden input back as dict keys, as strings and as the input tensor itself.
+# The markers are built at run time (the feedback page shows the submitted code).
+ECHOING_BUILD_VOCAB = """
+def build_vocab(sentences, min_freq=1, specials=("<pad>", "<sos>", "<eos>", "<unk>")):
+    return {"LE" + "AK<" + repr(sentences) + ">": 0}
+"""
+ECHOING_SOFTMAX = """
+def softmax(x, axis=-1):
+    return x
+"""
+
+
+def _echoing_learn_bpe():
+    """A ``learn_bpe`` right on the visible corpora (their merges written in) that
+    returns its input as strings on every other one: its failures are hidden cases."""
+    import solutions
+    from autograder.checks.base import get_exercise, make_rng
+
+    known = {repr((tuple(c.args[0]), c.args[1])): solutions.learn_bpe(*c.args)
+             for c in get_exercise("learn_bpe").cases(make_rng(False), False)}
+    return f"""
+KNOWN = {known!r}
+def learn_bpe(corpus, num_merges):
+    key = repr((tuple(corpus), num_merges))
+    if key in KNOWN:
+        return KNOWN[key]
+    return [("LE" + "AK<" + repr(corpus) + ">", "w")] * num_merges
+"""
+
+
+@pytest.mark.slow
+def test_returned_hidden_inputs_never_reach_the_feedback(tmp_path, needs_sandbox):
+    """Answers that return their hidden inputs (as dict keys, as strings, as the
+    input tensor) are judged with messages that name the mistake and quote no
+    value: no such value, no label made of drawn values, no "got ..., expected ..."
+    reaches scores.csv, the feedback pages or the gradebook of a real batch; a
+    classmate keeps full marks. The visible-only run quotes them in detail."""
+    from autograder.batch import grade_class
+
+    book, submitted = tmp_path / "book", tmp_path / "submitted"
+    ch02 = fixtures.source_notebook("02_tokens_and_embeddings", ["build_vocab", "learn_bpe", "one_hot"])
+    ch04 = fixtures.source_notebook("04_self_attention")
+    for chapter, nb in (("02_tokens_and_embeddings", ch02), ("04_self_attention", ch04)):
+        fixtures.write_notebook(nb, book / chapter / f"{chapter}.ipynb")
+    echo02 = fixtures.submission_with(ch02, build_vocab=ECHOING_BUILD_VOCAB, learn_bpe=_echoing_learn_bpe())
+    echo04 = fixtures.submission_with(ch04, softmax=ECHOING_SOFTMAX)
+    fixtures.write_notebook(echo02, submitted / "mallory" / "02_tokens_and_embeddings" / "02_tokens_and_embeddings.ipynb")
+    fixtures.write_notebook(echo04, submitted / "mallory" / "04_self_attention" / "04_self_attention.ipynb")
+    fixtures.write_notebook(fixtures.reference_submission(ch02),
+                            submitted / "alice" / "02_tokens_and_embeddings" / "02_tokens_and_embeddings.ipynb")
+    out = tmp_path / "out"
+    report = grade_class(submitted, out, book=book, seed=9, progress=False)
+    alice = report.totals()[("alice", "02_tokens_and_embeddings")]
+    assert alice[0] == alice[1] > 0
+    rows = {}
+    for g in report.results:
+        if g.submission.student == "mallory":
+            rows.update({r["exercise"]: r for r in g.scores})
+    assert rows["build_vocab"]["score"] == 0 and "unexpected" in rows["build_vocab"]["reason"]
+    bpe = rows["learn_bpe"]
+    assert bpe["score"] < bpe["max_score"] and "its inputs not shown" in bpe["reason"], bpe
+    soft = rows["softmax"]
+    assert soft["score"] == 0 and "entries differ, the largest error" in soft["reason"], soft
+    written = _all_text(out)
+    assert (out / "scores.csv").is_file() and (out / "gradebook.db").is_file()
+    assert list((out / "feedback").rglob("*.html"))
+    for leak in ("LEAK", "random corpus", "(got ", "expected '", "unexpected ['"):
+        assert leak not in written, leak
+    # the visible-only run: the student's own inputs, the detailed messages
+    visible = grade_submission(book / "02_tokens_and_embeddings" / "02_tokens_and_embeddings.ipynb",
+                               submitted / "mallory" / "02_tokens_and_embeddings" / "02_tokens_and_embeddings.ipynb",
+                               hidden=False)
+    parts = {s.exercise: s for s in visible}["build_vocab"].parts
+    assert any("missing ['<pad>'" in p["message"] and "unexpected [" in p["message"] for p in parts), parts
+
+
+ANON_HOG = '''
+_held = bytearray(768 * 2**20)  # 768 MiB of anonymous memory, touched page by page
+for _i in range(0, len(_held), 4096):
+    _held[_i] = 1
+
+def softmax(x, axis=-1):
+    x = np.asarray(x, dtype=float)
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+'''
+
+
+@pytest.mark.slow
+def test_the_memory_option_stops_a_submission_over_it(tmp_path, needs_sandbox, capsys):
+    """``grade --memory 512M``: a cell holding 768 MiB (well under the per-process
+    RLIMIT_AS) is stopped by the run's memory limit, scores 0 with a reason that
+    names the limit, and the cells after it are graded afresh; under the default
+    limit the same answer earns its points."""
+    from autograder import cgroup
+    from autograder.cli import main
+
+    if not cgroup.available()[0]:
+        pytest.skip("no memory cgroup here: RLIMIT_AS alone bounds each process")
+    nb = fixtures.source_notebook("04_self_attention")
+    book = tmp_path / "book"
+    source = fixtures.write_notebook(nb, book / "04_self_attention" / "04_self_attention.ipynb")
+    hog = fixtures.submission_with(nb, softmax=ANON_HOG)
+    path = fixtures.write_notebook(hog, tmp_path / "submitted" / "mallory" / "04_self_attention" / "04_self_attention.ipynb")
+    out = tmp_path / "out"
+    assert main(["grade", str(tmp_path / "submitted"), "--out", str(out), "--book", str(book), "--no-progress",
+                 "--seed", "3", "--memory", "512M"]) == 0
+    capsys.readouterr()
+    journal = json.loads((out / ".journal" / "mallory" / "04_self_attention.json").read_text())
+    rows = {r["exercise"]: r for r in journal["scores"]}
+    assert (rows["softmax"]["status"], rows["softmax"]["score"]) == ("error", 0.0), rows["softmax"]
+    assert "0.5 GiB of memory, the --memory limit" in rows["softmax"]["reason"]
+    assert rows["self_attention"]["status"] == "passed"
+    assert journal["key"]["memory"] == 512 * 2**20
+    default = {s.exercise: s for s in grade_submission(source, path, seed=3)}
+    assert default["softmax"].status == "passed", default["softmax"]

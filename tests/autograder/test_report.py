@@ -107,6 +107,28 @@ def test_grade_prints_a_summary_naming_each_problem(tmp_path, needs_sandbox, cap
     if grader_fingerprint() == fingerprint:  # nobody edited the grading code meanwhile
         assert "graded 0 submission(s), reused 4 unchanged from the journal" in capsys.readouterr().out
 
+    # The class report names cat's notebook as the console does, once for the whole notebook
+    # (not as a deleted solution cell per exercise), when it can read the submissions folder.
+    assert main(["report", str(out), "--submitted", str(sub)]) == 0
+    rows = _csv(out / "report" / f"{CH4}.csv")
+    whole = [(r["exercise"], r["item"], r["students"], r["of"]) for r in rows
+             if r["section"] == "diagnosis" and r["exercise"] == ""]
+    assert whole == [("", f"submitted the wrong chapter's notebook ({CH5})", "1", "4")]
+    assert not any("was it deleted" in r["item"] for r in rows)
+    page = (out / "report" / f"{CH4}.html").read_text(encoding="utf-8")
+    assert f"submitted the wrong chapter&#x27;s notebook ({CH5})" in page and "was it deleted" not in page
+    assert "<td>cat</td>" in page and "<td>wrong chapter</td>" in page
+    # Without the folder the notebook cannot be read: still one diagnosis, which says what may have happened.
+    report.class_report(out)
+    whole = [r["item"] for r in _csv(out / "report" / f"{CH4}.csv")
+             if r["section"] == "diagnosis" and not r["exercise"]]
+    assert whole == [report.NOTHING_FOUND]
+    # A notebook changed since it was graded says nothing about that grade: not named.
+    source5.cells.append(nbformat.v4.new_markdown_cell("edited after the deadline"))
+    fixtures.write_notebook(source5, sub / "cat" / CH4 / f"{CH5}.ipynb")
+    assert report.detect_chapter(sub / "cat" / CH4 / f"{CH5}.ipynb") == CH5
+    assert report.wrong_chapters(out, report.load_rows(out)[0], sub) == {}
+
 
 def _graded(student: str, chapter: str, statuses: list[str], reason: str = "why", path: bool = True) -> Graded:
     rows = [{"exercise": f"ex{i}", "grade_id": f"test_ex{i}", "score": 1.0 if s == "passed" else 0.0,
@@ -289,3 +311,36 @@ def test_a_folder_that_is_not_a_grade_output_gets_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "lacks the column(s) student_id" in err
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_the_page_tells_a_grading_problem_a_stub_and_a_penalty_apart():
+    """Rows as ``load_rows`` reads them: a crash is not called a mistake, an untouched
+    stub comes after the real mistakes, a late penalty and a hand grade show in the
+    final totals (halves get their own bar) and in the students' table."""
+    def row(student, exercise, score, status, message="", auto=None):
+        parts = [report.Part("values", score, 2.0, "" if score >= 2 else message)] if status != "error" else []
+        return report.Row(student, CH4, exercise, score, 2.0, status, message, parts, auto_score=auto)
+
+    stub = "not implemented yet: replace `raise NotImplementedError()` with your code"
+    rows = [row("ann", "softmax", 2.0, "passed"), row("ann", "self_attention", 2.0, "passed"),
+            row("bob", "softmax", 0.0, "failed", stub), row("bob", "self_attention", 0.0, "failed", stub),
+            row("cat", "softmax", 0.0, "error", "the grader failed: ImportError: no module"),
+            row("cat", "self_attention", 1.5, "failed", "the output has shape (2,), expected (3,)", auto=0.0)]
+    grades = {("ann", CH4): report.GradeLine("complete", 5400.0, 0.5), ("bob", CH4): report.GradeLine("incomplete"),
+              ("cat", CH4): report.GradeLine("incomplete")}
+    s = report.chapter_summary(CH4, rows, grades)
+    assert s.totals == {"ann": (3.5, 4.0), "bob": (0.0, 4.0), "cat": (1.5, 4.0)}
+    assert [d.not_attempted for d in s.diagnoses][-2:] == [True, True]  # the stubs come last
+    assert [(d.exercise, d.not_judged) for d in s.diagnoses if d.not_judged] == [("softmax", "error")]
+    assert s.missed["bob"] == ["softmax: not implemented yet", "self_attention: not implemented yet"]
+    assert s.adjusted["ann"] == ["1 h 30 min late: 0.5 point(s) off"]
+    assert s.adjusted["cat"] == ["self_attention: 1.5/2 by hand (the checks gave 0)"]
+    page = report.render_html(s, "scores.csv")
+    assert 'the grader failed <span class="muted">(no check judged the answer: error)</span>' in page
+    assert "what differs; no known mistake matched" in page  # the shape message of cat's self_attention
+    assert page.count("(the released stub, left as it was)") == 2
+    assert "hand grades and late penalties included (1 graded by hand, 1 late)" in page
+    headlines = page.split("<table>")[0]
+    assert "not implemented yet" not in headlines  # the headlines name mistakes, not empty answers
+    counts = [int(c) for c in __import__("re").findall(r"<b>(\d+)%</b>", headlines)]
+    assert counts and all(c == 33 for c in counts)

@@ -443,3 +443,26 @@ def test_a_broken_protocol_closes_the_cases_pipe(tmp_path, needs_sandbox):
                                       "def probe(x):\n    return 2 * x\n")
     assert outcome.cases_sent == [] and outcome.frame_problem == "a malformed result frame"
     assert not outcome.timed_out and outcome.returncode == 0
+
+
+def test_limit_options_make_the_limits_of_a_run():
+    """``limits_for``: each option sets its own limit and nothing else; sizes read
+    like ``512M``/``2G``; bad sizes say what is expected."""
+    from autograder.sandbox import limits_for, parse_size
+
+    assert [parse_size(t) for t in ("512M", "2G", "1.5G", "300K", "4096", "2GiB", "512MB", "1g")] == [
+        512 * 2**20, 2 * 2**30, 3 * 2**29, 300 * 2**10, 4096, 2 * 2**30, 512 * 2**20, 2**30]
+    for bad in ("lots", "0", "-1G", "G", "", "nan", "infG"):
+        with pytest.raises(ValueError, match="expected a (positive )?size such as 512M or 2G"):
+            parse_size(bad)
+    default = Limits()
+    plain = limits_for(60)
+    assert (plain.wall_seconds, plain.cpu_seconds) == (60.0, 60)
+    assert plain == Limits(wall_seconds=60.0, cpu_seconds=60)
+    small = limits_for(60, memory=512 * 2**20, disk=64 * 2**20, processes=16)
+    assert (small.run_memory_bytes, small.scratch_bytes, small.processes) == (512 * 2**20, 64 * 2**20, 16)
+    assert small.memory_bytes == default.memory_bytes and small.tmp_bytes == default.tmp_bytes
+    big = limits_for(60, memory=8 * 2**30)
+    assert big.run_memory_bytes == big.memory_bytes == 8 * 2**30  # RLIMIT_AS never below the run's memory
+    with pytest.raises(ValueError, match="processes must be positive"):
+        limits_for(60, processes=0)
