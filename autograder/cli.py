@@ -45,6 +45,21 @@ def _sandbox_available() -> bool:
     return True
 
 
+def _grading_sandbox(command: str, args: argparse.Namespace) -> bool | None:
+    """Whether ``grade``/``autograde`` run student code in the sandbox: True; False only with
+    ``--unsafe-no-sandbox`` (with a warning); None (after saying why) when bwrap is missing."""
+    if args.unsafe_no_sandbox:
+        print("WARNING: --unsafe-no-sandbox: student code runs as a plain subprocess with your rights; "
+              "the grades are NOT tamper-proof.", file=sys.stderr)
+        return False
+    if not _sandbox_available():
+        print(f"{command}: the bubblewrap sandbox (bwrap) is not available; install it "
+              "(apt-get install bubblewrap) or pass --unsafe-no-sandbox for untrusted-free testing only.",
+              file=sys.stderr)
+        return None
+    return True
+
+
 # --------------------------------------------------------------------------- release
 
 
@@ -78,15 +93,8 @@ def cmd_release(args: argparse.Namespace) -> int:
 def cmd_grade(args: argparse.Namespace) -> int:
     from .batch import GradebookTarget, grade_class
 
-    sandbox = True
-    if args.unsafe_no_sandbox:
-        sandbox = False
-        print("WARNING: --unsafe-no-sandbox: student code runs as a plain subprocess with your rights; "
-              "the grades are NOT tamper-proof.", file=sys.stderr)
-    elif not _sandbox_available():
-        print("grade: the bubblewrap sandbox (bwrap) is not available; install it "
-              "(apt-get install bubblewrap) or pass --unsafe-no-sandbox for untrusted-free testing only.",
-              file=sys.stderr)
+    sandbox = _grading_sandbox("grade", args)
+    if sandbox is None:
         return 2
     try:
         report = grade_class(
@@ -135,15 +143,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_autograde(args: argparse.Namespace) -> int:
     from .course import autograde
 
-    sandbox = True
-    if args.unsafe_no_sandbox:
-        sandbox = False
-        print("WARNING: --unsafe-no-sandbox: student code runs as a plain subprocess with your rights; "
-              "the grades are NOT tamper-proof.", file=sys.stderr)
-    elif not _sandbox_available():
-        print("autograde: the bubblewrap sandbox (bwrap) is not available; install it "
-              "(apt-get install bubblewrap) or pass --unsafe-no-sandbox for untrusted-free testing only.",
-              file=sys.stderr)
+    sandbox = _grading_sandbox("autograde", args)
+    if sandbox is None:
         return 2
     try:
         done = autograde(args.assignment, course=args.course, students=args.student or None, force=args.force,
