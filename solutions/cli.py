@@ -44,6 +44,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
+def _decoding_options(parser):
+    """The decoding options shared by 'translate' and 'evaluate'."""
+    parser.add_argument("--beam", type=int, default=1, help="beam size (default 1 = greedy with the key/value cache)")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="sentences decoded together by greedy decoding (default 64)")
+    parser.add_argument("--max-len", type=int, help="most new tokens (default: source length + 50)")
+    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
+
+
 def build_parser():
     """The ``argparse`` parser of the three sub-commands."""
     parser = _Parser(prog="transformer", description="Train and run the Transformer of 'Attention Is All You Need'.")
@@ -130,12 +140,7 @@ def build_parser():
                            help="read sentences from FILE (UTF-8, one a line; '-' = stdin)")
     translate.add_argument("--output", metavar="FILE", help="write translations to FILE (default: stdout)")
     translate.add_argument("--checkpoint", required=True, help="a checkpoint written by 'train'")
-    translate.add_argument("--beam", type=int, default=1, help="beam size (default 1 = greedy with the key/value cache)")
-    translate.add_argument("--batch-size", type=int, default=64,
-                           help="sentences decoded together by greedy decoding (default 64)")
-    translate.add_argument("--max-len", type=int, help="most new tokens (default: source length + 50)")
-    translate.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    translate.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
+    _decoding_options(translate)
 
     evaluate = commands.add_parser(
         "evaluate", help="BLEU of a checkpoint on a test corpus (sacreBLEU, detokenised)",
@@ -147,11 +152,7 @@ def build_parser():
     evaluate.add_argument("--on-bad-line", choices=["error", "skip"], default="error",
                           help="a malformed line: stop (error, the default) or leave it out (skip)")
     evaluate.add_argument("--output", metavar="FILE", help="also write the translations to FILE")
-    evaluate.add_argument("--beam", type=int, default=1, help="beam size (default 1 = greedy)")
-    evaluate.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default 64)")
-    evaluate.add_argument("--max-len", type=int, help="most new tokens (default: source length + 50)")
-    evaluate.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    evaluate.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
+    _decoding_options(evaluate)
 
     export = commands.add_parser(
         "export", help="write a small inference-only checkpoint for translate",
