@@ -70,7 +70,7 @@ from typing import Any
 import numpy as np
 
 from . import runner
-from .checks.base import Exercise, Report, Result, dependency_note, evaluate, get_exercise, make_rng
+from .checks.base import Exercise, Report, Result, dependency_note, draw_cases, evaluate, get_exercise, make_rng
 from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
 
 __all__ = ["CellScore", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES"]
@@ -635,7 +635,7 @@ def _make_cases(g: _Graded, hidden: bool, seed: int | None) -> None:
     try:
         # hidden=True: the exercise's full set (its visible cases and the randomised
         # hidden ones, fresh unless seeded); hidden=False: the visible check's set.
-        cases = list(g.exercise.cases(make_rng(hidden, seed), hidden))
+        cases = draw_cases(g.exercise, make_rng(hidden, seed), hidden)
     except Exception as exc:  # noqa: BLE001 - an instructor-side bug, reported per cell
         g.settle("error", f"cannot make the cases of {g.name}: {type(exc).__name__}: {exc}")
         return

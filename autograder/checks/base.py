@@ -33,6 +33,7 @@ import contextvars
 import dataclasses
 import functools
 import io
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
@@ -59,6 +60,7 @@ __all__ = [
     "dtype_verdict",
     "evaluate",
     "run_cases",
+    "draw_cases",
     "as_array",
     "close",
     "Precomputed",
@@ -385,7 +387,8 @@ class Exercise:
         except CheckFailure as exc:
             hint = None
             try:
-                hint = self.diagnose(case, got, want)
+                with _PROCESS_STATE:
+                    hint = self.diagnose(case, got, want)
             except Exception:  # noqa: BLE001 - a hint must never hide the failure
                 hint = None
             message = str(exc) + where
@@ -413,11 +416,26 @@ def _is_subclass_name(name: str, types) -> bool:
     return False
 
 
+# torch's and numpy's global random generators, the warnings filters and sys.stderr
+# are one per process. A case seeds the generators and then draws from them (dropout,
+# a module's initialisation); a hint replays those draws. Two gradings in threads of
+# one process (a test's thread pool, a server) would interleave the draws and judge
+# the reference wrong, so every trusted run and every diagnosis holds this lock.
+_PROCESS_STATE = threading.RLock()
+
+
+def draw_cases(exercise: Exercise, rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """``exercise.cases(rng, hidden)`` under the process lock: a case maker may seed
+    torch's global generator to build a reference module's weights."""
+    with _PROCESS_STATE:
+        return list(exercise.cases(rng, hidden))
+
+
 def _run_in_process(obj, case: Case, kind: str) -> Result:
     """Run a case in this process through the same encode/decode path as the sandbox."""
     arrays: dict = {}
     spec = case.to_spec(kind, arrays)
-    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+    with _PROCESS_STATE, warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         raw = runner.run_case(obj, spec, arrays)
     out_arrays = raw.pop("__arrays__")
@@ -775,8 +793,8 @@ _LABEL_DRAWS = (1, 2)
 
 
 def _labels_of(exercise: Exercise) -> frozenset[str]:
-    visible = {c.label for c in exercise.cases(make_rng(False), False)}
-    draws = [{c.label for c in exercise.cases(np.random.default_rng(seed), True)} for seed in _LABEL_DRAWS]
+    visible = {c.label for c in draw_cases(exercise, make_rng(False), False)}
+    draws = [{c.label for c in draw_cases(exercise, np.random.default_rng(seed), True)} for seed in _LABEL_DRAWS]
     return frozenset(visible | set.intersection(*draws))
 
 
@@ -937,7 +955,7 @@ def visible_cases(exercise: Exercise, hidden: bool = False, seed: int | None = N
             raise ValueError(f"{exercise.name}: the student package runs only the visible check "
                              "(no hidden=True, no seed): the hidden checks run when your work is graded")
         return store.cases(exercise.name)
-    return exercise.cases(make_rng(hidden, seed), hidden)
+    return draw_cases(exercise, make_rng(hidden, seed), hidden)
 
 
 # -- one mistake charged once ------------------------------------------------

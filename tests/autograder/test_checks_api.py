@@ -475,3 +475,26 @@ def test_every_function_exercise_redacts_its_hidden_messages(name):
         for s in _strings_in(list(case.args) + list(case.kwargs.values()), set()) - known:
             assert s not in text or s in fixed_text, (s, text)
     assert "(got " not in text and "differs at index" not in text and "unexpected [" not in text, text
+
+
+def test_reference_results_hold_when_gradings_share_a_process():
+    """Two gradings in threads of one process (a thread pool, a server) must not
+    interleave the global random draws of dropout cases: the reference then
+    disagrees with itself and a correct answer loses the dropout part. Each
+    trusted run holds one lock, so every thread sees the single-threaded result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    load_all()
+    exercises = [base.REGISTRY[n] for n in ("PositionwiseFeedForward", "ResidualSublayer", "EncoderLayer")]
+    jobs = [(ex, case) for ex in exercises for case in ex.cases(base.make_rng(True, seed=5), True) if case.train]
+    assert len(jobs) >= 4
+    baseline = [base.as_array(ex.expected(case).value) for ex, case in jobs]
+    assert all(b is not None and b.size for b in baseline)
+
+    def replay(_):
+        return [base.as_array(ex.expected(case).value) for ex, case in jobs]
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for run in pool.map(replay, range(16)):
+            for got, want in zip(run, baseline):
+                np.testing.assert_array_equal(got, want)

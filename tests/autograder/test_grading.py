@@ -141,13 +141,20 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
         source, sub, kind = job
         return source, kind, grade_submission(source, sub, seed=5)
 
+    def short(s, kind):
+        # Only what lost (or wrongly earned) points, so a failure names its cause
+        # instead of being cut off in the middle of a long repr.
+        parts = [p for p in s.parts if p.get("score") != (p.get("points") if kind == "reference" else 0)]
+        return (s.exercise, s.status, s.score, s.max_score, s.reason, parts, s.notes)
+
     with ThreadPoolExecutor(max_workers=2) as pool:
         for source, kind, scores in pool.map(grade, jobs):
             assert scores, source
             if kind == "reference":
-                assert all(s.status == "passed" and s.score == s.max_score > 0 for s in scores), (source, scores)
+                wrong = [s for s in scores if not (s.status == "passed" and s.score == s.max_score > 0)]
             else:
-                assert all(s.score == 0 and s.status == "failed" for s in scores), (source, scores)
+                wrong = [s for s in scores if not (s.score == 0 and s.status == "failed")]
+            assert not wrong, (source.name, kind, [short(s, kind) for s in wrong])
 
 
 # --------------------------------------------------------------------------- attribution, without a sandbox
