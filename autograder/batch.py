@@ -323,6 +323,26 @@ def _base_seed(out: Path, seed: int | None) -> int:
     return int(seed)
 
 
+SUBMITTED_RECORD = ".submitted.json"
+
+
+def _record_submitted(out: Path, submitted: Path) -> None:
+    """Note in ``OUT/.journal`` which folder was graded, so that ``report OUT`` can
+    read a notebook of the wrong chapter there without being told (``--submitted``)."""
+    _write_atomic(out / ".journal" / SUBMITTED_RECORD,
+                  json.dumps({"submitted": str(Path(submitted).resolve())}) + "\n")
+
+
+def recorded_submitted(out: Path) -> Path | None:
+    """The folder the last ``grade`` into ``out`` read, if it is still a folder."""
+    try:
+        data = json.loads((Path(out) / ".journal" / SUBMITTED_RECORD).read_text(encoding="utf-8"))
+        folder = Path(data["submitted"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return folder if folder.is_dir() else None
+
+
 # --------------------------------------------------------------------------- grading
 
 
@@ -495,6 +515,7 @@ def grade_class(
         if unknown:
             raise ValueError(f"no submission of student(s) {', '.join(unknown)} under {submitted}")
     base_seed = _base_seed(out, seed)
+    _record_submitted(out, submitted)
     sources = {c: source_notebook(c, book) for c in wanted}
     source_hash = {c: _sha256(p) for c, p in sources.items()}
     fingerprint = grader_fingerprint() if grade_fn is None else "custom"

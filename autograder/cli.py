@@ -424,7 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", help="where the pages go (default: OUT/report)")
     p.add_argument("--course", help="an nbgrader course folder: report on COURSE/grades/ASSIGNMENT (autograde's)")
     p.add_argument("--submitted", help="the graded submissions folder, to name a notebook of the wrong chapter "
-                                       "(default with --course or OUT = COURSE/grades/ASSIGNMENT: the course's)")
+                                       "(default: the course's with --course or OUT = COURSE/grades/ASSIGNMENT, "
+                                       "else the folder the last grade into OUT read)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("check", help="run the visible checks of a notebook and print a summary")

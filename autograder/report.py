@@ -1021,7 +1021,8 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
         dest: where the pages go (default ``OUT/report``).
         submitted: the folder of submissions that was graded, read only to name
             the chapter of a notebook none of whose exercises was found; default:
-            the course's ``submitted`` folder when ``out`` is ``<course>/grades/<assignment>``.
+            the course's ``submitted`` folder when ``out`` is ``<course>/grades/<assignment>``,
+            else the folder the last ``grade`` into ``out`` read (if it is still there).
 
     Returns:
         The files written: ``<chapter>.html`` and ``<chapter>.csv`` per chapter,
@@ -1037,7 +1038,9 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
     if not rows:
         raise ReportError(f"{out / 'scores.csv'} has no rows: grade a class first")
     if submitted is None:
-        submitted = course_submissions(out)
+        from .batch import recorded_submitted
+
+        submitted = course_submissions(out) or recorded_submitted(out)
     elif not Path(submitted).is_dir():
         raise ReportError(f"{submitted} is not a folder: expected the folder of submissions that was graded")
     wrong = wrong_chapters(out, rows, Path(submitted)) if submitted is not None else {}

@@ -118,7 +118,13 @@ def test_grade_prints_a_summary_naming_each_problem(tmp_path, needs_sandbox, cap
     page = (out / "report" / f"{CH4}.html").read_text(encoding="utf-8")
     assert f"submitted the wrong chapter&#x27;s notebook ({CH5})" in page and "was it deleted" not in page
     assert "<td>cat</td>" in page and "<td>wrong chapter</td>" in page
-    # Without the folder the notebook cannot be read: still one diagnosis, which says what may have happened.
+    # grade noted which folder it read, so the report finds cat's notebook without being told.
+    assert main(["report", str(out)]) == 0
+    assert [r["item"] for r in _csv(out / "report" / f"{CH4}.csv")
+            if r["section"] == "diagnosis" and not r["exercise"]] == [f"submitted the wrong chapter's notebook ({CH5})"]
+    # Without the folder (moved away since) the notebook cannot be read: still one diagnosis,
+    # which says what may have happened.
+    sub.rename(tmp_path / "moved")
     report.class_report(out)
     whole = [r["item"] for r in _csv(out / "report" / f"{CH4}.csv")
              if r["section"] == "diagnosis" and not r["exercise"]]
