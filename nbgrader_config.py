@@ -68,6 +68,26 @@ _install_chapter_filter()
 c.Execute.timeout = 300
 c.Execute.interrupt_on_timeout = True
 
+# `nbgrader generate_assignment` writes the student notebook as `autograder release`
+# does: the chapters' MyST (hint dropdowns, citations, labels, figures) becomes plain
+# Markdown first (autograder/student/plain.py), so that JupyterLab, Notebook 7, VS Code
+# and Colab render it; nbgrader's own steps follow, so checksums match the plain text.
+def _plain_markdown_first():
+    from nbgrader.converters import GenerateAssignment
+
+    steps = list(GenerateAssignment.class_traits()["preprocessors"].default())
+    try:
+        from autograder.student.plain import PlainMarkdown
+    except ImportError as exc:  # nbgrader run from a Python without this repository
+        import warnings
+
+        warnings.warn(f"generate_assignment will keep the MyST markup: {exc}", stacklevel=1)
+        return steps
+    return [PlainMarkdown] + [step for step in steps if step is not PlainMarkdown]
+
+
+c.GenerateAssignment.preprocessors = _plain_markdown_first()
+
 # The book's solution and hidden-test delimiters are nbgrader's defaults.
 c.ClearSolutions.begin_solution_delimeter = "BEGIN SOLUTION"
 c.ClearSolutions.end_solution_delimeter = "END SOLUTION"

@@ -1,8 +1,10 @@
 """Release the student notebooks: nbgrader's own preprocessors on the source notebooks.
 
 A chapter notebook ``book/<id>/<id>.ipynb`` is an nbgrader *source* notebook
-(ARCHITECTURE.md §2). Its student version is made exactly as ``nbgrader
-generate_assignment`` makes it, by the same preprocessors in the same order:
+(ARCHITECTURE.md §2). Its markdown cells are first turned from MyST into plain
+Markdown (:mod:`autograder.student.plain`), which every notebook front-end renders.
+Then its student version is made exactly as ``nbgrader generate_assignment`` makes
+it, by the same preprocessors in the same order:
 lock the read-only cells, replace every ``### BEGIN SOLUTION`` region with the
 stub (``raise NotImplementedError()``), clear outputs, check the metadata,
 compute the checksums, cut the ``### BEGIN HIDDEN TESTS`` regions and the marking
@@ -25,7 +27,6 @@ those answers is in any file of the release, inside the wheel included.
 """
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shutil
@@ -100,8 +101,16 @@ def _preprocessors(with_gradebook: bool) -> list:
     return [step() for step in steps]
 
 
-def student_version(nb: nbformat.NotebookNode, chapter: str, db_url: str | None = None) -> nbformat.NotebookNode:
+def student_version(nb: nbformat.NotebookNode, chapter: str, db_url: str | None = None,
+                    *, book: Path = BOOK) -> nbformat.NotebookNode:
     """The student notebook made from source notebook ``nb`` (which is not modified).
+
+    Its markdown cells are first turned from MyST into plain Markdown
+    (:func:`autograder.student.plain.plain_notebook`: folded hints as ``<details>``,
+    citations as text and a References cell, no ``(label)=`` lines), so that every
+    front-end renders them; nbgrader's preprocessors then run on that text, so the
+    checksums of the locked cells and the cells ``SaveCells`` records are those of the
+    notebook the students get.
 
     Args:
         nb: the source notebook (nbformat v4).
@@ -109,11 +118,18 @@ def student_version(nb: nbformat.NotebookNode, chapter: str, db_url: str | None 
         db_url: an nbgrader gradebook (``sqlite:///…/gradebook.db``) in which
             ``SaveCells`` records the notebook's cells; ``None`` records nothing.
             The assignment must already exist there.
+        book: the book whose labels and ``references.bib`` resolve ``{ref}`` and
+            ``{cite}`` roles.
 
     Returns:
         The released notebook.
+
+    Raises:
+        ValueError: a markdown cell holds MyST that has no plain Markdown form.
     """
-    out = copy.deepcopy(nb)
+    from .student.plain import plain_notebook
+
+    out = plain_notebook(nb, chapter, book=book)  # a copy
     resources = {"nbgrader": {"notebook": chapter, "assignment": chapter, "db_url": db_url}}
     for step in _preprocessors(with_gradebook=db_url is not None):
         out, resources = step.preprocess(out, resources)
@@ -203,7 +219,7 @@ def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
     """
     src_path = source_notebook(chapter, book)
     source = nbformat.read(str(src_path), as_version=4)
-    released = student_version(source, chapter)
+    released = student_version(source, chapter, book=book)
     from .student.notebook import stamp
 
     stamp(released, chapter)

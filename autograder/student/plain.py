@@ -1,0 +1,848 @@
+"""Student notebooks in plain Markdown: the book's MyST turned into what every front-end renders.
+
+The chapters are written in MyST for Jupyter Book. JupyterLab, Notebook 7, VS Code,
+Colab and a JupyterHub render the markdown cells of a notebook as CommonMark plus a
+little HTML, so there a student would read ``:::{dropdown} Hint 1`` fences,
+``(sec-1-4)=`` lines and ``{cite:t}`vaswani2017attention``` roles. The release
+(:func:`autograder.release.student_version`) starts with :func:`plain_notebook`, which
+rewrites only the markdown cells:
+
+========================  ==================================================================
+MyST                      plain notebook
+========================  ==================================================================
+``{dropdown}`` fence      ``<details><summary>TITLE</summary>`` … ``</details>`` (folded;
+                          the body stays Markdown, math included)
+``{admonition}``,         a blockquote whose first line is the bold title
+``{note}``, ``{tip}``, …
+``{figure}``              ``![alt](same/relative/path)`` and the caption in italics below
+``(label)=``              removed; ``<a id="label"></a>`` where a link or ``{ref}`` of the
+                          book points to it, so that ``[§1.4](#sec-1-4)`` still jumps there
+``{cite:t}`k```           ``Vaswani et al. (2017)``; ``{cite:p}`k``` and ``{cite}`k```:
+                          ``(Vaswani et al., 2017)``; a References cell is appended
+``{ref}`text <label>```   ``[text](#label)`` (same chapter) or
+                          ``[text](../<ch>/<ch>.ipynb#label)`` (another chapter)
+========================  ==================================================================
+
+Any other directive or role raises ``ValueError`` naming the chapter, the cell and the
+construct: a new chapter cannot ship raw MyST unnoticed. Code cells, ``$…$`` and
+``$$…$$`` math, HTML already in the text, plain code fences and cell metadata are left
+as they are.
+"""
+from __future__ import annotations
+
+import copy
+import html
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+__all__ = [
+    "BibEntry",
+    "Label",
+    "read_bibtex",
+    "parse_bibtex",
+    "parse_name",
+    "latex_to_text",
+    "book_labels",
+    "cite_text",
+    "reference_text",
+    "plain_markdown",
+    "plain_notebook",
+    "MYST_LEFTOVER",
+]
+
+BOOK = Path(__file__).resolve().parents[2] / "book"
+
+#: What raw MyST looks like in a markdown cell: a directive fence, a role, a target line.
+MYST_LEFTOVER = re.compile(
+    r"^\s*(`{3,}|~{3,}|:{3,})\s*\{[^}\n]*\}"      # ```{name} / :::{name}
+    r"|\{[A-Za-z][\w:.+-]*\}`"                     # {role}`...`
+    r"|^\s*\([^()\s]+\)=\s*$",                     # (label)=
+    re.MULTILINE,
+)
+
+# --------------------------------------------------------------------------- BibTeX
+
+# LaTeX accent commands and the Unicode combining character each one puts on its letter.
+_ACCENTS = {
+    '"': "\u0308", "'": "\u0301", "`": "\u0300", "^": "\u0302", "~": "\u0303",
+    "=": "\u0304", ".": "\u0307", "u": "\u0306", "v": "\u030c", "H": "\u030b",
+    "c": "\u0327", "k": "\u0328", "r": "\u030a", "d": "\u0323", "b": "\u0331",
+}
+# LaTeX commands that stand for a letter or a sign.
+_LETTERS = {
+    "L": "Ł", "l": "ł", "O": "Ø", "o": "ø", "ss": "ß", "ae": "æ", "AE": "Æ", "oe": "œ",
+    "OE": "Œ", "aa": "å", "AA": "Å", "i": "ı", "j": "ȷ", "&": "&", "%": "%", "_": "_",
+    "$": "$", "#": "#", "{": "{", "}": "}", "textendash": "–", "textemdash": "—",
+    "textquoteright": "’", "textquoteleft": "‘", "textasciitilde": "~", "S": "§",
+}
+_MONTHS = {m: m.capitalize() for m in
+           ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")}
+
+
+def latex_to_text(value: str) -> str:
+    """The plain Unicode text of a BibTeX field value.
+
+    Accents (``{\\"e}``, ``\\"{e}``, ``\\'e``, ``\\c{c}``), letters (``{\\L}``, ``\\ss``),
+    escaped specials (``\\&``), dashes (``--``, ``---``), ``~`` and the braces that protect
+    capitals (``{RNN}``) are resolved; whitespace is collapsed.
+
+    Raises:
+        ValueError: on a LaTeX command it does not know (it would print as garbage).
+    """
+    out: list[str] = []
+    i, n = 0, len(value)
+    while i < n:
+        ch = value[i]
+        if ch == "\\":
+            m = re.compile(r"\\([A-Za-z]+|.)").match(value, i)
+            name = m.group(1)
+            i = m.end()
+            if name.isalpha():  # a control word swallows the spaces after it, as in TeX
+                while i < n and value[i] in " \t\n":
+                    i += 1
+            if name in _ACCENTS and (not name.isalpha() or len(name) == 1):
+                # the accented letter: \"e, \"{e}, \c{c}, \"{\i}
+                letter_m = re.compile(r"\{(\\[A-Za-z]+|[^{}])\}|(\\[A-Za-z]+)|([A-Za-z])").match(value, i)
+                if not letter_m:
+                    raise ValueError(f"a LaTeX accent \\{name} without a letter in {value!r}")
+                letter = next(g for g in letter_m.groups() if g)
+                if letter.startswith("\\"):
+                    letter = {"\\i": "i", "\\j": "j"}.get(letter, _LETTERS.get(letter[1:], letter))
+                i = letter_m.end()
+                out.append(unicodedata.normalize("NFC", letter + _ACCENTS[name]))
+            elif name in _LETTERS:
+                out.append(_LETTERS[name])
+            elif name == "\\":
+                out.append(" ")
+            else:
+                raise ValueError(f"unknown LaTeX command \\{name} in BibTeX value {value!r}")
+        elif ch in "{}":
+            i += 1
+        elif ch == "~":
+            out.append("\u00a0")
+            i += 1
+        elif value.startswith("---", i):
+            out.append("—")
+            i += 3
+        elif value.startswith("--", i):
+            out.append("–")
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return re.sub(r"[ \t\r\n]+", " ", "".join(out)).strip(" ")
+
+
+def _split_top(text: str, sep: re.Pattern) -> list[str]:
+    """``text`` split at the matches of ``sep`` that lie outside braces."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+        elif depth == 0:
+            m = sep.match(text, i)
+            if m and m.end() > i:
+                parts.append(text[start:i])
+                start = i = m.end()
+                continue
+        i += 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
+_COMMA = re.compile(r",")
+_SPACE = re.compile(r"\s+")
+
+
+def _starts_lower(word: str) -> bool:
+    """BibTeX's test for a *von* word: its first letter at brace depth 0 is lower case."""
+    depth = 0
+    for ch in word:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch.isalpha() and depth == 0:
+            return ch.islower()
+    return False
+
+
+def parse_name(name: str) -> tuple[str, str]:
+    """``(last, first)`` of one BibTeX name, in plain text; *last* keeps its *von* part
+    and *Jr* part (``van Merriënboer``).
+
+    Both forms are read: ``von Last, First`` (also ``von Last, Jr, First``) and
+    ``First von Last``. A braced group (``{Google Brain Team}``) is one word.
+    """
+    parts = _split_top(name, _COMMA)
+    if len(parts) >= 2:
+        last = parts[0] if len(parts) == 2 else f"{parts[0]}, {parts[1]}"
+        first = parts[-1]
+    else:
+        words = [w for w in _split_top(name, _SPACE) if w]
+        if len(words) == 1:
+            return latex_to_text(words[0]), ""
+        # von starts at the first lower-case word before the last word
+        von = next((k for k, w in enumerate(words[:-1]) if _starts_lower(w)), len(words) - 1)
+        first, last = " ".join(words[:von]), " ".join(words[von:])
+    return latex_to_text(last), latex_to_text(first)
+
+
+@dataclass
+class BibEntry:
+    """One work of ``references.bib``: its key, type, fields (plain text, lower-case
+    names) and authors as ``(last, first)`` pairs (``("others", "")`` for *and others*)."""
+
+    key: str
+    type: str
+    fields: dict[str, str]
+    authors: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def year(self) -> str:
+        return self.fields.get("year", "n.d.")
+
+    def short_authors(self) -> str:
+        """One author: ``Last``; two: ``A and B``; three or more: ``A et al.``"""
+        lasts = [last for last, _ in self.authors] or [self.fields.get("organization", self.key)]
+        if len(lasts) >= 3 or (len(lasts) == 2 and lasts[1] == "others"):
+            return f"{lasts[0]} et al."
+        return " and ".join(lasts)
+
+
+def _bib_value(text: str, i: int, strings: dict[str, str], where: str) -> tuple[str, int]:
+    """Read one field value at ``text[i]`` (``{…}``, ``"…"``, a number, a macro, and
+    ``#`` concatenations); return it raw (LaTeX kept) and the index after it."""
+    pieces = []
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            raise ValueError(f"{where}: the file ends inside a field value")
+        ch = text[i]
+        if ch in "{\"":
+            close = "}" if ch == "{" else '"'
+            depth, j = 0, i + 1
+            while j < len(text):
+                c = text[j]
+                if c == "\\":
+                    j += 2
+                    continue
+                if c == "{":
+                    depth += 1
+                elif c == "}" and (depth > 0 or close == '"'):
+                    depth -= 1
+                elif c == close and depth == 0:
+                    break
+                j += 1
+            else:
+                raise ValueError(f"{where}: unbalanced {ch} in a field value")
+            pieces.append(text[i + 1:j])
+            i = j + 1
+        else:
+            m = re.compile(r"[\w.:-]+").match(text, i)
+            if not m:
+                raise ValueError(f"{where}: expected a value at {text[i:i + 30]!r}")
+            word = m.group(0)
+            i = m.end()
+            if word.isdigit():
+                pieces.append(word)
+            elif word.lower() in strings:
+                pieces.append(strings[word.lower()])
+            elif word.lower() in _MONTHS:
+                pieces.append(_MONTHS[word.lower()])
+            else:
+                raise ValueError(f"{where}: undefined BibTeX macro {word!r}")
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i < len(text) and text[i] == "#":
+            i += 1
+            continue
+        return "".join(pieces), i
+
+
+def parse_bibtex(text: str) -> dict[str, BibEntry]:
+    """The entries of a BibTeX file, by key.
+
+    Reads ``@type{key, name = value, …}`` (or with parentheses), values in braces,
+    quotes, numbers or ``@string`` macros joined with ``#``; ``@comment`` and
+    ``@preamble`` are skipped, as is any text outside an entry (``%`` lines).
+
+    Raises:
+        ValueError: a malformed entry, an undefined macro, a duplicate key.
+    """
+    entries: dict[str, BibEntry] = {}
+    strings: dict[str, str] = {}
+    i = 0
+    at = re.compile(r"@\s*(\w+)\s*([{(])")
+    while True:
+        m = at.search(text, i)
+        if not m:
+            return entries
+        kind, opener = m.group(1).lower(), m.group(2)
+        closer = "}" if opener == "{" else ")"
+        i = m.end()
+        line = text.count("\n", 0, m.start()) + 1
+        where = f"line {line}: @{kind}"
+        if kind in ("comment", "preamble"):
+            _, i = _bib_value(text, m.end() - 1, strings, where) if opener == "{" else (None, text.index(")", i) + 1)
+            continue
+        key = None
+        if kind != "string":
+            km = re.compile(r"\s*([^,\s{}()]+)\s*,").match(text, i)
+            if not km:
+                raise ValueError(f"{where}: expected 'key,' after @{kind}{opener}")
+            key, i = km.group(1), km.end()
+        fields: dict[str, str] = {}
+        while True:
+            fm = re.compile(r"\s*(?:([\w.:-]+)\s*=|(" + re.escape(closer) + r"))").match(text, i)
+            if not fm:
+                raise ValueError(f"{where} {key or ''}: expected 'name =' or '{closer}' at {text[i:i + 30]!r}")
+            if fm.group(2):
+                i = fm.end()
+                break
+            name = fm.group(1).lower()
+            value, i = _bib_value(text, fm.end(), strings, f"{where} {key or ''}, field {name}")
+            fields[name] = value
+            cm = re.compile(r"\s*,").match(text, i)
+            if cm:
+                i = cm.end()
+        if kind == "string":
+            strings.update(fields)
+            continue
+        if key in entries:
+            raise ValueError(f"{where}: duplicate BibTeX key {key!r}")
+        authors = [parse_name(a) for a in _split_top(fields.get("author", ""), _AND) if a]
+        plain = {name: latex_to_text(value) for name, value in fields.items() if name != "author"}
+        entries[key] = BibEntry(key, kind, plain, authors)
+
+
+def read_bibtex(path: Path) -> dict[str, BibEntry]:
+    """:func:`parse_bibtex` of the file at ``path``."""
+    try:
+        return parse_bibtex(Path(path).read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- citations
+
+_CITE_ROLES = {"cite", "cite:p", "cite:t", "cite:ps", "cite:ts", "cite:author", "cite:year"}
+
+
+def cite_text(role: str, keys: list[str], bibliography: dict[str, BibEntry]) -> str:
+    """The author-year text of a citation role.
+
+    ``cite:t`` → ``Vaswani et al. (2017)``; ``cite:p`` and ``cite`` →
+    ``(Vaswani et al., 2017)``; several keys are joined with ``; ``. ``cite:ts`` and
+    ``cite:ps`` name every author; ``cite:author`` and ``cite:year`` give one half.
+
+    Raises:
+        ValueError: a key that is not in the bibliography.
+    """
+    missing = [k for k in keys if k not in bibliography]
+    if missing:
+        raise ValueError(f"{{{role}}}: unknown citation key(s) {', '.join(missing)} (not in references.bib)")
+    entries = [bibliography[k] for k in keys]
+
+    def names(e: BibEntry) -> str:
+        if role in ("cite:ts", "cite:ps"):
+            lasts = [last for last, _ in e.authors]
+            return lasts[0] if len(lasts) == 1 else ", ".join(lasts[:-1]) + " and " + lasts[-1]
+        return e.short_authors()
+
+    if role in ("cite:t", "cite:ts"):
+        return "; ".join(f"{names(e)} ({e.year})" for e in entries)
+    if role == "cite:author":
+        return "; ".join(names(e) for e in entries)
+    if role == "cite:year":
+        return "; ".join(e.year for e in entries)
+    return "(" + "; ".join(f"{names(e)}, {e.year}" for e in entries) + ")"
+
+
+def _md_escape(text: str) -> str:
+    """``text`` with the characters that Markdown would read as syntax escaped."""
+    return re.sub(r"([\\`*_\[\]<>#|])", r"\\\1", text)
+
+
+def _alt_escape(text: str) -> str:
+    """An image description that CommonMark reads back as ``text``: the characters that
+    would open a tag, a link or an escape are backslash-escaped; ``*`` and ``_`` stay
+    (at worst an emphasis in the alt text loses its markers)."""
+    return re.sub(r"([\\\[\]<>`])", r"\\\1", " ".join(text.split()))
+
+
+def _url(path: str) -> str:
+    """A link destination: in ``<…>`` when it holds a space or a parenthesis."""
+    return f"<{path}>" if re.search(r"[\s()]", path) else path
+
+
+def reference_text(entry: BibEntry) -> str:
+    """One line of the References cell: authors (year). Title. *Venue*, details. Link."""
+    people = [f"{first} {last}".strip() for last, first in entry.authors if last != "others"]
+    if len(people) > 2:
+        authors = ", ".join(people[:-1]) + ", and " + people[-1]
+    else:
+        authors = " and ".join(people)
+    if any(last == "others" for last, _ in entry.authors):
+        authors += " et al."
+    f = entry.fields
+    venue = f.get("booktitle") or f.get("journal") or f.get("howpublished") or f.get("school") or ""
+    details = []
+    if f.get("journal") and f.get("volume"):
+        details.append(f["volume"] + (f"({f['number']})" if f.get("number") else ""))
+    if f.get("pages"):
+        details.append(("pp. " if not f.get("journal") else "") + f["pages"])
+    if entry.type == "book" and f.get("publisher"):
+        details.append(f["publisher"])
+    if f.get("type") and not venue:
+        venue = f["type"]
+    elif f.get("type"):
+        details.insert(0, f["type"])
+    text = f"{_md_escape(authors or entry.key)} ({entry.year}). {_md_escape(f.get('title', '').rstrip('.'))}."
+    if venue:
+        text += f" *{_md_escape(venue)}*"
+        text += (", " + ", ".join(_md_escape(d) for d in details) if details else "") + "."
+    elif details:
+        text += " " + ", ".join(_md_escape(d) for d in details) + "."
+    if f.get("doi"):
+        text += f" <https://doi.org/{f['doi']}>"
+    elif f.get("url"):
+        text += f" <{f['url']}>"
+    return text
+
+
+# --------------------------------------------------------------------------- labels
+
+
+@dataclass(frozen=True)
+class Label:
+    """A MyST target of the book: ``(name)=`` before a heading, or a figure's ``:name:``.
+
+    Attributes:
+        name: the label.
+        title: the heading's text (a figure: its caption's first sentence).
+        document: the chapter id (``04_self_attention``) or page (``how_to_use``).
+        notebook: whether ``document`` is a chapter notebook (released beside the others).
+        referenced: whether a ``[…](#name)`` link or a ``{ref}`` of the book points to it.
+    """
+
+    name: str
+    title: str
+    document: str
+    notebook: bool
+    referenced: bool = False
+
+
+_TARGET = re.compile(r"^[ \t]*\(([^()\s]+)\)=[ \t]*$", re.MULTILINE)
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)[ \t#]*$")
+_FIG_NAME = re.compile(r"^[ \t]*:name:[ \t]*(\S+)[ \t]*$", re.MULTILINE)
+_LINK_TARGET = re.compile(r"\]\([^)\s]*#([^)\s]+)\)")
+_REF_TARGET = re.compile(r"\{(?:ref|numref)\}`(?:[^`<]*<([^`>]+)>|([^`<>]+))`")
+
+
+def _labels_of(text: str, document: str, notebook: bool) -> list[Label]:
+    labels = []
+    lines = text.splitlines()
+    for k, line in enumerate(lines):
+        m = _TARGET.match(line)
+        if m:
+            following = next((ln for ln in lines[k + 1:] if ln.strip() and not _TARGET.match(ln)), "")
+            heading = _HEADING.match(following)
+            title = heading.group(1) if heading else m.group(1)
+            labels.append(Label(m.group(1), title, document, notebook))
+            continue
+        m = _FIG_NAME.match(line)
+        if m:
+            # the caption: the first paragraph after the options of this figure
+            rest = lines[k + 1:]
+            while rest and re.match(r"^[ \t]*:[\w-]+:", rest[0]):
+                rest = rest[1:]
+            caption = []
+            for ln in rest:
+                if not ln.strip():
+                    if caption:
+                        break
+                    continue
+                if re.match(r"^[ \t]*:{3,}[ \t]*$", ln):
+                    break
+                caption.append(ln.strip())
+            labels.append(Label(m.group(1), " ".join(caption) or m.group(1), document, notebook))
+    return labels
+
+
+def book_labels(book: Path = BOOK) -> dict[str, Label]:
+    """Every label of the book's chapters (markdown cells) and pages (``*.md``), with
+    ``referenced`` set for those a link or ``{ref}`` anywhere in the book points to.
+
+    Raises:
+        ValueError: a label defined twice.
+    """
+    texts: list[tuple[str, str, bool]] = []
+    for path in sorted(Path(book).glob("*/*.ipynb")):
+        if path.stem != path.parent.name:
+            continue
+        nb = nbformat.read(str(path), as_version=4)
+        texts.append(("\n\n".join(c.source for c in nb.cells if c.cell_type == "markdown"), path.stem, True))
+    for path in sorted(Path(book).glob("*.md")):
+        texts.append((path.read_text(encoding="utf-8"), path.stem, False))
+    labels: dict[str, Label] = {}
+    wanted: set[str] = set()
+    for text, document, notebook in texts:
+        for label in _labels_of(text, document, notebook):
+            if label.name in labels:
+                raise ValueError(f"label {label.name!r} is defined in {labels[label.name].document} "
+                                 f"and in {document}")
+            labels[label.name] = label
+        wanted.update(m.group(1) for m in _LINK_TARGET.finditer(text))
+        wanted.update(m.group(1) or m.group(2).strip() for m in _REF_TARGET.finditer(text))
+    return {name: Label(lb.name, lb.title, lb.document, lb.notebook, name in wanted)
+            for name, lb in labels.items()}
+
+
+# --------------------------------------------------------------------------- Markdown
+
+_ADMONITIONS = {"admonition", "note", "tip", "hint", "important", "warning", "caution",
+                "attention", "danger", "error", "seealso"}
+_FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,}|:{3,})(?P<info>.*)$")
+_DIRECTIVE_INFO = re.compile(r"^\s*\{(?P<name>[^}\s]+)\}\s*(?P<arg>.*?)\s*$")
+_OPTION = re.compile(r"^:(?P<key>[\w-]+):\s*(?P<value>.*?)\s*$")
+_ROLE_OR_CODE = re.compile(r"(?:\{(?P<role>[A-Za-z][\w:.+-]*)\})?(?P<ticks>`+)")
+
+
+class _Context:
+    """What converting one notebook needs and collects."""
+
+    def __init__(self, labels: dict[str, Label], bibliography: dict[str, BibEntry] | None,
+                 chapter: str | None, cited: list[str] | None):
+        self.labels = labels
+        self.bibliography = bibliography
+        self.chapter = chapter
+        self.cited = cited if cited is not None else []
+
+
+def _inline(text: str, ctx: _Context) -> str:
+    """``text`` with its roles replaced; code spans are copied unchanged."""
+    out, i = [], 0
+    while True:
+        m = _ROLE_OR_CODE.search(text, i)
+        if not m:
+            out.append(text[i:])
+            return "".join(out)
+        ticks = m.group("ticks")
+        close = re.compile(r"(?<!`)" + ticks + r"(?!`)").search(text, m.end())
+        out.append(text[i:m.start()])
+        if not close:  # a lone backtick run is literal text
+            out.append(text[m.start():m.end()])
+            i = m.end()
+            continue
+        if m.group("role"):
+            out.append(_role(m.group("role"), text[m.end():close.start()], ctx))
+        else:
+            out.append(text[m.start():close.end()])
+        i = close.end()
+
+
+def _role(name: str, content: str, ctx: _Context) -> str:
+    """The plain Markdown of role ``{name}`content```."""
+    if name in _CITE_ROLES:
+        if "{" in content:
+            raise ValueError(f"{{{name}}}`{content}`: citation pre/post notes are not supported")
+        keys = [k.strip() for k in re.split(r"[,;]", content) if k.strip()]
+        if not keys:
+            raise ValueError(f"{{{name}}}`{content}`: no citation key")
+        if ctx.bibliography is None:
+            raise ValueError(f"{{{name}}}`{content}`: the book has no references.bib")
+        text = cite_text(name, keys, ctx.bibliography)
+        ctx.cited.extend(k for k in keys if k not in ctx.cited)
+        return text
+    if name in ("ref", "numref"):
+        m = re.fullmatch(r"\s*(?P<text>.*?)\s*<(?P<label>[^<>]+)>\s*", content, re.DOTALL)
+        text, label = (m.group("text"), m.group("label").strip()) if m else (None, content.strip())
+        target = ctx.labels.get(label)
+        if target is None:
+            raise ValueError(f"{{{name}}}`{content}`: label {label!r} is defined nowhere in the book")
+        if not text:
+            text = target.title
+        if not target.notebook:
+            return text  # a page of the web book: not part of a release
+        if target.document == ctx.chapter:
+            return f"[{text}](#{label})"
+        return f"[{text}](../{target.document}/{target.document}.ipynb#{label})"
+    if name == "math":
+        return f"${content}$"
+    raise ValueError(f"unknown MyST role {{{name}}}`{content}`")
+
+
+def _anchor(label: str, ctx: _Context) -> list[str]:
+    target = ctx.labels.get(label)
+    if target is not None and target.referenced:
+        return [f'<a id="{html.escape(label, quote=True)}"></a>']
+    return []
+
+
+def _closing(lines: list[str], start: int, fence: str) -> int:
+    """Index of the line that closes ``fence`` (same character, at least as long)."""
+    close = re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$")
+    for k in range(start, len(lines)):
+        if close.match(lines[k]):
+            return k
+    return len(lines)  # CommonMark: an unclosed fence runs to the end
+
+
+def _split_options(body: list[str]) -> tuple[dict[str, str], list[str]]:
+    """A directive's ``:key: value`` lines (or ``---`` YAML block) and its content."""
+    options: dict[str, str] = {}
+    k = 0
+    if body and body[0].strip() == "---":
+        end = next((j for j in range(1, len(body)) if body[j].strip() == "---"), None)
+        if end is None:
+            raise ValueError("a directive's option block '---' is not closed")
+        for line in body[1:end]:
+            if line.strip():
+                key, _, value = line.partition(":")
+                options[key.strip()] = value.strip()
+        k = end + 1
+    else:
+        while k < len(body) and _OPTION.match(body[k].strip()) and body[k].strip():
+            m = _OPTION.match(body[k].strip())
+            options[m.group("key")] = m.group("value")
+            k += 1
+    content = body[k:]
+    while content and not content[0].strip():
+        content = content[1:]
+    while content and not content[-1].strip():
+        content = content[:-1]
+    return options, content
+
+
+def _dedent(lines: list[str], indent: str) -> list[str]:
+    return [ln[len(indent):] if ln.startswith(indent) else ln.lstrip() for ln in lines]
+
+
+def _directive(name: str, arg: str, body: list[str], ctx: _Context) -> list[str]:
+    """The plain Markdown lines of directive ``{name} arg`` with raw ``body`` lines."""
+    options, content = _split_options(body)
+    if name == "dropdown":
+        title = _inline(arg, ctx) if arg else "Details"
+        inner = _blocks(content, ctx)
+        opened = " open" if "open" in options else ""
+        return [f"<details{opened}>", f"<summary>{html.escape(title, quote=False)}</summary>", "",
+                *inner, "", "</details>"]
+    if name in _ADMONITIONS:
+        if name == "admonition":
+            if not arg:
+                raise ValueError("{admonition} needs a title")
+            title = arg
+        else:
+            title = "See also" if name == "seealso" else name.capitalize()
+            if arg:
+                content = [arg, *content]
+        inner = _blocks(content, ctx)
+        quoted = [f"> **{_inline(title, ctx)}**"]
+        if inner:
+            quoted.append(">")
+            quoted += [f"> {ln}" if ln.strip() else ">" for ln in inner]
+        return _anchor(options.get("name", ""), ctx) + quoted
+    if name == "figure":
+        if not arg:
+            raise ValueError("{figure} needs an image path")
+        paragraphs: list[list[str]] = [[]]
+        for line in content:
+            if line.strip():
+                paragraphs[-1].append(line)
+            elif paragraphs[-1]:
+                paragraphs.append([])
+        caption = [ln.strip() for ln in paragraphs[0]]
+        legend = [ln for p in paragraphs[1:] for ln in (p + [""])]
+        caption_text = _inline(" ".join(caption), ctx)
+        alt = options.get("alt") or re.sub(r"[$*`]", "", caption_text) or Path(arg).stem
+        out = _anchor(options.get("name", ""), ctx)
+        out += [f"![{_alt_escape(alt)}]({_url(arg)})"]
+        if caption_text:
+            out += ["", f"*{caption_text}*"]
+        if legend:
+            out += ["", *_blocks(legend[:-1], ctx)]
+        return out
+    raise ValueError(f"unknown MyST directive {{{name}}}" + (f" {arg}" if arg else ""))
+
+
+def _blocks(lines: list[str], ctx: _Context) -> list[str]:
+    """Convert a run of Markdown lines: fences, directives, targets, roles."""
+    out: list[str] = []
+
+    def separate() -> None:  # a blank line before a converted block
+        if out and out[-1].strip():
+            out.append("")
+
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        fm = _FENCE_OPEN.match(line)
+        if fm and not (fm.group("fence")[0] == "`" and "`" in fm.group("info")):
+            fence, indent, info = fm.group("fence"), fm.group("indent"), fm.group("info")
+            end = _closing(lines, k + 1, fence)
+            dm = _DIRECTIVE_INFO.match(info)
+            if dm is None:
+                if fence[0] == ":":
+                    raise ValueError(f"a ':::' fence without a directive name: {line.strip()!r}")
+                out.extend(lines[k:end + 1])  # a plain code block: verbatim
+            else:
+                body = _dedent(lines[k + 1:end], indent)
+                converted = _directive(dm.group("name"), dm.group("arg"), body, ctx)
+                separate()
+                out.extend(indent + ln if ln else ln for ln in converted)
+                if end + 1 < len(lines) and lines[end + 1].strip():
+                    out.append("")
+            k = end + 1
+            continue
+        tm = _TARGET.match(line)
+        if tm:
+            anchor = _anchor(tm.group(1), ctx)
+            if anchor:
+                separate()
+                out.extend(anchor)
+            k += 1
+            continue
+        # an ordinary line, joined with the following ones of the same paragraph so that
+        # a role broken over two lines is still seen as one
+        j = k + 1
+        while j < len(lines) and lines[j].strip() and not _FENCE_OPEN.match(lines[j]) and not _TARGET.match(lines[j]):
+            j += 1
+        out.extend(_inline("\n".join(lines[k:j]), ctx).split("\n"))
+        k = j
+    return out
+
+
+def plain_markdown(source: str, *, labels: dict[str, Label], bibliography: dict[str, BibEntry] | None,
+                   chapter: str | None = None, cited: list[str] | None = None) -> str:
+    """The MyST markdown ``source`` as CommonMark plus a little HTML.
+
+    Args:
+        source: a markdown cell's text.
+        labels: the book's labels (:func:`book_labels`), for ``{ref}`` and anchors.
+        bibliography: the book's works (:func:`read_bibtex`), for the citations;
+            ``None`` when the book has none (a citation then raises).
+        chapter: the chapter the cell belongs to (a ``{ref}`` there is a local link).
+        cited: a list to which every cited key is appended, once, in order.
+
+    Returns:
+        The converted text; a source without MyST comes back unchanged.
+
+    Raises:
+        ValueError: an unknown directive or role, an unknown label or citation key.
+    """
+    ctx = _Context(labels, bibliography, chapter, cited)
+    return "\n".join(_blocks(source.split("\n"), ctx))
+
+
+def _references_cell(keys: list[str], bibliography: dict[str, BibEntry], ids: set[str],
+                     with_id: bool) -> nbformat.NotebookNode:
+    lines = ["## References", ""]
+    lines += [f"- {reference_text(bibliography[k])}" for k in keys]
+    cell = nbformat.v4.new_markdown_cell("\n".join(lines))
+    cell.pop("id", None)
+    if with_id:  # nbformat 4.5 and later: a fixed id, unique in the notebook
+        cell_id, n = "references", 1
+        while cell_id in ids:
+            n += 1
+            cell_id = f"references-{n}"
+        cell["id"] = cell_id
+    return cell
+
+
+_CACHE: dict[Path, tuple[dict, dict | None]] = {}
+
+
+def _book_data(book: Path) -> tuple[dict[str, Label], dict[str, BibEntry] | None]:
+    """The labels and bibliography of ``book``, read once per process."""
+    book = Path(book).resolve()
+    if book not in _CACHE:
+        bib = book / "references.bib"
+        _CACHE[book] = (book_labels(book), read_bibtex(bib) if bib.is_file() else None)
+    return _CACHE[book]
+
+
+def plain_notebook(nb: nbformat.NotebookNode, chapter: str, book: Path = BOOK) -> nbformat.NotebookNode:
+    """A copy of ``nb`` whose markdown cells are plain Markdown (:func:`plain_markdown`),
+    with a References cell appended when a cell cites a work. Code cells, outputs and
+    metadata (nbgrader's included) are untouched.
+
+    Args:
+        nb: a chapter notebook (source or student version).
+        chapter: its chapter id.
+        book: the book folder whose chapters, pages and ``references.bib`` resolve the
+            labels and citations.
+
+    Raises:
+        ValueError: naming the chapter, the cell index and the construct, for any MyST
+            it cannot turn into Markdown, and if raw MyST would remain.
+    """
+    labels, bibliography = _book_data(book)
+    out = copy.deepcopy(nb)
+    cited: list[str] = []
+    for index, cell in enumerate(out.cells):
+        if cell.cell_type != "markdown":
+            continue
+        try:
+            cell.source = plain_markdown(cell.source, labels=labels, bibliography=bibliography,
+                                         chapter=chapter, cited=cited)
+        except ValueError as exc:
+            raise ValueError(f"{chapter}, markdown cell {index}: {exc}") from None
+        left = MYST_LEFTOVER.search(_without_code(cell.source))
+        if left:
+            raise ValueError(f"{chapter}, markdown cell {index}: MyST left after conversion: {left.group(0)!r}")
+    if cited:
+        with_id = (out.nbformat, out.nbformat_minor) >= (4, 5)
+        out.cells.append(_references_cell(cited, bibliography, {c.get("id") for c in out.cells}, with_id))
+    return out
+
+
+def _without_code(text: str) -> str:
+    """``text`` with fenced code blocks and code spans blanked (they may show MyST)."""
+    text = re.sub(r"^([ \t]*)(`{3,}|~{3,})[^\n]*\n.*?^[ \t]*\2[ \t]*$", "", text, flags=re.MULTILINE | re.DOTALL)
+    return re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", text, flags=re.DOTALL)
+
+
+# --------------------------------------------------------------------------- nbgrader
+
+
+def _plain_markdown_preprocessor():
+    """The :class:`PlainMarkdown` nbgrader preprocessor class (made on first use, so
+    that this module does not import nbgrader)."""
+    from nbgrader.preprocessors import NbGraderPreprocessor
+    from traitlets import Unicode
+
+    class PlainMarkdown(NbGraderPreprocessor):
+        """nbgrader preprocessor: the markdown cells of the assignment's notebook in plain
+        Markdown (:func:`plain_notebook`), as ``python -m autograder release`` writes them.
+
+        Put it first in ``c.GenerateAssignment.preprocessors`` (``nbgrader_config.py``
+        does), so that the checksums and the cells ``SaveCells`` records are those of
+        the plain text. The chapter is nbgrader's notebook name.
+        """
+
+        book = Unicode("", help="The book folder whose labels and references.bib resolve "
+                                "{ref} and {cite} (default: this repository's book/).").tag(config=True)
+
+        def preprocess(self, nb, resources):
+            chapter = resources["nbgrader"]["notebook"]
+            return plain_notebook(nb, chapter, book=Path(self.book) if self.book else BOOK), resources
+
+    PlainMarkdown.__module__ = __name__
+    PlainMarkdown.__qualname__ = "PlainMarkdown"
+    return PlainMarkdown
+
+
+def __getattr__(name: str):
+    if name == "PlainMarkdown":
+        cls = globals()["PlainMarkdown"] = _plain_markdown_preprocessor()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
