@@ -6,6 +6,7 @@ its exact name, in the module of its chapter, with the chapter id and the kind
 passes its own visible and hidden checks.
 """
 import inspect
+import pickle
 import re
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 
 import solutions
 from autograder.checks import REGISTRY, Exercise, check, load_all
-from autograder.checks.base import ADVICE
+from autograder.checks.base import ADVICE, make_rng
 
 # The contract, chapter id -> graded names, in the order of EXERCISES.md.
 CONTRACT = {
@@ -121,6 +122,24 @@ def test_reference_passes_its_own_visible_and_hidden_checks(name, capsys):
     out = capsys.readouterr()
     assert out.out.count(f"✓ {name}") == 2
     assert out.err == ""
+
+
+def _inputs(cases) -> bytes:
+    """Everything a case feeds the answer (arrays included), as bytes."""
+    return pickle.dumps([(c.args, c.kwargs, c.init, c.state) for c in cases])
+
+
+@pytest.mark.parametrize("name", list(CHAPTER_OF))
+def test_hidden_cases_are_more_than_the_visible_and_fresh_each_run(name):
+    exercise = load_all()[name]
+    visible = exercise.cases(make_rng(hidden=False), hidden=False)
+    first = exercise.cases(make_rng(hidden=True), hidden=True)
+    second = exercise.cases(make_rng(hidden=True), hidden=True)
+    assert len(first) > len(visible)
+    assert _inputs(first) != _inputs(second), "two hidden runs drew the same inputs"
+    # the control: one seed draws the same inputs twice, so the difference above is the draw's
+    seeded = [exercise.cases(make_rng(hidden=True, seed=3), hidden=True) for _ in range(2)]
+    assert _inputs(seeded[0]) == _inputs(seeded[1])
 
 
 # --------------------------------------------------------------------------- the grading rules
