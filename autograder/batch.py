@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from .release import BOOK, chapter_ids, source_notebook
+from .text import score_text
 
 __all__ = [
     "SCORE_COLUMNS",
@@ -377,7 +378,7 @@ def _as_dicts(scores) -> list[dict]:
 
 def parts_text(row: dict) -> str:
     """``name score/points · ...`` of a score row's parts (for ``scores.csv``)."""
-    return " · ".join(f"{p['name']} {_num(p['score'])}/{_num(p['points'])}" for p in row.get("parts") or [])
+    return " · ".join(f"{p['name']} {score_text(p['score'])}/{score_text(p['points'])}" for p in row.get("parts") or [])
 
 
 def _grade_task(task: tuple) -> list[dict]:
@@ -605,12 +606,6 @@ def grade_class(
 # --------------------------------------------------------------------------- reports
 
 
-def _num(x: float) -> str:
-    """A score as text: ``2`` not ``2.0``; at most 4 decimals."""
-    x = round(float(x), 4)
-    return str(int(x)) if x == int(x) else f"{x:g}"
-
-
 def submission_status(graded: Graded) -> str:
     """One word for a student × chapter: ``not submitted``, ``invalid`` (nothing
     could be read), ``cheat`` (a tampering attempt was caught), ``complete`` (every
@@ -645,7 +640,7 @@ def _write_csv(path: Path, columns: list[str], rows: list[list]) -> None:
 
 def _optional(x) -> str:
     """A number that may be unset (a gradebook field): ``""`` when ``None``."""
-    return "" if x is None else _num(x)
+    return "" if x is None else score_text(x)
 
 
 def with_hand_grades(graded: Graded, recorded) -> list[dict]:
@@ -684,17 +679,17 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
         held = recorded.get((sub.student, sub.chapter))
         rows = with_hand_grades(g, held)
         for s in rows:
-            score_rows.append([_cell(sub.student), sub.chapter, s["exercise"], s["grade_id"], _num(s["score"]),
-                               _num(s["max_score"]), s["status"], _cell(s["reason"]), _cell(parts_text(s)),
-                               _cell(" | ".join(s.get("notes") or [])), _num(s["auto_score"]),
+            score_rows.append([_cell(sub.student), sub.chapter, s["exercise"], s["grade_id"], score_text(s["score"]),
+                               score_text(s["max_score"]), s["status"], _cell(s["reason"]), _cell(parts_text(s)),
+                               _cell(" | ".join(s.get("notes") or [])), score_text(s["auto_score"]),
                                _optional(s["manual_score"]), _optional(s["extra_credit"]),
                                _cell(" ".join(s["comment"].split()))])
         raw = sum(s["score"] for s in rows)
         penalty = held.penalty if held is not None else 0.0
         late = held.late_seconds if held is not None else 0.0
-        grade_rows.append([_cell(sub.student), sub.chapter, _num(max(0.0, raw - penalty)),
-                           _num(sum(s["max_score"] for s in rows)), submission_status(g), _num(raw),
-                           _num(late), _num(penalty)])
+        grade_rows.append([_cell(sub.student), sub.chapter, score_text(max(0.0, raw - penalty)),
+                           score_text(sum(s["max_score"] for s in rows)), submission_status(g), score_text(raw),
+                           score_text(late), score_text(penalty)])
     _write_csv(out / "scores.csv", SCORE_COLUMNS, score_rows)
     _write_csv(out / "grades.csv", GRADE_COLUMNS, grade_rows)
 

@@ -173,15 +173,9 @@ def cmd_autograde(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- check
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    widths[-1] = min(widths[-1], 200)
-    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
-
-
 def cmd_check(args: argparse.Namespace) -> int:
-    from .batch import _as_dicts, _num, parts_text
+    from .batch import _as_dicts, parts_text
+    from .text import score_text, table
     from .checks import exercises_of
     from .grading import grade_submission
     from .release import chapter_ids, source_notebook
@@ -211,9 +205,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     rows = _as_dicts(grade_submission(source, path, chapter=chapter, timeout=args.timeout, budget=args.budget,
                                       hidden=False, seed=args.seed, sandbox=sandbox, memory=args.memory,
                                       disk=args.disk, processes=args.processes))
-    table = [[r["exercise"], f"{_num(r['score'])}/{_num(r['max_score'])}", r["status"], r["reason"] or "ok"]
-             for r in rows]
-    print(_table(table, ["exercise", "points", "status", "message"]))
+    cells = [[r["exercise"], f"{score_text(r['score'])}/{score_text(r['max_score'])}", r["status"],
+              r["reason"] or "ok"] for r in rows]
+    print(table(cells, ["exercise", "points", "status", "message"]))
     for r in rows:
         if r["parts"] and r["status"] != "passed":
             print(f"\n{r['exercise']}: {parts_text(r)}")

@@ -38,6 +38,7 @@ from nbformat.v4 import new_output
 
 from .batch import BatchReport, Graded, GradebookTarget, grade_class
 from .feedback import STATUS_WORDS
+from .text import score_text
 
 __all__ = ["Course", "CourseReport", "load_course", "autograde", "autograded_notebook", "verdict_text",
            "test_cell_outputs"]
@@ -140,16 +141,11 @@ def load_course(root: Path | str | None = None) -> Course:
 # --------------------------------------------------------------------------- autograded notebooks
 
 
-def _num(x: float) -> str:
-    x = round(float(x), 4)
-    return str(int(x)) if x == int(x) else f"{x:g}"
-
-
 def verdict_text(row: dict) -> str:
     """A test cell's printed verdict from its score row (as the visible ``check``
     prints it): the verdict line, notes, then each graded part with its hint."""
     passed = row["status"] == "passed"
-    head = f"{'✓' if passed else '✗'} {row['exercise']}: {_num(row['score'])}/{_num(row['max_score'])} points"
+    head = f"{'✓' if passed else '✗'} {row['exercise']}: {score_text(row['score'])}/{score_text(row['max_score'])} points"
     if not passed:
         head += f" ({STATUS_WORDS.get(row['status'], row['status'])})"
     lines = [head]
@@ -157,7 +153,7 @@ def verdict_text(row: dict) -> str:
     parts = row.get("parts") or []
     for p in parts:
         earned = p["score"] >= p["points"]
-        lines.append(f"  {'✓' if earned else '✗'} {p['name']} ({_num(p['score'])}/{_num(p['points'])})")
+        lines.append(f"  {'✓' if earned else '✗'} {p['name']} ({score_text(p['score'])}/{score_text(p['points'])})")
         if not earned:
             lines += ["      " + ln for ln in str(p.get("message") or "failed").splitlines()]
     if not parts and row.get("reason"):
@@ -179,7 +175,7 @@ def test_cell_outputs(row: dict, execution_count: int) -> list:
         return [new_output("stream", name="stdout", text=text + "\n")]
     if row["score"] > 0:
         return [new_output("stream", name="stdout", text=text + "\n"),
-                new_output("execute_result", data={"text/plain": _num(row["score"])}, metadata={},
+                new_output("execute_result", data={"text/plain": score_text(row["score"])}, metadata={},
                            execution_count=execution_count)]
     first = text.splitlines()[0]
     return [new_output("error", ename=ERROR_NAMES.get(row["status"], "CheckFailure"), evalue=first,

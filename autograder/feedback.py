@@ -13,6 +13,8 @@ import html
 import json
 from pathlib import Path
 
+from .text import score_text
+
 __all__ = ["student_code", "render_feedback"]
 
 STATUS_WORDS = {
@@ -69,11 +71,6 @@ def student_code(path: Path | None, max_bytes: int = 50 * 2**20) -> dict[str, li
     return code
 
 
-def _num(x: float) -> str:
-    x = round(float(x), 4)
-    return str(int(x)) if x == int(x) else f"{x:g}"
-
-
 def _duration(seconds: float) -> str:
     """``2 h 5 min`` / ``12 min`` / ``40 s``: how late, in words."""
     seconds = int(round(seconds))
@@ -90,10 +87,10 @@ def _hand_lines(s: dict) -> list[str]:
     e = html.escape
     lines = []
     if s.get("manual_score") is not None:
-        lines.append(f'<p class="hand">Graded by hand: {_num(s["manual_score"])} / {_num(s["max_score"])} points '
-                     f"(the checks gave {_num(s.get('auto_score', 0) or 0)}).</p>")
+        lines.append(f'<p class="hand">Graded by hand: {score_text(s["manual_score"])} / {score_text(s["max_score"])} points '
+                     f"(the checks gave {score_text(s.get('auto_score', 0) or 0)}).</p>")
     if s.get("extra_credit"):
-        lines.append(f'<p class="hand">Extra credit: {_num(s["extra_credit"])} point(s).</p>')
+        lines.append(f'<p class="hand">Extra credit: {score_text(s["extra_credit"])} point(s).</p>')
     if s.get("comment"):
         lines.append(f'<p class="hand">Grader\'s comment: {e(s["comment"])}</p>')
     return lines
@@ -128,15 +125,15 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
         f"<title>{e(chapter)} feedback for {e(student)}</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>{e(chapter)}</h1>",
-        f"<p>Student <b>{e(student)}</b>: <b>{_num(total)} / {_num(max_total)}</b> points ({e(status)}).</p>",
+        f"<p>Student <b>{e(student)}</b>: <b>{score_text(total)} / {score_text(max_total)}</b> points ({e(status)}).</p>",
         *([f'<p class="late">Submitted {_duration(late_seconds)} after the due date: late penalty '
-           f"{_num(penalty)} point(s), taken off the {_num(raw)} earned.</p>"] if late_seconds > 0 else []),
+           f"{score_text(penalty)} point(s), taken off the {score_text(raw)} earned.</p>"] if late_seconds > 0 else []),
         "<table><thead><tr><th>exercise</th><th>points</th><th>status</th><th>message</th></tr></thead><tbody>",
     ]
     for s in scores:
         parts.append(
             f'<tr><td><a href="#{e(s["exercise"])}">{e(s["exercise"])}</a></td>'
-            f"<td>{_num(s['score'])} / {_num(s['max_score'])}</td>"
+            f"<td>{score_text(s['score'])} / {score_text(s['max_score'])}</td>"
             f'<td class="{e(s["status"])}">{e(STATUS_WORDS.get(s["status"], s["status"]))}</td>'
             f"<td>{e(s['reason'])}</td></tr>"
         )
@@ -146,7 +143,7 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
         parts.append(f'<section id="{e(s["exercise"])}"><h2>{e(s["exercise"])}</h2>')
         parts.append(
             f'<p class="{e(s["status"])}">{e(STATUS_WORDS.get(s["status"], s["status"]))}, '
-            f"{_num(s['score'])} / {_num(s['max_score'])} points.</p>"
+            f"{score_text(s['score'])} / {score_text(s['max_score'])} points.</p>"
         )
         graded_parts = s.get("parts") or []
         if graded_parts:
@@ -156,7 +153,7 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
                 earned = p["score"] >= p["points"]
                 parts.append(
                     f'<tr><td>{e(p["name"])}</td><td class="{"earned" if earned else "missed"}">'
-                    f"{_num(p['score'])} / {_num(p['points'])}</td>"
+                    f"{score_text(p['score'])} / {score_text(p['points'])}</td>"
                     f"<td>{'ok' if earned else e(p.get('message') or 'failed')}</td></tr>"
                 )
             parts.append("</tbody></table>")

@@ -17,6 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..text import score_text, table
+
 __all__ = ["main", "build_parser", "released_chapters"]
 
 
@@ -26,21 +28,6 @@ def released_chapters() -> dict[str, list[str]]:
 
     store = precomputed()
     return dict(getattr(store, "chapters", {}) or {})
-
-
-def _num(x: float) -> str:
-    x = round(float(x), 4)
-    return str(int(x)) if x == int(x) else f"{x:g}"
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    widths[-1] = min(widths[-1], 200)
-
-    def line(r):
-        return "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -69,9 +56,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"check: {exc}", file=sys.stderr)
         return 1
     print(f"{path.name}: chapter {chapter}, visible checks\n")
-    table = [[r["exercise"], f"{_num(r['score'])}/{_num(r['max_score'])}", r["status"],
+    cells = [[r["exercise"], f"{score_text(r['score'])}/{score_text(r['max_score'])}", r["status"],
               (r["message"].splitlines() or ["ok"])[0]] for r in rows]
-    print(_table(table, ["exercise", "points", "status", "message"]))
+    print(table(cells, ["exercise", "points", "status", "message"]))
     for r in rows:
         if r["status"] != "passed" and r["parts"]:
             print(f"\n{r['exercise']}: {r['parts']}")

@@ -1,0 +1,45 @@
+"""Scores and tables as plain text, for every console and CSV the autograder writes.
+
+One module for the repository's commands (``grade``, ``autograde``, ``check``, the
+CSV files and feedback pages) and the student package's ``check``, which ships it
+unchanged, so a score reads the same everywhere: ``2`` not ``2.0``, ``1.5``, ``0.3333``.
+"""
+from __future__ import annotations
+
+__all__ = ["score_text", "table"]
+
+# The last column of a table (a message) is cut to this width when the columns are padded.
+MESSAGE_WIDTH = 200
+
+
+def score_text(x: float) -> str:
+    """A score as text: an integer without ``.0``, otherwise at most 4 decimals.
+
+    Args:
+        x: a number of points.
+
+    Returns:
+        ``"2"`` for 2.0, ``"1.5"`` for 1.5, ``"0.3333"`` for 1/3.
+    """
+    x = round(float(x), 4)
+    return str(int(x)) if x == int(x) else f"{x:g}"
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    """``rows`` under ``header`` in left-aligned columns, a dashed rule between.
+
+    Args:
+        rows: one list of cells per row, as many as ``header`` has.
+        header: the column titles.
+
+    Returns:
+        The lines joined by newlines, trailing spaces stripped; the last column is
+        padded to at most :data:`MESSAGE_WIDTH` characters (longer cells stay whole).
+    """
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    widths[-1] = min(widths[-1], MESSAGE_WIDTH)
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
