@@ -576,14 +576,22 @@ def grade_class(
                                           initializer=_init_worker, initargs=(grade_fn, threads))
             try:
                 futures = {pool.submit(_grade_task, task): (sub, key) for sub, key, task in todo}
-                for future in cf.as_completed(futures):
-                    sub, key = futures[future]
-                    try:
-                        rows = future.result()
-                    except Exception as exc:  # noqa: BLE001
-                        rows = _failed_rows(sources[sub.chapter], f"the grader failed: {type(exc).__name__}: {exc}")
-                    finish(sub, key, rows)
-                    bar.update(1)
+                pending = set(futures)
+                while pending:
+                    # A wait with a timeout, not as_completed: Ctrl-C may be delivered to one of the
+                    # pool's helper threads, and then only a main thread that wakes up by itself
+                    # runs the KeyboardInterrupt (a wait without one would block until a submission
+                    # finishes, which may be never).
+                    done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+                    for future in done:
+                        sub, key = futures[future]
+                        try:
+                            rows = future.result()
+                        except Exception as exc:  # noqa: BLE001
+                            rows = _failed_rows(sources[sub.chapter],
+                                                f"the grader failed: {type(exc).__name__}: {exc}")
+                        finish(sub, key, rows)
+                        bar.update(1)
             except BaseException:
                 # Interrupted (Ctrl-C, or a signal to this process alone): stop now. What finished is
                 # journaled; the submissions in flight are graded again on resume, so their workers are

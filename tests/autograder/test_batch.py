@@ -299,23 +299,34 @@ def test_parallel_jobs_give_the_same_files(tmp_path, course):
 
 
 KILL_SCRIPT = """
+import signal
 import sys
 sys.path.insert(0, {here!r})
 from pathlib import Path
 from autograder import batch
 from test_batch import scripted_grade
+
+def on_graded(graded):
+    if {elsewhere!r}:  # the pool's threads exist now: the kernel gives them the signal, not this thread
+        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})
+
 batch.grade_class(Path({sub!r}), Path({out!r}), book=Path({book!r}), seed=7, progress=False,
-                  jobs={jobs}, grade_fn=scripted_grade)
+                  jobs={jobs}, grade_fn=scripted_grade, on_graded=on_graded)
 """
 
 
-@pytest.mark.parametrize("sig,jobs", [(signal.SIGKILL, 1), (signal.SIGINT, 2)])
-def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, sig, jobs):
+@pytest.mark.parametrize("sig,jobs,elsewhere", [(signal.SIGKILL, 1, False), (signal.SIGINT, 2, False),
+                                                (signal.SIGINT, 2, True)],
+                         ids=["killed", "ctrl-c", "ctrl-c-to-a-helper-thread"])
+def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, sig, jobs, elsewhere):
+    """Killed, or stopped by Ctrl-C (SIGINT) wherever the kernel delivers it: a process's
+    signal may go to any of its threads, and the main thread must still stop the run."""
     root, book = course
     clean = tmp_path / "clean"
     _grade(root / "submitted", clean, book)
     out = tmp_path / "out"
-    script = KILL_SCRIPT.format(here=str(HERE), sub=str(root / "submitted"), out=str(out), book=str(book), jobs=jobs)
+    script = KILL_SCRIPT.format(here=str(HERE), sub=str(root / "submitted"), out=str(out), book=str(book),
+                                jobs=jobs, elsewhere=elsewhere)
     gate = tmp_path / "gate"
     gate.mkdir()
     # Three submissions are graded; every later one blocks until the run is killed, so the
@@ -323,17 +334,23 @@ def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, sig, j
     env = dict(os.environ, SCRIPTED_GRADE_GATE=f"{gate}:3")
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=REPO, start_new_session=True)
     journal = out / ".journal"
-    deadline = time.monotonic() + 600  # a safety net for a stuck run, not a measurement
-    while time.monotonic() < deadline:  # wait for the three to be journaled
-        if journal.is_dir() and len(list(journal.glob("*/*.json"))) >= 3:
-            break
-        assert proc.poll() is None, "the run ended before it was interrupted"
-        time.sleep(0.05)
-    if sig == signal.SIGKILL:
-        os.killpg(proc.pid, sig)  # the whole run, workers included
-    else:
-        proc.send_signal(sig)
-    proc.wait(timeout=60)
+    try:
+        deadline = time.monotonic() + 600  # a safety net for a stuck run, not a measurement
+        while time.monotonic() < deadline:  # wait for the three to be journaled
+            if journal.is_dir() and len(list(journal.glob("*/*.json"))) >= 3:
+                break
+            assert proc.poll() is None, "the run ended before it was interrupted"
+            time.sleep(0.05)
+        if sig == signal.SIGKILL:
+            os.killpg(proc.pid, sig)  # the whole run, workers included
+        else:
+            proc.send_signal(sig)
+        proc.wait(timeout=60)  # a safety net: an interrupted run stops at once
+    finally:  # a failed test leaves no run (and no gated worker) behind
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     done = len(list(journal.glob("*/*.json")))
     assert done == 3, f"the run should have stopped after the three graded submissions, {done} journaled"
     assert not (out / "grades.csv").exists()
