@@ -299,8 +299,15 @@ def test_parallel_jobs_give_the_same_files(tmp_path, course):
 
 
 KILL_SCRIPT = """
+import faulthandler
 import signal
 import sys
+# Ctrl-C as on a terminal: a process started from a background job or a test runner may
+# inherit SIGINT ignored, and Python then leaves it ignored.
+with open({diag!r}, "w") as f:
+    f.write(f"SIGINT inherited as {{signal.getsignal(signal.SIGINT)!r}}\\n")
+signal.signal(signal.SIGINT, signal.default_int_handler)
+faulthandler.register(signal.SIGUSR1, file=open({diag!r}, "a"), all_threads=True)  # stacks, if it hangs
 sys.path.insert(0, {here!r})
 from pathlib import Path
 from autograder import batch
@@ -325,8 +332,9 @@ def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, sig, j
     clean = tmp_path / "clean"
     _grade(root / "submitted", clean, book)
     out = tmp_path / "out"
+    diag = tmp_path / "run.diag"
     script = KILL_SCRIPT.format(here=str(HERE), sub=str(root / "submitted"), out=str(out), book=str(book),
-                                jobs=jobs, elsewhere=elsewhere)
+                                jobs=jobs, elsewhere=elsewhere, diag=str(diag))
     gate = tmp_path / "gate"
     gate.mkdir()
     # Three submissions are graded; every later one blocks until the run is killed, so the
@@ -345,7 +353,12 @@ def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, sig, j
             os.killpg(proc.pid, sig)  # the whole run, workers included
         else:
             proc.send_signal(sig)
-        proc.wait(timeout=60)  # a safety net: an interrupted run stops at once
+        try:
+            proc.wait(timeout=60)  # a safety net: an interrupted run stops at once
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGUSR1)  # where each thread of the run is stuck
+            time.sleep(2)
+            pytest.fail("the run did not stop within 60 s of the signal:\n" + diag.read_text(errors="replace"))
     finally:  # a failed test leaves no run (and no gated worker) behind
         try:
             os.killpg(proc.pid, signal.SIGKILL)
