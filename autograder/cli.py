@@ -175,7 +175,7 @@ def cmd_autograde(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .batch import _as_dicts, parts_text
-    from .text import score_text, table
+    from .text import check_table, check_verdict
     from .checks import exercises_of
     from .grading import grade_submission
     from .release import chapter_ids, source_notebook
@@ -205,18 +205,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     rows = _as_dicts(grade_submission(source, path, chapter=chapter, timeout=args.timeout, budget=args.budget,
                                       hidden=False, seed=args.seed, sandbox=sandbox, memory=args.memory,
                                       disk=args.disk, processes=args.processes))
-    cells = [[r["exercise"], f"{score_text(r['score'])}/{score_text(r['max_score'])}", r["status"],
-              r["reason"] or "ok"] for r in rows]
-    print(table(cells, ["exercise", "points", "status", "message"]))
+    print(check_table(rows, [r["reason"] or "ok" for r in rows]))
     for r in rows:
         if r["parts"] and r["status"] != "passed":
             print(f"\n{r['exercise']}: {parts_text(r)}")
         for note in r["notes"]:
             print(f"  note on {r['exercise']}: {note}")
-    passed = sum(r["status"] == "passed" for r in rows)
-    print(f"\n{passed} of {len(rows)} exercises pass the visible checks "
-          "(the hidden checks, run when grading, test more cases).")
-    return 0 if rows and passed == len(rows) else 1
+    verdict, status = check_verdict(rows)
+    print(f"\n{verdict}")
+    return status
 
 
 # --------------------------------------------------------------------------- selftest

@@ -6,7 +6,7 @@ unchanged, so a score reads the same everywhere: ``2`` not ``2.0``, ``1.5``, ``0
 """
 from __future__ import annotations
 
-__all__ = ["score_text", "table"]
+__all__ = ["score_text", "table", "check_table", "check_verdict"]
 
 # The last column of a table (a message) is cut to this width when the columns are padded.
 MESSAGE_WIDTH = 200
@@ -43,3 +43,20 @@ def table(rows: list[list[str]], header: list[str]) -> str:
         return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
 
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def check_table(rows: list[dict], messages: list[str]) -> str:
+    """The table ``check`` prints: one line per exercise (``exercise``, ``score``,
+    ``max_score``, ``status`` of each row) with its message."""
+    cells = [[r["exercise"], f"{score_text(r['score'])}/{score_text(r['max_score'])}", r["status"], message]
+             for r, message in zip(rows, messages)]
+    return table(cells, ["exercise", "points", "status", "message"])
+
+
+def check_verdict(rows: list[dict]) -> tuple[str, int]:
+    """The closing line of ``check`` and its exit status: 0 when every exercise passes
+    the visible checks, 1 otherwise (and when there is none)."""
+    passed = sum(r["status"] == "passed" for r in rows)
+    line = (f"{passed} of {len(rows)} exercises pass the visible checks "
+            "(the hidden checks, run when grading, test more cases).")
+    return line, 0 if rows and passed == len(rows) else 1

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..text import score_text, table
+from ..text import check_table, check_verdict
 
 __all__ = ["main", "build_parser", "released_chapters"]
 
@@ -56,9 +56,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"check: {exc}", file=sys.stderr)
         return 1
     print(f"{path.name}: chapter {chapter}, visible checks\n")
-    cells = [[r["exercise"], f"{score_text(r['score'])}/{score_text(r['max_score'])}", r["status"],
-              (r["message"].splitlines() or ["ok"])[0]] for r in rows]
-    print(table(cells, ["exercise", "points", "status", "message"]))
+    print(check_table(rows, [(r["message"].splitlines() or ["ok"])[0] for r in rows]))
     for r in rows:
         if r["status"] != "passed" and r["parts"]:
             print(f"\n{r['exercise']}: {r['parts']}")
@@ -68,10 +66,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"  note on {r['exercise']}: {note}")
         for advice in r["advice"]:
             print(f"  advice on {r['exercise']} (no points): {advice.splitlines()[0]}")
-    passed = sum(r["status"] == "passed" for r in rows)
-    print(f"\n{passed} of {len(rows)} exercises pass the visible checks "
-          "(the hidden checks, run when grading, test more cases).")
-    return 0 if rows and passed == len(rows) else 1
+    verdict, status = check_verdict(rows)
+    print(f"\n{verdict}")
+    return status
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,5 +1,5 @@
 """Scores and tables as text (``autograder/text.py``), shared by every report and the student package."""
-from autograder.text import MESSAGE_WIDTH, score_text, table
+from autograder.text import MESSAGE_WIDTH, check_table, check_verdict, score_text, table
 
 
 def test_scores_read_without_a_trailing_zero_and_at_most_four_decimals():
@@ -23,3 +23,16 @@ def test_a_long_message_is_kept_whole_but_does_not_widen_the_rule():
     lines = table([["a", message]], ["exercise", "message"]).splitlines()
     assert lines[1] == "--------  " + "-" * MESSAGE_WIDTH
     assert lines[2].endswith(message)
+
+
+def test_check_prints_one_table_and_one_verdict_for_both_commands():
+    rows = [{"exercise": "softmax", "score": 3.0, "max_score": 3.0, "status": "passed"},
+            {"exercise": "self_attention", "score": 1.5, "max_score": 4.0, "status": "partial"}]
+    assert check_table(rows, ["ok", "wrong axis"]).splitlines()[2:] == [
+        "softmax         3/3     passed   ok",
+        "self_attention  1.5/4   partial  wrong axis",
+    ]
+    assert check_verdict(rows) == ("1 of 2 exercises pass the visible checks (the hidden checks, run when "
+                                   "grading, test more cases).", 1)
+    assert check_verdict(rows[:1])[1] == 0
+    assert check_verdict([])[1] == 1  # nothing checked is not a pass
