@@ -211,7 +211,7 @@ def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
     """Write ``out/<chapter>/<chapter>.ipynb`` (and the chapter's other files).
 
     The chapter's other files and folders are copied beside the student notebook,
-    so its diagrams, ``figures/*.svg`` (``solutions.diagrams``), resolve from the
+    so its diagrams, ``figures/*.svg`` (``solutions.figures``), resolve from the
     notebook's markdown exactly as they do in the book.
 
     Raises:

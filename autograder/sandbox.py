@@ -78,6 +78,8 @@ log = logging.getLogger(__name__)
 AUTOGRADER_DIR = Path(__file__).resolve().parent
 REPO = AUTOGRADER_DIR.parent
 SOLUTIONS_DIR = REPO / "solutions"
+#: ``solutions.figures``: the book's diagrams and plots, which hold no answer (withheld only if they imported one).
+FIGURES_SUBPACKAGE = "figures"
 
 # Where the job and the library appear inside the sandbox.
 SANDBOX_JOB_DIR = "/job"
@@ -348,8 +350,11 @@ def graded_modules(graded_names: set[str], root: Path = SOLUTIONS_DIR, package: 
     modules = _module_names(root, package)
     trees = {name: _parse(path.read_text(encoding="utf-8"), str(path)) for name, path in modules.items()}
     withheld = withheld_names(set(graded_names))
-    stripped = {
-        name for name, tree in trees.items() if name != package and _defined_names(tree) & withheld
+    figures = f"{package}.{FIGURES_SUBPACKAGE}"
+    stripped = {  # the figures hold no answer and import no reference module (tested): never by name
+        name for name, tree in trees.items()
+        if name != package and not (name == figures or name.startswith(figures + "."))
+        and _defined_names(tree) & withheld
     }
     imports = {
         name: _imported_modules(tree, name, modules[name].name == "__init__.py", package)
@@ -382,20 +387,26 @@ def _generated_init(root: Path, package: str, kept: set[str], stripped: set[str]
         '"""',
     ]
     star: list[str] = []
+    named: list[tuple[str, list[str]]] = []  # `from .module import a, b` of a kept module
     submodules: list[str] = []
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module and f"{package}.{node.module}" in kept and any(a.name == "*" for a in node.names):
-                star.append(node.module)
+            if node.module and f"{package}.{node.module}" in kept:
+                if any(a.name == "*" for a in node.names):
+                    star.append(node.module)
+                else:
+                    named.append((node.module, [a.name for a in node.names]))
             elif node.module is None:
                 submodules.extend(a.name for a in node.names if f"{package}.{a.name}" in kept)
-    for name in star:
+    for name in star + [module for module, _ in named]:
         if name not in submodules:
             submodules.append(name)
     if submodules:
         lines.append(f"from . import {', '.join(submodules)}")
     lines.extend(f"from .{name} import *" for name in star)
+    lines.extend(f"from .{module} import {', '.join(names)}" for module, names in named)
     exported = " ".join(f"*getattr({name}, '__all__', [])," for name in star)
+    exported += "".join(f" {name!r}," for _, names in named for name in names)
     lines.append(f"__all__ = [{exported}]")
     return "\n".join(lines) + "\n"
 

@@ -1,61 +1,50 @@
 """The reference implementation of the book: every exercise's answer and the full model.
 
-Every public object of the package's library modules is re-exported here, in
-reading order, so ``from solutions import MultiHeadAttention`` works in every
-chapter. Left out on purpose: ``viz`` (imports matplotlib; use
-``from solutions.viz import ...``) and the entry points ``cli``, ``bench`` and
-``__main__``.
+The modules follow the chapters, and every public object of them is exported here by
+name, so ``from solutions import MultiHeadAttention`` works in every chapter:
+
+* chapters 1–10, the reference (what the exercises ask for and the model built from
+  it): ``rnn`` · ``tokens`` · ``embeddings`` · ``positional`` · ``attention`` ·
+  ``multihead`` · ``fused`` · ``masking`` · ``layers`` · ``decoder`` · ``model`` ·
+  ``training`` · ``kv_cache`` · ``decoding``;
+* ``solutions.figures``: the book's diagrams and plots (never imported here);
+* the practitioner's application, which imports the reference and is never imported
+  by it: ``data`` (the synthetic task, corpora, tokenizers, batching), ``trainer``,
+  ``distributed``, ``bench``, ``cli`` (``python -m solutions``). Import them by their
+  module (``from solutions.trainer import Trainer``); ``import solutions`` stays cheap
+  (torch and numpy, no sacreBLEU, tqdm or tokenizers).
 """
-from . import (
-    attention,
-    data,
-    decoder,
-    decoding,
-    distributed,
-    embeddings,
-    kv_cache,
-    layers,
-    masking,
-    model,
-    multihead,
-    positional,
-    rnn,
-    tokens,
-    trainer,
-    training,
+from .rnn import rnn_forward, hidden_state_jacobian_norms, additive_attention  # chapter 1
+# chapter 2
+from .tokens import (
+    PAD_ID, SOS_ID, EOS_ID, UNK_ID, SPECIALS, build_vocab, encode, learn_bpe, bpe_tokenize, one_hot,
+    cosine_similarity,
 )
-from .rnn import *
-from .tokens import *
-from .embeddings import *
-from .positional import *
-from .attention import *
-from .multihead import *
-from .masking import *
-from .layers import *
-from .decoder import *
-from .model import *
-from .training import *
-from .data import *
-from .kv_cache import *
-from .decoding import *
-from .trainer import *
-from .distributed import *
+from .embeddings import TokenEmbedding  # chapter 2
+from .positional import sinusoidal_positional_encoding, PositionalEncoding, relative_position_matrix  # chapter 3
+from .attention import softmax, scaled_dot_product_attention, self_attention  # chapter 4
+from .multihead import split_heads, merge_heads, MultiHeadAttention  # chapter 5
+from .masking import padding_mask, causal_mask, decoder_mask, masked_softmax  # chapter 6
+from .layers import layer_norm, PositionwiseFeedForward, ResidualSublayer, EncoderLayer  # chapter 7
+from .decoder import DecoderLayer  # chapter 8
+# chapter 8
+from .model import (
+    Transformer, count_parameters, PAPER_CONFIGS, PAPER_VOCAB_SIZE, PAPER_PARAMETERS,
+    paper_parameter_count,
+)
+from .training import make_decoder_io, noam_lr, label_smoothed_cross_entropy  # chapter 9
+from .kv_cache import IncrementalDecoder  # chapter 10
+from .decoding import greedy_decode, beam_search, translate  # chapter 10
 
 __all__ = [
-    *rnn.__all__,
-    *tokens.__all__,
-    *embeddings.__all__,
-    *positional.__all__,
-    *attention.__all__,
-    *multihead.__all__,
-    *masking.__all__,
-    *layers.__all__,
-    *decoder.__all__,
-    *model.__all__,
-    *training.__all__,
-    *data.__all__,
-    *kv_cache.__all__,
-    *decoding.__all__,
-    *trainer.__all__,
-    *distributed.__all__,
+    "rnn_forward", "hidden_state_jacobian_norms", "additive_attention", "PAD_ID", "SOS_ID",
+    "EOS_ID", "UNK_ID", "SPECIALS", "build_vocab", "encode", "learn_bpe", "bpe_tokenize", "one_hot",
+    "cosine_similarity", "TokenEmbedding", "sinusoidal_positional_encoding", "PositionalEncoding",
+    "relative_position_matrix", "softmax", "scaled_dot_product_attention", "self_attention",
+    "split_heads", "merge_heads", "MultiHeadAttention", "padding_mask", "causal_mask",
+    "decoder_mask", "masked_softmax", "layer_norm", "PositionwiseFeedForward", "ResidualSublayer",
+    "EncoderLayer", "DecoderLayer", "Transformer", "count_parameters", "PAPER_CONFIGS",
+    "PAPER_VOCAB_SIZE", "PAPER_PARAMETERS", "paper_parameter_count", "make_decoder_io", "noam_lr",
+    "label_smoothed_cross_entropy", "IncrementalDecoder", "greedy_decode", "beam_search",
+    "translate",
 ]

@@ -27,7 +27,8 @@ def greedy_decode(model, src, src_mask, max_len, sos_id=1, eos_id=2, pad_id=0, u
             (call ``model.eval()`` first; gradients are not tracked).
         src: source ids.
         src_mask: bool, True = may attend, e.g. ``padding_mask(src)``.
-        max_len: the most new tokens per sentence.
+        max_len: the most new tokens per sentence (``<sos>`` not counted: at most
+            ``max_len + 1`` columns come back).
         sos_id, eos_id, pad_id: the special ids.
         use_cache: True = feed one token per step through
             :class:`~solutions.kv_cache.IncrementalDecoder` (same tokens, less work).

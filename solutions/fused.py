@@ -101,6 +101,11 @@ def _check_mask(mask, expected):
     """The readable path's mask checks: bool, True = may attend, broadcastable to ``expected``."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         raise TypeError("mask must be a boolean tensor, True = may attend")
+    if mask.dim() == 3 and mask.size(0) != 1:  # (X, T_q, T_k) aligns X with the heads
+        raise ValueError(
+            f"a 3-D mask {tuple(mask.shape)} is ambiguous: its first axis would be matched with the "
+            f"h = {expected[1]} heads, not the batch; give (B, 1, T_q, T_k) (mask[:, None]) or (B, h, T_q, T_k)"
+        )
     pairs = zip(reversed(mask.shape), reversed(expected))  # align trailing axes
     if mask.dim() > 4 or any(m not in (1, e) for m, e in pairs):
         raise ValueError(

@@ -26,6 +26,7 @@ import math
 
 import torch
 
+from .masking import masked_softmax
 from .multihead import merge_heads, split_heads
 
 __all__ = ["IncrementalDecoder"]
@@ -74,9 +75,7 @@ class IncrementalDecoder:
         """Attention of the new position ``x (B, 1, d_model)`` over cached keys/values."""
         q = split_heads(attn.w_q(x), attn.num_heads)  # (B, h, 1, d_k)
         scores = q @ keys.transpose(-2, -1) / math.sqrt(attn.d_k)  # (B, h, 1, T_k)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        weights = torch.softmax(scores, dim=-1)  # (B, h, 1, T_k)
+        weights = masked_softmax(scores, mask)  # (B, h, 1, T_k); a fully masked row attends to nothing
         return attn.w_o(merge_heads(weights @ values))  # (B, 1, d_model)
 
     def _self_attend(self, index, layer, x):

@@ -89,7 +89,10 @@ class MultiHeadAttention(nn.Module):
     Shape:
         query: ``(B, T_q, d_model)``
         key, value: ``(B, T_k, d_model)``
-        mask: bool, True = may attend, broadcastable to ``(B, h, T_q, T_k)``
+        mask: bool, True = may attend (the opposite of ``torch.nn.MultiheadAttention``'s
+            ``attn_mask``, where True blocks), broadcastable to ``(B, h, T_q, T_k)``; a 3-D
+            mask must be ``(1, T_q, T_k)``: ``(B, T_q, T_k)`` would meet the heads axis, so
+            give ``mask[:, None]``
         output: ``(B, T_q, d_model)``
 
     Paper: section 3.2.2; self-attention (query = key = value) and
@@ -119,6 +122,12 @@ class MultiHeadAttention(nn.Module):
                 raise TypeError("mask must be a boolean tensor, True = may attend")
             expected = (q.size(0), self.num_heads, q.size(2), k.size(2))  # (B, h, T_q, T_k)
             pairs = zip(reversed(mask.shape), reversed(expected))  # align trailing axes
+            if mask.dim() == 3 and mask.size(0) != 1:  # (X, T_q, T_k) aligns X with the heads
+                raise ValueError(
+                    f"a 3-D mask {tuple(mask.shape)} is ambiguous: its first axis would be matched "
+                    f"with the h = {self.num_heads} heads, not the batch; give (B, 1, T_q, T_k) "
+                    "(mask[:, None]) or (B, h, T_q, T_k)"
+                )
             if mask.dim() > 4 or any(m not in (1, e) for m, e in pairs):
                 raise ValueError(
                     f"mask of shape {tuple(mask.shape)} does not broadcast to "

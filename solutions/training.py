@@ -92,7 +92,9 @@ def label_smoothed_cross_entropy(logits, labels, smoothing=0.1, pad_id=0):
         logits: unnormalised scores.
         labels: the target ids.
         smoothing: ``epsilon_ls`` (0.1 in the paper), in ``[0, 1)``.
-        pad_id: the label id that is ignored.
+        pad_id: the label id that is ignored (default 0, the book's ``<pad>``; a
+            vocabulary whose class 0 is a real token must pass its own pad id, or
+            every class-0 target is silently dropped from the loss).
 
     Shape:
         logits: ``(B, T, V)``; labels: ``(B, T)``; output: scalar.

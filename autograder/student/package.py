@@ -205,8 +205,8 @@ def notebook_uses(sources: list[str]) -> tuple[set[tuple[str, str]], set[str], s
     Returns:
         ``(names, modules, imports)``: ``(module, name)`` pairs (``("solutions",
         "masked_softmax")`` for ``from solutions import masked_softmax`` or
-        ``solutions.masked_softmax``; ``("solutions.viz", "show_explorer")``), the
-        ``solutions`` submodules named (``"solutions.viz"``) and the top-level modules
+        ``solutions.masked_softmax``; ``("solutions.figures.plots", "show_explorer")``), the
+        ``solutions`` submodules named (``"solutions.figures.plots"``) and the top-level modules
         imported (``"numpy"``).
     """
     names: set[tuple[str, str]] = set()
@@ -259,9 +259,8 @@ class _Library:
                         for m, t in self.trees.items()}
         self.defined = {m: _defined_names(t) for m, t in self.trees.items()}
         init = self.trees["solutions"]
-        self.star = [f"solutions.{n.module}" for n in init.body
-                     if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module
-                     and any(a.name == "*" for a in n.names)]
+        self.star = [f"solutions.{n.module}" for n in init.body  # the modules the __init__ re-exports, in order
+                     if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module]
 
     def owner(self, name: str) -> str | None:
         """The module that defines top-level name ``name`` (the ``__init__``'s star order first)."""
@@ -506,7 +505,7 @@ def _sort_uses(scope: _Scope, names, modules, factories, check_names):
     standins: dict[str, set[str]] = {}
     for module, name in sorted(names | factories | check_names):
         target = f"solutions.{name}" if module == "solutions" and f"solutions.{name}" in library.files else None
-        if target:  # `solutions.viz`: a module
+        if target:  # `solutions.figures.plots`: a module
             if target in kept:
                 roots.add(target)
             elif (module, name) in names:
@@ -586,16 +585,22 @@ def _solutions_files(scope: _Scope, roots: set[str], standins: dict[str, set[str
                                   'see solutions._standins."""\n'
                                   f"from ._standins import {', '.join(sorted(wanted))}\n\n"
                                   f"__all__ = {sorted(wanted)!r}\n")
-    stars = [n.module for n in library.trees["solutions"].body if isinstance(n, ast.ImportFrom) and n.level == 1
-             and n.module and f"solutions.{n.module}" in shipped and any(a.name == "*" for a in n.names)]
-    imports = [f"from . import {', '.join(stars)}"] + [f"from .{m} import *" for m in stars] if stars else []
+    reexports = [n for n in library.trees["solutions"].body if isinstance(n, ast.ImportFrom) and n.level == 1
+                 and n.module and f"solutions.{n.module}" in shipped]
+    stars = [n.module for n in reexports if any(a.name == "*" for a in n.names)]
+    named = [(n.module, [a.name for a in n.names]) for n in reexports if not any(a.name == "*" for a in n.names)]
+    modules = [n.module for n in reexports]
+    imports = [f"from . import {', '.join(modules)}"] if modules else []
+    imports += [f"from .{m} import *" for m in stars]
+    imports += [f"from .{m} import {', '.join(names)}" for m, names in named]
     for module in sorted(partials):
         if library.files[module].name != "__init__.py" and module.count(".") == 1:
             imports.append(f"from .{module.split('.')[1]} import {', '.join(info.partial_modules[module])}")
     top_standins = sorted(standins.get("solutions", ()))
     if top_standins:
         imports.append(f"from ._standins import {', '.join(top_standins)}")
-    exported = [f"*{m}.__all__" for m in stars] + [repr(n) for n in top_standins]
+    exported = ([f"*{m}.__all__" for m in stars] + [repr(n) for _, names in named for n in names]
+                + [repr(n) for n in top_standins])
     imports.append(f"__all__ = [{', '.join(exported)}]")
     files["solutions/__init__.py"] = _SOLUTIONS_INIT.format(
         chapters=", ".join(scope.chapters),

@@ -40,7 +40,7 @@ replaced by nbgrader's stubs, as ``nbgrader generate_assignment`` does) in the c
 edition.
 
 It also sets ``TRANSFORMER_BOOK_STATIC=1`` in the environment the notebook kernels
-inherit, so ``solutions.viz.show_explorer`` draws explorers as static figures.
+inherit, so ``solutions.figures.plots.show_explorer`` draws explorers as static figures.
 
 ``render_notebook`` is a pure function on the notebook dict, tested in
 ``tests/book/test_nbgrader_render.py``.

@@ -109,7 +109,7 @@ def test_release_command(tmp_path):
 def test_release_copies_the_chapter_figures(tmp_path):
     """A chapter's ``figures/*.svg`` lie beside the student notebook, so the notebook's
     ``figures/<name>.svg`` references resolve in Jupyter as they do in the book."""
-    from solutions.diagrams import registry
+    from solutions.figures.diagram import registry
 
     DIAGRAMS = registry()
 

@@ -112,7 +112,7 @@ def test_the_release_holds_no_answer_of_this_or_a_later_chapter(chapter_release)
     assert not found, found[:10]
     assert scan_release(out, [CHAPTER]) == []
     wheel = [n for n in names if "!" in n]
-    assert any(n.endswith("!solutions/viz.py") for n in wheel)
+    assert any(n.endswith("!solutions/figures/plots.py") for n in wheel)
     for module in ("attention", "multihead", "masking", "layers", "model", "decoding", "training"):
         assert not any(n.endswith(f"!solutions/{module}.py") for n in wheel), module
     assert done.package.wheel.name == "transformer_book_student-0.1.0+ch04-py3-none-any.whl"

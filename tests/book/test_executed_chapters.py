@@ -35,8 +35,7 @@ FAIL_MARK = "\u2717"
 
 def _params():
     chapters = toc_chapters()
-    if not chapters:
-        return [pytest.param(None, marks=pytest.mark.skip(reason="no chapter in _toc.yml"), id="none")]
+    assert len(chapters) == 10, f"_toc.yml lists {len(chapters)} chapters, the book has 10: is the search broken?"
     return [pytest.param(p, id=p.stem) for p in chapters]
 
 

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from solutions.viz import plot_attention  # noqa: E402
+from solutions.figures.plots import plot_attention  # noqa: E402
 from explorer_helpers import explorer_namespace  # noqa: E402
 
 

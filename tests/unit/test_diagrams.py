@@ -1,4 +1,4 @@
-"""The book's diagrams (``solutions.diagrams``): well-formed, accessible, readable, current."""
+"""The book's diagrams (``solutions.figures``): well-formed, accessible, readable, current."""
 from __future__ import annotations
 
 import itertools
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from solutions import diagrams
-from solutions.diagrams import MAX_WIDTH, MIN_TEXT_SIZE, Rect, mask_example, text_width
+from solutions.figures import diagram as diagrams
+from solutions.figures.ch06 import MASK_EXAMPLE_LENGTHS, MASK_EXAMPLE_T, mask_example
+from solutions.figures.diagram import MAX_WIDTH, MIN_TEXT_SIZE, Rect, text_width
 from solutions.masking import causal_mask, decoder_mask, padding_mask
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,9 +58,12 @@ def _texts(root: ET.Element) -> list[str]:
 
 def test_registry_lists_each_chapter_figure_once():
     assert set(DIAGRAMS) == set(LAYOUTS) and set(PROMISED) <= set(DIAGRAMS)
-    assert set(diagrams.LAYOUTS) <= set(DIAGRAMS)
-    for module in diagrams.chapter_modules():
-        assert set(module.LAYOUTS) <= set(DIAGRAMS) and not set(module.LAYOUTS) & set(diagrams.LAYOUTS)
+    modules = diagrams.chapter_modules()
+    assert [m.__name__.rsplit(".", 1)[1] for m in modules] == [f"ch{n:02d}" for n in range(1, 11)]
+    for module in modules:
+        assert set(module.LAYOUTS) <= set(DIAGRAMS)
+        chapter = module.__name__.rsplit(".", 1)[1][2:]
+        assert all(path.startswith(f"book/{chapter}_") for path in module.LAYOUTS), module.__name__
     for path in DIAGRAMS:
         assert re.fullmatch(r"book/\d\d_[a-z_]+/figures/[a-z_]+\.svg", path), path
         assert (REPO / path).parent.parent.is_dir(), f"{path}: no such chapter folder"
@@ -169,7 +173,7 @@ def test_every_role_is_named_in_words_and_coloured_distinctly():
 def test_mask_grids_are_the_reference_masks():
     """Chapter 6's grids are what solutions.masking computes (True = may attend)."""
     padding, causal, decoder = mask_example()
-    lengths, T = diagrams.MASK_EXAMPLE_LENGTHS, diagrams.MASK_EXAMPLE_T
+    lengths, T = MASK_EXAMPLE_LENGTHS, MASK_EXAMPLE_T
     ids = torch.tensor([[7] * n + [0] * (T - n) for n in lengths])  # pad_id 0
     assert padding_mask(ids).tolist() == [[p] for p in padding]        # (B, 1, 1, T_k)
     assert causal_mask(T).tolist() == [[causal]]                       # (1, 1, T, T)
@@ -207,13 +211,13 @@ def test_markup_and_bad_arguments():
 
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "solutions.diagrams", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "solutions.figures", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 
 def test_committed_files_are_current():
     proc = _run_cli("--check")
-    assert proc.returncode == 0, proc.stderr + "\nrun `python -m solutions.diagrams` and commit the SVG files"
+    assert proc.returncode == 0, proc.stderr + "\nrun `python -m solutions.figures` and commit the SVG files"
     assert f"{len(DIAGRAMS)} diagrams up to date" in proc.stdout
 
 
@@ -222,7 +226,7 @@ def test_check_names_a_stale_or_missing_file(tmp_path, capsys):
     assert diagrams.stale_files(tmp_path) == [] and diagrams.write_all(tmp_path) == []
     edited, removed = list(DIAGRAMS)[0], list(DIAGRAMS)[-1]
     path = tmp_path / edited
-    path.write_text(path.read_text(encoding="utf-8").replace("softmax", "sofmax"), encoding="utf-8")
+    path.write_text(path.read_text(encoding="utf-8") + "<!-- edited by hand -->\n", encoding="utf-8")
     (tmp_path / removed).unlink()
     assert diagrams.main(["--check", "--root", str(tmp_path)]) == 1
     err = capsys.readouterr().err
@@ -264,12 +268,12 @@ def figure_problems(notebook: Path, repo: Path = REPO) -> list[str]:
             where = f"{notebook.name}: figure {match['src']}"
             path = (notebook.parent / match["src"]).resolve().relative_to(repo.resolve()).as_posix()
             if path not in DIAGRAMS:
-                problems.append(f"{where} is not drawn by solutions.diagrams")
+                problems.append(f"{where} is not drawn by solutions.figures")
                 continue
             options = dict(re.findall(r"^[ \t]*:([\w-]+):[ \t]*(.*?)[ \t]*$", match["options"], re.MULTILINE))
             if options.get("alt") != diagrams.alt_text(path):
                 problems.append(f"{where}: :alt: must be the diagram's alt text "
-                                "(`python -m solutions.diagrams --alt`)")
+                                "(`python -m solutions.figures --alt`)")
             if not options.get("name", "").startswith("fig-"):
                 problems.append(f"{where}: needs :name: fig-...")
             if not match["caption"].strip():

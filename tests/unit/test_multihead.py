@@ -162,3 +162,19 @@ def test_paths_agree_on_cuda_including_fully_masked_rows(dtype):
     assert not torch.isnan(fast).any()
     tol = 1e-5 if dtype == torch.float32 else 2e-3
     torch.testing.assert_close(fast, slow, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_3d_mask_per_sentence_is_refused_even_when_batch_equals_heads(fused):
+    # (B, T_q, T_k) with B == h would silently mask head i with sentence i's mask
+    from solutions.fused import FusedMultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = (FusedMultiHeadAttention if fused else MultiHeadAttention)(8, 2).eval()
+    mha.need_weights = not fused
+    x = torch.randn(2, 3, 8)
+    per_sentence = torch.ones(2, 3, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"3-D mask \(2, 3, 3\) is ambiguous.*mask\[:, None\]"):
+        mha(x, x, x, per_sentence)
+    assert mha(x, x, x, per_sentence[:, None]).shape == (2, 3, 8)  # with the head axis: fine
+    assert mha(x, x, x, per_sentence[:1]).shape == (2, 3, 8)  # (1, T_q, T_k) broadcasts unambiguously

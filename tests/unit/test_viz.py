@@ -1,4 +1,4 @@
-"""Tests of ``solutions.viz``: the plotting helpers draw what they say, on the Agg backend."""
+"""Tests of ``solutions.figures.plots``: the plotting helpers draw what they say, on the Agg backend."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -8,7 +8,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from solutions import viz  # noqa: E402
+from solutions.figures import plots as viz  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -2,19 +2,19 @@
 starts from (text → tokens → ids → one-hot × embedding matrix → vectors × √d_model),
 and the CBOW network that learns an embedding table from the company words keep.
 
-It uses only the book's figure language of :mod:`solutions.diagrams` (tensors with
+It uses only the book's figure language of :mod:`solutions.figures.diagram` (tensors with
 their shapes, operations, arrows, frames and notes). A worked example runs down the
 right-hand side: the sentence "the cat sat" with the ids of a small vocabulary.
 
 ``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
-:mod:`solutions.diagrams`, which draws the SVG from it. (Nothing here is named after a graded
+:mod:`solutions.figures.diagram`, which draws the SVG from it. (Nothing here is named after a graded
 exercise: the grading sandbox withholds the modules that define those names.)
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from solutions.diagrams import GAP, Diagram
+from .diagram import GAP, Diagram
 
 __all__ = ["LAYOUTS"]
 
@@ -140,7 +140,7 @@ def _cbow_layout() -> Diagram:
 
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
-#: (:func:`solutions.diagrams.registry` draws the SVG from it).
+#: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {
     "book/02_tokens_and_embeddings/figures/text_to_vectors.svg": _text_to_vectors_layout,
     "book/02_tokens_and_embeddings/figures/cbow.svg": _cbow_layout,

@@ -1,19 +1,19 @@
 """Chapter 9's diagram: one training step of the encoder–decoder, with every shape.
 
-Drawn in the book's figure language (:mod:`solutions.diagrams`), three columns read
+Drawn in the book's figure language (:mod:`solutions.figures.diagram`), three columns read
 top-down: the source ids go through the encoder to ``memory``; the target sentences,
 shifted right, become the decoder input ``[<sos>, y…]`` and the labels
 ``[y…, <eos>]``; the decoder's logits meet the labels in a cross-entropy with label
 smoothing that skips the pad positions; the scalar loss drives one optimizer step.
 
 ``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
-:mod:`solutions.diagrams`, which draws the SVG from it.
+:mod:`solutions.figures.diagram`, which draws the SVG from it.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from solutions.diagrams import GAP, Diagram
+from .diagram import GAP, Diagram
 
 __all__ = ["LAYOUTS"]
 
@@ -86,5 +86,5 @@ def _training_step_layout() -> Diagram:
 
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
-#: (:func:`solutions.diagrams.registry` draws the SVG from it).
+#: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {FILE: _training_step_layout}

@@ -2,19 +2,19 @@
 what its columns hold (one sinusoid per column pair, wavelengths from 2π to almost
 10000·2π).
 
-It uses the book's figure language of :mod:`solutions.diagrams` (tensors with their
+It uses the book's figure language of :mod:`solutions.figures.diagram` (tensors with their
 shapes, operations, arrows, frames, notes) and adds one element that only this
 chapter needs: a **wave**, a sampled curve drawn as a polyline inside its own box.
 
 ``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
-:mod:`solutions.diagrams`, which draws the SVG from it.
+:mod:`solutions.figures.diagram`, which draws the SVG from it.
 """
 from __future__ import annotations
 
 import math
 from typing import Callable
 
-from solutions.diagrams import ALLOWED, GAP, GRID_LINE, OP_H, TENSOR_H, Diagram, Rect, _num
+from .diagram import ALLOWED, GAP, GRID_LINE, OP_H, TENSOR_H, Diagram, Rect, number
 
 __all__ = ["wave_rows", "LAYOUTS"]
 
@@ -61,7 +61,7 @@ class _WaveDiagram(Diagram):
             The wave's box (zero line and peaks), recorded with the diagram's boxes.
         """
         rect = Rect(left, cy - amplitude - 1, right - left, 2 * amplitude + 2)
-        self._body.append(f'<line x1="{_num(left)}" y1="{_num(cy)}" x2="{_num(right)}" y2="{_num(cy)}" '
+        self._body.append(f'<line x1="{number(left)}" y1="{number(cy)}" x2="{number(right)}" y2="{number(cy)}" '
                           f'stroke="{GRID_LINE}" stroke-width="0.8"/>')
         steps = 400
         span = positions - 1
@@ -155,7 +155,7 @@ def _pe_layout() -> Diagram:
 
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
-#: (:func:`solutions.diagrams.registry` draws the SVG from it).
+#: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {
     "book/03_positional_encoding/figures/positional_encoding.svg": _pe_layout,
 }

@@ -2,17 +2,17 @@
 one fixed context vector beside the one with additive (Bahdanau) attention, and additive
 attention beside the scaled dot-product attention of chapter 4.
 
-Both use the book's figure language of :mod:`solutions.diagrams` (tensors with their
+Both use the book's figure language of :mod:`solutions.figures.diagram` (tensors with their
 shapes, operations, arrows, frames, notes); nothing new is needed.
 
 ``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
-:mod:`solutions.diagrams`, which draws the SVG from it.
+:mod:`solutions.figures.diagram`, which draws the SVG from it.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from solutions.diagrams import GAP, OP_H, Diagram
+from .diagram import GAP, OP_H, Diagram
 
 __all__ = ["LAYOUTS"]
 
@@ -294,7 +294,7 @@ def _lstm_layout() -> Diagram:
 
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
-#: (:func:`solutions.diagrams.registry` draws the SVG from it).
+#: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {
     "book/01_rnn_limitations/figures/sequence_shapes.svg": _shapes_layout,
     "book/01_rnn_limitations/figures/unrolled_rnn.svg": _unrolled_layout,

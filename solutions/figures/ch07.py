@@ -1,18 +1,18 @@
 """Chapter 7's diagram: the encoder layer with its two residual paths, post-norm (the
 paper) and pre-norm (modern models) side by side, with every shape.
 
-It uses only the vocabulary of :mod:`solutions.diagrams` (tensors with their shapes,
+It uses only the vocabulary of :mod:`solutions.figures.diagram` (tensors with their shapes,
 operations, arrows, frames, notes). A residual path is an elbow arrow that leaves the
 main flow before a sub-layer and enters the ``+`` after it from the left.
 
 ``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
-:mod:`solutions.diagrams`, which draws the SVG from it.
+:mod:`solutions.figures.diagram`, which draws the SVG from it.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from solutions.diagrams import GAP, Diagram, Rect
+from .diagram import GAP, Diagram, Rect
 
 __all__ = ["LAYOUTS"]
 
@@ -95,7 +95,7 @@ def _encoder_layer_layout() -> Diagram:
 
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
-#: (:func:`solutions.diagrams.registry` draws the SVG from it).
+#: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {
     "book/07_add_and_norm/figures/encoder_layer_norms.svg": _encoder_layer_layout,
 }

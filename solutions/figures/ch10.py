@@ -1,6 +1,6 @@
 """Chapter 10's diagram: the decoding loop with the key/value cache, with every shape.
 
-Drawn in the book's figure language (:mod:`solutions.diagrams`), two columns read
+Drawn in the book's figure language (:mod:`solutions.figures.diagram`), two columns read
 top-down. Left, done once per sentence: the source ids go through the encoder to
 ``memory``, whose cross-attention keys and values every decoder layer projects once.
 Right, done once per generated token: the newest token is embedded at its position,
@@ -9,13 +9,13 @@ position per step) and over the cached memory keys and values; the output projec
 gives the logits of the next token, whose arg-max is fed back in.
 
 ``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
-:mod:`solutions.diagrams`, which draws the SVG from it.
+:mod:`solutions.figures.diagram`, which draws the SVG from it.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from solutions.diagrams import GAP, Diagram
+from .diagram import GAP, Diagram
 
 __all__ = ["LAYOUTS"]
 
@@ -87,5 +87,5 @@ def _decoding_loop_layout() -> Diagram:
 
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
-#: (:func:`solutions.diagrams.registry` draws the SVG from it).
+#: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {FILE: _decoding_loop_layout}

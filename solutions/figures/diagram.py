@@ -10,18 +10,18 @@ has learnt to read one diagram can read them all:
 * an **operation** is a white rounded pill (``Q @ K^T``, ``softmax over the keys``,
   ``split heads``); a dashed pill is an optional step;
 * a **mask** is a small boolean grid, queries on the rows and keys on the columns
-  as in :func:`solutions.viz.plot_mask`: a filled cell is True (may attend), an
+  as in :func:`solutions.figures.plots.plot_mask`: a filled cell is True (may attend), an
   empty hatched cell is False (masked);
 * **data flow** is an arrow; a dashed **frame** groups what happens per head or per
   layer; a **note** in a smaller, muted font says what a step does or what shape
   travels along an arrow.
 
-A diagram is a function returning its :class:`Diagram` (the layout, which
-``.svg()`` turns into the SVG text); :data:`LAYOUTS` maps the file it is written to
-(relative to the repository) to that function, :func:`layouts` adds those of the
-chapter modules ``solutions/diagrams_<name>.py``, and :func:`registry` gives, for
-each file, the function that draws its SVG. ``python -m
-solutions.diagrams`` writes every file; ``python -m solutions.diagrams --check``
+This module is the vocabulary and the command; the drawings live in one module per
+chapter, ``solutions/figures/chNN.py``. A diagram is a function returning its
+:class:`Diagram` (the layout, which ``.svg()`` turns into the SVG text); each chapter
+module's ``LAYOUTS`` maps the file it is written to (relative to the repository) to that
+function, :func:`layouts` gathers them, and :func:`registry` gives, for each file, the
+function that draws its SVG. ``python -m solutions.figures`` writes every file; ``python -m solutions.figures --check``
 exits with status 1 and names the files that differ from what the code draws (a
 test runs it, so a drawing edited by hand or left stale fails CI).
 
@@ -53,9 +53,8 @@ __all__ = [
     "Diagram",
     "text_width",
     "plain_text",
-    "mask_example",
+    "number",
     "MAX_WIDTH",
-    "LAYOUTS",
     "chapter_modules",
     "registry",
     "layouts",
@@ -65,7 +64,7 @@ __all__ = [
     "main",
 ]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------- palette
 
@@ -105,7 +104,7 @@ ROLES: dict[str, Role] = {
 
 INK = "#1a1a1a"          # text and arrows
 MUTED = "#555555"        # notes (7.5:1 against white)
-ALLOWED = "#2b6cb0"      # a True mask cell: the colour of solutions.viz.plot_mask
+ALLOWED = "#2b6cb0"      # a True mask cell: the colour of solutions.figures.plots.plot_mask
 GRID_LINE = "#8a8a8a"
 HATCH = "#b4b4b4"
 
@@ -220,7 +219,7 @@ def _script_size(size: float) -> float:
     return max(0.75 * size, MIN_TEXT_SIZE)
 
 
-def _num(value: float) -> str:
+def number(value: float) -> str:
     """A coordinate as short, stable text (one decimal at most)."""
     text = f"{value:.1f}"
     return text[:-2] if text.endswith(".0") else text
@@ -381,7 +380,7 @@ class Diagram:
             classes.append("bold")
         if muted:
             classes.append("muted")
-        attrs = (f'x="{_num(x)}" y="{_num(baseline)}" font-size="{_num(size)}" '
+        attrs = (f'x="{number(x)}" y="{number(baseline)}" font-size="{number(size)}" '
                  f'text-anchor="{anchor}" class="{" ".join(classes)}"')
         if mono:
             attrs += ' xml:space="preserve"'
@@ -399,9 +398,9 @@ class Diagram:
             target = {"": 0.0, "sup": -0.4 * size, "sub": 0.25 * size}[script]
             dy = target - shift
             shift = target
-            attrs = f' dy="{_num(dy)}"' if dy else ""
+            attrs = f' dy="{number(dy)}"' if dy else ""
             if script:
-                attrs += f' font-size="{_num(_script_size(size))}"'
+                attrs += f' font-size="{number(_script_size(size))}"'
             out.append(f"<tspan{attrs}>{escape(run)}</tspan>" if attrs else escape(run))
         return "".join(out)
 
@@ -517,7 +516,7 @@ class Diagram:
                 for j, allowed in enumerate(row):
                     fill = ALLOWED if allowed else "url(#hatch)"
                     self._body.append(
-                        f'<rect x="{_num(gx + j * CELL)}" y="{_num(grid_top + i * CELL)}" width="{CELL}" '
+                        f'<rect x="{number(gx + j * CELL)}" y="{number(grid_top + i * CELL)}" width="{CELL}" '
                         f'height="{CELL}" fill="{fill}" stroke="{GRID_LINE}" stroke-width="0.8"/>')
             self._text(caption, x + slot / 2, grid_top + len(grid) * CELL + 15, CAPTION_SIZE, owner=rect)
             x += slot + 18
@@ -531,7 +530,7 @@ class Diagram:
         for allowed, words in ((True, "True: may attend"), (False, "False: masked (−∞)")):
             cell = Rect(x, baseline - 12, 14, 14)
             fill = ALLOWED if allowed else "url(#hatch)"
-            self._body.append(f'<rect x="{_num(cell.x)}" y="{_num(cell.y)}" width="14" height="14" '
+            self._body.append(f'<rect x="{number(cell.x)}" y="{number(cell.y)}" width="14" height="14" '
                               f'fill="{fill}" stroke="{GRID_LINE}" stroke-width="0.8"/>')
             self.boxes.append(cell)
             parts.append(cell)
@@ -544,7 +543,7 @@ class Diagram:
         if len(points) < 2:
             raise ValueError(f"an arrow needs at least two points, got {len(points)}")
         self.segments.extend(zip(points[:-1], points[1:]))
-        path = " ".join(f"{_num(x)},{_num(y)}" for x, y in points)
+        path = " ".join(f"{number(x)},{number(y)}" for x, y in points)
         dash = ' stroke-dasharray="5 4"' if dashed else ""
         self._body.append(f'<polyline points="{path}" fill="none" stroke="{INK}" stroke-width="1.4"'
                           f'{dash} marker-end="url(#arrowhead)"/>')
@@ -615,9 +614,9 @@ class Diagram:
               stroke_width: float = 1.5) -> None:
         dash = ' stroke-dasharray="6 4"' if dashed else ""
         self._body.append(
-            f'<rect x="{_num(rect.x)}" y="{_num(rect.y)}" width="{_num(rect.w)}" height="{_num(rect.h)}" '
-            f'rx="{_num(radius)}" fill="{fill}" stroke="{stroke}" '
-            f'stroke-width="{_num(stroke_width)}"{dash}/>')
+            f'<rect x="{number(rect.x)}" y="{number(rect.y)}" width="{number(rect.w)}" height="{number(rect.h)}" '
+            f'rx="{number(radius)}" fill="{fill}" stroke="{stroke}" '
+            f'stroke-width="{number(stroke_width)}"{dash}/>')
 
     @property
     def bounds(self) -> Rect:
@@ -641,14 +640,14 @@ class Diagram:
         if box.w > MAX_WIDTH:
             raise ValueError(f"diagram {self.name!r} is {box.w:.0f} px wide, more than {MAX_WIDTH} px: "
                              "the book's column would shrink its text below 12 px")
-        x0, y0, width, height = _num(box.x), _num(box.y), _num(box.w), _num(box.h)
+        x0, y0, width, height = number(box.x), number(box.y), number(box.w), number(box.h)
         title_id, desc_id = f"{self.name}-title", f"{self.name}-desc"
         head = [
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="{x0} {y0} {width} {height}" role="img" aria-labelledby="{title_id} {desc_id}">',
             f'<title id="{title_id}">{escape(self.title)}</title>',
             f'<desc id="{desc_id}">{escape(self.desc)}</desc>',
-            "<!-- Generated by `python -m solutions.diagrams` (solutions/diagrams.py): do not edit. -->",
+            "<!-- Generated by `python -m solutions.figures` (solutions/figures/): do not edit. -->",
             "<defs>",
             "<style>"
             f"text{{fill:{INK}}} .sans{{font-family:{SANS}}} .mono{{font-family:{MONO}}} "
@@ -666,265 +665,28 @@ class Diagram:
         return "\n".join(head + self._body + ["</svg>"]) + "\n"
 
 
-# --------------------------------------------------------------------------- the diagrams
-
-
-def _sdpa_layout() -> Diagram:
-    """Chapter 4: scaled dot-product attention, every shape and the slot where a mask enters."""
-    d = Diagram(
-        name="scaled-dot-product-attention",
-        title="Scaled dot-product attention",
-        desc=("A top-to-bottom flow diagram of scaled dot-product attention. Q (n_q, d_k) and K "
-              "(n_k, d_k) enter the product Q @ Kᵀ, giving the scores (n_q, n_k); the scores are "
-              "divided by √d_k, pass an optional mask slot (chapter 6) and a softmax over the keys,"
-              " giving the weights (n_q, n_k); the product of the weights with V (n_k, d_v) gives "
-              "the output (n_q, d_v)."),
-    )
-    main_x = 240  # the column of the main flow
-    q = d.tensor("Q", "(n_q, d_k)", "queries", cx=150, top=20)
-    k = d.tensor("K", "(n_k, d_k)", "keys", cx=330, top=20)
-    v = d.tensor("V", "(n_k, d_v)", "values", cx=585, top=20)
-
-    y = q.bottom + GAP + 4
-    matmul_qk = d.operation("Q @ K^T", cx=main_x, top=y)
-    d.arrow((q.cx, q.bottom), (matmul_qk.cx - 22, matmul_qk.top))
-    d.arrow((k.cx, k.bottom), (matmul_qk.cx + 22, matmul_qk.top))
-    d.note(["K^T: (d_k, n_k), K transposed"], x=matmul_qk.right + 14, top=matmul_qk.top + 8)
-
-    scores = d.tensor("Q K^T", "(n_q, n_k)", "scores", cx=main_x, top=matmul_qk.bottom + GAP)
-    d.down(matmul_qk, scores)
-    d.note(["one row per query,", "one column per key"], x=scores.right + 14, top=scores.top + 6)
-
-    scale = d.operation("÷ √d_{k}", cx=main_x, top=scores.bottom + GAP)
-    d.down(scores, scale)
-
-    masked = d.operation("optional mask (ch. 6)", cx=main_x, top=scale.bottom + GAP + 4, dashed=True)
-    d.down(scale, masked)
-    d.note("(n_q, n_k)", x=main_x + 10, top=scale.bottom + 7, mono=True)
-    mask = d.tensor("mask", "(n_q, n_k)", "masks", cx=480, top=masked.cy - TENSOR_H / 2,
-                    word="True = may attend", dashed=True)
-    d.arrow((mask.left, masked.cy), (masked.right, masked.cy), dashed=True)
-    d.note(["where the mask is False,", "the score becomes −∞"], x=mask.left, top=mask.bottom + 6)
-
-    softmax = d.operation("softmax over the keys", cx=main_x, top=masked.bottom + GAP + 4)
-    d.down(masked, softmax)
-    d.note("(n_q, n_k)", x=main_x + 10, top=masked.bottom + 7, mono=True)
-
-    weights = d.tensor("weights", "(n_q, n_k)", "scores", word="", cx=main_x, top=softmax.bottom + GAP)
-    d.down(softmax, weights)
-    d.note(["each row sums to 1", "(−∞ → weight exactly 0)"], x=weights.right + 14, top=weights.top + 6)
-
-    matmul_v = d.operation("weights @ V", cx=main_x, top=weights.bottom + GAP)
-    d.down(weights, matmul_v)
-    d.arrow((v.cx, v.bottom), (v.cx, matmul_v.cy), (matmul_v.right, matmul_v.cy))
-
-    out = d.tensor("output", "(n_q, d_v)", "other", cx=main_x, top=matmul_v.bottom + GAP)
-    d.down(matmul_v, out)
-    d.note(["one weighted average", "of the values per query"], x=out.right + 14, top=out.top + 6)
-    return d
-
-
-def _mha_layout() -> Diagram:
-    """Chapter 5: project → split → attend per head → merge → project, with every shape."""
-    d = Diagram(
-        name="multi-head-attention",
-        title="Multi-head attention",
-        desc=("Data-flow diagram of multi-head self-attention. The input x of shape (B, T, d_model)"
-              " is projected by W^Q, W^K and W^V into queries, keys and values of the same shape; "
-              "each is split into h heads of shape (B, h, T, d_k); scaled dot-product attention "
-              "runs in every head at once, with weights of shape (B, h, T_q, T_k); the heads are "
-              "merged back to (B, T, h·d_k), which is (B, T, d_model), and W^O mixes them into the "
-              "output."),
-    )
-    lanes = {"queries": 95, "keys": 255, "values": 415}
-    names = {"queries": "Q", "keys": "K", "values": "V"}
-    note_x = 496
-    x = d.tensor("x", "(B, T, d_model)", "other", word="input", cx=lanes["keys"], top=20)
-
-    projections = {}
-    top = x.bottom + GAP + 4
-    for role, cx in lanes.items():
-        projections[role] = d.operation(f"@ W^{names[role]}", cx=cx, top=top)
-        d.arrow((x.cx + (cx - x.cx) * 0.25, x.bottom), (cx, top))
-    d.note("learned matrices:", x=note_x, top=top - 4)
-    d.note("(d_model, d_model)", x=note_x, top=top + 14, mono=True)
-
-    full = {}
-    top = top + OP_H + GAP
-    for role, cx in lanes.items():
-        full[role] = d.tensor(names[role], "(B, T, d_model)", role, cx=cx, top=top, min_width=140)
-        d.down(projections[role], full[role])
-
-    split = {}
-    top = top + TENSOR_H + GAP
-    for role, cx in lanes.items():
-        split[role] = d.operation("split heads", cx=cx, top=top)
-        d.down(full[role], split[role])
-    d.note(["view (B, T, h, d_k),", "then swap T and h"], x=note_x, top=top - 2)
-
-    heads_in = {}
-    top = top + OP_H + GAP
-    for role, cx in lanes.items():
-        heads_in[role] = d.tensor(names[role], "(B, h, T, d_k)", role, cx=cx, top=top, min_width=140)
-        d.down(split[role], heads_in[role])
-    d.note(["d_k = d_model / h"], x=note_x, top=top + 6, mono=True)
-    d.note(["one slice per head"], x=note_x, top=top + 28)
-
-    top = top + TENSOR_H + GAP + 20
-    attend = d.operation("scaled dot-product attention (ch. 4)", cx=lanes["keys"], top=top)
-    weights = d.tensor("weights", "(B, h, T_q, T_k)", "scores", word="", cx=note_x + 44,
-                       top=attend.cy - TENSOR_H / 2)
-    d.arrow((attend.right, attend.cy), (weights.left, attend.cy))
-    for role, cx in lanes.items():
-        d.arrow((cx, heads_in[role].bottom), (attend.cx + (cx - attend.cx) * 0.55, attend.top))
-    per_head = d.frame([attend, weights], "× h heads, in parallel", label_at="bottom-right")
-
-    heads_out = d.tensor("heads", "(B, h, T, d_k)", "other", cx=lanes["keys"], top=per_head.bottom + GAP)
-    d.down(attend, heads_out)
-
-    merge = d.operation("merge heads", cx=lanes["keys"], top=heads_out.bottom + GAP)
-    d.down(heads_out, merge)
-    d.note(["swap h and T back,", "then reshape"], x=note_x, top=merge.top - 2)
-
-    concat = d.tensor("concat", "(B, T, h·d_k)", "other", cx=lanes["keys"], top=merge.bottom + GAP)
-    d.down(merge, concat)
-    d.note(["h heads side by side:", "h·d_k = d_model"], x=note_x, top=concat.top + 6)
-
-    project = d.operation("@ W^O", cx=lanes["keys"], top=concat.bottom + GAP)
-    d.down(concat, project)
-    d.note("mixes the heads:", x=note_x, top=project.top - 4)
-    d.note("(d_model, d_model)", x=note_x, top=project.top + 14, mono=True)
-
-    out = d.tensor("output", "(B, T, d_model)", "other", cx=lanes["keys"], top=project.bottom + GAP)
-    d.down(project, out)
-    return d
-
-
-#: Chapter 6's example batch: two target sentences of lengths 4 and 3, padded to T = 4.
-MASK_EXAMPLE_LENGTHS = (4, 3)
-MASK_EXAMPLE_T = 4
-
-
-def mask_example(lengths: Sequence[int] = MASK_EXAMPLE_LENGTHS, T: int = MASK_EXAMPLE_T):
-    """The grids chapter 6's diagram draws, computed from their definitions (True = may attend).
-
-    Args:
-        lengths: the real length of each sentence of the batch (at most ``T``).
-        T: the padded length.
-
-    Returns:
-        ``(padding, causal, decoder)``: ``padding[b]`` is sentence ``b``'s one-row grid
-        (the ``(1, 1, 1, T_k)`` slice of the padding mask), ``causal`` the ``(T, T)``
-        lower-triangular grid, ``decoder[b]`` their broadcast logical and, ``(T, T)``.
-    """
-    if any(not 0 < n <= T for n in lengths):
-        raise ValueError(f"every length must be in 1..T = {T}, got {tuple(lengths)}")
-    padding = [[[j < n for j in range(T)]] for n in lengths]      # key j is a real token
-    causal = [[j <= i for j in range(T)] for i in range(T)]        # query i sees keys 0..i
-    decoder = [[[c and p for c, p in zip(c_row, pad[0])] for c_row in causal] for pad in padding]
-    return padding, causal, decoder
-
-
-def _mask_layout() -> Diagram:
-    """Chapter 6: how a padding and a causal mask broadcast together and meet the scores."""
-    lengths = MASK_EXAMPLE_LENGTHS
-    padding, causal, combined = mask_example()
-    d = Diagram(
-        name="mask-broadcast",
-        title="How the padding and causal masks broadcast and meet the scores",
-        desc=("For two target sentences of lengths 4 and 3 padded to T = 4, a padding mask of shape"
-              " (B, 1, 1, T_k) and a causal mask of shape (1, 1, T, T) are combined with a logical "
-              "AND into a decoder mask of shape (B, 1, T, T). The mask is repeated over the h heads"
-              " and meets the scores of shape (B, h, T_q, T_k) in a masked fill before the softmax,"
-              " so masked weights are exactly 0."),
-    )
-    pad_cx, causal_cx = 150, 405
-    legend = d.mask_legend(x=24, baseline=20 + NOTE_SIZE)
-    d.note("rows: queries, columns: keys", x=legend.right + 18, top=20)
-    top = legend.bottom + 18
-    pad_captions = [f"b = {b}: length {n}" for b, n in enumerate(lengths)]
-    _, pad_h = Diagram.mask_size(padding, "padding mask", "(B, 1, 1, T_k)", pad_captions)
-    pad = d.mask(padding, label="padding mask", shape="(B, 1, 1, T_k)", captions=pad_captions,
-                 cx=pad_cx, top=top)
-    causal_box = d.mask([causal], label="causal mask", shape="(1, 1, T, T)", captions=["every b"],
-                        cx=causal_cx, top=top)
-    d.note(["one row per sentence,", "stretched over the", "T_q query rows"], x=pad.left, top=pad.bottom + 8)
-    d.note(["query i may attend", "to keys 0 … i;", "one grid for every b"],
-           x=causal_box.right + 14, top=causal_box.top + 30)
-
-    both = d.operation("∧  logical and, broadcast", cx=(pad_cx + causal_cx) / 2 + 20,
-                       top=causal_box.bottom + GAP + 4)
-    d.arrow((pad.right - 24, pad.bottom), (both.cx - 40, both.top))
-    d.arrow((causal_box.cx, causal_box.bottom), (both.cx + 40, both.top))
-
-    decoder_top = both.bottom + GAP
-    decoder = d.mask(combined, label="decoder mask", shape="(B, 1, T, T)",
-                     captions=[f"b = {b}" for b in range(len(lengths))], cx=200, top=decoder_top)
-    d.arrow((both.cx, both.bottom), (both.cx, both.bottom + GAP / 2), (decoder.cx, both.bottom + GAP / 2),
-            (decoder.cx, decoder.top))
-    scores = d.tensor("scores", "(B, h, T_q, T_k)", "scores", word="Q K^T / √d_{k}", cx=520,
-                      top=decoder.cy - TENSOR_H / 2)
-    d.note(["b = 1: query 3 may not", "see key 3 (padding)"], x=24, top=decoder.bottom + 8)
-
-    fill = d.operation("masked_fill(¬mask, −∞)", cx=(decoder.cx + scores.cx) / 2,
-                       top=max(decoder.bottom, scores.bottom) + GAP + 4)
-    d.arrow((decoder.cx, decoder.bottom), (fill.cx - 50, fill.top))
-    d.arrow((scores.cx, scores.bottom), (fill.cx + 50, fill.top))
-    d.note(["the mask is repeated", "over the h heads"], x=fill.right + 14, top=fill.top - 4)
-
-    softmax = d.operation("softmax over the keys", cx=fill.cx, top=fill.bottom + GAP)
-    d.down(fill, softmax)
-    weights = d.tensor("weights", "(B, h, T_q, T_k)", "scores", word="", cx=fill.cx,
-                       top=softmax.bottom + GAP)
-    d.down(softmax, weights)
-    d.note(["False → weight exactly 0;", "each row still sums to 1"],
-           x=weights.right + 14, top=weights.top + 6)
-
-    table = [
-        "padding  (2, 1, 1, 4)   (B, 1, 1, T_k)",
-        "causal   (1, 1, 4, 4)   (1, 1, T, T)",
-        "∧ mask   (2, 1, 4, 4)   (B, 1, T, T)",
-        "scores   (2, h, 4, 4)   (B, h, T_q, T_k)",
-    ]
-    table_top = weights.bottom + 22
-    d.note("the shapes, axis by axis (a size-1 axis stretches to match):", x=24, top=table_top)
-    d.note(table, x=24, top=table_top + 22, mono=True)
-    return d
-
-
-#: The diagrams of this module: file, relative to the repository, → the function laying it
-#: out (its text boxes and element boxes, for the tests; ``.svg()`` for the file).
-LAYOUTS: dict[str, Callable[[], Diagram]] = {
-    "book/04_self_attention/figures/scaled_dot_product_attention.svg": _sdpa_layout,
-    "book/05_multi_head_attention/figures/multi_head_attention.svg": _mha_layout,
-    "book/06_masking/figures/mask_broadcast.svg": _mask_layout,
-}
-
-
 def chapter_modules() -> list:
-    """The modules ``solutions/diagrams_<name>.py``, in name order.
+    """The chapter modules ``solutions/figures/chNN.py``, in chapter order.
 
-    A chapter whose diagram needs an element of its own (a wave, a stack of layers)
-    draws it in such a module, built on :class:`Diagram`, with its own ``LAYOUTS``
-    dictionary; :func:`layouts` gathers them (and :func:`registry` draws from them),
-    so there is still one list of the book's diagrams and one command that writes them.
-    They are imported here, lazily, because they import this module.
+    Each draws its chapter's diagrams with :class:`Diagram` and lists them in its own
+    ``LAYOUTS`` dictionary; :func:`layouts` gathers them (and :func:`registry` draws from
+    them), so there is one list of the book's diagrams and one command that writes them.
+    They are imported lazily because they import this module.
     """
     folder = Path(__file__).resolve().parent
-    return [importlib.import_module(f"{__package__ or 'solutions'}.{path.stem}")
-            for path in sorted(folder.glob("diagrams_*.py"))]
+    return [importlib.import_module(f"{__package__}.{path.stem}") for path in sorted(folder.glob("ch[0-9][0-9].py"))]
 
 
 def layouts() -> dict[str, Callable[[], Diagram]]:
     """Every diagram's layout function (its :class:`Diagram`), by file.
 
     Returns:
-        :data:`LAYOUTS` and the ``LAYOUTS`` of every chapter module, in that order.
+        The ``LAYOUTS`` of every chapter module, in chapter order.
 
     Raises:
         ValueError: when two modules register the same file.
     """
-    merged = dict(LAYOUTS)
+    merged: dict[str, Callable[[], Diagram]] = {}
     for module in chapter_modules():
         clash = sorted(set(module.LAYOUTS) & set(merged))
         if clash:
@@ -1002,7 +764,7 @@ def alt_text(path: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m solutions.diagrams [--check | --alt] [--root DIR]``.
+    """``python -m solutions.figures [--check | --alt] [--root DIR]``.
 
     Args:
         argv: the arguments (default ``sys.argv[1:]``).
@@ -1011,8 +773,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status: 0, or 1 when ``--check`` finds stale files.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m solutions.diagrams",
-        description="Write the book's diagrams (SVG) from solutions/diagrams.py.")
+        prog="python -m solutions.figures",
+        description="Write the book's diagrams (SVG) from solutions/figures/.")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 and name the files that differ from the code")
     parser.add_argument("--alt", action="store_true",
@@ -1029,7 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for relative in stale:
             print(f"stale: {relative}", file=sys.stderr)
         if stale:
-            print("run `python -m solutions.diagrams` and commit the SVG files", file=sys.stderr)
+            print("run `python -m solutions.figures` and commit the SVG files", file=sys.stderr)
             return 1
         print(f"{len(registry())} diagrams up to date")
         return 0

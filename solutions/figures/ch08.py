@@ -1,20 +1,20 @@
 """Chapter 8's diagram: the full encoder–decoder Transformer with every shape.
 
 The reader's own map of the paper's Figure 1, drawn top-down in the book's figure
-language of :mod:`solutions.diagrams`: the encoder column on the left (source ids →
+language of :mod:`solutions.figures.diagram`: the encoder column on the left (source ids →
 embedding and positions → N encoder layers → ``memory``), the decoder column on the
 right (target ids → embedding and positions → N decoder layers, each reading
 ``memory`` in its cross-attention → the output projection → logits → softmax), and
 the mask each attention takes.
 
 ``LAYOUTS`` maps each file written to the function that lays the diagram out, as in
-:mod:`solutions.diagrams`, which draws the SVG from it.
+:mod:`solutions.figures.diagram`, which draws the SVG from it.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from solutions.diagrams import GAP, Diagram
+from .diagram import GAP, Diagram
 
 __all__ = ["LAYOUTS"]
 
@@ -111,5 +111,5 @@ def _encoder_decoder_layout() -> Diagram:
 
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
-#: (:func:`solutions.diagrams.registry` draws the SVG from it).
+#: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
 LAYOUTS: dict[str, Callable[[], Diagram]] = {FILE: _encoder_decoder_layout}

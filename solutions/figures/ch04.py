@@ -1,0 +1,74 @@
+"""Chapter 4's diagram: scaled dot-product attention, every shape and the slot where a mask enters.
+
+Drawn in the book's figure language (:mod:`solutions.figures.diagram`). ``LAYOUTS`` maps
+the file written to the function that lays the diagram out; :func:`solutions.figures.diagram.registry`
+draws the SVG from it.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .diagram import GAP, TENSOR_H, Diagram
+
+__all__ = ["LAYOUTS"]
+
+
+def _sdpa_layout() -> Diagram:
+    """Chapter 4: scaled dot-product attention, every shape and the slot where a mask enters."""
+    d = Diagram(
+        name="scaled-dot-product-attention",
+        title="Scaled dot-product attention",
+        desc=("A top-to-bottom flow diagram of scaled dot-product attention. Q (n_q, d_k) and K "
+              "(n_k, d_k) enter the product Q @ Kᵀ, giving the scores (n_q, n_k); the scores are "
+              "divided by √d_k, pass an optional mask slot (chapter 6) and a softmax over the keys,"
+              " giving the weights (n_q, n_k); the product of the weights with V (n_k, d_v) gives "
+              "the output (n_q, d_v)."),
+    )
+    main_x = 240  # the column of the main flow
+    q = d.tensor("Q", "(n_q, d_k)", "queries", cx=150, top=20)
+    k = d.tensor("K", "(n_k, d_k)", "keys", cx=330, top=20)
+    v = d.tensor("V", "(n_k, d_v)", "values", cx=585, top=20)
+
+    y = q.bottom + GAP + 4
+    matmul_qk = d.operation("Q @ K^T", cx=main_x, top=y)
+    d.arrow((q.cx, q.bottom), (matmul_qk.cx - 22, matmul_qk.top))
+    d.arrow((k.cx, k.bottom), (matmul_qk.cx + 22, matmul_qk.top))
+    d.note(["K^T: (d_k, n_k), K transposed"], x=matmul_qk.right + 14, top=matmul_qk.top + 8)
+
+    scores = d.tensor("Q K^T", "(n_q, n_k)", "scores", cx=main_x, top=matmul_qk.bottom + GAP)
+    d.down(matmul_qk, scores)
+    d.note(["one row per query,", "one column per key"], x=scores.right + 14, top=scores.top + 6)
+
+    scale = d.operation("÷ √d_{k}", cx=main_x, top=scores.bottom + GAP)
+    d.down(scores, scale)
+
+    masked = d.operation("optional mask (ch. 6)", cx=main_x, top=scale.bottom + GAP + 4, dashed=True)
+    d.down(scale, masked)
+    d.note("(n_q, n_k)", x=main_x + 10, top=scale.bottom + 7, mono=True)
+    mask = d.tensor("mask", "(n_q, n_k)", "masks", cx=480, top=masked.cy - TENSOR_H / 2,
+                    word="True = may attend", dashed=True)
+    d.arrow((mask.left, masked.cy), (masked.right, masked.cy), dashed=True)
+    d.note(["where the mask is False,", "the score becomes −∞"], x=mask.left, top=mask.bottom + 6)
+
+    softmax = d.operation("softmax over the keys", cx=main_x, top=masked.bottom + GAP + 4)
+    d.down(masked, softmax)
+    d.note("(n_q, n_k)", x=main_x + 10, top=masked.bottom + 7, mono=True)
+
+    weights = d.tensor("weights", "(n_q, n_k)", "scores", word="", cx=main_x, top=softmax.bottom + GAP)
+    d.down(softmax, weights)
+    d.note(["each row sums to 1", "(−∞ → weight exactly 0)"], x=weights.right + 14, top=weights.top + 6)
+
+    matmul_v = d.operation("weights @ V", cx=main_x, top=weights.bottom + GAP)
+    d.down(weights, matmul_v)
+    d.arrow((v.cx, v.bottom), (v.cx, matmul_v.cy), (matmul_v.right, matmul_v.cy))
+
+    out = d.tensor("output", "(n_q, d_v)", "other", cx=main_x, top=matmul_v.bottom + GAP)
+    d.down(matmul_v, out)
+    d.note(["one weighted average", "of the values per query"], x=out.right + 14, top=out.top + 6)
+    return d
+
+
+#: Chapter diagrams: file (relative to the repository) → the function laying it out.
+LAYOUTS: dict[str, Callable[[], Diagram]] = {
+    "book/04_self_attention/figures/scaled_dot_product_attention.svg": _sdpa_layout,
+}

@@ -1,0 +1,98 @@
+"""The house of ``solutions``: reference modules in chapter order, the figures and the
+practitioner's application apart, and an ``import solutions`` that stays cheap.
+
+Read from the code (the imports, with :mod:`ast`), not from a list kept by hand, so a new
+import that breaks the direction fails here.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "solutions"
+
+#: The chapter each reference module belongs to: the latest chapter whose material it holds.
+CHAPTER = {
+    "rnn": 1, "tokens": 2, "embeddings": 2, "positional": 3, "attention": 4, "multihead": 5, "fused": 5,
+    "masking": 6, "layers": 7, "decoder": 8, "model": 8, "training": 9, "kv_cache": 10, "decoding": 10,
+}
+#: The practitioner's application: imports the reference, never imported by it.
+APPLICATION = {"data", "trainer", "distributed", "bench", "cli", "__main__"}
+#: The one import against the reading order, kept on purpose: chapter 5's MultiHeadAttention
+#: (an exercise whose text is the notebook's solution cell) takes a mask through chapter 6's
+#: masked_softmax, which chapter 5's setup cell imports ahead of its chapter.
+AHEAD_OF_ORDER = {("multihead", "masking")}
+
+
+def _imports(path: Path) -> set[str]:
+    """The ``solutions`` modules a file imports (relative or absolute), as dotted names below ``solutions``."""
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            names = [module] + [f"{module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found |= {n.split(".", 2)[1] if n.count(".") else "" for n in names if n.startswith("solutions.")}
+        found |= {".".join(n.split(".")[1:3]) for n in names if n.startswith("solutions.figures")}
+    return {f for f in found if f}
+
+
+def test_every_module_has_a_place():
+    top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert top == set(CHAPTER) | APPLICATION, "a new module of solutions/ needs a chapter or a place in the application"
+
+
+def test_reference_modules_import_only_earlier_or_same_chapters():
+    for module, chapter in CHAPTER.items():
+        for target in _imports(PACKAGE / f"{module}.py"):
+            assert target not in APPLICATION, f"solutions.{module} imports the application module {target}"
+            assert not target.startswith("figures"), f"solutions.{module} imports the figures ({target})"
+            if (module, target) in AHEAD_OF_ORDER:
+                continue
+            assert CHAPTER[target] <= chapter, (
+                f"solutions.{module} (chapter {chapter}) imports solutions.{target} (chapter {CHAPTER[target]})")
+
+
+def test_the_exception_to_reading_order_is_still_needed():
+    for module, target in AHEAD_OF_ORDER:
+        assert target in _imports(PACKAGE / f"{module}.py"), f"drop ({module}, {target}) from AHEAD_OF_ORDER"
+
+
+def test_figures_import_nothing_of_the_reference():
+    files = sorted((PACKAGE / "figures").glob("*.py"))
+    assert {p.stem for p in files} >= {"__init__", "diagram", "plots"} | {f"ch{n:02d}" for n in range(1, 11)}
+    for path in files:
+        outside = {t for t in _imports(path) if not t.startswith("figures")}
+        assert not outside, f"solutions/figures/{path.name} imports {sorted(outside)}"
+
+
+def test_the_package_exports_by_name_and_never_star():
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    stars = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)]
+    assert stars == []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        assert not any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree)), path
+
+
+def test_import_solutions_is_cheap():
+    probe = ("import json, sys; import torch; before = set(sys.modules); import solutions; "
+             "print(json.dumps(sorted(set(sys.modules) - before)))")
+    loaded = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                                       cwd=PACKAGE.parent).stdout)
+    heavy = [m for m in loaded if m.split(".")[0] in {"sacrebleu", "tqdm", "tokenizers", "matplotlib", "ipywidgets"}]
+    assert heavy == []
+    application = [m for m in loaded if m.split(".")[0] == "solutions" and len(m.split(".")) > 1
+                   and m.split(".")[1] in APPLICATION | {"figures"}]
+    assert application == []
