@@ -128,7 +128,7 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
     def ours(fused):
         torch.manual_seed(0)
         model = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout, max_len=512)
-        return fuse_attention(model, fused).set_fused(True)  # SDPA on both; packed projections or not
+        return fuse_attention(model.set_fused(True), fused)  # SDPA on both; packed projections or not
 
     torch.manual_seed(0)
     theirs = TorchTransformerBaseline(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout)
@@ -227,7 +227,7 @@ def bench_translation(d_model=256, num_heads=8, num_layers=3, d_ff=1024, sentenc
     now = _clock(clock, device)
     torch.manual_seed(0)
     model = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, 0.0, max_len=512)
-    model = fuse_attention(model).set_fused(True).to(device).eval()
+    model = model.set_fused(True).to(device).eval()
     src, _, _ = _random_batch(sentences, src_len, 2, vocab, device, torch.Generator().manual_seed(4))
     never = -1  # an <eos> id no arg-max can produce: every sentence decodes new_tokens tokens
 

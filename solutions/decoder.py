@@ -5,15 +5,15 @@ encoder output, and the feed-forward network, each wrapped in Add & Norm.
 module, apart from the chapter 7 building blocks in ``layers.py``, so that grading
 chapter 8 can withhold this answer while chapter 7's stay importable.
 
-The package's decoder layers build :class:`~solutions.fused.FusedMultiHeadAttention`:
-chapter 5's module (same parameters, same readable path) whose fast path
-(``need_weights=False``, what ``Transformer.set_fused(True)`` sets) computes the
-self-attention ``Q, K, V`` with one matrix product and the cross-attention ``K, V``
-with one. In the book's notebooks the same code builds chapter 5's class.
+The layers build chapter 5's :class:`~solutions.multihead.MultiHeadAttention`, as the
+book's notebooks do. ``Transformer.set_fused(True)`` turns each of them into a
+:class:`~solutions.fused.FusedMultiHeadAttention` (the same parameters, the class
+visibly changed), whose fast path computes the self-attention ``Q, K, V`` with one
+matrix product and the cross-attention ``K, V`` with one.
 """
 from torch import nn
 
-from .fused import FusedMultiHeadAttention as MultiHeadAttention  # chapter 5's module + packed projections
+from .multihead import MultiHeadAttention
 from .layers import PositionwiseFeedForward
 
 __all__ = ["DecoderLayer"]

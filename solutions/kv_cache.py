@@ -14,11 +14,13 @@ cache keeps, for every decoder layer,
 
 so a step only pushes the one new token through the stack.
 
-The cache lives outside the model classes: :class:`IncrementalDecoder` reads a
-:class:`~solutions.model.Transformer`'s layers (``self_attn`` / ``cross_attn``
-with ``w_q, w_k, w_v, w_o``, the norms, ``feed_forward`` and ``norm_first``)
-and replays the decoder layer's computation one position at a time. It is for
-inference (``model.eval()``): dropout is not applied.
+The cache lives outside the model classes: :class:`IncrementalDecoder` runs each
+decoder layer's own ``forward`` on the one new position, through a view of the layer
+whose ``self_attn`` and ``cross_attn`` read their keys and values from the cache
+(the layers' ``w_q, w_k, w_v, w_o`` and ``num_heads``). The norms, the residual
+paths and the pre-/post-norm choice are the layer's, written once, in
+:class:`~solutions.decoder.DecoderLayer`. It is for inference (``model.eval()``):
+dropout is not applied.
 
 Paper: section 3.2.3 (the decoder is auto-regressive) and 3.2.2 (the projections).
 """
@@ -78,8 +80,8 @@ class IncrementalDecoder:
         weights = masked_softmax(scores, mask)  # (B, h, 1, T_k); a fully masked row attends to nothing
         return attn.w_o(merge_heads(weights @ values))  # (B, 1, d_model)
 
-    def _self_attend(self, index, layer, x):
-        attn = layer.self_attn
+    def _self_attend(self, index, attn, x):
+        """Self-attention of the new position: append its key and value, attend over the prefix."""
         k = split_heads(attn.w_k(x), attn.num_heads)  # (B, h, 1, d_k)
         v = split_heads(attn.w_v(x), attn.num_heads)  # (B, h, 1, d_k)
         if self.self_keys[index] is not None:
@@ -89,8 +91,9 @@ class IncrementalDecoder:
         # Every cached position is at or before the new one: no causal mask needed.
         return self._attend(attn, x, k, v, None)
 
-    def _cross_attend(self, index, layer, x):
-        return self._attend(layer.cross_attn, x, self.cross_keys[index], self.cross_values[index], self.src_mask)
+    def _cross_attend(self, index, attn, x):
+        """Cross-attention of the new position over the cached projections of ``memory``."""
+        return self._attend(attn, x, self.cross_keys[index], self.cross_values[index], self.src_mask)
 
     def step(self, tokens):
         """Feed one token per sequence; return the logits ``(B, V)`` of the next one."""
@@ -102,14 +105,10 @@ class IncrementalDecoder:
             raise ValueError(f"cannot decode beyond max_len = {pe.size(0)} positions")
         x = model.tgt_embed(tokens) + pe[self.position]  # (B, 1, d_model)
         for index, layer in enumerate(model.decoder_layers):
-            if layer.norm_first:
-                x = x + self._self_attend(index, layer, layer.norm1(x))
-                x = x + self._cross_attend(index, layer, layer.norm2(x))
-                x = x + layer.feed_forward(layer.norm3(x))
-            else:
-                x = layer.norm1(x + self._self_attend(index, layer, x))
-                x = layer.norm2(x + self._cross_attend(index, layer, x))
-                x = layer.norm3(x + layer.feed_forward(x))
+            cached = _CachedLayer(layer, self_attn=_Cached(self._self_attend, index, layer.self_attn),
+                                  cross_attn=_Cached(self._cross_attend, index, layer.cross_attn))
+            # the layer's own forward (norms, residuals, dropout): memory and masks come from the cache
+            x = type(layer).forward(cached, x, None)  # (B, 1, d_model)
         if getattr(model, "norm_first", False):
             x = model.decoder_norm(x)
         self.position += 1
@@ -123,3 +122,30 @@ class IncrementalDecoder:
         self.cross_values = [v.index_select(0, index) for v in self.cross_values]
         if self.src_mask is not None and self.src_mask.size(0) > 1:
             self.src_mask = self.src_mask.index_select(0, index)
+
+
+class _Cached:
+    """An attention call that reads the cache: ``(query, key, value, mask)`` → ``attend(index, attn, query)``.
+
+    ``key``, ``value`` and ``mask`` of the layer's call are not used: the cache holds the
+    projected keys and values (and the source mask), and the new position may see every
+    cached one.
+    """
+
+    def __init__(self, attend, index, attn):
+        self.attend, self.index, self.attn = attend, index, attn
+
+    def __call__(self, query, key=None, value=None, mask=None):
+        return self.attend(self.index, self.attn, query)  # (B, 1, d_model)
+
+
+class _CachedLayer:
+    """A view of a decoder layer whose ``self_attn`` and ``cross_attn`` are replaced; every
+    other attribute (norms, dropouts, ``feed_forward``, ``norm_first``) is the layer's own."""
+
+    def __init__(self, layer, **replaced):
+        self._layer, self._replaced = layer, replaced
+
+    def __getattr__(self, name):
+        replaced = self.__dict__["_replaced"]
+        return replaced[name] if name in replaced else getattr(self.__dict__["_layer"], name)

@@ -10,7 +10,7 @@ import numpy as np
 import torch.nn.functional as F
 from torch import nn
 
-from .fused import FusedMultiHeadAttention as MultiHeadAttention  # chapter 5's module + packed projections
+from .multihead import MultiHeadAttention
 
 __all__ = [
     "layer_norm",

@@ -97,6 +97,12 @@ def learn_bpe(corpus, num_merges):
     it. Ties go to the lexicographically smallest pair. Learning stops early when
     no word has two symbols left.
 
+    This is the teaching version: it recounts every pair at every merge, so its cost
+    is about ``num_merges × (symbols in the distinct words)``, fine for the book's
+    corpora (thousands of words, hundreds of merges) and slow for a real one. For a
+    real corpus use ``solutions.data.BPETokenizer`` (Hugging Face ``tokenizers``,
+    which updates the pair counts incrementally).
+
     Args:
         corpus: list of sentences (strings), split on whitespace into words.
         num_merges: the maximum number of merges to learn (≥ 0).

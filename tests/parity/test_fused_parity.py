@@ -185,17 +185,21 @@ def test_fuse_attention_switches_classes_in_place_and_back():
         fuse_attention("model")
 
 
-def test_package_decoder_layers_are_fused_and_set_fused_chooses_the_path():
+def test_the_layers_build_chapter_5s_class_and_set_fused_shows_the_switch():
     model = Transformer(20, 20, D_MODEL, HEADS, 1, 2, D_FF, dropout=0.0, max_len=16).double()
-    for layer in model.decoder_layers:
-        assert type(layer.self_attn) is FusedMultiHeadAttention and type(layer.cross_attn) is FusedMultiHeadAttention
+    attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(attention) == 1 + 2 * 2 and all(type(m) is MultiHeadAttention for m in attention)
     src = torch.tensor([[4, 5, 6, 7], [4, 5, 0, 0]])
     tgt = torch.tensor([[1, 8, 9], [1, 8, 0]])
     readable = model(src, tgt, padding_mask(src), decoder_mask(tgt))
     assert model.decoder_layers[0].self_attn.attn_weights is not None  # the readable path ran
-    fused = fuse_attention(model).set_fused(True)(src, tgt, padding_mask(src), decoder_mask(tgt))
-    assert all(m.attn_weights is None for m in model.modules() if isinstance(m, MultiHeadAttention))
+    parameters = [id(p) for p in model.parameters()]
+    fused = model.set_fused(True)(src, tgt, padding_mask(src), decoder_mask(tgt))
+    assert all(type(m) is FusedMultiHeadAttention and m.attn_weights is None for m in attention)
+    assert [id(p) for p in model.parameters()] == parameters  # same tensors: an optimizer keeps working
     torch.testing.assert_close(fused, readable, **EXACT)
+    model.set_fused(False)
+    assert all(type(m) is MultiHeadAttention and m.need_weights for m in attention)
 
 
 # --------------------------------------------------------------------------- against torch
