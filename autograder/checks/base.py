@@ -58,6 +58,7 @@ __all__ = [
     "check",
     "check_report",
     "dtype_verdict",
+    "called_dependencies",
     "accept_own_state",
     "evaluate",
     "run_cases",
@@ -1048,8 +1049,21 @@ def names_used(obj: Any) -> set[str]:
 
 def dependency_note(name: str, used: list[str], failing: list[str], regraded: bool = True) -> str:
     """The note of an exercise graded with earlier references in place (``regraded``),
-    or, in the student package, of one that could not be (no reference there)."""
-    called = [d for d in failing if d in used] or failing
+    or, in the student package, of one that could not be (no reference there).
+
+    Args:
+        name: the exercise graded.
+        used: the global names its code refers to (:func:`names_used`).
+        failing: the earlier exercises whose answers fall short.
+        regraded: the grade with the references in place was better, which shows
+            that the answer called one of ``failing`` (the note names those in
+            ``used``, or all of ``failing`` when it reached them another way).
+            Without a regrade only ``failing`` exercises in ``used`` are named;
+            callers add no note when there is none (:func:`called_dependencies`).
+    """
+    called = [d for d in failing if d in used] or (failing if regraded else [])
+    if not called:
+        raise ValueError(f"`{name}` refers to none of {failing}: no dependency note without a regrade")
     which = ", ".join(f"`{d}`" for d in called)
     verb = "fails its check" if len(called) == 1 else "fail their checks"
     if not regraded:
@@ -1057,6 +1071,14 @@ def dependency_note(name: str, used: list[str], failing: list[str], regraded: bo
                 f"is graded, `{name}` is also graded with the reference {which} in its place)")
     return (f"your `{name}` calls your {which}, which {verb}; it was graded with the reference "
             f"{which} in its place: fix {which} first")
+
+
+def called_dependencies(obj: Any, failing: list[str]) -> list[str]:
+    """The exercises of ``failing`` that the code of ``obj`` refers to: an answer
+    that never calls an earlier one (a blank answer, one written without it) is
+    never told to fix that one first."""
+    used = names_used(obj)
+    return [d for d in failing if d in used]
 
 
 def _visible_failures(exercise: Exercise, namespace: dict) -> list[str]:
@@ -1092,8 +1114,11 @@ def check_report(name: str, obj: Any, hidden: bool = False, seed: int | None = N
         failing = _visible_failures(exercise, namespace)
         if failing and precomputed() is not None:
             # The student package has no reference of this chapter's exercises to put
-            # in place of the failing one: say which to fix first; the grader regrades.
-            report.notes.insert(0, dependency_note(name, sorted(names_used(obj)), failing, regraded=False))
+            # in place of the failing one: say which to fix first, when the answer's
+            # code calls it (a blank answer calls nothing); the grader regrades.
+            called = called_dependencies(obj, failing)
+            if called:
+                report.notes.insert(0, dependency_note(name, sorted(names_used(obj)), called, regraded=False))
         elif failing:
             import solutions
 
