@@ -263,10 +263,15 @@ _PART = re.compile(r"^(?P<name>.+) (?P<score>[0-9.eE+-]+)/(?P<points>[0-9.eE+-]+
 
 
 def _parse_parts(text: str) -> list[Part]:
-    """``name 1/1 · name 0/2`` (the ``parts`` column) as parts without messages."""
+    """``name 1/1 · name 0/2`` (the ``parts`` column) as parts without messages. A
+    part's name may hold " · " itself ("embedding(ids) · √d_model 2/2"): a piece
+    without its score is joined to the next one."""
     parts = []
-    for item in filter(None, (t.strip() for t in text.split(" · "))):
+    pending = ""
+    for piece in text.split(" · "):
+        item = f"{pending} · {piece}" if pending else piece.strip()
         m = _PART.match(item)
+        pending = "" if m else item
         if m:
             try:
                 parts.append(Part(m["name"], float(m["score"]), float(m["points"])))

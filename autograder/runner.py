@@ -15,7 +15,8 @@ Case spec (a dict, built by :class:`autograder.checks.base.Case`)::
     {"kind": "call" | "class",
      "args": [...], "kwargs": {...},           # encoded values (see encode)
      "init": {...} | None,                      # class: constructor kwargs
-     "state": {param_name: ndarray} | None,     # class: state_dict loaded strictly
+     "state": {param_name: ndarray} | None,     # class: state_dict to load (load_state)
+     "strict_state": False,                     # class: the module may hold no other state
      "method": "forward", "train": False,
      "attrs": ["attn_weights", ...],            # attributes read after the call
      "probes": ["state_dict_keys", ...],        # structural facts about the object
@@ -285,7 +286,7 @@ def run_case(obj: Any, spec: dict, arrays) -> dict:
                 phase = "load_state_dict"
                 torch = _torch()
                 sd = {k: torch.from_numpy(np.array(arrays[v], copy=True)) for k, v in state.items()}
-                target.load_state_dict(sd, strict=True)
+                load_state(target, sd, strict=bool(spec.get("strict_state", False)))
             if hasattr(target, "train"):
                 target.train(bool(spec.get("train", False)))
             phase = "probe"
@@ -315,6 +316,38 @@ def run_case(obj: Any, spec: dict, arrays) -> dict:
         }
     result["__arrays__"] = out_arrays
     return result
+
+
+#: The start of the message :func:`load_state` raises when the module lacks keys of
+#: the state it is given; the key names follow, each quoted with ``repr``.
+MISSING_STATE = "the module has no parameter or buffer for the state_dict key(s) the contract names:"
+
+
+def load_state(module, state: dict, strict: bool = False) -> None:
+    """Load the reference's ``state`` (the parameters and buffers the contract
+    names) into a student's ``module``.
+
+    A module is judged by the parameters the contract names: state of its own
+    beside them (a registered buffer holding √d_model, a helper's cache) is
+    accepted unless ``strict`` (where the contract fixes the whole state dict,
+    such as ``PositionalEncoding``'s ``pe`` buffer).
+
+    Args:
+        module: the student's ``torch.nn.Module``.
+        state: name -> tensor, every name one the contract fixes.
+        strict: also refuse keys of the module that ``state`` does not hold.
+
+    Raises:
+        RuntimeError: a key of ``state`` that the module does not have; the message
+            starts with :data:`MISSING_STATE` and names each such key.
+        RuntimeError: from ``load_state_dict`` (a shape that differs, or with
+            ``strict`` a key the contract does not name).
+    """
+    own = set(module.state_dict().keys())
+    missing = [str(k) for k in state if k not in own]
+    if missing:
+        raise RuntimeError(f"{MISSING_STATE} {', '.join(repr(k) for k in missing)}")
+    module.load_state_dict(state, strict=bool(strict))
 
 
 def _safe_str(exc: BaseException) -> str:

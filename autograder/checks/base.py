@@ -58,6 +58,8 @@ __all__ = [
     "check",
     "check_report",
     "dtype_verdict",
+    "called_dependencies",
+    "accept_own_state",
     "evaluate",
     "run_cases",
     "draw_cases",
@@ -123,7 +125,12 @@ class Case:
         label: what this case probes, in words ("a 2x3 batch with one fully masked
             row"); every failure message quotes it.
         init: for class exercises, the constructor's keyword arguments.
-        state: for class exercises, a ``state_dict`` loaded with ``strict=True``.
+        state: for class exercises, the reference's ``state_dict`` (the parameters
+            and buffers the contract names), loaded by
+            :func:`autograder.runner.load_state`: a key the module lacks fails the
+            case, state of the module's own beside them is accepted.
+        strict_state: the contract fixes the whole state dict (``PositionalEncoding``'s
+            ``pe``): the module may hold no other parameter or buffer.
         method: the method to call on the instance (class exercises).
         train: call ``.train()`` (True) or ``.eval()`` (False) first.
         attrs: attributes to read after the call (e.g. ``"attn_weights"``).
@@ -165,6 +172,7 @@ class Case:
     seed: int = 0
     part: str = ""
     compare: str = "full"
+    strict_state: bool = False
 
     def to_spec(self, kind: str, arrays: dict) -> dict:
         """Encode this case for :func:`autograder.runner.run_case`."""
@@ -174,6 +182,7 @@ class Case:
             "kwargs": runner.encode(dict(self.kwargs), arrays),
             "init": runner.encode(dict(self.init), arrays) if self.init is not None else None,
             "state": None,
+            "strict_state": bool(self.strict_state),
             "method": self.method,
             "train": self.train,
             "attrs": list(self.attrs),
@@ -324,6 +333,7 @@ class Exercise:
         """Raise :class:`CheckFailure` when ``got`` is wrong for ``case``, with the
         hint of :meth:`raised_hint` when the failure is about raising. Returns the
         notes of a correct result (e.g. "float64 for float32 input: correct")."""
+        got = accept_own_state(case, got, want)
         try:
             return self._judge(case, got, want)
         except CheckFailure as exc:
@@ -358,6 +368,9 @@ class Exercise:
             stage = {"init": "the constructor", "load_state_dict": "load_state_dict"}.get(r.get("phase"), "it")
             # phase "encode": the grader's own words on a value that cannot cross (grading._withhold)
             said = _HIDDEN_MESSAGE if redacting() and r.get("phase") != "encode" else f": {r['message']}"
+            missing = _missing_state(case, r)
+            if missing:  # contract names only: the same words in the visible check and a hidden one
+                said = f": {runner.MISSING_STATE} {', '.join(repr(k) for k in missing)}"
             raise CheckFailure(f"{stage} raised {r['type']}{said}{where}")
         if want.raised is not None:  # pragma: no cover - a broken reference
             raise RuntimeError(f"the reference raised on {case.label!r}: {want.raised}")
@@ -401,6 +414,50 @@ class Exercise:
 NOT_IMPLEMENTED = "not implemented yet: replace `raise NotImplementedError()` with your code"
 # An exception's message is the answer's own text: on a hidden case it may spell out the inputs.
 _HIDDEN_MESSAGE = " (its message is not shown: hidden case)"
+
+
+# Probes that list a module's state: the contract names what must be there; what a
+# module keeps beside it (a buffer holding √d_model) is its own business.
+_STATE_PROBES = ("state_dict_keys", "buffer_names")
+
+
+def accept_own_state(case: Case, got: Result, want: Result) -> Result:
+    """``got`` with its state probes (:data:`_STATE_PROBES`) read as the contract
+    reads them: a list holding every name of the reference's becomes the
+    reference's list, so the extra state a module keeps beside the names the
+    contract fixes is accepted (unless ``case.strict_state``).
+
+    Raises:
+        CheckFailure: the module lacks names the reference has; the message
+            names them (names the contract fixes, shown for hidden cases too).
+    """
+    if case.strict_state or not want.probes:
+        return got
+    probes = dict(got.probes)
+    for name in _STATE_PROBES:
+        mine, theirs = probes.get(name), want.probes.get(name)
+        if not isinstance(mine, list) or not isinstance(theirs, list):
+            continue
+        missing = [k for k in theirs if k not in mine]
+        if missing:
+            where = f" ({case.label})" if case.label else ""
+            raise CheckFailure(f"the module's {name} lacks {', '.join(repr(k) for k in missing)}, which the "
+                               f"contract names{where}")
+        probes[name] = list(theirs)
+    return dataclasses.replace(got, probes=probes)
+
+
+def _missing_state(case: Case, raised: dict) -> list[str]:
+    """The keys of ``case.state`` that :func:`autograder.runner.load_state` said
+    the module lacks, or ``[]``. Only names of the case's own state are returned
+    (names the contract fixes, the same in every draw), so the message may be
+    shown for a hidden case too; the answer's text is only searched (``in``)."""
+    if raised.get("phase") != "load_state_dict" or not case.state:
+        return []
+    message = raised.get("message") or ""
+    if runner.MISSING_STATE not in message:
+        return []
+    return [str(k) for k in case.state if repr(str(k)) in message]
 
 
 def _is_subclass_name(name: str, types) -> bool:
@@ -992,8 +1049,21 @@ def names_used(obj: Any) -> set[str]:
 
 def dependency_note(name: str, used: list[str], failing: list[str], regraded: bool = True) -> str:
     """The note of an exercise graded with earlier references in place (``regraded``),
-    or, in the student package, of one that could not be (no reference there)."""
-    called = [d for d in failing if d in used] or failing
+    or, in the student package, of one that could not be (no reference there).
+
+    Args:
+        name: the exercise graded.
+        used: the global names its code refers to (:func:`names_used`).
+        failing: the earlier exercises whose answers fall short.
+        regraded: the grade with the references in place was better, which shows
+            that the answer called one of ``failing`` (the note names those in
+            ``used``, or all of ``failing`` when it reached them another way).
+            Without a regrade only ``failing`` exercises in ``used`` are named;
+            callers add no note when there is none (:func:`called_dependencies`).
+    """
+    called = [d for d in failing if d in used] or (failing if regraded else [])
+    if not called:
+        raise ValueError(f"`{name}` refers to none of {failing}: no dependency note without a regrade")
     which = ", ".join(f"`{d}`" for d in called)
     verb = "fails its check" if len(called) == 1 else "fail their checks"
     if not regraded:
@@ -1001,6 +1071,14 @@ def dependency_note(name: str, used: list[str], failing: list[str], regraded: bo
                 f"is graded, `{name}` is also graded with the reference {which} in its place)")
     return (f"your `{name}` calls your {which}, which {verb}; it was graded with the reference "
             f"{which} in its place: fix {which} first")
+
+
+def called_dependencies(obj: Any, failing: list[str]) -> list[str]:
+    """The exercises of ``failing`` that the code of ``obj`` refers to: an answer
+    that never calls an earlier one (a blank answer, one written without it) is
+    never told to fix that one first."""
+    used = names_used(obj)
+    return [d for d in failing if d in used]
 
 
 def _visible_failures(exercise: Exercise, namespace: dict) -> list[str]:
@@ -1036,8 +1114,11 @@ def check_report(name: str, obj: Any, hidden: bool = False, seed: int | None = N
         failing = _visible_failures(exercise, namespace)
         if failing and precomputed() is not None:
             # The student package has no reference of this chapter's exercises to put
-            # in place of the failing one: say which to fix first; the grader regrades.
-            report.notes.insert(0, dependency_note(name, sorted(names_used(obj)), failing, regraded=False))
+            # in place of the failing one: say which to fix first, when the answer's
+            # code calls it (a blank answer calls nothing); the grader regrades.
+            called = called_dependencies(obj, failing)
+            if called:
+                report.notes.insert(0, dependency_note(name, sorted(names_used(obj)), called, regraded=False))
         elif failing:
             import solutions
 

@@ -95,6 +95,13 @@ class RnnForward(Exercise):
 
     parts = {"every state, H (T, d_h)": 1, "first step from h0": 1, "recurrence over T steps": 2}
 
+    @staticmethod
+    def _from_zero(args):
+        """The inputs with h0 = 0: a recurrence case on which the first step's use of
+        h0 (the part "first step from h0") cannot change the states."""
+        x, h0, W_xh, W_hh, b_h = args
+        return x, np.zeros_like(h0), W_xh, W_hh, b_h
+
     def cases(self, rng, hidden):
         shape, first, steps = self.parts
         x, h0, W_xh, W_hh, b_h = _rnn_inputs(rng, 5, 2, 3)
@@ -103,9 +110,10 @@ class RnnForward(Exercise):
                  compare="structure", part=shape),
             Case(args=_rnn_inputs(rng, 1, 2, 3), label="a single step (T=1): H[0] = tanh(x0 W_xh + h0 W_hh + b_h)",
                  part=first),
-            Case(args=_rnn_inputs(rng, 4, 3, 2), label="T=4 steps, d_in=3, d_h=2, a non-zero h0",
+            Case(args=self._from_zero(_rnn_inputs(rng, 4, 3, 2)), label="T=4 steps, d_in=3, d_h=2, h0 = 0",
                  return_args=(0, 1), part=steps),
-            Case(args=_rnn_inputs(rng, 6, 4, 4), label="T=6, square weights d_in = d_h = 4", part=steps),
+            Case(args=self._from_zero(_rnn_inputs(rng, 6, 4, 4)), label="T=6, square weights d_in = d_h = 4, h0 = 0",
+                 part=steps),
             Case(args=(x, h0, W_xh[:1], W_hh, b_h), label="W_xh has 1 row but d_in = 2", part=ADVICE,
                  expect_error=(ValueError, TypeError)),
         ]
@@ -121,9 +129,9 @@ class RnnForward(Exercise):
                               label=f"a single step, d_in={d_in}, d_h={d_h}"))
         for _ in range(4):
             T, d_in, d_h = int(rng.integers(2, 9)), int(rng.integers(1, 9)), int(rng.integers(1, 9))
-            cases.append(Case(args=_rnn_inputs(rng, T, d_in, d_h), part=steps,
-                              label=f"random shapes T={T}, d_in={d_in}, d_h={d_h}", return_args=(0, 1)))
-        cases.append(Case(args=_rnn_inputs(rng, 12, 3, 5, scale=4.0), part=steps,
+            cases.append(Case(args=self._from_zero(_rnn_inputs(rng, T, d_in, d_h)), part=steps,
+                              label=f"random shapes T={T}, d_in={d_in}, d_h={d_h}, h0 = 0", return_args=(0, 1)))
+        cases.append(Case(args=self._from_zero(_rnn_inputs(rng, 12, 3, 5, scale=4.0)), part=steps,
                           label="large weights: tanh saturates near ±1"))
         return cases
 

@@ -422,6 +422,9 @@ class MaskedSoftmax(_MaskingExercise):
                  label="a row whose keys are ALL masked (all zeros, no NaN, zero gradient)"),
             Case(args=(Tensor(np.zeros((2, 3, 4), dtype=np.float32)), Tensor(np.ones((2, 1, 5), dtype=bool))),
                  part=ADVICE, label="a (2, 1, 5) mask for (2, 3, 4) scores", expect_error=(ValueError,)),
+            # mask=None is one rule of the prompt beside the graded parts: advice, so that an
+            # answer without it keeps the "values" part its masked cases earn.
+            Case(args=(Tensor(scores), None), part=ADVICE, label="mask=None: the plain softmax"),
         ]
         if not hidden:
             return cases
@@ -467,7 +470,7 @@ class MaskedSoftmax(_MaskingExercise):
         low16 = (-3e4 + rng.normal(size=shape) * 40).astype(np.float16)
         cases.append(Case(args=(Tensor(low16), Tensor(mask)), rtol=2e-3, atol=1e-3, part=self.VALUES,
                           label=f"{shape} float16 scores near -3e4 (float16 ends at -65504)"))
-        cases.append(Case(args=(Tensor(rng.normal(size=(3, 4))), None), part=self.VALUES,
+        cases.append(Case(args=(Tensor(rng.normal(size=(3, 4))), None), part=ADVICE,
                           label="mask=None (a plain softmax)"))
         cases.append(Case(args=(Tensor(rng.normal(size=(2, 3, 4)).astype(np.float32)),
                                 Tensor(np.ones((3, 3), dtype=bool))), part=ADVICE,

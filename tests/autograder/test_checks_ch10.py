@@ -37,14 +37,14 @@ def test_torch_threads_are_restored():
 # --------------------------------------------------------------------------- greedy_decode
 
 
-def make_greedy(pad_after_eos=True, stop="all", extra_steps=0, keep_sos=True):
+def make_greedy(pad_after_eos=True, stop="all", extra_steps=0, keep_sos=True, position=-1):
     def greedy_decode(model, src, src_mask, max_len, sos_id=1, eos_id=2, pad_id=0):
         with torch.no_grad():
             memory = model.encode(src, src_mask)
             ys = torch.full((src.size(0), 1), sos_id, dtype=torch.long)
             done = torch.zeros(src.size(0), dtype=torch.bool)
             for _ in range(max_len + extra_steps):
-                logits = model.project(model.decode(ys, memory, src_mask, causal(ys.size(1))))[:, -1]
+                logits = model.project(model.decode(ys, memory, src_mask, causal(ys.size(1))))[:, position]
                 token = logits.argmax(-1)
                 if pad_after_eos:
                     token = torch.where(done, torch.full_like(token, pad_id), token)
@@ -82,9 +82,23 @@ def test_greedy_without_early_stop_loses_only_the_stop():
     partly("greedy_decode", make_greedy(stop="never"), [STEPS, PAD_AFTER_EOS, SPECIAL_IDS], [STOP], "stop early")
 
 
-def test_greedy_without_padding_after_eos_keeps_the_arg_max_steps():
-    partly("greedy_decode", make_greedy(pad_after_eos=False), [STEPS], [PAD_AFTER_EOS, STOP, SPECIAL_IDS],
-           "must hold pad_id")
+def test_greedy_without_padding_after_eos_loses_only_the_padding_part():
+    for hidden in (False, True):
+        report = partly("greedy_decode", make_greedy(pad_after_eos=False), [STEPS, STOP, SPECIAL_IDS],
+                        [PAD_AFTER_EOS], "must hold pad_id", hidden=hidden)
+        assert report.score == 4
+
+
+def test_greedy_reading_the_first_position_loses_only_the_steps_part_with_a_hint():
+    for hidden in (False, True):
+        report = partly("greedy_decode", make_greedy(position=0), [PAD_AFTER_EOS, STOP, SPECIAL_IDS], [STEPS],
+                        "logits of the first position", hidden=hidden)
+        assert "stop early" not in report.render("greedy_decode").split("Hint:", 1)[-1]
+
+
+def test_greedy_stopping_at_the_first_eos_loses_only_the_stop_part():
+    partly("greedy_decode", make_greedy(stop="first"), [STEPS, PAD_AFTER_EOS, SPECIAL_IDS], [STOP],
+           "first sentence ended")
 
 
 def test_greedy_with_the_tensor_loop_passes():
@@ -142,7 +156,7 @@ def make_beam(score="gnmt", keep_finished=True, first_finished=False):
             finished = []
 
             def final(tokens, logp):
-                n = len(tokens) - 1
+                n = len(tokens) if score == "with_sos" else len(tokens) - 1
                 if score == "raw":
                     return logp
                 return logp / ((5 + n) / 6) ** length_penalty
@@ -199,6 +213,15 @@ def test_beam_returning_a_tensor_is_rejected():
 
 def test_a_different_valid_beam_search_passes():
     accepted("beam_search", make_beam())
+
+
+def test_beam_counting_sos_in_the_penalty_loses_the_penalty_part_in_every_draw():
+    """The prompt fixes len (the generated tokens, <sos> not counted): the visible
+    check and every hidden draw hold a case that decides it."""
+    for hidden, seed in ((False, None), (True, 1), (True, 2), (True, 3)):
+        report = partly("beam_search", make_beam(score="with_sos"), [BEAM, BEAM_ONE, FINISHED], [PENALTY],
+                        "counts the generated tokens", hidden=hidden, seed=seed)
+        assert report.score == 4
 
 
 def test_beam_without_length_penalty_loses_the_penalty_part():
