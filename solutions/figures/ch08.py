@@ -90,7 +90,7 @@ def _encoder_decoder_layout() -> Diagram:
     d.arrow((memory.right, memory.cy), (lane, memory.cy), (lane, cross.cy), (cross.left, cross.cy))
     d.note(["the same memory feeds the", "cross-attention of all", "N decoder layers"],
            x=enc_x, top=memory.bottom + 8, anchor="middle")
-    d.note(["cross-attention: Q = y W^Q,", "K = memory W^K, V = memory W^V;",
+    d.note(["cross-attention: Q = (decoder", "stream) W^Q, K = memory W^K,", "V = memory W^V;",
             "weights (B, h, T_tgt, T_src)"], x=enc_x, top=memory.bottom + 76, anchor="middle")
 
     # The output side.

@@ -1,0 +1,75 @@
+"""The page "Translating real German" (book/real_german/translating_real_german.ipynb).
+
+Its numbers come from ``multi30k_results.json``, written by a Multi30k run that lands
+separately. The page must build before the file exists (saying what is missing) and show
+every section once it does: both are checked by running the page's code cells in one
+namespace, in a temporary folder with and without a sample file of the shared schema
+(``fixtures/multi30k_results_sample.json``).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+
+import matplotlib
+import pytest
+
+from book_helpers import ROOT
+
+matplotlib.use("Agg")
+
+PAGE = ROOT / "book" / "real_german" / "translating_real_german.ipynb"
+SAMPLE = ROOT / "tests" / "book" / "fixtures" / "multi30k_results_sample.json"
+
+
+def _run_page(folder, monkeypatch):
+    """Run the page's code cells in order, in ``folder``; return (stdout, namespace)."""
+    monkeypatch.chdir(folder)
+    cells = json.loads(PAGE.read_text(encoding="utf-8"))["cells"]
+    namespace, out = {"__name__": "__page__"}, io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for index, cell in enumerate(cells):
+            if cell["cell_type"] == "code":
+                exec(compile("".join(cell["source"]), f"{PAGE.name} cell {index}", "exec"), namespace)
+    return out.getvalue(), namespace
+
+
+def test_the_page_follows_chapter_10_in_the_toc():
+    toc = (ROOT / "_toc.yml").read_text(encoding="utf-8").splitlines()
+    files = [line.split("file:")[1].strip() for line in toc if "file:" in line]
+    assert files.index("book/real_german/translating_real_german") == \
+        files.index("book/10_inference/10_inference") + 1
+
+
+def test_without_the_results_file_the_page_says_what_is_missing(tmp_path, monkeypatch):
+    printed, namespace = _run_page(tmp_path, monkeypatch)
+    assert namespace["results"] is None
+    assert "is not here yet" in printed
+    for what in ("SHA-256", "the command", "per-epoch records", "sacreBLEU signatures", "translations"):
+        assert what in printed, f"the page does not say that {what!r} is missing:\n{printed}"
+
+
+def test_with_the_results_file_every_section_shows_its_numbers(tmp_path, monkeypatch):
+    shutil.copy(SAMPLE, tmp_path / "multi30k_results.json")
+    printed, namespace = _run_page(tmp_path, monkeypatch)
+    sample = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    assert "missing" not in printed
+    assert sample["command"] in printed and "7,600,000 parameters" in printed
+    assert sample["test"]["signature"] in printed and "37.2" in printed and "39.0" in printed
+    assert "29,000 pairs, 1 lines skipped" in printed
+    assert "1 of 2 differ from their reference" in printed  # the second example is a miss
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda r: r.pop("epochs"), "missing ['epochs']"),
+    (lambda r: r.update(schema=2), "schema 2"),
+])
+def test_a_results_file_of_another_shape_is_refused_with_its_name(tmp_path, monkeypatch, damage, message):
+    results = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    damage(results)
+    (tmp_path / "multi30k_results.json").write_text(json.dumps(results), encoding="utf-8")
+    with pytest.raises(ValueError, match="multi30k_results.json") as error:
+        _run_page(tmp_path, monkeypatch)
+    assert message in str(error.value)
