@@ -6,8 +6,9 @@ module, apart from the chapter 7 building blocks in ``layers.py``, so that gradi
 chapter 8 can withhold this answer while chapter 7's stay importable.
 
 The layers build chapter 5's :class:`~solutions.multihead.MultiHeadAttention`, as the
-book's notebooks do. ``Transformer.set_fused(True)`` turns each of them into a
-:class:`~solutions.fused.FusedMultiHeadAttention` (the same parameters, the class
+book's notebooks do. The trainer and the benchmarks call
+``solutions.fused.fuse_attention(model.set_fused(True))``, which turns each of them into
+a :class:`~solutions.fused.FusedMultiHeadAttention` (the same parameters, the class
 visibly changed), whose fast path computes the self-attention ``Q, K, V`` with one
 matrix product and the cross-attention ``K, V`` with one.
 """

@@ -10,7 +10,6 @@ from torch import nn
 from .embeddings import TokenEmbedding
 from .decoder import DecoderLayer
 from .layers import EncoderLayer
-from .fused import fuse_attention
 from .multihead import MultiHeadAttention
 from .positional import PositionalEncoding
 
@@ -141,14 +140,10 @@ class Transformer(nn.Module):
     def set_fused(self, flag=True):
         """Choose the attention path of every :class:`MultiHeadAttention` inside.
 
-        ``True``: every attention module becomes a
-        :class:`~solutions.fused.FusedMultiHeadAttention` (packed projections, then
-        ``F.scaled_dot_product_attention``'s fused kernels; no ``attn_weights``), for
-        training and benchmarks; ``False``: chapter 5's :class:`MultiHeadAttention`
-        again, the readable path that keeps ``attn_weights`` for plots. The parameters
-        are the same objects either way (an optimizer keeps working). Returns ``self``.
+        ``True``: ``F.scaled_dot_product_attention`` (fused kernels, no
+        ``attn_weights``), for training and benchmarks; ``False``: the readable
+        path that keeps ``attn_weights`` for plots. Returns ``self``.
         """
-        fuse_attention(self, flag)
         for module in self.modules():
             if isinstance(module, MultiHeadAttention):
                 module.need_weights = not flag

@@ -48,6 +48,7 @@ from tqdm.auto import tqdm
 from .data import BucketBatchSampler, TranslationDataset, build_tokenizer, collate_batch, tokenizer_from_state
 from .decoding import translate
 from .distributed import all_reduce_sum, setup_distributed
+from .fused import fuse_attention
 from .masking import decoder_mask, padding_mask
 from .model import Transformer
 from .tokens import PAD_ID
@@ -232,7 +233,7 @@ def model_from_checkpoint(path_or_state, device="cpu"):
         model.load_state_dict(state["model"])
     except RuntimeError as error:
         raise CheckpointError(f"the checkpoint's weights do not match its config: {str(error).splitlines()[0]}") from error
-    model.set_fused(True)
+    fuse_attention(model.set_fused(True))  # SDPA with packed projections
     return model.to(device).eval(), src_tokenizer, tgt_tokenizer, config
 
 
@@ -381,7 +382,7 @@ class Trainer:
         )
 
         self.model = _build_model(config, len(src_tokenizer), len(tgt_tokenizer)).to(self.device)
-        self.model.set_fused(True)
+        fuse_attention(self.model.set_fused(True))  # SDPA with packed projections
         self.train_model = self.model
         if self.context.enabled:
             from torch.nn.parallel import DistributedDataParallel

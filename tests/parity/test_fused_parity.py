@@ -185,7 +185,7 @@ def test_fuse_attention_switches_classes_in_place_and_back():
         fuse_attention("model")
 
 
-def test_the_layers_build_chapter_5s_class_and_set_fused_shows_the_switch():
+def test_the_layers_build_chapter_5s_class_and_fuse_attention_shows_the_switch():
     model = Transformer(20, 20, D_MODEL, HEADS, 1, 2, D_FF, dropout=0.0, max_len=16).double()
     attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     assert len(attention) == 1 + 2 * 2 and all(type(m) is MultiHeadAttention for m in attention)
@@ -194,11 +194,14 @@ def test_the_layers_build_chapter_5s_class_and_set_fused_shows_the_switch():
     readable = model(src, tgt, padding_mask(src), decoder_mask(tgt))
     assert model.decoder_layers[0].self_attn.attn_weights is not None  # the readable path ran
     parameters = [id(p) for p in model.parameters()]
-    fused = model.set_fused(True)(src, tgt, padding_mask(src), decoder_mask(tgt))
+    sdpa = model.set_fused(True)(src, tgt, padding_mask(src), decoder_mask(tgt))
+    assert all(type(m) is MultiHeadAttention and m.attn_weights is None for m in attention)  # SDPA, same class
+    fused = fuse_attention(model)(src, tgt, padding_mask(src), decoder_mask(tgt))
     assert all(type(m) is FusedMultiHeadAttention and m.attn_weights is None for m in attention)
     assert [id(p) for p in model.parameters()] == parameters  # same tensors: an optimizer keeps working
+    torch.testing.assert_close(sdpa, readable, **EXACT)
     torch.testing.assert_close(fused, readable, **EXACT)
-    model.set_fused(False)
+    fuse_attention(model, False).set_fused(False)
     assert all(type(m) is MultiHeadAttention and m.need_weights for m in attention)
 
 
