@@ -88,3 +88,16 @@ def _seed_everything():
     except ImportError:  # pragma: no cover
         pass
     yield
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread for a test: small ops gain nothing from more, and on a shared
+    machine (or beside another xdist worker) extra threads only contend. A module opts in
+    with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

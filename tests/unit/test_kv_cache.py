@@ -7,14 +7,7 @@ from solutions.decoding import greedy_decode
 from solutions.kv_cache import IncrementalDecoder
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """One intra-op thread per test: small ops gain nothing from more, and on a shared
-    machine (or beside another xdist worker) extra threads only contend."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _model(norm_first, seed=0, vocab=23):

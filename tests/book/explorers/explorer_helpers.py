@@ -3,7 +3,7 @@
 An explorer's logic lives in the chapter notebook itself, in the one code cell that
 starts with ``# explorer-logic`` (ARCHITECTURE.md §2). :func:`explorer_namespace`
 runs the chapter's setup cell and that cell in a fresh namespace, as the notebook
-does, so ``tests/unit/test_chNN_explorers.py`` can call the functions it defines.
+does, so ``tests/book/explorers/test_chNN_explorers.py`` can call the functions it defines.
 """
 from pathlib import Path
 
@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 
 import nbformat  # noqa: E402
 
-BOOK = Path(__file__).resolve().parents[2] / "book"
+BOOK = Path(__file__).resolve().parents[3] / "book"
 MARKER = "# explorer-logic"
 
 
