@@ -152,6 +152,50 @@ def test_a_4_mb_cell_that_fails_with_name_error_is_not_parsed_here(monkeypatch):
     assert parsed == [len("x = 1\n")] and "does not define 'softmax'" in small.result.reason
 
 
+SWAP_COMPILE = """import builtins
+
+_compile = builtins.compile
+
+
+def _refuse_big(source, *args, **kwargs):
+    if len(source) > 2**20:
+        raise NameError("compile")  # the runner reports NameError without parsing the cell
+    return _compile(source, *args, **kwargs)
+
+
+builtins.compile = _refuse_big
+"""
+
+
+def test_a_4_mb_cell_reported_as_name_error_by_a_swapped_compile_is_not_parsed_here(tmp_path, monkeypatch,
+                                                                                   needs_sandbox):
+    """The attack for real: the first answer swaps ``builtins.compile`` in the sandbox,
+    so the runner reports the second (4 MB) cell as ``NameError`` after hidden inputs
+    were sent, and the trusted side would parse it again to name what it defines."""
+    from autograder import sandbox
+
+    source_nb = make_source_notebook(CH, exercises=["softmax", "scaled_dot_product_attention"])
+    source_path = fixtures.write_notebook(source_nb, tmp_path / f"{CH}.ipynb")
+    softmax = fixtures.solution_cell(source_nb, "softmax").source + "\n\n\n" + SWAP_COMPILE
+    attack = fixtures.submission_with(source_nb, softmax=softmax,
+                                      scaled_dot_product_attention="x = 1\n" * (4 * 2**20 // 6))
+    path = fixtures.write_notebook(attack, tmp_path / "attack.ipynb")
+    parsed: list[int] = []
+    real_parse = sandbox._parse
+    monkeypatch.setattr(sandbox, "_parse", lambda source, filename: parsed.append(len(source))
+                        or real_parse(source, filename))
+    tracemalloc.start()
+    try:
+        scores = grading.grade_submission(source_path, path, seed=2, timeout=60.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [s.status for s in scores] == ["passed", "error"], scores
+    assert "NameError" in scores[1].reason and "is not shown" in scores[1].reason
+    assert not [n for n in parsed if n > grading.MAX_PARSED_SOURCE], parsed  # nothing of the student's over the bound
+    assert peak < 256 * 2**20, peak  # the notebook and its job, not a 4 MB cell's syntax tree (~3.6 GB)
+
+
 def test_the_feedback_page_reads_no_more_than_grading_and_caps_the_code(tmp_path):
     huge = tmp_path / "huge.ipynb"
     with open(huge, "wb") as fh:  # sparse: over grading's limit, under the old 50 MB of the page
