@@ -43,7 +43,6 @@ folders never share one.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import csv
 import hashlib
 import json
 import multiprocessing
