@@ -19,16 +19,35 @@ never here), and writes, from this trusted process only:
   checks' score, and the late penalty is nbgrader's (:mod:`autograder.gradebook`).
 
 A broken submission (unreadable, invalid JSON, endless loop) gets its rows with
-score 0 and a reason; the batch goes on.
+score 0 and a reason; the batch goes on. More: every per-student step — reading the
+student's folder, its ``timestamp.txt`` and notebook, grading, writing the journal
+entry, the gradebook rows and the feedback page — fails into a reason in that
+student's rows of ``scores.csv`` (a folder that cannot be graded is ``invalid`` in
+``grades.csv``), never into the batch:
+what one submission holds can only change its own rows.
+
+Student ids (:func:`student_ids`). A student is a folder name as *bytes* on disk,
+and every file of the batch is keyed by one id derived from them: the journal entry,
+the feedback path, the gradebook's student and the CSV rows. The id is the name
+itself when it is plain text: valid UTF-8, no control or bidi character, no space at
+either end, at most :data:`MAX_ID_CHARS` characters (nbgrader's gradebook holds 128),
+not ending like a hashed id, and not a variant of a classmate's name (the same text
+after Unicode NFC normalisation). Otherwise the id is a readable form (undecodable
+bytes read as Latin-1, controls escaped, cut to fit) followed by ``~`` and the
+first 12 hex digits of the SHA-256 of the raw name: ``caf\\xe9`` (Latin-1) beside
+``café`` (UTF-8) is graded as ``café~<hash>`` and the UTF-8 ``café`` keeps its
+name. The id depends only on the folder's own bytes (and, for a normalisation
+variant, on the canonical name being there too), so it is stable across runs; two
+folders never share one.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
-import csv
 import hashlib
 import json
 import multiprocessing
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -36,8 +55,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .grading import MAX_NOTEBOOK_BYTES
 from .release import BOOK, chapter_ids, source_notebook
-from .text import score_text
+from .text import csv_cell, csv_text, score_text
 
 __all__ = [
     "SCORE_COLUMNS",
@@ -47,6 +67,8 @@ __all__ = [
     "BatchReport",
     "GradebookTarget",
     "find_submissions",
+    "student_ids",
+    "student_folders",
     "grade_class",
     "submission_status",
     "with_hand_grades",
@@ -61,18 +83,34 @@ SCORE_COLUMNS = ["student_id", "assignment", "exercise", "grade_id", "score", "m
 # raw_score: before the penalty; late_seconds: past the due date (0: on time or no due date).
 GRADE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "raw_score", "late_seconds",
                  "penalty"]
-# The feedback page does not read a submission larger than this (grading refuses it too).
-MAX_NOTEBOOK_BYTES = 50 * 2**20
+# The longest student id (characters): nbgrader's gradebook holds 128; the journal and the
+# feedback folders are named by it too.
+MAX_ID_CHARS = 100
+# Every submitted file is read through grading.read_untrusted with one bound,
+# grading.MAX_NOTEBOOK_BYTES (20 MB): the digest, the grading and the feedback page.
 
 
 @dataclass(frozen=True)
 class Submission:
-    """One student's notebook for one chapter (``path`` is ``None``: not submitted)."""
+    """One student's notebook for one chapter (``path`` is ``None``: not submitted).
+
+    Attributes:
+        student: the student id (:func:`student_ids`).
+        chapter: the chapter (assignment) id.
+        path: the notebook to grade, ``None`` when there is none.
+        timestamp: the text of ``timestamp.txt`` (bounded, made safe), if any.
+        problem: why the folder cannot be graded (two notebooks, an unreadable
+            folder): every exercise scores 0 with this reason, nothing is run.
+        notes: what went wrong reading the folder that does not stop grading
+            (an unreadable timestamp); added to the rows' reasons.
+    """
 
     student: str
     chapter: str
     path: Path | None
     timestamp: str | None = None
+    problem: str = ""
+    notes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -84,6 +122,7 @@ class Graded:
     scores: list[dict]
     key: dict = field(default_factory=dict)
     reused: bool = False
+    problems: list[str] = field(default_factory=list)  # a step of this run that failed for it (journal, …)
 
 
 @dataclass(frozen=True)
@@ -132,7 +171,24 @@ def _is_visible(path: Path) -> bool:
     return not path.name.startswith((".", "_"))
 
 
+def _is_dir(path: Path) -> bool:
+    """``path.is_dir()``, ``False`` for a name the system refuses (too long, …)."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _problem_text(exc: BaseException) -> str:
+    """An exception as one safe line of a reason: class and (cut) message."""
+    from .grading import _one_line
+
+    return _one_line(f"{type(exc).__name__}: {exc}", 160)
+
+
 def _timestamp(folder: Path) -> str | None:
+    """The text of ``folder/timestamp.txt`` (written by ``nbgrader submit``, so the
+    student's): at most 4 kB read, the first 64 characters kept, made safe."""
     from .grading import NotebookError, read_untrusted, safe_text
 
     stamp = folder / "timestamp.txt"  # written by `nbgrader collect`
@@ -143,8 +199,17 @@ def _timestamp(folder: Path) -> str | None:
     return safe_text(text[:64]) or None
 
 
-def _chapter_notebook(folder: Path, chapter: str) -> Path | None:
-    """``folder/<chapter>.ipynb``, or the folder's only notebook if it was renamed.
+def _names(paths: list[Path], limit: int = 5) -> str:
+    from .grading import safe_text
+
+    shown = [safe_text(display_name(p.name))[:60] for p in paths[:limit]]
+    return ", ".join(shown) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _locate_notebook(folder: Path, chapter: str) -> tuple[Path | None, str]:
+    """``(notebook, problem)`` of a chapter folder: ``folder/<chapter>.ipynb``, or the
+    folder's only notebook if it was renamed; else ``None`` and what was found
+    instead ("2 notebooks (a.ipynb, b.ipynb), none named …", "no notebook").
 
     What is returned may still be a link, a pipe or a device: it is read later
     only through :func:`autograder.grading.read_untrusted`, which refuses those.
@@ -152,23 +217,127 @@ def _chapter_notebook(folder: Path, chapter: str) -> Path | None:
     (its notebook would be someone else's).
     """
     if folder.is_symlink():
-        return folder
+        return folder, ""
     exact = folder / f"{chapter}.ipynb"
     if exact.is_file() or exact.is_symlink():
-        return exact
+        return exact, ""
     found = sorted(p for p in folder.glob("*.ipynb") if _is_visible(p))
-    return found[0] if len(found) == 1 else None
+    if len(found) == 1:
+        return found[0], ""
+    if not found:
+        return None, f"the folder {chapter}/ holds no notebook: expected {chapter}.ipynb"
+    return None, (f"the folder {chapter}/ holds {len(found)} notebooks ({_names(found)}) and none is named "
+                  f"{chapter}.ipynb: which one to grade is not known (keep one, or name it {chapter}.ipynb)")
+
+
+def _chapter_notebook(folder: Path, chapter: str) -> Path | None:
+    """``folder/<chapter>.ipynb``, or the folder's only notebook if it was renamed
+    (:func:`_locate_notebook`)."""
+    return _locate_notebook(folder, chapter)[0]
 
 
 def display_name(name: str) -> str:
-    """A folder name as text for the reports: undecodable bytes (a Latin-1 name
-    from an LMS export, seen by Python as surrogate escapes) are read as Latin-1,
-    so the name can be written to CSV, HTML and the gradebook."""
+    """A folder name as readable text: undecodable bytes (a Latin-1 name from an
+    LMS export, seen by Python as surrogate escapes) are read as Latin-1. Not an
+    id: two folders may share a display name (:func:`student_ids`)."""
     raw = os.fsencode(name)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.decode("latin-1")
+
+
+def _readable(raw: bytes) -> str:
+    """The bytes of a name as safe text: UTF-8 where it decodes, every other byte
+    read as Latin-1, control and bidi characters escaped (``grading.safe_text``)."""
+    from .grading import safe_text
+
+    text = raw.decode("utf-8", "surrogateescape")
+    text = "".join(chr(ord(c) - 0xDC00) if "\udc80" <= c <= "\udcff" else c for c in text)
+    return safe_text(text)
+
+
+_HASHED = re.compile(r"~[0-9a-f]{12}$")
+
+
+def _hashed_id(raw: bytes) -> str:
+    """``<readable form, cut>~<12 hex digits of sha256(raw)>``: at most
+    :data:`MAX_ID_CHARS` characters and 200 bytes of UTF-8 (a file name holds 255)."""
+    readable = _readable(raw)[: MAX_ID_CHARS - 13]
+    while len(readable.encode("utf-8")) > 186:
+        readable = readable[:-1]
+    return f"{readable}~{hashlib.sha256(raw).hexdigest()[:12]}"
+
+
+def student_ids(names: list[bytes]) -> dict[bytes, str]:
+    """The student id of each folder name, given as bytes (``os.fsencode``).
+
+    The rule (the module docstring): a plain UTF-8 name is its own id unless it is
+    a normalisation variant of a classmate's; any other name, and every variant,
+    gets ``<readable>~<hash>`` (:func:`_hashed_id`). Ids never coincide.
+
+    Args:
+        names: the folder names (or flat files' stems) of one class, as bytes.
+
+    Returns:
+        ``name -> id`` for every name.
+    """
+    import unicodedata
+
+    readable = {raw: _readable(raw) for raw in names}
+
+    def plain(raw: bytes) -> bool:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return (readable[raw] == text and text == text.strip() and 0 < len(text) <= MAX_ID_CHARS
+                and not _HASHED.search(text))
+
+    def key(raw: bytes) -> str:
+        return unicodedata.normalize("NFC", readable[raw]).strip()
+
+    groups: dict[str, list[bytes]] = {}
+    for raw in names:
+        groups.setdefault(key(raw), []).append(raw)
+    ids = {}
+    for raw in names:
+        canonical = plain(raw) and readable[raw] == key(raw)
+        ids[raw] = readable[raw] if plain(raw) and (canonical or len(groups[key(raw)]) == 1) else _hashed_id(raw)
+    if len(set(ids.values())) != len(ids):  # pragma: no cover - only a 48-bit hash collision gets here
+        raise ValueError("two student folders map to one id: " + ", ".join(sorted(map(repr, names))))
+    return ids
+
+
+def student_folders(submitted: Path) -> dict[str, Path]:
+    """``id -> folder`` of every visible student folder under ``submitted``
+    (nbgrader's ``<student>/<chapter>/`` layout), sorted by id."""
+    folders = []
+    for p in Path(submitted).iterdir():
+        try:
+            if _is_visible(p) and p.is_dir():
+                folders.append(p)
+        except (OSError, ValueError):
+            continue
+    ids = student_ids([os.fsencode(p.name) for p in folders])
+    return dict(sorted((ids[os.fsencode(p.name)], p) for p in folders))
+
+
+def _read_folder(student: str, root: Path, chapter: str) -> Submission:
+    """One student's submission of one chapter, from their folder ``root``."""
+    if root.is_symlink():
+        return Submission(student, chapter, root, None)  # refused when read: never someone else's work
+    folder = root / chapter
+    if not _is_dir(folder):
+        return Submission(student, chapter, None)
+    path, problem = _locate_notebook(folder, chapter)
+    stamp, notes = None, ()
+    if not folder.is_symlink():
+        try:
+            stamp = _timestamp(folder)
+        except Exception as exc:  # noqa: BLE001 - the student's folder: never the batch's failure
+            notes = (f"timestamp.txt could not be read ({_problem_text(exc)}): treated as on time",)
+    return Submission(student, chapter, path, stamp, problem, notes)
 
 
 def find_submissions(
@@ -188,8 +357,9 @@ def find_submissions(
         book: the folder of the source notebooks.
 
     Returns:
-        ``(chapters, submissions)`` sorted by student, then chapter. A student who
-        did not submit a chapter appears with ``path=None``.
+        ``(chapters, submissions)`` sorted by student id (:func:`student_ids`), then
+        chapter. A student who did not submit a chapter appears with ``path=None``;
+        a folder that cannot be read or graded with a ``problem``.
     """
     submitted = Path(submitted)
     if not submitted.is_dir():
@@ -198,30 +368,26 @@ def find_submissions(
     if flat is not None:
         if flat not in known:
             raise ValueError(f"--flat {flat!r}: no source notebook book/{flat}/{flat}.ipynb")
-        subs = [
-            Submission(display_name(p.stem), flat, p)
-            for p in sorted(submitted.glob("*.ipynb"))
-            if _is_visible(p)
-        ]
+        files = [p for p in sorted(submitted.glob("*.ipynb")) if _is_visible(p)]
+        ids = student_ids([os.fsencode(p.stem) for p in files])
+        subs = sorted((Submission(ids[os.fsencode(p.stem)], flat, p) for p in files), key=lambda s: s.student)
         return [flat], subs
-    students = sorted(p.name for p in submitted.iterdir() if p.is_dir() and _is_visible(p))
+    folders = student_folders(submitted)
     if chapters:
         unknown = [c for c in chapters if c not in known]
         if unknown:
             raise ValueError(f"no source notebook for chapter(s) {', '.join(unknown)}; known: {', '.join(known)}")
         wanted = list(chapters)
     else:
-        wanted = [c for c in known if any((submitted / s / c).is_dir() for s in students)]
+        wanted = [c for c in known if any(_is_dir(folder / c) for folder in folders.values())]
     subs = []
-    for student in students:
+    for student, root in folders.items():
         for chapter in wanted:
-            folder = submitted / student / chapter
-            if (submitted / student).is_symlink():
-                path, stamp = submitted / student, None  # refused when read: never someone else's work
-            else:
-                path = _chapter_notebook(folder, chapter) if folder.is_dir() else None
-                stamp = _timestamp(folder) if folder.is_dir() and not folder.is_symlink() else None
-            subs.append(Submission(display_name(student), chapter, path, stamp))
+            try:
+                subs.append(_read_folder(student, root, chapter))
+            except Exception as exc:  # noqa: BLE001 - one folder never stops the batch
+                subs.append(Submission(student, chapter, None,
+                                       problem=f"the folder could not be read ({_problem_text(exc)})"))
     return wanted, subs
 
 
@@ -369,7 +535,9 @@ def _as_dicts(scores) -> list[dict]:
             "status": str(d["status"]),
             "reason": " ".join(str(d.get("reason") or "").split()),
             "parts": [{"name": str(p["name"]), "points": float(p["points"]), "score": float(p["score"]),
-                       "message": " ".join(str(p.get("message") or "").split())}
+                       "message": " ".join(str(p.get("message") or "").split()),
+                       # the check's own hint, kept apart from the message (report.diagnosis_key)
+                       "hint": " ".join(str(p.get("hint") or "").split())}
                       for p in (d.get("parts") or [])],
             "notes": [" ".join(str(n).split()) for n in (d.get("notes") or [])],
         })
@@ -419,8 +587,9 @@ def _init_worker(grade_fn: GradeFn | None, threads: int) -> None:
         pass
 
 
-def _failed_rows(source: Path, reason: str) -> list[dict]:
-    """Every test cell of ``source`` at 0 (the grader itself failed on a submission)."""
+def _failed_rows(source: Path, reason: str, status: str = "error") -> list[dict]:
+    """Every test cell of ``source`` at 0 with ``reason`` (the grader itself failed
+    on a submission: ``error``; nothing in the folder could be graded: ``invalid``)."""
     import nbformat
 
     nb = nbformat.read(str(source), as_version=4)
@@ -434,7 +603,7 @@ def _failed_rows(source: Path, reason: str) -> list[dict]:
                 "grade_id": grade_id,
                 "score": 0.0,
                 "max_score": float(meta.get("points", 0)),
-                "status": "error",
+                "status": status,
                 "reason": reason,
             })
     return rows
@@ -525,11 +694,22 @@ def grade_class(
     todo: list[tuple[Submission, dict, tuple]] = []
     for sub in subs:
         if students is not None and sub.student not in students:
-            kept = _read_journal_entry(out, sub)
+            try:
+                kept = _read_journal_entry(out, sub)
+            except Exception:  # noqa: BLE001 - an odd entry is only a missing one
+                kept = None
             if kept is not None:  # not graded now: the last grade stays in the reports
                 results[sub] = Graded(sub, kept[0], kept[1], reused=True)
             continue
-        sub_digest = _sha256(sub.path)
+        if sub.problem:  # nothing to run: every exercise 0, with what was found instead
+            results[sub] = Graded(sub, _failed_rows(sources[sub.chapter], sub.problem, "invalid"))
+            continue
+        try:
+            sub_digest = _sha256(sub.path)
+        except Exception as exc:  # noqa: BLE001 - reading the notebook is this student's step
+            results[sub] = Graded(sub, _failed_rows(sources[sub.chapter], "the notebook could not be read "
+                                                    f"({_problem_text(exc)})", "invalid"))
+            continue
         sub_seed = submission_seed(base_seed, sub.student, sub.chapter, str(sub_digest))
         key = {
             "submission_sha256": sub_digest,
@@ -541,7 +721,10 @@ def grade_class(
             **_budget_kw(budget),
             **limit_options,
         }
-        cached = None if force else _read_journal(out, sub, key)
+        try:
+            cached = None if force else _read_journal(out, sub, key)
+        except Exception:  # noqa: BLE001 - an entry that cannot be read is graded again
+            cached = None
         if cached is not None:
             results[sub] = Graded(sub, cached, key, reused=True)
             continue
@@ -551,7 +734,11 @@ def grade_class(
 
     def finish(sub: Submission, key: dict, rows: list[dict]) -> None:
         graded = Graded(sub, rows, key)
-        _write_journal(out, graded)
+        try:
+            _write_journal(out, graded)
+        except Exception as exc:  # noqa: BLE001 - graded all the same; a rerun grades it again
+            graded.problems.append(f"the journal entry could not be written ({_problem_text(exc)}): "
+                                   "graded again on the next run")
         results[sub] = graded
         if on_graded is not None:
             on_graded(graded)
@@ -566,7 +753,7 @@ def grade_class(
                     rows = _as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
                                         timeout=t, hidden=True, seed=s, sandbox=sb, **_budget_kw(bud), **lim))
                 except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
-                    rows = _failed_rows(sources[sub.chapter], f"the grader failed: {type(exc).__name__}: {exc}")
+                    rows = _failed_rows(sources[sub.chapter], f"the grader failed: {_problem_text(exc)}")
                 finish(sub, key, rows)
                 bar.update(1)
         else:
@@ -588,8 +775,7 @@ def grade_class(
                         try:
                             rows = future.result()
                         except Exception as exc:  # noqa: BLE001
-                            rows = _failed_rows(sources[sub.chapter],
-                                                f"the grader failed: {type(exc).__name__}: {exc}")
+                            rows = _failed_rows(sources[sub.chapter], f"the grader failed: {_problem_text(exc)}")
                         finish(sub, key, rows)
                         bar.update(1)
             except BaseException:
@@ -619,6 +805,8 @@ def submission_status(graded: Graded) -> str:
     could be read), ``cheat`` (a tampering attempt was caught), ``complete`` (every
     check passed) or ``incomplete``."""
     statuses = [s["status"] for s in graded.scores]
+    if graded.submission.problem:
+        return "invalid"
     if graded.submission.path is None:
         return "not submitted"
     if statuses and all(s == "invalid" for s in statuses):
@@ -630,20 +818,13 @@ def submission_status(graded: Graded) -> str:
     return "incomplete"
 
 
-def _cell(text: str) -> str:
-    """A text cell that a spreadsheet will not run as a formula (a student's exception
-    message can reach ``reason``): a leading ``= + - @`` gets a quote in front."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+# A text cell that no spreadsheet runs as a formula, in any locale (text.csv_cell).
+_cell = csv_cell
 
 
 def _write_csv(path: Path, columns: list[str], rows: list[list]) -> None:
-    import io
-
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows(rows)
-    _write_atomic(path, buf.getvalue())
+    """Every field quoted and guarded against formulas (:func:`autograder.text.csv_text`)."""
+    _write_atomic(path, csv_text(columns, rows))
 
 
 def _optional(x) -> str:
@@ -669,53 +850,103 @@ def with_hand_grades(graded: Graded, recorded) -> list[dict]:
     return rows
 
 
+def _problems(graded: Graded, held) -> list[str]:
+    """What went wrong for one submission outside its grading: reading its folder,
+    its journal entry, its gradebook rows (one line each)."""
+    return [*graded.submission.notes, *graded.problems, *(held.problems if held is not None else [])]
+
+
+def _with_problems(rows: list[dict], problems: list[str]) -> list[dict]:
+    """``rows`` with ``problems`` in front of each row's reason."""
+    if not problems:
+        return rows
+    return [dict(r, reason="; ".join([*problems, *([r["reason"]] if r["reason"] else [])])) for r in rows]
+
+
+def _score_rows(g: Graded, rows: list[dict]) -> list[list]:
+    sub = g.submission
+    return [[sub.student, sub.chapter, s["exercise"], s["grade_id"], score_text(s["score"]),
+             score_text(s["max_score"]), s["status"], s["reason"], parts_text(s),
+             " | ".join(s.get("notes") or []), score_text(s["auto_score"]), _optional(s["manual_score"]),
+             _optional(s["extra_credit"]), " ".join(s["comment"].split())] for s in rows]
+
+
+def _grade_row(g: Graded, rows: list[dict], held) -> list:
+    sub = g.submission
+    raw = sum(s["score"] for s in rows)
+    penalty = held.penalty if held is not None else 0.0
+    late = held.late_seconds if held is not None else 0.0
+    return [sub.student, sub.chapter, score_text(max(0.0, raw - penalty)), score_text(sum(s["max_score"] for s in rows)),
+            submission_status(g), score_text(raw), score_text(late), score_text(penalty)]
+
+
+def _write_feedback(page: Path, g: Graded, rows: list[dict], held) -> None:
+    """Write one feedback page (only when its text changed)."""
+    from .feedback import render_feedback, student_code
+
+    sub = g.submission
+    html = render_feedback(sub.student, sub.chapter, rows, student_code(sub.path, MAX_NOTEBOOK_BYTES),
+                           submission_status(g), late_seconds=held.late_seconds if held is not None else 0.0,
+                           penalty=held.penalty if held is not None else 0.0)
+    if not page.is_file() or page.read_text(encoding="utf-8") != html:
+        _write_atomic(page, html)
+
+
 def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
                   gradebook: GradebookTarget | None = None) -> None:
-    """Fill the gradebook, then write ``scores.csv``, ``grades.csv`` and the feedback
-    pages from the results and what the gradebook holds (hand grades, late
-    penalties). Deterministic: the same results and gradebook give the same files."""
-    from .feedback import render_feedback, student_code
+    """Fill the gradebook, then write the feedback pages, ``scores.csv`` and
+    ``grades.csv`` from the results and what the gradebook holds (hand grades,
+    late penalties). Deterministic: the same results and gradebook give the same
+    files. Each submission's step that fails (its gradebook rows, its feedback
+    page, its CSV rows) becomes a reason in its own rows; the others are written."""
     from .gradebook import write_gradebook
 
     target = gradebook or GradebookTarget()
     recorded = write_gradebook(out / "gradebook.db", sources, results, url=target.url, course_id=target.course_id,
                                duedate=target.duedate, config=target.config)
 
-    score_rows, grade_rows = [], []
-    for g in results:
+    shown: dict[int, list[dict]] = {}  # per result: its rows with hand grades and its problems
+    for i, g in enumerate(results):
         sub = g.submission
         held = recorded.get((sub.student, sub.chapter))
-        rows = with_hand_grades(g, held)
-        for s in rows:
-            score_rows.append([_cell(sub.student), sub.chapter, s["exercise"], s["grade_id"], score_text(s["score"]),
-                               score_text(s["max_score"]), s["status"], _cell(s["reason"]), _cell(parts_text(s)),
-                               _cell(" | ".join(s.get("notes") or [])), score_text(s["auto_score"]),
-                               _optional(s["manual_score"]), _optional(s["extra_credit"]),
-                               _cell(" ".join(s["comment"].split()))])
-        raw = sum(s["score"] for s in rows)
-        penalty = held.penalty if held is not None else 0.0
-        late = held.late_seconds if held is not None else 0.0
-        grade_rows.append([_cell(sub.student), sub.chapter, score_text(max(0.0, raw - penalty)),
-                           score_text(sum(s["max_score"] for s in rows)), submission_status(g), score_text(raw),
-                           score_text(late), score_text(penalty)])
-    _write_csv(out / "scores.csv", SCORE_COLUMNS, score_rows)
-    _write_csv(out / "grades.csv", GRADE_COLUMNS, grade_rows)
+        try:
+            shown[i] = _with_problems(with_hand_grades(g, held), _problems(g, held))
+        except Exception as exc:  # noqa: BLE001 - a journal entry of another version, say
+            shown[i] = _with_problems(_failed_rows(sources[sub.chapter], "the results could not be read "
+                                                   f"({_problem_text(exc)})"), _problems(g, None))
+            for row in shown[i]:
+                row.update(parts=[], notes=[], auto_score=0.0, manual_score=None, extra_credit=None, comment="")
 
     feedback = out / "feedback"
-    for g in results:
+    for i, g in enumerate(results):
         sub = g.submission
         page = feedback / sub.student / f"{sub.chapter}.html"
-        if sub.path is None:
-            if page.exists():
-                page.unlink()
-            continue
-        held = recorded.get((sub.student, sub.chapter))
-        html = render_feedback(sub.student, sub.chapter, with_hand_grades(g, held),
-                               student_code(sub.path, MAX_NOTEBOOK_BYTES), submission_status(g),
-                               late_seconds=held.late_seconds if held is not None else 0.0,
-                               penalty=held.penalty if held is not None else 0.0)
-        if not page.is_file() or page.read_text(encoding="utf-8") != html:
-            _write_atomic(page, html)
+        try:
+            if sub.path is None and not sub.problem:
+                if page.exists():
+                    page.unlink()
+                continue
+            _write_feedback(page, g, shown[i], recorded.get((sub.student, sub.chapter)))
+        except Exception as exc:  # noqa: BLE001 - this student's page only
+            shown[i] = _with_problems(shown[i], [f"the feedback page could not be written ({_problem_text(exc)})"])
+
+    score_rows, grade_rows = [], []
+    for i, g in enumerate(results):
+        held = recorded.get((g.submission.student, g.submission.chapter))
+        try:
+            these, line = _score_rows(g, shown[i]), _grade_row(g, shown[i], held)
+        except Exception as exc:  # noqa: BLE001 - one student's rows, written with the reason
+            sub = g.submission
+            reason = f"the rows could not be written ({_problem_text(exc)})"
+            these = [[sub.student, sub.chapter, s.get("exercise", ""), s.get("grade_id", ""), "0",
+                      score_text(s.get("max_score", 0) or 0), "error", reason, "", "", "0", "", "", ""]
+                     for s in shown[i]]
+            line = [sub.student, sub.chapter, "0", score_text(sum(s.get("max_score", 0) or 0 for s in shown[i])),
+                    "invalid", "0", "0", "0"]
+        score_rows += these
+        grade_rows.append(line)
+    _write_csv(out / "scores.csv", SCORE_COLUMNS, score_rows)
+    _write_csv(out / "grades.csv", GRADE_COLUMNS, grade_rows)
 
 
 def clean_outputs(out: Path) -> None:

@@ -5,7 +5,11 @@ summary (with the late penalty, if any), then per exercise its status, score, th
 check's diagnosis, what a grader changed by hand (score, extra credit, comment)
 and the student's own code for that exercise. It is built from the grading results and
 the submission only, so it can never show a hidden test or the reference answer.
-Everything the student wrote is HTML-escaped.
+Everything the student wrote is HTML-escaped. The submission is read within
+grading's own bound (:data:`autograder.grading.MAX_NOTEBOOK_BYTES`), and the page
+shows at most :data:`MAX_SHOWN_CELLS` cells of one exercise and
+:data:`MAX_SHOWN_CHARS` characters of code in all, so a page stays small
+whatever the notebook holds.
 """
 from __future__ import annotations
 
@@ -15,7 +19,12 @@ from pathlib import Path
 
 from .text import score_text
 
-__all__ = ["student_code", "render_feedback"]
+__all__ = ["student_code", "render_feedback", "MAX_SHOWN_CHARS", "MAX_SHOWN_CELLS"]
+
+# The code a feedback page shows: at most this many characters in all (a chapter's
+# answers are a few kB) and this many cells with one exercise's id.
+MAX_SHOWN_CHARS = 64 * 2**10
+MAX_SHOWN_CELLS = 5
 
 STATUS_WORDS = {
     "passed": "passed",
@@ -39,20 +48,29 @@ section { border-top: 1px solid #ddd; margin-top: 1.5rem; }
 """
 
 
-def student_code(path: Path | None, max_bytes: int = 50 * 2**20) -> dict[str, list[str]]:
+def student_code(path: Path | None, max_bytes: int | None = None) -> dict[str, list[str]]:
     """The submission's code cells by nbgrader ``grade_id`` (several when duplicated).
 
-    Never raises: an unreadable or invalid notebook gives ``{}``.
+    Args:
+        path: the submitted notebook (``None``: no submission).
+        max_bytes: read nothing larger; at most (and by default) grading's
+            :data:`~autograder.grading.MAX_NOTEBOOK_BYTES`, so the page never
+            reads what grading refused.
+
+    Returns:
+        ``grade_id -> [source, …]``. Never raises: an unreadable or invalid
+        notebook gives ``{}``.
     """
     if path is None:
         return {}
-    from .grading import NotebookError, read_untrusted
+    from .grading import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted
 
+    max_bytes = MAX_NOTEBOOK_BYTES if max_bytes is None else min(int(max_bytes), MAX_NOTEBOOK_BYTES)
     try:
         raw = read_untrusted(Path(path), max_bytes)
         data = json.loads(raw.decode("utf-8", errors="replace"))
         cells = data.get("cells", []) if isinstance(data, dict) else []
-    except (NotebookError, OSError, ValueError, RecursionError):
+    except (NotebookError, OSError, ValueError, RecursionError, MemoryError):
         return {}
     code: dict[str, list[str]] = {}
     for cell in cells:
@@ -138,6 +156,7 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
             f"<td>{e(s['reason'])}</td></tr>"
         )
     parts.append("</tbody></table>")
+    budget = [MAX_SHOWN_CHARS]  # characters of code the page may still show
     for s in scores:
         cells = code.get(s["exercise"], [])
         parts.append(f'<section id="{e(s["exercise"])}"><h2>{e(s["exercise"])}</h2>')
@@ -164,12 +183,17 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
         parts.extend(_hand_lines(s))
         if not cells:
             parts.append("<p><i>No cell for this exercise was found in your notebook.</i></p>")
-        for i, source in enumerate(cells):
+        for i, source in enumerate(cells[:MAX_SHOWN_CELLS]):
             if len(cells) > 1:
                 parts.append(f"<p>Your cell {i + 1} of {len(cells)} with this exercise's id:</p>")
             else:
                 parts.append("<p>Your code:</p>")
-            parts.append(f"<pre><code>{e(source)}</code></pre>")
+            shown, budget[0] = source[:max(0, budget[0])], budget[0] - len(source)
+            cut = f"\n… ({len(source) - len(shown):,} more characters not shown)" if len(shown) < len(source) else ""
+            parts.append(f"<pre><code>{e(shown)}{cut}</code></pre>")
+        if len(cells) > MAX_SHOWN_CELLS:
+            parts.append(f"<p><i>{len(cells) - MAX_SHOWN_CELLS} more cells with this exercise's id are not "
+                         "shown.</i></p>")
         parts.append("</section>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -23,6 +23,14 @@ timestamp from ``timestamp.txt``, and nbgrader's own ``AssignLatePenalties``
 preprocessor with the configured plugin (``c.AssignLatePenalties.plugin_class``,
 ``c.LateSubmissionPlugin.penalty_method``) setting each notebook's
 ``late_submission_penalty``.
+
+A submission's ``timestamp.txt`` is written on the student's machine: text that
+is not a date (dateutil raises ``ValueError``, ``OverflowError``,
+``decimal.InvalidOperation``, … on it) is treated as nbgrader treats a missing or
+empty one — no timestamp, so not late — and the student's rows say so. Every
+submission is recorded on its own: one whose rows cannot be written (rolled
+back) keeps the checks' scores in the CSVs, with the reason in its rows
+(:attr:`Recorded.problems`); the others are recorded as usual.
 """
 from __future__ import annotations
 
@@ -39,7 +47,7 @@ import nbformat
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Graded
 
-__all__ = ["write_gradebook", "db_url", "Recorded", "parse_duedate", "DEFAULT_COURSE"]
+__all__ = ["write_gradebook", "db_url", "Recorded", "parse_duedate", "submission_time", "DEFAULT_COURSE"]
 
 # nbgrader's own default course id (``Gradebook(db_url)``).
 DEFAULT_COURSE = "default_course"
@@ -90,6 +98,8 @@ class Recorded:
         late_seconds: ``SubmittedAssignment.total_seconds_late`` (0 when on time or
             when the assignment has no due date).
         penalty: the notebook's ``late_submission_penalty`` (0 when none).
+        problems: what went wrong recording this submission (a timestamp that is
+            not a date, rows that could not be written), one line each.
     """
 
     grades: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -97,6 +107,7 @@ class Recorded:
     raw_score: float = 0.0
     late_seconds: float = 0.0
     penalty: float = 0.0
+    problems: list[str] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -182,26 +193,89 @@ def write_gradebook(path: Path | None, sources: dict[str, Path], results: list["
     with alembic_on_path():
         for chapter, source in sources.items():
             _record_assignment(url, chapter, source, course_id, due)
-        _record_results(url, course_id, results)
-        _assign_late_penalties(url, results, config)
-        return _read_back(url, course_id, results)
+        problems, unrecorded = _record_results(url, course_id, results)
+        _assign_late_penalties(url, results, config, problems, unrecorded)
+        recorded = _read_back(url, course_id, results, problems)
+    for key, found in problems.items():
+        if found:
+            recorded.setdefault(key, Recorded()).problems[:0] = found
+    return recorded
 
 
-def _timestamp(text: str | None) -> dict:
-    """``{"timestamp": datetime}`` from nbgrader's ``timestamp.txt`` text, or ``{}``."""
+# The longest timestamp text parsed (nbgrader writes 26 to 32 characters).
+MAX_TIMESTAMP_CHARS = 64
+
+
+def submission_time(text: str | None) -> tuple[datetime.datetime | None, str]:
+    """A submission's time from its ``timestamp.txt`` text (nbgrader's ``parse_utc``).
+
+    Args:
+        text: the file's text (student-written), or ``None`` when there is none.
+
+    Returns:
+        ``(time, "")``, or ``(None, note)`` when the text is not a date: nbgrader's
+        convention for a missing or empty timestamp (no time, so not late),
+        with a note that says so. ``(None, "")`` without a text. Never raises.
+    """
     from nbgrader.utils import parse_utc
 
-    if not text:
-        return {}
+    if not text or not text.strip():
+        return None, ""
+    from .grading import _one_line
+
+    shown = _one_line(repr(text[:40]), 60)
+    note = f"timestamp.txt ({shown}) is not a date: treated as on time, as nbgrader treats a missing one"
+    if len(text) > MAX_TIMESTAMP_CHARS:
+        return None, note
     try:
-        return {"timestamp": parse_utc(text)}
-    except (ValueError, TypeError, OverflowError):
-        return {}
+        parsed = parse_utc(text)
+    except Exception:  # noqa: BLE001 - dateutil on student text: ValueError, OverflowError, InvalidOperation, …
+        return None, note
+    if not isinstance(parsed, datetime.datetime):
+        return None, note
+    return parsed, ""
 
 
-def _record_results(url: str, course_id: str, results: list["Graded"]) -> None:
-    from nbgrader.api import Gradebook, MissingEntry
+def _problem(step: str, exc: BaseException) -> str:
+    from .grading import _one_line
 
+    return _one_line(f"{step} ({type(exc).__name__}: {exc})", 240)
+
+
+def _record_submission(gb, graded: "Graded", problems: list[str]) -> None:
+    """Record one submission's student, timestamp and auto scores (not committed)."""
+    from nbgrader.api import MissingEntry
+
+    sub = graded.submission
+    when, note = submission_time(sub.timestamp)
+    if note:
+        problems.append(note)
+    gb.update_or_create_student(sub.student)
+    gb.update_or_create_submission(sub.chapter, sub.student, **({"timestamp": when} if when is not None else {}))
+    for row in graded.scores:
+        try:
+            grade = gb.find_grade(row["grade_id"], sub.chapter, sub.chapter, sub.student)
+        except MissingEntry:  # not a grade cell of the source notebook
+            continue
+        # Only the auto fields: a grader's manual_score / extra_credit stay as they are.
+        grade.auto_score = float(row["score"])
+        grade.needs_manual_grade = grade.manual_score is not None
+        verdict = row["status"] + (f": {row['reason']}" if row["reason"] else "")
+        try:
+            comment = gb.find_comment(row["exercise"], sub.chapter, sub.chapter, sub.student)
+        except MissingEntry:  # no solution cell of that name
+            continue
+        comment.auto_comment = verdict  # the manual_comment is the grader's, never touched
+
+
+def _record_results(url: str, course_id: str, results: list["Graded"]
+                    ) -> tuple[dict[tuple[str, str], list[str]], set[tuple[str, str]]]:
+    """Record every submitted result, each in its own transaction; returns the
+    problems met per ``(student, chapter)`` and the submissions rolled back."""
+    from nbgrader.api import Gradebook
+
+    problems: dict[tuple[str, str], list[str]] = {}
+    unrecorded: set[tuple[str, str]] = set()
     with Gradebook(url, course_id) as gb, warnings.catch_warnings():
         # nbgrader's add_submission trips SQLAlchemy's autoflush warnings; harmless.
         warnings.filterwarnings("ignore", message=".*not in session.*")
@@ -209,26 +283,19 @@ def _record_results(url: str, course_id: str, results: list["Graded"]) -> None:
             sub = graded.submission
             if sub.path is None:
                 continue
-            gb.update_or_create_student(sub.student)
-            gb.update_or_create_submission(sub.chapter, sub.student, **_timestamp(sub.timestamp))
-            for row in graded.scores:
-                try:
-                    grade = gb.find_grade(row["grade_id"], sub.chapter, sub.chapter, sub.student)
-                except MissingEntry:  # not a grade cell of the source notebook
-                    continue
-                # Only the auto fields: a grader's manual_score / extra_credit stay as they are.
-                grade.auto_score = float(row["score"])
-                grade.needs_manual_grade = grade.manual_score is not None
-                verdict = row["status"] + (f": {row['reason']}" if row["reason"] else "")
-                try:
-                    comment = gb.find_comment(row["exercise"], sub.chapter, sub.chapter, sub.student)
-                except MissingEntry:  # no solution cell of that name
-                    continue
-                comment.auto_comment = verdict  # the manual_comment is the grader's, never touched
-            gb.db.commit()
+            found = problems.setdefault((sub.student, sub.chapter), [])
+            try:
+                _record_submission(gb, graded, found)
+                gb.db.commit()
+            except Exception as exc:  # noqa: BLE001 - this submission's rows only
+                gb.db.rollback()
+                unrecorded.add((sub.student, sub.chapter))
+                found.append(_problem("the gradebook could not record this submission", exc))
+    return problems, unrecorded
 
 
-def _assign_late_penalties(url: str, results: list["Graded"], config: Any) -> None:
+def _assign_late_penalties(url: str, results: list["Graded"], config: Any,
+                           problems: dict[tuple[str, str], list[str]], unrecorded: set[tuple[str, str]]) -> None:
     """Run nbgrader's own ``AssignLatePenalties`` on every submitted notebook, as
     ``nbgrader autograde`` does after saving the grades: it resets the penalty, and
     for a late submission asks the configured plugin for one, clipped to ``[0, score]``."""
@@ -245,15 +312,22 @@ def _assign_late_penalties(url: str, results: list["Graded"], config: Any) -> No
             sub = graded.submission
             if sub.path is None:
                 continue
+            if (sub.student, sub.chapter) in unrecorded:
+                continue  # rolled back: nothing to penalise
             resources = {"nbgrader": {"notebook": sub.chapter, "assignment": sub.chapter,
                                       "student": sub.student, "db_url": url}}
-            step.preprocess(new_notebook(), resources)
+            try:
+                step.preprocess(new_notebook(), resources)
+            except Exception as exc:  # noqa: BLE001 - this submission's penalty only
+                problems.setdefault((sub.student, sub.chapter), []).append(
+                    _problem("nbgrader's late penalty could not be assigned", exc))
     finally:
         log.setLevel(level)
 
 
-def _read_back(url: str, course_id: str, results: list["Graded"]) -> dict[tuple[str, str], Recorded]:
-    from nbgrader.api import Gradebook, MissingEntry
+def _read_back(url: str, course_id: str, results: list["Graded"],
+               problems: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], Recorded]:
+    from nbgrader.api import Gradebook
 
     recorded: dict[tuple[str, str], Recorded] = {}
     with Gradebook(url, course_id) as gb:
@@ -262,24 +336,39 @@ def _read_back(url: str, course_id: str, results: list["Graded"]) -> dict[tuple[
             if sub.path is None:
                 continue
             try:
-                notebook = gb.find_submission_notebook(sub.chapter, sub.chapter, sub.student)
-                assignment = gb.find_submission(sub.chapter, sub.student)
-            except MissingEntry:
+                rec = _read_one(gb, sub)
+            except Exception as exc:  # noqa: BLE001 - this submission's row only
+                gb.db.rollback()
+                problems.setdefault((sub.student, sub.chapter), []).append(
+                    _problem("the gradebook could not be read back for this submission", exc))
                 continue
-            rec = Recorded(
-                raw_score=float(notebook.score or 0.0),
-                late_seconds=float(assignment.total_seconds_late or 0.0),
-                penalty=float(notebook.late_submission_penalty or 0.0),
-            )
-            for grade in notebook.grades:
-                rec.grades[grade.name] = {
-                    "auto_score": grade.auto_score,
-                    "manual_score": grade.manual_score,
-                    "extra_credit": grade.extra_credit,
-                    "score": float(grade.score or 0.0),
-                }
-            for comment in notebook.comments:
-                if comment.manual_comment:
-                    rec.comments[comment.name] = comment.manual_comment
-            recorded[(sub.student, sub.chapter)] = rec
+            if rec is not None:
+                recorded[(sub.student, sub.chapter)] = rec
     return recorded
+
+
+def _read_one(gb, sub) -> Recorded | None:
+    """What the gradebook holds for one submission (``None``: not recorded)."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        notebook = gb.find_submission_notebook(sub.chapter, sub.chapter, sub.student)
+        assignment = gb.find_submission(sub.chapter, sub.student)
+    except MissingEntry:
+        return None
+    rec = Recorded(
+        raw_score=float(notebook.score or 0.0),
+        late_seconds=float(assignment.total_seconds_late or 0.0),
+        penalty=float(notebook.late_submission_penalty or 0.0),
+    )
+    for grade in notebook.grades:
+        rec.grades[grade.name] = {
+            "auto_score": grade.auto_score,
+            "manual_score": grade.manual_score,
+            "extra_credit": grade.extra_credit,
+            "score": float(grade.score or 0.0),
+        }
+    for comment in notebook.comments:
+        if comment.manual_comment:
+            rec.comments[comment.name] = comment.manual_comment
+    return rec

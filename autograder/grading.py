@@ -73,7 +73,8 @@ from . import runner
 from .checks.base import Exercise, Report, Result, dependency_note, draw_cases, evaluate, get_exercise, make_rng
 from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
 
-__all__ = ["CellScore", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES"]
+__all__ = ["CellScore", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES", "MAX_PARSED_SOURCE",
+           "parse_untrusted"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,11 @@ STATUSES = ("passed", "partial", "failed", "error", "missing", "timeout", "cheat
 # A chapter notebook without outputs is well under 1 MB; submissions with outputs
 # (plots) are larger. Anything over this is refused unread.
 MAX_NOTEBOOK_BYTES = 20 * 2**20
+# The most source text of one cell that the trusted process parses (to name a syntax
+# error, or the names a cell binds): Python's parser takes about 900 bytes of memory
+# per byte of source, so this bounds such a parse near 250 MB. A solution cell is a
+# few kB; a larger one is run (and parsed) only inside the sandbox, under its limits.
+MAX_PARSED_SOURCE = 256 * 2**10
 # Largest result bundle (json + npz, uncompressed) read back from the sandbox.
 MAX_RESULT_BYTES = 128 * 2**20
 _MAX_DEPTH = 64
@@ -246,7 +252,9 @@ class _Graded:
             status=status,
             reason="" if report.passed else _one_line(report.reason()),
             parts=[{"name": p.name, "points": p.points, "score": p.score,
-                    "message": _one_line(p.message) if p.message and not p.earned else ""}
+                    "message": _one_line(p.message) if p.message and not p.earned else "",
+                    # the check's own hint, apart from text the answer wrote (report.diagnosis_key)
+                    "hint": _one_line(p.hint) if p.hint and not p.earned else ""}
                    for p in report.parts],
             notes=[_one_line(n) for n in report.notes] + [_one_line("advice (no points): " + a) for a in report.advice],
         )
@@ -530,10 +538,10 @@ def _judge(g: _Graded, cell_error: dict | None, results: list[Result]) -> None:
         kind, message = cell_error["type"], cell_error["message"]
         if kind == "SystemExit":
             g.settle("cheat", f"the cell ends the kernel (sys.exit / SystemExit) when it runs")
-        elif kind == "SyntaxError" and _syntax_error(g.source):
-            g.settle("error", f"the cell raised SyntaxError when it ran: {_syntax_error(g.source)}")
+        elif kind == "SyntaxError" and (where := _syntax_error(g.source)):
+            g.settle("error", f"the cell raised SyntaxError when it ran: {where}")
         elif kind == "NameError" and (message.startswith("the cell does not define") or (
-                isinstance(message, _Withheld) and g.name not in _top_level_names(g.source))):
+                isinstance(message, _Withheld) and _lacks(_top_level_names(g.source), g.name))):
             g.settle("error", f"the cell does not define {g.name!r} — keep the def/class line of the exercise")
         elif isinstance(message, _Withheld):
             g.settle("error", f"the cell raised {kind} when it ran (its message is not shown: hidden inputs were in "
@@ -846,13 +854,43 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
         second.reason = _one_line(f"{second.notes[0]}. {second.reason}")
 
 
-def _syntax_error(source: str | None) -> str:
-    """The grader's own account of the syntax error in ``source`` (parsed here,
-    never run), or ``""`` when it parses."""
+class SourceTooLarge(ValueError):
+    """A cell's source is over :data:`MAX_PARSED_SOURCE`: the trusted process does not parse it."""
+
+
+def parse_untrusted(source: str, filename: str = "<submission>") -> ast.Module:
+    """Parse a submission's source in the trusted process, never more than
+    :data:`MAX_PARSED_SOURCE` bytes of it (the one bound for every such parse).
+
+    Args:
+        source: a cell's text, as the student wrote it.
+        filename: the name syntax errors give.
+
+    Returns:
+        The module's syntax tree.
+
+    Raises:
+        SourceTooLarge: the source is over the bound (refused unparsed).
+        SyntaxError, ValueError, RecursionError, MemoryError: as :func:`ast.parse`.
+    """
     from .sandbox import _parse
 
+    # A str holds at most 4 bytes per character: count cheaply first, encode only near the bound.
+    if len(source) > MAX_PARSED_SOURCE or (
+            4 * len(source) > MAX_PARSED_SOURCE
+            and len(source.encode("utf-8", "surrogatepass")) > MAX_PARSED_SOURCE):
+        raise SourceTooLarge(f"the cell is over the {MAX_PARSED_SOURCE // 2**10} kB the grader parses outside "
+                             "the sandbox")
+    return _parse(source, filename)
+
+
+def _syntax_error(source: str | None) -> str:
+    """The grader's own account of the syntax error in ``source`` (parsed here,
+    never run, within :data:`MAX_PARSED_SOURCE`), or ``""`` when it parses."""
     try:
-        _parse(source or "", "<cell>")
+        parse_untrusted(source or "", "<cell>")
+    except SourceTooLarge as exc:
+        return f"not located: {exc}"
     except SyntaxError as exc:
         return f"{exc.msg} (line {exc.lineno})"
     except (ValueError, RecursionError, MemoryError) as exc:
@@ -860,12 +898,15 @@ def _syntax_error(source: str | None) -> str:
     return ""
 
 
-def _top_level_names(source: str | None) -> set[str]:
-    """Names a cell binds at its top level (trusted parse of untrusted text)."""
-    from .sandbox import _defined_names, _parse
+def _top_level_names(source: str | None) -> set[str] | None:
+    """Names a cell binds at its top level (trusted parse of untrusted text);
+    ``None`` when the cell is over :data:`MAX_PARSED_SOURCE` (not parsed here)."""
+    from .sandbox import _defined_names
 
     try:
-        tree = _parse(source or "", "<submission>")
+        tree = parse_untrusted(source or "", "<submission>")
+    except SourceTooLarge:
+        return None
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return set()
     names = _defined_names(tree)
@@ -875,13 +916,18 @@ def _top_level_names(source: str | None) -> set[str]:
     return names
 
 
-def _names_in(source: str) -> set[str]:
-    """Names the student's cell loads (trusted parse of untrusted text)."""
-    from .sandbox import _parse
+def _lacks(names: set[str] | None, name: str) -> bool:
+    """Whether a cell's top-level names (:func:`_top_level_names`) surely lack ``name``:
+    not when the cell was too large to parse here (``None``)."""
+    return names is not None and name not in names
 
+
+def _names_in(source: str) -> set[str]:
+    """Names the student's cell loads (trusted parse of untrusted text, within
+    :data:`MAX_PARSED_SOURCE`; an empty set above it)."""
     try:
-        tree = _parse(source, "<submission>")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = parse_untrusted(source, "<submission>")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # SourceTooLarge is a ValueError
         return set()
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
 

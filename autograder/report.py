@@ -22,9 +22,13 @@ check recognised the mistake, a hint after ``Hint:`` that names it. Messages
 are grouped by :func:`diagnosis_key`: the hint (else the message's head before
 the first colon), with every parenthesised aside and every number taken out,
 so "you normalised over axis 0, not axis=-1" and "… axis 1, not axis=0" are one
-diagnosis. The part messages come from the journal (``OUT/.journal``: one JSON
-per submission, with every part's full message); ``scores.csv``'s ``reason``
-column, cut at 400 characters, is the fallback when the journal is gone.
+diagnosis. The hint is the one the check produced, kept apart from the message
+(``CheckFailure.hint``, a part's ``hint`` in the journal): a message may quote
+the student's own exception, and a "Hint: …" the student wrote there is never
+taken as the grader's diagnosis. The part messages and hints come from the
+journal (``OUT/.journal``: one JSON per submission, with every part's full
+message); ``scores.csv``'s ``reason`` column, cut at 400 characters, is the
+fallback when the journal is gone (then no mistake counts as recognised).
 
 Everything that came from a submission (student names, messages that quote a
 student's exception) is HTML-escaped on the page and written to the terminal
@@ -38,6 +42,7 @@ import csv
 import html
 import io
 import json
+import os
 import re
 import statistics
 from collections import Counter, defaultdict
@@ -45,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .feedback import STATUS_WORDS, _duration
+from .text import csv_cell, csv_text, csv_uncell
 
 __all__ = [
     "ReportError",
@@ -225,6 +231,7 @@ class Part:
     score: float
     points: float
     message: str = ""
+    hint: str = ""  # the check's own hint (from the journal), never text the answer wrote
 
     @property
     def earned(self) -> bool:
@@ -247,16 +254,9 @@ class Row:
     auto_score: float | None = None  # what the checks gave (``None``: as ``score``)
 
 
-_FORMULA_GUARD = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _uncell(text: str) -> str:
-    """Undo the quote ``batch`` puts before a cell that a spreadsheet would run."""
-    return text[1:] if text[:1] == "'" and text[1:2] in _FORMULA_GUARD else text
-
-
-def _cell(text: str) -> str:
-    return "'" + text if text[:1] in _FORMULA_GUARD else text
+# Undo / put the quotes that keep a CSV cell from running as a formula (text.csv_cell).
+_uncell = csv_uncell
+_cell = csv_cell
 
 
 _PART = re.compile(r"^(?P<name>.+) (?P<score>[0-9.eE+-]+)/(?P<points>[0-9.eE+-]+)$")
@@ -339,6 +339,7 @@ def _from_journal(row: Row, entry: list[dict] | None) -> bool:
             return False
         for jp, p in zip(jparts, row.parts):
             p.message = " ".join(str(jp.get("message") or "").split())
+            p.hint = " ".join(str(jp.get("hint") or "").split())
         return True
     return False
 
@@ -444,29 +445,35 @@ def _strip_asides(text: str) -> str:
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
-def _hint_or_head(message: str) -> tuple[str, bool]:
-    """The hint of a message (what the check recognised), or its head: the words
-    before the first colon, which say what differs without the case's numbers."""
+def _hint_or_head(message: str, hint: str = "") -> tuple[str, bool]:
+    """The check's hint (what it recognised), or the message's head: the words
+    before the first colon, which say what differs without the case's numbers.
+    Only ``hint`` — the check's own, kept apart — counts as recognised: a
+    "Hint:" inside ``message`` may be the student's text."""
+    hint = " ".join(str(hint or "").split())
+    if hint:
+        return hint, True
     text = " ".join(str(message).split())
-    if " Hint: " in f" {text}":
-        return text.split("Hint: ", 1)[1].strip(), True
+    text = text.split(" Hint: ", 1)[0]  # never a hint here: only cut off, so the head is what differs
+    text = re.sub(r"^(?:'[^']+'(?:, )?)+: ", "", text)  # a reason's "'part': " prefix (the journal's fallback)
     head = text.split(": ", 1)[0].strip()
     return (head or text), False
 
 
-def diagnosis_key(message: str) -> str:
-    """The group of a failure message: its hint (else its head), lower case, with
-    parenthesised asides and numbers taken out. Two messages about the same
-    mistake on different inputs get the same key.
+def diagnosis_key(message: str, hint: str = "") -> str:
+    """The group of a failure: the check's hint (else the message's head), lower
+    case, with parenthesised asides and numbers taken out. Two messages about the
+    same mistake on different inputs get the same key.
 
     Args:
         message: a part's message as the checks write it.
+        hint: the check's own hint of that failure (a part's ``hint``; ``""``: none).
 
     Returns:
         The key, e.g. ``"you normalised over axis #, not axis=#: pass `axis` to
         both np.max and np.sum."``.
     """
-    core, _ = _hint_or_head(message)
+    core, _ = _hint_or_head(message, hint)
     key = _NUMBER.sub("#", _strip_asides(core)).lower()
     return " ".join(key.split())
 
@@ -497,16 +504,16 @@ def _diagnoses(rows: list[Row]) -> list[Diagnosis]:
     hinted: dict[tuple[str, str], bool] = {}
     unjudged: dict[tuple[str, str], str] = {}
     for row in rows:
-        messages = [p.message or row.reason for p in row.parts if not p.earned]
+        messages = [(p.message or row.reason, p.hint) for p in row.parts if not p.earned]
         if not row.parts and row.status not in ("passed",) and row.reason:
-            messages = [row.reason]
+            messages = [(row.reason, "")]  # a cell-level reason: the grader's words around the answer's
             if row.status not in ("failed", "partial"):
                 unjudged[(row.exercise, diagnosis_key(row.reason))] = row.status
-        for message in messages:
+        for message, hint in messages:
             if not message:
                 continue
-            key = (row.exercise, diagnosis_key(message))
-            text, recognised = _hint_or_head(message)
+            key = (row.exercise, diagnosis_key(message, hint))
+            text, recognised = _hint_or_head(message, hint)
             who[key].add(row.student)
             wording[key][text] += 1
             hinted[key] = hinted.get(key, False) or recognised
@@ -568,7 +575,7 @@ def _missed(row: Row) -> list[str]:
     if not row.parts:
         return [] if row.status == "passed" else [f"{row.exercise} ({row.status})"]
     if lost and len(lost) == len(row.parts):
-        if all(diagnosis_key(p.message or row.reason).startswith(NOT_IMPLEMENTED_HEAD) for p in lost):
+        if all(diagnosis_key(p.message or row.reason, p.hint).startswith(NOT_IMPLEMENTED_HEAD) for p in lost):
             return [f"{row.exercise}: {NOT_IMPLEMENTED_HEAD}"]
         return [f"{row.exercise}: every part"]
     return [f"{row.exercise}: {p.name}" for p in lost]
@@ -648,19 +655,28 @@ def chapter_summary(chapter: str, rows: list[Row], grades: dict[tuple[str, str],
 # --------------------------------------------------------------------------- wrong chapters
 
 
-def _student_notebook(submitted: Path, student: str, chapter: str) -> Path | None:
-    """The notebook ``grade`` read for ``student`` × ``chapter`` under ``submitted``:
-    ``<student>/<chapter>/`` (its ``<chapter>.ipynb`` or only notebook), else a flat
-    folder's ``<student>.ipynb``."""
-    from .batch import _chapter_notebook
+def _students_of(submitted: Path) -> tuple[dict[str, Path], dict[str, Path]]:
+    """``(id -> student folder, id -> flat notebook)`` under ``submitted``, the ids
+    as ``grade`` gave them (:func:`autograder.batch.student_ids`)."""
+    from .batch import _is_visible, student_folders, student_ids
 
-    if student in ("", ".", "..") or "/" in student or "\x00" in student:
-        return None
-    folder = submitted / student / chapter
-    if folder.is_dir():
-        return _chapter_notebook(folder, chapter)
-    flat = submitted / f"{student}.ipynb"
-    return flat if flat.is_file() else None
+    files = [p for p in sorted(submitted.glob("*.ipynb")) if _is_visible(p) and p.is_file()]
+    ids = student_ids([os.fsencode(p.stem) for p in files])
+    return student_folders(submitted), {ids[os.fsencode(p.stem)]: p for p in files}
+
+
+def _student_notebook(students: tuple[dict[str, Path], dict[str, Path]], student: str,
+                      chapter: str) -> Path | None:
+    """The notebook ``grade`` read for ``student`` × ``chapter``: in the folder whose
+    id is ``student``, ``<chapter>/`` (its ``<chapter>.ipynb`` or only notebook),
+    else the flat folder's file whose id is ``student`` (:func:`_students_of`)."""
+    from .batch import _chapter_notebook, _is_dir
+
+    folders, flat = students
+    folder = folders.get(student)
+    if folder is not None:
+        return _chapter_notebook(folder / chapter, chapter) if _is_dir(folder / chapter) else None
+    return flat.get(student)
 
 
 def wrong_chapters(out: Path, rows: list[Row], submitted: Path) -> dict[tuple[str, str], str]:
@@ -683,10 +699,12 @@ def wrong_chapters(out: Path, rows: list[Row], submitted: Path) -> dict[tuple[st
     for r in rows:
         by_key[(r.student, r.chapter)].append(r)
     found = {}
+    students = None
     for (student, chapter), rs in sorted(by_key.items()):
         if not nothing_found(rs) or any(r.reason == "no submission" for r in rs):
             continue
-        path = _student_notebook(Path(submitted), student, chapter)
+        students = students or _students_of(Path(submitted))
+        path = _student_notebook(students, student, chapter)
         if path is None:
             continue
         entry = _journal_entry(out, student, chapter) or {}
@@ -986,18 +1004,15 @@ def render_csv(summary: ChapterSummary) -> str:
     ``part`` rows (who earned each part) and ``diagnosis`` rows (every mistake)."""
     s = summary
     n = len(s.students)
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    rows: list[list] = []
     for total, count in sorted(Counter(t for t, _ in s.totals.values()).items()):
-        writer.writerow(["score", "", f"{total:g}", f"{s.max_score:g}", count, n, f"{s.share(count):.4f}", ""])
+        rows.append(["score", "", f"{total:g}", f"{s.max_score:g}", count, n, f"{s.share(count):.4f}", ""])
     for p in s.parts:
-        writer.writerow(["part", p.exercise, _cell(p.name), f"{p.points:g}", p.earned, p.of,
-                         f"{s.share(p.earned):.4f}", ""])
+        rows.append(["part", p.exercise, p.name, f"{p.points:g}", p.earned, p.of, f"{s.share(p.earned):.4f}", ""])
     for d in s.diagnoses:
-        writer.writerow(["diagnosis", d.exercise, _cell(d.text), "", len(d.students), n,
-                         f"{s.share(len(d.students)):.4f}", _cell(d.key)])
-    return buf.getvalue()
+        rows.append(["diagnosis", d.exercise, d.text, "", len(d.students), n, f"{s.share(len(d.students)):.4f}",
+                     d.key])
+    return csv_text(CSV_COLUMNS, rows)  # every field quoted and guarded against formulas
 
 
 def _index_html(summaries: list[ChapterSummary]) -> str:

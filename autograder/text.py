@@ -6,7 +6,12 @@ unchanged, so a score reads the same everywhere: ``2`` not ``2.0``, ``1.5``, ``0
 """
 from __future__ import annotations
 
-__all__ = ["score_text", "table", "check_table", "check_verdict"]
+import csv
+import io
+import re
+
+__all__ = ["score_text", "table", "check_table", "check_verdict", "csv_cell", "csv_uncell", "csv_text",
+           "FORMULA_STARTS", "CSV_SEPARATORS"]
 
 # The last column of a table (a message) is cut to this width when the columns are padded.
 MESSAGE_WIDTH = 200
@@ -60,3 +65,49 @@ def check_verdict(rows: list[dict]) -> tuple[str, int]:
     line = (f"{passed} of {len(rows)} exercises pass the visible checks "
             "(the hidden checks, run when grading, test more cases).")
     return line, 0 if rows and passed == len(rows) else 1
+
+
+# --------------------------------------------------------------------------- CSV cells a spreadsheet cannot run
+
+# What makes a spreadsheet read a cell as a formula (OWASP's CSV injection list):
+# = + - @ and a leading tab or carriage return.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# Where a spreadsheet may split a line into cells, whatever the file's own
+# separator: the comma, the semicolon of many European locales, the tab, a line break.
+CSV_SEPARATORS = (",", ";", "\t", "\r", "\n")
+# A formula start at the beginning of a cell, or after a separator (and any spaces or
+# quotes a reader may strip): the places a cell can begin when the line is split.
+_FORMULA_AT = re.compile(r"""(^|[,;\t\r\n])([ "]*)(?=[=+\-@\t\r])""")
+_GUARDED_AT = re.compile(r"""(^|[,;\t\r\n])([ "]*)'(?=[=+\-@\t\r])""")
+
+
+def csv_cell(text) -> str:
+    """``text`` as a CSV cell that no spreadsheet runs as a formula, in any locale.
+
+    A ``'`` goes before every formula start (``= + - @``, tab, CR) that opens the
+    cell or follows a character a spreadsheet may split a line on (``,``, ``;``,
+    tab, a line break; spaces and quotes between are skipped), so the cell stays
+    text however the line is split. Write it with ``csv.QUOTE_ALL`` (:func:`csv_text`).
+
+    Args:
+        text: the cell's text (anything: ``str()`` is taken).
+
+    Returns:
+        The guarded text; :func:`csv_uncell` gives the original back.
+    """
+    return _FORMULA_AT.sub(lambda m: m.group(1) + m.group(2) + "'", str(text))
+
+
+def csv_uncell(text: str) -> str:
+    """Undo :func:`csv_cell` (for a program reading the CSVs back)."""
+    return _GUARDED_AT.sub(lambda m: m.group(1) + m.group(2), text)
+
+
+def csv_text(columns: list[str], rows: list[list]) -> str:
+    """A CSV file's text: every field quoted (``csv.QUOTE_ALL``) and guarded by
+    :func:`csv_cell`, header included, lines ending in ``\\n``."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    writer.writerow([csv_cell(c) for c in columns])
+    writer.writerows([[csv_cell(c) for c in row] for row in rows])
+    return buf.getvalue()

@@ -78,7 +78,22 @@ __all__ = [
 
 
 class CheckFailure(AssertionError):
-    """A check found a mistake; the message says what and, where it can, why."""
+    """A check found a mistake; the message says what and, where it can, why.
+
+    ``hint`` is the check's own diagnosis of the mistake (the text after
+    ``Hint:``), kept apart from the message so that a report can tell the
+    grader's words from text the answer wrote (an exception message may say
+    "Hint: …" too). ``None``: taken from a message that is all the check's own
+    text (``"…\n  Hint: …"``, as the chapter modules write it); a message that
+    quotes the answer (its exception, its output) passes ``hint`` explicitly,
+    ``""`` for none, so nothing the answer wrote is ever read as a hint."""
+
+    def __init__(self, message: str = "", hint: str | None = None):
+        super().__init__(message)
+        if hint is None:
+            head, sep, tail = str(message).partition("\n  Hint: ")
+            hint = tail.strip() if sep else ""
+        self.hint = hint
 
 
 # Set while a hidden set is judged (:func:`evaluate` with ``hidden=True``).
@@ -340,13 +355,13 @@ class Exercise:
             message = str(exc)
             raised = got.raised or {}
             about_raising = bool(case.expect_error) or bool(raised)
-            if about_raising and raised.get("type") != "NotImplementedError" and "Hint:" not in message:
+            if about_raising and raised.get("type") != "NotImplementedError" and not exc.hint:
                 try:
                     hint = self.raised_hint(case, got)
                 except Exception:  # noqa: BLE001 - a hint must never hide the failure
                     hint = None
                 if hint:
-                    raise CheckFailure(f"{message}\n  Hint: {hint}") from None
+                    raise CheckFailure(f"{message}\n  Hint: {hint}", hint=hint) from None
             raise
 
     def _judge(self, case: Case, got: Result, want: Result) -> list[str]:
@@ -359,7 +374,7 @@ class Exercise:
                 got.raised["type"], case.expect_error
             ):
                 said = _HIDDEN_MESSAGE if redacting() else f": {got.raised['message']}"
-                raise CheckFailure(f"should raise {names}{where}, but raised {got.raised['type']}{said}")
+                raise CheckFailure(f"should raise {names}{where}, but raised {got.raised['type']}{said}", hint="")
             return []
         if got.raised is not None:
             r = got.raised
@@ -371,7 +386,7 @@ class Exercise:
             missing = _missing_state(case, r)
             if missing:  # contract names only: the same words in the visible check and a hidden one
                 said = f": {runner.MISSING_STATE} {', '.join(repr(k) for k in missing)}"
-            raise CheckFailure(f"{stage} raised {r['type']}{said}{where}")
+            raise CheckFailure(f"{stage} raised {r['type']}{said}{where}", hint="")
         if want.raised is not None:  # pragma: no cover - a broken reference
             raise RuntimeError(f"the reference raised on {case.label!r}: {want.raised}")
         notes: list[str] = []
@@ -407,7 +422,7 @@ class Exercise:
             message = str(exc) + where
             if hint:
                 message += "\n  Hint: " + hint
-            raise CheckFailure(message) from None
+            raise CheckFailure(message, hint=hint or "") from None
         return notes
 
 
@@ -734,6 +749,7 @@ class PartResult:
         earned: whether every case of the part passed.
         cases: how many cases the part has; ``failed`` how many of them failed.
         message: the first failing case's diagnosis (``None`` when earned).
+        hint: the check's own hint in ``message`` (``None``: no mistake recognised).
     """
 
     name: str
@@ -742,6 +758,7 @@ class PartResult:
     cases: int = 0
     failed: int = 0
     message: str | None = None
+    hint: str | None = None
 
     @property
     def score(self) -> float:
@@ -879,7 +896,7 @@ def _evaluate(exercise: Exercise, results: list[Result], cases: list[Case], show
     if len(results) != len(cases):
         message = f"expected results for {len(cases)} cases, got {len(results)}"
         return Report(exercise.name, [PartResult(n, p * scale, False, message=message) for n, p in declared.items()])
-    counts = {n: [0, 0, None] for n in declared}  # part -> [cases, failed, first message]
+    counts = {n: [0, 0, None, None] for n in declared}  # part -> [cases, failed, first message, its hint]
     notes: list[str] = []
     advice: list[str] = []
     for case, shown, got in zip(cases, shown_cases, results):
@@ -889,9 +906,9 @@ def _evaluate(exercise: Exercise, results: list[Result], cases: list[Case], show
             for note in exercise.judge(shown, got, want) or []:
                 if note not in notes:
                     notes.append(note)
-            ok, message = True, None
+            ok, message, hint = True, None, None
         except CheckFailure as exc:
-            ok, message = False, str(exc)
+            ok, message, hint = False, str(exc), getattr(exc, "hint", "") or None
         if part == ADVICE:
             if not ok and message != NOT_IMPLEMENTED:
                 text = _as_advice(message)
@@ -903,14 +920,14 @@ def _evaluate(exercise: Exercise, results: list[Result], cases: list[Case], show
         if not ok:
             entry[1] += 1
             if entry[2] is None:
-                entry[2] = message
+                entry[2], entry[3] = message, hint
     parts = []
     for name, p in declared.items():
-        n, failed, message = counts[name]
+        n, failed, message, hint = counts[name]
         if n == 0:
             parts.append(PartResult(name, p * scale, False, 0, 0, "no case of this part was run"))
         else:
-            parts.append(PartResult(name, p * scale, failed == 0, n, failed, message))
+            parts.append(PartResult(name, p * scale, failed == 0, n, failed, message, hint))
     if all(p.message == NOT_IMPLEMENTED for p in parts if not p.earned) and not any(p.earned for p in parts):
         advice = []
     return Report(exercise.name, parts, notes, advice)

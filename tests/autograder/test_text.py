@@ -1,5 +1,5 @@
 """Scores and tables as text (``autograder/text.py``), shared by every report and the student package."""
-from autograder.text import MESSAGE_WIDTH, check_table, check_verdict, score_text, table
+from autograder.text import MESSAGE_WIDTH, check_table, check_verdict, csv_cell, csv_text, csv_uncell, score_text, table
 
 
 def test_scores_read_without_a_trailing_zero_and_at_most_four_decimals():
@@ -36,3 +36,14 @@ def test_check_prints_one_table_and_one_verdict_for_both_commands():
                                    "grading, test more cases).", 1)
     assert check_verdict(rows[:1])[1] == 0
     assert check_verdict([])[1] == 1  # nothing checked is not a pass
+
+
+def test_csv_text_quotes_every_field_and_guards_formula_starts_after_any_separator():
+    text = csv_text(["id", "reason"], [["=1+1", "raised ValueError: a;=7*6, -2 and\t@x"], ["ann", "1.5"]])
+    assert text.splitlines() == [
+        '"id","reason"',
+        '"\'=1+1","raised ValueError: a;\'=7*6, \'-2 and\t\'@x"',
+        '"ann","1.5"',
+    ]
+    assert csv_uncell(csv_cell("raised ValueError: a;=7*6, -2 and\t@x")) == "raised ValueError: a;=7*6, -2 and\t@x"
+    assert csv_cell("values - expected, 1e-3") == "values - expected, 1e-3"  # no separator right before: text
