@@ -10,6 +10,9 @@
   ``gradebook.db`` (nbgrader's), ``scores.csv``, ``grades.csv`` and
   ``feedback/<student>/<chapter>.html``. Resumes an interrupted run. Ends with a
   summary naming the invalid, wrong-chapter, flagged and timed-out submissions.
+* ``grade SUBMITTED --out OUT_I --shard I/N`` — one shard of a class split over machines
+  (:mod:`autograder.shard`); ``merge OUT_0 … OUT_N-1 --out OUT`` writes what one run over
+  the whole class writes, or refuses shards that do not fit together (exit 1).
 * ``report OUT`` — the class report of a ``grade`` output: per chapter, an HTML
   page and a CSV in ``OUT/report/`` (:mod:`autograder.report`).
 * ``autograde ASSIGNMENT`` — ``nbgrader autograde`` for an nbgrader course, run in the
@@ -93,17 +96,32 @@ def cmd_release(args: argparse.Namespace) -> int:
 def cmd_grade(args: argparse.Namespace) -> int:
     from .batch import GradebookTarget, grade_class
 
+    shard = None
+    if args.shard:
+        from .shard import ShardError, parse_shard
+
+        try:
+            shard = parse_shard(args.shard)
+        except ShardError as exc:
+            print(f"grade: {exc}", file=sys.stderr)
+            return 2
     sandbox = _grading_sandbox("grade", args)
     if sandbox is None:
         return 2
+    options = dict(
+        chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, timeout=args.timeout,
+        budget=args.budget, seed=args.seed, force=args.force, sandbox=sandbox,
+        progress=None if not args.no_progress else False,
+        memory=args.memory, disk=args.disk, processes=args.processes,
+        book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate),
+    )
     try:
-        report = grade_class(
-            Path(args.submitted), Path(args.out),
-            chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, timeout=args.timeout,
-            budget=args.budget, seed=args.seed, force=args.force, sandbox=sandbox, progress=None if not args.no_progress else False,
-            memory=args.memory, disk=args.disk, processes=args.processes,
-            book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate),
-        )
+        if shard is not None:
+            from .shard import SHARD_FILE, grade_shard
+
+            report = grade_shard(Path(args.submitted), Path(args.out), shard, **options)
+        else:
+            report = grade_class(Path(args.submitted), Path(args.out), **options)
     except ValueError as exc:
         print(f"grade: {exc}", file=sys.stderr)
         return 2
@@ -113,6 +131,30 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return 130
     from .report import summarise
 
+    print(summarise(report))
+    if shard is not None:
+        print(f"  {Path(args.out) / SHARD_FILE}  shard {shard}: what it graded, with which code and checks; "
+              "merge all the shards with `python -m autograder merge OUT_0 ... --out OUT`")
+    return 0
+
+
+# --------------------------------------------------------------------------- merge
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from .report import summarise
+    from .shard import ShardError, merge_shards
+
+    try:
+        report = merge_shards([Path(s) for s in args.shards], Path(args.out),
+                              submitted=Path(args.submitted) if args.submitted else None, book=Path(args.book))
+    except ShardError as exc:
+        print(f"merge: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"merge: {exc}", file=sys.stderr)
+        return 2
+    print(f"merged {len(args.shards)} shard(s) into {args.out}")
     print(summarise(report))
     return 0
 
@@ -383,10 +425,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duedate", help="due date of the graded chapters, e.g. '2026-11-20 17:00:00 UTC' "
                                      "(lateness from timestamp.txt; default: the one in OUT/gradebook.db)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--shard", metavar="I/N",
+                   help="grade only shard I of N (0 ≤ I < N; a stable hash of the student id) and write "
+                        "OUT/shard.json; auto/N takes I from JOB_COMPLETION_INDEX (Kubernetes) or "
+                        "SLURM_ARRAY_TASK_ID (Slurm); needs --seed, the same for every shard")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without the sandbox (NOT tamper-proof; testing only)")
     _book_option(p)
     p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("merge", help="merge the outputs of grade --shard I/N into one class result")
+    p.add_argument("shards", nargs="+", metavar="SHARD_OUT", help="the --out folders of the N shards, any order")
+    p.add_argument("--out", required=True, help="the merged output folder (gradebook.db, CSVs, feedback/)")
+    p.add_argument("--submitted", help="the class's submissions (default: the folder the shards recorded)")
+    _book_option(p)
+    p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("autograde", help="nbgrader autograde, sandboxed, in an nbgrader course folder")
     p.add_argument("assignment", help="the assignment (chapter) id, e.g. 04_self_attention")
