@@ -389,7 +389,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import main as bench_main
 
-    return bench_main(students=args.students, jobs=args.jobs, quick=args.quick, chapters=args.chapters or None)
+    return bench_main(students=args.students, jobs=args.jobs or None, quick=args.quick,
+                      chapters=args.chapters or None, shards=args.shards)
 
 
 # --------------------------------------------------------------------------- parser
@@ -567,7 +568,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="throughput vs plain `nbgrader autograde`")
     p.add_argument("--students", type=int, default=10, help="students in the synthetic class (default 10)")
-    p.add_argument("--jobs", type=int, nargs="*", default=[1, 2], help="--jobs values to measure (default 1 2)")
+    p.add_argument("--jobs", type=int, nargs="*", default=None,
+                   help="--jobs values to measure (default 1, 2, 4, ... up to every core)")
+    p.add_argument("--shards", type=int, default=2,
+                   help="processes of the sharded run (grade --shard i/N + merge) against one --jobs N run "
+                        "(default 2; 0: none)")
     p.add_argument("--chapters", nargs="*")
     p.add_argument("--quick", action="store_true", help="tiny run that proves the benchmark works")
     p.set_defaults(func=cmd_bench)

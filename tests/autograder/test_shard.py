@@ -345,3 +345,31 @@ def test_the_deploy_manifests_parse_and_run_the_shard_commands():
     assert '--shard "auto/$SHARDS"' in slurm and "autograder merge" in slurm and "afterok" in slurm
     check = subprocess.run(["bash", "-n", str(deploy / "slurm-array.sh")], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+# --------------------------------------------------------------------------- the benchmark's sharded run
+
+
+def test_bench_reports_per_core_rates_scaling_and_the_sharding_overhead(tmp_path):
+    from autograder.bench import default_jobs, format_table, same_results
+
+    assert default_jobs(1) == [1] and default_jobs(2) == [1, 2] and default_jobs(6) == [1, 2, 4, 6]
+    result = {"submissions": 12, "chapters": ["04_self_attention"], "nbgrader_s": 60.0, "cores": 2,
+              "autograder_s": {1: 40.0, 2: 25.0}, "same_totals": {"agree": 12, "total": 12},
+              "sharded": {"shards": 2, "single_s": 25.0, "shards_s": 24.0, "merge_s": 6.0, "same": True}}
+    table = format_table(result)
+    rows = {line.split("  ")[0].strip(): line for line in table.splitlines()}
+    # 12 submissions in 40 s on one core: 0.300 per core-second, 1.5x nbgrader's 60 s
+    assert rows["autograder grade --jobs 1"].split()[-2:] == ["0.300", "1.50x"]
+    assert rows["autograder grade --jobs 2"].split()[-2:] == ["0.240", "2.40x"]  # 12 / (25 s × 2 cores)
+    assert rows["2 shards + merge"].split()[-2:] == ["0.200", "2.00x"]  # 12 / (30 s × 2 cores)
+    assert "--jobs 2 1.60x (80% efficiency)" in table
+    assert "= 30.0 s vs one run --jobs 2 25.0 s: overhead +20%" in table and "identical" in table
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        out.mkdir()
+        (out / "scores.csv").write_text("student_id,score\ns1,1\n")
+        (out / "grades.csv").write_text("student_id,score\ns1,1\n")
+    assert same_results(a, b)
+    (b / "grades.csv").write_text("student_id,score\ns1,2\n")
+    assert not same_results(a, b)
