@@ -64,7 +64,9 @@ def _record_isolation(out: Path, mode: str) -> None:
 
     from .isolation import describe
 
-    data = {"isolation": mode, "description": describe(mode) if mode != "none" else "no sandbox (--unsafe-no-sandbox)"}
+    texts = {"none": "no sandbox (--unsafe-no-sandbox)"}
+    data = {"isolation": mode, "description": describe(mode) if mode in ("bubblewrap", "container")
+            else texts.get(mode, f"recorded by the shards: {mode}")}
     out.mkdir(parents=True, exist_ok=True)
     (out / "isolation.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
@@ -190,9 +192,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"merge: {exc}", file=sys.stderr)
         return 2
-    from .shard import read_shard
+    from .shard import isolation_of
 
-    mode = read_shard(Path(args.shards[0]))["settings"]["isolation"]
+    mode = isolation_of([Path(s) for s in args.shards])
     _record_isolation(Path(args.out), mode)
     print(f"merged {len(args.shards)} shard(s) into {args.out}; the shards were graded with isolation {mode}")
     print(summarise(report))

@@ -47,6 +47,7 @@ __all__ = [
     "code_digests",
     "grade_shard",
     "read_shard",
+    "isolation_of",
     "merge_shards",
 ]
 
@@ -266,7 +267,8 @@ def check_compatible(manifests: list[tuple[Path, dict]], current_code: dict | No
 
     The checks, in order: the same N; no index twice (overlap); no index missing; the
     same grading code, hidden checks and source notebooks (and the merging code's,
-    ``current_code``); the same seed, chapters, layout and settings; every journal key
+    ``current_code``); the same seed, chapters, layout and settings (the isolation may
+    differ: it walls student code off, it does not change a grade); every journal key
     equal but for the submission's own digest and seed; every student of every roster
     graded by its own shard, and no shard grading another's student.
     """
@@ -299,7 +301,10 @@ def check_compatible(manifests: list[tuple[Path, dict]], current_code: dict | No
                          "merge with the repository version that graded them")
     same_settings = "grade every shard with the same options (--seed, --timeout, limits, isolation, --duedate)"
     _same(manifests, "seed", lambda m: m["settings"]["seed"], same_settings)
-    _same(manifests, "settings", lambda m: m["settings"], same_settings)
+    # The isolation may differ from node to node (it decides how student code is walled off, not
+    # the grade); the merged output records every mode used.
+    _same(manifests, "settings", lambda m: {k: v for k, v in m["settings"].items() if k != "isolation"},
+          same_settings)
     _same(manifests, "chapters or layout", lambda m: (m["class"]["chapters"], m["class"].get("flat")),
           "grade every shard with the same --chapters / --flat")
     _same(manifests, "grading options", lambda m: _common_key(m), same_settings)
@@ -328,6 +333,12 @@ def _common_key(manifest: dict):
     keys = {json.dumps({k: v for k, v in e["key"].items() if k not in _PER_SUBMISSION and k != "source_sha256"},
                        sort_keys=True) for e in manifest["graded"]}
     return sorted(keys)
+
+
+def isolation_of(shards: list[Path]) -> str:
+    """The isolation the shards recorded: one mode, or ``mixed: a, b`` when nodes differed."""
+    modes = sorted({read_shard(Path(s))["settings"].get("isolation") or "unknown" for s in shards})
+    return modes[0] if len(modes) == 1 else "mixed: " + ", ".join(modes)
 
 
 def merge_shards(shards: list[Path], out: Path, *, submitted: Path | None = None, book: Path = BOOK,

@@ -234,6 +234,11 @@ def test_merge_refuses_shards_that_do_not_fit_together(course, tmp_path):
                       progress=False, grade_fn=scripted_grade)
     with pytest.raises(shard.ShardError, match="differ in seed"):
         shard.merge_shards([outs[0], outs[1], other_seed], merged, book=course[1])
+    other_node = tmp_path / "other-node"  # another isolation on another node: merged, and recorded
+    shutil.copytree(outs[2], other_node)
+    _edit_manifest(other_node, lambda data: data["settings"].update(isolation="container"))
+    shard.merge_shards([outs[0], outs[1], other_node], tmp_path / "mixed", book=course[1])
+    assert shard.isolation_of([outs[0], other_node]) == "mixed: bubblewrap, container"
     other_timeout = tmp_path / "other-timeout"
     shard.grade_shard(course[0] / "submitted", other_timeout, shard.Shard(2, 3), seed=SEED, book=course[1],
                       progress=False, grade_fn=scripted_grade, timeout=30.0)
