@@ -8,9 +8,16 @@ one run:
 1. plain nbgrader: a temporary course directory (``source/``, ``release/``,
    ``submitted/``), ``nbgrader generate_assignment`` then ``nbgrader autograde``
    (every notebook executed in a Jupyter kernel, hidden tests in the same kernel);
-2. ``python -m autograder grade --jobs N`` for each ``N`` of ``--jobs``.
+2. ``python -m autograder grade --jobs N`` for each ``N`` of ``--jobs`` (default: 1, 2,
+   4, … up to every core): the scaling from one core to all;
+3. the sharded run: ``--shards N`` processes ``grade --shard i/N`` at the same time,
+   then ``merge``, against one ``grade --jobs N`` run on as many cores: the merged
+   ``scores.csv``/``grades.csv`` must be byte for byte the single run's, and the
+   overhead of sharding is the difference in wall time.
 
-It prints submissions per minute and the ratio to nbgrader. It is a benchmark,
+It prints submissions per minute and per core-second (nbgrader uses one core;
+``--jobs N`` and N shards use N), the ratio to nbgrader, the speed-up and efficiency
+of each ``--jobs`` over ``--jobs 1``, and the sharding overhead. It is a benchmark,
 not a test: timings on a shared machine are noisy, so compare ratios measured in
 the same run. The class builders (:func:`make_source_notebook`,
 :func:`make_submission`) also serve the tests and the self-test.
@@ -224,8 +231,58 @@ def _nbgrader_course(root: Path, sources: dict[str, Path], submitted: Path, time
     return course
 
 
+def default_jobs(cores: int | None = None) -> list[int]:
+    """1, 2, 4, … and the machine's core count: the scaling from one core to all."""
+    cores = max(1, cores or os.cpu_count() or 1)
+    jobs, n = [], 1
+    while n < cores:
+        jobs.append(n)
+        n *= 2
+    return jobs + [cores]
+
+
+def _popen_timed(cmds: list[list[str]], cwd: Path, env: dict) -> float:
+    """Start every command at once; the wall time until the last one ends."""
+    start = time.perf_counter()
+    procs = [subprocess.Popen(c, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for c in cmds]
+    failures = []
+    for cmd, proc in zip(cmds, procs):
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            failures.append(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-1000:]}\n{err[-2000:]}")
+    elapsed = time.perf_counter() - start
+    if failures:
+        raise RuntimeError("\n".join(failures))
+    return elapsed
+
+
+def same_results(one: Path, other: Path) -> bool:
+    """Whether two grade outputs hold the same ``scores.csv`` and ``grades.csv``, byte for byte."""
+    return all((Path(one) / n).read_bytes() == (Path(other) / n).read_bytes() for n in ("scores.csv", "grades.csv"))
+
+
+def run_sharded(submitted: Path, tmp: Path, shards: int, grade_args: list[str], env: dict) -> dict:
+    """``shards`` processes of ``grade --shard i/N`` at once, then ``merge``; against one
+    ``grade --jobs N`` run. Returns the wall times and whether the files agree."""
+    base = [sys.executable, "-m", "autograder", "grade", str(submitted), *grade_args]
+    single = tmp / f"out_single_jobs{shards}"
+    single_s = _run(base + ["--out", str(single), "--jobs", str(shards)], tmp, env)
+    outs = [tmp / f"out_shard{i}" for i in range(shards)]
+    shards_s = _popen_timed([base + ["--out", str(o), "--shard", f"{i}/{shards}"] for i, o in enumerate(outs)],
+                            tmp, env)
+    merged = tmp / "out_merged"
+    merge = [sys.executable, "-m", "autograder", "merge", *map(str, outs), "--out", str(merged)]
+    if "--book" in grade_args:
+        merge += ["--book", grade_args[grade_args.index("--book") + 1]]
+    merge_s = _run(merge, tmp, env)
+    return {"shards": shards, "single_s": single_s, "shards_s": shards_s, "merge_s": merge_s,
+            "same": same_results(single, merged)}
+
+
 def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: list[str] | None = None,
-                  work: Path | None = None, timeout: int = 120, generated: bool = False) -> dict:
+                  work: Path | None = None, timeout: int = 120, generated: bool = False,
+                  shards: int = 2) -> dict:
     """Grade one synthetic class with nbgrader and with ``autograder grade``.
 
     Args:
@@ -237,14 +294,16 @@ def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: l
         timeout: per-cell (nbgrader) and per-submission (autograder) timeout.
         generated: grade generated exercise-only notebooks (:func:`make_source_notebook`)
             even where the real chapter notebooks exist.
+        shards: processes of the sharded run (0: no sharded run).
 
     Returns:
-        ``{"submissions": n, "nbgrader_s": t, "autograder_s": {jobs: t}, "same_totals": bool}``.
+        ``{"submissions": n, "nbgrader_s": t, "autograder_s": {jobs: t}, "same_totals": {...},
+        "sharded": {...} or None}``.
     """
     from .checks import exercises_of
     from .release import BOOK, chapter_ids, source_notebook
 
-    jobs = jobs or [1, 2]
+    jobs = jobs or default_jobs()
     tmp = Path(work) if work else Path(tempfile.mkdtemp(prefix="autograder-bench-"))
     try:
         real = [c for c in chapter_ids(BOOK) if exercises_of(c)]
@@ -280,8 +339,14 @@ def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: l
                 cmd += ["--book", str(book)]
             auto[n] = _run(cmd, tmp, env)
         same = _compare_totals(course / "gradebook.db", tmp / f"out_jobs{jobs[0]}" / "grades.csv", chapters)
+        sharded = None
+        if shards:
+            grade_args = ["--timeout", str(timeout), "--seed", "1", "--no-progress"]
+            if book != BOOK:
+                grade_args += ["--book", str(book)]
+            sharded = run_sharded(submitted, tmp, shards, grade_args, env)
         return {"submissions": len(made), "chapters": chapters, "nbgrader_s": nbgrader_s, "autograder_s": auto,
-                "same_totals": same}
+                "same_totals": same, "sharded": sharded, "cores": os.cpu_count() or 1}
     finally:
         if work is None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -308,29 +373,53 @@ def _compare_totals(db: Path, grades_csv: Path, chapters: list[str]) -> dict:
 
 
 def format_table(result: dict) -> str:
-    """The benchmark's table: submissions/minute and the ratio to nbgrader."""
+    """The benchmark's table: submissions per minute and per core-second, the ratio to
+    nbgrader (last column), the scaling over ``--jobs`` and the sharding overhead."""
     n = result["submissions"]
+    cores = result.get("cores") or os.cpu_count() or 1
     rate = lambda s: 60.0 * n / s if s > 0 else float("inf")  # noqa: E731
+    per_core = lambda s, c: n / (s * c) if s > 0 else float("inf")  # noqa: E731
     base = rate(result["nbgrader_s"])
-    rows = [("nbgrader autograde", result["nbgrader_s"], base, 1.0)]
+    rows = [("nbgrader autograde", 1, result["nbgrader_s"], base, per_core(result["nbgrader_s"], 1), 1.0)]
     for j, s in sorted(result["autograder_s"].items()):
-        rows.append((f"autograder grade --jobs {j}", s, rate(s), rate(s) / base))
-    lines = [f"{n} submissions ({', '.join(result['chapters'])}), {os.cpu_count()} CPU core(s)",
-             f"{'grader':<28} {'seconds':>8} {'subs/min':>9} {'ratio':>6}"]
-    lines += [f"{name:<28} {s:>8.1f} {r:>9.1f} {x:>5.2f}x" for name, s, r, x in rows]
+        used = min(j, cores)
+        rows.append((f"autograder grade --jobs {j}", used, s, rate(s), per_core(s, used), rate(s) / base))
+    sharded = result.get("sharded")
+    if sharded:
+        k = sharded["shards"]
+        total = sharded["shards_s"] + sharded["merge_s"]
+        used = min(k, cores)
+        rows.append((f"{k} shards + merge", used, total, rate(total), per_core(total, used), rate(total) / base))
+    lines = [f"{n} submissions ({', '.join(result['chapters'])}), {cores} CPU core(s)",
+             f"{'grader':<28} {'cores':>5} {'seconds':>8} {'subs/min':>9} {'subs/core-s':>11} {'ratio':>6}"]
+    lines += [f"{name:<28} {c:>5} {s:>8.1f} {r:>9.1f} {pc:>11.3f} {x:>5.2f}x" for name, c, s, r, pc, x in rows]
     agree = result["same_totals"]
     lines.append(f"totals equal to nbgrader's on {agree['agree']} of {agree['total']} submissions")
+    times = result["autograder_s"]
+    if 1 in times and len(times) > 1:
+        lines.append("scaling over --jobs 1: " + ", ".join(
+            f"--jobs {j} {times[1] / s:.2f}x ({100 * times[1] / s / min(j, cores):.0f}% efficiency)"
+            for j, s in sorted(times.items()) if j != 1))
+    if sharded:
+        k = sharded["shards"]
+        total = sharded["shards_s"] + sharded["merge_s"]
+        overhead = 100.0 * (total - sharded["single_s"]) / sharded["single_s"] if sharded["single_s"] > 0 else 0.0
+        lines.append(f"sharded: {k} shard processes {sharded['shards_s']:.1f} s + merge {sharded['merge_s']:.1f} s "
+                     f"= {total:.1f} s vs one run --jobs {k} {sharded['single_s']:.1f} s: overhead {overhead:+.0f}%; "
+                     f"scores.csv and grades.csv {'identical' if sharded['same'] else 'DIFFERENT'}")
     return "\n".join(lines)
 
 
 def main(students: int = 10, jobs: list[int] | None = None, quick: bool = False,
-         chapters: list[str] | None = None) -> int:
+         chapters: list[str] | None = None, shards: int = 2) -> int:
     """``python -m autograder bench``: print the table; exit 0 (a benchmark never fails on time).
 
     ``quick``: two students on one generated chapter-4 notebook, ``--jobs 1`` only —
     proves the benchmark runs end to end; its figures mean little."""
     if quick:
         students, jobs, chapters = 2, [1], chapters or ["04_self_attention"]
-    result = run_benchmark(students=students, jobs=jobs or [1, 2], chapters=chapters, generated=quick)
+        shards = min(shards, 2)
+    result = run_benchmark(students=students, jobs=jobs or default_jobs(), chapters=chapters, generated=quick,
+                           shards=shards)
     print(format_table(result))
     return 0

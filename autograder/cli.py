@@ -10,6 +10,11 @@
   ``gradebook.db`` (nbgrader's), ``scores.csv``, ``grades.csv`` and
   ``feedback/<student>/<chapter>.html``. Resumes an interrupted run. Ends with a
   summary naming the invalid, wrong-chapter, flagged and timed-out submissions.
+* ``grade SUBMITTED --out OUT_I --shard I/N`` — one shard of a class split over machines
+  (:mod:`autograder.shard`); ``merge OUT_0 … OUT_N-1 --out OUT`` writes what one run over
+  the whole class writes, or refuses shards that do not fit together (exit 1).
+* ``gradescope CHAPTER --out autograder.zip`` — a Gradescope autograder for one chapter
+  (:mod:`autograder.gradescope`).
 * ``report OUT`` — the class report of a ``grade`` output: per chapter, an HTML
   page and a CSV in ``OUT/report/`` (:mod:`autograder.report`).
 * ``autograde ASSIGNMENT`` — ``nbgrader autograde`` for an nbgrader course, run in the
@@ -35,14 +40,35 @@ __all__ = ["main", "build_parser"]
 
 
 def _sandbox_available() -> bool:
-    """Whether the bubblewrap sandbox starts here (checked once per process)."""
-    from .sandbox import check_sandbox
+    """Whether a sandbox starts here (checked once per process): bubblewrap, or the
+    container mode where bubblewrap cannot start (:mod:`autograder.isolation`)."""
+    from .isolation import choose_isolation
 
     try:
-        check_sandbox()
+        choose_isolation()
     except (RuntimeError, OSError):
         return False
     return True
+
+
+def _isolation_line() -> str:
+    """``isolation: …`` — how student code is kept apart, for the console."""
+    from .isolation import choose_isolation, describe
+
+    return f"isolation: {describe(choose_isolation())}"
+
+
+def _record_isolation(out: Path, mode: str) -> None:
+    """``OUT/isolation.json``: the isolation the grades were made under (``none``: --unsafe-no-sandbox)."""
+    import json
+
+    from .isolation import describe
+
+    texts = {"none": "no sandbox (--unsafe-no-sandbox)"}
+    data = {"isolation": mode, "description": describe(mode) if mode in ("bubblewrap", "container")
+            else texts.get(mode, f"recorded by the shards: {mode}")}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "isolation.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
 def _grading_sandbox(command: str, args: argparse.Namespace) -> bool | None:
@@ -52,11 +78,20 @@ def _grading_sandbox(command: str, args: argparse.Namespace) -> bool | None:
         print("WARNING: --unsafe-no-sandbox: student code runs as a plain subprocess with your rights; "
               "the grades are NOT tamper-proof.", file=sys.stderr)
         return False
-    if not _sandbox_available():
-        print(f"{command}: the bubblewrap sandbox (bwrap) is not available; install it "
-              "(apt-get install bubblewrap) or pass --unsafe-no-sandbox for untrusted-free testing only.",
-              file=sys.stderr)
+    if getattr(args, "isolation", None):
+        from .isolation import set_isolation
+
+        set_isolation(args.isolation)
+    try:
+        from .isolation import choose_isolation
+
+        choose_isolation()
+    except (RuntimeError, OSError) as exc:
+        print(f"{command}: no sandbox starts here ({exc}); install bubblewrap (apt-get install bubblewrap), "
+              "or grade as root or on a kernel with Landlock for the container mode, or pass --unsafe-no-sandbox "
+              "for untrusted-free testing only.", file=sys.stderr)
         return None
+    print(_isolation_line())
     return True
 
 
@@ -93,17 +128,35 @@ def cmd_release(args: argparse.Namespace) -> int:
 def cmd_grade(args: argparse.Namespace) -> int:
     from .batch import GradebookTarget, grade_class
 
+    shard = None
+    if args.shard:
+        from .shard import ShardError, parse_shard
+
+        try:
+            shard = parse_shard(args.shard)
+        except ShardError as exc:
+            print(f"grade: {exc}", file=sys.stderr)
+            return 2
     sandbox = _grading_sandbox("grade", args)
     if sandbox is None:
         return 2
+    options = dict(
+        chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, timeout=args.timeout,
+        budget=args.budget, seed=args.seed, force=args.force, sandbox=sandbox,
+        progress=None if not args.no_progress else False,
+        memory=args.memory, disk=args.disk, processes=args.processes,
+        book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate),
+    )
     try:
-        report = grade_class(
-            Path(args.submitted), Path(args.out),
-            chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, timeout=args.timeout,
-            budget=args.budget, seed=args.seed, force=args.force, sandbox=sandbox, progress=None if not args.no_progress else False,
-            memory=args.memory, disk=args.disk, processes=args.processes,
-            book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate),
-        )
+        if shard is not None:
+            from .shard import SHARD_FILE, grade_shard
+
+            from .isolation import choose_isolation
+
+            report = grade_shard(Path(args.submitted), Path(args.out), shard,
+                                 isolation=choose_isolation() if sandbox else "none", **options)
+        else:
+            report = grade_class(Path(args.submitted), Path(args.out), **options)
     except ValueError as exc:
         print(f"grade: {exc}", file=sys.stderr)
         return 2
@@ -113,7 +166,55 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return 130
     from .report import summarise
 
+    from .isolation import choose_isolation
+
+    _record_isolation(Path(args.out), choose_isolation() if sandbox else "none")
     print(summarise(report))
+    if shard is not None:
+        print(f"  {Path(args.out) / SHARD_FILE}  shard {shard}: what it graded, with which code and checks; "
+              "merge all the shards with `python -m autograder merge OUT_0 ... --out OUT`")
+    return 0
+
+
+# --------------------------------------------------------------------------- merge
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from .report import summarise
+    from .shard import ShardError, merge_shards
+
+    try:
+        report = merge_shards([Path(s) for s in args.shards], Path(args.out),
+                              submitted=Path(args.submitted) if args.submitted else None, book=Path(args.book))
+    except ShardError as exc:
+        print(f"merge: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"merge: {exc}", file=sys.stderr)
+        return 2
+    from .shard import isolation_of
+
+    mode = isolation_of([Path(s) for s in args.shards])
+    _record_isolation(Path(args.out), mode)
+    print(f"merged {len(args.shards)} shard(s) into {args.out}; the shards were graded with isolation {mode}")
+    print(summarise(report))
+    return 0
+
+
+# --------------------------------------------------------------------------- gradescope
+
+
+def cmd_gradescope(args: argparse.Namespace) -> int:
+    from .gradescope import build_zip
+
+    try:
+        out = build_zip(args.chapter, Path(args.out), book=Path(args.book), timeout=args.timeout,
+                        visibility=args.visibility, seed=args.seed)
+    except ValueError as exc:
+        print(f"gradescope: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: upload it as the autograder of a Gradescope programming assignment for {args.chapter} "
+          "(students submit the notebook; turn the autograder's internet access off if Gradescope offers it)")
     return 0
 
 
@@ -290,7 +391,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import main as bench_main
 
-    return bench_main(students=args.students, jobs=args.jobs, quick=args.quick, chapters=args.chapters or None)
+    return bench_main(students=args.students, jobs=args.jobs or None, quick=args.quick,
+                      chapters=args.chapters or None, shards=args.shards)
 
 
 # --------------------------------------------------------------------------- parser
@@ -383,10 +485,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duedate", help="due date of the graded chapters, e.g. '2026-11-20 17:00:00 UTC' "
                                      "(lateness from timestamp.txt; default: the one in OUT/gradebook.db)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--shard", metavar="I/N",
+                   help="grade only shard I of N (0 ≤ I < N; a stable hash of the student id) and write "
+                        "OUT/shard.json; auto/N takes I from JOB_COMPLETION_INDEX (Kubernetes) or "
+                        "SLURM_ARRAY_TASK_ID (Slurm); needs --seed, the same for every shard")
+    p.add_argument("--isolation", choices=["auto", "bubblewrap", "container"], default=None,
+                   help="how student code is kept apart: bubblewrap (namespaces), container (a separate user, "
+                        "Landlock, rlimits: for containers without user namespaces) or auto (default: bubblewrap "
+                        "where it starts, else container; also AUTOGRADER_ISOLATION)")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without the sandbox (NOT tamper-proof; testing only)")
     _book_option(p)
     p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("merge", help="merge the outputs of grade --shard I/N into one class result")
+    p.add_argument("shards", nargs="+", metavar="SHARD_OUT", help="the --out folders of the N shards, any order")
+    p.add_argument("--out", required=True, help="the merged output folder (gradebook.db, CSVs, feedback/)")
+    p.add_argument("--submitted", help="the class's submissions (default: the folder the shards recorded)")
+    _book_option(p)
+    p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("autograde", help="nbgrader autograde, sandboxed, in an nbgrader course folder")
     p.add_argument("assignment", help="the assignment (chapter) id, e.g. 04_self_attention")
@@ -409,6 +526,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without the sandbox (NOT tamper-proof; testing only)")
     p.set_defaults(func=cmd_autograde)
+
+    p = sub.add_parser("gradescope", help="write a Gradescope autograder zip for a chapter")
+    p.add_argument("chapter", help="the chapter id, e.g. 04_self_attention")
+    p.add_argument("--out", required=True, help="the zip to write, e.g. autograder.zip")
+    p.add_argument("--timeout", type=_seconds, default=120.0, help="seconds of one sandbox run (default 120)")
+    p.add_argument("--visibility", default="after_due_date",
+                   choices=["hidden", "after_due_date", "after_published", "visible"],
+                   help="when students see the per-part results (drawn from hidden cases; default after_due_date); "
+                        "the total is shown at once")
+    p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh, in the zip)")
+    _book_option(p)
+    p.set_defaults(func=cmd_gradescope)
 
     p = sub.add_parser("report", help="the class report of a grade output: scores, parts, frequent mistakes")
     p.add_argument("out", help="the --out folder of `grade` (with its scores.csv); with --course, the assignment")
@@ -441,7 +570,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="throughput vs plain `nbgrader autograde`")
     p.add_argument("--students", type=int, default=10, help="students in the synthetic class (default 10)")
-    p.add_argument("--jobs", type=int, nargs="*", default=[1, 2], help="--jobs values to measure (default 1 2)")
+    p.add_argument("--jobs", type=int, nargs="*", default=None,
+                   help="--jobs values to measure (default 1, 2, 4, ... up to every core)")
+    p.add_argument("--shards", type=int, default=2,
+                   help="processes of the sharded run (grade --shard i/N + merge) against one --jobs N run "
+                        "(default 2; 0: none)")
     p.add_argument("--chapters", nargs="*")
     p.add_argument("--quick", action="store_true", help="tiny run that proves the benchmark works")
     p.set_defaults(func=cmd_bench)

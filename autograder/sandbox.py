@@ -764,7 +764,8 @@ def _scratch_size(path: Path, cap_files: int = 10_000) -> int:
 
 
 def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandbox: bool = True,
-            result_pipe: bool = True, cases: list[tuple[str, bytes]] | None = None) -> RunOutcome:
+            result_pipe: bool = True, cases: list[tuple[str, bytes]] | None = None,
+            isolation: str | None = None) -> RunOutcome:
     """Run ``python runner.py JOB_DIR`` on a prepared job, sandboxed, and wait for it.
 
     Args:
@@ -781,6 +782,9 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
             (:class:`_CaseFeeder`), so no case is ever in a file. ``None``: no
             cases pipe; the runner reads ``cases_<grade_id>`` files from the job
             folder (the runner's own tests).
+        isolation: with ``sandbox``, ``"bubblewrap"`` or ``"container"``
+            (:mod:`autograder.isolation`); default: the process's mode
+            (``AUTOGRADER_ISOLATION``, ``auto``: bubblewrap where it starts).
 
     Returns:
         A :class:`RunOutcome`.
@@ -807,7 +811,15 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
     if cases is not None:
         pipe_args += ["--cases-fd", str(cases_read)]
     child_fds = tuple(fd for fd in (write_fd, cases_read) if fd is not None)
+    mode = None
     if sandbox:
+        from .isolation import current_isolation
+
+        mode = isolation or current_isolation()
+    run_uid = None  # container mode: the run's own uid, whose every process is killed at the end
+    if mode == "container":
+        command, env, cwd, run_uid = _container_command(job_dir, lib_dir, limits, python, pipe_args)
+    elif sandbox:
         bwrap = bwrap_path()
         if bwrap is None:
             raise RuntimeError("bubblewrap (bwrap) is not installed: install it, or grade with sandbox=False (unsafe)")
@@ -863,17 +875,21 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
     if cases is not None:
         feeder = _CaseFeeder(cases_write, cases)
     try:
-        outcome = _watch(proc, start, out_dir, limits, sandbox, read_fd if result_pipe else None, group, feeder)
+        outcome = _watch(proc, start, out_dir, limits, sandbox, read_fd if result_pipe else None, group, feeder,
+                         uid=run_uid, container=mode == "container")
     finally:
         if group is not None:
             group.remove()  # every process the run left, in whatever session: killed
+        if run_uid is not None:
+            _kill_uid(run_uid)
     if feeder is not None:
         outcome.cases_sent = feeder.close()
     return outcome
 
 
 def _watch(proc: subprocess.Popen, start: float, out_dir: Path, limits: Limits, sandbox: bool,
-           read_fd: int | None, group, feeder: _CaseFeeder | None = None) -> RunOutcome:
+           read_fd: int | None, group, feeder: _CaseFeeder | None = None, uid: int | None = None,
+           container: bool = False) -> RunOutcome:
     """Wait for a started run within its limits and collect how it ended."""
     result_pipe = read_fd is not None
     frames = _Frames(read_fd, limits, feeder) if result_pipe else None
@@ -899,12 +915,15 @@ def _watch(proc: subprocess.Popen, start: float, out_dir: Path, limits: Limits, 
         _kill(proc)
     if group is not None:
         group.kill_all()  # stragglers in other sessions would hold the pipes open
+    if uid is not None:
+        _kill_uid(uid)  # container mode: every process of the run's own uid, whatever its session
     if feeder is not None:
         feeder.stop()
     wall = time.monotonic() - start
     stdout, stderr = out.text(), err.text()
     frame_list, frame_problem = frames.result() if frames is not None else ([], None)
-    returncode, sig = _exit_status(proc.returncode, sandbox)
+    # Container mode execs all the way to the runner: a signal shows as a negative code, as in plain mode.
+    returncode, sig = _exit_status(proc.returncode, sandbox and not container)
     if timed_out or overflow:
         returncode, sig = None, None
     exceeded = group is not None and group.oom_killed()
@@ -917,17 +936,84 @@ def _watch(proc: subprocess.Popen, start: float, out_dir: Path, limits: Limits, 
     )
 
 
+# --------------------------------------------------------------------------- container mode
+
+
+def _container_command(job_dir: Path, lib_dir: Path, limits: Limits, python: str,
+                       pipe_args: list[str]) -> tuple[list[str], dict, str, int | None]:
+    """The command of a container-mode run (:mod:`autograder.isolation`): ``unshare --net``
+    where permitted, ``prlimit``, ``setpriv`` to a fresh uid (as root), then
+    :mod:`autograder.confine` (Landlock) and the runner. Returns ``(command, env, cwd, uid)``."""
+    from .isolation import container_plan
+
+    plan = container_plan()
+    out_dir = job_dir / "out"
+    confine = lib_dir / "confine.py"
+    if not confine.is_file():
+        shutil.copyfile(AUTOGRADER_DIR / "confine.py", confine)
+        confine.chmod(0o644)
+    uid = _fresh_uid() if plan["separate_user"] else None
+    for path in [job_dir, *job_dir.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    if uid is not None:
+        # The run's own folders: only its uid (and root) may enter them, so no other run reads this job.
+        for folder in (job_dir, lib_dir, out_dir):
+            os.chown(folder, uid, uid)
+            folder.chmod(0o700)
+    reads = [str(r) for r in _python_roots()] + ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+                                                 "/proc", "/sys/devices/system/cpu", "/dev/null", "/dev/zero",
+                                                 "/dev/urandom", "/dev/random"]
+    reads += [str(Path("/etc") / name) for name in _ETC_FILES]
+    reads += [str(lib_dir), str(job_dir)]
+    inner = [python, "-s", "-B", str(confine)]
+    for path in reads:
+        inner += ["--read", path]
+    inner += ["--write", str(out_dir), "--write", "/dev/null"]
+    if plan["no_tcp"]:
+        inner.append("--no-tcp")
+    inner += ["--", python, "-s", "-B", str(lib_dir / "runner.py"), str(job_dir), *pipe_args]
+    command = []
+    if plan["unshare_net"]:
+        command += [shutil.which("unshare") or "/usr/bin/unshare", "--net", "--"]
+    command += _prlimit_args(limits)
+    if uid is not None:
+        keep = ",+dac_read_search" if plan["read_search"] else ""
+        command += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
+                    "--clear-groups", f"--inh-caps=-all{keep}", f"--bounding-set=-all{keep}", "--no-new-privs"]
+        if plan["read_search"]:
+            command += ["--ambient-caps=+dac_read_search"]
+        command += ["--"]
+    command += inner
+    env = _environment(str(lib_dir))
+    env.update(HOME=str(out_dir), TMPDIR=str(out_dir), MPLCONFIGDIR=str(out_dir / ".matplotlib"))
+    return command, env, str(out_dir), uid
+
+
+def _kill_uid(uid: int) -> None:
+    """Kill every process of ``uid`` (a container-mode run's own uid): ``kill(-1)`` as that uid."""
+    setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+    try:
+        subprocess.run([setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
+                        shutil.which("kill") or "/bin/kill", "-KILL", "-1"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
 _SANDBOX_OK: dict[tuple, str] = {}
 
 
-def check_sandbox(limits: Limits | None = None) -> None:
+def check_sandbox(limits: Limits | None = None, isolation: str | None = None) -> None:
     """Start one empty sandbox (cached per process) so that a broken installation is
     reported as such, not blamed on the first student cell that happens to run.
 
     Raises:
         RuntimeError: bubblewrap is missing or cannot start the interpreter.
     """
-    key = (os.geteuid(), sys.executable)
+    if isolation is None:
+        from .isolation import current_isolation
+
+        isolation = current_isolation()
+    key = (os.geteuid(), sys.executable, isolation)
     if key in _SANDBOX_OK:
         return
     import tempfile
@@ -940,10 +1026,10 @@ def check_sandbox(limits: Limits | None = None) -> None:
         (lib / "runner.py").write_text("import numpy\nprint('sandbox ok')\n", encoding="utf-8")
         job = root / "job"
         job.mkdir()
-        outcome = run_job(job, lib, limits or Limits(wall_seconds=60.0))
+        outcome = run_job(job, lib, limits or Limits(wall_seconds=60.0), isolation=isolation)
     if outcome.returncode != 0 or "sandbox ok" not in outcome.stdout:
         raise RuntimeError(
-            "the grading sandbox does not start: "
+            f"the grading sandbox ({isolation}) does not start: "
             + (outcome.stderr.strip().splitlines() or [f"exit status {outcome.returncode}"])[-1]
         )
     _SANDBOX_OK[key] = "ok"

@@ -1,0 +1,243 @@
+"""The container mode: grading where bubblewrap cannot start (no user namespaces).
+
+Simulated by forcing ``AUTOGRADER_ISOLATION=container`` on a machine where bubblewrap
+would work: each run then gets a fresh uid (as root), Landlock (reads: Python, the
+system, its library and job; writes: its output folder; no TCP), ``unshare --net``
+where permitted, and the sandbox's rlimits. The probes below are the container-mode
+forms of ``test_sandbox.py``'s (that file's paths are bubblewrap's ``/job`` and
+``/lib-grading`` mounts; here the job stays at its host path, given to the runner as
+its first argument). The whole attack suite, ``test_cheats.py`` and
+``test_sandbox.py``, is then rerun in this mode, less the tests whose attack or
+assertion is written for bubblewrap's mount layout (each has its container form here).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autograder import isolation
+from autograder.sandbox import Limits
+from conftest import REPO, run_probe
+
+SAFETY_WALL = 300.0  # a safety net for a stuck run, never a measurement
+
+
+def _container_problem() -> str | None:
+    try:
+        from autograder.confine import abi_version
+
+        if abi_version() < 1:
+            return "no Landlock in this kernel: the container mode refuses to start"
+    except OSError as exc:
+        return str(exc)
+    if not sys.platform.startswith("linux"):
+        return "Linux only"
+    return None
+
+
+@pytest.fixture
+def container(monkeypatch):
+    """Force the container mode for this test (and the runs it starts)."""
+    problem = _container_problem()
+    if problem:
+        pytest.skip(problem)
+    monkeypatch.setenv(isolation.ENV, "container")
+    isolation._CHOSEN.clear()
+    yield isolation.container_plan()
+    isolation._CHOSEN.clear()
+
+
+@pytest.fixture
+def cprobe(tmp_path, container):
+    counter = [0]
+
+    def _probe(code: str, **kw):
+        counter[0] += 1
+        where = tmp_path / f"probe{counter[0]}"
+        where.mkdir()
+        return run_probe(code, tmp=where, **kw)
+
+    return _probe
+
+
+PATHS = "import sys\nJOB = sys.argv[1]\nOUT = JOB + '/out'\n"
+
+
+def test_the_mode_is_chosen_and_described(container):
+    assert isolation.choose_isolation() == "container"
+    line = isolation.describe("container")
+    assert f"Landlock ABI {container['landlock_abi']}" in line
+    assert ("unshare --net" in line) == container["unshare_net"]
+    with pytest.raises(ValueError, match="bubblewrap, container or auto"):
+        isolation.set_isolation("chroot")
+
+
+def test_a_separate_user_without_capabilities_that_cannot_signal_the_grader(cprobe, container):
+    if not container["separate_user"]:
+        pytest.skip("not root: the container mode cannot change user here")
+    out = cprobe(f"import os\nprint('uid', os.getuid())\n"
+                 f"try:\n    os.kill({os.getpid()}, 0)\n    print('signal sent')\n"
+                 f"except OSError as exc:\n    print('signal refused', exc.errno)\n"
+                 "print(open('/proc/self/status').read())")
+    uid = int(out.stdout.split()[1])
+    assert uid not in (0, os.getuid())
+    assert "signal refused" in out.stdout
+    status = dict(line.split(":", 1) for line in out.stdout.splitlines() if ":" in line)
+    allowed = 1 << 2 if container["read_search"] else 0  # CAP_DAC_READ_SEARCH where Python sits under /root
+    assert int(status["CapEff"], 16) & ~allowed == 0
+    assert int(status["CapPrm"], 16) & ~allowed == 0
+    assert status["NoNewPrivs"].strip() == "1"
+
+
+def test_the_reference_the_checks_and_other_submissions_are_unreadable(cprobe, tmp_path):
+    other = tmp_path / "submitted" / "bob" / "04_self_attention.ipynb"
+    other.parent.mkdir(parents=True)
+    other.write_text('{"bob": "his own work"}')
+    other.chmod(0o644)
+    gradebook = tmp_path / "gradebook.db"
+    gradebook.write_bytes(b"SQLite format 3\x00 grades of the whole class")
+    gradebook.chmod(0o644)
+    code = PATHS + textwrap.dedent(f"""
+        import solutions
+        print("softmax", hasattr(solutions, "softmax"))
+        for name in ("solutions.attention", "autograder.checks"):
+            try:
+                __import__(name)
+                print("importable", name)
+            except ImportError:
+                print("missing", name)
+        for path in ["{REPO}/solutions/attention.py", "{REPO}/autograder/checks/base.py", "{REPO}/book",
+                     "{other}", "{gradebook}", "/etc/shadow", "/root"]:
+            try:
+                if path.endswith(("book", "root")):
+                    import os
+                    os.listdir(path)
+                else:
+                    open(path).read()
+                print("read", path)
+            except OSError:
+                print("unreadable", path)
+    """)
+    out = cprobe(code).stdout
+    assert "softmax False" in out
+    assert "missing solutions.attention" in out and "missing autograder.checks" in out
+    assert "read " not in out and out.count("unreadable") == 7, out
+
+
+def test_it_writes_only_its_output_folder(cprobe, tmp_path):
+    code = PATHS + textwrap.dedent(f"""
+        for path in [JOB + "/job.json", JOB + "/x", JOB + "/../lib/runner.py", "{REPO}/x", "/tmp/x",
+                     "/dev/shm/x", "{tmp_path}/x", OUT + "/x"]:
+            try:
+                with open(path, "a") as fh:
+                    fh.write("x")
+                print("writable", path)
+            except OSError:
+                print("refused", path)
+    """)
+    out = cprobe(code).stdout
+    assert out.count("writable") == 1 and "/out/x" in out.split("writable")[1], out
+    assert not (REPO / "x").exists() and not (tmp_path / "x").exists()
+
+
+def test_no_network(cprobe, container):
+    code = textwrap.dedent("""
+        import socket
+        for family, addr in [(socket.AF_INET, ("1.1.1.1", 53)), (socket.AF_INET, ("127.0.0.1", 22)),
+                             (socket.AF_INET6, ("::1", 80))]:
+            s = socket.socket(family)
+            s.settimeout(2)
+            try:
+                s.connect(addr)
+                print("connected", addr)
+            except OSError as exc:
+                print("refused", type(exc).__name__)
+        print(sorted(name for _, name in socket.if_nameindex()))
+    """)
+    out = cprobe(code).stdout
+    assert "connected" not in out and out.count("refused") == 3
+    if container["unshare_net"]:
+        assert "['lo']" in out  # a fresh network namespace: loopback only
+
+
+def test_limits_hold(cprobe):
+    bomb = cprobe("import os\nn = 0\nwhile True:\n    try:\n        pid = os.fork()\n    except OSError:\n"
+                  "        break\n    if pid == 0:\n        import time; time.sleep(30); os._exit(0)\n    n += 1\n"
+                  "print('forked', n)", limits=Limits(wall_seconds=SAFETY_WALL, processes=32))
+    assert 0 < int(bomb.stdout.split()[1]) < 32, bomb.stdout
+    big = cprobe(PATHS + "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+                 "try:\n    open(OUT + '/big', 'wb').write(b'x' * (8 * 2**20))\n    print('wrote')\n"
+                 "except OSError as exc:\n    print('refused', exc.errno)",
+                 limits=Limits(wall_seconds=SAFETY_WALL, file_bytes=2**20))
+    assert "refused 27" in big.stdout  # EFBIG
+    spin = cprobe("while True:\n    pass", limits=Limits(wall_seconds=SAFETY_WALL, cpu_seconds=1))
+    import signal
+
+    assert not spin.timed_out and spin.signal in (signal.SIGXCPU, signal.SIGKILL)
+    flood = cprobe(PATHS + "chunk = b'x' * 2**20\nfor i in range(400):\n"
+                   "    open(f'{OUT}/junk{i}', 'wb').write(chunk)\nimport time\ntime.sleep(60)",
+                   limits=Limits(wall_seconds=SAFETY_WALL, scratch_bytes=50 * 2**20))
+    assert flood.overflow  # the output folder is on the host's disk: polled and stopped
+
+
+def test_cases_arrive_through_the_pipe(tmp_path, container):
+    import json
+
+    import numpy as np
+
+    from autograder import grading, runner
+    from autograder.sandbox import build_library, case_frame, run_job
+
+    tmp_path.chmod(0o755)
+    lib = build_library(tmp_path / "lib", {"softmax"})
+    job = tmp_path / "job"
+    job.mkdir()
+    source = PATHS + "import os\nprint(sorted(os.listdir(JOB)))\ndef probe(x):\n    return 2 * x\n"
+    (job / "job.json").write_text(json.dumps({"setup": [], "cells": [
+        {"grade_id": "probe", "exercise": "probe", "source": source}]}), encoding="utf-8")
+    arrays: dict = {}
+    specs = [{"kind": "function", "args": runner.encode([np.array([1.0, 2.0])], arrays),
+              "kwargs": {"__dict__": []}, "seed": 0}]
+    outcome = run_job(job, lib, Limits(wall_seconds=SAFETY_WALL), cases=[("probe", case_frame("probe", specs, arrays))])
+    assert [(kind, gid) for kind, gid, _, _ in outcome.frames] == [("start", "probe"), ("cases", "probe"),
+                                                                  ("result", "probe")]
+    assert "['job.json', 'out']" in outcome.stdout
+    report, arrays = grading._load_frame(*outcome.frames[2][2:])
+    assert grading.Result.from_encoded(report["cases"][0]["result"], arrays).value.tolist() == [2.0, 4.0]
+
+
+# The tests of the two suites written for bubblewrap's mounts (/job, /lib-grading, a
+# nested user namespace, a tmpfs output folder, an empty capability set); their
+# container forms are above, and the README lists what the container mode does not cover.
+BUBBLEWRAP_LAYOUT = [
+    "test_sandbox.py::test_runs_unprivileged_without_capabilities",
+    "test_sandbox.py::test_filesystem_is_read_only_except_out_and_tmp",
+    "test_sandbox.py::test_fork_bomb_in_a_nested_user_namespace_is_still_bounded",
+    "test_sandbox.py::test_writing_too_much_to_the_scratch_dir_is_refused",
+    "test_sandbox.py::test_file_size_limit",
+    "test_sandbox.py::test_cases_arrive_through_the_pipe_when_asked_for",
+    "test_cheats.py::test_patching_and_hooks_earn_nothing[forge_result_files]",
+    "test_cheats.py::test_cases_are_out_of_reach_before_and_outside_their_check",
+    "test_cheats.py::test_the_case_search_finds_case_files_where_there_are_some",
+]
+
+
+@pytest.mark.slow
+def test_the_attack_suite_in_container_mode(container):
+    """Every attack of ``test_cheats.py`` and every probe of ``test_sandbox.py`` that
+    does not name bubblewrap's mounts, graded in the container mode."""
+    here = Path(__file__).resolve().parent
+    deselect = []
+    for item in BUBBLEWRAP_LAYOUT:
+        deselect += ["--deselect", f"{here.relative_to(REPO)}/{item}"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), **{isolation.ENV: "container"})
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                           str(here / "test_cheats.py"), str(here / "test_sandbox.py"), *deselect],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and " failed" not in done.stdout

@@ -1,0 +1,210 @@
+"""The Gradescope autograder zip, run in a simulated ``/autograder`` root.
+
+``gradescope CHAPTER --out autograder.zip`` is unpacked into ``<tmp>/autograder/source``
+as Gradescope does; ``setup.sh`` runs there with the network steps skipped
+(``GRADESCOPE_OFFLINE=1``) against this environment's interpreter; then
+``run_autograder`` grades a correct, a partial and a cheating submission, and each
+``results.json`` is validated against the JSON schema written from Gradescope's
+specification (``autograder/gradescope_results.schema.json``). The run is repeated
+with the container mode forced (what Gradescope's containers get when bubblewrap
+cannot start).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import jsonschema
+import nbformat
+import pytest
+
+from autograder import gradescope
+from autograder.bench import make_book
+from autograder.cli import main
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import fixtures  # noqa: E402
+
+CHAPTER = "04_self_attention"
+
+# Sends a forged result frame for an earlier exercise through the runner's pipe.
+CHEAT = '''import sys
+_main = sys.modules["__main__"]
+_fd = int(sys.argv[sys.argv.index("--result-fd") + 1])
+_main.write_frame(open(_fd, "wb", closefd=False), "softmax", {"grade_id": "softmax", "cell_error": None, "cases": []}, {})
+
+
+def self_attention(x, W_q, W_k, W_v):
+    return x
+'''
+STUB = '''def self_attention(x, W_q, W_k, W_v):
+    raise NotImplementedError()
+'''
+
+
+def _validate(data: dict) -> None:
+    schema = json.loads(gradescope.SCHEMA_PATH.read_text(encoding="utf-8"))
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.validate(data, schema, cls=jsonschema.Draft7Validator)
+
+
+def test_the_schema_refuses_what_gradescope_would():
+    good = {"score": 1.0, "tests": [{"name": "a", "score": 1.0, "max_score": 1.0, "visibility": "visible"}]}
+    _validate(good)
+    for bad in ({"tests": [{"name": "a"}]},  # no score anywhere
+                dict(good, visibility="sometimes"),
+                dict(good, stdout_visibility="public"),
+                {"score": 1.0, "tests": [{"name": "a", "score": "1", "status": "ok"}]},
+                dict(good, unknown_field=1)):
+        with pytest.raises(jsonschema.ValidationError):
+            _validate(bad)
+
+
+def test_results_json_has_a_test_per_part_and_hides_stdout():
+    rows = [{"exercise": "softmax", "grade_id": "test_softmax", "score": 1.0, "max_score": 2.0, "status": "partial",
+             "reason": "", "notes": ["a wider dtype is fine"],
+             "parts": [{"name": "values", "points": 1.0, "score": 1.0, "message": ""},
+                       {"name": "any axis", "points": 1.0, "score": 0.0, "message": "hidden case 2 of 4: wrong axis"}]},
+            {"exercise": "self_attention", "grade_id": "test_self_attention", "score": 0.0, "max_score": 3.0,
+             "status": "missing", "reason": "no cell with this exercise's id", "notes": [], "parts": []}]
+    data = gradescope.results_json(rows, chapter=CHAPTER, isolation="bubblewrap", execution_time=3.2)
+    _validate(data)
+    assert data["score"] == 1.0 and data["stdout_visibility"] == "hidden" and data["execution_time"] == 3
+    names = [t["name"] for t in data["tests"]]
+    assert names == ["softmax: values", "softmax: any axis", "self_attention"]
+    assert [t["status"] for t in data["tests"]] == ["passed", "failed", "failed"]
+    assert "hidden case 2 of 4: wrong axis" in data["tests"][1]["output"]
+    assert "note: a wider dtype is fine" in data["tests"][0]["output"]
+    assert "no cell with this exercise's id" in data["tests"][2]["output"]
+    assert {t["visibility"] for t in data["tests"]} == {"after_due_date"}
+    assert "1/5 points" in data["output"] and "after the due date" in data["output"]
+    assert data["extra_data"]["isolation"] == "bubblewrap"
+    shown = gradescope.results_json(rows, chapter=CHAPTER, visibility="visible")
+    assert {t["visibility"] for t in shown["tests"]} == {"visible"} and "due date" not in shown["output"]
+    with pytest.raises(ValueError, match="visibility"):
+        gradescope.build_zip(CHAPTER, Path("x.zip"), visibility="sometimes")
+
+
+@pytest.fixture(scope="module")
+def zipped(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gs")
+    book = make_book(root, [CHAPTER])
+    out = root / "autograder.zip"
+    assert main(["gradescope", CHAPTER, "--out", str(out), "--book", str(book), "--seed", "5"]) == 0
+    return out, book
+
+
+def test_the_zip_has_gradescopes_layout(zipped):
+    out, book = zipped
+    with zipfile.ZipFile(out) as zf:
+        names = set(zf.namelist())
+        modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in zf.infolist()}
+        config = json.loads(zf.read("gradescope.json"))
+        setup = zf.read("setup.sh").decode()
+        source = zf.read(f"book/{CHAPTER}/{CHAPTER}.ipynb")
+    assert {"setup.sh", "run_autograder", "requirements.txt", "pyproject.toml", "autograder/grading.py",
+            "autograder/gradescope.py", "solutions/__init__.py", "autograder/checks/base.py"} <= names
+    assert modes["setup.sh"] == modes["run_autograder"] == 0o755
+    assert not [n for n in names if "__pycache__" in n or n.startswith("autograder/deploy")]
+    assert source == (book / CHAPTER / f"{CHAPTER}.ipynb").read_bytes()
+    assert config == {"chapter": CHAPTER, "seed": 5, "timeout": 120.0, "visibility": "after_due_date"}
+    # torch's CPU build first, then the pinned requirements, then the project
+    order = [setup.index(s) for s in ('"torch==2.13.0" --index-url "https://download.pytorch.org/whl/cpu"',
+                                      "-r requirements.txt", "--no-deps --no-build-isolation -e .")]
+    assert order == sorted(order)
+    again = out.with_name("again.zip")
+    assert main(["gradescope", CHAPTER, "--out", str(again), "--book", str(book), "--seed", "5"]) == 0
+    assert again.read_bytes() == out.read_bytes()  # the same inputs give the same zip
+
+
+def _layout(zipped, tmp_path: Path, env: dict) -> Path:
+    """Unpack the zip as Gradescope does and run setup.sh's offline steps."""
+    root = tmp_path / "autograder"
+    source = root / "source"
+    source.mkdir(parents=True)
+    with zipfile.ZipFile(zipped[0]) as zf:
+        zf.extractall(source)
+        for info in zf.infolist():
+            (source / info.filename).chmod((info.external_attr >> 16) & 0o777 or 0o644)
+    setup = subprocess.run(["bash", str(source / "setup.sh")], cwd=source, env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    assert "package installation skipped" in setup.stdout and "system packages skipped" in setup.stdout
+    assert f"setup-check: {CHAPTER} (softmax, scaled_dot_product_attention, self_attention)" in setup.stdout
+    assert stat.S_IMODE(source.stat().st_mode) == 0o700
+    shutil.copy2(source / "run_autograder", root / "run_autograder")
+    return root
+
+
+def _submit(root: Path, env: dict, notebook, student: int) -> dict:
+    submission = root / "submission"
+    shutil.rmtree(submission, ignore_errors=True)
+    shutil.rmtree(root / "results", ignore_errors=True)
+    submission.mkdir()
+    fixtures.write_notebook(notebook, submission / f"{CHAPTER}.ipynb")
+    (root / "submission_metadata.json").write_text(json.dumps({"users": [{"id": student, "name": "A"}]}))
+    done = subprocess.run(["bash", str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+    _validate(data)
+    return data
+
+
+def _by_exercise(data: dict) -> dict[str, float]:
+    scores: dict[str, float] = {}
+    for test in data["tests"]:
+        scores[test["tags"][0]] = scores.get(test["tags"][0], 0.0) + test["score"]
+    return scores
+
+
+@pytest.mark.parametrize("isolation", ["auto", "container"])
+def test_run_autograder_grades_correct_partial_and_cheating_submissions(zipped, tmp_path, isolation, request):
+    if isolation == "auto":
+        request.getfixturevalue("needs_sandbox")
+    env = dict(os.environ, AUTOGRADER_ROOT=str(tmp_path / "autograder"), GRADESCOPE_OFFLINE="1",
+               AUTOGRADER_PYTHON=sys.executable, AUTOGRADER_ISOLATION=isolation)
+    env.pop("PYTHONPATH", None)  # run_autograder's own PYTHONPATH: the unpacked source
+    root = _layout(zipped, tmp_path, env)
+    source = nbformat.read(str(zipped[1] / CHAPTER / f"{CHAPTER}.ipynb"), as_version=4)
+    want = "bubblewrap" if isolation == "auto" else "container"
+    points = {c.metadata.nbgrader["grade_id"][5:]: c.metadata.nbgrader["points"] for c in source.cells
+              if c.metadata.get("nbgrader", {}).get("grade")}
+
+    correct = _submit(root, env, fixtures.reference_submission(source), 101)
+    assert correct["score"] == sum(points.values()) and correct["extra_data"]["isolation"] == want
+    assert all(t["status"] == "passed" and t["visibility"] == "after_due_date" for t in correct["tests"])
+    assert len(correct["tests"]) > 3  # one test per graded part, not per exercise
+    assert correct["stdout_visibility"] == "hidden" and correct["visibility"] == "visible"
+
+    partial = _submit(root, env, fixtures.submission_with(source, self_attention=STUB), 102)
+    assert _by_exercise(partial) == dict(points, self_attention=0)
+    assert any(t["status"] == "failed" and "NotImplementedError" in t["output"] for t in partial["tests"])
+
+    cheat = _submit(root, env, fixtures.submission_with(source, self_attention=CHEAT), 103)
+    assert _by_exercise(cheat) == dict(points, self_attention=0)
+    flagged = [t for t in cheat["tests"] if t["tags"] == ["self_attention"]]
+    assert len(flagged) == 1 and flagged[0]["output"].startswith("cheat:") and "forged" in flagged[0]["output"]
+
+    shutil.rmtree(root / "submission")
+    (root / "submission").mkdir()
+    nothing = _submit_empty(root, env)
+    assert nothing["score"] == 0 and "no notebook was submitted" in nothing["output"]
+
+
+def _submit_empty(root: Path, env: dict) -> dict:
+    shutil.rmtree(root / "results", ignore_errors=True)
+    done = subprocess.run(["bash", str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+    _validate(data)
+    return data

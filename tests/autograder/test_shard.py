@@ -1,0 +1,380 @@
+"""Sharded grading (``grade --shard I/N``) and ``merge``: one class split over processes.
+
+The mechanics run with ``test_batch.scripted_grade`` (fast, deterministic), each shard
+as its own process, in a shuffled order, one of them killed midway and run again;
+the merge must equal one run over the whole class, byte for byte (CSVs, feedback,
+journal) and row for row (the gradebook). One test drives the real sandboxed
+grader through the command line. The deploy manifests are parsed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import batch, shard
+from autograder.bench import make_book, make_class, make_submission
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+
+from test_batch import _gradebook_rows, _snapshot, scripted_grade  # noqa: E402
+
+CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
+SEED = 11
+
+SHARD_SCRIPT = """
+import sys
+sys.path.insert(0, {here!r})
+from pathlib import Path
+from autograder import shard
+from test_batch import scripted_grade
+
+shard.grade_shard(Path({sub!r}), Path({out!r}), shard.parse_shard({spec!r}), seed={seed}, book=Path({book!r}),
+                  progress=False, grade_fn=scripted_grade)
+"""
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A generated book and a class of 7 students × 2 chapters."""
+    root = tmp_path_factory.mktemp("course")
+    book = make_book(root, CHAPTERS)
+    sources = {c: book / c / f"{c}.ipynb" for c in CHAPTERS}
+    make_class(root / "submitted", sources, students=7)
+    return root, book
+
+
+def _shard_process(course, out: Path, spec: str, env: dict | None = None) -> subprocess.Popen:
+    root, book = course
+    script = SHARD_SCRIPT.format(here=str(HERE), sub=str(root / "submitted"), out=str(out), spec=spec, seed=SEED,
+                                 book=str(book))
+    return subprocess.Popen([sys.executable, "-c", script], cwd=REPO, start_new_session=True,
+                            env=env or dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _finish(proc: subprocess.Popen) -> None:
+    out, _ = proc.communicate(timeout=600)  # a safety net, not a measurement
+    assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
+
+
+def _shards(course, tmp_path: Path, n: int, name: str = "shard") -> list[Path]:
+    outs = [tmp_path / f"{name}{i}" for i in range(n)]
+    for i, out in enumerate(outs):
+        shard.grade_shard(course[0] / "submitted", out, shard.Shard(i, n), seed=SEED, book=course[1],
+                          progress=False, grade_fn=scripted_grade)
+    return outs
+
+
+def _merged_tree(out: Path) -> dict[str, bytes]:
+    """Every file a run writes, the journal included, but the SQLite file and shard.json."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name not in ("gradebook.db", shard.SHARD_FILE)}
+
+
+@pytest.fixture(scope="module")
+def single(course, tmp_path_factory):
+    out = tmp_path_factory.mktemp("single") / "out"
+    batch.grade_class(course[0] / "submitted", out, book=course[1], seed=SEED, progress=False,
+                      grade_fn=scripted_grade)
+    return out
+
+
+# --------------------------------------------------------------------------- the split
+
+
+def test_parse_shard_reads_the_index_from_the_engine():
+    assert shard.parse_shard("2/5") == shard.Shard(2, 5)
+    assert shard.parse_shard("auto/4", {"JOB_COMPLETION_INDEX": "3"}) == shard.Shard(3, 4)
+    assert shard.parse_shard("auto/4", {"SLURM_ARRAY_TASK_ID": "1"}) == shard.Shard(1, 4)
+    assert shard.parse_shard("auto/4", {"JOB_COMPLETION_INDEX": "0", "SLURM_ARRAY_TASK_ID": "2"}).index == 0
+    for bad, words in (("4/4", "0…3"), ("1", "I/N"), ("a/3", "whole number"), ("0/0", "N ≥ 1"),
+                       ("-1/3", "0…2")):
+        with pytest.raises(shard.ShardError, match=words):
+            shard.parse_shard(bad, {})
+    with pytest.raises(shard.ShardError, match="JOB_COMPLETION_INDEX"):
+        shard.parse_shard("auto/3", {})
+    with pytest.raises(shard.ShardError, match="SLURM_ARRAY_TASK_ID='7'"):
+        shard.parse_shard("auto/3", {"SLURM_ARRAY_TASK_ID": "7"})
+
+
+def test_a_students_shard_depends_on_the_student_not_the_list():
+    students = [f"s{i:04d}" for i in range(400)]
+    before = {s: shard.shard_of(s, 8) for s in students}
+    after = {s: shard.shard_of(s, 8) for s in ["late-student", *reversed(students)]}
+    assert all(after[s] == before[s] for s in students)
+    sizes = [list(before.values()).count(i) for i in range(8)]
+    assert min(sizes) > 25, sizes  # 400 students spread over every shard (50 each on average)
+    assert shard.shard_of("étudiant", 3) == shard.shard_of("étudiant", 3)
+
+
+def test_grade_shard_needs_a_seed(course, tmp_path):
+    with pytest.raises(shard.ShardError, match="--seed"):
+        shard.grade_shard(course[0] / "submitted", tmp_path / "o", shard.Shard(0, 2), seed=None, book=course[1],
+                          grade_fn=scripted_grade, progress=False)
+
+
+# --------------------------------------------------------------------------- shards as processes
+
+
+def test_shards_as_processes_killed_and_rerun_merge_to_the_single_run(course, single, tmp_path):
+    n = 3
+    outs = [tmp_path / f"shard{i}" for i in range(n)]
+    order = list(range(n))
+    random.Random(5).shuffle(order)
+    victim = order[0]
+    # The victim grades one submission, then blocks (test_batch's gate) until killed.
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    proc = _shard_process(course, outs[victim], f"{victim}/{n}",
+                          env=dict(os.environ, SCRIPTED_GRADE_GATE=f"{gate}:1"))
+    journal = outs[victim] / ".journal"
+    try:
+        deadline = time.monotonic() + 300  # a safety net for a stuck run, not a measurement
+        while not (journal.is_dir() and list(journal.glob("*/*.json"))):
+            assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")
+            assert time.monotonic() < deadline, "the shard never journaled a submission"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (outs[victim] / shard.SHARD_FILE).exists()
+    # The others, in the shuffled order, as separate processes at the same time.
+    procs = [_shard_process(course, outs[i], f"auto/{n}", env=dict(os.environ, JOB_COMPLETION_INDEX=str(i)))
+             for i in order[1:]]
+    for p in procs:
+        _finish(p)
+    with pytest.raises(shard.ShardError, match=f"{outs[victim]} has no shard.json.*did not finish"):
+        shard.merge_shards(outs, tmp_path / "merged", book=course[1])
+    _finish(_shard_process(course, outs[victim], f"{victim}/{n}"))  # rerun: resumes from its journal
+    manifest = shard.read_shard(outs[victim])
+    assert manifest["shard"] == {"index": victim, "count": n}
+    merged = tmp_path / "merged"
+    report = shard.merge_shards(list(reversed(outs)), merged, book=course[1])
+    assert len(report.results) == 7 * len(CHAPTERS)
+    assert _merged_tree(merged) == _merged_tree(single)
+    assert _gradebook_rows(merged / "gradebook.db") == _gradebook_rows(single / "gradebook.db")
+    # Merging again (after rerunning a shard that had already finished) gives the same files.
+    shard.grade_shard(course[0] / "submitted", outs[1], shard.Shard(1, n), seed=SEED, book=course[1],
+                      progress=False, grade_fn=scripted_grade)
+    shard.merge_shards(outs, merged, book=course[1])
+    assert _merged_tree(merged) == _merged_tree(single)
+    # `grade` into the merged folder with the same seed finds every submission in the journal.
+    again = batch.grade_class(course[0] / "submitted", merged, book=course[1], seed=SEED, progress=False,
+                              grade_fn=scripted_grade)
+    assert again.graded == 0
+
+
+def test_the_manifest_records_what_was_graded_and_with_what(course, tmp_path):
+    outs = _shards(course, tmp_path, 2)
+    manifests = [shard.read_shard(o) for o in outs]
+    students = sorted(p.name for p in (course[0] / "submitted").iterdir())
+    for i, m in enumerate(manifests):
+        assert m["class"]["roster"] == students
+        assert m["class"]["chapters"] == CHAPTERS
+        assert m["settings"]["seed"] == SEED
+        mine = sorted({e["student"] for e in m["graded"]})
+        assert mine == [s for s in students if shard.shard_of(s, 2) == i]
+        for e in m["graded"]:
+            path = course[0] / "submitted" / e["student"] / e["chapter"] / f"{e['chapter']}.ipynb"
+            assert e["submission_sha256"] == batch._sha256(path) == e["key"]["submission_sha256"]
+        assert len(m["code"]["code"]) == len(m["code"]["checks"]) == 64
+        assert set(m["code"]["sources"]) == set(CHAPTERS)
+    assert manifests[0]["code"] == manifests[1]["code"]
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def _edit_manifest(out: Path, change) -> None:
+    path = out / shard.SHARD_FILE
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def test_merge_refuses_shards_that_do_not_fit_together(course, tmp_path):
+    outs = _shards(course, tmp_path, 3)
+    two = _shards(course, tmp_path, 2, name="half")
+    merged = tmp_path / "merged"
+    with pytest.raises(shard.ShardError, match="different splits.*1/2"):
+        shard.merge_shards([outs[0], outs[1], two[1]], merged, book=course[1])
+    with pytest.raises(shard.ShardError, match=r"overlapping shards.*both shard 1/3"):
+        shard.merge_shards([outs[0], outs[1], outs[1], outs[2]], merged, book=course[1])
+    with pytest.raises(shard.ShardError, match=r"missing shard\(s\) 2/3"):
+        shard.merge_shards(outs[:2], merged, book=course[1])
+    with pytest.raises(shard.ShardError, match="one of the shards"):
+        shard.merge_shards(outs, outs[0], book=course[1])
+    assert not merged.exists()
+
+    def code_of(name, value):
+        def change(data):
+            data["code"][name] = value
+        return change
+
+    for name, words in (("code", "grading code"), ("checks", "hidden checks")):
+        copy = tmp_path / f"other-{name}"
+        shutil.copytree(outs[2], copy)
+        _edit_manifest(copy, code_of(name, "0" * 64))
+        with pytest.raises(shard.ShardError, match=words):
+            shard.merge_shards([outs[0], outs[1], copy], merged, book=course[1])
+    other_seed = tmp_path / "other-seed"
+    shard.grade_shard(course[0] / "submitted", other_seed, shard.Shard(2, 3), seed=SEED + 1, book=course[1],
+                      progress=False, grade_fn=scripted_grade)
+    with pytest.raises(shard.ShardError, match="differ in seed"):
+        shard.merge_shards([outs[0], outs[1], other_seed], merged, book=course[1])
+    other_node = tmp_path / "other-node"  # another isolation on another node: merged, and recorded
+    shutil.copytree(outs[2], other_node)
+    _edit_manifest(other_node, lambda data: data["settings"].update(isolation="container"))
+    shard.merge_shards([outs[0], outs[1], other_node], tmp_path / "mixed", book=course[1])
+    assert shard.isolation_of([outs[0], other_node]) == "mixed: bubblewrap, container"
+    other_timeout = tmp_path / "other-timeout"
+    shard.grade_shard(course[0] / "submitted", other_timeout, shard.Shard(2, 3), seed=SEED, book=course[1],
+                      progress=False, grade_fn=scripted_grade, timeout=30.0)
+    with pytest.raises(shard.ShardError, match="grading options"):
+        shard.merge_shards([outs[0], outs[1], other_timeout], merged, book=course[1])
+    # This merge's own code differs from the shards' (they all agree among themselves).
+    for out in outs:
+        _edit_manifest(out, code_of("code", "1" * 64))
+    with pytest.raises(shard.ShardError, match="other code.*than this merge runs"):
+        shard.merge_shards(outs, merged, book=course[1])
+    assert not merged.exists()
+
+
+def test_a_late_student_is_refused_until_its_shard_is_rerun(course, tmp_path):
+    root, book = course
+    submitted = tmp_path / "submitted"
+    shutil.copytree(root / "submitted", submitted)
+    n = 3
+    outs = [tmp_path / f"shard{i}" for i in range(n)]
+
+    def run(i):
+        shard.grade_shard(submitted, outs[i], shard.Shard(i, n), seed=SEED, book=book, progress=False,
+                          grade_fn=scripted_grade)
+
+    late = next(f"late{i}" for i in range(100) if shard.shard_of(f"late{i}", n) == 0)
+    run(0)
+    for chapter in CHAPTERS:  # the late student hands in after shard 0 ran, before the others
+        folder = submitted / late / chapter
+        folder.mkdir(parents=True)
+        source = nbformat.read(str(book / chapter / f"{chapter}.ipynb"), as_version=4)
+        nbformat.write(make_submission(source, chapter, "reference", index=3), str(folder / f"{chapter}.ipynb"))
+    run(1)
+    run(2)
+    with pytest.raises(shard.ShardError, match=f"'{late}' was under SUBMITTED.*rerun shard 0/3"):
+        shard.merge_shards(outs, tmp_path / "merged", book=book)
+    run(0)
+    report = shard.merge_shards(outs, tmp_path / "merged", book=book)
+    assert late in {g.submission.student for g in report.results}
+    single = tmp_path / "single"
+    batch.grade_class(submitted, single, book=book, seed=SEED, progress=False, grade_fn=scripted_grade)
+    assert _merged_tree(tmp_path / "merged") == _merged_tree(single)
+    # A submission changed after its shard graded it is refused too.
+    victim = next(p for p in sorted(submitted.glob("*/*/*.ipynb")))
+    victim.write_text(victim.read_text(encoding="utf-8").replace("\n", "\n "), encoding="utf-8")
+    with pytest.raises(shard.ShardError, match="changed after shard"):
+        shard.merge_shards(outs, tmp_path / "merged2", book=book)
+
+
+# --------------------------------------------------------------------------- the command line, real grading
+
+
+@pytest.mark.usefixtures("needs_sandbox")
+def test_grade_shard_and_merge_on_the_command_line_equal_one_run(tmp_path):
+    """The real grader, in the sandbox: 3 students of chapter 4, two shards as processes."""
+    book = make_book(tmp_path, ["04_self_attention"])
+    make_class(tmp_path / "submitted", {"04_self_attention": book / "04_self_attention" / "04_self_attention.ipynb"},
+               students=3)
+    base = [sys.executable, "-m", "autograder", "grade", str(tmp_path / "submitted"), "--book", str(book),
+            "--seed", "3", "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def run(*args, extra_env=None):
+        return subprocess.run(list(args), cwd=REPO, env=dict(env, **(extra_env or {})), capture_output=True,
+                              text=True, timeout=900)
+
+    single = run(*base, "--out", str(tmp_path / "single"))
+    assert single.returncode == 0, single.stderr
+    no_seed = run(*base[:-3], "--no-progress", "--out", str(tmp_path / "x"), "--shard", "0/2")
+    assert no_seed.returncode == 2 and "--seed" in no_seed.stderr
+    for i in (1, 0):
+        done = run(*base, "--out", str(tmp_path / f"s{i}"), "--shard", "auto/2",
+                   extra_env={"SLURM_ARRAY_TASK_ID": str(i)})
+        assert done.returncode == 0, done.stderr
+        assert f"shard {i}/2" in done.stdout
+    merged = run(sys.executable, "-m", "autograder", "merge", str(tmp_path / "s0"), str(tmp_path / "s1"),
+                 "--out", str(tmp_path / "merged"), "--book", str(book))
+    assert merged.returncode == 0, merged.stderr
+    assert _snapshot(tmp_path / "merged") == _snapshot(tmp_path / "single")
+    assert _gradebook_rows(tmp_path / "merged" / "gradebook.db") == _gradebook_rows(tmp_path / "single" / "gradebook.db")
+    refused = run(sys.executable, "-m", "autograder", "merge", str(tmp_path / "s0"), "--out",
+                  str(tmp_path / "m2"), "--book", str(book))
+    assert refused.returncode == 1 and "missing shard(s) 1/2" in refused.stderr
+
+
+# --------------------------------------------------------------------------- deploy manifests
+
+
+def test_the_deploy_manifests_parse_and_run_the_shard_commands():
+    import yaml
+
+    deploy = REPO / "autograder" / "deploy"
+    docs = list(yaml.safe_load_all((deploy / "kubernetes-indexed-job.yaml").read_text(encoding="utf-8")))
+    jobs = [d for d in docs if d and d.get("kind") == "Job"]
+    grade = next(j for j in jobs if j["spec"].get("completionMode") == "Indexed")
+    spec = grade["spec"]
+    assert spec["parallelism"] <= spec["completions"]
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+    text = " ".join(spec["template"]["spec"]["containers"][0]["command"])
+    n = int(re.search(r"--shard auto/(\d+)", text).group(1))
+    assert n == spec["completions"] and "$JOB_COMPLETION_INDEX" in text and "--seed" in text
+    merge = [j for j in jobs if j is not grade]
+    assert len(merge) == 1
+    merge_spec = merge[0]["spec"]["template"]["spec"]
+    assert "autograder merge /class/shards/*" in " ".join(merge_spec["containers"][0]["command"])
+    assert f"-ge {n} ]" in " ".join(merge_spec["initContainers"][0]["command"])
+    slurm = (deploy / "slurm-array.sh").read_text(encoding="utf-8")
+    last = int(re.search(r"^#SBATCH --array=0-(\d+)$", slurm, re.M).group(1))
+    assert int(re.search(r"^SHARDS=(\d+)$", slurm, re.M).group(1)) == last + 1
+    assert '--shard "auto/$SHARDS"' in slurm and "autograder merge" in slurm and "afterok" in slurm
+    check = subprocess.run(["bash", "-n", str(deploy / "slurm-array.sh")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+# --------------------------------------------------------------------------- the benchmark's sharded run
+
+
+def test_bench_reports_per_core_rates_scaling_and_the_sharding_overhead(tmp_path):
+    from autograder.bench import default_jobs, format_table, same_results
+
+    assert default_jobs(1) == [1] and default_jobs(2) == [1, 2] and default_jobs(6) == [1, 2, 4, 6]
+    result = {"submissions": 12, "chapters": ["04_self_attention"], "nbgrader_s": 60.0, "cores": 2,
+              "autograder_s": {1: 40.0, 2: 25.0}, "same_totals": {"agree": 12, "total": 12},
+              "sharded": {"shards": 2, "single_s": 25.0, "shards_s": 24.0, "merge_s": 6.0, "same": True}}
+    table = format_table(result)
+    rows = {line.split("  ")[0].strip(): line for line in table.splitlines()}
+    # 12 submissions in 40 s on one core: 0.300 per core-second, 1.5x nbgrader's 60 s
+    assert rows["autograder grade --jobs 1"].split()[-2:] == ["0.300", "1.50x"]
+    assert rows["autograder grade --jobs 2"].split()[-2:] == ["0.240", "2.40x"]  # 12 / (25 s × 2 cores)
+    assert rows["2 shards + merge"].split()[-2:] == ["0.200", "2.00x"]  # 12 / (30 s × 2 cores)
+    assert "--jobs 2 1.60x (80% efficiency)" in table
+    assert "= 30.0 s vs one run --jobs 2 25.0 s: overhead +20%" in table and "identical" in table
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        out.mkdir()
+        (out / "scores.csv").write_text("student_id,score\ns1,1\n")
+        (out / "grades.csv").write_text("student_id,score\ns1,1\n")
+    assert same_results(a, b)
+    (b / "grades.csv").write_text("student_id,score\ns1,2\n")
+    assert not same_results(a, b)
