@@ -532,3 +532,42 @@ def test_the_sandboxed_grader_charges_one_part_per_broken_rule(tmp_path, needs_s
     scores = grade_in_sandbox("09_training", tmp_path / "ch09", seed=seed,
                               make_decoder_io=imports + MAKE_DECODER_IO_INT32)
     assert _lost(scores["make_decoder_io"]) == {part("make_decoder_io", 0)}, scores["make_decoder_io"]
+
+
+# --------------------------------------------------------------------------- the dependency note
+
+
+def test_the_student_package_names_a_failing_dependency_only_when_the_answer_calls_it(tmp_path):
+    """In the student package (no reference to regrade with), a blank decoder_mask
+    and one written without causal_mask get no "fix causal_mask first" note; one
+    that calls the failing causal_mask does."""
+    from autograder.checks import exercises_of
+    from autograder.checks.base import use_precomputed
+    from autograder.student.expected import ExpectedStore, write_chapter
+
+    def causal_mask(size):  # wrong: strictly below the diagonal
+        return torch.ones(size, size, dtype=torch.bool).tril(-1)[None, None]
+
+    def blank(tgt_ids, pad_id=0):
+        raise NotImplementedError()
+
+    def without_causal_mask(tgt_ids, pad_id=0):  # wrong on its own: the diagonal masked, inline
+        T = tgt_ids.size(1)
+        return (tgt_ids != pad_id)[:, None, None, :] & torch.ones(T, T, dtype=torch.bool).tril(-1)[None, None]
+
+    def calling(tgt_ids, pad_id=0):
+        return (tgt_ids != pad_id)[:, None, None, :] & causal_mask(tgt_ids.size(1))
+
+    write_chapter(tmp_path, "06_masking", exercises_of("06_masking"))
+    namespace = {"causal_mask": causal_mask}
+    try:
+        use_precomputed(ExpectedStore(tmp_path))
+        for answer in (blank, without_causal_mask, calling):
+            answer.__globals__.update(namespace)  # the notebook's namespace holds the wrong causal_mask
+            report = check_report("decoder_mask", answer)
+            assert not report.passed, answer.__name__
+            noted = any("fix `causal_mask` first" in n for n in report.notes)
+            assert noted == (answer is calling), (answer.__name__, report.render("decoder_mask"))
+    finally:
+        use_precomputed(None)
+        globals().pop("causal_mask", None)
