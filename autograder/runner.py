@@ -335,18 +335,23 @@ def load_state(module, state: dict, strict: bool = False) -> None:
     Args:
         module: the student's ``torch.nn.Module``.
         state: name -> tensor, every name one the contract fixes.
-        strict: also refuse keys of the module that ``state`` does not hold.
+        strict: also refuse buffers of the module that ``state`` does not hold
+            (parameters it does not hold are always refused).
 
     Raises:
         RuntimeError: a key of ``state`` that the module does not have; the message
             starts with :data:`MISSING_STATE` and names each such key.
-        RuntimeError: from ``load_state_dict`` (a shape that differs, or with
-            ``strict`` a key the contract does not name).
+        RuntimeError: a parameter ``state`` does not name; from ``load_state_dict``
+            (a shape that differs, or with ``strict`` a buffer the contract does not name).
     """
     own = set(module.state_dict().keys())
     missing = [str(k) for k in state if k not in own]
     if missing:
         raise RuntimeError(f"{MISSING_STATE} {', '.join(repr(k) for k in missing)}")
+    extra = [str(name) for name, _ in module.named_parameters() if name not in state]
+    if extra:  # a trainable tensor the contract does not name changes the model; a buffer does not
+        raise RuntimeError(f"unexpected parameter(s) {', '.join(repr(k) for k in extra)} beside those the "
+                           "contract names (a buffer of your own is fine, a parameter is not)")
     module.load_state_dict(state, strict=bool(strict))
 
 

@@ -1045,7 +1045,8 @@ def _namespace_of(obj: Any) -> dict | None:
 
 
 def names_used(obj: Any) -> set[str]:
-    """Global names the code of ``obj`` (a function, or a class's methods) refers to."""
+    """Global names the code of ``obj`` (a function, or a class's methods) refers to,
+    and the names it reads from an enclosing scope (an answer defined inside a function)."""
     codes = []
     if isinstance(obj, type):
         for value in vars(obj).values():
@@ -1060,6 +1061,7 @@ def names_used(obj: Any) -> set[str]:
     while codes:
         code = codes.pop()
         names.update(code.co_names)
+        names.update(code.co_freevars)
         codes.extend(c for c in code.co_consts if hasattr(c, "co_names"))
     return names
 

@@ -410,7 +410,8 @@ class MultiHeadAttentionCheck(_HeadsExercise):
             return None
         if got.raised.get("phase") == "load_state_dict":
             return ("the graders load a state_dict with exactly w_q, w_k, w_v, w_o (weight and bias each, "
-                    "nn.Linear(d_model, d_model)): no other parameters or buffers, and these names")
+                    "nn.Linear(d_model, d_model)): no other parameters, and these names (a buffer of your "
+                    "own is fine)")
         if len(case.args) >= 2 and _value(case.args[0]).shape[1] != _value(case.args[1]).shape[1]:
             return ("it failed on cross-attention (T_q != T_k): the keys and values come from `key` and "
                     "`value` (w_k(key), w_v(value)), with their own length T_k = key.size(1); split them "

@@ -214,8 +214,8 @@ class DecoderLayerCheck(Exercise):
         if raised is None or case.expect_error:
             return None
         if raised.get("phase") == "load_state_dict":
-            return ("the state_dict keys must be exactly self_attn.*, cross_attn.* (MultiHeadAttention), "
-                    "feed_forward.linear{1,2}.* and norm{1,2,3}.{weight,bias}.")
+            return ("the parameters must be exactly self_attn.*, cross_attn.* (MultiHeadAttention), "
+                    "feed_forward.linear{1,2}.* and norm{1,2,3}.{weight,bias} (a buffer of your own is fine).")
         t_tgt, t_src = _array(case.args[0]).shape[1], _array(case.args[1]).shape[1]
         if t_tgt != t_src and raised.get("phase") == "call":
             return ("it failed with T_tgt ≠ T_src: the cross-attention's queries come from x and its keys and "

@@ -315,13 +315,25 @@ class GreedyDecode(_DecodingExercise):
             model = _build(case.args[0].init, case.args[0].state)
             src, src_mask = (torch.from_numpy(_array(a)) for a in case.args[1:3])
             ids = [case.kwargs.get("sos_id", 1), case.kwargs.get("eos_id", 2), case.kwargs.get("pad_id", 0)]
-            for part, mistakes in self._mistakes(case.args[3]).items():
-                if part == self.part_of(case):
+            mistakes = self._mistakes(case.args[3])
+            mine = self.part_of(case)
+
+            def same(value, other):
+                return value.shape == other.shape and np.array_equal(value, other)
+
+            def run(flags):
+                return greedy_variant(model, src, src_mask, case.args[3], *ids, **flags)
+
+            # Not when the answer also equals a mistake of this case's own part: then the
+            # case cannot tell which rule was broken, and its own part is not earned.
+            if any(same(run(flags), g) for _, flags in mistakes.get(mine, ())):
+                return None
+            for part, part_mistakes in mistakes.items():
+                if part == mine:
                     continue
-                for _, flags in mistakes:
-                    value = greedy_variant(model, src, src_mask, case.args[3], *ids, **flags)
-                    if value.shape == g.shape and np.array_equal(value, g) and not (
-                            value.shape == w.shape and np.array_equal(value, w)):
+                for _, flags in part_mistakes:
+                    value = run(flags)
+                    if same(value, g) and not same(value, w):
                         return part
         return None
 
@@ -543,6 +555,55 @@ class BeamSearch(_DecodingExercise):
         cases.append(_beam_case(rng, beam_size=2, max_len=3, want=(), eos_bias=(-30.0,), part=finished,
                                 label="<eos> never likely: max_len=3 reached, the best prefix without <eos>"))
         return cases
+
+    def _mistakes(self) -> dict[str, tuple[str, ...]]:
+        """The :func:`beam_variant` mistakes of the parts about the length penalty and
+        about finished hypotheses."""
+        _, _, penalty, finished = self.parts
+        return {penalty: _PENALTY_MISTAKES, finished: ("first_finished", "no_finished")}
+
+    def judge(self, case, got, want):
+        """Each part on its own: a case of one part also accepts the hypothesis that
+        is right but for one mistake another part charges (returning the first
+        hypothesis to end costs the finished-hypotheses part, not the penalty part)."""
+        try:
+            return super().judge(case, got, want)
+        except CheckFailure as failure:
+            other = self._other_part_mistake(case, got, want)
+            if other is None:
+                raise failure from None
+            return [f"the part {self.part_of(case)!r} was judged apart from the mistake that the part "
+                    f"{other!r} charges"]
+
+    def _other_part_mistake(self, case, got, want) -> str | None:
+        """The name of another part one of whose mistakes ``got`` equals exactly, or ``None``."""
+        if got.raised is not None or not isinstance(got.value, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in got.value):
+            return None
+        import torch
+
+        with _PROCESS_STATE, _one_thread():
+            model = _build(case.args[0].init, case.args[0].state)
+            src, src_mask = (torch.from_numpy(_array(a)) for a in case.args[1:3])
+            beam_size, max_len = case.args[3:5]
+            alpha = case.kwargs.get("length_penalty", 0.6)
+            mine = self.part_of(case)
+
+            def run(mode):
+                return beam_variant(model, src, src_mask, beam_size, max_len, alpha=alpha, mode=mode)
+
+            # Not when the answer also equals a mistake of this case's own part: then the
+            # case cannot tell which rule was broken, and its own part is not earned.
+            if any(run(mode) == got.value for mode in self._mistakes().get(mine, ())):
+                return None
+            for part, modes in self._mistakes().items():
+                if part == mine:
+                    continue
+                for mode in modes:
+                    value = run(mode)
+                    if value == got.value and value != want.value:
+                        return part
+        return None
 
     def _diagnose(self, case, got, want):
         import torch
