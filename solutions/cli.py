@@ -199,6 +199,14 @@ def build_parser():
     bench.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                        help="wall time (default) or process CPU time (steadier on a shared CPU machine)")
     bench.add_argument("--threads", type=int, help="torch threads for the run (default: torch's choice)")
+    bench.add_argument("--checkpoint", metavar="CKPT",
+                       help="translation speed of this trained checkpoint (default: an untrained model of the "
+                            "multi30k-cpu shape)")
+    bench.add_argument("--translation-corpus", metavar="FILE",
+                       help="sentences to translate: a TSV corpus (its source side) or a text file (default: "
+                            "generated sentences with the word counts of Multi30k's test 2016)")
+    bench.add_argument("--sentences", type=int, metavar="N",
+                       help="sentences translated (default 1000; 16 with --quick)")
     return parser
 
 
@@ -844,8 +852,14 @@ def _bench(args):
     from .bench import run_benchmarks
 
     _positive("--threads", args.threads)
+    _positive("--sentences", args.sentences)
+    if args.checkpoint is not None:
+        _load_checkpoint_for_user("--checkpoint", args.checkpoint)
+    if args.translation_corpus is not None and not os.path.isfile(args.translation_corpus):
+        raise UsageError(f"--translation-corpus: no such file: {args.translation_corpus}")
     run_benchmarks(quick=args.quick, device=args.device, json_path=args.json, clock=args.clock,
-                   threads=args.threads)
+                   threads=args.threads, checkpoint=args.checkpoint, corpus=args.translation_corpus,
+                   sentences=args.sentences)
     return 0
 
 

@@ -141,7 +141,7 @@ def beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, le
 
 
 def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_len=None,
-              batch_size=64, device=None, length_penalty=0.6):
+              batch_size=64, device=None, length_penalty=0.6, use_cache=True):
     """Translate strings with a trained model: tokenize, decode, detokenize.
 
     Args:
@@ -156,6 +156,8 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
         batch_size: sentences decoded together by greedy decoding.
         device: where to run (default: the model's device).
         length_penalty: ``alpha`` of :func:`beam_search`'s length penalty (beam only).
+        use_cache: greedy decoding with the key/value cache (False: recompute every
+            prefix, as a benchmark's baseline; the translations are the same).
 
     Returns:
         A list of target strings, in the order of ``sentences`` (they are decoded
@@ -181,7 +183,7 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
         src_mask = padding_mask(src)  # (B, 1, 1, T_src)
         steps = min(max_len if max_len is not None else longest + 50, limit)
         if beam_size == 1:
-            ys = greedy_decode(model, src, src_mask, steps, use_cache=True)
+            ys = greedy_decode(model, src, src_mask, steps, use_cache=use_cache)
             for row, i in enumerate(chunk):
                 outputs[i] = tgt_tokenizer.decode(ys[row, 1:].tolist())
         else:

@@ -441,7 +441,7 @@ class Trainer:
     """
 
     def __init__(self, config, train_pairs, valid_pairs=(), src_tokenizer=None, tgt_tokenizer=None,
-                 out_dir=None, distributed=None, clock=time.monotonic, started=None):
+                 out_dir=None, distributed=None, clock=None, started=None):
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
         if not train_pairs:
@@ -456,6 +456,7 @@ class Trainer:
         self.out_dir = out_dir
         if config.schedule not in ("noam", "linear"):
             raise ValueError(f"schedule must be 'noam' or 'linear', got {config.schedule!r}")
+        clock = clock or time.monotonic
         # The budget starts before the tokenizers are trained: they are part of the run.
         self.budget = TimeBudget(config.time_budget, clock, started) if config.time_budget else None
         self.planned_steps = None  # the last step of the "linear" schedule, once planned
@@ -637,13 +638,13 @@ class Trainer:
                     break
                 if self.budget is not None and self._budget_exhausted():
                     break
-                step_start = time.perf_counter()
+                step_start, clock_start = time.perf_counter(), self.clock()
                 batch = collate_batch([self.train_data[i] for i in indices])
                 loss = self.train_step(batch)
                 self._epoch_loss[0] += loss
                 self._epoch_loss[1] += 1
-                seconds = time.perf_counter() - step_start
-                self._progress["busy"] += seconds
+                self._progress["busy"] += time.perf_counter() - step_start
+                seconds = self.clock() - clock_start
                 if self.step > measure_from:
                     self._progress["run_busy"] += seconds
                     self._timing["step"] = self._progress["run_busy"] / (self.step - measure_from)
@@ -688,9 +689,9 @@ class Trainer:
 
     def _end_of_epoch(self, epochs):
         """Evaluate, keep the best and the snapshots for averaging, save, and (with a budget) re-plan."""
-        eval_start = time.perf_counter()
+        eval_start = self.clock()
         metrics = self.evaluate()
-        self._timing["eval"] = time.perf_counter() - eval_start
+        self._timing["eval"] = self.clock() - eval_start
         self._log(f"epoch {self.epoch}/{epochs} step {self.step}: " + ", ".join(
             f"{name} {value:.4g}" for name, value in metrics.items()))
         self._keep_best(metrics["bleu"])
@@ -720,10 +721,10 @@ class Trainer:
         chosen = [s for s, _ in self.valid_data.pairs[:sentences]]
         if not chosen:
             return
-        start = time.perf_counter()
+        start = self.clock()
         translate(self.model, chosen, self.src_tokenizer, self.tgt_tokenizer, beam_size=self.config.beam_size,
                   length_penalty=self.config.length_penalty, device=self.device)
-        self._timing["beam_sentence"] = (time.perf_counter() - start) / len(chosen)
+        self._timing["beam_sentence"] = (self.clock() - start) / len(chosen)
 
     def _reserve(self):
         """Seconds kept for the end of the run: evaluating averaged weights, beam decoding, saving.
@@ -759,6 +760,8 @@ class Trainer:
         if self.planned_steps is not None and self.step >= self.planned_steps:
             self.stop_reason = "planned steps done"
             return True
+        if self.step == self._progress["first_step"]:
+            return False  # at least one step per run: the checkpoint it leaves is a trained model
         step_time = self._timing["step"] or 0.0
         if self.budget.left() < self._reserve() + step_time:
             self.stop_reason = "budget"
