@@ -602,8 +602,8 @@ class Trainer:
         (:meth:`TimeBudget.plan`), keeping time for an evaluation at every epoch end
         and for the end of the run (an evaluation of the averaged weights and the
         beam decoding of :attr:`final_sentences` sentences); the "linear" schedule
-        decays to that step. At every epoch end the plan is made again with the
-        measured step and evaluation times. The loop stops at the planned step or
+        decays to that step. Every quarter epoch and at every epoch end the plan is
+        made again with the measured step and evaluation times. The loop stops at the planned step or
         when the budget left is only the reserve; :attr:`stop_reason` says why.
 
         Args:
@@ -649,8 +649,9 @@ class Trainer:
                     self._progress["run_busy"] += seconds
                     self._timing["step"] = self._progress["run_busy"] / (self.step - measure_from)
                 self.batch_in_epoch += 1
-                if self.budget is not None and self.planned_steps is None and self.step >= measure_from + 20:
-                    self._plan()
+                if self.budget is not None and self.step >= measure_from + 20 and (
+                        self.planned_steps is None or self.step % max(20, len(batches) // 4) == 0):
+                    self._plan()  # first after 20 timed steps, then every quarter epoch (the load may change)
                 lr = self.scheduler.get_last_lr()[0]
                 if self.step % self.config.log_every == 0 or self.step == 1:
                     history = self.history["train"]
