@@ -14,7 +14,12 @@
 3. **Translation** throughput in sentences per second: batched greedy decoding with
    the cache, and beam search (beam 4) one sentence at a time, the two ways
    :func:`~solutions.decoding.translate` decodes.
-4. On CUDA, the paper's **base** model in bf16: tokens per second and the model-FLOPs
+4. **Translating as a user does**: :func:`~solutions.decoding.translate` on a corpus of
+   1,000 sentences (a file, or generated sentences with the word counts of Multi30k's
+   test 2016 German side), greedy with and without the key/value cache and beam 4, in
+   sentences per second, with a trained checkpoint or an untrained model of the
+   ``multi30k-cpu`` shape.
+5. On CUDA, the paper's **base** model in bf16: tokens per second and the model-FLOPs
    utilisation (MFU) against the GPU's dense bf16 peak.
 
 ``python -m solutions bench --threads 2`` (or ``make bench``) prints a table; ``--quick``
@@ -41,7 +46,12 @@ from .model import PAPER_CONFIGS, Transformer, count_parameters
 from .positional import PositionalEncoding
 
 __all__ = ["TorchTransformerBaseline", "bench_training_step", "bench_kv_cache", "bench_translation", "bench_base_mfu",
-           "run_benchmarks"]
+           "bench_user_translation", "generated_sentences", "run_benchmarks"]
+
+# Words per German sentence of Multi30k's test 2016 (1,000 sentences): {words: sentences}.
+MULTI30K_TEST_LENGTHS = {4: 6, 5: 18, 6: 56, 7: 92, 8: 108, 9: 126, 10: 122, 11: 92, 12: 103, 13: 69, 14: 59,
+                         15: 41, 16: 33, 17: 24, 18: 11, 19: 5, 20: 9, 21: 6, 22: 5, 23: 8, 24: 3, 25: 2, 26: 1,
+                         30: 1}
 
 # Dense bf16 peak FLOP/s by GPU name (vendor data sheets, without sparsity).
 _PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12,
@@ -261,6 +271,93 @@ def bench_translation(d_model=256, num_heads=8, num_layers=3, d_ff=1024, sentenc
     }
 
 
+def generated_sentences(count=1000, seed=0):
+    """``count`` made-up sentences with the word counts of Multi30k's test 2016 (no corpus needed).
+
+    The lengths follow :data:`MULTI30K_TEST_LENGTHS` (all of them, in a seeded order,
+    for ``count = 1000``; sampled from it otherwise); the words are random syllable strings.
+    """
+    import random
+
+    rng = random.Random(seed)
+    lengths = [words for words, sentences in MULTI30K_TEST_LENGTHS.items() for _ in range(sentences)]
+    lengths = rng.sample(lengths, len(lengths)) if count == len(lengths) else rng.choices(lengths, k=count)
+    syllables = ["ein", "der", "mann", "frau", "hund", "spiel", "auf", "ung", "ter", "lau", "fen", "be", "ge",
+                 "straß", "e", "n", "kind", "er", "im", "wass", "rot", "en", "blau", "sitz", "t", "vor"]
+    return [" ".join("".join(rng.choice(syllables) for _ in range(rng.randint(1, 3))) for _ in range(n)) + " ."
+            for n in lengths]
+
+
+def _read_sources(path):
+    """The source side of a TSV corpus, or the lines of a plain-text file."""
+    from .data import read_parallel
+
+    with open(path, encoding="utf-8") as handle:
+        first = handle.readline()
+    if "\t" in first:
+        return [source for source, _ in read_parallel(path, on_bad_line="skip")[0]]
+    with open(path, encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle if line.strip()]
+
+
+def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_size=4, batch=64, max_len=None,
+                           device="cpu", clock="wall"):
+    """Sentences per second of :func:`~solutions.decoding.translate`, the way ``translate`` runs.
+
+    Three passes over the same sentences: greedy in length-sorted batches of ``batch``
+    with the key/value cache, the same without the cache, and beam search (beam
+    ``beam_size``, one sentence at a time). Greedy with and without the cache give the
+    same translations (checked).
+
+    Args:
+        checkpoint: a checkpoint or export of ``train``; default: an untrained model of the
+            ``multi30k-cpu`` shape with a BPE vocabulary learnt on the sentences.
+        corpus: a TSV file (its source side) or a text file (one sentence a line); default:
+            :func:`generated_sentences`.
+        sentences: how many (the first ones of the corpus).
+        max_len: most new tokens (default: ``translate``'s, source length + 50; for the
+            untrained model, which rarely ends a sentence, 24: a caption's length).
+
+    Returns:
+        A dict with ``greedy_cached_sentences_per_s``, ``greedy_uncached_sentences_per_s``,
+        ``cache_ratio``, ``beam_sentences_per_s``, ``same_translations`` and what was run.
+    """
+    from .data import build_tokenizer
+    from .decoding import translate
+    from .trainer import PRESETS, _build_model, model_from_checkpoint
+
+    device = torch.device(device)
+    now = _clock(clock, device)
+    texts = _read_sources(corpus) if corpus else generated_sentences(sentences)
+    texts = texts[:sentences]
+    if not texts:
+        raise ValueError(f"{corpus}: no sentences to translate")
+    if checkpoint:
+        model, src_tok, tgt_tok, _ = model_from_checkpoint(checkpoint, device=device)
+    else:
+        torch.manual_seed(0)
+        config = PRESETS["multi30k-cpu"]
+        src_tok = tgt_tok = build_tokenizer(texts, "bpe", 2000)
+        model = _build_model(config, len(src_tok), len(tgt_tok)).set_fused(True).to(device).eval()
+        max_len = 24 if max_len is None else max_len
+    timed = {}
+    outputs = {}
+    for name, beam, cache in (("greedy_cached", 1, True), ("greedy_uncached", 1, False), ("beam", beam_size, True)):
+        _sync(device)
+        start = now()
+        outputs[name] = translate(model, texts, src_tok, tgt_tok, beam_size=beam, max_len=max_len,
+                                  batch_size=batch, device=device, use_cache=cache)
+        _sync(device)
+        timed[name] = len(texts) / max(now() - start, 1e-9)
+    return {"sentences": len(texts), "corpus": corpus or "generated (Multi30k test 2016 word counts)",
+            "checkpoint": checkpoint, "beam_size": beam_size, "batch": batch,
+            "greedy_cached_sentences_per_s": timed["greedy_cached"],
+            "greedy_uncached_sentences_per_s": timed["greedy_uncached"],
+            "cache_ratio": timed["greedy_cached"] / timed["greedy_uncached"],
+            "beam_sentences_per_s": timed["beam"],
+            "same_translations": outputs["greedy_cached"] == outputs["greedy_uncached"]}
+
+
 def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda"):
     """Tokens per second and MFU of the paper's base model (bf16 autocast) on a CUDA GPU.
 
@@ -305,7 +402,8 @@ def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda")
     }
 
 
-def run_benchmarks(quick=False, device="auto", json_path=None, clock="wall", threads=None, out=print):
+def run_benchmarks(quick=False, device="auto", json_path=None, clock="wall", threads=None, out=print,
+                   checkpoint=None, corpus=None, sentences=None):
     """Run the benchmarks and print a table (``out`` receives each line); returns the results.
 
     Args:
@@ -315,6 +413,8 @@ def run_benchmarks(quick=False, device="auto", json_path=None, clock="wall", thr
         clock: ``"wall"`` or ``"cpu"`` (process CPU time, for a shared CPU machine).
         threads: ``torch.set_num_threads`` for the run (default: leave as is).
         out: called with each line of the table.
+        checkpoint, corpus, sentences: of :func:`bench_user_translation` (default 1,000
+            generated sentences, 16 with ``quick``).
     """
     from .trainer import resolve_device
 
@@ -323,12 +423,12 @@ def run_benchmarks(quick=False, device="auto", json_path=None, clock="wall", thr
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _run(quick, device, json_path, clock, out)
+        return _run(quick, device, json_path, clock, out, checkpoint, corpus, sentences)
     finally:
         torch.set_num_threads(previous_threads)
 
 
-def _run(quick, device, json_path, clock, out):
+def _run(quick, device, json_path, clock, out, checkpoint=None, corpus=None, sentences=None):
     if quick:
         sizes = dict(d_model=32, num_heads=2, num_layers=1, d_ff=64, vocab=100)
         train = bench_training_step(batch=4, src_len=8, tgt_len=8, repeats=3, warmup=1, device=device,
@@ -336,13 +436,16 @@ def _run(quick, device, json_path, clock, out):
         cache = bench_kv_cache(batch=2, src_len=6, new_tokens=8, repeats=1, device=device, clock=clock, **sizes)
         translation = bench_translation(sentences=4, batch=2, src_len=6, new_tokens=4, beam_sentences=2,
                                         repeats=1, device=device, clock=clock, **sizes)
+        user = bench_user_translation(checkpoint, corpus, sentences or 16, max_len=None if checkpoint else 6,
+                                      device=device, clock=clock)
     else:
         train = bench_training_step(device=device, bf16=device.type == "cuda",
                                     repeats=30 if device.type == "cuda" else 10, clock=clock)
         cache = bench_kv_cache(device=device, clock=clock)
         translation = bench_translation(device=device, clock=clock)
+        user = bench_user_translation(checkpoint, corpus, sentences or 1000, device=device, clock=clock)
     results = {"device": str(device), "threads": torch.get_num_threads(), "clock": clock,
-               "training_step": train, "kv_cache": cache, "translation": translation}
+               "training_step": train, "kv_cache": cache, "translation": translation, "user_translation": user}
     sizes = ", ".join(f"{key} {value}" for key, value in train["sizes"].items())
     out(f"device {device} ({torch.get_num_threads()} threads, {clock} clock){' [quick]' if quick else ''}")
     out(f"training step (forward, backward, Adam), {sizes}")
@@ -359,6 +462,12 @@ def _run(quick, device, json_path, clock, out):
     out(f"translation, sources of {t['src_len'] // 2}-{t['src_len']} tokens, {t['new_tokens']} new tokens each")
     out(f"  greedy, batches of {t['batch']}, key/value cache: {translation['greedy_sentences_per_s']:8.1f} sentences/s")
     out(f"  beam {t['beam_size']}, one sentence at a time:    {translation['beam_sentences_per_s']:8.1f} sentences/s")
+    what = f"{user['sentences']} sentences, {user['corpus']}, " + (user["checkpoint"] or "untrained multi30k-cpu model")
+    out(f"translate ({what})")
+    out(f"  greedy, batches of {user['batch']}, key/value cache: {user['greedy_cached_sentences_per_s']:8.1f} sentences/s")
+    out(f"  greedy, batches of {user['batch']}, no cache:        {user['greedy_uncached_sentences_per_s']:8.1f} sentences/s"
+        f"  (cache {user['cache_ratio']:.2f}x, same translations: {user['same_translations']})")
+    out(f"  beam {user['beam_size']}, one sentence at a time:     {user['beam_sentences_per_s']:8.1f} sentences/s")
     if device.type == "cuda" and not quick:
         mfu = bench_base_mfu(device=device)
         results["base_mfu"] = mfu

@@ -25,7 +25,12 @@ import json
 import logging
 import math
 import os
+import platform
+import re
+import shlex
 import sys
+import threading
+import time
 import zipfile
 
 __all__ = ["main", "build_parser"]
@@ -46,7 +51,11 @@ class _Parser(argparse.ArgumentParser):
 
 def _decoding_options(parser):
     """The decoding options shared by 'translate' and 'evaluate'."""
-    parser.add_argument("--beam", type=int, default=1, help="beam size (default 1 = greedy with the key/value cache)")
+    parser.add_argument("--beam", type=int,
+                        help="beam size (default: the checkpoint's decoding setting, 1 = greedy with the "
+                             "key/value cache, for checkpoints without one)")
+    parser.add_argument("--length-penalty", type=float, metavar="ALPHA",
+                        help="beam search length penalty (default: the checkpoint's, or 0.6)")
     parser.add_argument("--batch-size", type=int, default=64,
                         help="sentences decoded together by greedy decoding (default 64)")
     parser.add_argument("--max-len", type=int, help="most new tokens (default: source length + 50)")
@@ -63,23 +72,32 @@ def build_parser():
 
     train = commands.add_parser("train", help="train a model (synthetic task or a TSV corpus)",
                                 description="Train a Transformer; writes OUT/checkpoint.pt after every epoch.")
-    train.add_argument("--preset", choices=["tiny", "base"],
-                       help="model and schedule: tiny (CPU minutes) or base (the paper's); default: tiny, "
-                            "or the checkpoint's with --resume")
+    train.add_argument("--preset", choices=["tiny", "base", "multi30k-cpu"],
+                       help="model and schedule: tiny (CPU minutes), base (the paper's) or multi30k-cpu (a "
+                            "German-English corpus of Multi30k's size in an hour on 2 CPU cores: BPE, budgeted "
+                            "schedule, checkpoint averaging, beam 4); default: tiny, or the checkpoint's with --resume")
+    train.add_argument("--time-budget", metavar="DURATION",
+                       help="wall time for the whole command (e.g. 60m, 1h, 90s, 3600): plans the schedule for "
+                            "the steps that fit, and keeps time for validation and the final test decoding "
+                            "(multi30k-cpu: 60m)")
     corpus = "a CORPUS is a PATH.tsv of 'source<TAB>target' lines, or SRC_FILE:TGT_FILE, two UTF-8 " \
              "plain-text files with one sentence per line (line i of one translates line i of the other)"
     train.add_argument("--data", metavar="CORPUS",
                        help="one corpus cut into train/valid/test (90/5/5 %%, seeded), or 'synthetic' (the book's "
                             "generated task; the default without --data/--train); " + corpus)
+    train.add_argument("--data-dir", metavar="DIR",
+                       help="a folder with the three corpora as TSV: the .tsv files whose names start with "
+                            "'train', 'val' (or 'dev') and 'test' (e.g. Multi30k's train.de-en.tsv, val.de-en.tsv, "
+                            "test_2016_flickr.de-en.tsv)")
     train.add_argument("--train", metavar="CORPUS", help="the training corpus (instead of --data)")
     train.add_argument("--valid", metavar="CORPUS",
                        help="the validation corpus (BLEU each epoch, best.pt); default: 5%% cut from --train")
     train.add_argument("--test", metavar="CORPUS",
                        help="the test corpus (evaluated at the end); default: 5%% cut from --train")
-    train.add_argument("--on-bad-line", choices=["error", "skip"], default="error",
+    train.add_argument("--on-bad-line", choices=["error", "skip"],
                        help="a line with a wrong number of tabs, an empty side or bytes that are not UTF-8: "
                             "stop with FILE:LINE and the problem (error, the default), or leave it out and "
-                            "report the lines on stderr (skip)")
+                            "report the lines on stderr (skip, the default of multi30k-cpu)")
     train.add_argument("--num-train", type=int, help="synthetic training pairs (default 20000)")
     train.add_argument("--epochs", type=int,
                        help="total number of epochs, also on --resume (default: the preset's or the checkpoint's; "
@@ -114,6 +132,17 @@ def build_parser():
     train.add_argument("--progress-steps", type=int, metavar="N",
                        help="a progress line every N steps instead (and also every --progress-seconds, when "
                             "that is given too)")
+    schedule = train.add_argument_group("schedule and decoding", "default: the preset's (or the checkpoint's)")
+    schedule.add_argument("--schedule", choices=["noam", "linear"],
+                          help="noam (the paper's warm-up then 1/sqrt(step)) or linear (warm-up to --lr-peak, then "
+                               "linear decay to the last planned step)")
+    schedule.add_argument("--lr-peak", type=float, metavar="LR", help="the linear schedule's highest learning rate")
+    schedule.add_argument("--warmup-steps", type=int, metavar="N", help="warm-up steps")
+    schedule.add_argument("--label-smoothing", type=float, metavar="EPS", help="label smoothing in [0, 1)")
+    schedule.add_argument("--average-last", type=int, metavar="N",
+                          help="at the end, average the weights of the last N epochs (0 = off)")
+    schedule.add_argument("--beam", type=int, metavar="K", help="beam size of the final validation and test")
+    schedule.add_argument("--length-penalty", type=float, metavar="ALPHA", help="beam search length penalty")
     model = train.add_argument_group(
         "model", "default: the preset's; stored in the checkpoint. On --resume they may be left out; given, they "
                  "must match the checkpoint (--dropout may change)")
@@ -170,6 +199,14 @@ def build_parser():
     bench.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                        help="wall time (default) or process CPU time (steadier on a shared CPU machine)")
     bench.add_argument("--threads", type=int, help="torch threads for the run (default: torch's choice)")
+    bench.add_argument("--checkpoint", metavar="CKPT",
+                       help="translation speed of this trained checkpoint (default: an untrained model of the "
+                            "multi30k-cpu shape)")
+    bench.add_argument("--translation-corpus", metavar="FILE",
+                       help="sentences to translate: a TSV corpus (its source side) or a text file (default: "
+                            "generated sentences with the word counts of Multi30k's test 2016)")
+    bench.add_argument("--sentences", type=int, metavar="N",
+                       help="sentences translated (default 1000; 16 with --quick)")
     return parser
 
 
@@ -210,6 +247,9 @@ def _corpus_files(option, spec):
     raise UsageError(f"{option}: no such file: {spec} (a CORPUS is PATH.tsv or SRC_FILE:TGT_FILE)")
 
 
+_SKIPPED = {}  # option -> lines left out by the last _read_corpus (for results.json)
+
+
 def _read_corpus(option, spec, on_bad_line):
     """``(pairs, files)``: the pairs of a CORPUS and ``[{"path", "sha256"}]`` of its file(s)."""
     from .data import file_sha256, read_parallel
@@ -221,6 +261,7 @@ def _read_corpus(option, spec, on_bad_line):
         hint = " (--on-bad-line skip leaves such lines out)" if on_bad_line == "error" and any(
             str(error).startswith(f"{path}:") for path in files) and "no sentence pairs" not in str(error) else ""
         raise UsageError(f"{option}: {error}{hint}") from None
+    _SKIPPED[option] = len(bad_lines)
     if bad_lines and os.environ.get("RANK", "0") == "0":
         shown = "; ".join(str(bad) for bad in bad_lines[:5])
         more = f"; and {len(bad_lines) - 5} more" if len(bad_lines) > 5 else ""
@@ -262,6 +303,11 @@ def _load_data(args, state=None):
     """
     from .data import make_synthetic_splits, split_pairs
 
+    if args.data_dir is not None:
+        if args.data is not None or args.train is not None or args.valid is not None or args.test is not None:
+            raise UsageError("give --data-dir, or --data, or --train [--valid] [--test]; not two of them")
+        files = _data_dir_files(args.data_dir)
+        args.train, args.valid, args.test = files["train"], files["valid"], files["test"]
     if args.data is not None and args.train is not None:
         raise UsageError("give --data (one corpus, split here) or --train [--valid] [--test], not both")
     for name in ("valid", "test"):
@@ -327,10 +373,53 @@ def _requested_model(args):
     return requested
 
 
+def parse_duration(text):
+    """Seconds in a duration such as ``"60m"``, ``"1h30m"``, ``"90s"``, ``"2.5h"`` or ``"3600"`` (seconds).
+
+    Raises:
+        UsageError: when ``text`` is not such a duration, or is not positive.
+    """
+    units = {"h": 3600, "m": 60, "min": 60, "s": 1, "": 1}
+    cleaned = text.strip().lower()
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*(h|min|m|s|)", cleaned)
+    if not cleaned or not parts or re.sub(r"(\d+(?:\.\d+)?)\s*(h|min|m|s|)", "", cleaned).strip() \
+            or sum(1 for _, unit in parts if unit == "") > (1 if len(parts) == 1 else 0):
+        raise UsageError(f"--time-budget: expected a duration such as 60m, 1h30m, 90s or 3600 (seconds), got {text!r}")
+    seconds = sum(float(number) * units[unit] for number, unit in parts)
+    if seconds <= 0:
+        raise UsageError(f"--time-budget must be positive, got {text!r}")
+    return seconds
+
+
+def _data_dir_files(folder):
+    """``{"train", "valid", "test"}`` → the TSV file of each role in ``folder`` (see ``--data-dir``)."""
+    if not os.path.isdir(folder):
+        raise UsageError(f"--data-dir: no such folder: {folder}")
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".tsv") and os.path.isfile(os.path.join(folder, n)))
+    roles = {"train": ("train",), "valid": ("val", "dev"), "test": ("test",)}
+    found = {}
+    for role, prefixes in roles.items():
+        matching = [n for n in names if n.lower().startswith(prefixes)]
+        if len(matching) != 1:
+            what = "no" if not matching else f"{len(matching)} ({', '.join(matching)})"
+            raise UsageError(f"--data-dir: {folder} has {what} .tsv file(s) whose name starts with "
+                             f"{' or '.join(repr(p) for p in prefixes)}; expected exactly one {role} file")
+        found[role] = os.path.join(folder, matching[0])
+    return found
+
+
 def _check_train_flags(args):
     for name in ("epochs", "max_steps", "batch_size", "num_train", "d_model", "heads", "layers", "d_ff",
-                 "bpe_vocab_size", "threads", "progress_steps"):
+                 "bpe_vocab_size", "threads", "progress_steps", "warmup_steps", "beam"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.average_last is not None and args.average_last < 0:
+        raise UsageError(f"--average-last must be >= 0, got {args.average_last}")
+    if args.lr_peak is not None and not args.lr_peak > 0:
+        raise UsageError(f"--lr-peak must be positive, got {args.lr_peak}")
+    if args.label_smoothing is not None and not 0 <= args.label_smoothing < 1:
+        raise UsageError(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}")
+    if args.length_penalty is not None and args.length_penalty < 0:
+        raise UsageError(f"--length-penalty must be >= 0, got {args.length_penalty}")
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UsageError(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.progress_seconds is not None and args.progress_seconds < 0:
@@ -367,7 +456,11 @@ def _check_new_model(config):
 def _train(args):
     from .trainer import EXPORT_FORMAT, PRESETS, Trainer, TrainConfig
 
+    started = time.monotonic()  # the time budget covers everything from here: data, tokenizer, training, test
     _check_train_flags(args)
+    budget = parse_duration(args.time_budget) if args.time_budget is not None else None
+    if args.on_bad_line is None:
+        args.on_bad_line = "skip" if args.preset == "multi30k-cpu" else "error"
     state = None
     if args.resume:
         state = _load_checkpoint_for_user("--resume", args.resume, missing="no such checkpoint")
@@ -384,9 +477,14 @@ def _train(args):
         changes["bf16"] = True
     if args.compile:
         changes["compile"] = True
-    for name in ("epochs", "max_steps", "batch_size", "dropout", "threads", "progress_seconds", "progress_steps"):
+    for name in ("epochs", "max_steps", "batch_size", "dropout", "threads", "progress_seconds", "progress_steps",
+                 "schedule", "lr_peak", "warmup_steps", "label_smoothing", "average_last", "length_penalty"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
+    if args.beam is not None:
+        changes["beam_size"] = args.beam
+    if budget is not None:
+        changes["time_budget"] = budget
     if args.epochs is not None and args.max_steps is None:
         changes["max_steps"] = None  # --epochs alone: the new total, not capped by a stored --max-steps
     if args.progress_steps is not None and args.progress_seconds is None:
@@ -407,9 +505,12 @@ def _train(args):
         raise UsageError(f"--resume: {args.resume} was trained on {_describe_data(state.get('data'))}, not on "
                          f"{_describe_data(identity)}; give the same data (or --allow-other-data)")
     if state is not None:
-        trainer = Trainer.from_checkpoint(args.resume, train_pairs, valid_pairs, out_dir=args.out, **changes)
+        trainer = Trainer.from_checkpoint(args.resume, train_pairs, valid_pairs, out_dir=args.out, started=started,
+                                          **changes)
     else:
-        trainer = Trainer(config, train_pairs, valid_pairs, out_dir=args.out)
+        trainer = Trainer(config, train_pairs, valid_pairs, out_dir=args.out, started=started)
+    if trainer.config.beam_size > 1:  # the end of the run decodes the test set with the beam: time to keep for it
+        trainer.final_sentences = len(test_pairs)
     if other_data:
         trainer.best_bleu = None  # --allow-other-data: BLEU on another validation set is not comparable
     trainer.data_identity = identity
@@ -425,21 +526,169 @@ def _train(args):
             "training %s parameters on %d pairs (%s, %d process%s), batches of %d",
             f"{count_parameters(trainer.model):,}", len(trainer.train_data), trainer.device,
             context.world_size, "es" if context.world_size > 1 else "", trainer.config.batch_size)
+    load = _LoadSampler()
     trainer.train()
     if context.is_main:
-        test = trainer.evaluate(test_pairs) if test_pairs else {}
+        if trainer.stop_reason == "budget" and trainer.epoch == 0:
+            _warn(f"the time budget ({args.time_budget}) ran out after {trainer.step} of the "
+                  f"{len(trainer.sampler)} steps of the first epoch: best.pt holds the model as it is now "
+                  "(give a larger --time-budget for a useful model)")
+        finish = trainer.finish()
+        beam = trainer.final_beam_size()
+        final = {}
+        # Validation with greedy decoding (as chosen during the run: quick); the test with the run's decoding.
+        for name, pairs, beam_size in (("valid", valid_pairs, 1), ("test", test_pairs, beam)):
+            if pairs:
+                final[name] = _score(trainer.model, trainer.src_tokenizer, trainer.tgt_tokenizer, pairs,
+                                     trainer.config.replace(beam_size=beam_size), trainer.device)
+        test = {}
+        if test_pairs:
+            test = trainer.evaluate(test_pairs, max_sentences=0)  # loss and accuracy; BLEU with the final decoding
+            test.update(bleu=final["test"]["bleu"], exact_match=final["test"]["exact_match"])
         best = os.path.join(args.out, "best.pt")
+        signature = trainer.bleu.signature or final.get("test", {}).get("signature")
         summary = {"checkpoint": os.path.join(args.out, "checkpoint.pt"), "steps": trainer.step,
                    "epochs": trainer.epoch, "best": best if os.path.isfile(best) else None,
-                   "best_valid_bleu": trainer.best_bleu, "test": test, "bleu_signature": trainer.bleu.signature}
+                   "best_valid_bleu": trainer.best_bleu, "test": test, "bleu_signature": signature,
+                   "stopped": trainer.stop_reason}
         with open(os.path.join(args.out, "history.json"), "w", encoding="utf-8") as handle:
             json.dump({"history": trainer.history, "test": test, "data": identity,
-                       "bleu_signature": trainer.bleu.signature}, handle, indent=1)
+                       "bleu_signature": signature}, handle, indent=1)
+        results = _results(args, trainer, identity, final, finish, test_pairs, started, load.stop())
+        with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=1, ensure_ascii=False)
+        summary["results"] = os.path.join(args.out, "results.json")
+        summary["wall_minutes"] = results["wall_minutes"]
         print(json.dumps(summary))
+    else:
+        load.stop()
     from .distributed import cleanup_distributed
 
     cleanup_distributed()
     return 0
+
+
+TUTORIAL_METRIC = ("sacreBLEU with lowercase=True and tokenize='13a' (mteval-v13a tokenisation of hypotheses and "
+                   "references, which, like spaCy's English tokenizer, splits punctuation off words; it keeps "
+                   "\"'s\" and \"n't\" attached, where spaCy splits them)")
+
+
+def _score(model, src_tokenizer, tgt_tokenizer, pairs, config, device):
+    """Decode ``pairs``' sources with the config's beam; BLEU (strict and the tutorial's), exact match."""
+    from sacrebleu.metrics import BLEU
+
+    from .decoding import translate
+    from .trainer import CorpusBLEU
+
+    hypotheses = translate(model, [s for s, _ in pairs], src_tokenizer, tgt_tokenizer,
+                           beam_size=config.beam_size, length_penalty=config.length_penalty, device=device)
+    references = [t for _, t in pairs]
+    strict = CorpusBLEU()
+    bleu = strict(hypotheses, references)
+    tutorial = BLEU(lowercase=True, tokenize="13a", force=True)
+    return {"bleu": round(bleu, 2), "signature": strict.signature, "beam_size": config.beam_size,
+            "bleu_tutorial_metric": round(tutorial.corpus_score(hypotheses, [references]).score, 2),
+            "tutorial_signature": str(tutorial.get_signature()), "tutorial_metric": TUTORIAL_METRIC,
+            "exact_match": sum(h.split() == r.split() for h, r in zip(hypotheses, references)) / len(pairs),
+            "hypotheses": hypotheses}
+
+
+class _LoadSampler:
+    """The 1-minute load average (``/proc/loadavg``) every ``seconds`` in a daemon thread, for results.json."""
+
+    def __init__(self, seconds=30.0):
+        self.samples, self._stop = [], threading.Event()
+        self._read()
+        self._thread = threading.Thread(target=self._run, args=(seconds,), daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        try:
+            with open("/proc/loadavg", encoding="ascii") as handle:
+                self.samples.append(float(handle.read().split()[0]))
+        except (OSError, ValueError, IndexError):
+            pass  # not Linux: no load figures
+
+    def _run(self, seconds):
+        while not self._stop.wait(seconds):
+            self._read()
+
+    def stop(self):
+        """Stop sampling; ``{"loadavg_1min_mean", "loadavg_1min_max", "samples"}`` (empty without /proc)."""
+        self._stop.set()
+        self._read()
+        if not self.samples:
+            return {}
+        return {"loadavg_1min_mean": round(sum(self.samples) / len(self.samples), 2),
+                "loadavg_1min_max": max(self.samples), "samples": len(self.samples)}
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _results(args, trainer, identity, final, finish, test_pairs, started, load):
+    """The run's results.json (schema 1; see the README's "Train on your own corpus")."""
+    import dataclasses
+
+    import torch
+
+    from .model import count_parameters
+
+    config = trainer.config
+    model_fields = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff", "dropout",
+                    "norm_first", "share_embeddings", "max_len")
+    tokenizer_fields = ("tokenizer", "bpe_vocab_size", "share_embeddings", "max_tokens")
+    everything = dataclasses.asdict(config)
+    data = {}
+    for role, entries in (identity.get("files") or {}).items():
+        role_name = {"train": "train", "valid": "valid", "test": "test", "data": "data"}[role]
+        size = {"train": len(trainer.train_data), "valid": len(trainer.valid_data),
+                "test": len(test_pairs)}.get(role)
+        data[role_name] = {"file": os.path.basename(entries[0]["path"]), "sha256": entries[0]["sha256"],
+                           "files": [os.path.basename(e["path"]) for e in entries], "pairs": size,
+                           "skipped_lines": _SKIPPED.get("--" + role, 0)}
+    if "synthetic" in identity:
+        data["synthetic"] = identity["synthetic"]
+    strip = lambda scores: {k: v for k, v in scores.items() if k != "hypotheses"}  # noqa: E731
+    results = {
+        "schema": 1,
+        "command": "python -m solutions " + " ".join(shlex.quote(a) for a in getattr(args, "argv", []) or []),
+        "preset": args.preset,
+        "settings": {"model": {k: everything[k] for k in model_fields},
+                     "training": {k: v for k, v in everything.items()
+                                  if k not in model_fields and k not in tokenizer_fields},
+                     "tokenizer": {k: everything[k] for k in tokenizer_fields}},
+        "parameters": count_parameters(trainer.model),
+        "data": data,
+        "steps": trainer.step, "planned_steps": trainer.planned_steps, "stopped": trainer.stop_reason,
+        "epochs": trainer.epoch_log,
+        "checkpoint_averaging": {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                                 for k, v in finish.items()},
+        "best_valid_bleu_greedy": trainer.best_bleu,
+        "valid": strip(final["valid"]) if "valid" in final else None,
+        "test": strip(final["test"]) if "test" in final else None,
+        "decoding": {"beam_size": final.get("test", final.get("valid", {})).get("beam_size", config.beam_size),
+                     "length_penalty": config.length_penalty, "batch_size": 64,
+                     "max_len": "source length + 50 tokens"},
+        "wall_minutes": round((time.monotonic() - started) / 60, 2),
+        "time_budget_minutes": round(config.time_budget / 60, 2) if config.time_budget else None,
+        "machine": {"cpu": _cpu_name(), "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                    else os.cpu_count(), "threads": torch.get_num_threads(),
+                    "torch": torch.__version__, "python": platform.python_version(), "load": load},
+    }
+    if "test" in final:
+        hypotheses = final["test"]["hypotheses"]
+        results["examples"] = [{"source": s, "reference": t, "hypothesis": h}
+                               for (s, t), h in zip(test_pairs[:8], hypotheses[:8])]
+    return results
 
 
 def _read_sentences(args):
@@ -499,7 +748,12 @@ def _load_model(args):
         import torch
 
         torch.set_num_threads(args.threads)
-    model, src_tokenizer, tgt_tokenizer, _ = model_from_checkpoint(state, device=device)
+    model, src_tokenizer, tgt_tokenizer, config = model_from_checkpoint(state, device=device)
+    # The decoding the run chose (and measured its test score with), unless given.
+    if args.beam is None:
+        args.beam = config.beam_size
+    if args.length_penalty is None:
+        args.length_penalty = config.length_penalty
     return model, src_tokenizer, tgt_tokenizer, device
 
 
@@ -522,7 +776,7 @@ def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentence
     if todo:
         translated = translate(model, [sentences[i] for i in todo], _TruncatingTokenizer(src_tokenizer, limit),
                                tgt_tokenizer, beam_size=args.beam, max_len=args.max_len,
-                               batch_size=args.batch_size, device=device)
+                               batch_size=args.batch_size, device=device, length_penalty=args.length_penalty)
         for i, line in zip(todo, translated):
             outputs[i] = line
     return outputs
@@ -541,6 +795,8 @@ def _write_lines(path, lines):
 def _check_decoding_flags(args):
     for name in ("beam", "max_len", "batch_size", "threads"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.length_penalty is not None and args.length_penalty < 0:
+        raise UsageError(f"--length-penalty must be >= 0, got {args.length_penalty}")
 
 
 def _translate(args):
@@ -563,9 +819,14 @@ def _evaluate(args):
     references = [t for _, t in pairs]
     if args.output is not None:
         _write_lines(args.output, hypotheses)
+    from sacrebleu.metrics import BLEU
+
     scorer = CorpusBLEU()
     bleu = scorer(hypotheses, references)
+    tutorial = BLEU(lowercase=True, tokenize="13a", force=True).corpus_score(hypotheses, [references]).score
     print(json.dumps({"bleu": round(bleu, 2), "signature": scorer.signature, "details": str(scorer.last),
+                      "bleu_tutorial_metric": round(tutorial, 2), "tutorial_metric": TUTORIAL_METRIC,
+                      "length_penalty": args.length_penalty,
                       "exact_match": sum(h.split() == r.split() for h, r in zip(hypotheses, references)) / len(pairs),
                       "sentences": len(pairs), "beam": args.beam, "checkpoint": args.checkpoint,
                       "test": [f["path"] for f in files]}))
@@ -591,8 +852,14 @@ def _bench(args):
     from .bench import run_benchmarks
 
     _positive("--threads", args.threads)
+    _positive("--sentences", args.sentences)
+    if args.checkpoint is not None:
+        _load_checkpoint_for_user("--checkpoint", args.checkpoint)
+    if args.translation_corpus is not None and not os.path.isfile(args.translation_corpus):
+        raise UsageError(f"--translation-corpus: no such file: {args.translation_corpus}")
     run_benchmarks(quick=args.quick, device=args.device, json_path=args.json, clock=args.clock,
-                   threads=args.threads)
+                   threads=args.threads, checkpoint=args.checkpoint, corpus=args.translation_corpus,
+                   sentences=args.sentences)
     return 0
 
 
@@ -602,6 +869,7 @@ def main(argv=None):
 
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         if args.command == "train" and not getattr(args, "quiet", False):
             logging.basicConfig(level=logging.INFO, format="%(message)s")
         handler = {"train": _train, "translate": _translate, "evaluate": _evaluate, "export": _export,

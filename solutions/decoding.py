@@ -142,7 +142,7 @@ def beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, le
 
 
 def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_len=None,
-              batch_size=64, device=None):
+              batch_size=64, device=None, length_penalty=0.6, use_cache=True):
     """Translate strings with a trained model: tokenize, decode, detokenize.
 
     Args:
@@ -156,9 +156,13 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
             capped by the model's positional table.
         batch_size: sentences decoded together by greedy decoding.
         device: where to run (default: the model's device).
+        length_penalty: ``alpha`` of :func:`beam_search`'s length penalty (beam only).
+        use_cache: greedy decoding with the key/value cache (False: recompute every
+            prefix, as a benchmark's baseline; the translations are the same).
 
     Returns:
-        A list of target strings.
+        A list of target strings, in the order of ``sentences`` (they are decoded
+        sorted by source length, so that a batch holds sentences of similar length).
 
     Paper: section 6.1.
     """
@@ -180,10 +184,10 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
         src_mask = padding_mask(src)  # (B, 1, 1, T_src)
         steps = min(max_len if max_len is not None else longest + 50, limit)
         if beam_size == 1:
-            ys = greedy_decode(model, src, src_mask, steps, use_cache=True)
+            ys = greedy_decode(model, src, src_mask, steps, use_cache=use_cache)
             for row, i in enumerate(chunk):
                 outputs[i] = tgt_tokenizer.decode(ys[row, 1:].tolist())
         else:
-            ids = beam_search(model, src, src_mask, beam_size, steps)
+            ids = beam_search(model, src, src_mask, beam_size, steps, length_penalty=length_penalty)
             outputs[chunk[0]] = tgt_tokenizer.decode(ids[1:])
     return outputs

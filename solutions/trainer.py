@@ -54,7 +54,7 @@ from .model import Transformer
 from .tokens import PAD_ID
 from .training import noam_lr
 
-__all__ = ["TrainConfig", "PRESETS", "MODEL_FIELDS", "Trainer", "CheckpointError", "load_checkpoint",
+__all__ = ["TrainConfig", "TimeBudget", "warmup_linear_decay", "PRESETS", "MODEL_FIELDS", "Trainer", "CheckpointError", "load_checkpoint",
            "model_from_checkpoint", "resolve_device", "export_checkpoint", "CorpusBLEU"]
 
 logger = logging.getLogger("solutions.trainer")
@@ -90,6 +90,15 @@ class TrainConfig:
     when the trainer is built; ``None`` = torch's default), ``progress_seconds`` and
     ``progress_steps`` (off a terminal, a progress line after this many seconds or
     steps, whichever comes first; ``None`` = never by that measure).
+
+    Schedule and budget: ``schedule`` is ``"noam"`` (the paper's warm-up then
+    ``1/sqrt(step)``, scaled by ``lr_factor``) or ``"linear"`` (:func:`warmup_linear_decay`:
+    ``warmup_steps`` of linear warm-up to ``lr_peak``, then a linear decay that ends at
+    the last planned step). ``time_budget`` (seconds, ``None`` = none) is the wall time
+    of the whole run: :class:`TimeBudget` plans the steps that fit it (see
+    :meth:`Trainer.train`). ``average_last`` (0 = off) averages the weights of the last
+    N epoch ends at the end of the run (:meth:`Trainer.finish`). ``beam_size`` and
+    ``length_penalty`` are the decoding of the final validation and test translations.
     """
 
     # model
@@ -126,6 +135,13 @@ class TrainConfig:
     threads: int = None
     progress_seconds: float = 30.0
     progress_steps: int = None
+    # schedule, budget and final decoding
+    schedule: str = "noam"
+    lr_peak: float = 1e-3
+    time_budget: float = None
+    average_last: int = 0
+    beam_size: int = 1
+    length_penalty: float = 0.6
 
     def replace(self, **changes):
         """A copy with some fields changed; unknown names raise ``ValueError``."""
@@ -140,6 +156,16 @@ MODEL_FIELDS = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layer
                 "norm_first", "share_embeddings", "max_len", "tokenizer", "bpe_vocab_size")
 
 PRESETS = {
+    # Multi30k German->English (29,000 pairs) in a wall-clock hour on 2 CPU cores: a 3+3 layer model of
+    # width 256 (about 7.6 M parameters with a shared 8k BPE vocabulary and tied embeddings), a warm-up
+    # then linear decay fitted to the steps the time budget allows, the last epochs averaged, beam 4.
+    "multi30k-cpu": TrainConfig(
+        d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024,
+        dropout=0.1, max_len=160, share_embeddings=True, tokenizer="bpe", bpe_vocab_size=8000,
+        batch_size=64, epochs=100, warmup_steps=800, schedule="linear", lr_peak=1e-3,
+        label_smoothing=0.1, clip_norm=1.0, eval_sentences=2000, log_every=50, threads=2,
+        time_budget=3600.0, average_last=4, beam_size=4, length_penalty=0.6,
+    ),
     # The book's model: learns the synthetic task (>= 95% exact match) in minutes on 2 CPU cores.
     "tiny": TrainConfig(
         d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256,
@@ -302,6 +328,80 @@ def _refuse_export(state):
                               "resume from the full checkpoint it was exported from")
 
 
+def warmup_linear_decay(step, total_steps, warmup_steps, peak, floor=0.02):
+    """The learning rate of a planned run: linear warm-up to ``peak``, then linear decay.
+
+    ``peak * step / warmup`` for ``step <= warmup``; afterwards it falls linearly to
+    ``floor * peak`` at ``total_steps`` and stays there (a run planned too short does
+    not stop learning altogether).
+
+    Args:
+        step: the optimizer step, counted from 1.
+        total_steps: the last planned step.
+        warmup_steps: steps of warm-up (at least 1).
+        peak: the highest learning rate.
+        floor: the final rate as a fraction of ``peak``.
+
+    Returns:
+        The learning rate (a float).
+    """
+    warmup_steps = max(1, warmup_steps)
+    if step <= warmup_steps:
+        return peak * step / warmup_steps
+    remaining = max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+    return peak * (floor + (1 - floor) * remaining)
+
+
+class TimeBudget:
+    """A wall-clock budget for a whole run, and the plan of how many steps fit in it.
+
+    Args:
+        seconds: the budget.
+        clock: a function returning seconds (default ``time.monotonic``; tests inject one).
+        start: the clock's value when the run began (default: now), so that work done
+            before the trainer exists (reading data, training the tokenizer) counts.
+        used: seconds already spent by the run before (a resumed run).
+    """
+
+    def __init__(self, seconds, clock=time.monotonic, start=None, used=0.0):
+        if not seconds or seconds <= 0:
+            raise ValueError(f"a time budget must be a positive number of seconds, got {seconds!r}")
+        self.seconds, self.clock, self.used = float(seconds), clock, float(used)
+        self.start = clock() if start is None else start
+
+    def elapsed(self):
+        """Seconds of the budget spent so far (this process and, on resume, the run before)."""
+        return self.used + self.clock() - self.start
+
+    def left(self):
+        """Seconds left (negative once the budget is overspent)."""
+        return self.seconds - self.elapsed()
+
+    def plan(self, step, seconds_per_step, steps_per_epoch, seconds_per_eval, reserve):
+        """The last step the budget allows, counting an evaluation at every epoch end.
+
+        Training ``n`` more steps costs ``n * seconds_per_step`` plus about
+        ``n / steps_per_epoch`` evaluations; ``reserve`` seconds are kept for what
+        comes after training (the final evaluation and test decoding).
+
+        Args:
+            step: the steps done so far.
+            seconds_per_step: measured time of one training step.
+            steps_per_epoch: batches in an epoch.
+            seconds_per_eval: measured (or estimated) time of one end-of-epoch evaluation.
+            reserve: seconds to keep for the end of the run.
+
+        Returns:
+            The planned total number of steps (at least ``step + 1``).
+        """
+        if seconds_per_step <= 0 or steps_per_epoch < 1:
+            raise ValueError(f"expected seconds_per_step > 0 and steps_per_epoch >= 1, got "
+                             f"{seconds_per_step} and {steps_per_epoch}")
+        available = self.left() - reserve
+        per_step = seconds_per_step + max(0.0, seconds_per_eval) / steps_per_epoch
+        return step + max(1, int(available / per_step))
+
+
 def _duration(seconds):
     """``75`` → ``"1m15s"``, ``3725`` → ``"1h02m"``: a short, log-friendly duration."""
     seconds = max(0, int(round(seconds)))
@@ -342,7 +442,7 @@ class Trainer:
     """
 
     def __init__(self, config, train_pairs, valid_pairs=(), src_tokenizer=None, tgt_tokenizer=None,
-                 out_dir=None, distributed=None):
+                 out_dir=None, distributed=None, clock=None, started=None):
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
         if not train_pairs:
@@ -355,6 +455,19 @@ class Trainer:
         self.use_bf16 = self._cuda_only_switch("bf16", config.bf16)
         use_compile = self._cuda_only_switch("compile", config.compile)
         self.out_dir = out_dir
+        if config.schedule not in ("noam", "linear"):
+            raise ValueError(f"schedule must be 'noam' or 'linear', got {config.schedule!r}")
+        clock = clock or time.monotonic
+        # The budget starts before the tokenizers are trained: they are part of the run.
+        self.budget = TimeBudget(config.time_budget, clock, started) if config.time_budget else None
+        self.planned_steps = None  # the last step of the "linear" schedule, once planned
+        self.final_sentences = 0  # sentences the caller will decode with the beam after train() (reserved time)
+        self._timing = {"step": None, "eval": None, "beam_sentence": None}
+        self._snapshots = []  # weights at the last `average_last` epoch ends (CPU copies)
+        self.stop_reason = None
+        self.clock, self._clock_start = clock, clock() if started is None else started
+        self.epoch_log = []  # one row per evaluated epoch: epoch, step, minutes (wall), train and valid loss, BLEU
+        self._epoch_loss = [0.0, 0]
         if config.threads is not None:
             if isinstance(config.threads, bool) or not isinstance(config.threads, int) or config.threads < 1:
                 raise ValueError(f"threads must be a positive int or None, got {config.threads!r}")
@@ -392,11 +505,8 @@ class Trainer:
         if use_compile:
             self.train_model = torch.compile(self.train_model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-        d_model, warmup, factor = config.d_model, config.warmup_steps, config.lr_factor
-        # LambdaLR counts from 0; the paper's schedule counts steps from 1.
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda index: noam_lr(index + 1, d_model, warmup, factor)
-        )
+        # LambdaLR counts from 0; the schedules count steps from 1.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda index: self._learning_rate(index + 1))
         self.step = 0
         self.epoch = 0
         self.batch_in_epoch = 0
@@ -411,6 +521,15 @@ class Trainer:
         }
 
     # -- set-up helpers -------------------------------------------------------------------------
+    def _learning_rate(self, step):
+        """The learning rate of step ``step`` (from 1) under ``config.schedule``."""
+        config = self.config
+        if config.schedule == "noam":
+            return noam_lr(step, config.d_model, config.warmup_steps, config.lr_factor)
+        total = self.planned_steps or config.max_steps or config.epochs * max(1, len(self.sampler))
+        # Warm-up: at most a tenth of the planned run.
+        return warmup_linear_decay(step, total, min(config.warmup_steps, max(1, total // 10)), config.lr_peak)
+
     def _cuda_only_switch(self, name, value):
         if value and self.device.type != "cuda":
             warnings.warn(f"{name}=True applies on CUDA only; ignored on {self.device.type}", stacklevel=3)
@@ -476,7 +595,17 @@ class Trainer:
 
         (tokens per second: source and target tokens without padding, over the time
         spent in the training steps since the previous line; the ETA extrapolates the
-        run so far, evaluations included). ``quiet`` turns both off.
+        run so far, evaluations included; with a time budget, ``left`` is the budget
+        left). ``quiet`` turns both off.
+
+        With ``config.time_budget`` the run plans itself: after a few steps it measures
+        the seconds per step and plans the last step the budget allows
+        (:meth:`TimeBudget.plan`), keeping time for an evaluation at every epoch end
+        and for the end of the run (an evaluation of the averaged weights and the
+        beam decoding of :attr:`final_sentences` sentences); the "linear" schedule
+        decays to that step. Every quarter epoch and at every epoch end the plan is
+        made again with the measured step and evaluation times. The loop stops at the planned step or
+        when the budget left is only the reserve; :attr:`stop_reason` says why.
 
         Args:
             epochs: defaults to ``config.epochs``.
@@ -495,7 +624,10 @@ class Trainer:
             planned = min(planned, max(max_steps, self.step))
         now = time.perf_counter()
         self._progress = {"run_start": now, "first_step": self.step, "planned": planned, "epochs": epochs,
-                          "last_time": now, "last_step": self.step, "last_tokens": self.tokens_seen, "busy": 0.0}
+                          "last_time": now, "last_step": self.step, "last_tokens": self.tokens_seen, "busy": 0.0,
+                          "run_busy": 0.0}
+        measure_from = self.step + 3  # the first steps are slower (allocation); time the ones after
+        self.stop_reason = None
         while self.epoch < epochs and (max_steps is None or self.step < max_steps):
             self.sampler.set_epoch(self.epoch)
             batches = list(self.sampler)
@@ -505,11 +637,22 @@ class Trainer:
             for indices in batches[self.batch_in_epoch:]:
                 if max_steps is not None and self.step >= max_steps:
                     break
-                step_start = time.perf_counter()
+                if self.budget is not None and self._budget_exhausted():
+                    break
+                step_start, clock_start = time.perf_counter(), self.clock()
                 batch = collate_batch([self.train_data[i] for i in indices])
                 loss = self.train_step(batch)
+                self._epoch_loss[0] += loss
+                self._epoch_loss[1] += 1
                 self._progress["busy"] += time.perf_counter() - step_start
+                seconds = self.clock() - clock_start
+                if self.step > measure_from:
+                    self._progress["run_busy"] += seconds
+                    self._timing["step"] = self._progress["run_busy"] / (self.step - measure_from)
                 self.batch_in_epoch += 1
+                if self.budget is not None and self.step >= measure_from + 20 and (
+                        self.planned_steps is None or self.step % max(20, len(batches) // 4) == 0):
+                    self._plan()  # first after 20 timed steps, then every quarter epoch (the load may change)
                 lr = self.scheduler.get_last_lr()[0]
                 if self.step % self.config.log_every == 0 or self.step == 1:
                     history = self.history["train"]
@@ -527,20 +670,119 @@ class Trainer:
                     callback(self)
             bar.close()
             self.elapsed += time.perf_counter() - start
-            if self.batch_in_epoch >= len(batches):
-                self.epoch += 1
-                self.batch_in_epoch = 0
-                metrics = self.evaluate()
-                self._log(
-                    f"epoch {self.epoch}/{epochs} step {self.step}: " + ", ".join(
-                        f"{name} {value:.4g}" for name, value in metrics.items())
-                )
-                self._keep_best(metrics["bleu"])
-                if self.out_dir is not None:
-                    self.save_checkpoint(os.path.join(self.out_dir, "checkpoint.pt"))
+            if self.batch_in_epoch < len(batches):
+                break  # stopped inside the epoch (max_steps or the budget)
+            self.epoch += 1
+            self.batch_in_epoch = 0
+            if self.budget is not None and self._timing["eval"] is not None and \
+                    self.budget.left() < self._timing["eval"] + self._reserve():
+                self.stop_reason = "budget"  # no time for this epoch's evaluation: finish() evaluates
+                break
+            self._end_of_epoch(epochs)
+            if self.budget is not None and self._budget_exhausted():
+                break
+        if self.stop_reason is None and max_steps is not None and self.step >= max_steps:
+            self.stop_reason = "max_steps"
+        if self.stop_reason is None:
+            self.stop_reason = "epochs"
         if self.out_dir is not None:
             self.save_checkpoint(os.path.join(self.out_dir, "checkpoint.pt"))
         return self.history
+
+    def _end_of_epoch(self, epochs):
+        """Evaluate, keep the best and the snapshots for averaging, save, and (with a budget) re-plan."""
+        eval_start = self.clock()
+        metrics = self.evaluate()
+        self._timing["eval"] = self.clock() - eval_start
+        self._log(f"epoch {self.epoch}/{epochs} step {self.step}: " + ", ".join(
+            f"{name} {value:.4g}" for name, value in metrics.items()))
+        self._keep_best(metrics["bleu"])
+        self._log_epoch(metrics)
+        if self.config.average_last > 1:
+            self._snapshots.append({k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
+            del self._snapshots[:-self.config.average_last]
+        if self.out_dir is not None:
+            self.save_checkpoint(os.path.join(self.out_dir, "checkpoint.pt"))
+        if self.budget is not None:
+            if self.config.beam_size > 1 and self.final_sentences and self._timing["beam_sentence"] is None:
+                self._measure_beam()
+            if self._timing["step"] is not None:
+                self._plan()
+
+    def _log_epoch(self, metrics):
+        """Append a row to :attr:`epoch_log` (wall minutes since the run began, mean training loss)."""
+        total, count = self._epoch_loss
+        wall = self.budget.elapsed() if self.budget is not None else self.clock() - self._clock_start
+        self.epoch_log.append({"epoch": self.epoch, "step": self.step, "minutes": round(wall / 60, 2),
+                               "train_loss": round(total / count, 4) if count else None,
+                               "valid_loss": round(metrics["loss"], 4), "valid_bleu": round(metrics["bleu"], 2)})
+        self._epoch_loss = [0.0, 0]
+
+    def _measure_beam(self, sentences=12):
+        """Time the final decoding's beam search on a few validation sentences (seconds per sentence)."""
+        chosen = [s for s, _ in self.valid_data.pairs[:sentences]]
+        if not chosen:
+            return
+        start = self.clock()
+        translate(self.model, chosen, self.src_tokenizer, self.tgt_tokenizer, beam_size=self.config.beam_size,
+                  length_penalty=self.config.length_penalty, device=self.device)
+        self._timing["beam_sentence"] = (self.clock() - start) / len(chosen)
+
+    def _reserve(self):
+        """Seconds kept for the end of the run: evaluating averaged weights, beam decoding, saving.
+
+        Before anything is measured: a tenth of the budget. Afterwards: one evaluation,
+        the measured beam time of :attr:`final_sentences` sentences (greedy: an
+        evaluation per 500 sentences), 30 % margin and 20 seconds for saving files.
+        """
+        evaluation, beam = self._timing["eval"], self._timing["beam_sentence"]
+        if evaluation is None:
+            return 0.1 * self.budget.seconds
+        evaluations = 1 + (self.config.average_last > 1)
+        decoding = beam * self.final_sentences if beam is not None else \
+            evaluation * self.final_sentences / max(1, self.config.eval_sentences)
+        return 1.3 * (evaluations * evaluation + decoding) + 20.0
+
+    def _plan(self):
+        """(Re-)plan the last step of the budget from the measured times."""
+        evaluation = self._timing["eval"]
+        if evaluation is None:  # before the first evaluation: about 3 % of an epoch's training time
+            evaluation = 0.03 * self._timing["step"] * len(self.sampler)
+        planned = self.budget.plan(self.step, self._timing["step"], len(self.sampler), evaluation, self._reserve())
+        first = self.planned_steps is None
+        self.planned_steps = planned
+        self._progress["planned"] = planned
+        if first:
+            self._log(f"time budget {_duration(self.budget.seconds)}: {self._timing['step']:.3f} s/step, "
+                      f"{_duration(self.budget.left())} left, planned {planned} steps "
+                      f"(about {planned / max(1, len(self.sampler)):.1f} epochs)")
+
+    def _budget_exhausted(self):
+        """True (and :attr:`stop_reason` set) when the planned step is reached or only the reserve is left."""
+        if self.planned_steps is not None and self.step >= self.planned_steps:
+            self.stop_reason = "planned steps done"
+            return True
+        if self.step == self._progress["first_step"]:
+            return False  # at least one step per run: the checkpoint it leaves is a trained model
+        step_time = self._timing["step"] or 0.0
+        if self.budget.left() < self._reserve() + step_time:
+            self.stop_reason = "budget"
+            return True
+        return False
+
+    def final_beam_size(self):
+        """The beam size the end of the run can afford: ``config.beam_size``, or 1 (greedy) when a time
+        budget is left too short for beam search over :attr:`final_sentences` sentences (or beam
+        search was never timed, as when the budget ran out in the first epoch)."""
+        beam = self.config.beam_size
+        if beam == 1 or self.budget is None or not self.final_sentences:
+            return beam
+        per_sentence = self._timing["beam_sentence"]
+        if per_sentence is not None and self.budget.left() >= 1.1 * per_sentence * self.final_sentences:
+            return beam
+        self._log(f"time budget: {_duration(self.budget.left())} left, not enough for beam search over "
+                  f"{self.final_sentences} sentences; the final translations are greedy")
+        return 1
 
     def _log_progress(self, loss, lr):
         """Log the progress line of :meth:`train` when ``progress_seconds`` or ``progress_steps`` have passed."""
@@ -555,18 +797,94 @@ class Trainer:
         done = self.step - state["first_step"]
         remaining = max(0, state["planned"] - self.step)
         eta = _duration(elapsed / done * remaining) if done else "?"
+        left = f" left {_duration(self.budget.left())}" if self.budget is not None else ""
         self._log(f"step {self.step}/{state['planned']} epoch {self.epoch + 1}/{state['epochs']} loss {loss:.3f} "
-                  f"lr {lr:.2e} {tokens_per_s:.0f} tok/s elapsed {_duration(elapsed)} ETA {eta}")
+                  f"lr {lr:.2e} {tokens_per_s:.0f} tok/s elapsed {_duration(elapsed)} ETA {eta}{left}")
         state.update(last_time=now, last_step=self.step, last_tokens=self.tokens_seen, busy=0.0)
 
     def _keep_best(self, bleu):
-        """Record a new best validation BLEU; with an ``out_dir``, also write the full checkpoint to ``best.pt``."""
+        """Record a new best validation BLEU; with an ``out_dir``, also write ``best.pt`` (no optimizer state)."""
         if math.isnan(bleu) or (self.best_bleu is not None and bleu <= self.best_bleu):
-            return
+            return False
         self.best_bleu = bleu
         if self.out_dir is not None:
             # Saved after best_bleu is updated, so that best.pt records its own score.
-            self.save_checkpoint(os.path.join(self.out_dir, "best.pt"))
+            self.save_best(os.path.join(self.out_dir, "best.pt"))
+        return True
+
+    def save_best(self, path, model_state=None):
+        """Write the inference checkpoint ``best.pt``: weights, config, tokenizers, history; no optimizer.
+
+        ``translate``, ``evaluate`` and :func:`model_from_checkpoint` read it; a run
+        resumes from ``checkpoint.pt`` (which keeps the optimizer state). Rank 0 only.
+
+        Args:
+            path: the file (replaced atomically).
+            model_state: weights to store instead of the model's (e.g. averaged ones).
+        """
+        path = os.fspath(path)
+        if not self.context.is_main:
+            return path
+        state = {"format": EXPORT_FORMAT, "config": dataclasses.asdict(self.config),
+                 "src_tokenizer": self.src_tokenizer.state(), "tgt_tokenizer": self.tgt_tokenizer.state(),
+                 "model": self.model.state_dict() if model_state is None else model_state,
+                 "data": self.data_identity, "best_bleu": self.best_bleu, "step": self.step, "epoch": self.epoch,
+                 "history": self.history}
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        return path
+
+    def finish(self):
+        """The end of a run: evaluate what :meth:`train` left unevaluated, and the averaged weights.
+
+        When training stopped inside an epoch (the budget or ``max_steps``), the
+        final weights are evaluated on the validation set; with ``average_last``
+        N > 1, the mean of the weights at the last N epoch ends (and the final
+        weights, when they are newer) is evaluated too. Whichever has the best
+        validation BLEU becomes ``best.pt``, and its weights are loaded into
+        :attr:`model` (so that a test evaluation afterwards uses them).
+
+        Returns:
+            ``{"final_bleu", "averaged_bleu", "averaged": int, "chosen": "epoch" | "final" |
+            "averaged"}`` (BLEU values NaN when not evaluated).
+        """
+        report = {"final_bleu": math.nan, "averaged_bleu": math.nan, "averaged": 0, "chosen": "epoch"}
+        best_weights = None
+        last_evaluated = self.history["valid"]["step"][-1] if self.history["valid"]["step"] else None
+        if last_evaluated != self.step and len(self.valid_data):
+            metrics = self.evaluate()
+            report["final_bleu"] = metrics["bleu"]
+            self._log_epoch(metrics)
+            self._log(f"final weights (step {self.step}): valid BLEU {report['final_bleu']:.2f}")
+            if self._keep_best(report["final_bleu"]):
+                report["chosen"] = "final"
+            if self.config.average_last > 1:
+                self._snapshots.append({k: v.detach().to("cpu", copy=True)
+                                        for k, v in self.model.state_dict().items()})
+                del self._snapshots[:-self.config.average_last]
+        if self.config.average_last > 1 and len(self._snapshots) > 1 and len(self.valid_data):
+            current = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            averaged = {name: (torch.stack([s[name].float() for s in self._snapshots]).mean(0).to(value.dtype)
+                               if value.is_floating_point() else value)
+                        for name, value in current.items()}
+            self.model.load_state_dict({k: v.to(self.device) for k, v in averaged.items()})
+            bleu = self.evaluate(self.valid_data.pairs)["bleu"]  # not recorded in the history
+            report["averaged_bleu"], report["averaged"] = bleu, len(self._snapshots)
+            self._log(f"average of the last {len(self._snapshots)} checkpoints: valid BLEU {bleu:.2f}")
+            if not math.isnan(bleu) and (self.best_bleu is None or bleu > self.best_bleu):
+                self.best_bleu = bleu
+                best_weights = averaged
+                report["chosen"] = "averaged"
+                if self.out_dir is not None:
+                    self.save_best(os.path.join(self.out_dir, "best.pt"), model_state=averaged)
+            self.model.load_state_dict(current)
+        if report["chosen"] == "epoch" and self.out_dir is not None and \
+                os.path.isfile(os.path.join(self.out_dir, "best.pt")):
+            best_weights = load_checkpoint(os.path.join(self.out_dir, "best.pt"))["model"]
+        if best_weights is not None:
+            self.model.load_state_dict({k: v.to(self.device) for k, v in best_weights.items()})
+        return report
 
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self, pairs=None, max_sentences=None):
@@ -647,6 +965,9 @@ class Trainer:
             "world_size": self.context.world_size,
             "data": self.data_identity,
             "best_bleu": self.best_bleu,
+            "planned_steps": self.planned_steps,
+            "epoch_log": self.epoch_log,
+            "budget_used": self.budget.elapsed() if self.budget is not None else None,
         }
 
     def save_checkpoint(self, path):
@@ -689,6 +1010,10 @@ class Trainer:
         self.elapsed = state.get("elapsed", 0.0)
         self.data_identity = state.get("data")
         self.best_bleu = state.get("best_bleu")
+        self.planned_steps = state.get("planned_steps")
+        self.epoch_log = list(state.get("epoch_log") or [])
+        if self.budget is not None and state.get("budget_used"):
+            self.budget.used = state["budget_used"]  # the budget is the whole run's, interruptions aside
         self.history = state["history"]
         rng = state["rng"]
         python_state = rng["python"]
@@ -699,7 +1024,8 @@ class Trainer:
             torch.cuda.set_rng_state_all(rng["cuda"])
 
     @classmethod
-    def from_checkpoint(cls, path, train_pairs, valid_pairs=(), out_dir=None, distributed=None, **changes):
+    def from_checkpoint(cls, path, train_pairs, valid_pairs=(), out_dir=None, distributed=None, started=None,
+                        **changes):
         """A trainer that continues the run saved at ``path``: same config, same vocabularies.
 
         Args:
@@ -721,6 +1047,6 @@ class Trainer:
         trainer = cls(config, train_pairs, valid_pairs,
                       src_tokenizer=tokenizer_from_state(state["src_tokenizer"]),
                       tgt_tokenizer=tokenizer_from_state(state["tgt_tokenizer"]),
-                      out_dir=out_dir, distributed=distributed)
+                      out_dir=out_dir, distributed=distributed, started=started)
         trainer.load_state_dict(state)
         return trainer

@@ -34,6 +34,9 @@ def test_quick_bench_reports_ratios(tmp_path):
     stored = json.loads((tmp_path / "bench.json").read_text())
     assert stored["training_step"]["ratio"] == pytest.approx(train["ratio"])
     assert stored["translation"]["beam_sentences_per_s"] == pytest.approx(translation["beam_sentences_per_s"])
+    user = results["user_translation"]
+    assert user["sentences"] == 16 and user["same_translations"] is True and user["beam_sentences_per_s"] > 0
+    assert "translate (16 sentences, generated (Multi30k test 2016 word counts)" in text
 
 
 def test_training_bench_times_the_fused_and_the_separate_path(monkeypatch):
@@ -55,3 +58,34 @@ def test_training_bench_times_the_fused_and_the_separate_path(monkeypatch):
     kinds = {flag: {type(m) for m in model.modules() if isinstance(m, MultiHeadAttention)} for model, flag in built}
     assert kinds == {True: {FusedMultiHeadAttention}, False: {MultiHeadAttention}}
     assert all(not m.need_weights for model, _ in built for m in model.modules() if isinstance(m, MultiHeadAttention))
+
+
+def test_generated_sentences_have_multi30k_test_lengths():
+    from collections import Counter
+
+    from solutions.bench import MULTI30K_TEST_LENGTHS, generated_sentences
+
+    sentences = generated_sentences(1000, seed=1)
+    assert Counter(len(s.split()) - 1 for s in sentences) == Counter(MULTI30K_TEST_LENGTHS)  # - 1: the final "."
+    assert sentences == generated_sentences(1000, seed=1) != generated_sentences(1000, seed=2)
+    assert all(len(s.split()) - 1 in MULTI30K_TEST_LENGTHS for s in generated_sentences(50))
+
+
+def test_user_translation_bench_reads_a_corpus_and_compares_the_cache(tmp_path):
+    from solutions.bench import bench_user_translation
+
+    corpus = tmp_path / "test.tsv"
+    corpus.write_text("".join(f"ein hund läuft {i} mal .\ta dog runs {i} times .\n" for i in range(7)),
+                      encoding="utf-8")
+    result = bench_user_translation(corpus=str(corpus), sentences=5, max_len=4, beam_size=2)
+    assert result["sentences"] == 5 and result["corpus"] == str(corpus) and result["checkpoint"] is None
+    assert result["same_translations"] is True
+    for name in ("greedy_cached", "greedy_uncached", "beam"):
+        assert result[f"{name}_sentences_per_s"] > 0
+    assert result["cache_ratio"] == pytest.approx(result["greedy_cached_sentences_per_s"]
+                                                  / result["greedy_uncached_sentences_per_s"])
+
+
+def test_bench_refuses_a_missing_translation_corpus(tmp_path, capsys):
+    assert main(["bench", "--quick", "--translation-corpus", str(tmp_path / "none.tsv")]) == 2
+    assert "--translation-corpus: no such file" in capsys.readouterr().err

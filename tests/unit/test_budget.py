@@ -1,0 +1,220 @@
+"""The wall-clock budget of 'train': the planner (with an injected clock), the schedule, the run's files.
+
+No test here measures time: the trainer's clock is a fake that advances a fixed amount
+per reading, and the command-line runs use budgets that end a run after its first step.
+"""
+import json
+import math
+import os
+
+import pytest
+
+from solutions.cli import UsageError, main, parse_duration
+from solutions.trainer import (EXPORT_FORMAT, PRESETS, TimeBudget, Trainer, load_checkpoint, model_from_checkpoint,
+                               warmup_linear_decay)
+
+TINY_TSV = os.path.join(os.path.dirname(__file__), "..", "data", "tiny_parallel.tsv")
+
+
+class FakeClock:
+    """A clock that moves ``tick`` seconds every time it is read."""
+
+    def __init__(self, tick=1.0):
+        self.now, self.tick = 1000.0, tick
+
+    def __call__(self):
+        self.now += self.tick
+        return self.now
+
+
+# -- the schedule ---------------------------------------------------------------------------------
+def test_warmup_linear_decay_rises_peaks_and_falls_to_the_floor():
+    peak, total, warmup = 1e-3, 1000, 100
+    assert warmup_linear_decay(1, total, warmup, peak) == pytest.approx(1e-5)
+    assert warmup_linear_decay(50, total, warmup, peak) == pytest.approx(5e-4)
+    assert warmup_linear_decay(100, total, warmup, peak) == pytest.approx(peak)
+    assert warmup_linear_decay(550, total, warmup, peak) == pytest.approx(peak * (0.02 + 0.98 * 0.5))
+    assert warmup_linear_decay(1000, total, warmup, peak) == pytest.approx(0.02 * peak)
+    assert warmup_linear_decay(5000, total, warmup, peak) == pytest.approx(0.02 * peak)  # past the plan: the floor
+    rates = [warmup_linear_decay(step, total, warmup, peak) for step in range(1, total + 1)]
+    assert max(rates) == rates[warmup - 1]
+    assert all(a >= b for a, b in zip(rates[warmup:], rates[warmup + 1:]))
+
+
+# -- the planner ----------------------------------------------------------------------------------
+def test_time_budget_counts_from_its_start_and_what_a_resumed_run_used():
+    clock = FakeClock(tick=0.0)
+    budget = TimeBudget(600, clock=clock, start=clock.now - 50, used=100)
+    assert budget.elapsed() == pytest.approx(150)
+    assert budget.left() == pytest.approx(450)
+    clock.now += 500
+    assert budget.left() == pytest.approx(-50)
+
+
+def test_time_budget_plan_keeps_the_reserve_and_an_evaluation_per_epoch():
+    clock = FakeClock(tick=0.0)
+    budget = TimeBudget(1100, clock=clock, start=clock.now)
+    # 1000 s for training: 1 s a step plus 45 s of evaluation per 450-step epoch = 1.1 s a step.
+    assert budget.plan(step=20, seconds_per_step=1.0, steps_per_epoch=450, seconds_per_eval=45, reserve=100) \
+        == 20 + int(1000 / 1.1)
+    # Nothing left: still one more step (a plan is never behind the run).
+    assert budget.plan(step=7, seconds_per_step=1.0, steps_per_epoch=10, seconds_per_eval=0, reserve=5000) == 8
+
+
+@pytest.mark.parametrize("seconds", [0, -5, None])
+def test_time_budget_must_be_positive(seconds):
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        TimeBudget(seconds)
+
+
+@pytest.mark.parametrize("text, seconds", [("60m", 3600), ("1h", 3600), ("1h30m", 5400), ("90s", 90),
+                                           ("3600", 3600), ("2.5h", 9000), (" 45 min ", 2700)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "abc", "10x", "-5m", "0m", "5 5", "m"])
+def test_parse_duration_refuses_what_is_not_a_duration(text):
+    with pytest.raises(UsageError, match="--time-budget"):
+        parse_duration(text)
+
+
+def _pairs():
+    from solutions.data import read_parallel
+
+    return read_parallel(TINY_TSV)[0]
+
+
+def _tiny_config(**changes):
+    settings = dict(d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32, max_len=40,
+                    batch_size=2, epochs=50, warmup_steps=10, schedule="linear", lr_peak=1e-3, eval_sentences=4,
+                    quiet=True, device="cpu", seed=3)
+    settings.update(changes)
+    return PRESETS["tiny"].replace(**settings)
+
+
+def test_trainer_plans_its_steps_for_the_budget_and_stops_inside_it():
+    pairs = _pairs()
+    clock = FakeClock(tick=0.25)
+    # 13 steps an epoch; ~1 s a step by the fake clock: 50 epochs would take far longer than 300 s.
+    trainer = Trainer(_tiny_config(time_budget=300), pairs, pairs[:6], clock=clock, started=clock.now)
+    trainer.train()
+    assert trainer.planned_steps is not None and trainer.step <= trainer.planned_steps
+    assert trainer.stop_reason in ("budget", "planned steps done")
+    assert trainer.epoch < 50
+    assert trainer.budget.left() >= 0  # stopped with the reserve still there
+    # The linear schedule was fitted to the plan: the last step's rate is far below the peak.
+    assert trainer.scheduler.get_last_lr()[0] < 0.5 * trainer.config.lr_peak
+    assert [row["epoch"] for row in trainer.epoch_log] == list(range(1, trainer.epoch + 1))
+
+
+def test_trainer_without_budget_follows_its_epochs():
+    pairs = _pairs()
+    trainer = Trainer(_tiny_config(epochs=2), pairs, pairs[:6], clock=FakeClock())
+    trainer.train()
+    assert trainer.stop_reason == "epochs" and trainer.epoch == 2 and trainer.planned_steps is None
+    assert trainer.step == 2 * len(trainer.sampler)
+
+
+def test_finish_averages_the_last_epochs_and_loads_the_best_weights(tmp_path):
+    pairs = _pairs()
+    trainer = Trainer(_tiny_config(epochs=3, average_last=3), pairs, pairs[:6], out_dir=str(tmp_path),
+                      clock=FakeClock())
+    trainer.train()
+    report = trainer.finish()
+    assert report["averaged"] == 3 and not math.isnan(report["averaged_bleu"])
+    assert report["chosen"] in ("epoch", "averaged")
+    best = load_checkpoint(tmp_path / "best.pt")
+    assert best["format"] == EXPORT_FORMAT and "optimizer" not in best  # best.pt: no optimizer state
+    assert "optimizer" in load_checkpoint(tmp_path / "checkpoint.pt")  # the resume file keeps it
+    model = model_from_checkpoint(best)[0]
+    loaded = dict(model.state_dict())
+    for name, value in trainer.model.state_dict().items():
+        assert (loaded[name] == value).all(), name  # the trainer's model now holds best.pt's weights
+
+
+# -- the command line -----------------------------------------------------------------------------
+def _corpus_dir(tmp_path, train, valid, test):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name, pairs in (("train.de-en.tsv", train), ("val.de-en.tsv", valid), ("test_2016.de-en.tsv", test)):
+        (folder / name).write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    return folder
+
+
+TINY_MODEL = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32", "--bpe-vocab-size", "120",
+              "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def budget_run(tmp_path_factory):
+    """A multi30k-cpu run (tiny model) on a folder of TSV files, with a budget too small for one epoch."""
+    tmp_path = tmp_path_factory.mktemp("budget")
+    pairs = _pairs()
+    folder = _corpus_dir(tmp_path, pairs * 4, pairs[:6], pairs[6:12])
+    # One broken line in the training file: multi30k-cpu skips it (and reports it).
+    with open(folder / "train.de-en.tsv", "a", encoding="utf-8") as handle:
+        handle.write("ein\tsatz\tmit zwei tabs\n")
+    out = tmp_path / "run"
+    argv = ["train", "--preset", "multi30k-cpu", "--data-dir", str(folder), "--time-budget", "0.01s",
+            "--batch-size", "4", "--out", str(out)] + TINY_MODEL
+    return folder, out, argv
+
+
+def test_a_budget_too_small_for_an_epoch_says_so_and_leaves_a_usable_checkpoint(budget_run, capsys):
+    folder, out, argv = budget_run
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "ran out after 1 of the" in err and "best.pt holds the model" in err
+    assert "skipped 1 bad line" in err
+    model, src, tgt, config = model_from_checkpoint(str(out / "best.pt"))
+    assert config.time_budget == pytest.approx(0.01) and config.beam_size == 4
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["schema"] == 1 and results["preset"] == "multi30k-cpu"
+    assert results["command"].startswith("python -m solutions train --preset multi30k-cpu --data-dir ")
+    assert set(results) >= {"settings", "parameters", "data", "epochs", "valid", "test", "decoding",
+                            "wall_minutes", "time_budget_minutes", "machine", "examples"}
+    assert results["settings"]["model"]["d_model"] == 16 and results["settings"]["tokenizer"]["tokenizer"] == "bpe"
+    assert results["data"]["train"] == {"file": "train.de-en.tsv", "files": ["train.de-en.tsv"],
+                                        "sha256": results["data"]["train"]["sha256"], "pairs": 4 * len(_pairs()),
+                                        "skipped_lines": 1}
+    assert results["data"]["test"]["pairs"] == 6 and results["data"]["valid"]["file"] == "val.de-en.tsv"
+    assert results["steps"] == 1 and results["stopped"] == "budget"
+    assert results["epochs"][-1]["step"] == 1
+    for split in ("valid", "test"):
+        assert results[split]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+        assert "case:lc" in results[split]["tutorial_signature"]
+        assert 0 <= results[split]["bleu_tutorial_metric"] <= 100
+    # Beam search was never timed in a run this short: the final translations are greedy, and say so.
+    assert results["decoding"]["beam_size"] == 1 == results["test"]["beam_size"]
+    assert [e["source"] for e in results["examples"]] == [s for s, _ in _pairs()[6:12]]
+    assert results["machine"]["threads"] == 2 and results["time_budget_minutes"] == pytest.approx(0.01 / 60, abs=0.01)
+    assert len((out / "results.json").read_bytes()) < 100_000
+
+
+def test_evaluate_reproduces_the_runs_test_score_from_best_pt(budget_run, capsys):
+    folder, out, argv = budget_run
+    if not (out / "results.json").exists():
+        assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    capsys.readouterr()
+    test_file = str(folder / "test_2016.de-en.tsv")
+    assert main(["evaluate", "--checkpoint", str(out / "best.pt"), "--test", test_file,
+                 "--beam", str(results["test"]["beam_size"])]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["bleu"] == results["test"]["bleu"]
+    assert printed["bleu_tutorial_metric"] == results["test"]["bleu_tutorial_metric"]
+
+
+def test_data_dir_needs_one_file_per_role(tmp_path, capsys):
+    pairs = _pairs()
+    folder = _corpus_dir(tmp_path, pairs, pairs[:3], pairs[3:6])
+    (folder / "test_2017.de-en.tsv").write_text("a\tb\n", encoding="utf-8")
+    assert main(["train", "--data-dir", str(folder), "--tokenizer", "bpe", "--out", str(tmp_path / "run")]
+                + TINY_MODEL) == 2
+    err = capsys.readouterr().err
+    assert "2 (test_2016.de-en.tsv, test_2017.de-en.tsv)" in err and "expected exactly one test file" in err
+    assert main(["train", "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "run")]) == 2
+    assert "--data-dir: no such folder" in capsys.readouterr().err
+    assert main(["train", "--data-dir", str(folder), "--train", TINY_TSV, "--out", str(tmp_path / "run")]) == 2
+    assert "not two of them" in capsys.readouterr().err
