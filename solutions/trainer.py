@@ -55,7 +55,7 @@ from .tokens import PAD_ID
 from .training import noam_lr
 
 __all__ = ["TrainConfig", "TimeBudget", "warmup_linear_decay", "PRESETS", "MODEL_FIELDS", "Trainer", "CheckpointError", "load_checkpoint",
-           "model_from_checkpoint", "resolve_device", "export_checkpoint", "CorpusBLEU"]
+           "build_model", "model_from_checkpoint", "resolve_device", "export_checkpoint", "CorpusBLEU"]
 
 logger = logging.getLogger("solutions.trainer")
 
@@ -231,7 +231,18 @@ def load_checkpoint(path, map_location="cpu"):
     return state
 
 
-def _build_model(config, src_vocab_size, tgt_vocab_size):
+def build_model(config, src_vocab_size, tgt_vocab_size):
+    """The :class:`~solutions.model.Transformer` a :class:`TrainConfig` describes (the one place
+    where the config's model fields become the model's arguments).
+
+    Args:
+        config: the run's :class:`TrainConfig` (its fields of :data:`MODEL_FIELDS`).
+        src_vocab_size, tgt_vocab_size: the tokenizers' vocabulary sizes.
+
+    Returns:
+        A new model on the CPU, readable attention path (call
+        ``fuse_attention(model.set_fused(True))`` for speed).
+    """
     return Transformer(
         src_vocab_size, tgt_vocab_size, d_model=config.d_model, num_heads=config.num_heads,
         num_encoder_layers=config.num_encoder_layers, num_decoder_layers=config.num_decoder_layers,
@@ -254,7 +265,7 @@ def model_from_checkpoint(path_or_state, device="cpu"):
     config = TrainConfig(**state["config"])
     src_tokenizer = tokenizer_from_state(state["src_tokenizer"])
     tgt_tokenizer = tokenizer_from_state(state["tgt_tokenizer"])
-    model = _build_model(config, len(src_tokenizer), len(tgt_tokenizer))
+    model = build_model(config, len(src_tokenizer), len(tgt_tokenizer))
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as error:
@@ -494,7 +505,7 @@ class Trainer:
             bucket_size=config.bucket_size, num_replicas=self.context.world_size, rank=self.context.rank,
         )
 
-        self.model = _build_model(config, len(src_tokenizer), len(tgt_tokenizer)).to(self.device)
+        self.model = build_model(config, len(src_tokenizer), len(tgt_tokenizer)).to(self.device)
         fuse_attention(self.model.set_fused(True))  # SDPA with packed projections
         self.train_model = self.model
         if self.context.enabled:

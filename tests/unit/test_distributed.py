@@ -11,14 +11,7 @@ from solutions.distributed import DistributedContext, cleanup_distributed, setup
 from solutions.trainer import Trainer, TrainConfig
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """One intra-op thread per test: small ops gain nothing from more, and on a shared
-    machine (or beside another xdist worker) extra threads only contend."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 CONFIG = TrainConfig(

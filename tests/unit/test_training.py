@@ -12,14 +12,7 @@ from solutions.trainer import PRESETS, CheckpointError, Trainer, TrainConfig, lo
 from solutions.training import label_smoothed_cross_entropy, make_decoder_io, noam_lr
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """One intra-op thread per test: small ops gain nothing from more, and on a shared
-    machine (or beside another xdist worker) extra threads only contend."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_make_decoder_io():
