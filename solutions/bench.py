@@ -13,7 +13,7 @@
    (``<eos>`` is an id the model cannot produce, so every step runs).
 3. **Translation** throughput in sentences per second: batched greedy decoding with
    the cache, and beam search (beam 4) one sentence at a time, the two ways
-   :func:`~solutions.decoding.translate` decodes.
+   :func:`~solutions.translation.translate` decodes.
 4. On CUDA, the paper's **base** model in bf16: tokens per second and the model-FLOPs
    utilisation (MFU) against the GPU's dense bf16 peak.
 
@@ -213,7 +213,7 @@ def bench_translation(d_model=256, num_heads=8, num_layers=3, d_ff=1024, sentenc
                       clock="wall"):
     """Sentences per second of translation: batched greedy decoding and beam search.
 
-    The two ways :func:`~solutions.decoding.translate` decodes: greedy (beam 1) in
+    The two ways :func:`~solutions.translation.translate` decodes: greedy (beam 1) in
     batches of ``batch`` sentences with the key/value cache, and beam search with
     ``beam_size`` beams one sentence at a time, on the fused attention path. The
     model is untrained, so ``<eos>`` is an id it cannot produce and every sentence

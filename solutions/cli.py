@@ -508,7 +508,7 @@ def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentence
 
     ``label`` names a sentence in the warning: "argument", "FILE line", "<stdin> line" ...
     """
-    from .decoding import translate
+    from .translation import translate
 
     limit = model.positional.pe.size(0)  # the longest source the encoder can place
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
