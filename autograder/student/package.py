@@ -26,9 +26,19 @@
     module (:func:`partial_module`); where that part imports an exercise of a released
     chapter, the module it imports from is a shim calling the student's definition
     (chapter 6's ``MultiHeadAttention`` runs the student's ``masked_softmax``);
+  - a part may import from another withheld module, which then ships its own part
+    (chapter 10's ``Trainer`` imports ``solutions.translation.translate``, which runs the
+    student's decoders through a shim of ``solutions.decoding``); a later chapter's
+    exercise that a part calls is a stand-in (chapter 9's translations decode with a
+    stand-in ``greedy_decode``; ``beam_search``, named but never called there, says it is
+    not in the package);
   - anything else a notebook uses but the package leaves out raises an error that says
-    why, and the build reports it (:attr:`StudentPackage.warnings`), so the instructor
-    knows which demo cells need the full install.
+    why, and the build reports it (:attr:`StudentPackage.warnings`);
+    :func:`autograder.release.release` refuses such a chapter (``ReleaseError``).
+
+The data files of the packages that ship (a frozen corpus under ``solutions/``) ship
+too (:func:`package_data`). One package serves one chapter: ``autograder release``
+builds one per chapter, and a setup cell's ``require_chapter`` names the right wheel.
 
 Check modules ship too (the hints), less the body of any helper that recomputes an
 answer, whose results on the visible cases ship instead (:mod:`autograder.student.hints`);
