@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from autograder.student.expected import ExpectedStore, write_chapter
 from autograder.student.notebook import chapter_of
 from autograder.student.hints import withhold_helpers
 from autograder.sync import BEGIN, END, solution_cell_source
+from student_env import filled, make_env, nbgrader_meta
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTER = "04_self_attention"
@@ -45,20 +45,7 @@ def chapter_release(tmp_path_factory):
     return out, done
 
 
-def _nbgrader(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
-def _filled(released: Path) -> nbformat.NotebookNode:
-    """The released notebook with every exercise cell written as the reference writes it
-    (what a student who finished the chapter submits)."""
-    nb = nbformat.read(str(released), as_version=4)
-    for cell in nb.cells:
-        meta = _nbgrader(cell)
-        if meta.get("solution") and cell.cell_type == "code":
-            source = solution_cell_source(getattr(solutions, meta["grade_id"]))
-            cell.source = "\n".join(ln for ln in source.splitlines() if ln.strip() not in (BEGIN, END))
-    return nb
+_nbgrader, _filled = nbgrader_meta, filled
 
 
 # --------------------------------------------------------------------------- no answers inside
@@ -277,22 +264,8 @@ def test_a_notebook_is_recognised_by_its_metadata_whatever_its_name(chapter_rele
 
 
 def _make_env(wheel: Path, root: Path):
-    """A venv under ``root`` with ``wheel`` installed and this venv's third-party packages
-    reachable through a ``.pth`` (not this repository, not its editable install)."""
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    Path(purelib, "project_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                    "--no-build-isolation", "--no-index", "--quiet", str(wheel)],
-                   check=True, timeout=300, capture_output=True)
-    work = root / "work"  # outside the repository
-    work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env.update(OMP_NUM_THREADS="1", MPLBACKEND="Agg", TRANSFORMER_BOOK_STATIC="1")
-    return python, Path(purelib), work, env
+    """A fresh venv under ``root`` holding ``wheel`` (:func:`student_env.make_env`)."""
+    return make_env(root, wheel)
 
 
 @pytest.fixture(scope="module")
