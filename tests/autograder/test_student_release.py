@@ -456,6 +456,8 @@ def test_every_chapter_gets_its_own_package_and_an_unservable_chapter_fails(tmp_
     assert {"solutions.trainer", "solutions.translation", "solutions.data"} <= set(ch9.partial_modules)
     assert ch9.standins == ["greedy_decode"] and ch9.shims == ["solutions.training"]
     assert "solutions.trainer" in ch10.partial_modules and ch10.shims == ["solutions.decoding"]
+    with zipfile.ZipFile(ch10.wheel) as zf:  # a part keeps its decorators: TrainConfig stays a dataclass
+        assert "@dataclass\nclass TrainConfig" in zf.read("solutions/trainer.py").decode()
     with zipfile.ZipFile(ch9.wheel) as zf:
         decoding = zf.read("solutions/decoding.py").decode()
         assert "from ._standins import greedy_decode" in decoding and "def beam_search" in decoding
