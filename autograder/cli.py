@@ -110,15 +110,19 @@ def cmd_release(args: argparse.Namespace) -> int:
         return 1 if isinstance(exc, ReleaseError) else 2
     for item in done:
         print(f"released {item.chapter}: {item.path}")
-    if done.package is not None:
-        pkg = done.package
-        print(f"student package: {pkg.wheel}\n  students install it with: pip install \"{pkg.wheel.name}\"\n"
-              f"  and check a notebook with: python -m autograder check NOTEBOOK")
+        pkg = done.packages.get(item.chapter)
+        if pkg is None:
+            continue
+        print(f"  student package: {pkg.wheel}")
         for module, helpers in sorted(pkg.withheld_helpers.items()):
             print(f"  note: {module}'s hint helpers {', '.join(helpers)} compute an answer: the package holds "
                   "their results on the visible cases, not their code")
-        for warning in pkg.warnings:
-            print(f"  warning: {warning}")
+    if done.packages:
+        print(f"one student package per chapter ({len(done.packages)}): hand out each chapter's notebook with its "
+              "own wheel; students install it in an environment of their own for that chapter (or pip install the "
+              "next chapter's wheel over it: it replaces the last one), e.g.\n"
+              f"  pip install jupyterlab \"{next(iter(done.packages.values())).wheel.name}\"\n"
+              "and check a notebook with: python -m autograder check NOTEBOOK")
     return 0
 
 

@@ -20,10 +20,11 @@ reached a student notebook. Each released notebook carries a stamp in its metada
 ``autograder check`` recognises it whatever the file is called.
 
 With ``package=True`` (the ``release`` command's default), the release also holds
-the student package, a wheel that runs the released chapters' visible checks offline
-without any reference answer of a released or later chapter
+one student package per chapter, a wheel that runs the chapter's visible checks
+offline without any reference answer of that chapter or a later one
 (:mod:`autograder.student.package`); :func:`scan_release` proves that no line of
-those answers is in any file of the release, inside the wheel included.
+those answers is in the chapter's notebook or inside its wheel. A chapter whose
+cells use something its package cannot hold is a :class:`ReleaseError`.
 """
 from __future__ import annotations
 
@@ -243,10 +244,25 @@ def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
 
 
 class Release(list):
-    """The :class:`Released` chapters of one release (a list), and its student package
-    (``package``: an :class:`autograder.student.package.StudentPackage`, or ``None``)."""
+    """The :class:`Released` chapters of one release (a list), and their student packages
+    (``packages``: chapter -> :class:`autograder.student.package.StudentPackage`, one per
+    chapter; empty when none was built)."""
 
-    package = None
+    def __init__(self, items=()):
+        super().__init__(items)
+        self.packages = {}
+
+    @property
+    def package(self):
+        """The student package of a one-chapter release (``None`` when none was built).
+
+        Raises:
+            ValueError: the release has several chapters, hence several packages (read ``packages``).
+        """
+        if len(self.packages) > 1:
+            raise ValueError(f"this release has one student package per chapter ({', '.join(self.packages)}): "
+                             "read Release.packages")
+        return next(iter(self.packages.values()), None)
 
 
 def release(out: Path, chapters: list[str] | None = None, book: Path = BOOK,
@@ -258,15 +274,20 @@ def release(out: Path, chapters: list[str] | None = None, book: Path = BOOK,
         chapters: chapter ids; default every chapter with a source notebook.
         book: the folder holding the source notebooks.
         check_sync: refuse to release when the solution cells differ from ``solutions``.
-        package: also write the student package (a wheel in ``out``) and scan the
-            whole release for the answers of the released and later chapters.
+        package: also write one student package per chapter (a wheel in ``out``,
+            ``transformer_book_student-<version>+chNN-py3-none-any.whl``) and scan each
+            chapter's notebook and wheel for the answers of that chapter and the later ones.
+            Why one per chapter: chapter 8's package holds chapter 6's references, which
+            chapter 6's students must write themselves; no one package serves both.
 
     Returns:
-        One :class:`Released` per chapter (a :class:`Release`, whose ``package`` is
-        the student package when one was built).
+        One :class:`Released` per chapter (a :class:`Release`, whose ``packages`` maps
+        each chapter to its student package when they were built).
 
     Raises:
-        ReleaseError: out of sync, or a leak in a notebook or in the package.
+        ReleaseError: out of sync, a leak in a notebook or in a package, or a chapter
+            whose notebooks use something its package cannot hold (every such chapter is
+            named, with what is missing; then no wheel of this release is left in ``out``).
     """
     chapters = list(chapters) if chapters else chapter_ids(book)
     if not chapters:
@@ -279,12 +300,21 @@ def release(out: Path, chapters: list[str] | None = None, book: Path = BOOK,
     if package:
         from .student.package import build_package
 
-        done.package = build_package(Path(out), chapters, book)
-        written = [Path(out) / c for c in chapters] + [done.package.wheel]
-        leaks = scan_release(Path(out), chapters, book, only=written)
-        if leaks:
-            done.package.wheel.unlink()
-            raise ReleaseError("the release would hold reference answers:\n  " + "\n  ".join(leaks[:20]))
+        problems = []
+        for chapter in chapters:
+            built = build_package(Path(out), [chapter], book)
+            leaks = scan_release(Path(out), [chapter], book, only=[Path(out) / chapter, built.wheel])
+            if built.warnings or leaks:
+                built.wheel.unlink()
+                problems += [f"{chapter}: the student package cannot serve the chapter fully: {w}"
+                             for w in built.warnings]
+                problems += [f"{chapter}: the release would hold a reference answer: {leak}" for leak in leaks[:20]]
+                continue
+            done.packages[chapter] = built
+        if problems:
+            for built in done.packages.values():
+                built.wheel.unlink()
+            raise ReleaseError("\n  ".join(["the release is not complete:", *problems]))
     return done
 
 
@@ -294,16 +324,18 @@ _PY_WORDS = None
 def distinctive(line: str) -> bool:
     """Whether a stripped code line says something of its own: two names that are not
     Python keywords or builtins (``k = beams.size(0)``), or one in a long line.
-    ``else:``, ``)``, ``raise ValueError(``, ``super().__init__()`` or
-    ``batch, length, d_model = x.shape`` appear in any such file and prove nothing."""
+    ``else:``, ``)``, ``raise ValueError(``, ``super().__init__()``,
+    ``batch, length, d_model = x.shape`` or ``vocab_size = logits.size(-1)`` appear in
+    any such file and prove nothing."""
     global _PY_WORDS
     if _PY_WORDS is None:
         import builtins
         import keyword
 
         _PY_WORDS = set(keyword.kwlist) | set(dir(builtins)) | {"self", "cls"}
-    if re.fullmatch(r"[\w, ()]+ = (np\.asarray\(\w+\)|\w+\.shape|\w+\.size\(\))", line):
-        return False  # reading the input's shape, or making it an array: every answer starts so
+    if re.fullmatch(r"[\w, ()]+ = (np\.asarray\(\w+\)|\w+\.shape|\w+\.size\(\)|\w+\.size\(-?\d\)|\w+\.shape\[-?\d\])",
+                    line):
+        return False  # reading the input's shape (or one of its sizes), or making it an array: every answer starts so
     names = [w for w in re.findall(r"[A-Za-z_][A-Za-z_0-9]*", line)
              if w not in _PY_WORDS and not (w.startswith("__") and w.endswith("__"))]
     return len(names) >= 2 or (len(names) == 1 and len(line) >= 24)

@@ -34,7 +34,8 @@ from .model import (
 )
 from .training import make_decoder_io, noam_lr, label_smoothed_cross_entropy  # chapter 9
 from .kv_cache import IncrementalDecoder  # chapter 10
-from .decoding import greedy_decode, beam_search, translate  # chapter 10
+from .decoding import greedy_decode, beam_search  # chapter 10
+from .translation import translate  # chapter 10 (not an exercise)
 
 __all__ = [
     "rnn_forward", "hidden_state_jacobian_norms", "additive_attention", "PAD_ID", "SOS_ID",

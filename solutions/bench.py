@@ -13,8 +13,8 @@
    (``<eos>`` is an id the model cannot produce, so every step runs).
 3. **Translation** throughput in sentences per second: batched greedy decoding with
    the cache, and beam search (beam 4) one sentence at a time, the two ways
-   :func:`~solutions.decoding.translate` decodes.
-4. **Translating as a user does**: :func:`~solutions.decoding.translate` on a corpus of
+   :func:`~solutions.translation.translate` decodes.
+4. **Translating as a user does**: :func:`~solutions.translation.translate` on a corpus of
    1,000 sentences (a file, or generated sentences with the word counts of Multi30k's
    test 2016 German side), greedy with and without the key/value cache and beam 4, in
    sentences per second, with a trained checkpoint or an untrained model of the
@@ -223,7 +223,7 @@ def bench_translation(d_model=256, num_heads=8, num_layers=3, d_ff=1024, sentenc
                       clock="wall"):
     """Sentences per second of translation: batched greedy decoding and beam search.
 
-    The two ways :func:`~solutions.decoding.translate` decodes: greedy (beam 1) in
+    The two ways :func:`~solutions.translation.translate` decodes: greedy (beam 1) in
     batches of ``batch`` sentences with the key/value cache, and beam search with
     ``beam_size`` beams one sentence at a time, on the fused attention path. The
     model is untrained, so ``<eos>`` is an id it cannot produce and every sentence
@@ -302,7 +302,7 @@ def _read_sources(path):
 
 def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_size=4, batch=64, max_len=None,
                            device="cpu", clock="wall"):
-    """Sentences per second of :func:`~solutions.decoding.translate`, the way ``translate`` runs.
+    """Sentences per second of :func:`~solutions.translation.translate`, the way ``translate`` runs.
 
     Three passes over the same sentences: greedy in length-sorted batches of ``batch``
     with the key/value cache, the same without the cache, and beam search (beam
@@ -323,7 +323,7 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
         ``cache_ratio``, ``beam_sentences_per_s``, ``same_translations`` and what was run.
     """
     from .data import build_tokenizer
-    from .decoding import translate
+    from .translation import translate
     from .trainer import PRESETS, build_model, model_from_checkpoint
 
     device = torch.device(device)

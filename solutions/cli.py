@@ -577,7 +577,7 @@ def _score(model, src_tokenizer, tgt_tokenizer, pairs, config, device):
     """Decode ``pairs``' sources with the config's beam; BLEU (strict and the tutorial's), exact match."""
     from sacrebleu.metrics import BLEU
 
-    from .decoding import translate
+    from .translation import translate
     from .trainer import CorpusBLEU
 
     hypotheses = translate(model, [s for s, _ in pairs], src_tokenizer, tgt_tokenizer,
@@ -762,7 +762,7 @@ def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentence
 
     ``label`` names a sentence in the warning: "argument", "FILE line", "<stdin> line" ...
     """
-    from .decoding import translate
+    from .translation import translate
 
     limit = model.positional.pe.size(0)  # the longest source the encoder can place
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]

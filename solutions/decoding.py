@@ -2,8 +2,11 @@
 
 - :func:`greedy_decode`: append the arg-max token until every sentence has ended,
   optionally with the key/value cache of :mod:`solutions.kv_cache`;
-- :func:`beam_search`: keep the ``beam_size`` best prefixes, GNMT length penalty;
-- :func:`translate`: strings in, strings out, for the CLI and the evaluation.
+- :func:`beam_search`: keep the ``beam_size`` best prefixes, GNMT length penalty.
+
+Strings in, strings out (tokenize, decode, detokenize) is :func:`solutions.translation.translate`,
+kept apart from the two exercises so that a chapter's student package can run it on the
+student's own decoders.
 
 Paper: section 6.1 ("beam search with a beam size of 4 and length penalty α = 0.6 ...
 maximum output length ... input length + 50, but terminate early when possible").
@@ -13,9 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from .kv_cache import IncrementalDecoder
-from .masking import causal_mask, padding_mask
+from .masking import causal_mask
 
-__all__ = ["greedy_decode", "beam_search", "translate"]
+__all__ = ["greedy_decode", "beam_search"]
 
 
 def greedy_decode(model, src, src_mask, max_len, sos_id=1, eos_id=2, pad_id=0, use_cache=False):
@@ -139,55 +142,3 @@ def beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, le
             for row in range(beams.size(0)):
                 finished.append((scores[row].item() / penalty, beams[row].tolist()))
     return max(finished, key=lambda item: item[0])[1]
-
-
-def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_len=None,
-              batch_size=64, device=None, length_penalty=0.6, use_cache=True):
-    """Translate strings with a trained model: tokenize, decode, detokenize.
-
-    Args:
-        model: a trained :class:`~solutions.model.Transformer` (set to eval mode here).
-        sentences: a list of source strings.
-        src_tokenizer, tgt_tokenizer: objects with ``encode(str) -> list[int]`` /
-            ``decode(list[int]) -> str`` (see :mod:`solutions.data`).
-        beam_size: 1 = batched greedy decoding with the key/value cache;
-            more = :func:`beam_search` sentence by sentence.
-        max_len: most new tokens; default: source length + 50 (the paper's rule),
-            capped by the model's positional table.
-        batch_size: sentences decoded together by greedy decoding.
-        device: where to run (default: the model's device).
-        length_penalty: ``alpha`` of :func:`beam_search`'s length penalty (beam only).
-        use_cache: greedy decoding with the key/value cache (False: recompute every
-            prefix, as a benchmark's baseline; the translations are the same).
-
-    Returns:
-        A list of target strings, in the order of ``sentences`` (they are decoded
-        sorted by source length, so that a batch holds sentences of similar length).
-
-    Paper: section 6.1.
-    """
-    if isinstance(sentences, str):
-        raise TypeError("sentences must be a list of strings, not one string")
-    model.eval()
-    device = device or next(model.parameters()).device
-    limit = model.positional.pe.size(0) - 1
-    outputs = [None] * len(sentences)
-    encoded = [src_tokenizer.encode(s) or [3] for s in sentences]
-    order = sorted(range(len(sentences)), key=lambda i: len(encoded[i]))
-    for start in range(0, len(order), batch_size if beam_size == 1 else 1):
-        chunk = order[start:start + (batch_size if beam_size == 1 else 1)]
-        longest = max(len(encoded[i]) for i in chunk)
-        src = torch.zeros(len(chunk), longest, dtype=torch.long)  # (B, T_src), <pad> = 0
-        for row, i in enumerate(chunk):
-            src[row, :len(encoded[i])] = torch.tensor(encoded[i])
-        src = src.to(device)
-        src_mask = padding_mask(src)  # (B, 1, 1, T_src)
-        steps = min(max_len if max_len is not None else longest + 50, limit)
-        if beam_size == 1:
-            ys = greedy_decode(model, src, src_mask, steps, use_cache=use_cache)
-            for row, i in enumerate(chunk):
-                outputs[i] = tgt_tokenizer.decode(ys[row, 1:].tolist())
-        else:
-            ids = beam_search(model, src, src_mask, beam_size, steps, length_penalty=length_penalty)
-            outputs[chunk[0]] = tgt_tokenizer.decode(ids[1:])
-    return outputs

@@ -46,7 +46,7 @@ from sacrebleu.metrics import BLEU
 from tqdm.auto import tqdm
 
 from .data import BucketBatchSampler, TranslationDataset, build_tokenizer, collate_batch, tokenizer_from_state
-from .decoding import translate
+from .translation import translate
 from .distributed import all_reduce_sum, setup_distributed
 from .fused import fuse_attention
 from .masking import decoder_mask, padding_mask

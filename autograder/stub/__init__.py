@@ -8,7 +8,7 @@ cells are never run; judging happens in the trusted process
 """
 from __future__ import annotations
 
-__all__ = ["check"]
+__all__ = ["check", "require_chapter"]
 
 
 def check(name, obj, hidden=False, seed=None):
@@ -18,6 +18,18 @@ def check(name, obj, hidden=False, seed=None):
         name: the contract name of the exercise (ignored).
         obj: the student's object (ignored).
         hidden, seed: accepted for signature compatibility (ignored).
+
+    Returns:
+        None.
+    """
+    return None
+
+
+def require_chapter(chapter):
+    """Do nothing: the grading sandbox holds the full reference library of earlier chapters.
+
+    Args:
+        chapter: the notebook's chapter id (ignored; the student edition's checks it).
 
     Returns:
         None.

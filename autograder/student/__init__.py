@@ -22,9 +22,64 @@ whose ``solutions`` holds no reference of an exercise of a released or later cha
 """
 from __future__ import annotations
 
-__all__ = ["STAMP_KEY", "DIST_NAME"]
+__all__ = ["STAMP_KEY", "DIST_NAME", "WrongPackage", "wheel_name", "require_chapter"]
 
 #: Notebook metadata key stamped at release: ``{"chapter": ..., "edition": "student"}``.
 STAMP_KEY = "transformer_book"
 #: The student package's distribution name (``pip uninstall transformer-book-student``).
 DIST_NAME = "transformer-book-student"
+
+
+class WrongPackage(ImportError):
+    """The installed student package is not the one of the notebook's chapter.
+
+    In Jupyter the message is the whole report (one line, no traceback): IPython shows
+    what ``_render_traceback_`` returns.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+def wheel_name(chapter: str, version: str) -> str:
+    """The file name of chapter ``chapter``'s student package (``autograder.student.wheel``
+    writes it): ``transformer_book_student-0.1.0+ch06-py3-none-any.whl`` for ``06_masking``.
+
+    Args:
+        chapter: a chapter id, ``"06_masking"``.
+        version: the book's version, without a local part (``"0.1.0"``).
+    """
+    return f"{DIST_NAME.replace('-', '_')}-{version}+ch{chapter.split('_', 1)[0]}-py3-none-any.whl"
+
+
+def require_chapter(chapter: str) -> None:
+    """Stop a notebook's setup cell when the student package installed is not chapter ``chapter``'s.
+
+    A release makes one package per chapter (ARCHITECTURE.md §7): the package of chapter
+    6 holds chapter 5's references and your chapter 6 answers, the package of chapter 8
+    holds chapter 6's references. The repository's full install (studying on your own,
+    and the grader) is no student edition and passes silently.
+
+    Args:
+        chapter: the notebook's chapter id, ``"06_masking"``.
+
+    Raises:
+        WrongPackage: the student package installed is another chapter's; the one-line
+            message names the wheel file to install.
+    """
+    import autograder
+
+    released = getattr(autograder, "RELEASED", None)
+    if released is None or chapter in released:
+        return
+    try:
+        from importlib.metadata import version
+
+        book_version = version(DIST_NAME).split("+", 1)[0]
+    except Exception:  # noqa: BLE001 - a package copied by hand has no metadata: name the file anyway
+        book_version = "<version>"
+    raise WrongPackage(
+        f"this notebook is chapter {chapter}, but the student package installed is for {', '.join(released)}: "
+        f"run `pip install {wheel_name(chapter, book_version)}` (one package per "
+        "chapter: use one environment per chapter, or reinstall), restart the kernel, then run this cell again"
+    )

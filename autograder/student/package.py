@@ -26,9 +26,19 @@
     module (:func:`partial_module`); where that part imports an exercise of a released
     chapter, the module it imports from is a shim calling the student's definition
     (chapter 6's ``MultiHeadAttention`` runs the student's ``masked_softmax``);
+  - a part may import from another withheld module, which then ships its own part
+    (chapter 10's ``Trainer`` imports ``solutions.translation.translate``, which runs the
+    student's decoders through a shim of ``solutions.decoding``); a later chapter's
+    exercise that a part calls is a stand-in (chapter 9's translations decode with a
+    stand-in ``greedy_decode``; ``beam_search``, named but never called there, says it is
+    not in the package);
   - anything else a notebook uses but the package leaves out raises an error that says
-    why, and the build reports it (:attr:`StudentPackage.warnings`), so the instructor
-    knows which demo cells need the full install.
+    why, and the build reports it (:attr:`StudentPackage.warnings`);
+    :func:`autograder.release.release` refuses such a chapter (``ReleaseError``).
+
+The data files of the packages that ship (a frozen corpus under ``solutions/``) ship
+too (:func:`package_data`). One package serves one chapter: ``autograder release``
+builds one per chapter, and a setup cell's ``require_chapter`` names the right wheel.
 
 Check modules ship too (the hints), less the body of any helper that recomputes an
 answer, whose results on the visible cases ship instead (:mod:`autograder.student.hints`);
@@ -54,11 +64,14 @@ import numpy as np
 from .hints import record_helpers, withhold_helpers
 from .wheel import write_wheel
 
-__all__ = ["StudentPackage", "build_package", "package_files", "notebook_uses", "partial_module", "REQUIREMENTS"]
+__all__ = ["StudentPackage", "build_package", "package_files", "package_data", "notebook_uses", "partial_module",
+           "REQUIREMENTS"]
 
 AUTOGRADER_DIR = Path(__file__).resolve().parent.parent
 REPO = AUTOGRADER_DIR.parent
 SOLUTIONS_DIR = REPO / "solutions"
+#: Folders under ``solutions`` whose files are never package data (build and editor leftovers).
+SKIPPED_DATA = {"__pycache__", ".ipynb_checkpoints", "_build", ".DS_Store"}
 
 #: Import name -> requirement, for every third-party module the package or a notebook imports.
 REQUIREMENTS = {
@@ -89,7 +102,9 @@ from pathlib import Path
 from .checks.base import use_precomputed as _use_precomputed
 from .student.expected import ExpectedStore as _ExpectedStore
 
-__all__ = ["check", "RELEASED"]
+from .student import require_chapter
+
+__all__ = ["check", "require_chapter", "RELEASED"]
 
 RELEASED = {chapters!r}
 _use_precomputed(_ExpectedStore(Path(__file__).resolve().parent / "expected"))
@@ -174,6 +189,7 @@ class StudentPackage:
         shims: modules that ship as calls to the student's own definitions.
         replayed_calls: how many calls of the withheld helpers were recorded.
         requirements: the wheel's ``Requires-Dist`` (what its files and the notebooks import).
+        data_files: the package data it ships (:func:`package_data`), paths in the wheel.
     """
 
     wheel: Path
@@ -186,6 +202,7 @@ class StudentPackage:
     replayed_calls: int = 0
     standins: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    data_files: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- what the notebooks use
@@ -291,9 +308,20 @@ def _bound_names(node: ast.stmt) -> set[str]:
     return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
+def _segment(text: str, node: ast.stmt) -> str:
+    """The source of top-level statement ``node``, its decorators included
+    (``ast.get_source_segment`` starts a decorated class at ``class``: ``@dataclass`` would be lost)."""
+    decorators = getattr(node, "decorator_list", [])
+    if not decorators:
+        return ast.get_source_segment(text, node)
+    lines = text.splitlines()
+    return "\n".join(lines[min(d.lineno for d in decorators) - 1:node.end_lineno])
+
+
 def partial_module(library: "_Library", module: str, wanted: set[str], forbidden: set[str],
-                   shipped: set[str], yours: set[str] = frozenset(), answers: set[str] = frozenset()
-                   ) -> tuple[str | None, str, set[str], dict[str, set[str]]]:
+                   shipped: set[str], yours: set[str] = frozenset(), answers: set[str] = frozenset(),
+                   later: dict[str, str] | None = None, chain: bool = False
+                   ) -> tuple[str | None, str, set[str], dict[str, set[str]], dict[str, set[str]], dict[str, set[str]]]:
     """The part of a withheld module that defines ``wanted`` and nothing of an answer.
 
     A module is withheld whole when it defines an exercise (``solutions.rnn`` defines
@@ -302,16 +330,27 @@ def partial_module(library: "_Library", module: str, wanted: set[str], forbidden
     statements that define ``wanted`` and, transitively, what they refer to; it gives up
     when one of those refers to a ``forbidden`` name (an exercise of a released or later
     chapter, or an object that computes one), holds a line of ``answers`` (code copied
-    from an answer) or imports from a module that cannot ship — except a name of ``yours``
-    (an exercise of a released chapter) that it imports: that import is kept, and the
-    module it comes from ships as a shim calling the student's own definition
-    (chapter 6's ``MultiHeadAttention`` runs the student's ``masked_softmax``).
+    from an answer) or imports from a module that cannot ship. Three kinds of import
+    are kept all the same:
+
+    * a name of ``yours`` (an exercise of a released chapter): the module it comes from
+      ships as a shim calling the student's own definition (chapter 6's
+      ``MultiHeadAttention`` runs the student's ``masked_softmax``);
+    * a name of ``later`` (an exercise of a later chapter, name -> chapter) imported
+      from another module: that module ships as stand-ins (chapter 9's
+      ``translate`` decodes with a stand-in greedy search; see :mod:`.standins`);
+    * with ``chain``, any other name imported from a withheld module: that module
+      must then ship the name as a part of its own (the caller makes it, recursively:
+      chapter 10's ``Trainer`` imports ``translate``, part of ``solutions.translation``).
 
     Returns:
-        ``(source, reason, needs, shims)``: the partial module's source (``None`` when
-        it gives up, ``reason`` says why), the ``solutions`` modules it imports from, and
-        the shim modules it needs (module -> names).
+        ``(source, reason, needs, shims, chained, standins)``: the partial module's
+        source (``None`` when it gives up, ``reason`` says why), the ``solutions``
+        modules it imports from, the shim modules it needs (module -> names), the
+        withheld modules whose parts it needs (module -> names) and the stand-in
+        modules it needs (module -> names).
     """
+    later = later or {}
     tree = library.trees[module]
     path = library.files[module]
     text = path.read_text(encoding="utf-8")
@@ -321,7 +360,10 @@ def partial_module(library: "_Library", module: str, wanted: set[str], forbidden
     todo = sorted(wanted)
     needs: set[str] = set()
     shims: dict[str, set[str]] = {}
+    chained: dict[str, set[str]] = {}
+    standins: dict[str, set[str]] = {}
     seen: set[str] = set()
+    failed = None, "", set(), {}, {}, {}
     while todo:
         name = todo.pop()
         if name in seen:
@@ -331,41 +373,52 @@ def partial_module(library: "_Library", module: str, wanted: set[str], forbidden
         source = None
         if isinstance(node, ast.ImportFrom) and node.level:
             source = ".".join(["solutions", *(node.module.split(".") if node.module else [])])
-        if name in yours and source is not None and source not in shipped:
+        imported = source is not None and source != module and source not in shipped
+        if name in yours and imported:
             shims.setdefault(source, set()).add(name)
+        elif name in later and imported:
+            standins.setdefault(source, set()).add(name)
+        elif name in forbidden:
+            why = f"it needs {name}, an exercise of a released or later chapter (or code computing one)"
+            return (None, why, *failed[2:])
+        elif node is None:
+            continue  # a builtin, or a name the module does not define
+        elif source is not None and source in library.files and source not in shipped:
+            if not chain:
+                return (None, f"it imports {name} from {source}, which cannot ship", *failed[2:])
+            chained.setdefault(source, set()).add(name)
+        else:
+            if source is not None:
+                needs.add(source)
             if node not in keep:
                 keep.append(node)
+                todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
             continue
-        if name in forbidden:
-            why = f"it needs {name}, an exercise of a released or later chapter (or code computing one)"
-            return None, why, set(), {}
-        if node is None:
-            continue  # a builtin, or a name the module does not define
-        if source is not None:
-            if source in library.files and source not in shipped:
-                return None, f"it imports {name} from {source}, which cannot ship", set(), {}
-            needs.add(source)
         if node not in keep:
             keep.append(node)
-            todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
     keep.sort(key=lambda n: n.lineno)
     for node in keep:
-        copied = [ln.strip() for ln in ast.get_source_segment(text, node).splitlines() if ln.strip() in answers]
+        copied = [ln.strip() for ln in _segment(text, node).splitlines() if ln.strip() in answers]
         if copied:
-            return None, f"its code repeats an answer ({copied[0]!r})", set(), {}
+            return (None, f"its code repeats an answer ({copied[0]!r})", *failed[2:])
     doc = ast.get_docstring(tree) or module
     header = (f'"""Part of `{module}` (generated by `autograder release`, do not edit): only '
               f'{", ".join(sorted(wanted))}.\n\nThe rest of the module holds or uses an answer of a released or '
               f'later chapter. Original docstring:\n\n{doc}\n"""')
-    body = "\n\n".join(ast.get_source_segment(text, n) for n in keep)
-    for source, names in shims.items():  # every name the kept imports take from a shim
-        for node in keep:
-            if isinstance(node, ast.ImportFrom) and node.level and \
-                    ".".join(["solutions", *(node.module.split(".") if node.module else [])]) == source:
-                names.update(a.name for a in node.names)
+    body = "\n\n".join(_segment(text, n) for n in keep)
+    for kind in (shims, standins, chained):  # every name the kept imports take from such a module
+        for source, names in kind.items():
+            for node in keep:
+                if isinstance(node, ast.ImportFrom) and node.level and \
+                        ".".join(["solutions", *(node.module.split(".") if node.module else [])]) == source:
+                    names.update(a.name for a in node.names)
+    for source, names in shims.items():
         if not names <= set(yours):
-            return None, f"it imports {sorted(names - set(yours))} from {source}, which cannot ship", set(), {}
-    return f"{header}\n{body}\n\n__all__ = {sorted(wanted)!r}\n", "", needs, shims
+            return (None, f"it imports {sorted(names - set(yours))} from {source}, which cannot ship", *failed[2:])
+    for source, names in standins.items():
+        if not names <= set(later):
+            return (None, f"it imports {sorted(names - set(later))} from {source}, which cannot ship", *failed[2:])
+    return f"{header}\n{body}\n\n__all__ = {sorted(wanted)!r}\n", "", needs, shims, chained, standins
 
 
 _SHIM = '''"""`{module}` for the package's own modules: your answers (generated by `autograder release`, do not edit).
@@ -416,13 +469,20 @@ def _check_modules(chapters: list[str]) -> list[Path]:
 
 def _standin_sources(names: list[str]) -> str:
     """The stand-ins module of the package: the header of :mod:`~autograder.student.standins`
-    (docstring and imports) and the functions ``names``, nothing else."""
+    (docstring and imports), the functions ``names`` and the stand-ins they call, nothing else."""
     path = Path(__file__).with_name("standins.py")
     text = path.read_text(encoding="utf-8")
     tree = ast.parse(text)
     doc = ast.get_source_segment(text, tree.body[0])
     imports = [ast.get_source_segment(text, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    funcs = [ast.get_source_segment(text, n) for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    wanted, todo = set(), list(names)
+    while todo:  # and the stand-ins they call (greedy_decode builds its mask with causal_mask)
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo += [n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name) and n.id in defs]
+    funcs = [_segment(text, n) for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
     return (f"{doc}\n" + "\n".join(imports) + f"\n\n__all__ = {sorted(names)!r}\n\n\n"
             + "\n\n\n".join(funcs) + "\n")
 
@@ -526,6 +586,69 @@ def _sort_uses(scope: _Scope, names, modules, factories, check_names):
     return roots, standins, missing
 
 
+#: A later exercise that shipped code names but no released cell calls.
+_LATER = (
+    "\n\ndef {name}(*args, **kwargs):\n"
+    '    """{name} is an exercise of chapter {chapter}: not in this package (no stand-in either)."""\n'
+    '    raise NotImplementedError("{name} is an exercise of chapter {chapter}, not released with these chapters: "\n'
+    '                              "no released cell calls it")\n'
+)
+
+
+def _standin_module(module: str, wanted: set[str], available: set[str], later: dict[str, str]) -> str:
+    """``solutions/<module>.py`` of the package when it holds only stand-ins: an import
+    of each stand-in of :mod:`.standins`, and, for a later exercise that the shipped code
+    names but no released cell calls (chapter 9's ``translate`` names ``beam_search``,
+    for a beam its cells never ask for), a function that says it is not here.
+
+    Raises:
+        ValueError: a wanted name is neither a stand-in nor a later chapter's exercise.
+    """
+    ready = sorted(wanted & available)
+    absent = sorted(wanted - available)
+    text = (f'"""Stand-ins for {module} (generated by `autograder release`, do not edit): '
+            'see solutions._standins."""\n')
+    if ready:
+        text += f"from ._standins import {', '.join(ready)}\n"
+    text += f"\n__all__ = {sorted(wanted)!r}\n"
+    for name in absent:
+        if name not in later:
+            raise ValueError(f"{module}.{name} has no stand-in in autograder/student/standins.py")
+        text += _LATER.format(name=name, chapter=int(later[name].split("_")[0]))
+    return text
+
+
+def package_data(root: Path, shipped: set[str], package: str = "solutions") -> dict[str, Path]:
+    """The data files (not Python) of the ``solutions`` packages that ship: path in the wheel -> file.
+
+    A data file belongs to the nearest folder above it that holds an ``__init__.py`` (a
+    frozen corpus ``solutions/corpora/book.txt`` belongs to ``solutions``, which always
+    ships); it ships when that package ships (its ``__init__`` or one of its modules is in
+    ``shipped``). Caches and compiled files never ship.
+
+    Args:
+        root: the package's folder (``solutions/``).
+        shipped: dotted names of the modules that ship.
+        package: the package's import name.
+
+    Returns:
+        ``{"solutions/corpora/book.txt": Path(...)}``, sorted.
+    """
+    found = {}
+    for path in sorted(Path(root).rglob("*")):
+        rel = path.relative_to(root)
+        if not path.is_file() or path.suffix in (".py", ".pyc", ".pyo") or "__pycache__" in rel.parts \
+                or any(part.startswith(".") or part in SKIPPED_DATA for part in rel.parts):
+            continue
+        owner = path.parent
+        while owner != Path(root) and not (owner / "__init__.py").is_file():
+            owner = owner.parent
+        dotted = ".".join([package, *owner.relative_to(root).parts])
+        if dotted == package or any(m == dotted or m.startswith(dotted + ".") for m in shipped):
+            found[f"{package}/{rel.as_posix()}"] = path
+    return found
+
+
 def _solutions_files(scope: _Scope, roots: set[str], standins: dict[str, set[str]], missing: dict[str, set[str]],
                      info: StudentPackage) -> dict[str, str]:
     """The package's ``solutions``: the modules of ``roots`` and what they import, the
@@ -537,20 +660,36 @@ def _solutions_files(scope: _Scope, roots: set[str], standins: dict[str, set[str
     left_out_names: dict[str, str] = {}  # name a notebook uses -> why it is not here
     placeholders: dict[str, str] = {}  # module a notebook imports that cannot ship -> why
     shipped = library.closure(roots)
-    for module, wanted in sorted(missing.items()):
+    requested = {module: set(wanted) for module, wanted in missing.items()}  # grows as parts chain
+    shim_names: dict[str, set[str]] = {}  # shim module -> the student's names it calls
+    shim_users: dict[str, set[str]] = {}  # shim module -> the partial modules importing from it
+    pending = sorted(requested)
+    while pending:
+        module = pending.pop(0)
+        wanted = requested[module]
         reason = "it holds or imports an answer of a released or later chapter"
         if wanted and module in library.files:
-            source, why, needs, shims = partial_module(library, module, wanted, scope.forbidden,
-                                                       shipped | scope.kept, set(scope.released), scope.answers)
-            if source is not None and not (set(shims) & (set(partials) | shipped)):
+            source, why, needs, shims, chained, more_standins = partial_module(
+                library, module, wanted, scope.forbidden, shipped | scope.kept, set(scope.released), scope.answers,
+                later=scope.later, chain=True)
+            clash = (set(shims) | set(more_standins)) & (set(partials) | shipped | set(requested))
+            if source is not None and not clash:
                 partials[module] = source
                 shipped |= library.closure(needs)
-                for shim, shim_names in shims.items():
-                    shim_sources[shim] = _SHIM.format(
-                        module=shim, users=module, names=", ".join(sorted(shim_names)),
-                        names_list=sorted(shim_names),
-                        assignments="\n".join(f"{n} = _yours({n!r})" for n in sorted(shim_names)))
+                for shim, names in shims.items():
+                    shim_names.setdefault(shim, set()).update(names)
+                    shim_users.setdefault(shim, set()).add(module)
+                for target, names in more_standins.items():
+                    standins.setdefault(target, set()).update(names)
+                for target, names in chained.items():  # a part of another withheld module, made in its turn
+                    if not names <= requested.get(target, set()) or target not in partials:
+                        requested[target] = requested.get(target, set()) | names
+                        partials.pop(target, None)
+                        if target not in pending:
+                            pending.append(target)
                 continue
+            if source is not None:
+                why = f"it would need {sorted(clash)} both as its own module and as a shim or stand-in"
             reason = f"{reason}, and the part that is used cannot ship alone: {why}"
         what = f"{module} ({', '.join(sorted(wanted))})" if wanted else module
         for name in wanted or [module.split(".", 1)[1]]:
@@ -558,10 +697,14 @@ def _solutions_files(scope: _Scope, roots: set[str], standins: dict[str, set[str
         if module in library.files and library.files[module].name != "__init__.py":
             placeholders[module] = reason
         info.warnings.append(f"{what}: left out ({reason}); the notebook cells that use it need the full package")
+    for shim, names in sorted(shim_names.items()):
+        shim_sources[shim] = _SHIM.format(
+            module=shim, users=", ".join(sorted(shim_users[shim])), names=", ".join(sorted(names)),
+            names_list=sorted(names), assignments="\n".join(f"{n} = _yours({n!r})" for n in sorted(names)))
     if shipped - scope.kept:  # pragma: no cover - graded_modules is closed under imports
         raise RuntimeError(f"a kept module imports a withheld one: {sorted(shipped - scope.kept)}")
     info.modules = sorted(shipped)
-    info.partial_modules = {m: sorted(missing[m]) for m in partials}
+    info.partial_modules = {m: sorted(requested[m]) for m in partials}
     info.shims = sorted(shim_sources)
     for module, reason in sorted(placeholders.items()):
         if module in partials or module in shim_sources or module in standins or module in shipped:
@@ -575,16 +718,18 @@ def _solutions_files(scope: _Scope, roots: set[str], standins: dict[str, set[str
         return f"solutions/{library.files[module].relative_to(SOLUTIONS_DIR).as_posix()}"
 
     files = {rel(m): library.files[m].read_text(encoding="utf-8") for m in sorted(shipped)}
+    for name, path in package_data(SOLUTIONS_DIR, shipped).items():  # a chapter's frozen corpus, ...
+        files[name] = path.read_text(encoding="utf-8")
+        info.data_files.append(name)
     files.update({rel(m): source for m, source in sorted({**partials, **shim_sources}.items())})
-    info.standins = sorted(set().union(*standins.values())) if standins else []
+    from .standins import __all__ as standin_names
+
+    info.standins = sorted(set().union(*standins.values()) & set(standin_names)) if standins else []
     if info.standins:
         files["solutions/_standins.py"] = _standin_sources(info.standins)
     for module, wanted in sorted(standins.items()):
         if module != "solutions":
-            files[rel(module)] = (f'"""Stand-ins for {module} (generated by `autograder release`, do not edit): '
-                                  'see solutions._standins."""\n'
-                                  f"from ._standins import {', '.join(sorted(wanted))}\n\n"
-                                  f"__all__ = {sorted(wanted)!r}\n")
+            files[rel(module)] = _standin_module(module, wanted, set(standin_names), scope.later)
     reexports = [n for n in library.trees["solutions"].body if isinstance(n, ast.ImportFrom) and n.level == 1
                  and n.module and f"solutions.{n.module}" in shipped]
     stars = [n.module for n in reexports if any(a.name == "*" for a in n.names)]

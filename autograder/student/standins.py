@@ -2,7 +2,9 @@
 
 A chapter may use a building block that a later chapter asks students to write
 (chapter 5's setup cell imports chapter 6's ``masked_softmax``; chapter 3's imports
-chapter 4's ``self_attention``). The student package of that chapter must not hold
+chapter 4's ``self_attention``), or shipped code may call one (chapter 9's translations,
+through ``solutions.translation.translate``, decode with chapter 10's ``greedy_decode``).
+The student package of that chapter must not hold
 the reference answer, so it holds one of these instead: the same values, computed
 another way (with torch's fused attention, complex exponentials, ...), only as much
 of the contract as the chapter's cells need (no input checks, no gradient care).
@@ -20,7 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["sinusoidal_positional_encoding", "self_attention", "padding_mask", "causal_mask", "masked_softmax"]
+__all__ = ["sinusoidal_positional_encoding", "self_attention", "padding_mask", "causal_mask", "masked_softmax",
+           "greedy_decode"]
 
 
 def sinusoidal_positional_encoding(max_len, d_model):
@@ -73,3 +76,26 @@ def masked_softmax(scores, mask):
     blocked = torch.full_like(scores, float("-inf"))
     weights = F.softmax(torch.where(mask, scores, blocked), dim=-1)
     return torch.nan_to_num(weights, nan=0.0)
+
+
+def greedy_decode(model, src, src_mask, max_len, sos_id=1, eos_id=2, pad_id=0, use_cache=False):
+    """Stand-in for chapter 10's greedy decoding, for chapter 9's translations: the whole
+    model (``model(src, prefix, src_mask, look_ahead)``) runs on the prefix at every step,
+    the source re-encoded each time (``use_cache`` is accepted and ignored: the tokens are
+    the same either way).
+
+    Shape:
+        src: ``(B, T_src)``; output ``(B, T)`` long, ``T <= max_len + 1``: ``<sos>``, then
+        the arg-max tokens, ``pad_id`` after a sentence's ``<eos>``.
+    """
+    del use_cache
+    prefix = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)
+    ended = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    with torch.no_grad():
+        while prefix.shape[1] <= max_len and not bool(ended.all()):
+            look_ahead = causal_mask(prefix.shape[1]).to(src.device)
+            best = model(src, prefix, src_mask, look_ahead)[:, -1].argmax(dim=-1)  # (B,)
+            best = torch.where(ended, torch.full_like(best, pad_id), best)
+            prefix = torch.cat((prefix, best.unsqueeze(1)), dim=1)
+            ended = ended | best.eq(eos_id)
+    return prefix

@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from autograder.student.expected import ExpectedStore, write_chapter
 from autograder.student.notebook import chapter_of
 from autograder.student.hints import withhold_helpers
 from autograder.sync import BEGIN, END, solution_cell_source
+from student_env import filled, make_env, nbgrader_meta
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTER = "04_self_attention"
@@ -45,20 +45,7 @@ def chapter_release(tmp_path_factory):
     return out, done
 
 
-def _nbgrader(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
-def _filled(released: Path) -> nbformat.NotebookNode:
-    """The released notebook with every exercise cell written as the reference writes it
-    (what a student who finished the chapter submits)."""
-    nb = nbformat.read(str(released), as_version=4)
-    for cell in nb.cells:
-        meta = _nbgrader(cell)
-        if meta.get("solution") and cell.cell_type == "code":
-            source = solution_cell_source(getattr(solutions, meta["grade_id"]))
-            cell.source = "\n".join(ln for ln in source.splitlines() if ln.strip() not in (BEGIN, END))
-    return nb
+_nbgrader, _filled = nbgrader_meta, filled
 
 
 # --------------------------------------------------------------------------- no answers inside
@@ -199,6 +186,66 @@ def test_standins_agree_with_the_references_they_replace():
     assert torch.allclose(standins.masked_softmax(scores, mask), solutions.masked_softmax(scores, mask))
 
 
+@pytest.mark.parametrize("eos_bias", [2.0, 2.5])
+def test_the_greedy_decoding_stand_in_gives_the_reference_tokens(eos_bias):
+    """Chapter 9's translations run on a stand-in of chapter 10's ``greedy_decode``: the
+    same tokens as the reference (with and without its cache), padding after ``<eos>``
+    and the early stop included. With an ``<eos>`` bias of 2.0 two sentences end at
+    different steps and two run to ``max_len``; with 2.5 all end and decoding stops early."""
+    torch.manual_seed(0)
+    model = solutions.Transformer(11, 13, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                                  d_ff=32, dropout=0.0, max_len=32).eval()
+    with torch.no_grad():
+        model.generator.bias[2] += eos_bias
+    src = torch.tensor([[4, 5, 6, 7, 0], [8, 9, 0, 0, 0], [10, 4, 4, 5, 6], [3, 0, 0, 0, 0]])
+    src_mask = solutions.padding_mask(src)
+    got = standins.greedy_decode(model, src, src_mask, 9)
+    for use_cache in (False, True):
+        assert torch.equal(got, solutions.greedy_decode(model, src, src_mask, 9, use_cache=use_cache))
+    ended = (got == 2).any(dim=1)
+    if eos_bias == 2.0:  # the case decides the padding rule and the length
+        assert ended.tolist() == [False, True, False, True] and got.shape == (4, 10), got
+    else:
+        assert bool(ended.all()) and got.shape[1] < 10, got
+    assert torch.equal(standins.greedy_decode(model, src, src_mask, 2, sos_id=3, eos_id=4, pad_id=5),
+                       solutions.greedy_decode(model, src, src_mask, 2, sos_id=3, eos_id=4, pad_id=5))
+
+
+def test_the_setup_cell_names_the_wheel_of_its_chapter(monkeypatch):
+    """A release makes one package per chapter: the setup cell of chapter 8 under chapter
+    6's package stops with one line naming chapter 8's wheel; the full install passes."""
+    import autograder
+    from autograder.student import WrongPackage, require_chapter, wheel_name
+
+    require_chapter("08_transformer")  # this repository: no RELEASED, every chapter is here
+    monkeypatch.setattr(autograder, "RELEASED", ["06_masking"], raising=False)
+    require_chapter("06_masking")
+    with pytest.raises(WrongPackage) as caught:
+        require_chapter("08_transformer")
+    (line,) = caught.value._render_traceback_()
+    assert "transformer_book_student-" in line and "+ch08-py3-none-any.whl" in line and "06_masking" in line
+    assert wheel_name("08_transformer", "0.1.0") == "transformer_book_student-0.1.0+ch08-py3-none-any.whl"
+    for notebook in sorted(BOOK.glob("[0-9]*/[0-9]*.ipynb")):
+        setup = next(c for c in nbformat.read(str(notebook), as_version=4).cells if c.cell_type == "code")
+        lines = setup.source.splitlines()
+        guard = lines.index(f'require_chapter("{notebook.stem}")  # the student package installed must be this '
+                            "chapter's")
+        assert guard < lines.index("import solutions"), f"{notebook.stem}: the guard must come before solutions"
+
+
+def test_package_data_ships_with_its_package(tmp_path):
+    """A frozen corpus under ``solutions/`` ships when its package does; caches never."""
+    from autograder.student.package import package_data
+
+    root = tmp_path / "solutions"
+    for name in ("__init__.py", "tokens.py", "corpora/book.txt", "kit/__init__.py", "kit/table.csv",
+                 "__pycache__/tokens.cpython-311.pyc", "corpora/.ipynb_checkpoints/book.txt"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x\n")
+    assert list(package_data(root, {"solutions.tokens"})) == ["solutions/corpora/book.txt"]
+    assert list(package_data(root, {"solutions.kit"})) == ["solutions/corpora/book.txt", "solutions/kit/table.csv"]
+
+
 def test_a_notebook_is_recognised_by_its_metadata_whatever_its_name(chapter_release, tmp_path):
     out, _ = chapter_release
     known = {c: [ex.name for ex in exercises_of(c)] for c in chapter_ids()}
@@ -217,22 +264,8 @@ def test_a_notebook_is_recognised_by_its_metadata_whatever_its_name(chapter_rele
 
 
 def _make_env(wheel: Path, root: Path):
-    """A venv under ``root`` with ``wheel`` installed and this venv's third-party packages
-    reachable through a ``.pth`` (not this repository, not its editable install)."""
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    Path(purelib, "project_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                    "--no-build-isolation", "--no-index", "--quiet", str(wheel)],
-                   check=True, timeout=300, capture_output=True)
-    work = root / "work"  # outside the repository
-    work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env.update(OMP_NUM_THREADS="1", MPLBACKEND="Agg", TRANSFORMER_BOOK_STATIC="1")
-    return python, Path(purelib), work, env
+    """A fresh venv under ``root`` holding ``wheel`` (:func:`student_env.make_env`)."""
+    return make_env(root, wheel)
 
 
 @pytest.fixture(scope="module")
@@ -405,3 +438,47 @@ def test_a_hint_that_needs_an_answer_is_replayed_from_the_release(tmp_path):
     proc = _run(python, ["-c", WRONG_NORMS], work, env)
     assert proc.returncode == 0, proc.stderr
     assert "Frobenius norm" in proc.stdout and "ord=2" in proc.stdout, proc.stdout
+
+
+def test_every_chapter_gets_its_own_package_and_an_unservable_chapter_fails(tmp_path):
+    """Chapters 2, 6, 8, 9 and 10 in one release: one wheel each, none warns (chapter 9's
+    trainer and translations ship as parts, with shims and a greedy stand-in). A
+    chapter whose cells use a module that cannot ship is a ReleaseError naming it."""
+    from autograder.release import ReleaseError
+
+    chapters = ["02_tokens_and_embeddings", "06_masking", "08_transformer", "09_training", "10_inference"]
+    done = release(tmp_path / "out", chapters, package=True)
+    assert list(done.packages) == chapters
+    for chapter, pkg in done.packages.items():
+        assert pkg.chapters == [chapter] and pkg.warnings == []
+        assert pkg.wheel.name == f"transformer_book_student-0.1.0+ch{chapter[:2]}-py3-none-any.whl"
+    ch9, ch10 = done.packages["09_training"], done.packages["10_inference"]
+    assert {"solutions.trainer", "solutions.translation", "solutions.data"} <= set(ch9.partial_modules)
+    assert ch9.standins == ["greedy_decode"] and ch9.shims == ["solutions.training"]
+    assert "solutions.trainer" in ch10.partial_modules and ch10.shims == ["solutions.decoding"]
+    with zipfile.ZipFile(ch10.wheel) as zf:  # a part keeps its decorators: TrainConfig stays a dataclass
+        assert "@dataclass\nclass TrainConfig" in zf.read("solutions/trainer.py").decode()
+    with zipfile.ZipFile(ch9.wheel) as zf:
+        decoding = zf.read("solutions/decoding.py").decode()
+        assert "from ._standins import greedy_decode" in decoding and "def beam_search" in decoding
+        assert "chapter 10" in decoding and "def greedy_decode" not in decoding
+    with pytest.raises(ValueError, match="one student package per chapter"):
+        done.package  # noqa: B018 - several chapters: no single package
+
+    book = tmp_path / "book"  # the real book, but chapter 4 imports chapter 10's beam search
+    book.mkdir()
+    for item in BOOK.iterdir():
+        if item.name != CHAPTER:
+            (book / item.name).symlink_to(item)
+    (book / CHAPTER).mkdir()
+    for item in (BOOK / CHAPTER).iterdir():
+        (book / CHAPTER / item.name).symlink_to(item)
+    notebook = book / CHAPTER / f"{CHAPTER}.ipynb"
+    nb = nbformat.read(str(notebook), as_version=4)
+    notebook.unlink()
+    nb.cells.append(nbformat.v4.new_code_cell("from solutions.decoding import beam_search"))
+    nbformat.write(nb, str(notebook))
+    with pytest.raises(ReleaseError, match=r"04_self_attention: the student package cannot serve the chapter "
+                                           r"fully: solutions.decoding \(beam_search\)"):
+        release(tmp_path / "bad", [CHAPTER, "05_multi_head_attention"], book=book, check_sync=False, package=True)
+    assert not list((tmp_path / "bad").glob("*.whl"))

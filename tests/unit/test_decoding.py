@@ -6,7 +6,8 @@ import torch
 
 from solutions import Transformer, padding_mask
 from solutions.data import WordTokenizer
-from solutions.decoding import beam_search, greedy_decode, translate
+from solutions.decoding import beam_search, greedy_decode
+from solutions.translation import translate
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "solutions"
 #: The chapter each reference module belongs to: the latest chapter whose material it holds.
 CHAPTER = {
     "rnn": 1, "tokens": 2, "embeddings": 2, "positional": 3, "attention": 4, "multihead": 5, "fused": 5,
-    "masking": 6, "layers": 7, "decoder": 8, "model": 8, "training": 9, "kv_cache": 10, "decoding": 10,
+    "masking": 6, "layers": 7, "decoder": 8, "model": 8, "training": 9, "kv_cache": 10, "decoding": 10, "translation": 10,
 }
 #: The practitioner's application: imports the reference, never imported by it.
 APPLICATION = {"data", "trainer", "distributed", "bench", "cli", "__main__"}

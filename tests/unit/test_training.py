@@ -251,7 +251,7 @@ def test_progress_lines_off_a_terminal(splits, caplog):
 
 
 def test_export_is_smaller_translates_the_same_and_cannot_be_resumed(splits, tmp_path):
-    from solutions.decoding import translate
+    from solutions.translation import translate
     from solutions.trainer import export_checkpoint
 
     train, valid, _ = splits

@@ -1,0 +1,106 @@
+"""Every released chapter runs top to bottom where a class runs it: a fresh venv holding
+only that chapter's student wheel (:mod:`student_env`), from a folder outside the
+repository, as Jupyter runs it (a kernel of that venv).
+
+One release of all ten chapters (one wheel per chapter); one venv for the whole
+module, the next chapter's wheel installed over the last one, as the README tells a
+student. For each chapter:
+
+* with the reference answers pasted into the exercise cells, every cell runs and
+  ``python -m autograder check`` gives every exercise full marks;
+* with the exercises blank, the setup cell, every cell before the first exercise and
+  the blank exercise itself run, and the first check cell says "not implemented yet".
+
+The time of each chapter is printed (``-s``); the module is marked slow.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import nbformat
+import pytest
+from student_env import filled, install, kernel_spec, make_env, nbgrader_meta
+
+from autograder.checks import exercises_of
+from autograder.release import chapter_ids, release
+
+pytestmark = pytest.mark.slow
+#: Chapters whose released notebook cannot run whole yet, and why. Strict: the day one
+#: runs, the test fails until its line goes.
+NOT_YET = {
+    "10_inference": "the training cell (before exercise 10.1) validates by greedy translation, which the "
+                    "student package runs on the student's own greedy_decode: not written yet at that cell",
+}
+CHAPTER_IDS = chapter_ids()
+CHAPTERS = [pytest.param(c, marks=pytest.mark.xfail(reason=NOT_YET[c], strict=True)) if c in NOT_YET else c
+            for c in CHAPTER_IDS]
+CELL_TIMEOUT_S = 900  # as the book build: chapter 9 trains a small model
+
+
+@pytest.fixture(scope="module")
+def classroom(tmp_path_factory):
+    """The release of every chapter and one student venv with a Jupyter kernel spec."""
+    out = tmp_path_factory.mktemp("release")
+    done = release(out, CHAPTER_IDS, package=True)
+    python, _, work, env = make_env(tmp_path_factory.mktemp("student"))
+    jupyter = kernel_spec(tmp_path_factory.mktemp("jupyter"), python, env)
+    saved = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = str(jupyter)
+    yield out, done, python, work, env
+    if saved is None:
+        os.environ.pop("JUPYTER_PATH", None)
+    else:
+        os.environ["JUPYTER_PATH"] = saved
+
+
+def _execute(nb, folder, allow_errors=False):
+    from nbclient import NotebookClient
+
+    NotebookClient(nb, kernel_name="student", timeout=CELL_TIMEOUT_S, allow_errors=allow_errors,
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    return nb
+
+
+def _errors(cell) -> list[dict]:
+    return [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_released_chapter_runs_whole_in_its_own_environment(classroom, chapter):
+    out, done, python, work, env = classroom
+    started = time.perf_counter()
+    install(python, done.packages[chapter].wheel)
+    folder = work / chapter
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(out / chapter, folder)  # the notebook and its figures, as handed out
+    released = folder / f"{chapter}.ipynb"
+
+    answered = _execute(filled(released), folder)
+    nbformat.write(answered, str(folder / "finished.ipynb"))
+    checked = subprocess.run([str(python), "-m", "autograder", "check", "finished.ipynb"], cwd=folder, env=env,
+                             capture_output=True, text=True, timeout=600)
+    count = len(exercises_of(chapter))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"{count} of {count} exercises pass the visible checks" in checked.stdout, checked.stdout
+    answered_s = time.perf_counter() - started
+
+    blank = nbformat.read(str(released), as_version=4)
+    code = [(i, c) for i, c in enumerate(blank.cells) if c.cell_type == "code"]
+    first = next(i for i, c in code if nbgrader_meta(c).get("solution"))
+    assert "raise NotImplementedError()" in blank.cells[first].source  # the blank exercise
+    first_test = next(i for i, c in code if nbgrader_meta(c).get("grade"))
+    blank.cells = blank.cells[:first_test + 1]  # the cells before the first exercise, it and its check
+    _execute(blank, folder, allow_errors=True)
+    for i, _ in code:
+        if i < first_test:  # the cells before the first exercise, and the blank exercise (a stub definition)
+            errors = _errors(blank.cells[i])
+            assert not errors, f"{chapter} cell {i} fails before the first check: {errors[0]['evalue']}"
+    check_text = "".join(o.get("text", "") + o.get("evalue", "") for o in blank.cells[first_test].outputs)
+    assert re.search("not implemented yet", check_text), check_text
+    print(f"\n{chapter}: answered run + check {answered_s:.0f} s, blank run to the first check "
+          f"{time.perf_counter() - started - answered_s:.0f} s")
