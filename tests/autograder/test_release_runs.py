@@ -32,6 +32,8 @@ pytestmark = pytest.mark.slow
 #: Chapters whose released notebook cannot run whole yet, and why. Strict: the day one
 #: runs, the test fails until its line goes.
 NOT_YET = {
+    "06_masking": "§6.3's padding demonstration reads MultiHeadAttention's attn_weights, whose readable path "
+                  "runs masked_softmax (exercise 6.4) before the student wrote it",
     "10_inference": "the training cell (before exercise 10.1) validates by greedy translation, which the "
                     "student package runs on the student's own greedy_decode: not written yet at that cell",
 }
