@@ -50,6 +50,25 @@ class _DecodingExercise(Exercise):
         with _one_thread():  # the reference's decoding passes are as tiny as the answer's
             return super().expected(case)
 
+    def judge(self, case, got, want):
+        """Each part on its own: a case of one part also accepts the answer that is right
+        but for one mistake another part charges (:meth:`_other_part_mistake`): a sentence
+        not padded after its <eos> costs greedy decoding's padding part, not its stopping
+        part; returning the first hypothesis to end costs beam search's finished-hypotheses
+        part, not its penalty part."""
+        try:
+            return super().judge(case, got, want)
+        except CheckFailure as failure:
+            other = self._other_part_mistake(case, got, want)
+            if other is None:
+                raise failure from None
+            return [f"the part {self.part_of(case)!r} was judged apart from the mistake that the part "
+                    f"{other!r} charges"]
+
+    def _other_part_mistake(self, case, got, want) -> str | None:
+        """The name of another part one of whose mistakes ``got`` equals exactly, or ``None``."""
+        raise NotImplementedError
+
     def raised_hint(self, case, got):
         raised = got.raised
         if raised is None or case.expect_error:
@@ -289,19 +308,6 @@ class GreedyDecode(_DecodingExercise):
                  dict(stop="never")),
             ],
         }
-
-    def judge(self, case, got, want):
-        """Each part on its own: a case of one part also accepts the answer that is
-        right but for one mistake another part charges (a sentence not padded after
-        its <eos> costs the padding part, not the stopping part)."""
-        try:
-            return super().judge(case, got, want)
-        except CheckFailure as failure:
-            other = self._other_part_mistake(case, got, want)
-            if other is None:
-                raise failure from None
-            return [f"the part {self.part_of(case)!r} was judged apart from the mistake that the part "
-                    f"{other!r} charges"]
 
     def _other_part_mistake(self, case, got, want) -> str | None:
         """The name of another part one of whose mistakes ``got`` equals exactly
@@ -561,19 +567,6 @@ class BeamSearch(_DecodingExercise):
         about finished hypotheses."""
         _, _, penalty, finished = self.parts
         return {penalty: _PENALTY_MISTAKES, finished: ("first_finished", "no_finished")}
-
-    def judge(self, case, got, want):
-        """Each part on its own: a case of one part also accepts the hypothesis that
-        is right but for one mistake another part charges (returning the first
-        hypothesis to end costs the finished-hypotheses part, not the penalty part)."""
-        try:
-            return super().judge(case, got, want)
-        except CheckFailure as failure:
-            other = self._other_part_mistake(case, got, want)
-            if other is None:
-                raise failure from None
-            return [f"the part {self.part_of(case)!r} was judged apart from the mistake that the part "
-                    f"{other!r} charges"]
 
     def _other_part_mistake(self, case, got, want) -> str | None:
         """The name of another part one of whose mistakes ``got`` equals exactly, or ``None``."""
