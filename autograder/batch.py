@@ -26,55 +26,37 @@ student's rows of ``scores.csv`` (a folder that cannot be graded is ``invalid`` 
 ``grades.csv``), never into the batch:
 what one submission holds can only change its own rows.
 
-Student ids (:func:`student_ids`). A student is a folder name as *bytes* on disk,
-and every file of the batch is keyed by one id derived from them: the journal entry,
-the feedback path, the gradebook's student and the CSV rows. The id is the name
-itself when it is plain text: valid UTF-8, no control or bidi character, no space at
-either end, at most :data:`MAX_ID_CHARS` characters (nbgrader's gradebook holds 128),
-not ending like a hashed id, and not a variant of a classmate's name (the same text
-after Unicode NFC normalisation). Otherwise the id is a readable form (undecodable
-bytes read as Latin-1, controls escaped, cut to fit) followed by ``~`` and the
-first 12 hex digits of the SHA-256 of the raw name: ``caf\\xe9`` (Latin-1) beside
-``café`` (UTF-8) is graded as ``café~<hash>`` and the UTF-8 ``café`` keeps its
-name. The id depends only on the folder's own bytes (and, for a normalisation
-variant, on the canonical name being there too), so it is stable across runs; two
-folders never share one.
+What a class handed in (folders, student ids, notebooks) is read by
+:mod:`autograder.submissions`; the journal is :mod:`autograder.journal`.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
-import hashlib
-import json
 import multiprocessing
 import os
-import re
-import secrets
 import shutil
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from .book import BOOK, source_notebook
 from .grading import MAX_NOTEBOOK_BYTES
-from .release import BOOK, chapter_ids, source_notebook
+from .journal import (Graded, grader_fingerprint, journal_seed, read_journal, read_journal_entry, record_submitted,
+                      submission_seed, write_atomic, write_journal)
+from .submissions import Submission, file_sha256, find_submissions, problem_text
 from .text import csv_cell, csv_text, score_text
 
 __all__ = [
     "SCORE_COLUMNS",
     "GRADE_COLUMNS",
-    "Submission",
-    "Graded",
     "BatchReport",
     "GradebookTarget",
-    "find_submissions",
-    "student_ids",
-    "student_folders",
     "grade_class",
     "submission_status",
     "with_hand_grades",
 ]
 
-JOURNAL_VERSION = 2  # 2: scores carry their parts and notes
 # score: nbgrader's Grade.score (a grader's manual score if given, else the checks'
 # auto_score, plus extra credit); comment: the grader's comment on the exercise.
 SCORE_COLUMNS = ["student_id", "assignment", "exercise", "grade_id", "score", "max_score", "status", "reason",
@@ -83,46 +65,8 @@ SCORE_COLUMNS = ["student_id", "assignment", "exercise", "grade_id", "score", "m
 # raw_score: before the penalty; late_seconds: past the due date (0: on time or no due date).
 GRADE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "raw_score", "late_seconds",
                  "penalty"]
-# The longest student id (characters): nbgrader's gradebook holds 128; the journal and the
-# feedback folders are named by it too.
-MAX_ID_CHARS = 100
 # Every submitted file is read through grading.read_untrusted with one bound,
 # grading.MAX_NOTEBOOK_BYTES (20 MB): the digest, the grading and the feedback page.
-
-
-@dataclass(frozen=True)
-class Submission:
-    """One student's notebook for one chapter (``path`` is ``None``: not submitted).
-
-    Attributes:
-        student: the student id (:func:`student_ids`).
-        chapter: the chapter (assignment) id.
-        path: the notebook to grade, ``None`` when there is none.
-        timestamp: the text of ``timestamp.txt`` (bounded, made safe), if any.
-        problem: why the folder cannot be graded (two notebooks, an unreadable
-            folder): every exercise scores 0 with this reason, nothing is run.
-        notes: what went wrong reading the folder that does not stop grading
-            (an unreadable timestamp); added to the rows' reasons.
-    """
-
-    student: str
-    chapter: str
-    path: Path | None
-    timestamp: str | None = None
-    problem: str = ""
-    notes: tuple[str, ...] = ()
-
-
-@dataclass
-class Graded:
-    """The journaled result of one submission: one dict per graded cell
-    (the fields of :class:`autograder.grading.CellScore`)."""
-
-    submission: Submission
-    scores: list[dict]
-    key: dict = field(default_factory=dict)
-    reused: bool = False
-    problems: list[str] = field(default_factory=list)  # a step of this run that failed for it (journal, …)
 
 
 @dataclass(frozen=True)
@@ -167,347 +111,7 @@ class BatchReport:
 # --------------------------------------------------------------------------- discovery
 
 
-def _is_visible(path: Path) -> bool:
-    return not path.name.startswith((".", "_"))
-
-
-def _is_dir(path: Path) -> bool:
-    """``path.is_dir()``, ``False`` for a name the system refuses (too long, …)."""
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):
-        return False
-
-
-def _problem_text(exc: BaseException) -> str:
-    """An exception as one safe line of a reason: class and (cut) message."""
-    from .grading import _one_line
-
-    return _one_line(f"{type(exc).__name__}: {exc}", 160)
-
-
-def _timestamp(folder: Path) -> str | None:
-    """The text of ``folder/timestamp.txt`` (written by ``nbgrader submit``, so the
-    student's): at most 4 kB read, the first 64 characters kept, made safe."""
-    from .grading import NotebookError, read_untrusted, safe_text
-
-    stamp = folder / "timestamp.txt"  # written by `nbgrader collect`
-    try:
-        text = read_untrusted(stamp, 4096).decode("utf-8", errors="replace").strip()
-    except NotebookError:
-        return None
-    return safe_text(text[:64]) or None
-
-
-def _names(paths: list[Path], limit: int = 5) -> str:
-    from .grading import safe_text
-
-    shown = [safe_text(display_name(p.name))[:60] for p in paths[:limit]]
-    return ", ".join(shown) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
-
-
-def _locate_notebook(folder: Path, chapter: str) -> tuple[Path | None, str]:
-    """``(notebook, problem)`` of a chapter folder: ``folder/<chapter>.ipynb``, or the
-    folder's only notebook if it was renamed; else ``None`` and what was found
-    instead ("2 notebooks (a.ipynb, b.ipynb), none named …", "no notebook").
-
-    What is returned may still be a link, a pipe or a device: it is read later
-    only through :func:`autograder.grading.read_untrusted`, which refuses those.
-    A folder that is itself a link is returned as it is, for the same refusal
-    (its notebook would be someone else's).
-    """
-    if folder.is_symlink():
-        return folder, ""
-    exact = folder / f"{chapter}.ipynb"
-    if exact.is_file() or exact.is_symlink():
-        return exact, ""
-    found = sorted(p for p in folder.glob("*.ipynb") if _is_visible(p))
-    if len(found) == 1:
-        return found[0], ""
-    if not found:
-        return None, f"the folder {chapter}/ holds no notebook: expected {chapter}.ipynb"
-    return None, (f"the folder {chapter}/ holds {len(found)} notebooks ({_names(found)}) and none is named "
-                  f"{chapter}.ipynb: which one to grade is not known (keep one, or name it {chapter}.ipynb)")
-
-
-def _chapter_notebook(folder: Path, chapter: str) -> Path | None:
-    """``folder/<chapter>.ipynb``, or the folder's only notebook if it was renamed
-    (:func:`_locate_notebook`)."""
-    return _locate_notebook(folder, chapter)[0]
-
-
-def display_name(name: str) -> str:
-    """A folder name as readable text: undecodable bytes (a Latin-1 name from an
-    LMS export, seen by Python as surrogate escapes) are read as Latin-1. Not an
-    id: two folders may share a display name (:func:`student_ids`)."""
-    raw = os.fsencode(name)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
-
-
-def _readable(raw: bytes) -> str:
-    """The bytes of a name as safe text: UTF-8 where it decodes, every other byte
-    read as Latin-1, control and bidi characters escaped (``grading.safe_text``)."""
-    from .grading import safe_text
-
-    text = raw.decode("utf-8", "surrogateescape")
-    text = "".join(chr(ord(c) - 0xDC00) if "\udc80" <= c <= "\udcff" else c for c in text)
-    return safe_text(text)
-
-
-_HASHED = re.compile(r"~[0-9a-f]{12}$")
-
-
-def _hashed_id(raw: bytes) -> str:
-    """``<readable form, cut>~<12 hex digits of sha256(raw)>``: at most
-    :data:`MAX_ID_CHARS` characters and 200 bytes of UTF-8 (a file name holds 255)."""
-    readable = _readable(raw)[: MAX_ID_CHARS - 13]
-    while len(readable.encode("utf-8")) > 186:
-        readable = readable[:-1]
-    return f"{readable}~{hashlib.sha256(raw).hexdigest()[:12]}"
-
-
-def student_ids(names: list[bytes]) -> dict[bytes, str]:
-    """The student id of each folder name, given as bytes (``os.fsencode``).
-
-    The rule (the module docstring): a plain UTF-8 name is its own id unless it is
-    a normalisation variant of a classmate's; any other name, and every variant,
-    gets ``<readable>~<hash>`` (:func:`_hashed_id`). Ids never coincide.
-
-    Args:
-        names: the folder names (or flat files' stems) of one class, as bytes.
-
-    Returns:
-        ``name -> id`` for every name.
-    """
-    import unicodedata
-
-    readable = {raw: _readable(raw) for raw in names}
-
-    def plain(raw: bytes) -> bool:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return False
-        return (readable[raw] == text and text == text.strip() and 0 < len(text) <= MAX_ID_CHARS
-                and not _HASHED.search(text))
-
-    def key(raw: bytes) -> str:
-        return unicodedata.normalize("NFC", readable[raw]).strip()
-
-    groups: dict[str, list[bytes]] = {}
-    for raw in names:
-        groups.setdefault(key(raw), []).append(raw)
-    ids = {}
-    for raw in names:
-        canonical = plain(raw) and readable[raw] == key(raw)
-        ids[raw] = readable[raw] if plain(raw) and (canonical or len(groups[key(raw)]) == 1) else _hashed_id(raw)
-    if len(set(ids.values())) != len(ids):  # pragma: no cover - only a 48-bit hash collision gets here
-        raise ValueError("two student folders map to one id: " + ", ".join(sorted(map(repr, names))))
-    return ids
-
-
-def student_folders(submitted: Path) -> dict[str, Path]:
-    """``id -> folder`` of every visible student folder under ``submitted``
-    (nbgrader's ``<student>/<chapter>/`` layout), sorted by id."""
-    folders = []
-    for p in Path(submitted).iterdir():
-        try:
-            if _is_visible(p) and p.is_dir():
-                folders.append(p)
-        except (OSError, ValueError):
-            continue
-    ids = student_ids([os.fsencode(p.name) for p in folders])
-    return dict(sorted((ids[os.fsencode(p.name)], p) for p in folders))
-
-
-def _read_folder(student: str, root: Path, chapter: str) -> Submission:
-    """One student's submission of one chapter, from their folder ``root``."""
-    if root.is_symlink():
-        return Submission(student, chapter, root, None)  # refused when read: never someone else's work
-    folder = root / chapter
-    if not _is_dir(folder):
-        return Submission(student, chapter, None)
-    path, problem = _locate_notebook(folder, chapter)
-    stamp, notes = None, ()
-    if not folder.is_symlink():
-        try:
-            stamp = _timestamp(folder)
-        except Exception as exc:  # noqa: BLE001 - the student's folder: never the batch's failure
-            notes = (f"timestamp.txt could not be read ({_problem_text(exc)}): treated as on time",)
-    return Submission(student, chapter, path, stamp, problem, notes)
-
-
-def find_submissions(
-    submitted: Path,
-    chapters: list[str] | None = None,
-    flat: str | None = None,
-    book: Path = BOOK,
-) -> tuple[list[str], list[Submission]]:
-    """The chapters to grade and one :class:`Submission` per student × chapter.
-
-    Args:
-        submitted: nbgrader's submitted folder (``<student>/<chapter>/<chapter>.ipynb``)
-            or, with ``flat``, a folder of ``<student>.ipynb`` files.
-        chapters: chapter ids to grade; default: every chapter with a source
-            notebook that at least one student submitted.
-        flat: the chapter id of a flat folder.
-        book: the folder of the source notebooks.
-
-    Returns:
-        ``(chapters, submissions)`` sorted by student id (:func:`student_ids`), then
-        chapter. A student who did not submit a chapter appears with ``path=None``;
-        a folder that cannot be read or graded with a ``problem``.
-    """
-    submitted = Path(submitted)
-    if not submitted.is_dir():
-        raise ValueError(f"{submitted} is not a folder of submissions")
-    known = chapter_ids(book)
-    if flat is not None:
-        if flat not in known:
-            raise ValueError(f"--flat {flat!r}: no source notebook book/{flat}/{flat}.ipynb")
-        files = [p for p in sorted(submitted.glob("*.ipynb")) if _is_visible(p)]
-        ids = student_ids([os.fsencode(p.stem) for p in files])
-        subs = sorted((Submission(ids[os.fsencode(p.stem)], flat, p) for p in files), key=lambda s: s.student)
-        return [flat], subs
-    folders = student_folders(submitted)
-    if chapters:
-        unknown = [c for c in chapters if c not in known]
-        if unknown:
-            raise ValueError(f"no source notebook for chapter(s) {', '.join(unknown)}; known: {', '.join(known)}")
-        wanted = list(chapters)
-    else:
-        wanted = [c for c in known if any(_is_dir(folder / c) for folder in folders.values())]
-    subs = []
-    for student, root in folders.items():
-        for chapter in wanted:
-            try:
-                subs.append(_read_folder(student, root, chapter))
-            except Exception as exc:  # noqa: BLE001 - one folder never stops the batch
-                subs.append(Submission(student, chapter, None,
-                                       problem=f"the folder could not be read ({_problem_text(exc)})"))
-    return wanted, subs
-
-
 # --------------------------------------------------------------------------- journal
-
-
-def _sha256(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    from .grading import NotebookError, read_untrusted
-
-    try:
-        return hashlib.sha256(read_untrusted(Path(path), MAX_NOTEBOOK_BYTES)).hexdigest()
-    except NotebookError as exc:
-        return f"unreadable: {exc}"
-
-
-def grader_fingerprint() -> str:
-    """SHA-256 of the code that decides a grade: the checks, the grading pipeline and
-    the reference package. A journal entry made by other code is not reused."""
-    here = Path(__file__).resolve().parent
-    files = sorted((here / "checks").glob("*.py")) + [here / n for n in ("grading.py", "runner.py", "sandbox.py")]
-    files += sorted((here.parent / "solutions").rglob("*.py"))
-    h = hashlib.sha256()
-    for path in files:
-        if path.is_file():
-            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def submission_seed(base_seed: int, student: str, chapter: str, content: str = "") -> int:
-    """The hidden checks' seed of one submission: fresh per class run (``base_seed``),
-    different for every student and chapter, and for every version of the
-    submission (``content``: its digest) — an unchanged submission regrades
-    identically, a changed one meets fresh hidden inputs, so inputs that leaked
-    once (through an error message, say) are worth nothing in a resubmission."""
-    digest = hashlib.sha256(f"{base_seed}:{student}:{chapter}:{content}".encode()).hexdigest()
-    return int(digest[:8], 16)
-
-
-def _journal_path(out: Path, sub: Submission) -> Path:
-    return out / ".journal" / sub.student / f"{sub.chapter}.json"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _read_journal(out: Path, sub: Submission, key: dict) -> list[dict] | None:
-    path = _journal_path(out, sub)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if data.get("version") != JOURNAL_VERSION or data.get("key") != key:
-        return None
-    return data.get("scores")
-
-
-def _read_journal_entry(out: Path, sub: Submission) -> tuple[list[dict], dict] | None:
-    """A journal entry whatever its key (the last grade of a student not graded now)."""
-    try:
-        data = json.loads(_journal_path(out, sub).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("version") != JOURNAL_VERSION or not isinstance(data.get("scores"), list):
-        return None
-    return data["scores"], data.get("key") or {}
-
-
-def _write_journal(out: Path, graded: Graded) -> None:
-    sub = graded.submission
-    data = {
-        "version": JOURNAL_VERSION,
-        "student": sub.student,
-        "chapter": sub.chapter,
-        "key": graded.key,
-        "scores": graded.scores,
-    }
-    _write_atomic(_journal_path(out, sub), json.dumps(data, indent=1, sort_keys=True) + "\n")
-
-
-def _base_seed(out: Path, seed: int | None) -> int:
-    """``seed`` if given, else the one this OUT folder used before, else a fresh one."""
-    # A dot name: student folders never start with a dot (hidden ones are skipped),
-    # so no student (not even one called "seed.json") shares this path.
-    path = out / ".journal" / ".seed.json"
-    if seed is None:
-        try:
-            return int(json.loads(path.read_text(encoding="utf-8"))["seed"])
-        except (OSError, ValueError, KeyError, TypeError):
-            seed = secrets.randbits(31)
-    _write_atomic(path, json.dumps({"seed": int(seed)}) + "\n")
-    return int(seed)
-
-
-SUBMITTED_RECORD = ".submitted.json"
-
-
-def _record_submitted(out: Path, submitted: Path) -> None:
-    """Note in ``OUT/.journal`` which folder was graded, so that ``report OUT`` can
-    read a notebook of the wrong chapter there without being told (``--submitted``)."""
-    _write_atomic(out / ".journal" / SUBMITTED_RECORD,
-                  json.dumps({"submitted": str(Path(submitted).resolve())}) + "\n")
-
-
-def recorded_submitted(out: Path) -> Path | None:
-    """The folder the last ``grade`` into ``out`` read, if it is still a folder."""
-    try:
-        data = json.loads((Path(out) / ".journal" / SUBMITTED_RECORD).read_text(encoding="utf-8"))
-        folder = Path(data["submitted"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return folder if folder.is_dir() else None
 
 
 # --------------------------------------------------------------------------- grading
@@ -523,7 +127,7 @@ def _default_grade_fn() -> GradeFn:
     return grade_submission
 
 
-def _as_dicts(scores) -> list[dict]:
+def as_dicts(scores) -> list[dict]:
     rows = []
     for s in scores:
         d = asdict(s) if not isinstance(s, dict) else dict(s)
@@ -553,7 +157,7 @@ def _grade_task(task: tuple) -> list[dict]:
     """Worker entry: grade one submission; never raises for the submission's sake."""
     source, path, chapter, timeout, seed, sandbox, budget, limit_options = task
     fn = _worker_grade_fn or _default_grade_fn()
-    return _as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
+    return as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
                         timeout=timeout, hidden=True, seed=seed, sandbox=sandbox, **_budget_kw(budget),
                         **limit_options))
 
@@ -587,7 +191,7 @@ def _init_worker(grade_fn: GradeFn | None, threads: int) -> None:
         pass
 
 
-def _failed_rows(source: Path, reason: str, status: str = "error") -> list[dict]:
+def failed_rows(source: Path, reason: str, status: str = "error") -> list[dict]:
     """Every test cell of ``source`` at 0 with ``reason`` (the grader itself failed
     on a submission: ``error``; nothing in the folder could be graded: ``invalid``)."""
     import nbformat
@@ -684,10 +288,10 @@ def grade_class(
         unknown = sorted(set(students) - {s.student for s in subs})
         if unknown:
             raise ValueError(f"no submission of student(s) {', '.join(unknown)} under {submitted}")
-    base_seed = _base_seed(out, seed)
-    _record_submitted(out, submitted)
+    base_seed = journal_seed(out, seed)
+    record_submitted(out, submitted)
     sources = {c: source_notebook(c, book) for c in wanted}
-    source_hash = {c: _sha256(p) for c, p in sources.items()}
+    source_hash = {c: file_sha256(p) for c, p in sources.items()}
     fingerprint = grader_fingerprint() if grade_fn is None else "custom"
 
     results: dict[Submission, Graded] = {}
@@ -695,20 +299,20 @@ def grade_class(
     for sub in subs:
         if students is not None and sub.student not in students:
             try:
-                kept = _read_journal_entry(out, sub)
+                kept = read_journal_entry(out, sub)
             except Exception:  # noqa: BLE001 - an odd entry is only a missing one
                 kept = None
             if kept is not None:  # not graded now: the last grade stays in the reports
                 results[sub] = Graded(sub, kept[0], kept[1], reused=True)
             continue
         if sub.problem:  # nothing to run: every exercise 0, with what was found instead
-            results[sub] = Graded(sub, _failed_rows(sources[sub.chapter], sub.problem, "invalid"))
+            results[sub] = Graded(sub, failed_rows(sources[sub.chapter], sub.problem, "invalid"))
             continue
         try:
-            sub_digest = _sha256(sub.path)
+            sub_digest = file_sha256(sub.path)
         except Exception as exc:  # noqa: BLE001 - reading the notebook is this student's step
-            results[sub] = Graded(sub, _failed_rows(sources[sub.chapter], "the notebook could not be read "
-                                                    f"({_problem_text(exc)})", "invalid"))
+            results[sub] = Graded(sub, failed_rows(sources[sub.chapter], "the notebook could not be read "
+                                                    f"({problem_text(exc)})", "invalid"))
             continue
         sub_seed = submission_seed(base_seed, sub.student, sub.chapter, str(sub_digest))
         key = {
@@ -722,7 +326,7 @@ def grade_class(
             **limit_options,
         }
         try:
-            cached = None if force else _read_journal(out, sub, key)
+            cached = None if force else read_journal(out, sub, key)
         except Exception:  # noqa: BLE001 - an entry that cannot be read is graded again
             cached = None
         if cached is not None:
@@ -735,9 +339,9 @@ def grade_class(
     def finish(sub: Submission, key: dict, rows: list[dict]) -> None:
         graded = Graded(sub, rows, key)
         try:
-            _write_journal(out, graded)
+            write_journal(out, graded)
         except Exception as exc:  # noqa: BLE001 - graded all the same; a rerun grades it again
-            graded.problems.append(f"the journal entry could not be written ({_problem_text(exc)}): "
+            graded.problems.append(f"the journal entry could not be written ({problem_text(exc)}): "
                                    "graded again on the next run")
         results[sub] = graded
         if on_graded is not None:
@@ -750,10 +354,10 @@ def grade_class(
             for sub, key, task in todo:
                 source, path, chapter, t, s, sb, bud, lim = task
                 try:
-                    rows = _as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
+                    rows = as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
                                         timeout=t, hidden=True, seed=s, sandbox=sb, **_budget_kw(bud), **lim))
                 except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
-                    rows = _failed_rows(sources[sub.chapter], f"the grader failed: {_problem_text(exc)}")
+                    rows = failed_rows(sources[sub.chapter], f"the grader failed: {problem_text(exc)}")
                 finish(sub, key, rows)
                 bar.update(1)
         else:
@@ -775,7 +379,7 @@ def grade_class(
                         try:
                             rows = future.result()
                         except Exception as exc:  # noqa: BLE001
-                            rows = _failed_rows(sources[sub.chapter], f"the grader failed: {_problem_text(exc)}")
+                            rows = failed_rows(sources[sub.chapter], f"the grader failed: {problem_text(exc)}")
                         finish(sub, key, rows)
                         bar.update(1)
             except BaseException:
@@ -824,7 +428,7 @@ _cell = csv_cell
 
 def _write_csv(path: Path, columns: list[str], rows: list[list]) -> None:
     """Every field quoted and guarded against formulas (:func:`autograder.text.csv_text`)."""
-    _write_atomic(path, csv_text(columns, rows))
+    write_atomic(path, csv_text(columns, rows))
 
 
 def _optional(x) -> str:
@@ -889,7 +493,7 @@ def _write_feedback(page: Path, g: Graded, rows: list[dict], held) -> None:
                            submission_status(g), late_seconds=held.late_seconds if held is not None else 0.0,
                            penalty=held.penalty if held is not None else 0.0)
     if not page.is_file() or page.read_text(encoding="utf-8") != html:
-        _write_atomic(page, html)
+        write_atomic(page, html)
 
 
 def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
@@ -912,8 +516,8 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
         try:
             shown[i] = _with_problems(with_hand_grades(g, held), _problems(g, held))
         except Exception as exc:  # noqa: BLE001 - a journal entry of another version, say
-            shown[i] = _with_problems(_failed_rows(sources[sub.chapter], "the results could not be read "
-                                                   f"({_problem_text(exc)})"), _problems(g, None))
+            shown[i] = _with_problems(failed_rows(sources[sub.chapter], "the results could not be read "
+                                                   f"({problem_text(exc)})"), _problems(g, None))
             for row in shown[i]:
                 row.update(parts=[], notes=[], auto_score=0.0, manual_score=None, extra_credit=None, comment="")
 
@@ -928,7 +532,7 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
                 continue
             _write_feedback(page, g, shown[i], recorded.get((sub.student, sub.chapter)))
         except Exception as exc:  # noqa: BLE001 - this student's page only
-            shown[i] = _with_problems(shown[i], [f"the feedback page could not be written ({_problem_text(exc)})"])
+            shown[i] = _with_problems(shown[i], [f"the feedback page could not be written ({problem_text(exc)})"])
 
     score_rows, grade_rows = [], []
     for i, g in enumerate(results):
@@ -937,7 +541,7 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
             these, line = _score_rows(g, shown[i]), _grade_row(g, shown[i], held)
         except Exception as exc:  # noqa: BLE001 - one student's rows, written with the reason
             sub = g.submission
-            reason = f"the rows could not be written ({_problem_text(exc)})"
+            reason = f"the rows could not be written ({problem_text(exc)})"
             these = [[sub.student, sub.chapter, s.get("exercise", ""), s.get("grade_id", ""), "0",
                       score_text(s.get("max_score", 0) or 0), "error", reason, "", "", "0", "", "", ""]
                      for s in shown[i]]

@@ -301,7 +301,7 @@ def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: l
         "sharded": {...} or None}``.
     """
     from .checks import exercises_of
-    from .release import BOOK, chapter_ids, source_notebook
+    from .book import BOOK, chapter_ids, source_notebook
 
     jobs = jobs or default_jobs()
     tmp = Path(work) if work else Path(tempfile.mkdtemp(prefix="autograder-bench-"))

@@ -279,11 +279,11 @@ def cmd_autograde(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .batch import _as_dicts, parts_text
+    from .batch import as_dicts, parts_text
     from .text import check_table, check_verdict
     from .checks import exercises_of
     from .grading import grade_submission
-    from .release import chapter_ids, source_notebook
+    from .book import chapter_ids, source_notebook
     from .student.notebook import chapter_of, read_notebook
 
     path = Path(args.notebook)
@@ -307,7 +307,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     sandbox = _sandbox_available()
     if not sandbox:
         print("(no sandbox available: your code runs as a plain subprocess)", file=sys.stderr)
-    rows = _as_dicts(grade_submission(source, path, chapter=chapter, timeout=args.timeout, budget=args.budget,
+    rows = as_dicts(grade_submission(source, path, chapter=chapter, timeout=args.timeout, budget=args.budget,
                                       hidden=False, seed=args.seed, sandbox=sandbox, memory=args.memory,
                                       disk=args.disk, processes=args.processes))
     print(check_table(rows, [r["reason"] or "ok" for r in rows]))
@@ -329,7 +329,8 @@ def selftest(jobs: int = 1, timeout: float = 120.0, chapters: list[str] | None =
     """Grade the source notebooks (must get full marks) and the released ones (must get
     zero) through the same pipeline as ``grade``; return ``(ok, report)``."""
     from .batch import grade_class
-    from .release import BOOK, chapter_ids, release, source_notebook
+    from .book import BOOK, chapter_ids, source_notebook
+    from .release import release
 
     book = Path(book) if book else BOOK
     chapters = chapters or chapter_ids(book)
@@ -450,7 +451,7 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _book_option(parser: argparse.ArgumentParser) -> None:
-    from .release import BOOK
+    from .book import BOOK
 
     parser.add_argument("--book", default=str(BOOK),
                         help="folder of the source notebooks <chapter>/<chapter>.ipynb (default: the repo's book/)")

@@ -36,7 +36,8 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_output
 
-from .batch import BatchReport, Graded, GradebookTarget, grade_class
+from .batch import BatchReport, GradebookTarget, grade_class
+from .journal import Graded
 from .feedback import STATUS_WORDS
 from .text import score_text
 
@@ -204,7 +205,7 @@ def _sanitize(nb: nbformat.NotebookNode, resources: dict, config) -> nbformat.No
 
 def _read_submission(path: Path | None) -> nbformat.NotebookNode | None:
     from .grading import NotebookError, read_untrusted
-    from .batch import MAX_NOTEBOOK_BYTES
+    from .grading import MAX_NOTEBOOK_BYTES
 
     if path is None:
         return None
@@ -348,7 +349,7 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
             no submissions, an unknown student or a bad due date.
     """
     from .gradebook import parse_duedate
-    from .release import source_notebook
+    from .book import source_notebook
 
     if duedate is not None:
         duedate = parse_duedate(duedate)  # a bad date fails before any grading

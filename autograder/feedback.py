@@ -89,7 +89,7 @@ def student_code(path: Path | None, max_bytes: int | None = None) -> dict[str, l
     return code
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     """``2 h 5 min`` / ``12 min`` / ``40 s``: how late, in words."""
     seconds = int(round(seconds))
     days, rest = divmod(seconds, 86400)
@@ -144,7 +144,7 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
         f"<style>{CSS}</style></head><body>",
         f"<h1>{e(chapter)}</h1>",
         f"<p>Student <b>{e(student)}</b>: <b>{score_text(total)} / {score_text(max_total)}</b> points ({e(status)}).</p>",
-        *([f'<p class="late">Submitted {_duration(late_seconds)} after the due date: late penalty '
+        *([f'<p class="late">Submitted {duration_text(late_seconds)} after the due date: late penalty '
            f"{score_text(penalty)} point(s), taken off the {score_text(raw)} earned.</p>"] if late_seconds > 0 else []),
         "<table><thead><tr><th>exercise</th><th>points</th><th>status</th><th>message</th></tr></thead><tbody>",
     ]

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import nbformat
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .batch import Graded
+    from .journal import Graded
 
 __all__ = ["write_gradebook", "db_url", "Recorded", "parse_duedate", "submission_time", "DEFAULT_COURSE"]
 
@@ -221,9 +221,9 @@ def submission_time(text: str | None) -> tuple[datetime.datetime | None, str]:
 
     if not text or not text.strip():
         return None, ""
-    from .grading import _one_line
+    from .grading import one_line
 
-    shown = _one_line(repr(text[:40]), 60)
+    shown = one_line(repr(text[:40]), 60)
     note = f"timestamp.txt ({shown}) is not a date: treated as on time, as nbgrader treats a missing one"
     if len(text) > MAX_TIMESTAMP_CHARS:
         return None, note
@@ -237,9 +237,9 @@ def submission_time(text: str | None) -> tuple[datetime.datetime | None, str]:
 
 
 def _problem(step: str, exc: BaseException) -> str:
-    from .grading import _one_line
+    from .grading import one_line
 
-    return _one_line(f"{step} ({type(exc).__name__}: {exc})", 240)
+    return one_line(f"{step} ({type(exc).__name__}: {exc})", 240)
 
 
 def _record_submission(gb, graded: "Graded", problems: list[str]) -> None:

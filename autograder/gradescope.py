@@ -46,7 +46,7 @@ import traceback
 import zipfile
 from pathlib import Path
 
-from .release import BOOK
+from .book import BOOK
 
 __all__ = ["VISIBILITIES", "build_zip", "results_json", "run", "main", "SCHEMA_PATH"]
 
@@ -151,7 +151,7 @@ def build_zip(chapter: str, out: Path, *, book: Path = BOOK, seed: int | None = 
         ``out``. Raises ``ValueError`` for an unknown chapter or visibility.
     """
     from .checks import exercises_of
-    from .release import source_notebook
+    from .book import source_notebook
 
     if visibility not in VISIBILITIES:
         raise ValueError(f"visibility {visibility!r}: expected one of {', '.join(VISIBILITIES)}")
@@ -197,7 +197,7 @@ def results_json(rows: list[dict], *, chapter: str, visibility: str = "after_due
     """Gradescope's ``results.json`` for the score rows of one submission.
 
     Args:
-        rows: :func:`autograder.batch._as_dicts` of the graded cells.
+        rows: :func:`autograder.batch.as_dicts` of the graded cells.
         chapter: the chapter id (in the overall output).
         visibility: of each test (the parts' messages come from the hidden cases).
         isolation: how the student's code was kept apart (``extra_data``, for the instructor).
@@ -307,7 +307,9 @@ def run(root: Path) -> dict:
     ``results.json`` (score 0, the failure named) and prints the traceback to stdout,
     which only the instructor sees.
     """
-    from .batch import _as_dicts, _failed_rows, _sha256, submission_seed
+    from .batch import as_dicts, failed_rows
+    from .journal import submission_seed
+    from .submissions import file_sha256
     from .grading import grade_submission
     from .isolation import choose_isolation
 
@@ -322,13 +324,13 @@ def run(root: Path) -> dict:
     try:
         isolation = choose_isolation()
         print(f"isolation: {isolation}")
-        digest = _sha256(path) if path is not None else None
+        digest = file_sha256(path) if path is not None else None
         seed = submission_seed(int(config["seed"]), _student_id(root), chapter, str(digest))
-        rows = _as_dicts(grade_submission(source, path, chapter=chapter, timeout=float(config.get("timeout", 120)),
+        rows = as_dicts(grade_submission(source, path, chapter=chapter, timeout=float(config.get("timeout", 120)),
                                           hidden=True, seed=seed, sandbox=True))
     except Exception as exc:  # noqa: BLE001 - the student still gets a results.json
         traceback.print_exc(file=sys.stdout)
-        rows = _failed_rows(source, f"the grader failed: {type(exc).__name__}; your instructor can see why")
+        rows = failed_rows(source, f"the grader failed: {type(exc).__name__}; your instructor can see why")
         for r in rows:
             r.setdefault("parts", [])
             r.setdefault("notes", [])

@@ -237,7 +237,7 @@ class _Graded:
             score=self.points if passed else 0.0,
             max_score=self.points,
             status=status,
-            reason=_one_line(reason),
+            reason=one_line(reason),
         )
 
     def settle_report(self, report: Report) -> None:
@@ -250,13 +250,13 @@ class _Graded:
             score=score,
             max_score=self.points,
             status=status,
-            reason="" if report.passed else _one_line(report.reason()),
+            reason="" if report.passed else one_line(report.reason()),
             parts=[{"name": p.name, "points": p.points, "score": p.score,
-                    "message": _one_line(p.message) if p.message and not p.earned else "",
+                    "message": one_line(p.message) if p.message and not p.earned else "",
                     # the check's own hint, apart from text the answer wrote (report.diagnosis_key)
-                    "hint": _one_line(p.hint) if p.hint and not p.earned else ""}
+                    "hint": one_line(p.hint) if p.hint and not p.earned else ""}
                    for p in report.parts],
-            notes=[_one_line(n) for n in report.notes] + [_one_line("advice (no points): " + a) for a in report.advice],
+            notes=[one_line(n) for n in report.notes] + [one_line("advice (no points): " + a) for a in report.advice],
         )
 
 
@@ -297,7 +297,7 @@ def safe_text(text: str) -> str:
     return str(text).translate(_UNSAFE_CHARS)
 
 
-def _one_line(text: str, limit: int = 400) -> str:
+def one_line(text: str, limit: int = 400) -> str:
     line = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
     line = safe_text(line)
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -849,9 +849,9 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
         else:
             g.result = first
         return
-    second.notes.insert(0, _one_line(dependency_note(g.name, sorted(_names_in(g.source)), failing)))
+    second.notes.insert(0, one_line(dependency_note(g.name, sorted(_names_in(g.source)), failing)))
     if second.status != "passed":
-        second.reason = _one_line(f"{second.notes[0]}. {second.reason}")
+        second.reason = one_line(f"{second.notes[0]}. {second.reason}")
 
 
 class SourceTooLarge(ValueError):
@@ -873,7 +873,7 @@ def parse_untrusted(source: str, filename: str = "<submission>") -> ast.Module:
         SourceTooLarge: the source is over the bound (refused unparsed).
         SyntaxError, ValueError, RecursionError, MemoryError: as :func:`ast.parse`.
     """
-    from .sandbox import _parse
+    from .sandbox import parse_source
 
     # A str holds at most 4 bytes per character: count cheaply first, encode only near the bound.
     if len(source) > MAX_PARSED_SOURCE or (
@@ -881,7 +881,7 @@ def parse_untrusted(source: str, filename: str = "<submission>") -> ast.Module:
             and len(source.encode("utf-8", "surrogatepass")) > MAX_PARSED_SOURCE):
         raise SourceTooLarge(f"the cell is over the {MAX_PARSED_SOURCE // 2**10} kB the grader parses outside "
                              "the sandbox")
-    return _parse(source, filename)
+    return parse_source(source, filename)
 
 
 def _syntax_error(source: str | None) -> str:
@@ -901,7 +901,7 @@ def _syntax_error(source: str | None) -> str:
 def _top_level_names(source: str | None) -> set[str] | None:
     """Names a cell binds at its top level (trusted parse of untrusted text);
     ``None`` when the cell is over :data:`MAX_PARSED_SOURCE` (not parsed here)."""
-    from .sandbox import _defined_names
+    from .sandbox import defined_names
 
     try:
         tree = parse_untrusted(source or "", "<submission>")
@@ -909,7 +909,7 @@ def _top_level_names(source: str | None) -> set[str] | None:
         return None
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return set()
-    names = _defined_names(tree)
+    names = defined_names(tree)
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)

@@ -49,7 +49,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .feedback import STATUS_WORDS, _duration
+from .feedback import STATUS_WORDS, duration_text
 from .text import csv_cell, csv_text, csv_uncell
 
 __all__ = [
@@ -624,7 +624,7 @@ def chapter_summary(chapter: str, rows: list[Row], grades: dict[tuple[str, str],
         adjusted[s] = [f"{r.exercise}: {r.score:g}/{r.max_score:g} by hand (the checks gave {r.auto_score:g})"
                        for r in by_student[s] if r.auto_score is not None and abs(r.score - r.auto_score) > 1e-9]
         if line[s] and line[s].late_seconds > 0:
-            adjusted[s].append(f"{_duration(line[s].late_seconds)} late: {penalty:g} point(s) off")
+            adjusted[s].append(f"{duration_text(line[s].late_seconds)} late: {penalty:g} point(s) off")
         status[s] = line[s].status if line[s] else ""
         if s in wrong:
             missed[s] = [WRONG_CHAPTER.format(real=wrong[s])]
@@ -657,10 +657,10 @@ def chapter_summary(chapter: str, rows: list[Row], grades: dict[tuple[str, str],
 
 def _students_of(submitted: Path) -> tuple[dict[str, Path], dict[str, Path]]:
     """``(id -> student folder, id -> flat notebook)`` under ``submitted``, the ids
-    as ``grade`` gave them (:func:`autograder.batch.student_ids`)."""
-    from .batch import _is_visible, student_folders, student_ids
+    as ``grade`` gave them (:func:`autograder.submissions.student_ids`)."""
+    from .submissions import is_visible, student_folders, student_ids
 
-    files = [p for p in sorted(submitted.glob("*.ipynb")) if _is_visible(p) and p.is_file()]
+    files = [p for p in sorted(submitted.glob("*.ipynb")) if is_visible(p) and p.is_file()]
     ids = student_ids([os.fsencode(p.stem) for p in files])
     return student_folders(submitted), {ids[os.fsencode(p.stem)]: p for p in files}
 
@@ -670,12 +670,12 @@ def _student_notebook(students: tuple[dict[str, Path], dict[str, Path]], student
     """The notebook ``grade`` read for ``student`` × ``chapter``: in the folder whose
     id is ``student``, ``<chapter>/`` (its ``<chapter>.ipynb`` or only notebook),
     else the flat folder's file whose id is ``student`` (:func:`_students_of`)."""
-    from .batch import _chapter_notebook, _is_dir
+    from .submissions import chapter_notebook, is_dir
 
     folders, flat = students
     folder = folders.get(student)
     if folder is not None:
-        return _chapter_notebook(folder / chapter, chapter) if _is_dir(folder / chapter) else None
+        return chapter_notebook(folder / chapter, chapter) if is_dir(folder / chapter) else None
     return flat.get(student)
 
 
@@ -693,7 +693,7 @@ def wrong_chapters(out: Path, rows: list[Row], submitted: Path) -> dict[tuple[st
     Returns:
         ``(student, chapter) -> real chapter`` for the notebooks of another chapter.
     """
-    from .batch import _sha256
+    from .submissions import file_sha256
 
     by_key: dict[tuple[str, str], list[Row]] = defaultdict(list)
     for r in rows:
@@ -709,7 +709,7 @@ def wrong_chapters(out: Path, rows: list[Row], submitted: Path) -> dict[tuple[st
             continue
         entry = _journal_entry(out, student, chapter) or {}
         graded_digest = entry.get("key", {}).get("submission_sha256") if isinstance(entry.get("key"), dict) else None
-        if graded_digest is not None and _sha256(path) != graded_digest:
+        if graded_digest is not None and file_sha256(path) != graded_digest:
             continue  # changed since it was graded: what it is now says nothing about the grade
         real = detect_chapter(path)
         if real and real != chapter:
@@ -1051,14 +1051,14 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
     Raises:
         ReportError: ``out`` is not a grade output (the message says what was expected).
     """
-    from .batch import _write_atomic
+    from .journal import write_atomic
 
     out = Path(out)
     rows, grades = load_rows(out)
     if not rows:
         raise ReportError(f"{out / 'scores.csv'} has no rows: grade a class first")
     if submitted is None:
-        from .batch import recorded_submitted
+        from .journal import recorded_submitted
 
         submitted = course_submissions(out) or recorded_submitted(out)
     elif not Path(submitted).is_dir():
@@ -1078,10 +1078,10 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
                                   {s: real for (s, c), real in wrong.items() if c == chapter})
         summaries.append(summary)
         page, table = dest / f"{chapter}.html", dest / f"{chapter}.csv"
-        _write_atomic(page, render_html(summary, f"scores.csv{journal}"))
-        _write_atomic(table, render_csv(summary))
+        write_atomic(page, render_html(summary, f"scores.csv{journal}"))
+        write_atomic(table, render_csv(summary))
         written += [page, table]
     index = dest / "index.html"
-    _write_atomic(index, _index_html(summaries))
+    write_atomic(index, _index_html(summaries))
     written.append(index)
     return written

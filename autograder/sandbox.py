@@ -248,7 +248,7 @@ class RunOutcome:
 # --------------------------------------------------------------------------- the library
 
 
-def _module_names(root: Path, package: str) -> dict[str, Path]:
+def module_names(root: Path, package: str) -> dict[str, Path]:
     """Dotted module name -> file, for every ``.py`` file of the package at ``root``."""
     modules = {}
     for path in sorted(root.rglob("*.py")):
@@ -262,7 +262,7 @@ def _module_names(root: Path, package: str) -> dict[str, Path]:
     return modules
 
 
-def _defined_names(tree: ast.Module) -> set[str]:
+def defined_names(tree: ast.Module) -> set[str]:
     """Top-level names a module defines (functions, classes, assignments)."""
     names: set[str] = set()
     for node in tree.body:
@@ -277,7 +277,7 @@ def _defined_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _imported_modules(tree: ast.Module, module: str, is_package: bool, package: str) -> set[str]:
+def imported_modules(tree: ast.Module, module: str, is_package: bool, package: str) -> set[str]:
     """Every module of ``package`` that ``module`` imports, anywhere in its code
     (module level or inside functions): ``from .x import y``, ``from . import x``,
     ``import package.x``, ``from package.x import y``, ``from package import x``."""
@@ -308,7 +308,7 @@ def _imported_modules(tree: ast.Module, module: str, is_package: bool, package: 
 _AST_LOCK = threading.Lock()
 
 
-def _parse(source: str, filename: str) -> ast.Module:
+def parse_source(source: str, filename: str) -> ast.Module:
     with _AST_LOCK:
         return ast.parse(source, filename)
 
@@ -347,17 +347,17 @@ def graded_modules(graded_names: set[str], root: Path = SOLUTIONS_DIR, package: 
     Returns:
         Dotted names of the modules to leave out (``{"solutions.attention", ...}``).
     """
-    modules = _module_names(root, package)
-    trees = {name: _parse(path.read_text(encoding="utf-8"), str(path)) for name, path in modules.items()}
+    modules = module_names(root, package)
+    trees = {name: parse_source(path.read_text(encoding="utf-8"), str(path)) for name, path in modules.items()}
     withheld = withheld_names(set(graded_names))
     figures = f"{package}.{FIGURES_SUBPACKAGE}"
     stripped = {  # the figures hold no answer and import no reference module (tested): never by name
         name for name, tree in trees.items()
         if name != package and not (name == figures or name.startswith(figures + "."))
-        and _defined_names(tree) & withheld
+        and defined_names(tree) & withheld
     }
     imports = {
-        name: _imported_modules(tree, name, modules[name].name == "__init__.py", package)
+        name: imported_modules(tree, name, modules[name].name == "__init__.py", package)
         for name, tree in trees.items()
     }
     changed = True
@@ -378,7 +378,7 @@ def graded_modules(graded_names: set[str], root: Path = SOLUTIONS_DIR, package: 
 
 def _generated_init(root: Path, package: str, kept: set[str], stripped: set[str]) -> str:
     """An ``__init__.py`` re-exporting the kept modules the original re-exports."""
-    tree = _parse((root / "__init__.py").read_text(encoding="utf-8"), str(root / "__init__.py"))
+    tree = parse_source((root / "__init__.py").read_text(encoding="utf-8"), str(root / "__init__.py"))
     lines = [
         f'"""Stripped copy of `{package}` for grading: generated, do not edit.',
         "",
@@ -433,7 +433,7 @@ def build_library(dest: Path, graded_names: set[str], solutions_dir: Path = SOLU
     shutil.copyfile(AUTOGRADER_DIR / "stub" / "__init__.py", dest / "autograder" / "__init__.py")
     package = "solutions"
     stripped = graded_modules(graded_names, solutions_dir, package)
-    modules = _module_names(solutions_dir, package)
+    modules = module_names(solutions_dir, package)
     kept = set(modules) - stripped
     target = dest / package
     for path in sorted(solutions_dir.rglob("*")):

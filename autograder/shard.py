@@ -37,7 +37,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .release import BOOK
+from .book import BOOK
 
 __all__ = [
     "SHARD_FILE",
@@ -165,9 +165,9 @@ def code_digests(sources: dict[str, Path], root: Path = ROOT) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    from .batch import _write_atomic
+    from .journal import write_atomic
 
-    _write_atomic(path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def grade_shard(submitted: Path, out: Path, shard: Shard, *, seed: int | None, chapters: list[str] | None = None,
@@ -186,7 +186,8 @@ def grade_shard(submitted: Path, out: Path, shard: Shard, *, seed: int | None, c
     Returns:
         The shard's :class:`autograder.batch.BatchReport` (its own students only).
     """
-    from .batch import BatchReport, find_submissions, grade_class
+    from .batch import BatchReport, grade_class
+    from .submissions import find_submissions
 
     if seed is None:
         raise ShardError("--shard needs --seed S (the same S for every shard): each shard must draw the same "
@@ -358,7 +359,7 @@ def merge_shards(shards: list[Path], out: Path, *, submitted: Path | None = None
         A :class:`autograder.batch.BatchReport` of the whole class. Raises
         :class:`ShardError` with the reason when the shards cannot be merged.
     """
-    from . import batch
+    from . import batch, journal, submissions
 
     out = Path(out).resolve()
     folders = [Path(s) for s in shards]
@@ -374,7 +375,7 @@ def merge_shards(shards: list[Path], out: Path, *, submitted: Path | None = None
     check_compatible(manifests, code_digests(sources) if check_code else None)
     count = first["shard"]["count"]
     submitted = Path(submitted) if submitted is not None else Path(first["class"]["submitted"])
-    wanted, subs = batch.find_submissions(submitted, chapters if flat is None else None, flat, book)
+    wanted, subs = submissions.find_submissions(submitted, chapters if flat is None else None, flat, book)
     if wanted != chapters:
         raise ShardError(f"cannot merge: {submitted} now has chapters {wanted}, the shards graded {chapters}")
     roster = sorted(set().union(*(m["class"]["roster"] for _, m in manifests)))
@@ -399,21 +400,21 @@ def merge_shards(shards: list[Path], out: Path, *, submitted: Path | None = None
         if entry is None:
             raise ShardError(f"cannot merge: shard {k}/{count} ({by_index[k][0]}) has no grade for "
                              f"{sub.student}/{sub.chapter}; rerun it")
-        kept = batch._read_journal_entry(folder, sub)
+        kept = journal.read_journal_entry(folder, sub)
         if kept is None or kept[1] != entry["key"]:
             raise ShardError(f"cannot merge: {folder}'s journal entry of {sub.student}/{sub.chapter} is missing or "
                              f"not the one its {SHARD_FILE} lists; rerun shard {k}/{count}")
-        digest = batch._sha256(sub.path)
+        digest = submissions.file_sha256(sub.path)
         if digest != entry["submission_sha256"]:
             raise ShardError(f"cannot merge: {sub.student}/{sub.chapter} under {submitted} changed after shard "
                              f"{k}/{count} graded it; rerun shard {k}/{count}")
-        results.append(batch.Graded(sub, kept[0], kept[1]))
+        results.append(journal.Graded(sub, kept[0], kept[1]))
     out.mkdir(parents=True, exist_ok=True)
     (out / SHARD_FILE).unlink(missing_ok=True)
     for graded in results:
-        batch._write_journal(out, graded)
-    batch._base_seed(out, first["settings"]["seed"])
-    batch._record_submitted(out, submitted)
+        journal.write_journal(out, graded)
+    journal.journal_seed(out, first["settings"]["seed"])
+    journal.record_submitted(out, submitted)
     duedate = first["settings"].get("duedate")
     target = gradebook or batch.GradebookTarget(duedate=duedate)
     batch.write_reports(out, results, sources, target)

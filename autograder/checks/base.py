@@ -415,7 +415,7 @@ class Exercise:
         except CheckFailure as exc:
             hint = None
             try:
-                with _PROCESS_STATE:
+                with PROCESS_STATE:
                     hint = self.diagnose(case, got, want)
             except Exception:  # noqa: BLE001 - a hint must never hide the failure
                 hint = None
@@ -493,13 +493,13 @@ def _is_subclass_name(name: str, types) -> bool:
 # a module's initialisation); a hint replays those draws. Two gradings in threads of
 # one process (a test's thread pool, a server) would interleave the draws and judge
 # the reference wrong, so every trusted run and every diagnosis holds this lock.
-_PROCESS_STATE = threading.RLock()
+PROCESS_STATE = threading.RLock()
 
 
 def draw_cases(exercise: Exercise, rng: np.random.Generator, hidden: bool) -> list[Case]:
     """``exercise.cases(rng, hidden)`` under the process lock: a case maker may seed
     torch's global generator to build a reference module's weights."""
-    with _PROCESS_STATE:
+    with PROCESS_STATE:
         return list(exercise.cases(rng, hidden))
 
 
@@ -507,7 +507,7 @@ def _run_in_process(obj, case: Case, kind: str) -> Result:
     """Run a case in this process through the same encode/decode path as the sandbox."""
     arrays: dict = {}
     spec = case.to_spec(kind, arrays)
-    with _PROCESS_STATE, warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+    with PROCESS_STATE, warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         raw = runner.run_case(obj, spec, arrays)
     out_arrays = raw.pop("__arrays__")

@@ -29,19 +29,19 @@ from .base import as_array as _array, close
 
 CHAPTER = "07_add_and_norm"
 
-_close = functools.partial(close, rtol=1e-4, atol=1e-5)
+layer_close = functools.partial(close, rtol=1e-4, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def _match(got, want, variants, rtol=1e-4, atol=1e-5):
+def match_variants(got, want, variants, rtol=1e-4, atol=1e-5):
     """The hint of the first variant equal to ``got`` that differs from ``want``."""
     for hint, value in variants:
         if value is None:
             continue
         value = value.detach().numpy() if hasattr(value, "detach") else value
-        if _close(got, value, rtol=rtol, atol=atol) and not _close(value, want, rtol=rtol, atol=atol):
+        if layer_close(got, value, rtol=rtol, atol=atol) and not layer_close(value, want, rtol=rtol, atol=atol):
             return hint
     return None
 
@@ -54,21 +54,21 @@ def _linear_state(rng, prefix, d_in, d_out):
     }
 
 
-def _norm_state(rng, prefix, d_model):
+def norm_state(rng, prefix, d_model):
     return {
         f"{prefix}weight": (1.0 + 0.5 * rng.normal(size=d_model)).astype(np.float32),
         f"{prefix}bias": (0.5 * rng.normal(size=d_model)).astype(np.float32),
     }
 
 
-def _attention_state(rng, prefix, d_model):
+def attention_state(rng, prefix, d_model):
     state = {}
     for name in ("w_q", "w_k", "w_v", "w_o"):
         state.update(_linear_state(rng, f"{prefix}{name}.", d_model, d_model))
     return state
 
 
-def _ffn_state(rng, prefix, d_model, d_ff):
+def ffn_state(rng, prefix, d_model, d_ff):
     return {**_linear_state(rng, f"{prefix}linear1.", d_model, d_ff), **_linear_state(rng, f"{prefix}linear2.", d_ff, d_model)}
 
 
@@ -78,7 +78,7 @@ def _torch_state(state, prefix=""):
     return {k[len(prefix):]: torch.from_numpy(np.asarray(v)) for k, v in state.items() if k.startswith(prefix)}
 
 
-def _mha(state, prefix, d_model, num_heads):
+def reference_mha(state, prefix, d_model, num_heads):
     """The trusted multi-head attention of chapter 5 with the case's weights."""
     import solutions
 
@@ -87,14 +87,14 @@ def _mha(state, prefix, d_model, num_heads):
     return module.eval()
 
 
-def _layer_norm(state, prefix, x):
+def reference_layer_norm(state, prefix, x):
     import torch.nn.functional as F
 
     w = _torch_state(state, prefix)
     return F.layer_norm(x, x.shape[-1:], w["weight"], w["bias"])
 
 
-def _ffn(state, prefix, x, activation="relu"):
+def reference_ffn(state, prefix, x, activation="relu"):
     import torch.nn.functional as F
 
     w = _torch_state(state, prefix)
@@ -116,18 +116,18 @@ def encoder_layer_variant(case, *, swap_norms=False, flip_norm_first=False, resi
     m = None if m is None or mask == "ignored" else torch.from_numpy(_array(m))
     if m is not None and mask == "inverted":
         m = ~m
-    attn = _mha(state, "self_attn.", d_model, num_heads)
+    attn = reference_mha(state, "self_attn.", d_model, num_heads)
     n1, n2 = ("norm2.", "norm1.") if swap_norms else ("norm1.", "norm2.")
     keep = 1.0 if residual else 0.0
     with torch.no_grad():
         if norm_first:
-            h = _layer_norm(state, n1, x)
+            h = reference_layer_norm(state, n1, x)
             x = (h if norm_residual else x) * keep + attn(h, h, h, m)
-            h = _layer_norm(state, n2, x)
-            x = (h if norm_residual else x) * keep + _ffn(state, "feed_forward.", h, activation)
+            h = reference_layer_norm(state, n2, x)
+            x = (h if norm_residual else x) * keep + reference_ffn(state, "feed_forward.", h, activation)
         else:
-            x = _layer_norm(state, n1, x * keep + attn(x, x, x, m))
-            x = _layer_norm(state, n2, x * keep + _ffn(state, "feed_forward.", x, activation))
+            x = reference_layer_norm(state, n1, x * keep + attn(x, x, x, m))
+            x = reference_layer_norm(state, n2, x * keep + reference_ffn(state, "feed_forward.", x, activation))
     return x
 
 
@@ -215,7 +215,7 @@ class LayerNorm(Exercise):
         if g is None:
             return "return a numpy array with the shape of x."
         for index, after in got.args_after.items():
-            if not _close(_array(after), case.args[int(index)], rtol=0, atol=0):
+            if not layer_close(_array(after), case.args[int(index)], rtol=0, atol=0):
                 return "you changed x in place (x -= mean ...): compute on new arrays."
         w = _array(want.value)
         x, gamma, beta = (np.asarray(a, dtype=np.float64) for a in case.args)
@@ -241,7 +241,7 @@ class LayerNorm(Exercise):
                 pass
         # float64 results separate ε inside / outside the root (a 1e-5 relative change)
         tight = g.dtype == np.float64
-        return _match(g, w, variants, rtol=1e-9 if tight else 1e-4, atol=1e-12 if tight else 1e-5)
+        return match_variants(g, w, variants, rtol=1e-9 if tight else 1e-4, atol=1e-12 if tight else 1e-5)
 
 
 # --------------------------------------------------------------------------- PositionwiseFeedForward
@@ -250,7 +250,7 @@ class LayerNorm(Exercise):
 def _ffn_case(rng, batch, length, d_model, d_ff, *, label, part, dropout=0.0, train=False, backward=False):
     x = rng.normal(size=(batch, length, d_model)).astype(np.float32)
     weight = Tensor(rng.normal(size=x.shape).astype(np.float32)) if backward else None
-    return Case(init={"d_model": d_model, "d_ff": d_ff, "dropout": dropout}, state=_ffn_state(rng, "", d_model, d_ff),
+    return Case(init={"d_model": d_model, "d_ff": d_ff, "dropout": dropout}, state=ffn_state(rng, "", d_model, d_ff),
                 args=(Tensor(x, requires_grad=backward),), train=train, backward=weight,
                 seed=int(rng.integers(0, 2**31)), probes=("state_dict_keys",), label=label, part=part,
                 rtol=1e-4, atol=1e-5)
@@ -311,10 +311,10 @@ class PositionwiseFeedForwardCheck(Exercise):
         state = _torch_state(case.state)
         variants = [
             ("you used GELU; the paper's feed-forward network uses ReLU: max(0, x W1 + b1) W2 + b2.",
-             _ffn(case.state, "", x, "gelu")),
-            ("the ReLU between the two linear layers is missing.", _ffn(case.state, "", x, "none")),
+             reference_ffn(case.state, "", x, "gelu")),
+            ("the ReLU between the two linear layers is missing.", reference_ffn(case.state, "", x, "none")),
             ("a ReLU after linear2 too: the activation goes only between the two layers.",
-             F.relu(_ffn(case.state, "", x))),
+             F.relu(reference_ffn(case.state, "", x))),
         ]
         p = case.init.get("dropout", 0.0)
         if case.train and p > 0:
@@ -333,14 +333,14 @@ class PositionwiseFeedForwardCheck(Exercise):
             in_dropped = in_dropped @ state["linear2.weight"].T + state["linear2.bias"]
             variants += [
                 ("dropout is missing: apply self.dropout to the ReLU's output, before linear2.",
-                 _ffn(case.state, "", x)),
+                 reference_ffn(case.state, "", x)),
                 ("dropout is in the wrong place: it goes after the ReLU, before linear2, not after linear2.",
                  out_dropped),
                 ("dropout is in the wrong place: it goes after the ReLU, before linear2, not on the input.",
                  in_dropped),
             ]
         with torch.no_grad():
-            return _match(g, w, variants)
+            return match_variants(g, w, variants)
 
 
 # --------------------------------------------------------------------------- ResidualSublayer
@@ -353,7 +353,7 @@ def _residual_case(rng, batch, length, d_model, *, norm_first, label, part, drop
                    _linear_state(rng, "", d_model, d_model))
     weight = Tensor(rng.normal(size=x.shape).astype(np.float32)) if backward else None
     return Case(init={"d_model": d_model, "dropout": dropout, "norm_first": norm_first},
-                state=_norm_state(rng, "norm.", d_model), args=(Tensor(x, requires_grad=backward), sublayer),
+                state=norm_state(rng, "norm.", d_model), args=(Tensor(x, requires_grad=backward), sublayer),
                 train=train, backward=weight, seed=int(rng.integers(0, 2**31)),
                 probes=("state_dict_keys", "type:norm"), label=label, part=part, rtol=1e-4, atol=1e-5)
 
@@ -425,7 +425,7 @@ class ResidualSublayerCheck(Exercise):
             return t @ lin["weight"].T + lin["bias"]
 
         def norm(t):
-            return _layer_norm(case.state, "norm.", t)
+            return reference_layer_norm(case.state, "norm.", t)
 
         p = case.init.get("dropout", 0.0)
 
@@ -456,7 +456,7 @@ class ResidualSublayerCheck(Exercise):
                     ("dropout is missing: apply self.dropout to the sub-layer's output before the addition.", no_drop),
                     ("dropout goes on the sub-layer's output only, before adding x, not on the sum.", on_sum),
                 ]
-            return _match(g, w, variants)
+            return match_variants(g, w, variants)
 
 
 # --------------------------------------------------------------------------- EncoderLayer
@@ -464,14 +464,14 @@ class ResidualSublayerCheck(Exercise):
 
 def _encoder_state(rng, d_model, d_ff):
     return {
-        **_attention_state(rng, "self_attn.", d_model),
-        **_ffn_state(rng, "feed_forward.", d_model, d_ff),
-        **_norm_state(rng, "norm1.", d_model),
-        **_norm_state(rng, "norm2.", d_model),
+        **attention_state(rng, "self_attn.", d_model),
+        **ffn_state(rng, "feed_forward.", d_model, d_ff),
+        **norm_state(rng, "norm1.", d_model),
+        **norm_state(rng, "norm2.", d_model),
     }
 
 
-def _padding(rng, batch, length):
+def random_padding(rng, batch, length):
     """A (B, 1, 1, T) padding mask, True = may attend, at least one real token per row;
     with two rows or more, the first is whole and the last padded (so the mask matters)."""
     lengths = rng.integers(1, length + 1, size=batch)
@@ -486,7 +486,7 @@ def _encoder_case(rng, batch, length, d_model, num_heads, d_ff, *, norm_first, l
     x = rng.normal(size=(batch, length, d_model)).astype(np.float32)
     kwargs, args = {}, [Tensor(x, requires_grad=backward)]
     if mask == "padding":
-        m = _padding(rng, batch, length)
+        m = random_padding(rng, batch, length)
         if as_kwarg:
             kwargs["src_mask"] = Tensor(m)
         else:
@@ -586,9 +586,9 @@ class EncoderLayerCheck(Exercise):
                 computed.append((hint, encoder_layer_variant(case, **flags)))
             except Exception:  # noqa: BLE001 - a variant that does not apply to this case
                 continue
-        hint = _match(g, w, computed)
+        hint = match_variants(g, w, computed)
         if hint:
             return hint
-        if got.grads and want.grads and _close(g, w):
+        if got.grads and want.grads and layer_close(g, w):
             return "the output is right but the gradient is not: do not detach or leave autograd inside forward."
         return None

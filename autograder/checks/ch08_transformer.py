@@ -27,18 +27,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import _PROCESS_STATE, Case, CheckFailure, Exercise, Obj, Result, Tensor, register
+from .base import PROCESS_STATE, Case, CheckFailure, Exercise, Obj, Result, Tensor, register
+from .base import as_array as _array
 from .ch07_add_and_norm import (
-    _array,
-    _attention_state,
-    _close,
-    _ffn,
-    _ffn_state,
-    _layer_norm,
-    _match,
-    _mha,
-    _norm_state,
-    _padding,
+    attention_state,
+    ffn_state,
+    layer_close,
+    match_variants,
+    norm_state,
+    random_padding,
+    reference_ffn,
+    reference_layer_norm,
+    reference_mha,
 )
 
 CHAPTER = "08_transformer"
@@ -53,12 +53,12 @@ def _causal(length):
 
 def _decoder_state(rng, d_model, d_ff):
     return {
-        **_attention_state(rng, "self_attn.", d_model),
-        **_attention_state(rng, "cross_attn.", d_model),
-        **_ffn_state(rng, "feed_forward.", d_model, d_ff),
-        **_norm_state(rng, "norm1.", d_model),
-        **_norm_state(rng, "norm2.", d_model),
-        **_norm_state(rng, "norm3.", d_model),
+        **attention_state(rng, "self_attn.", d_model),
+        **attention_state(rng, "cross_attn.", d_model),
+        **ffn_state(rng, "feed_forward.", d_model, d_ff),
+        **norm_state(rng, "norm1.", d_model),
+        **norm_state(rng, "norm2.", d_model),
+        **norm_state(rng, "norm3.", d_model),
     }
 
 
@@ -73,8 +73,8 @@ def decoder_layer_variant(case, *, flip_norm_first=False, residual=True, cross_m
     x, memory = (torch.from_numpy(_array(a).astype(np.float32)) for a in case.args[:2])
     masks = {"src": case.kwargs.get("src_mask"), "tgt": case.kwargs.get("tgt_mask"), "none": None}
     masks = {k: None if v is None else torch.from_numpy(_array(v)) for k, v in masks.items()}
-    self_attn = _mha(state, "self_attn.", d_model, num_heads)
-    cross_attn = _mha(state, "cross_attn.", d_model, num_heads)
+    self_attn = reference_mha(state, "self_attn.", d_model, num_heads)
+    cross_attn = reference_mha(state, "cross_attn.", d_model, num_heads)
     n1, n2, n3 = norms
     keep = 1.0 if residual else 0.0
 
@@ -87,14 +87,14 @@ def decoder_layer_variant(case, *, flip_norm_first=False, residual=True, cross_m
 
     with torch.no_grad():
         if norm_first:
-            h = _layer_norm(state, n1, x)
+            h = reference_layer_norm(state, n1, x)
             x = keep * x + self_attn(h, h, h, masks[self_mask])
-            x = keep * x + cross(_layer_norm(state, n2, x))
-            x = keep * x + _ffn(state, "feed_forward.", _layer_norm(state, n3, x))
+            x = keep * x + cross(reference_layer_norm(state, n2, x))
+            x = keep * x + reference_ffn(state, "feed_forward.", reference_layer_norm(state, n3, x))
         else:
-            x = _layer_norm(state, n1, keep * x + self_attn(x, x, x, masks[self_mask]))
-            x = _layer_norm(state, n2, keep * x + cross(x))
-            x = _layer_norm(state, n3, keep * x + _ffn(state, "feed_forward.", x))
+            x = reference_layer_norm(state, n1, keep * x + self_attn(x, x, x, masks[self_mask]))
+            x = reference_layer_norm(state, n2, keep * x + cross(x))
+            x = reference_layer_norm(state, n3, keep * x + reference_ffn(state, "feed_forward.", x))
     return x
 
 
@@ -104,11 +104,11 @@ def _decoder_case(rng, batch, t_tgt, t_src, d_model, num_heads, d_ff, *, norm_fi
     memory = rng.normal(size=(batch, t_src, d_model)).astype(np.float32)
     kwargs = {}
     if masks in ("both", "src"):
-        kwargs["src_mask"] = Tensor(_padding(rng, batch, t_src))
+        kwargs["src_mask"] = Tensor(random_padding(rng, batch, t_src))
     if masks in ("both", "tgt"):
         causal = _causal(t_tgt)
         if tgt_mask == "decoder":
-            causal = causal & _padding(rng, batch, t_tgt)  # (B, 1, T, T)
+            causal = causal & random_padding(rng, batch, t_tgt)  # (B, 1, T, T)
             causal[:, :, :, 0] = True
         kwargs["tgt_mask"] = Tensor(causal)
     weight = Tensor(rng.normal(size=x.shape).astype(np.float32)) if backward else None
@@ -193,12 +193,12 @@ class DecoderLayerCheck(Exercise):
         cross-attention, on a case of the ``tgt_mask`` part (and only there)."""
         if self.part_of(case) != list(self.parts)[2] or got.raised is not None or "src_mask" in case.kwargs:
             return False
-        with _PROCESS_STATE:
+        with PROCESS_STATE:
             try:
                 value = decoder_layer_variant(case, cross_mask="tgt").numpy()
             except Exception:  # noqa: BLE001 - masks whose shapes cannot meet (T_tgt ≠ T_src)
                 return False
-        if _close(value, _array(want.value)):
+        if layer_close(value, _array(want.value)):
             return False
         other = Tensor(value)
         other.dtype = getattr(want.value, "dtype", str(value.dtype))
@@ -263,10 +263,10 @@ class DecoderLayerCheck(Exercise):
                 computed.append((hint, decoder_layer_variant(case, **flags)))
             except Exception:  # noqa: BLE001 - a variant that does not apply to this case
                 continue
-        hint = _match(g, w, computed)
+        hint = match_variants(g, w, computed)
         if hint:
             return hint
-        if got.grads and want.grads and _close(g, w):
+        if got.grads and want.grads and layer_close(g, w):
             if "1" in want.grads and "1" not in got.grads:
                 return "no gradient reached memory: do not detach the encoder output."
             return "the output is right but a gradient is not: do not detach inside forward."
@@ -306,7 +306,7 @@ def _transformer_init(rng, *, share=False, norm_first=False, layers=(1, 1), drop
 def _ids(rng, batch, length, vocab, lengths=True):
     ids = rng.integers(4, vocab, size=(batch, length)).astype(np.int64)
     if lengths:
-        mask = _padding(rng, batch, length)[:, 0, 0, :]
+        mask = random_padding(rng, batch, length)[:, 0, 0, :]
         ids[~mask] = 0
     return ids
 
@@ -499,7 +499,7 @@ class TransformerCheck(Exercise):
                 computed.append((hint, transformer_variant(case, **flags)))
             except Exception:  # noqa: BLE001
                 continue
-        return _match(g, w, computed)
+        return match_variants(g, w, computed)
 
 
 # --------------------------------------------------------------------------- count_parameters

@@ -27,7 +27,7 @@ import contextlib
 
 import numpy as np
 
-from .base import _PROCESS_STATE, Case, CheckFailure, Exercise, Obj, Tensor, register
+from .base import PROCESS_STATE, Case, CheckFailure, Exercise, Obj, Tensor, register
 from .base import as_array as _array
 
 CHAPTER = "10_inference"
@@ -317,7 +317,7 @@ class GreedyDecode(_DecodingExercise):
             return None
         import torch
 
-        with _PROCESS_STATE, _one_thread():
+        with PROCESS_STATE, _one_thread():
             model = _build(case.args[0].init, case.args[0].state)
             src, src_mask = (torch.from_numpy(_array(a)) for a in case.args[1:3])
             ids = [case.kwargs.get("sos_id", 1), case.kwargs.get("eos_id", 2), case.kwargs.get("pad_id", 0)]
@@ -575,7 +575,7 @@ class BeamSearch(_DecodingExercise):
             return None
         import torch
 
-        with _PROCESS_STATE, _one_thread():
+        with PROCESS_STATE, _one_thread():
             model = _build(case.args[0].init, case.args[0].state)
             src, src_mask = (torch.from_numpy(_array(a)) for a in case.args[1:3])
             beam_size, max_len = case.args[3:5]

@@ -46,7 +46,7 @@ def stamp(nb, chapter: str) -> None:
     nb["metadata"][STAMP_KEY] = {"chapter": chapter, "edition": "student"}
 
 
-def _source(cell: dict) -> str:
+def cell_source(cell: dict) -> str:
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
 
@@ -112,7 +112,7 @@ def run_checks(path: Path) -> list[dict]:
         if index != 0 and not meta.get("solution"):
             continue  # the setup cell (the first code cell) and the solution cells only
         try:
-            exec(compile(_runnable(_source(cell)), f"<cell {meta.get('grade_id', index)}>", "exec"), namespace)
+            exec(compile(_runnable(cell_source(cell)), f"<cell {meta.get('grade_id', index)}>", "exec"), namespace)
         except BaseException as exc:  # noqa: BLE001 - a broken cell is a finding, not a crash
             errors[str(meta.get("grade_id", "setup"))] = f"{type(exc).__name__}: {exc}"
     rows = []

@@ -255,9 +255,9 @@ def notebook_uses(sources: list[str]) -> tuple[set[tuple[str, str]], set[str], s
 
 
 def _notebook_sources(path: Path) -> list[str]:
-    from .notebook import _source, read_notebook
+    from .notebook import cell_source, read_notebook
 
-    return [_source(c) for c in read_notebook(path)["cells"] if c.get("cell_type") == "code"]
+    return [cell_source(c) for c in read_notebook(path)["cells"] if c.get("cell_type") == "code"]
 
 
 # --------------------------------------------------------------------------- the solutions modules
@@ -267,14 +267,14 @@ class _Library:
     """The ``solutions`` modules: their syntax trees, exports and imports."""
 
     def __init__(self, root: Path = SOLUTIONS_DIR):
-        from ..sandbox import _defined_names, _imported_modules, _module_names, _parse
+        from ..sandbox import defined_names, imported_modules, module_names, parse_source
 
         self.root = root
-        self.files = _module_names(root, "solutions")
-        self.trees = {m: _parse(p.read_text(encoding="utf-8"), str(p)) for m, p in self.files.items()}
-        self.imports = {m: _imported_modules(t, m, self.files[m].name == "__init__.py", "solutions") & set(self.files)
+        self.files = module_names(root, "solutions")
+        self.trees = {m: parse_source(p.read_text(encoding="utf-8"), str(p)) for m, p in self.files.items()}
+        self.imports = {m: imported_modules(t, m, self.files[m].name == "__init__.py", "solutions") & set(self.files)
                         for m, t in self.trees.items()}
-        self.defined = {m: _defined_names(t) for m, t in self.trees.items()}
+        self.defined = {m: defined_names(t) for m, t in self.trees.items()}
         init = self.trees["solutions"]
         self.star = [f"solutions.{n.module}" for n in init.body  # the modules the __init__ re-exports, in order
                      if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module]
@@ -513,13 +513,13 @@ class _Scope:
     released: dict[str, str]  # exercise of a released chapter -> its chapter
     later: dict[str, str]  # exercise of a later chapter -> its chapter
     library: _Library
-    answers: set[str]  # lines of their answers (release.answer_lines)
+    answers: set[str]  # lines of their answers (book.answer_lines)
     kept: set[str]  # modules that define and import no answer of theirs
 
     @classmethod
     def of(cls, chapters: list[str], book: Path) -> "_Scope":
         from ..checks import load_all
-        from ..release import answer_lines
+        from ..book import answer_lines
         from ..sandbox import graded_modules
 
         chapter_of = {name: ex.chapter for name, ex in load_all().items()}

@@ -32,7 +32,7 @@ import nbformat
 import pytest
 
 import fixtures
-from autograder import batch, feedback, grading, gradebook, report
+from autograder import batch, feedback, grading, gradebook, report, submissions
 from autograder.bench import make_source_notebook
 from autograder.text import FORMULA_STARTS, csv_cell, csv_text, csv_uncell
 
@@ -83,7 +83,7 @@ def _hashed(raw: bytes, readable: str) -> str:
 def test_student_ids_come_from_the_bytes_and_never_coincide():
     nfd = unicodedata.normalize("NFD", HONEST).encode()
     names = [HONEST.encode(), LATIN_TWIN, LONG, nfd, b"ann", b"ann~0123456789ab", b"ctl\x1b[31m"]
-    ids = batch.student_ids(names)
+    ids = submissions.student_ids(names)
     assert len(set(ids.values())) == len(names)
     assert ids[HONEST.encode()] == HONEST and ids[b"ann"] == "ann"  # plain names are their own ids
     assert ids[LATIN_TWIN] == _hashed(LATIN_TWIN, HONEST)  # readable, and told apart by the raw bytes' hash
@@ -92,9 +92,9 @@ def test_student_ids_come_from_the_bytes_and_never_coincide():
     assert "\x1b" not in ids[b"ctl\x1b[31m"] and ids[b"ctl\x1b[31m"].startswith("ctl\\x1b[31m~")
     long_id = ids[LONG]
     assert long_id.endswith("~" + hashlib.sha256(LONG).hexdigest()[:12])
-    assert len(long_id) <= batch.MAX_ID_CHARS and len(long_id.encode()) <= 200 and long_id.startswith("éé")
-    assert batch.student_ids(list(reversed(names))) == ids  # stable: the same bytes, the same ids
-    assert batch.student_ids([nfd]) == {nfd: nfd.decode()}  # alone, a variant is nobody's twin
+    assert len(long_id) <= submissions.MAX_ID_CHARS and len(long_id.encode()) <= 200 and long_id.startswith("éé")
+    assert submissions.student_ids(list(reversed(names))) == ids  # stable: the same bytes, the same ids
+    assert submissions.student_ids([nfd]) == {nfd: nfd.decode()}  # alone, a variant is nobody's twin
 
 
 # --------------------------------------------------------------------------- 3. timestamps
@@ -129,8 +129,8 @@ def test_a_4_mb_cell_that_fails_with_name_error_is_not_parsed_here(monkeypatch):
     from autograder import sandbox
 
     parsed: list[int] = []
-    real_parse = sandbox._parse
-    monkeypatch.setattr(sandbox, "_parse", lambda source, filename: parsed.append(len(source))
+    real_parse = sandbox.parse_source
+    monkeypatch.setattr(sandbox, "parse_source", lambda source, filename: parsed.append(len(source))
                         or real_parse(source, filename))
     big = "x = 1\n" * (4 * 2**20 // 6)  # 4 MB: ~3.6 GB of syntax tree if parsed
     tracemalloc.start()
@@ -181,8 +181,8 @@ def test_a_4_mb_cell_reported_as_name_error_by_a_swapped_compile_is_not_parsed_h
                                       scaled_dot_product_attention="x = 1\n" * (4 * 2**20 // 6))
     path = fixtures.write_notebook(attack, tmp_path / "attack.ipynb")
     parsed: list[int] = []
-    real_parse = sandbox._parse
-    monkeypatch.setattr(sandbox, "_parse", lambda source, filename: parsed.append(len(source))
+    real_parse = sandbox.parse_source
+    monkeypatch.setattr(sandbox, "parse_source", lambda source, filename: parsed.append(len(source))
                         or real_parse(source, filename))
     tracemalloc.start()
     try:
@@ -268,15 +268,15 @@ def _only_victim(real, *, at=lambda args, kwargs: args[0]):
 
 STEPS = {
     # step: (how to inject the failure, what the victim's rows say)
-    "folder": (lambda mp: mp.setattr(batch, "_read_folder", _only_victim(batch._read_folder)),
+    "folder": (lambda mp: mp.setattr(submissions, "_read_folder", _only_victim(submissions._read_folder)),
                "the folder could not be read"),
-    "timestamp": (lambda mp: mp.setattr(batch, "_timestamp", _only_victim(batch._timestamp)),
+    "timestamp": (lambda mp: mp.setattr(submissions, "_timestamp", _only_victim(submissions._timestamp)),
                   "timestamp.txt could not be read"),
-    "notebook": (lambda mp: mp.setattr(batch, "_sha256", _only_victim(batch._sha256)),
+    "notebook": (lambda mp: mp.setattr(batch, "file_sha256", _only_victim(batch.file_sha256)),
                  "the notebook could not be read"),
     "grading": (None, "the grader failed"),
-    "journal": (lambda mp: mp.setattr(batch, "_write_journal",
-                                      _only_victim(batch._write_journal, at=lambda a, k: a[1].submission.student)),
+    "journal": (lambda mp: mp.setattr(batch, "write_journal",
+                                      _only_victim(batch.write_journal, at=lambda a, k: a[1].submission.student)),
                 "the journal entry could not be written"),
     "gradebook": (lambda mp: mp.setattr(gradebook, "_record_submission",
                                         _only_victim(gradebook._record_submission,
@@ -391,7 +391,7 @@ def test_each_attacker_is_graded_under_an_id_of_its_own(attacked_class):
     root, runs = attacked_class
     out = root / "out_all"
     totals = runs["all"].totals()
-    twin, long = _hashed(LATIN_TWIN, HONEST), batch.student_ids([LONG])[LONG]
+    twin, long = _hashed(LATIN_TWIN, HONEST), submissions.student_ids([LONG])[LONG]
     assert totals[(twin, CH)][0] == 0 and totals[(long, CH)][0] == 0  # their own (broken) code
     assert len({g.submission.student for g in runs["all"].results}) == 7
     for sid in (twin, long):

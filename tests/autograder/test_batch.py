@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import batch
+from autograder import batch, journal, submissions
 from autograder.bench import make_book, make_class, make_submission
 from autograder.grading import read_untrusted
 
@@ -137,7 +137,7 @@ def test_find_submissions_nbgrader_layout_marks_missing_chapters(tmp_path, cours
     # renamed file: the folder's only notebook is taken
     (sub / "bob" / "05_multi_head_attention" / "my copy.ipynb").write_text("{}", encoding="utf-8")
     (sub / ".ipynb_checkpoints").mkdir()
-    chapters, subs = batch.find_submissions(sub, book=book)
+    chapters, subs = submissions.find_submissions(sub, book=book)
     assert chapters == CHAPTERS
     got = {(s.student, s.chapter): s for s in subs}
     assert set(got) == {("ann", c) for c in CHAPTERS} | {("bob", c) for c in CHAPTERS}
@@ -151,24 +151,24 @@ def test_find_submissions_flat_and_unknown_chapter(tmp_path, course):
     _, book = course
     (tmp_path / "ann.ipynb").write_text("{}", encoding="utf-8")
     (tmp_path / "bob.ipynb").write_text("{}", encoding="utf-8")
-    chapters, subs = batch.find_submissions(tmp_path, flat="04_self_attention", book=book)
+    chapters, subs = submissions.find_submissions(tmp_path, flat="04_self_attention", book=book)
     assert chapters == ["04_self_attention"]
     assert [(s.student, s.chapter) for s in subs] == [("ann", "04_self_attention"), ("bob", "04_self_attention")]
     with pytest.raises(ValueError, match="no source notebook"):
-        batch.find_submissions(tmp_path, flat="99_nothing", book=book)
+        submissions.find_submissions(tmp_path, flat="99_nothing", book=book)
     with pytest.raises(ValueError, match="99_nothing"):
-        batch.find_submissions(tmp_path, chapters=["99_nothing"], book=book)
+        submissions.find_submissions(tmp_path, chapters=["99_nothing"], book=book)
 
 
 def test_submission_seed_is_per_student_and_reproducible():
-    a = batch.submission_seed(1, "ann", "04_self_attention")
-    assert a == batch.submission_seed(1, "ann", "04_self_attention")
-    assert a != batch.submission_seed(1, "bob", "04_self_attention")
-    assert a != batch.submission_seed(2, "ann", "04_self_attention")
+    a = journal.submission_seed(1, "ann", "04_self_attention")
+    assert a == journal.submission_seed(1, "ann", "04_self_attention")
+    assert a != journal.submission_seed(1, "bob", "04_self_attention")
+    assert a != journal.submission_seed(2, "ann", "04_self_attention")
     # a resubmission (new content) meets fresh hidden inputs; the same file, the same ones
-    b = batch.submission_seed(1, "ann", "04_self_attention", "digest-of-version-1")
-    assert b == batch.submission_seed(1, "ann", "04_self_attention", "digest-of-version-1")
-    assert b != batch.submission_seed(1, "ann", "04_self_attention", "digest-of-version-2")
+    b = journal.submission_seed(1, "ann", "04_self_attention", "digest-of-version-1")
+    assert b == journal.submission_seed(1, "ann", "04_self_attention", "digest-of-version-1")
+    assert b != journal.submission_seed(1, "ann", "04_self_attention", "digest-of-version-2")
 
 
 # --------------------------------------------------------------------------- reports
@@ -217,7 +217,7 @@ def test_feedback_escapes_and_shows_only_the_students_code(tmp_path, course):
     assert "# a bug" in page  # the student's own code is shown
     assert "HIDDEN TESTS" not in page and "hidden=True" not in page
     source = nbformat.read(str(book / "04_self_attention" / "04_self_attention.ipynb"), as_version=4)
-    from autograder.release import secret_lines
+    from autograder.book import secret_lines
 
     wrong = make_submission(source, "04_self_attention", "wrong", index=2)
     own = {ln.strip() for c in wrong.cells for ln in c.source.splitlines()}

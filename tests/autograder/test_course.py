@@ -25,7 +25,8 @@ import pytest
 import fixtures
 from autograder.cli import main
 from autograder.course import autograde, load_course
-from autograder.release import chapter_ids, student_version
+from autograder.book import chapter_ids
+from autograder.release import student_version
 from autograder.report import summarise
 
 REPO = Path(__file__).resolve().parents[2]
@@ -197,7 +198,8 @@ def test_an_unreadable_submission_is_autograded_as_the_released_notebook(course)
     autograded/ (nbgrader's generate_feedback would show them to the student)."""
     from nbgrader.utils import determine_grade
 
-    from autograder.batch import Graded, Submission
+    from autograder.journal import Graded
+    from autograder.submissions import Submission
     from autograder.course import autograded_notebook
 
     broken = course / "submitted" / "dan" / CH / f"{CH}.ipynb"

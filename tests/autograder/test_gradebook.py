@@ -8,7 +8,8 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.batch import Graded, Submission
+from autograder.journal import Graded
+from autograder.submissions import Submission
 from autograder.bench import make_book
 from autograder.gradebook import alembic_on_path, db_url, write_gradebook
 

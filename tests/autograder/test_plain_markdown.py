@@ -13,7 +13,8 @@ import nbformat
 import pytest
 from markdown_it import MarkdownIt
 
-from autograder.release import chapter_ids, leaked_lines, release_chapter
+from autograder.book import chapter_ids
+from autograder.release import leaked_lines, release_chapter
 from autograder.student.plain import (
     MYST_LEFTOVER,
     Label,

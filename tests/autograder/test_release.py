@@ -10,15 +10,8 @@ import nbformat
 import pytest
 
 from autograder.bench import make_book
-from autograder.release import (
-    MARKERS,
-    ReleaseError,
-    chapter_ids,
-    leaked_lines,
-    release,
-    secret_lines,
-    student_version,
-)
+from autograder.book import MARKERS, chapter_ids, secret_lines
+from autograder.release import ReleaseError, leaked_lines, release, student_version
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATED = ["04_self_attention", "05_multi_head_attention"]

@@ -26,7 +26,8 @@ import pytest
 from student_env import filled, install, kernel_spec, make_env, nbgrader_meta
 
 from autograder.checks import exercises_of
-from autograder.release import chapter_ids, release
+from autograder.book import chapter_ids
+from autograder.release import release
 
 pytestmark = pytest.mark.slow
 #: Chapters whose released notebook cannot run whole yet, and why. Strict: the day one

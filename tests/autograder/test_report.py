@@ -22,7 +22,9 @@ import pytest
 
 import fixtures
 from autograder import report
-from autograder.batch import SCORE_COLUMNS, BatchReport, Graded, Submission, grade_class, grader_fingerprint
+from autograder.batch import SCORE_COLUMNS, BatchReport, grade_class
+from autograder.journal import Graded, grader_fingerprint
+from autograder.submissions import Submission
 from autograder.bench import make_book, make_source_notebook
 from autograder.checks.base import check_report
 from autograder.cli import main

@@ -20,10 +20,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.batch import grader_fingerprint
+from autograder.journal import grader_fingerprint
 from autograder.bench import make_book, make_submission
 from autograder.checks import exercises_of
-from autograder.release import chapter_ids, secret_lines
+from autograder.book import chapter_ids, secret_lines
 
 REPO = Path(__file__).resolve().parents[2]
 STUDENTS = ("reference", "blank", "wrong")

@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import batch, shard
+from autograder import batch, shard, submissions
 from autograder.bench import make_book, make_class, make_submission
 
 HERE = Path(__file__).resolve().parent
@@ -188,7 +188,7 @@ def test_the_manifest_records_what_was_graded_and_with_what(course, tmp_path):
         assert mine == [s for s in students if shard.shard_of(s, 2) == i]
         for e in m["graded"]:
             path = course[0] / "submitted" / e["student"] / e["chapter"] / f"{e['chapter']}.ipynb"
-            assert e["submission_sha256"] == batch._sha256(path) == e["key"]["submission_sha256"]
+            assert e["submission_sha256"] == submissions.file_sha256(path) == e["key"]["submission_sha256"]
         assert len(m["code"]["code"]) == len(m["code"]["checks"]) == 64
         assert set(m["code"]["sources"]) == set(CHAPTERS)
     assert manifests[0]["code"] == manifests[1]["code"]

@@ -26,7 +26,8 @@ import torch
 import solutions
 from autograder.checks import exercises_of, load_all
 from autograder.checks.base import CheckFailure, check, check_report, use_precomputed
-from autograder.release import BOOK, chapter_ids, distinctive, release, scan_release
+from autograder.book import BOOK, chapter_ids, distinctive
+from autograder.release import release, scan_release
 from autograder.student import standins
 from autograder.student.expected import ExpectedStore, write_chapter
 from autograder.student.notebook import chapter_of

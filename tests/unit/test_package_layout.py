@@ -96,3 +96,18 @@ def test_import_solutions_is_cheap():
     application = [m for m in loaded if m.split(".")[0] == "solutions" and len(m.split(".")) > 1
                    and m.split(".")[1] in APPLICATION | {"figures"}]
     assert application == []
+
+
+def test_no_private_name_is_imported_across_modules():
+    """A name with a leading underscore belongs to its module: another module of the
+    project (reference, application, figures or autograder) that needs it gets a public
+    name. ``from .x import public as _alias`` is fine: the alias is the importer's own."""
+    root = PACKAGE.parent
+    found = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(root / "autograder").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(
+                    ("solutions", "autograder"))):
+                found += [f"{path.relative_to(root)}:{node.lineno} imports {a.name} from {node.module or '.'}"
+                          for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, "\n".join(found)
