@@ -110,7 +110,9 @@ def build_parser():
                             "punctuation split off, and decoded back to ordinary text): use bpe for real corpora; "
                             "part of the model: on --resume it must match")
     train.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    train.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CUDA only; ignored with a warning on CPU)")
+    train.add_argument("--bf16", action="store_true",
+                       help="bfloat16 autocast of the forward pass (CUDA, or a CPU with native bfloat16: "
+                            "AVX512-BF16 or AMX; ignored with a warning on other CPUs)")
     train.add_argument("--compile", action="store_true", help="torch.compile (CUDA only; ignored with a warning on CPU)")
     train.add_argument("--seed", type=int,
                        help="seed of data, initialisation and dropout (default 0, or the checkpoint's)")

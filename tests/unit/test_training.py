@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from solutions import trainer as trainer_module
 from solutions.data import make_synthetic_splits
 from solutions.trainer import PRESETS, CheckpointError, Trainer, TrainConfig, load_checkpoint, model_from_checkpoint
 from solutions.training import label_smoothed_cross_entropy, make_decoder_io, noam_lr
@@ -168,11 +169,26 @@ def test_resume_with_a_different_model_config_fails(splits, tmp_path):
         load_checkpoint(tmp_path / "missing.pt")
 
 
-def test_cuda_switches_warn_and_are_ignored_on_cpu(splits):
+def test_cpu_bf16_runs_where_the_cpu_has_it_and_warns_where_it_would_be_emulated(splits, monkeypatch):
     train, valid, _ = splits
-    with pytest.warns(UserWarning, match="bf16=True applies on CUDA only"):
-        trainer = Trainer(SMALL.replace(bf16=True), train, valid)
-    assert trainer.use_bf16 is False
+    monkeypatch.setattr(trainer_module, "cpu_has_bf16", lambda: False)
+    with pytest.warns(UserWarning, match="bf16=True needs CUDA or a CPU with native bfloat16"):
+        ignored = Trainer(SMALL.replace(bf16=True), train, valid)
+    assert ignored.use_bf16 is False
+    monkeypatch.setattr(trainer_module, "cpu_has_bf16", lambda: True)
+    mixed, full = Trainer(SMALL.replace(bf16=True), train, valid), Trainer(SMALL, train, valid)
+    assert mixed.use_bf16 is True and full.use_bf16 is False
+    # The same seed gives the same weights; the forward pass under bfloat16 autocast (8 bits of
+    # mantissa) gives the validation loss to about 1 %, and the weights stay float32.
+    loss_bf16 = mixed.evaluate(valid[:32], max_sentences=0)["loss"]
+    loss_fp32 = full.evaluate(valid[:32], max_sentences=0)["loss"]
+    assert loss_bf16 != loss_fp32 and abs(loss_bf16 - loss_fp32) < 0.02 * loss_fp32
+    mixed.train(max_steps=2)
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in mixed.model.parameters())
+
+
+def test_compile_warns_and_is_ignored_on_cpu(splits):
+    train, valid, _ = splits
     with pytest.warns(UserWarning, match="compile=True applies on CUDA only"):
         trainer = Trainer(SMALL.replace(compile=True), train, valid)
     assert trainer.train_model is trainer.model
