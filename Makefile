@@ -78,7 +78,7 @@ book: venv vendor
 # sends every test module that reads the build to one worker, which builds first;
 # the other worker runs the rest of the suite meanwhile.
 test: venv sysdeps vendor
-	$(PY) -m pytest -n $(JOBS) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) --durations=25 $(PYTEST_ARGS)
 
 # nbval executes every chapter again, as a student's `pytest --nbval-lax` would.
 nbval: venv

@@ -279,8 +279,8 @@ def cmd_autograde(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .batch import as_dicts, parts_text
-    from .text import check_table, check_verdict
+    from .batch import as_dicts
+    from .text import check_report
     from .checks import exercises_of
     from .grading import grade_submission
     from .book import chapter_ids, source_notebook
@@ -310,15 +310,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     rows = as_dicts(grade_submission(source, path, chapter=chapter, timeout=args.timeout, budget=args.budget,
                                       hidden=False, seed=args.seed, sandbox=sandbox, memory=args.memory,
                                       disk=args.disk, processes=args.processes))
-    print(check_table(rows, [r["reason"] or "ok" for r in rows]))
-    for r in rows:
-        if r["parts"] and r["status"] != "passed":
-            print(f"\n{r['exercise']}: {parts_text(r)}")
-        for note in r["notes"]:
-            print(f"  note on {r['exercise']}: {note}")
-    verdict, status = check_verdict(rows)
-    print(f"\n{verdict}")
+    print(f"{path.name}: chapter {chapter}, visible checks\n")
+    text, status = check_report([_check_row(r) for r in rows])
+    print(text)
     return status
+
+
+def _check_row(row: dict) -> dict:
+    """A graded row (:func:`autograder.batch.as_dicts`) as :func:`autograder.text.check_report` reads it:
+    the reason, then the diagnosis of every missed part; the notes (advice included)."""
+    from .batch import parts_text
+
+    missed = [f"{p['name']}: {p['message']}" for p in row["parts"] if p["score"] < p["points"] and p["message"]]
+    message = "\n".join(([row["reason"]] if row["reason"] else []) + missed)
+    return {**row, "message": message, "parts": parts_text(row), "advice": []}
 
 
 # --------------------------------------------------------------------------- selftest

@@ -10,7 +10,7 @@ import csv
 import io
 import re
 
-__all__ = ["score_text", "table", "check_table", "check_verdict", "csv_cell", "csv_uncell", "csv_text",
+__all__ = ["score_text", "table", "check_table", "check_verdict", "check_report", "csv_cell", "csv_uncell", "csv_text",
            "FORMULA_STARTS", "CSV_SEPARATORS"]
 
 # The last column of a table (a message) is cut to this width when the columns are padded.
@@ -65,6 +65,37 @@ def check_verdict(rows: list[dict]) -> tuple[str, int]:
     line = (f"{passed} of {len(rows)} exercises pass the visible checks "
             "(the hidden checks, run when grading, test more cases).")
     return line, 0 if rows and passed == len(rows) else 1
+
+
+def check_report(rows: list[dict]) -> tuple[str, int]:
+    """All that ``check`` prints after its first line, and its exit status: the table
+    (:func:`check_table`, each exercise's first diagnosis line), then, for each exercise
+    that is not passed, its parts and the diagnosis of every missed part, its notes and
+    its advice, then the verdict (:func:`check_verdict`).
+
+    The one report of both ``check`` commands: the repository's (grading in the
+    sandbox) and the student package's (precomputed visible checks).
+
+    Args:
+        rows: one dict per exercise: ``exercise``, ``score``, ``max_score``, ``status``,
+            ``message`` (the diagnosis, a line per missed part; ``""`` when passed),
+            ``parts`` (``"values 2/2 · any axis 0/1"``), ``notes`` and ``advice`` (lists
+            of text).
+
+    Returns:
+        ``(text, status)``: status 0 when every exercise passes, 1 otherwise.
+    """
+    lines = [check_table(rows, [(r["message"].splitlines() or ["ok"])[0] for r in rows])]
+    for r in rows:
+        if r["status"] != "passed" and r["parts"]:
+            lines.append(f"\n{r['exercise']}: {r['parts']}")
+            lines += [f"  {line}" for line in r["message"].splitlines()[1:]]
+        lines += [f"  note on {r['exercise']}: {note}" for note in r.get("notes") or []]
+        lines += [f"  advice on {r['exercise']} (no points): {advice.splitlines()[0]}"
+                  for advice in r.get("advice") or [] if advice.strip()]
+    verdict, status = check_verdict(rows)
+    lines.append(f"\n{verdict}")
+    return "\n".join(lines), status
 
 
 # --------------------------------------------------------------------------- CSV cells a spreadsheet cannot run

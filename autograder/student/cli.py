@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..text import check_table, check_verdict
+from ..text import check_report
 
 __all__ = ["main", "build_parser", "released_chapters"]
 
@@ -56,18 +56,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"check: {exc}", file=sys.stderr)
         return 1
     print(f"{path.name}: chapter {chapter}, visible checks\n")
-    print(check_table(rows, [(r["message"].splitlines() or ["ok"])[0] for r in rows]))
-    for r in rows:
-        if r["status"] != "passed" and r["parts"]:
-            print(f"\n{r['exercise']}: {r['parts']}")
-            for line in r["message"].splitlines()[1:]:
-                print(f"  {line}")
-        for note in r["notes"]:
-            print(f"  note on {r['exercise']}: {note}")
-        for advice in r["advice"]:
-            print(f"  advice on {r['exercise']} (no points): {advice.splitlines()[0]}")
-    verdict, status = check_verdict(rows)
-    print(f"\n{verdict}")
+    text, status = check_report(rows)
+    print(text)
     return status
 
 

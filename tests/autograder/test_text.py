@@ -1,5 +1,5 @@
 """Scores and tables as text (``autograder/text.py``), shared by every report and the student package."""
-from autograder.text import MESSAGE_WIDTH, check_table, check_verdict, csv_cell, csv_text, csv_uncell, score_text, table
+from autograder.text import MESSAGE_WIDTH, check_report, check_table, check_verdict, csv_cell, csv_text, csv_uncell, score_text, table
 
 
 def test_scores_read_without_a_trailing_zero_and_at_most_four_decimals():
@@ -47,3 +47,26 @@ def test_csv_text_quotes_every_field_and_guards_formula_starts_after_any_separat
     ]
     assert csv_uncell(csv_cell("raised ValueError: a;=7*6, -2 and\t@x")) == "raised ValueError: a;=7*6, -2 and\t@x"
     assert csv_cell("values - expected, 1e-3") == "values - expected, 1e-3"  # no separator right before: text
+
+
+def test_check_report_gives_each_missed_part_its_diagnosis_then_notes_advice_and_verdict():
+    rows = [{"exercise": "softmax", "score": 3.0, "max_score": 3.0, "status": "passed", "message": "", "parts": "",
+             "notes": ["float64 in, float32 out"], "advice": []},
+            {"exercise": "self_attention", "score": 1.5, "max_score": 4.0, "status": "partial",
+             "message": "values: wrong axis\nscaling: divided by d_k, not sqrt(d_k)",
+             "parts": "values 0/2 · scaling 0/1 · shapes 1.5/1.5", "notes": [],
+             "advice": ["raise ValueError for a 1-D input\n(second line not shown)", " "]}]
+    text, status = check_report(rows)
+    assert status == 1
+    assert text.splitlines()[2:4] == ["softmax         3/3     passed   ok",
+                                      "self_attention  1.5/4   partial  values: wrong axis"]
+    assert text.splitlines()[4:] == [
+        "  note on softmax: float64 in, float32 out",
+        "",
+        "self_attention: values 0/2 · scaling 0/1 · shapes 1.5/1.5",
+        "  scaling: divided by d_k, not sqrt(d_k)",
+        "  advice on self_attention (no points): raise ValueError for a 1-D input",
+        "",
+        "1 of 2 exercises pass the visible checks (the hidden checks, run when grading, test more cases).",
+    ]
+    assert check_report(rows[:1])[1] == 0
