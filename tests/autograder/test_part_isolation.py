@@ -281,6 +281,59 @@ class EncoderLayerWithoutMask(solutions.EncoderLayer):
         return super().forward(x, None)
 
 
+def jacobian_norms_reversed_product(H, W_hh):
+    """Right until one step back; deeper, the product is taken in the wrong order."""
+    H, W_hh = np.asarray(H, dtype=np.float64), np.asarray(W_hh, dtype=np.float64)
+    T, d_h = H.shape
+    norms, product = np.zeros(T), np.eye(d_h)
+    norms[T - 1] = 1.0
+    for t in range(T - 2, -1, -1):
+        J = (1 - H[t + 1] ** 2)[:, None] * W_hh.T
+        product = J @ product  # J_{t+1} ... J_{T-1}: the factors reversed
+        norms[t] = np.linalg.norm(product, ord=2)
+    return norms
+
+
+def relative_position_half_exponent(k, d_model):
+    """Frequencies 1/10000^(i/d_model) (the 2 of 2i forgotten): right for d_model = 2 only."""
+    M = np.zeros((d_model, d_model))
+    for i in range(d_model // 2):
+        theta = k / 10000 ** (i / d_model)
+        M[2 * i: 2 * i + 2, 2 * i: 2 * i + 2] = [[math.cos(theta), math.sin(theta)],
+                                                 [-math.sin(theta), math.cos(theta)]]
+    return M
+
+
+class MultiHeadAttentionForgetsWeights(solutions.MultiHeadAttention):
+    """Right outputs; ``attn_weights`` never kept."""
+
+    def forward(self, query, key, value, mask=None):
+        out = super().forward(query, key, value, mask)
+        self.attn_weights = None
+        return out
+
+
+class TransformerWidensInsteadOfRaising(solutions.Transformer):
+    """Unequal vocabularies with ``share_embeddings``: builds one matrix of the larger size
+    instead of raising (the contract's named error)."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, *args, share_embeddings=False, **kwargs):
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            src_vocab_size = tgt_vocab_size = max(src_vocab_size, tgt_vocab_size)
+        super().__init__(src_vocab_size, tgt_vocab_size, *args, share_embeddings=share_embeddings, **kwargs)
+
+
+class TransformerCopiesSharedEmbeddings(solutions.Transformer):
+    """``share_embeddings=True`` starts the three matrices equal but leaves them separate parameters."""
+
+    def __init__(self, *args, share_embeddings=False, **kwargs):
+        super().__init__(*args, share_embeddings=share_embeddings, **kwargs)
+        if share_embeddings:
+            shared = self.src_embed.embedding.weight
+            self.tgt_embed.embedding.weight = nn.Parameter(shared.detach().clone())
+            self.generator.weight = nn.Parameter(shared.detach().clone())
+
+
 BROKEN = [
     ("rnn_forward", 1, rnn_forward_zero_h0),
     ("learn_bpe", 0, learn_bpe_per_word),
@@ -334,12 +387,15 @@ BROKEN = [
     ("PositionwiseFeedForward", 1, FeedForwardDropoutAlwaysOn),
     ("ResidualSublayer", 2, ResidualDropoutAfterTheSum),
     ("EncoderLayer", 2, EncoderLayerWithoutMask),
+    ("hidden_state_jacobian_norms", 2, jacobian_norms_reversed_product),
+    ("relative_position_matrix", 1, relative_position_half_exponent),
+    ("MultiHeadAttention", 3, MultiHeadAttentionForgetsWeights),
+    ("Transformer", 3, TransformerCopiesSharedEmbeddings),
+    ("Transformer", 4, TransformerWidensInsteadOfRaising),
 ]
 
 # Exercises without a row yet (the table grows; each one listed is a known gap, not a pass).
-NOT_YET_IN_TABLE = {
-    "hidden_state_jacobian_norms", "relative_position_matrix", "MultiHeadAttention", "Transformer",
-}
+NOT_YET_IN_TABLE: set[str] = set()
 
 
 @pytest.mark.parametrize("name, index, answer", BROKEN,
