@@ -25,19 +25,16 @@ import nbformat
 import pytest
 from student_env import filled, install, kernel_spec, make_env, nbgrader_meta
 
-from autograder.checks import exercises_of
 from autograder.book import chapter_ids
+from autograder.checks import exercises_of
 from autograder.release import release
 
 pytestmark = pytest.mark.slow
 #: Chapters whose released notebook cannot run whole yet, and why. Strict: the day one
-#: runs, the test fails until its line goes.
-NOT_YET = {
-    "06_masking": "§6.3's padding demonstration reads MultiHeadAttention's attn_weights, whose readable path "
-                  "runs masked_softmax (exercise 6.4) before the student wrote it",
-    "10_inference": "the training cell (before exercise 10.1) validates by greedy translation, which the "
-                    "student package runs on the student's own greedy_decode: not written yet at that cell",
-}
+#: runs, the test fails until its line goes. Empty: chapter 6's demonstrations before
+#: exercise 6.4 take the fused attention path, chapter 10's training cell validates by
+#: teacher forcing (no translation before exercise 10.1).
+NOT_YET: dict[str, str] = {}
 CHAPTER_IDS = chapter_ids()
 CHAPTERS = [pytest.param(c, marks=pytest.mark.xfail(reason=NOT_YET[c], strict=True)) if c in NOT_YET else c
             for c in CHAPTER_IDS]
