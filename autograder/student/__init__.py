@@ -14,11 +14,14 @@ whose ``solutions`` holds no reference of an exercise of a released or later cha
 * :mod:`~autograder.student.standins` — what a released chapter's setup cell
   imports from a *later* chapter, computed another way than the reference.
 
+* :mod:`~autograder.student.unfinished` — in Jupyter, a cell that needs a blank
+  exercise stops with one line naming it, and "Run all" goes on.
+
 * :mod:`~autograder.student.hints` — hints whose helper computes an answer: the
   helper's results on the visible cases ship instead of its code.
 
 ``package``, ``hints`` and ``wheel`` run in the repository only; ``expected``,
-``notebook`` and ``cli`` are copied into the package. See ARCHITECTURE.md §7.
+``notebook``, ``cli`` and ``unfinished`` are copied into the package. See ARCHITECTURE.md §7.
 """
 from __future__ import annotations
 
@@ -58,7 +61,9 @@ def require_chapter(chapter: str) -> None:
     A release makes one package per chapter (ARCHITECTURE.md §7): the package of chapter
     6 holds chapter 5's references and your chapter 6 answers, the package of chapter 8
     holds chapter 6's references. The repository's full install (studying on your own,
-    and the grader) is no student edition and passes silently.
+    and the grader) is no student edition and passes silently. In the right chapter's
+    package, inside Jupyter, it installs :mod:`~autograder.student.unfinished`'s guard:
+    a cell that needs a blank exercise stops with one line naming it.
 
     Args:
         chapter: the notebook's chapter id, ``"06_masking"``.
@@ -70,7 +75,12 @@ def require_chapter(chapter: str) -> None:
     import autograder
 
     released = getattr(autograder, "RELEASED", None)
-    if released is None or chapter in released:
+    if released is None:
+        return
+    if chapter in released:
+        from .unfinished import install
+
+        install(released)  # a blank exercise's demonstrations stop with one line (in Jupyter)
         return
     try:
         from importlib.metadata import version

@@ -122,8 +122,9 @@ def _chapter_notebooks():
 
 @pytest.mark.slow
 def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_sandbox):
-    """Every chapter notebook in book/ whose checks exist: the source itself scores
-    full marks, its released form (solution regions blanked) scores zero."""
+    """Every chapter notebook in book/, graded in the real sandbox: the source itself
+    scores full marks on every exercise (the sandbox withholds no module its answers
+    need), its released form (solution regions blanked) scores zero, "not implemented yet"."""
     from concurrent.futures import ThreadPoolExecutor
 
     import nbformat
@@ -152,7 +153,8 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
             if kind == "reference":
                 wrong = [s for s in scores if not (s.status == "passed" and s.score == s.max_score > 0)]
             else:
-                wrong = [s for s in scores if not (s.score == 0 and s.status == "failed")]
+                wrong = [s for s in scores if not (s.score == 0 and s.status == "failed"
+                                                   and "not implemented yet" in s.reason)]
             assert not wrong, (source.name, kind, [short(s, kind) for s in wrong])
 
 

@@ -8,8 +8,9 @@ student. For each chapter:
 
 * with the reference answers pasted into the exercise cells, every cell runs and
   ``python -m autograder check`` gives every exercise full marks;
-* with the exercises blank, the setup cell, every cell before the first exercise and
-  the blank exercise itself run, and the first check cell says "not implemented yet".
+* with the exercises blank, every cell runs without an error except the check cells,
+  which say "not implemented yet"; a demonstration that needs a blank exercise prints
+  one line naming it (``autograder.student.unfinished``), never before that exercise.
 
 The time of each chapter is printed (``-s``); the module is marked slow.
 """
@@ -82,6 +83,10 @@ def test_the_released_chapter_runs_whole_in_its_own_environment(classroom, chapt
 
     answered = _execute(filled(released), folder)
     nbformat.write(answered, str(folder / "finished.ipynb"))
+    for i, cell in enumerate(answered.cells):  # each check cell, in the kernel, gives full marks
+        if nbgrader_meta(cell).get("grade"):
+            said = "".join(o.get("text", "") for o in cell.outputs)
+            assert said.startswith("✓ ") and "points" in said, f"{chapter} cell {i}: {said}"
     checked = subprocess.run([str(python), "-m", "autograder", "check", "finished.ipynb"], cwd=folder, env=env,
                              capture_output=True, text=True, timeout=600)
     count = len(exercises_of(chapter))
@@ -89,18 +94,24 @@ def test_the_released_chapter_runs_whole_in_its_own_environment(classroom, chapt
     assert f"{count} of {count} exercises pass the visible checks" in checked.stdout, checked.stdout
     answered_s = time.perf_counter() - started
 
-    blank = nbformat.read(str(released), as_version=4)
-    code = [(i, c) for i, c in enumerate(blank.cells) if c.cell_type == "code"]
-    first = next(i for i, c in code if nbgrader_meta(c).get("solution"))
-    assert "raise NotImplementedError()" in blank.cells[first].source  # the blank exercise
-    first_test = next(i for i, c in code if nbgrader_meta(c).get("grade"))
-    blank.cells = blank.cells[:first_test + 1]  # the cells before the first exercise, it and its check
-    _execute(blank, folder, allow_errors=True)
-    for i, _ in code:
-        if i < first_test:  # the cells before the first exercise, and the blank exercise (a stub definition)
-            errors = _errors(blank.cells[i])
-            assert not errors, f"{chapter} cell {i} fails before the first check: {errors[0]['evalue']}"
-    check_text = "".join(o.get("text", "") + o.get("evalue", "") for o in blank.cells[first_test].outputs)
-    assert re.search("not implemented yet", check_text), check_text
-    print(f"\n{chapter}: answered run + check {answered_s:.0f} s, blank run to the first check "
-          f"{time.perf_counter() - started - answered_s:.0f} s")
+    blank = _execute(nbformat.read(str(released), as_version=4), folder, allow_errors=True)
+    nbformat.write(blank, str(folder / "blank.ipynb"))
+    solution_at = {nbgrader_meta(c)["grade_id"]: i for i, c in enumerate(blank.cells)
+                   if nbgrader_meta(c).get("solution") and c.cell_type == "code"}
+    stopped = 0
+    for i, cell in enumerate(blank.cells):
+        if cell.cell_type != "code":
+            continue
+        errors = _errors(cell)
+        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        if nbgrader_meta(cell).get("grade"):  # a blank exercise's check fails, saying why
+            said = text + "".join(e["evalue"] for e in errors)
+            assert "not implemented yet" in said, f"{chapter} cell {i}, the check of a blank exercise: {said}"
+            continue
+        assert not errors, f"{chapter} cell {i} fails with the exercises blank: {errors[0]['ename']}: {errors[0]['evalue']}"
+        for name in re.findall(r"⏸ .*?\(`(\w+)`\)", text):  # a demonstration waiting on an exercise
+            assert solution_at[name] < i, f"{chapter} cell {i} needs exercise {name}, which comes after it"
+            stopped += 1
+        assert text.count("⏸") <= 1, f"{chapter} cell {i} says more than one line: {text}"
+    print(f"\n{chapter}: answered run + check {answered_s:.0f} s, blank run {time.perf_counter() - started - answered_s:.0f} s "
+          f"({stopped} demonstrations waiting on a blank exercise)")

@@ -87,7 +87,11 @@ def ensure_book_built():
             if book_is_fresh():
                 return HTML
             ensure_vendor()
-            env = dict(os.environ, BOOK_EDITION="web")
+            # One torch thread per kernel: the other pytest worker keeps a core busy, and two
+            # intra-op threads on the one core left wait on each other at every barrier (chapter
+            # 9 executed in 368 s with two threads beside a busy worker; the same cells take
+            # about 70 s with one). `make book`, alone on the machine, keeps torch's default.
+            env = dict(os.environ, BOOK_EDITION="web", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
             start = time.monotonic()
             result = subprocess.run(
                 [jupyter_book(), "build", str(ROOT), "-W", "-n", "--keep-going", "--builder", "html"],

@@ -1,0 +1,194 @@
+"""A blank exercise stops the cells that need it with one line, not a traceback.
+
+A released notebook's demonstrations call the student's own answers (ARCHITECTURE.md
+§7). While an exercise is blank its body is ``raise NotImplementedError()``, and every
+demonstration that calls it would print a traceback and stop "Run all". In a student
+edition the setup cell's :func:`autograder.student.require_chapter` installs
+:class:`UnfinishedGuard` in the IPython kernel, and then:
+
+* a cell that calls a blank exercise (the ``NotImplementedError`` is raised by a
+  function or method *defined in the notebook* whose name is an exercise of the
+  chapter) stops there and prints one line naming the exercise to finish; the cell
+  counts as run, so "Run all" goes on;
+* a later cell that needs a name such a cell did not get to define (a ``NameError``
+  for it) stops the same way, naming the same exercise;
+* ``solutions.<name>`` of an exercise whose cell has not run (``NotReleased``) says so
+  in one line.
+
+Every other exception is shown as IPython always shows it, and the cell fails. The
+visible check cells are untouched: a blank exercise's check still fails (nbgrader
+grades a failing test cell 0). Outside IPython (``python -m autograder check``, the
+grading sandbox) nothing is installed.
+"""
+from __future__ import annotations
+
+import ast
+
+__all__ = ["UnfinishedGuard", "install", "bound_names"]
+
+
+def bound_names(source: str) -> set[str]:
+    """The names a cell binds at its top level (assignments, ``for``/``with`` targets,
+    ``def``, ``class``, imports), looking inside ``if``/``for``/``while``/``with``/``try``
+    blocks but not inside functions or classes.
+
+    Args:
+        source: the cell's code, as IPython transformed it (magics already plain Python).
+
+    Returns:
+        The names; empty when the source does not parse.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            return
+        if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name != "*")
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return names
+
+
+class UnfinishedGuard:
+    """IPython hooks that turn a blank exercise's ``NotImplementedError`` into one line.
+
+    Args:
+        shell: the IPython shell (``get_ipython()``).
+        labels: exercise name -> how the notebook titles it (``"Exercise 6.4"``).
+    """
+
+    def __init__(self, shell, labels: dict[str, str]):
+        self.shell = shell
+        self.labels = dict(labels)
+        self.cell = ""
+        self.stopped: BaseException | None = None
+        #: name a stopped cell did not get to define -> the exercise that stopped it
+        self.waiting: dict[str, str] = {}
+
+    def install(self) -> None:
+        """Register the exception handler and the two cell events (idempotent per shell)."""
+        old = getattr(self.shell, "_transformer_book_guard", None)
+        if old is not None:
+            old.uninstall()
+        self.shell.set_custom_exc((NotImplementedError, NameError, AttributeError), self._handle)
+        self.shell.events.register("pre_run_cell", self._pre_run_cell)
+        self.shell.events.register("post_run_cell", self._post_run_cell)
+        self.shell._transformer_book_guard = self
+
+    def uninstall(self) -> None:
+        """Undo :meth:`install`."""
+        self.shell.set_custom_exc((), None)
+        for event, callback in (("pre_run_cell", self._pre_run_cell), ("post_run_cell", self._post_run_cell)):
+            try:
+                self.shell.events.unregister(event, callback)
+            except ValueError:
+                pass
+        self.shell._transformer_book_guard = None
+
+    # ---- what stopped the cell -------------------------------------------------------
+    def blank_exercise(self, error: BaseException, tb) -> str | None:
+        """The exercise whose blank body raised ``error``, or None when it is not that.
+
+        The innermost frame must be a function or method defined in the notebook (its
+        globals are ``__main__``'s) whose name, or whose class's name, is an exercise.
+        """
+        if not isinstance(error, NotImplementedError) or tb is None:
+            return None
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        frame = tb.tb_frame
+        if frame.f_globals.get("__name__") != "__main__":
+            return None
+        code = frame.f_code
+        qualname = getattr(code, "co_qualname", code.co_name)
+        candidates = [qualname.split(".")[0], code.co_name]
+        owner = frame.f_locals.get("self")
+        if owner is not None:
+            candidates.append(type(owner).__name__)
+        return next((name for name in candidates if name in self.labels), None)
+
+    def reason(self, error: BaseException, tb) -> tuple[str, str] | None:
+        """The exercise that stopped a cell and the one line that says so, or None
+        when ``error`` is not an unfinished exercise's."""
+        name = self.blank_exercise(error, tb)
+        if name is not None:
+            return name, (f"⏸ {self.labels[name]} (`{name}`) is not written yet, so this cell stops here: "
+                          "write it, run its cell, then run this cell again.")
+        if type(error).__name__ == "NotReleased" and str(error).startswith("solutions."):
+            name = str(error).split(" ", 1)[0].removeprefix("solutions.")
+            if name in self.labels:
+                return name, (f"⏸ {self.labels[name]} (`{name}`) has not been run yet, so this cell stops "
+                              "here: run its cell (blank or written), then this one again.")
+        if isinstance(error, NameError) and getattr(error, "name", None) in self.waiting:
+            missing = error.name
+            name = self.waiting[missing]
+            return name, (f"⏸ `{missing}` comes from a cell that stopped at {self.labels[name]} (`{name}`): "
+                          "write that exercise, then run the cells from there again.")
+        return None
+
+    # ---- IPython hooks -----------------------------------------------------------------
+    def _pre_run_cell(self, info) -> None:
+        self.cell = getattr(info, "raw_cell", "") or ""
+        self.stopped = None
+
+    def _handle(self, shell, etype, value, tb, tb_offset=None):
+        stopped_by = self.reason(value, tb)
+        if stopped_by is None:
+            shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+            return None
+        name, line = stopped_by
+        try:
+            source = shell.transform_cell(self.cell)
+        except Exception:  # noqa: BLE001 - a cell IPython cannot transform binds nothing we can see
+            source = self.cell
+        for missing in bound_names(source):
+            if missing not in shell.user_ns:
+                self.waiting[missing] = name
+        self.stopped = value
+        print(line)
+        return None
+
+    def _post_run_cell(self, result) -> None:
+        if result is not None and self.stopped is not None and result.error_in_exec is self.stopped:
+            result.error_in_exec = None  # the cell ran as far as it could: "Run all" goes on
+        self.stopped = None
+
+
+def install(chapters) -> UnfinishedGuard | None:
+    """Install the guard in the running IPython kernel for the exercises of ``chapters``.
+
+    Args:
+        chapters: the released chapter ids.
+
+    Returns:
+        The guard, or None outside IPython.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "set_custom_exc"):
+        return None
+    from autograder.checks import exercises_of
+
+    labels = {}
+    for chapter in chapters:
+        number = int(chapter.split("_", 1)[0])
+        for k, exercise in enumerate(exercises_of(chapter), start=1):
+            labels[exercise.name] = f"Exercise {number}.{k}"
+    guard = UnfinishedGuard(shell, labels)
+    guard.install()
+    return guard
