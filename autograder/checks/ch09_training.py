@@ -298,11 +298,13 @@ class LabelSmoothedCrossEntropy(Exercise):
     kind = "function"
     what = ("F.cross_entropy(..., label_smoothing=ε, ignore_index=pad_id): mean over non-pad tokens, "
             "ε spread over all V classes, gradients")
+    # Half a point each: one call of F.cross_entropy(label_smoothing=...) passes them all,
+    # and the contract says that any answer with the right values earns its points.
     parts = {
-        "mean cross-entropy over the non-pad tokens": 1,
-        "label smoothing: ε spread over all V classes": 1,
-        "the pad_id argument": 1,
-        "stable for large logits, differentiable": 1,
+        "mean cross-entropy over the non-pad tokens": 0.5,
+        "label smoothing: ε spread over all V classes": 0.5,
+        "the pad_id argument": 0.5,
+        "stable for large logits, differentiable": 0.5,
     }
 
     def cases(self, rng, hidden):
