@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Callable
 
 from .book import BOOK, source_notebook
-from .grading import MAX_NOTEBOOK_BYTES
+from .grading import MAX_NOTEBOOK_BYTES, problem_text
 from .journal import (Graded, grader_fingerprint, journal_seed, read_journal, read_journal_entry, record_submitted,
                       submission_seed, write_atomic, write_journal)
-from .submissions import Submission, file_sha256, find_submissions, problem_text
+from .submissions import Submission, file_sha256, find_submissions
 from .text import csv_cell, csv_text, score_text
 
 __all__ = [

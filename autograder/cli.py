@@ -440,6 +440,18 @@ def _count(text: str) -> int:
     return value
 
 
+def _class_run_options(parser: argparse.ArgumentParser) -> None:
+    """How a class is graded (``grade`` and ``autograde``): ``--jobs``, ``--timeout``,
+    ``--budget`` and the limits of each sandbox run (:func:`_limit_options`)."""
+    parser.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="wall-clock seconds of one sandbox run of a submission (default 120)")
+    parser.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS",
+                        help="wall-clock seconds of one submission over all its sandbox runs; what is left when "
+                             "it is spent scores 0 (default: twice --timeout)")
+    _limit_options(parser)
+
+
 def _limit_options(parser: argparse.ArgumentParser) -> None:
     """``--memory``, ``--disk`` and ``--processes``: the limits of each sandbox run
     (defaults: :class:`autograder.sandbox.Limits`)."""
@@ -481,13 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("grade", help="grade a class's submissions with the hidden checks")
     p.add_argument("submitted", help="nbgrader's submitted folder: <student>/<chapter>/<chapter>.ipynb")
     p.add_argument("--out", required=True, help="output folder (gradebook.db, CSVs, feedback/)")
-    p.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="wall-clock seconds of one sandbox run of a submission (default 120)")
-    p.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS",
-                   help="wall-clock seconds of one submission over all its sandbox runs; what is left when it "
-                        "is spent scores 0 (default: twice --timeout)")
-    _limit_options(p)
+    _class_run_options(p)
     p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh, kept in OUT)")
     p.add_argument("--chapters", nargs="*", help="chapter ids to grade (default: those submitted)")
     p.add_argument("--flat", metavar="CHAPTER", help="SUBMITTED is a folder of <student>.ipynb for CHAPTER")
@@ -524,13 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duedate", help="set the assignment's due date in the gradebook, "
                                      "e.g. '2026-11-20 17:00:00 UTC' (default: the gradebook's)")
     p.add_argument("--out", help="folder of grades.csv, scores.csv, feedback/ (default: COURSE/grades/ASSIGNMENT)")
-    p.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="wall-clock seconds of one sandbox run of a submission (default 120)")
-    p.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS",
-                   help="wall-clock seconds of one submission over all its sandbox runs; what is left when it "
-                        "is spent scores 0 (default: twice --timeout)")
-    _limit_options(p)
+    _class_run_options(p)
     p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh, kept)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--unsafe-no-sandbox", action="store_true",

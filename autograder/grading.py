@@ -69,7 +69,6 @@ from typing import Any
 
 import numpy as np
 
-from . import runner
 from .checks.base import Exercise, Report, Result, dependency_note, draw_cases, evaluate, get_exercise, make_rng
 from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
 
@@ -298,9 +297,15 @@ def safe_text(text: str) -> str:
 
 
 def one_line(text: str, limit: int = 400) -> str:
+    """``text`` as one safe line (:func:`safe_text`) of at most ``limit`` characters."""
     line = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
     line = safe_text(line)
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def problem_text(exc: BaseException) -> str:
+    """An exception as one safe line of a reason: class and (cut) message."""
+    return one_line(f"{type(exc).__name__}: {exc}", 160)
 
 
 def _match_submission(graded: list[_Graded], submission_nb: Path | None) -> None:
@@ -537,7 +542,7 @@ def _judge(g: _Graded, cell_error: dict | None, results: list[Result]) -> None:
     if cell_error is not None:
         kind, message = cell_error["type"], cell_error["message"]
         if kind == "SystemExit":
-            g.settle("cheat", f"the cell ends the kernel (sys.exit / SystemExit) when it runs")
+            g.settle("cheat", "the cell ends the kernel (sys.exit / SystemExit) when it runs")
         elif kind == "SyntaxError" and (where := _syntax_error(g.source)):
             g.settle("error", f"the cell raised SyntaxError when it ran: {where}")
         elif kind == "NameError" and (message.startswith("the cell does not define") or (

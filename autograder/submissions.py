@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .book import BOOK, chapter_ids
-from .grading import MAX_NOTEBOOK_BYTES
+from .grading import MAX_NOTEBOOK_BYTES, problem_text
 
 __all__ = ["MAX_ID_CHARS", "Submission", "find_submissions", "student_ids", "student_folders", "chapter_notebook",
-           "display_name", "is_visible", "is_dir", "file_sha256", "problem_text"]
+           "display_name", "is_visible", "is_dir", "file_sha256"]
 
 # The longest student id (characters): nbgrader's gradebook holds 128; the journal and the
 # feedback folders are named by it too.
@@ -73,13 +73,6 @@ def is_dir(path: Path) -> bool:
         return path.is_dir()
     except (OSError, ValueError):
         return False
-
-
-def problem_text(exc: BaseException) -> str:
-    """An exception as one safe line of a reason: class and (cut) message."""
-    from .grading import one_line
-
-    return one_line(f"{type(exc).__name__}: {exc}", 160)
 
 
 def _timestamp(folder: Path) -> str | None:
