@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Callable
 
 from .book import BOOK, source_notebook
-from .grading import MAX_NOTEBOOK_BYTES, problem_text
+from .grading import MAX_NOTEBOOK_BYTES, RunSettings, problem_text
 from .journal import (Graded, grader_fingerprint, journal_seed, read_journal, read_journal_entry, record_submitted,
                       submission_seed, write_atomic, write_journal)
 from .submissions import Submission, file_sha256, find_submissions
@@ -153,31 +153,33 @@ def parts_text(row: dict) -> str:
     return " · ".join(f"{p['name']} {score_text(p['score'])}/{score_text(p['points'])}" for p in row.get("parts") or [])
 
 
-def _grade_task(task: tuple) -> list[dict]:
+@dataclass(frozen=True)
+class GradingTask:
+    """One submission to grade: what a worker process receives (picklable).
+
+    Attributes:
+        source: the chapter's source notebook.
+        path: the submitted notebook (``None``: nothing was submitted).
+        chapter: the chapter id.
+        seed: the submission's seed of the hidden cases (:func:`~autograder.journal.submission_seed`).
+        settings: how it is run and limited, the run's one :class:`~autograder.grading.RunSettings`.
+    """
+
+    source: str
+    path: str | None
+    chapter: str
+    seed: int
+    settings: RunSettings
+
+    def run(self, grade_fn: GradeFn) -> list[dict]:
+        """Grade it with ``grade_fn`` (:func:`autograder.grading.grade_submission`'s signature)."""
+        return as_dicts(grade_fn(Path(self.source), Path(self.path) if self.path else None, chapter=self.chapter,
+                                 hidden=True, seed=self.seed, **self.settings.options()))
+
+
+def _grade_task(task: GradingTask) -> list[dict]:
     """Worker entry: grade one submission; never raises for the submission's sake."""
-    source, path, chapter, timeout, seed, sandbox, budget, limit_options = task
-    fn = _worker_grade_fn or _default_grade_fn()
-    return as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
-                        timeout=timeout, hidden=True, seed=seed, sandbox=sandbox, **_budget_kw(budget),
-                        **limit_options))
-
-
-def _budget_kw(budget: float | None) -> dict:
-    """``budget=`` for the grade function only when one was set (a ``grade_fn``
-    of the tests need not know the argument)."""
-    return {} if budget is None else {"budget": float(budget)}
-
-
-def _limit_kw(memory: int | None, disk: int | None, processes: int | None) -> dict:
-    """The limit options that were set (``--memory``, ``--disk``, ``--processes``),
-    as keyword arguments of the grade function and entries of the journal key:
-    only those set, so that a journal written without them stays valid."""
-    given = {"memory": memory, "disk": disk, "processes": processes}
-    for name, value in given.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise ValueError(f"{name} must be a positive whole number ({'bytes' if name != 'processes' else 'processes'}), "
-                             f"got {value!r}")
-    return {name: int(value) for name, value in given.items() if value is not None}
+    return task.run(_worker_grade_fn or _default_grade_fn())
 
 
 def _init_worker(grade_fn: GradeFn | None, threads: int) -> None:
@@ -220,14 +222,9 @@ def grade_class(
     chapters: list[str] | None = None,
     flat: str | None = None,
     jobs: int = 1,
-    timeout: float = 120.0,
-    budget: float | None = None,
-    memory: int | None = None,
-    disk: int | None = None,
-    processes: int | None = None,
+    settings: RunSettings = RunSettings(),
     seed: int | None = None,
     force: bool = False,
-    sandbox: bool = True,
     book: Path = BOOK,
     progress: bool | None = None,
     grade_fn: GradeFn | None = None,
@@ -243,16 +240,12 @@ def grade_class(
         chapters: chapter ids to grade (default: the ones submitted).
         flat: the chapter of a flat folder of ``<student>.ipynb``.
         jobs: submissions graded at the same time (worker processes).
-        timeout: wall-clock seconds for one submission's sandbox run.
-        budget: wall-clock seconds for one submission over all its sandbox runs
-            (default: twice ``timeout``; :func:`autograder.grading.grade_submission`).
-        memory, disk, processes: limits of each sandbox run (bytes of all its
-            memory, bytes of its scratch tmpfs, its processes and threads); ``None``
-            keeps the defaults of :func:`autograder.sandbox.limits_for`.
+        settings: how each submission is run and limited (timeout, budget, limits,
+            sandbox): one :class:`~autograder.grading.RunSettings` for the whole run,
+            recorded in every journal key.
         seed: base seed of the hidden checks (default: the one stored in ``out``,
             else a fresh random one, stored for resuming).
         force: regrade every submission, ignoring the journal.
-        sandbox: ``False`` runs student code in a plain subprocess (NOT tamper-proof).
         book: the folder of the source notebooks.
         progress: show a tqdm bar (default: when stderr is a terminal).
         grade_fn: replaces :func:`autograder.grading.grade_submission` (tests).
@@ -270,11 +263,6 @@ def grade_class(
 
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
-    if timeout <= 0:
-        raise ValueError(f"timeout must be positive, got {timeout}")
-    if budget is not None and not budget > 0:
-        raise ValueError(f"budget must be positive, got {budget}")
-    limit_options = _limit_kw(memory, disk, processes)
     if gradebook is not None and gradebook.duedate is not None:
         from .gradebook import parse_duedate
 
@@ -295,7 +283,7 @@ def grade_class(
     fingerprint = grader_fingerprint() if grade_fn is None else "custom"
 
     results: dict[Submission, Graded] = {}
-    todo: list[tuple[Submission, dict, tuple]] = []
+    todo: list[tuple[Submission, dict, GradingTask]] = []
     for sub in subs:
         if students is not None and sub.student not in students:
             try:
@@ -319,11 +307,8 @@ def grade_class(
             "submission_sha256": sub_digest,
             "source_sha256": source_hash[sub.chapter],
             "seed": sub_seed,
-            "timeout": float(timeout),
-            "sandbox": bool(sandbox),
             "grader": fingerprint,
-            **_budget_kw(budget),
-            **limit_options,
+            **settings.options(),
         }
         try:
             cached = None if force else read_journal(out, sub, key)
@@ -332,9 +317,8 @@ def grade_class(
         if cached is not None:
             results[sub] = Graded(sub, cached, key, reused=True)
             continue
-        path = sub.path
-        todo.append((sub, key, (str(sources[sub.chapter]), str(path) if path else None,
-                                sub.chapter, float(timeout), sub_seed, bool(sandbox), budget, limit_options)))
+        todo.append((sub, key, GradingTask(str(sources[sub.chapter]), str(sub.path) if sub.path else None,
+                                           sub.chapter, sub_seed, settings)))
 
     def finish(sub: Submission, key: dict, rows: list[dict]) -> None:
         graded = Graded(sub, rows, key)
@@ -352,10 +336,8 @@ def grade_class(
         if jobs == 1 or len(todo) <= 1:
             fn = grade_fn or _default_grade_fn()
             for sub, key, task in todo:
-                source, path, chapter, t, s, sb, bud, lim = task
                 try:
-                    rows = as_dicts(fn(Path(source), Path(path) if path else None, chapter=chapter,
-                                        timeout=t, hidden=True, seed=s, sandbox=sb, **_budget_kw(bud), **lim))
+                    rows = task.run(fn)
                 except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
                     rows = failed_rows(sources[sub.chapter], f"the grader failed: {problem_text(exc)}")
                 finish(sub, key, rows)

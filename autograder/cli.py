@@ -145,10 +145,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if sandbox is None:
         return 2
     options = dict(
-        chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, timeout=args.timeout,
-        budget=args.budget, seed=args.seed, force=args.force, sandbox=sandbox,
-        progress=None if not args.no_progress else False,
-        memory=args.memory, disk=args.disk, processes=args.processes,
+        chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, settings=_run_settings(args, sandbox),
+        seed=args.seed, force=args.force, progress=None if not args.no_progress else False,
         book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate),
     )
     try:
@@ -254,9 +252,8 @@ def cmd_autograde(args: argparse.Namespace) -> int:
     try:
         done = autograde(args.assignment, course=args.course, students=args.student or None, force=args.force,
                          duedate=args.duedate, out=Path(args.out) if args.out else None, jobs=args.jobs,
-                         timeout=args.timeout, seed=args.seed, sandbox=sandbox,
-                         progress=None if not args.no_progress else False, budget=args.budget,
-                         memory=args.memory, disk=args.disk, processes=args.processes)
+                         settings=_run_settings(args, sandbox), seed=args.seed,
+                         progress=None if not args.no_progress else False)
     except ValueError as exc:
         print(f"autograde: {exc}", file=sys.stderr)
         return 2
@@ -307,9 +304,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     sandbox = _sandbox_available()
     if not sandbox:
         print("(no sandbox available: your code runs as a plain subprocess)", file=sys.stderr)
-    rows = as_dicts(grade_submission(source, path, chapter=chapter, timeout=args.timeout, budget=args.budget,
-                                      hidden=False, seed=args.seed, sandbox=sandbox, memory=args.memory,
-                                      disk=args.disk, processes=args.processes))
+    rows = as_dicts(grade_submission(source, path, chapter=chapter, hidden=False, seed=args.seed,
+                                     **_run_settings(args, sandbox).options()))
     print(f"{path.name}: chapter {chapter}, visible checks\n")
     text, status = check_report([_check_row(r) for r in rows])
     print(text)
@@ -334,6 +330,7 @@ def selftest(jobs: int = 1, timeout: float = 120.0, chapters: list[str] | None =
     """Grade the source notebooks (must get full marks) and the released ones (must get
     zero) through the same pipeline as ``grade``; return ``(ok, report)``."""
     from .batch import grade_class
+    from .grading import RunSettings
     from .book import BOOK, chapter_ids, source_notebook
     from .release import release
 
@@ -350,8 +347,8 @@ def selftest(jobs: int = 1, timeout: float = 120.0, chapters: list[str] | None =
                 dest = submitted / student / item.chapter
                 dest.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(nb, dest / f"{item.chapter}.ipynb")
-        report = grade_class(submitted, work / "out", chapters=chapters, jobs=jobs, timeout=timeout,
-                             sandbox=sandbox, force=True, book=book)
+        report = grade_class(submitted, work / "out", chapters=chapters, jobs=jobs,
+                             settings=RunSettings(timeout=timeout, sandbox=sandbox), force=True, book=book)
         problems = []
         lines = []
         for g in report.results:
@@ -438,6 +435,15 @@ def _count(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of processes, got {text}")
     return value
+
+
+def _run_settings(args: argparse.Namespace, sandbox: bool):
+    """The run's one :class:`~autograder.grading.RunSettings`, from ``--timeout``,
+    ``--budget``, ``--memory``, ``--disk``, ``--processes`` and the sandbox chosen."""
+    from .grading import RunSettings
+
+    return RunSettings(timeout=args.timeout, budget=args.budget, memory=args.memory, disk=args.disk,
+                       processes=args.processes, sandbox=sandbox)
 
 
 def _class_run_options(parser: argparse.ArgumentParser) -> None:

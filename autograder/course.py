@@ -37,6 +37,7 @@ import nbformat
 from nbformat.v4 import new_output
 
 from .batch import BatchReport, GradebookTarget, grade_class
+from .grading import RunSettings
 from .journal import Graded
 from .feedback import STATUS_WORDS
 from .text import score_text
@@ -322,10 +323,8 @@ class CourseReport:
 
 def autograde(assignment: str, *, course: Path | str | None = None, students: list[str] | None = None,
               force: bool = False, duedate=None, out: Path | None = None, jobs: int = 1,
-              timeout: float = 120.0, seed: int | None = None, sandbox: bool = True,
-              progress: bool | None = None, grade_fn=None, budget: float | None = None,
-              memory: int | None = None, disk: int | None = None,
-              processes: int | None = None) -> CourseReport:
+              settings: RunSettings = RunSettings(), seed: int | None = None,
+              progress: bool | None = None, grade_fn=None) -> CourseReport:
     """Autograde one assignment of an nbgrader course (``nbgrader autograde ASSIGNMENT``).
 
     Args:
@@ -337,9 +336,9 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
             ``"2026-11-20 17:00:00 UTC"``); default: the one the gradebook has.
         out: where ``grades.csv``, ``scores.csv``, ``feedback/`` and the journal go
             (default: ``<course>/grades/<assignment>``).
-        jobs, timeout, seed, sandbox, progress, grade_fn, budget, memory, disk, processes:
-            as for :func:`autograder.batch.grade_class` (``--budget``, ``--memory``,
-            ``--disk``, ``--processes``).
+        jobs, settings, seed, progress, grade_fn: as for :func:`autograder.batch.grade_class`
+            (``settings``: ``--timeout``, ``--budget``, ``--memory``, ``--disk``,
+            ``--processes`` and the sandbox).
 
     Returns:
         A :class:`CourseReport`.
@@ -364,8 +363,7 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
     out = Path(out) if out is not None else c.root / "grades" / assignment
     target = GradebookTarget(url=c.db_url, course_id=c.course_id, duedate=duedate, config=c.config)
     report = grade_class(c.submitted_root, out, chapters=[assignment], students=students, force=force, jobs=jobs,
-                         timeout=timeout, seed=seed, sandbox=sandbox, book=c.source_root, progress=progress,
-                         grade_fn=grade_fn, gradebook=target, budget=budget, memory=memory, disk=disk,
-                         processes=processes)
+                         settings=settings, seed=seed, book=c.source_root, progress=progress,
+                         grade_fn=grade_fn, gradebook=target)
     written = write_autograded(c, assignment, report.results, source)
     return CourseReport(report, c, written)

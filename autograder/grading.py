@@ -72,7 +72,7 @@ import numpy as np
 from .checks.base import Exercise, Report, Result, dependency_note, draw_cases, evaluate, get_exercise, make_rng
 from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
 
-__all__ = ["CellScore", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES", "MAX_PARSED_SOURCE",
+__all__ = ["CellScore", "RunSettings", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES", "MAX_PARSED_SOURCE",
            "parse_untrusted"]
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,53 @@ MAX_PARSED_SOURCE = 256 * 2**10
 MAX_RESULT_BYTES = 128 * 2**20
 _MAX_DEPTH = 64
 _MAX_NODES = 200_000
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How each submission of a grading run is run and limited: built once (the CLI builds
+    it from its options) and handed, whole, to every submission and into the journal key.
+
+    Attributes:
+        timeout: wall-clock seconds of one sandbox run (``--timeout``), also its CPU time.
+        budget: wall-clock seconds of one submission over all its sandbox runs
+            (``--budget``); ``None``: twice ``timeout`` (:func:`grade_submission`).
+        memory, disk, processes: the limits of each run (``--memory``, ``--disk``,
+            ``--processes``: bytes of all its memory, bytes of its scratch tmpfs, its
+            processes and threads); ``None`` keeps the default of
+            :func:`~autograder.sandbox.limits_for`.
+        sandbox: ``False`` runs student code in a plain subprocess (NOT tamper-proof).
+
+    Raises:
+        ValueError: a value that is not positive (naming the option).
+    """
+
+    timeout: float = 120.0
+    budget: float | None = None
+    memory: int | None = None
+    disk: int | None = None
+    processes: int | None = None
+    sandbox: bool = True
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
+            raise ValueError(f"timeout must be positive, got {self.timeout!r}")
+        if self.budget is not None and not (isinstance(self.budget, (int, float)) and self.budget > 0):
+            raise ValueError(f"budget must be positive, got {self.budget!r}")
+        for name in ("memory", "disk", "processes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                unit = "processes" if name == "processes" else "bytes"
+                raise ValueError(f"{name} must be a positive whole number ({unit}), got {value!r}")
+
+    def options(self) -> dict:
+        """The keyword arguments of :func:`grade_submission` (and of a test's ``grade_fn``)
+        and the entries of a journal key: ``timeout`` and ``sandbox``, then ``budget`` and
+        each limit only when set, so that a journal written without them stays valid."""
+        given = {"budget": None if self.budget is None else float(self.budget), "memory": self.memory,
+                 "disk": self.disk, "processes": self.processes}
+        return {"timeout": float(self.timeout), "sandbox": bool(self.sandbox),
+                **{name: value for name, value in given.items() if value is not None}}
 
 
 @dataclass

@@ -180,8 +180,8 @@ def grade_shard(submitted: Path, out: Path, shard: Shard, *, seed: int | None, c
         seed: the base seed of the hidden checks, the same for every shard (required:
             shards graded with different seeds would draw different hidden cases).
         isolation: how student code was kept apart (recorded; ``None``: from ``options``).
-        options: the other keyword arguments of ``grade_class`` (timeout, budget,
-            memory, disk, processes, sandbox, jobs, force, progress, gradebook, grade_fn).
+        options: the other keyword arguments of ``grade_class`` (settings, jobs, force,
+            progress, gradebook, grade_fn).
 
     Returns:
         The shard's :class:`autograder.batch.BatchReport` (its own students only).
@@ -213,7 +213,7 @@ def grade_shard(submitted: Path, out: Path, shard: Shard, *, seed: int | None, c
                   "roster": roster},
         "settings": {
             "seed": int(seed),
-            "isolation": isolation or ("bubblewrap" if options.get("sandbox", True) else "none"),
+            "isolation": isolation or ("bubblewrap" if getattr(options.get("settings"), "sandbox", True) else "none"),
             "duedate": None if duedate is None else str(duedate),
         },
         "code": code_digests(sources),

@@ -368,7 +368,8 @@ def attacked_class(tmp_path_factory):
     runs = {}
     for sub in ("alone", "all"):
         out = root / f"out_{sub}"
-        runs[sub] = batch.grade_class(root / sub, out, book=book, seed=3, progress=False, timeout=60.0,
+        runs[sub] = batch.grade_class(root / sub, out, book=book, seed=3, progress=False,
+                                      settings=grading.RunSettings(timeout=60.0),
                                       gradebook=target)
         report.class_report(out)
     return root, runs

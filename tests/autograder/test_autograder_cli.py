@@ -15,6 +15,7 @@ import pytest
 
 from autograder.bench import make_book, make_source_notebook, make_submission
 from autograder.cli import build_parser, main
+from autograder.grading import RunSettings
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTER = "04_self_attention"
@@ -164,8 +165,8 @@ def test_limit_options_reach_the_sandbox_limits(tmp_path, book, monkeypatch, cap
 
     monkeypatch.setattr(autograder.course, "autograde", fake_autograde)
     assert main(["autograde", CHAPTER, "--unsafe-no-sandbox", "--budget", "90", *options]) == 2
-    assert {k: passed[k] for k in ("memory", "disk", "processes", "budget", "timeout")} == {
-        "memory": 768 * 2**20, "disk": 100 * 2**20, "processes": 20, "budget": 90.0, "timeout": 60.0}
+    assert passed["settings"] == RunSettings(timeout=60.0, budget=90.0, memory=768 * 2**20, disk=100 * 2**20,
+                                             processes=20, sandbox=False)
     capsys.readouterr()
 
     parser = build_parser()

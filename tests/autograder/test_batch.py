@@ -26,7 +26,7 @@ import pytest
 
 from autograder import batch, journal, submissions
 from autograder.bench import make_book, make_class, make_submission
-from autograder.grading import read_untrusted
+from autograder.grading import RunSettings, read_untrusted
 
 CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
 HERE = Path(__file__).resolve().parent
@@ -515,11 +515,11 @@ def test_limit_options_reach_the_grader_and_key_the_journal_only_when_set(tmp_pa
     assert keys and not any({"memory", "disk", "processes"} & set(k) for k in keys)
     assert _grade(root / "submitted", out, book, chapters=[CHAPTERS[0]]).reused == len(plain.results)
     limited = _grade(root / "submitted", out, book, chapters=[CHAPTERS[0]], grade_fn=limited_grade,
-                     memory=768 * 2**20, disk=64 * 2**20, processes=20, budget=50.0)
+                     settings=RunSettings(memory=768 * 2**20, disk=64 * 2**20, processes=20, budget=50.0))
     assert limited.graded == len(plain.results)
     assert seen and all(s == {"memory": 768 * 2**20, "disk": 64 * 2**20, "processes": 20, "budget": 50.0} for s in seen)
     keys = [json.loads(p.read_text())["key"] for p in sorted((out / ".journal").glob("*/*.json"))]
     assert all((k["memory"], k["disk"], k["processes"]) == (768 * 2**20, 64 * 2**20, 20) for k in keys)
     for bad in (dict(memory=0), dict(disk=-1), dict(processes=2.5), dict(memory="2G")):
         with pytest.raises(ValueError, match="must be a positive whole number"):
-            _grade(root / "submitted", tmp_path / "bad", book, chapters=[CHAPTERS[0]], **bad)
+            RunSettings(**bad)  # refused where the run's settings are made, before any grading

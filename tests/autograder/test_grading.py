@@ -435,10 +435,12 @@ def test_endless_exercises_cost_at_most_the_submission_budget(tmp_path, needs_sa
 
 
 def test_the_budget_option_reaches_every_submission(tmp_path):
-    """``grade --budget`` and ``grade_class(budget=...)`` hand the budget to the
-    grading of each submission; without it, none is passed (the default applies)."""
+    """``grade --budget`` and ``grade_class(settings=RunSettings(budget=...))`` hand the
+    budget to the grading of each submission; without it, none is passed (the default
+    applies)."""
     from autograder.batch import grade_class
     from autograder.cli import build_parser
+    from autograder.grading import RunSettings
 
     nb = fixtures.source_notebook("04_self_attention")
     book = tmp_path / "book"
@@ -452,12 +454,12 @@ def test_the_budget_option_reaches_every_submission(tmp_path):
 
     args = build_parser().parse_args(["grade", str(tmp_path / "submitted"), "--out", "o", "--budget", "90"])
     assert args.budget == 90.0
-    grade_class(tmp_path / "submitted", tmp_path / "out1", book=book, budget=args.budget, grade_fn=recording_grade,
-                progress=False)
+    grade_class(tmp_path / "submitted", tmp_path / "out1", book=book, settings=RunSettings(budget=args.budget),
+                grade_fn=recording_grade, progress=False)
     grade_class(tmp_path / "submitted", tmp_path / "out2", book=book, grade_fn=recording_grade, progress=False)
     assert seen == [90.0, None]
     with pytest.raises(ValueError, match="budget"):
-        grade_class(tmp_path / "submitted", tmp_path / "out3", book=book, budget=0, grade_fn=recording_grade)
+        RunSettings(budget=0)
 
 
 def test_the_budget_cuts_the_last_run():

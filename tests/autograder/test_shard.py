@@ -23,6 +23,7 @@ import nbformat
 import pytest
 
 from autograder import batch, shard, submissions
+from autograder.grading import RunSettings
 from autograder.bench import make_book, make_class, make_submission
 
 HERE = Path(__file__).resolve().parent
@@ -241,7 +242,7 @@ def test_merge_refuses_shards_that_do_not_fit_together(course, tmp_path):
     assert shard.isolation_of([outs[0], other_node]) == "mixed: bubblewrap, container"
     other_timeout = tmp_path / "other-timeout"
     shard.grade_shard(course[0] / "submitted", other_timeout, shard.Shard(2, 3), seed=SEED, book=course[1],
-                      progress=False, grade_fn=scripted_grade, timeout=30.0)
+                      progress=False, grade_fn=scripted_grade, settings=RunSettings(timeout=30.0))
     with pytest.raises(shard.ShardError, match="grading options"):
         shard.merge_shards([outs[0], outs[1], other_timeout], merged, book=course[1])
     # This merge's own code differs from the shards' (they all agree among themselves).
