@@ -49,30 +49,23 @@ def _text_to_vectors_layout() -> Diagram:
     text = d.tensor("text", "B sentences", "other", word="strings", cx=cx, top=20)
     d.note('"the cat sat"', x=note_x, top=text.top + 18, mono=True)
 
-    split = d.operation("tokenise: words, characters or BPE", cx=cx, top=text.bottom + GAP)
-    d.down(text, split)
+    split = d.operation("tokenise: words, characters or BPE", cx=cx, after=text)
 
-    toks = d.tensor("tokens", "(B, T)", "other", word="strings", cx=cx, top=split.bottom + GAP)
-    d.down(split, toks)
+    toks = d.tensor("tokens", "(B, T)", "other", word="strings", cx=cx, after=split)
     d.note(tokens, x=note_x, top=toks.top + 18, mono=True)
 
-    lookup = d.operation("vocabulary lookup, unknown → <unk>", cx=cx, top=toks.bottom + GAP)
-    d.down(toks, lookup)
+    lookup = d.operation("vocabulary lookup, unknown → <unk>", cx=cx, after=toks)
 
-    id_box = d.tensor("ids", "(B, T)", "other", word="LongTensor", cx=cx, top=lookup.bottom + GAP)
-    d.down(lookup, id_box)
+    id_box = d.tensor("ids", "(B, T)", "other", word="LongTensor", cx=cx, after=lookup)
     d.note(f"[{ids}]", x=note_x, top=id_box.top + 18, mono=True)
 
-    onehot = d.operation("one-hot", cx=cx, top=id_box.bottom + GAP, dashed=True)
-    d.down(id_box, onehot)
+    onehot = d.operation("one-hot", cx=cx, after=id_box, dashed=True)
 
-    x_box = d.tensor("X", "(B, T, |V|)", "other", word="one-hot rows", cx=cx, top=onehot.bottom + GAP,
+    x_box = d.tensor("X", "(B, T, |V|)", "other", word="one-hot rows", cx=cx, after=onehot,
                      dashed=True)
-    d.down(onehot, x_box)
     d.note(["a single 1 per row, at", "column id; never built"], x=note_x, top=x_box.top + 8)
 
-    product = d.operation("X @ E = E[ids]", cx=cx, top=x_box.bottom + GAP)
-    d.down(x_box, product)
+    product = d.operation("X @ E = E[ids]", cx=cx, after=x_box)
     table = d.tensor("E", "(|V|, d_model)", "parameters", word="embedding matrix", cx=note_x + 92,
                      top=product.top - 11)
     d.arrow((table.left, product.cy), (product.right, product.cy))
@@ -83,8 +76,7 @@ def _text_to_vectors_layout() -> Diagram:
     d.arrow((cx, lookup_frame.bottom), (cx, scale.top))
     d.note(["the scale of the", "positional encoding", "(chapter 3)"], x=note_x, top=scale.top - 4)
 
-    out = d.tensor("embeddings", "(B, T, d_model)", "other", word="", cx=cx, top=scale.bottom + GAP)
-    d.down(scale, out)
+    out = d.tensor("embeddings", "(B, T, d_model)", "other", word="", cx=cx, after=scale)
     d.note(["three rows of E,", "each × √d_{model}"], x=note_x, top=out.top + 8)
     return d
 
@@ -110,27 +102,20 @@ def _cbow_layout() -> Diagram:
     ctx = d.tensor("context ids", "(N, 2w)", "other", word="neighbours", cx=cx, top=20)
     d.note(['"the old _ sees a"', "→ the, old, sees, a"], x=side_x - 110, top=ctx.top + 8)
 
-    look = d.operation("lookup: E[context ids]", cx=cx, top=ctx.bottom + GAP)
-    d.down(ctx, look)
+    look = d.operation("lookup: E[context ids]", cx=cx, after=ctx)
     table = d.tensor("E", "(|V|, d)", "parameters", word="embedding matrix", cx=side_x, top=look.top - 11)
     d.arrow((table.left, look.cy), (look.right, look.cy))
 
-    vecs = d.tensor("context vectors", "(N, 2w, d)", "other", word="", cx=cx, top=look.bottom + GAP)
-    d.down(look, vecs)
-    mean = d.operation("mean over the neighbours", cx=cx, top=vecs.bottom + GAP)
-    d.down(vecs, mean)
-    h = d.tensor("h", "(N, d)", "other", word="context summary", cx=cx, top=mean.bottom + GAP)
-    d.down(mean, h)
+    vecs = d.tensor("context vectors", "(N, 2w, d)", "other", word="", cx=cx, after=look)
+    mean = d.operation("mean over the neighbours", cx=cx, after=vecs)
+    h = d.tensor("h", "(N, d)", "other", word="context summary", cx=cx, after=mean)
 
-    out = d.operation("h @ W_{out} + b", cx=cx, top=h.bottom + GAP)
-    d.down(h, out)
+    out = d.operation("h @ W_{out} + b", cx=cx, after=h)
     w_out = d.tensor("W_{out}", "(d, |V|)", "parameters", word="output layer", cx=side_x, top=out.top - 11)
     d.arrow((w_out.left, out.cy), (out.right, out.cy))
 
-    logits = d.tensor("scores", "(N, |V|)", "scores", word="", cx=cx, top=out.bottom + GAP)
-    d.down(out, logits)
-    loss = d.operation("cross-entropy with the centre word", cx=cx, top=logits.bottom + GAP)
-    d.down(logits, loss)
+    logits = d.tensor("scores", "(N, |V|)", "scores", word="", cx=cx, after=out)
+    loss = d.operation("cross-entropy with the centre word", cx=cx, after=logits)
     centre = d.tensor("centre ids", "(N,)", "other", word="targets", cx=side_x + 30, top=loss.top - 11)
     d.arrow((centre.left, loss.cy), (loss.right, loss.cy))
     d.note(["training moves the rows of E; E is what is kept.",

@@ -111,27 +111,21 @@ def _pe_layout() -> Diagram:
     table = d.tensor("PE", "(max_len, d_model)", "other", word="fixed table", cx=right_cx, top=20)
 
     top = ids.bottom + GAP
-    embed = d.operation("embedding, × √d_{model}", cx=left_cx, top=top)
-    d.down(ids, embed)
-    cut = d.operation("first T rows", cx=right_cx, top=top)
-    d.down(table, cut)
+    embed = d.operation("embedding, × √d_{model}", cx=left_cx, top=top, after=ids)
+    cut = d.operation("first T rows", cx=right_cx, top=top, after=table)
     d.note(["computed once;", "a buffer,", "not learned"], x=cut.left - 10, top=cut.top - 8, anchor="end")
 
     top = embed.bottom + GAP + 30
-    emb = d.tensor("E", "(B, T, d_model)", "other", word="token embeddings", cx=left_cx, top=top)
-    d.down(embed, emb)
-    pe = d.tensor("PE[:T]", "(T, d_model)", "other", word="positions", cx=right_cx, top=top)
-    d.down(cut, pe)
+    emb = d.tensor("E", "(B, T, d_model)", "other", word="token embeddings", cx=left_cx, top=top, after=embed)
+    pe = d.tensor("PE[:T]", "(T, d_model)", "other", word="positions", cx=right_cx, top=top, after=cut)
 
     add = d.operation("+", cx=(left_cx + right_cx) / 2, top=emb.bottom + GAP + 4)
     d.arrow((emb.cx, emb.bottom), (emb.cx, add.cy), (add.left, add.cy))
     d.arrow((pe.cx, pe.bottom), (pe.cx, add.cy), (add.right, add.cy))
     d.note(["PE[:T] is broadcast", "over the B sentences"], x=pe.cx + 8, top=add.bottom + 4)
 
-    drop = d.operation("dropout", cx=add.cx, top=add.bottom + GAP)
-    d.down(add, drop)
-    x = d.tensor("X", "(B, T, d_model)", "other", word="encoder input", cx=add.cx, top=drop.bottom + GAP)
-    d.down(drop, x)
+    drop = d.operation("dropout", cx=add.cx, after=add)
+    x = d.tensor("X", "(B, T, d_model)", "other", word="encoder input", cx=add.cx, after=drop)
     d.note(["to the first", "attention layer"], x=x.right + 14, top=x.top + 8)
 
     # The wave panel: what the columns of PE hold.

@@ -35,35 +35,29 @@ def _sdpa_layout() -> Diagram:
     d.arrow((k.cx, k.bottom), (matmul_qk.cx + 22, matmul_qk.top))
     d.note(["K^T: (d_k, n_k), K transposed"], x=matmul_qk.right + 14, top=matmul_qk.top + 8)
 
-    scores = d.tensor("Q K^T", "(n_q, n_k)", "scores", cx=main_x, top=matmul_qk.bottom + GAP)
-    d.down(matmul_qk, scores)
+    scores = d.tensor("Q K^T", "(n_q, n_k)", "scores", cx=main_x, after=matmul_qk)
     d.note(["one row per query,", "one column per key"], x=scores.right + 14, top=scores.top + 6)
 
-    scale = d.operation("÷ √d_{k}", cx=main_x, top=scores.bottom + GAP)
-    d.down(scores, scale)
+    scale = d.operation("÷ √d_{k}", cx=main_x, after=scores)
 
-    masked = d.operation("optional mask (ch. 6)", cx=main_x, top=scale.bottom + GAP + 4, dashed=True)
-    d.down(scale, masked)
+    masked = d.operation("optional mask (ch. 6)", cx=main_x, top=scale.bottom + GAP + 4, after=scale,
+                         dashed=True)
     d.note("(n_q, n_k)", x=main_x + 10, top=scale.bottom + 7, mono=True)
     mask = d.tensor("mask", "(n_q, n_k)", "masks", cx=480, top=masked.cy - TENSOR_H / 2,
                     word="True = may attend", dashed=True)
     d.arrow((mask.left, masked.cy), (masked.right, masked.cy), dashed=True)
     d.note(["where the mask is False,", "the score becomes −∞"], x=mask.left, top=mask.bottom + 6)
 
-    softmax = d.operation("softmax over the keys", cx=main_x, top=masked.bottom + GAP + 4)
-    d.down(masked, softmax)
+    softmax = d.operation("softmax over the keys", cx=main_x, top=masked.bottom + GAP + 4, after=masked)
     d.note("(n_q, n_k)", x=main_x + 10, top=masked.bottom + 7, mono=True)
 
-    weights = d.tensor("weights", "(n_q, n_k)", "scores", word="", cx=main_x, top=softmax.bottom + GAP)
-    d.down(softmax, weights)
+    weights = d.tensor("weights", "(n_q, n_k)", "scores", word="", cx=main_x, after=softmax)
     d.note(["each row sums to 1", "(−∞ → weight exactly 0)"], x=weights.right + 14, top=weights.top + 6)
 
-    matmul_v = d.operation("weights @ V", cx=main_x, top=weights.bottom + GAP)
-    d.down(weights, matmul_v)
+    matmul_v = d.operation("weights @ V", cx=main_x, after=weights)
     d.arrow((v.cx, v.bottom), (v.cx, matmul_v.cy), (matmul_v.right, matmul_v.cy))
 
-    out = d.tensor("output", "(n_q, d_v)", "other", cx=main_x, top=matmul_v.bottom + GAP)
-    d.down(matmul_v, out)
+    out = d.tensor("output", "(n_q, d_v)", "other", cx=main_x, after=matmul_v)
     d.note(["one weighted average", "of the values per query"], x=out.right + 14, top=out.top + 6)
     return d
 

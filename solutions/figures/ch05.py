@@ -41,21 +41,20 @@ def _mha_layout() -> Diagram:
     full = {}
     top = top + OP_H + GAP
     for role, cx in lanes.items():
-        full[role] = d.tensor(names[role], "(B, T, d_model)", role, cx=cx, top=top, min_width=140)
-        d.down(projections[role], full[role])
+        full[role] = d.tensor(names[role], "(B, T, d_model)", role, cx=cx, top=top, after=projections[role],
+                              min_width=140)
 
     split = {}
     top = top + TENSOR_H + GAP
     for role, cx in lanes.items():
-        split[role] = d.operation("split heads", cx=cx, top=top)
-        d.down(full[role], split[role])
+        split[role] = d.operation("split heads", cx=cx, top=top, after=full[role])
     d.note(["view (B, T, h, d_k),", "then swap T and h"], x=note_x, top=top - 2)
 
     heads_in = {}
     top = top + OP_H + GAP
     for role, cx in lanes.items():
-        heads_in[role] = d.tensor(names[role], "(B, h, T, d_k)", role, cx=cx, top=top, min_width=140)
-        d.down(split[role], heads_in[role])
+        heads_in[role] = d.tensor(names[role], "(B, h, T, d_k)", role, cx=cx, top=top, after=split[role],
+                                  min_width=140)
     d.note(["d_k = d_model / h"], x=note_x, top=top + 6, mono=True)
     d.note(["one slice per head"], x=note_x, top=top + 28)
 
@@ -68,24 +67,20 @@ def _mha_layout() -> Diagram:
         d.arrow((cx, heads_in[role].bottom), (attend.cx + (cx - attend.cx) * 0.55, attend.top))
     per_head = d.frame([attend, weights], "× h heads, in parallel", label_at="bottom-right")
 
-    heads_out = d.tensor("heads", "(B, h, T, d_k)", "other", cx=lanes["keys"], top=per_head.bottom + GAP)
-    d.down(attend, heads_out)
+    heads_out = d.tensor("heads", "(B, h, T, d_k)", "other", cx=lanes["keys"], top=per_head.bottom + GAP,
+                         after=attend)
 
-    merge = d.operation("merge heads", cx=lanes["keys"], top=heads_out.bottom + GAP)
-    d.down(heads_out, merge)
+    merge = d.operation("merge heads", cx=lanes["keys"], after=heads_out)
     d.note(["swap h and T back,", "then reshape"], x=note_x, top=merge.top - 2)
 
-    concat = d.tensor("concat", "(B, T, h·d_k)", "other", cx=lanes["keys"], top=merge.bottom + GAP)
-    d.down(merge, concat)
+    concat = d.tensor("concat", "(B, T, h·d_k)", "other", cx=lanes["keys"], after=merge)
     d.note(["h heads side by side:", "h·d_k = d_model"], x=note_x, top=concat.top + 6)
 
-    project = d.operation("@ W^O", cx=lanes["keys"], top=concat.bottom + GAP)
-    d.down(concat, project)
+    project = d.operation("@ W^O", cx=lanes["keys"], after=concat)
     d.note("mixes the heads:", x=note_x, top=project.top - 4)
     d.note("(d_model, d_model)", x=note_x, top=project.top + 14, mono=True)
 
-    out = d.tensor("output", "(B, T, d_model)", "other", cx=lanes["keys"], top=project.bottom + GAP)
-    d.down(project, out)
+    out = d.tensor("output", "(B, T, d_model)", "other", cx=lanes["keys"], after=project)
     return d
 
 

@@ -85,11 +85,9 @@ def _mask_layout() -> Diagram:
     d.arrow((scores.cx, scores.bottom), (fill.cx + 50, fill.top))
     d.note(["the mask is repeated", "over the h heads"], x=fill.right + 14, top=fill.top - 4)
 
-    softmax = d.operation("softmax over the keys", cx=fill.cx, top=fill.bottom + GAP)
-    d.down(fill, softmax)
+    softmax = d.operation("softmax over the keys", cx=fill.cx, after=fill)
     weights = d.tensor("weights", "(B, h, T_q, T_k)", "scores", word="", cx=fill.cx,
-                       top=softmax.bottom + GAP)
-    d.down(softmax, weights)
+                       after=softmax)
     d.note(["False → weight exactly 0;", "each row still sums to 1"],
            x=weights.right + 14, top=weights.top + 6)
 

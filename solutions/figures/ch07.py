@@ -34,30 +34,14 @@ def _column(d: Diagram, cx: float, top: float, norm_first: bool) -> list[Rect]:
     above = x
     sublayers = (("multi-head attention", "norm1"), ("feed-forward (FFN)", "norm2"))
     for name, norm in sublayers:
-        branch_y = above.bottom + GAP / 2
-        y = above.bottom + GAP
-        if norm_first:
-            ln = d.operation(f"LayerNorm ({norm})", cx=cx, top=y)
-            sub = d.operation(name, cx=cx, top=ln.bottom + GAP)
-            plus = d.operation("+", cx=cx, top=sub.bottom + GAP)
-            d.down(above, ln)
-            d.down(ln, sub)
-            d.down(sub, plus)
-            _skip(d, cx, branch_y, plus)
-            drawn += [ln, sub, plus]
-            above = plus
-        else:
-            sub = d.operation(name, cx=cx, top=y)
-            plus = d.operation("+", cx=cx, top=sub.bottom + GAP)
-            ln = d.operation(f"LayerNorm ({norm})", cx=cx, top=plus.bottom + GAP)
-            d.down(above, sub)
-            d.down(sub, plus)
-            d.down(plus, ln)
-            _skip(d, cx, branch_y, plus)
-            drawn += [sub, plus, ln]
-            above = ln
-    out = d.tensor("output", "(B, T, d_model)", "other", word="", cx=cx, top=above.bottom + GAP)
-    d.down(above, out)
+        layer_norm = f"LayerNorm ({norm})"
+        # pre-norm normalises the sub-layer's input; post-norm (the paper) the sum after the +
+        steps = [layer_norm, name, "+"] if norm_first else [name, "+", layer_norm]
+        ops = d.chain(steps, cx=cx, after=above)
+        _skip(d, cx, above.bottom + GAP / 2, ops[steps.index("+")])
+        drawn += ops
+        above = ops[-1]
+    out = d.tensor("output", "(B, T, d_model)", "other", word="", cx=cx, after=above)
     drawn.append(out)
     drawn.append(Rect(cx - SKIP_OFFSET, x.top, 0, out.bottom - x.top))  # the residual lane, inside the frame
     return drawn

@@ -59,33 +59,21 @@ def _encoder_decoder_layout() -> Diagram:
     d.down(embed_tgt, y)
 
     # The encoder layer: self-attention, Add & Norm, FFN, Add & Norm.
-    top = x.bottom + GAP + 12
-    enc_ops = []
-    for label in ("self-attention, src_mask", "Add & Norm", "feed-forward", "Add & Norm"):
-        enc_ops.append(d.operation(label, cx=enc_x, top=top))
-        top = enc_ops[-1].bottom + GAP
-    for upper, lower in zip(enc_ops, enc_ops[1:]):
-        d.down(upper, lower)
+    enc_ops = d.chain(("self-attention, src_mask", "Add & Norm", "feed-forward", "Add & Norm"),
+                      cx=enc_x, top=x.bottom + GAP + 12)
     d.down(x, enc_ops[0])
     enc_frame = d.frame(enc_ops, "× N (encoder)")
 
     # The decoder layer: masked self-attention, cross-attention, FFN, each with Add & Norm.
-    top = y.bottom + GAP + 12
-    dec_ops = []
-    for label in ("masked self-attention, tgt_mask", "Add & Norm", "cross-attention, src_mask",
-                  "Add & Norm", "feed-forward", "Add & Norm"):
-        dec_ops.append(d.operation(label, cx=dec_x, top=top))
-        top = dec_ops[-1].bottom + GAP
-    for upper, lower in zip(dec_ops, dec_ops[1:]):
-        d.down(upper, lower)
+    dec_ops = d.chain(("masked self-attention, tgt_mask", "Add & Norm", "cross-attention, src_mask",
+                       "Add & Norm", "feed-forward", "Add & Norm"), cx=dec_x, top=y.bottom + GAP + 12)
     d.down(y, dec_ops[0])
     dec_frame = d.frame(dec_ops, "× N (decoder)")
     cross = dec_ops[2]
 
     # memory, and its way into every decoder layer's cross-attention.
     memory = d.tensor("memory", "(B, T_src, d_model)", "keys", word="keys and values",
-                      cx=enc_x, top=enc_frame.bottom + GAP)
-    d.down(enc_ops[-1], memory)
+                      cx=enc_x, top=enc_frame.bottom + GAP, after=enc_ops[-1])
     lane = (enc_frame.right + dec_frame.left) / 2
     d.arrow((memory.right, memory.cy), (lane, memory.cy), (lane, cross.cy), (cross.left, cross.cy))
     d.note(["the same memory feeds the", "cross-attention of all", "N decoder layers"],
@@ -94,17 +82,13 @@ def _encoder_decoder_layout() -> Diagram:
             "weights (B, h, T_tgt, T_src)"], x=enc_x, top=memory.bottom + 76, anchor="middle")
 
     # The output side.
-    hidden = d.tensor("hidden", "(B, T_tgt, d_model)", "other", cx=dec_x, top=dec_frame.bottom + GAP)
-    d.down(dec_ops[-1], hidden)
-    project = d.operation("generator: Linear(d_{model}, V_{tgt})", cx=dec_x, top=hidden.bottom + GAP)
-    d.down(hidden, project)
-    logits = d.tensor("logits", "(B, T_tgt, V_tgt)", "scores", word="", cx=dec_x, top=project.bottom + GAP)
-    d.down(project, logits)
-    softmax = d.operation("softmax over the vocabulary", cx=dec_x, top=logits.bottom + GAP)
-    d.down(logits, softmax)
+    hidden = d.tensor("hidden", "(B, T_tgt, d_model)", "other", cx=dec_x, top=dec_frame.bottom + GAP,
+                      after=dec_ops[-1])
+    project = d.operation("generator: Linear(d_{model}, V_{tgt})", cx=dec_x, after=hidden)
+    logits = d.tensor("logits", "(B, T_tgt, V_tgt)", "scores", word="", cx=dec_x, after=project)
+    softmax = d.operation("softmax over the vocabulary", cx=dec_x, after=logits)
     probs = d.tensor("P(next token)", "(B, T_tgt, V_tgt)", "scores", word="", cx=dec_x,
-                     top=softmax.bottom + GAP)
-    d.down(softmax, probs)
+                     after=softmax)
     d.note(["T_src and T_tgt are independent:", "nothing pads one to the other"],
            x=enc_x, top=probs.top + 4, anchor="middle")
     return d

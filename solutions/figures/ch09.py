@@ -43,8 +43,7 @@ def _training_step_layout() -> Diagram:
     # Row 1: the data.
     src = d.tensor("src", "(B, S)", "other", word="source ids", cx=src_x, top=20)
     targets = d.tensor("y", "B lists, longest L", "other", word="target ids", cx=(in_x + lab_x) / 2, top=20)
-    shift = d.operation("shift right, pad with <pad>", cx=(in_x + lab_x) / 2, top=targets.bottom + GAP)
-    d.down(targets, shift)
+    shift = d.operation("shift right, pad with <pad>", cx=(in_x + lab_x) / 2, after=targets)
 
     # Row 2: the decoder input and the labels.
     top = shift.bottom + GAP
@@ -56,10 +55,8 @@ def _training_step_layout() -> Diagram:
     d.note(["Ti amo molto <eos>"], x=lab_x, top=labels.bottom + 6, anchor="middle", mono=True)
 
     # The encoder, level with the shift.
-    encoder = d.operation("encoder × N, src_mask", cx=src_x, top=src.bottom + GAP)
-    d.down(src, encoder)
-    memory = d.tensor("memory", "(B, S, d_model)", "keys", word="", cx=src_x, top=encoder.bottom + GAP)
-    d.down(encoder, memory)
+    encoder = d.operation("encoder × N, src_mask", cx=src_x, after=src)
+    memory = d.tensor("memory", "(B, S, d_model)", "keys", word="", cx=src_x, after=encoder)
 
     # Row 3: the decoder reads the input and memory.
     decoder = d.operation("decoder × N, tgt_mask", cx=in_x, top=tgt_in.bottom + GAP + 28)
@@ -67,10 +64,8 @@ def _training_step_layout() -> Diagram:
     d.arrow((memory.right, memory.cy), (decoder.left - 20, memory.cy), (decoder.left - 20, decoder.cy),
             (decoder.left, decoder.cy))
     d.note(["cross-attention", "reads memory"], x=src_x, top=memory.bottom + 8, anchor="middle")
-    project = d.operation("Linear(d_{model}, V)", cx=in_x, top=decoder.bottom + GAP)
-    d.down(decoder, project)
-    logits = d.tensor("logits", "(B, L + 1, V)", "scores", word="", cx=in_x, top=project.bottom + GAP)
-    d.down(project, logits)
+    project = d.operation("Linear(d_{model}, V)", cx=in_x, after=decoder)
+    logits = d.tensor("logits", "(B, L + 1, V)", "scores", word="", cx=in_x, after=project)
 
     # Row 4: the loss, the labels joining from the right.
     loss_op = d.operation("cross-entropy, ε = 0.1, pads ignored", cx=(in_x + lab_x) / 2 - 20,
@@ -78,10 +73,8 @@ def _training_step_layout() -> Diagram:
     d.arrow((in_x, logits.bottom), (in_x, loss_op.top))
     d.arrow((lab_x, labels.bottom + 26), (lab_x, loss_op.top))
     loss = d.tensor("loss", "()  mean over real tokens", "other", word="", cx=loss_op.cx,
-                    top=loss_op.bottom + GAP)
-    d.down(loss_op, loss)
-    step = d.operation("backward, clip, Adam step at lr(step)", cx=loss_op.cx, top=loss.bottom + GAP)
-    d.down(loss, step)
+                    after=loss_op)
+    step = d.operation("backward, clip, Adam step at lr(step)", cx=loss_op.cx, after=loss)
     return d
 
 

@@ -42,25 +42,18 @@ def _decoding_loop_layout() -> Diagram:
 
     # Left column: once per sentence.
     src = d.tensor("src", "(B, T_src)", "other", word="source ids", cx=left_x, top=20)
-    encoder = d.operation("encoder × N, src_mask", cx=left_x, top=src.bottom + GAP)
-    d.down(src, encoder)
-    memory = d.tensor("memory", "(B, T_src, d_model)", "other", word="", cx=left_x, top=encoder.bottom + GAP)
-    d.down(encoder, memory)
-    project_mem = d.operation("W^K, W^V of each layer", cx=left_x, top=memory.bottom + GAP)
-    d.down(memory, project_mem)
+    encoder = d.operation("encoder × N, src_mask", cx=left_x, after=src)
+    memory = d.tensor("memory", "(B, T_src, d_model)", "other", word="", cx=left_x, after=encoder)
+    project_mem = d.operation("W^K, W^V of each layer", cx=left_x, after=memory)
     cross_kv = d.tensor("K_{mem}, V_{mem}", "(B, h, T_src, d_k)", "keys", word="cached",
-                        cx=left_x, top=project_mem.bottom + GAP)
-    d.down(project_mem, cross_kv)
+                        cx=left_x, after=project_mem)
     d.frame([src, encoder, memory, project_mem, cross_kv], "once per sentence")
 
     # Right column: once per step.
     token = d.tensor("y_{t}", "(B, 1)", "other", word="newest token", cx=right_x, top=20)
-    embed = d.operation("embed, + PE[t]", cx=right_x, top=token.bottom + GAP)
-    d.down(token, embed)
-    x = d.tensor("x", "(B, 1, d_model)", "other", word="", cx=right_x, top=embed.bottom + GAP)
-    d.down(embed, x)
-    qkv = d.operation("W^Q, W^K, W^V", cx=right_x, top=x.bottom + GAP)
-    d.down(x, qkv)
+    embed = d.operation("embed, + PE[t]", cx=right_x, after=token)
+    x = d.tensor("x", "(B, 1, d_model)", "other", word="", cx=right_x, after=embed)
+    qkv = d.operation("W^Q, W^K, W^V", cx=right_x, after=x)
     q = d.tensor("q_{t}", "(B, h, 1, d_k)", "queries", word="one query", cx=right_x - 80, top=qkv.bottom + GAP)
     cache = d.tensor("K, V", "(B, h, t, d_k)", "keys", word="cache + k_{t}, v_{t}", cx=right_x + 82,
                      top=qkv.bottom + GAP)
@@ -69,17 +62,14 @@ def _decoding_loop_layout() -> Diagram:
     self_attn = d.operation("self-attention over t positions", cx=right_x, top=q.bottom + GAP)
     d.arrow((q.cx, q.bottom), (q.cx, self_attn.top))
     d.arrow((cache.cx, cache.bottom), (cache.cx, self_attn.top))
-    cross = d.operation("cross-attention over T_src", cx=right_x, top=self_attn.bottom + GAP)
-    d.down(self_attn, cross)
+    cross = d.operation("cross-attention over T_src", cx=right_x, after=self_attn)
     feed_x = cross_kv.right - 18  # down out of the left column, clear of its frame label
     d.arrow((feed_x, cross_kv.bottom), (feed_x, cross.cy), (cross.left, cross.cy))
-    ffn = d.operation("feed-forward", cx=right_x, top=cross.bottom + GAP)
-    d.down(cross, ffn)
+    ffn = d.operation("feed-forward", cx=right_x, after=cross)
     layers = d.frame([qkv, q, cache, self_attn, cross, ffn], "× N decoder layers", label_at="bottom-right")
     logits = d.tensor("logits", "(B, V)", "scores", word="next token", cx=right_x, top=layers.bottom + GAP)
     d.arrow((right_x, ffn.bottom), (right_x, logits.top))
-    pick = d.operation("arg-max → y_{t+1}", cx=right_x, top=logits.bottom + GAP)
-    d.down(logits, pick)
+    pick = d.operation("arg-max → y_{t+1}", cx=right_x, after=logits)
     loop_x = layers.right + 12
     d.arrow((pick.right, pick.cy), (loop_x, pick.cy), (loop_x, token.cy), (token.right, token.cy))
     d.note(["t ← t + 1, until", "every sentence ended"], x=loop_x - 6, top=pick.bottom + 6, anchor="end")

@@ -406,8 +406,9 @@ class Diagram:
 
     # ----------------------------------------------------------------- vocabulary
 
-    def tensor(self, label: str, shape: str, role: str, *, cx: float, top: float,
-               word: str | None = None, dashed: bool = False, min_width: float = 0) -> Rect:
+    def tensor(self, label: str, shape: str, role: str, *, cx: float, top: float | None = None,
+               after: Rect | None = None, word: str | None = None, dashed: bool = False,
+               min_width: float = 0) -> Rect:
         """Draw a tensor: its notation and role word on top, its shape underneath.
 
         Args:
@@ -415,7 +416,9 @@ class Diagram:
             shape: its shape in the paper's names, shown as written (``"(B, h, T, d_k)"``).
             role: a key of :data:`ROLES`; sets the colours and the default role word.
             cx: the box's horizontal centre.
-            top: the box's top edge.
+            top: the box's top edge; default :data:`GAP` below ``after``.
+            after: the element this tensor comes out of: an arrow is drawn down from
+                it (:meth:`down`) once the box is drawn.
             word: the word beside the label; default the role's word; ``""`` for
                 none (when the label already says it, as ``weights`` does).
             dashed: draw the outline dashed: an optional input.
@@ -425,6 +428,7 @@ class Diagram:
             The box's rectangle.
         """
         style = self._role(role)
+        top = self._top(top, after)
         word = style.word if word is None else word
         label_w = text_width(label, LABEL_SIZE, bold=True)
         word_w = text_width(word, WORD_SIZE) if word else 0.0
@@ -439,26 +443,72 @@ class Diagram:
                        muted=True, owner=rect)
         self._text(shape, cx, top + 43, SHAPE_SIZE, mono=True, owner=rect)
         self.boxes.append(rect)
+        if after is not None:
+            self.down(after, rect)
         return rect
 
-    def operation(self, label: str, *, cx: float, top: float, dashed: bool = False) -> Rect:
+    def operation(self, label: str, *, cx: float, top: float | None = None, after: Rect | None = None,
+                  dashed: bool = False) -> Rect:
         """Draw an operation: a white rounded pill with its name (``"softmax over the keys"``).
 
         Args:
             label: what the operation does, with markup (``"÷ √d_{k}"``).
             cx: the pill's horizontal centre.
-            top: the pill's top edge.
+            top: the pill's top edge; default :data:`GAP` below ``after``.
+            after: the element this operation is applied to: an arrow is drawn down
+                from it (:meth:`down`) once the pill is drawn.
             dashed: an optional step (drawn dashed).
 
         Returns:
             The pill's rectangle.
         """
+        top = self._top(top, after)
         width = max(text_width(label, OP_SIZE) + 2 * 16, 56)
         rect = Rect(cx - width / 2, top, width, OP_H)
         self._rect(rect, fill="#ffffff", stroke=INK, radius=OP_H / 2, dashed=dashed, stroke_width=1.4)
         self._text(label, cx, top + OP_H / 2 + 5, OP_SIZE, owner=rect)
         self.boxes.append(rect)
+        if after is not None:
+            self.down(after, rect)
         return rect
+
+    def chain(self, labels: Sequence[str], *, cx: float, top: float | None = None,
+              after: Rect | None = None) -> list[Rect]:
+        """Draw a column of operations, each :data:`GAP` below the last, joined by arrows.
+
+        A stack of sub-layers (``"self-attention"``, ``"Add & Norm"``, …) is drawn
+        this way: every pill first, then the arrows from top to bottom.
+
+        Args:
+            labels: the operations' labels, top to bottom (at least one).
+            cx: the column's horizontal centre.
+            top: the first pill's top edge; default :data:`GAP` below ``after``.
+            after: the element that feeds the first operation, or None; its arrow
+                comes before the arrows inside the column.
+
+        Returns:
+            The pills' rectangles, top to bottom.
+        """
+        if not labels:
+            raise ValueError("a chain needs at least one operation")
+        top = self._top(top, after)
+        pills = []
+        for label in labels:
+            pills.append(self.operation(label, cx=cx, top=top))
+            top = pills[-1].bottom + GAP
+        flow = [after, *pills] if after is not None else pills
+        for upper, lower in zip(flow, flow[1:]):
+            self.down(upper, lower)
+        return pills
+
+    @staticmethod
+    def _top(top: float | None, after: Rect | None) -> float:
+        """An element's top edge: ``top`` when given, else :data:`GAP` below ``after``."""
+        if top is not None:
+            return top
+        if after is None:
+            raise ValueError("give the element's top, or the element it comes after")
+        return after.bottom + GAP
 
     @staticmethod
     def _mask_slots(grids: Sequence[Sequence[Sequence[bool]]], captions: Sequence[str]) -> list[float]:
