@@ -63,6 +63,26 @@ def _check_tokens(tokens, size, name):
     return tokens
 
 
+def _map_axes(ax, n_q, n_k, *, cell, extra_width, min_height):
+    """Return the Axes to draw an ``(n_q, n_k)`` map into.
+
+    Args:
+        ax: the caller's Axes, returned as it is; None for a new figure.
+        n_q, n_k: the map's rows (queries) and columns (keys).
+        cell: the side of one cell in a new figure, in inches.
+        extra_width: inches added to the width of a new figure for what stands
+            beside the map (the row labels and a colour bar or legend).
+        min_height: the least height of a new figure, in inches (its width is at
+            least 3 inches).
+
+    Returns:
+        matplotlib.axes.Axes: ``ax``, or the Axes of the new figure.
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(3.0, extra_width + cell * n_k), max(min_height, 1.0 + cell * n_q)))
+    return ax
+
+
 def _label_axes(ax, n_rows, n_cols, query_tokens, key_tokens):
     """Put token labels (or positions) on the rows (queries) and columns (keys)."""
     ax.set_xticks(range(n_cols))
@@ -109,9 +129,7 @@ def plot_attention(weights, query_tokens=None, key_tokens=None, ax=None, title=N
     n_q, n_k = w.shape
     query_tokens = _check_tokens(query_tokens, n_q, "query_tokens")
     key_tokens = _check_tokens(key_tokens, n_k, "key_tokens")
-    if ax is None:
-        side = 0.45
-        _, ax = plt.subplots(figsize=(max(3.0, 1.5 + side * n_k), max(2.5, 1.0 + side * n_q)))
+    ax = _map_axes(ax, n_q, n_k, cell=0.45, extra_width=1.5, min_height=2.5)
     vmax = max(1.0, float(np.nanmax(w))) if w.size and np.nanmin(w) >= 0 else None
     vmin = 0.0 if vmax is not None else None
     image = ax.imshow(w, cmap="Blues", vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
@@ -224,9 +242,7 @@ def plot_mask(mask, query_tokens=None, key_tokens=None, ax=None, title=None):
     n_q, n_k = m.shape
     query_tokens = _check_tokens(query_tokens, n_q, "query_tokens")
     key_tokens = _check_tokens(key_tokens, n_k, "key_tokens")
-    if ax is None:
-        side = 0.4
-        _, ax = plt.subplots(figsize=(max(3.0, 1.6 + side * n_k), max(2.0, 1.0 + side * n_q)))
+    ax = _map_axes(ax, n_q, n_k, cell=0.4, extra_width=1.6, min_height=2.0)
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
