@@ -10,9 +10,7 @@ shapes, operations, arrows, frames, notes); nothing new is needed.
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from .diagram import GAP, OP_H, Diagram
+from .diagram import GAP, OP_H, Diagram, Layout
 
 __all__ = ["LAYOUTS"]
 
@@ -266,7 +264,7 @@ def _lstm_layout() -> Diagram:
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
 #: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
-LAYOUTS: dict[str, Callable[[], Diagram]] = {
+LAYOUTS: dict[str, Layout] = {
     "book/01_rnn_limitations/figures/sequence_shapes.svg": _shapes_layout,
     "book/01_rnn_limitations/figures/unrolled_rnn.svg": _unrolled_layout,
     "book/01_rnn_limitations/figures/lstm_cell.svg": _lstm_layout,

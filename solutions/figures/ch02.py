@@ -12,9 +12,7 @@ exercise: the grading sandbox withholds the modules that define those names.)
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from .diagram import GAP, Diagram
+from .diagram import GAP, Diagram, Layout
 
 __all__ = ["LAYOUTS"]
 
@@ -126,7 +124,7 @@ def _cbow_layout() -> Diagram:
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
 #: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
-LAYOUTS: dict[str, Callable[[], Diagram]] = {
+LAYOUTS: dict[str, Layout] = {
     "book/02_tokens_and_embeddings/figures/text_to_vectors.svg": _text_to_vectors_layout,
     "book/02_tokens_and_embeddings/figures/cbow.svg": _cbow_layout,
 }

@@ -12,9 +12,8 @@ chapter needs: a **wave**, a sampled curve drawn as a polyline inside its own bo
 from __future__ import annotations
 
 import math
-from typing import Callable
 
-from .diagram import ALLOWED, GAP, GRID_LINE, OP_H, TENSOR_H, Diagram, Rect, number
+from .diagram import ALLOWED, GAP, GRID_LINE, Diagram, Layout, Rect, number
 
 __all__ = ["wave_rows", "LAYOUTS"]
 
@@ -150,6 +149,6 @@ def _pe_layout() -> Diagram:
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
 #: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
-LAYOUTS: dict[str, Callable[[], Diagram]] = {
+LAYOUTS: dict[str, Layout] = {
     "book/03_positional_encoding/figures/positional_encoding.svg": _pe_layout,
 }

@@ -6,9 +6,7 @@ draws the SVG from it.
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from .diagram import GAP, TENSOR_H, Diagram
+from .diagram import GAP, TENSOR_H, Diagram, Layout
 
 __all__ = ["LAYOUTS"]
 
@@ -63,6 +61,6 @@ def _sdpa_layout() -> Diagram:
 
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out.
-LAYOUTS: dict[str, Callable[[], Diagram]] = {
+LAYOUTS: dict[str, Layout] = {
     "book/04_self_attention/figures/scaled_dot_product_attention.svg": _sdpa_layout,
 }

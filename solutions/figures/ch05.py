@@ -6,9 +6,7 @@ draws the SVG from it.
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from .diagram import GAP, OP_H, TENSOR_H, Diagram
+from .diagram import GAP, OP_H, TENSOR_H, Diagram, Layout
 
 __all__ = ["LAYOUTS"]
 
@@ -85,6 +83,6 @@ def _mha_layout() -> Diagram:
 
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out.
-LAYOUTS: dict[str, Callable[[], Diagram]] = {
+LAYOUTS: dict[str, Layout] = {
     "book/05_multi_head_attention/figures/multi_head_attention.svg": _mha_layout,
 }

@@ -6,9 +6,9 @@ draws the SVG from it.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
-from .diagram import GAP, NOTE_SIZE, TENSOR_H, Diagram
+from .diagram import GAP, NOTE_SIZE, TENSOR_H, Diagram, Layout
 
 __all__ = ["mask_example", "MASK_EXAMPLE_LENGTHS", "MASK_EXAMPLE_T", "LAYOUTS"]
 
@@ -104,6 +104,6 @@ def _mask_layout() -> Diagram:
 
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out.
-LAYOUTS: dict[str, Callable[[], Diagram]] = {
+LAYOUTS: dict[str, Layout] = {
     "book/06_masking/figures/mask_broadcast.svg": _mask_layout,
 }

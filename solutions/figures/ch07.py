@@ -10,9 +10,7 @@ main flow before a sub-layer and enters the ``+`` after it from the left.
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from .diagram import GAP, Diagram, Rect
+from .diagram import GAP, Diagram, Layout, Rect
 
 __all__ = ["LAYOUTS"]
 
@@ -80,6 +78,6 @@ def _encoder_layer_layout() -> Diagram:
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
 #: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
-LAYOUTS: dict[str, Callable[[], Diagram]] = {
+LAYOUTS: dict[str, Layout] = {
     "book/07_add_and_norm/figures/encoder_layer_norms.svg": _encoder_layer_layout,
 }

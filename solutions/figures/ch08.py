@@ -12,9 +12,7 @@ the mask each attention takes.
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from .diagram import GAP, Diagram
+from .diagram import GAP, Diagram, Layout
 
 __all__ = ["LAYOUTS"]
 
@@ -96,4 +94,4 @@ def _encoder_decoder_layout() -> Diagram:
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
 #: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
-LAYOUTS: dict[str, Callable[[], Diagram]] = {FILE: _encoder_decoder_layout}
+LAYOUTS: dict[str, Layout] = {FILE: _encoder_decoder_layout}

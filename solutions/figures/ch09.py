@@ -11,9 +11,7 @@ smoothing that skips the pad positions; the scalar loss drives one optimizer ste
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from .diagram import GAP, Diagram
+from .diagram import GAP, Diagram, Layout
 
 __all__ = ["LAYOUTS"]
 
@@ -80,4 +78,4 @@ def _training_step_layout() -> Diagram:
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
 #: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
-LAYOUTS: dict[str, Callable[[], Diagram]] = {FILE: _training_step_layout}
+LAYOUTS: dict[str, Layout] = {FILE: _training_step_layout}

@@ -13,9 +13,7 @@ gives the logits of the next token, whose arg-max is fed back in.
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from .diagram import GAP, Diagram
+from .diagram import GAP, Diagram, Layout
 
 __all__ = ["LAYOUTS"]
 
@@ -78,4 +76,4 @@ def _decoding_loop_layout() -> Diagram:
 
 #: Chapter diagrams: file (relative to the repository) → the function laying it out
 #: (:func:`solutions.figures.diagram.registry` draws the SVG from it).
-LAYOUTS: dict[str, Callable[[], Diagram]] = {FILE: _decoding_loop_layout}
+LAYOUTS: dict[str, Layout] = {FILE: _decoding_loop_layout}

@@ -51,6 +51,7 @@ __all__ = [
     "Rect",
     "TextBox",
     "Diagram",
+    "Layout",
     "text_width",
     "plain_text",
     "number",
@@ -715,6 +716,11 @@ class Diagram:
         return "\n".join(head + self._body + ["</svg>"]) + "\n"
 
 
+#: A chapter module's layout function: it lays one diagram out and returns it. Each
+#: chapter module's ``LAYOUTS`` is a ``dict[str, Layout]``: file → layout.
+Layout = Callable[[], Diagram]
+
+
 def chapter_modules() -> list:
     """The chapter modules ``solutions/figures/chNN.py``, in chapter order.
 
@@ -727,7 +733,7 @@ def chapter_modules() -> list:
     return [importlib.import_module(f"{__package__}.{path.stem}") for path in sorted(folder.glob("ch[0-9][0-9].py"))]
 
 
-def layouts() -> dict[str, Callable[[], Diagram]]:
+def layouts() -> dict[str, Layout]:
     """Every diagram's layout function (its :class:`Diagram`), by file.
 
     Returns:
@@ -736,7 +742,7 @@ def layouts() -> dict[str, Callable[[], Diagram]]:
     Raises:
         ValueError: when two modules register the same file.
     """
-    merged: dict[str, Callable[[], Diagram]] = {}
+    merged: dict[str, Layout] = {}
     for module in chapter_modules():
         clash = sorted(set(module.LAYOUTS) & set(merged))
         if clash:
@@ -757,7 +763,7 @@ def registry() -> dict[str, Callable[[], str]]:
     return {path: functools.partial(_draw, layout) for path, layout in layouts().items()}
 
 
-def _draw(layout: Callable[[], Diagram]) -> str:
+def _draw(layout: Layout) -> str:
     return layout().svg()
 
 
