@@ -10,7 +10,7 @@ shapes, operations, arrows, frames, notes); nothing new is needed.
 """
 from __future__ import annotations
 
-from .diagram import GAP, OP_H, Diagram, Layout
+from .diagram import GAP, OP_H, Diagram, Layout, Rect
 
 __all__ = ["LAYOUTS"]
 
@@ -134,35 +134,51 @@ def _scores_layout() -> Diagram:
               "hidden layer, so many queries are one matrix product."),
     )
     left, right = 150, 470
-    top = 20
     # ---- additive
-    s = d.tensor("s", "(d_h,)", "queries", word="decoder", cx=left - 62, top=top)
-    H = d.tensor("H", "(T, d_h)", "keys", word="encoder", cx=left + 62, top=top)
-    score_a = d.operation("tanh(s W_{s} + H W_{h}) v", cx=left, top=s.bottom + GAP)
-    d.arrow((s.cx, s.bottom), (s.cx, score_a.top))
-    d.arrow((H.cx, H.bottom), (H.cx, score_a.top))
-    e_a = d.tensor("e", "(T,)", "scores", cx=left, after=score_a)
-    soft_a = d.operation("softmax over T", cx=left, after=e_a)
-    a_a = d.tensor("α", "(T,)", "scores", word="weights", cx=left, after=soft_a)
-    mix_a = d.operation("α H", cx=left, after=a_a)
+    additive = _one_query(d, left, ("s", "(d_h,)", "decoder"), ("H", "(T, d_h)", "encoder"),
+                          score="tanh(s W_{s} + H W_{h}) v", mix="α H")
+    mix_a = additive[-1]
     c = d.tensor("c", "(d_h,)", "other", word="context", cx=left, after=mix_a)
     d.note(["H is keys", "and values"], x=mix_a.right + 12, top=mix_a.top - 2)
-    d.frame([s, H, score_a, e_a, soft_a, a_a, mix_a, c], "additive (§1.8)", label_at="top")
+    d.frame([*additive, c], "additive (§1.8)", label_at="top")
     # ---- dot product
-    q = d.tensor("q", "(d_k,)", "queries", word="query", cx=right - 62, top=top)
-    K = d.tensor("K", "(T, d_k)", "keys", word="keys", cx=right + 62, top=top)
-    score_d = d.operation("q K^T ÷ √d_{k}", cx=right, top=q.bottom + GAP)
-    d.arrow((q.cx, q.bottom), (q.cx, score_d.top))
-    d.arrow((K.cx, K.bottom), (K.cx, score_d.top))
-    e_d = d.tensor("e", "(T,)", "scores", cx=right, after=score_d)
-    soft_d = d.operation("softmax over T", cx=right, after=e_d)
-    a_d = d.tensor("α", "(T,)", "scores", word="weights", cx=right, after=soft_d)
-    mix_d = d.operation("α V", cx=right, after=a_d)
-    V = d.tensor("V", "(T, d_v)", "values", word="values", cx=right + 110, top=a_d.top)
+    dot = _one_query(d, right, ("q", "(d_k,)", "query"), ("K", "(T, d_k)", "keys"),
+                     score="q K^T ÷ √d_{k}", mix="α V")
+    weights, mix_d = dot[-2:]
+    V = d.tensor("V", "(T, d_v)", "values", word="values", cx=right + 110, top=weights.top)
     d.arrow((V.cx, V.bottom), (V.cx, mix_d.cy), (mix_d.right, mix_d.cy))
     out = d.tensor("output", "(d_v,)", "other", word="", cx=right, after=mix_d)
-    d.frame([q, K, score_d, e_d, soft_d, a_d, mix_d, V, out], "scaled dot-product (chapter 4)", label_at="top")
+    d.frame([*dot, V, out], "scaled dot-product (chapter 4)", label_at="top")
     return d
+
+
+def _one_query(d: Diagram, cx: float, query: tuple[str, str, str], key: tuple[str, str, str], *,
+               score: str, mix: str) -> list[Rect]:
+    """One query's attention, top to bottom: query and keys → ``score`` → e → softmax → α → ``mix``.
+
+    The two mechanisms of :func:`_scores_layout` differ only in ``score`` (and in what
+    ``mix`` weighs), so both columns are drawn here.
+
+    Args:
+        d: the diagram drawn into.
+        cx: the column's horizontal centre; the query sits 62 px left of it, the keys 62 px right.
+        query: the query tensor's ``(label, shape, role word)``.
+        key: the keys tensor's ``(label, shape, role word)``.
+        score: the scoring operation, with markup.
+        mix: the operation weighing the rows with α (``"α H"``).
+
+    Returns:
+        The query, keys, scoring, scores e, softmax, weights α and mixing rectangles, in that order.
+    """
+    q = d.tensor(query[0], query[1], "queries", word=query[2], cx=cx - 62, top=20)
+    k = d.tensor(key[0], key[1], "keys", word=key[2], cx=cx + 62, top=20)
+    scoring = d.operation(score, cx=cx, top=q.bottom + GAP)
+    d.arrow((q.cx, q.bottom), (q.cx, scoring.top))
+    d.arrow((k.cx, k.bottom), (k.cx, scoring.top))
+    e = d.tensor("e", "(T,)", "scores", cx=cx, after=scoring)
+    softmax = d.operation("softmax over T", cx=cx, after=e)
+    alpha = d.tensor("α", "(T,)", "scores", word="weights", cx=cx, after=softmax)
+    return [q, k, scoring, e, softmax, alpha, d.operation(mix, cx=cx, after=alpha)]
 
 
 #: The rows of the sequence-shapes diagram: (name, task, inputs, outputs, step labels);
