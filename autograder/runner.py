@@ -110,13 +110,22 @@ def _torch():
     return torch
 
 
-def encode(value: Any, arrays: dict[str, np.ndarray]) -> Any:
+def encode(value: Any, arrays: dict[str, np.ndarray], *, extension=None) -> Any:
     """Turn a value into JSON-able data, storing arrays in ``arrays``.
 
     Only plain data survives: objects that are not numbers, strings, containers,
     numpy arrays or torch tensors are rejected with ``TypeError``, so an object
     that lies about equality cannot cross the wall.
+
+    The one codec of the project: the stored checks of the student package
+    (:mod:`autograder.student.expected`) use it with an ``extension``, a function
+    ``(value, arrays) -> data`` tried first on every value, at every depth, that
+    returns ``NotImplemented`` for the values it leaves to this one.
     """
+    if extension is not None:
+        data = extension(value, arrays)
+        if data is not NotImplemented:
+            return data
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
@@ -138,7 +147,7 @@ def encode(value: Any, arrays: dict[str, np.ndarray]) -> Any:
             key = f"a{len(arrays)}"
             arrays[key] = np.ascontiguousarray(np.asarray(arr))
             state[name] = key
-        return {"__obj__": value.factory, "init": encode(value.init, arrays), "state": state,
+        return {"__obj__": value.factory, "init": encode(value.init, arrays, extension=extension), "state": state,
                 "tie": [list(pair) for pair in value.tie]}
     if isinstance(value, np.ndarray):
         _check_size(value.size)
@@ -160,15 +169,15 @@ def encode(value: Any, arrays: dict[str, np.ndarray]) -> Any:
         arrays[key] = np.array(torch.Tensor.numpy(torch.Tensor.cpu(t)), copy=True)
         return {"__tensor__": key, "dtype": dtype}
     if isinstance(value, tuple):
-        return {"__tuple__": [encode(v, arrays) for v in value]}
+        return {"__tuple__": [encode(v, arrays, extension=extension) for v in value]}
     if isinstance(value, list):
-        return [encode(v, arrays) for v in value]
+        return [encode(v, arrays, extension=extension) for v in value]
     if isinstance(value, dict):
         items = []
         for k, v in value.items():
             if not isinstance(k, (str, int)) or isinstance(k, bool):
                 raise TypeError(f"dictionary keys must be str or int, got {type(k).__name__}")
-            items.append([k, encode(v, arrays)])
+            items.append([k, encode(v, arrays, extension=extension)])
         return {"__dict__": items}
     raise TypeError(
         f"returned an object of type {type(value).__module__}.{type(value).__qualname__}; "
@@ -181,14 +190,21 @@ def _check_size(n: int) -> None:
         raise ValueError(f"an array of {n} elements is larger than any expected answer")
 
 
-def decode(data: Any, arrays, *, as_torch: bool = True) -> Any:
+def decode(data: Any, arrays, *, as_torch: bool = True, extension=None) -> Any:
     """Inverse of :func:`encode`. Tensors come back as ``torch.Tensor`` when
     ``as_torch`` (inputs for the student's code) or as :class:`Tensor` markers
-    (results inspected by the trusted judge)."""
+    (results inspected by the trusted judge). ``extension``, a function
+    ``(data, arrays) -> value`` tried first on every tagged dict, at every depth,
+    decodes the tags of an :func:`encode` extension (``NotImplemented``: not one of
+    its tags)."""
     if isinstance(data, list):
-        return [decode(v, arrays, as_torch=as_torch) for v in data]
+        return [decode(v, arrays, as_torch=as_torch, extension=extension) for v in data]
     if not isinstance(data, dict):
         return data
+    if extension is not None:
+        value = extension(data, arrays)
+        if value is not NotImplemented:
+            return value
     if "__float__" in data:
         return float(data["__float__"])
     if "__ndarray__" in data:
@@ -205,9 +221,9 @@ def decode(data: Any, arrays, *, as_torch: bool = True) -> Any:
             t.requires_grad_(True)
         return t
     if "__tuple__" in data:
-        return tuple(decode(v, arrays, as_torch=as_torch) for v in data["__tuple__"])
+        return tuple(decode(v, arrays, as_torch=as_torch, extension=extension) for v in data["__tuple__"])
     if "__dict__" in data:
-        return {k: decode(v, arrays, as_torch=as_torch) for k, v in data["__dict__"]}
+        return {k: decode(v, arrays, as_torch=as_torch, extension=extension) for k, v in data["__dict__"]}
     if "__obj__" in data:
         return _build_obj(data, arrays)
     raise ValueError(f"unknown encoded value {sorted(data)}")

@@ -3,9 +3,9 @@
 At release (in the repository, with ``solutions``), :func:`write_chapter` makes each
 exercise's visible cases exactly as the visible check does (``Exercise.cases`` with
 the fixed visible seed), runs them on the reference (``Exercise.expected``) and
-writes both as data: ``<chapter>.json`` (the encoded values, the format of
-:mod:`autograder.runner` plus markers for :class:`~autograder.runner.Obj` inputs and
-tensor dtypes) and ``<chapter>.npz`` (every array; read with ``allow_pickle=False``).
+writes both as data: ``<chapter>.json`` (the encoded values: the runner's codec,
+:func:`autograder.runner.encode`, extended with markers for
+:class:`~autograder.runner.Obj` inputs, tensor dtypes and torch results) and ``<chapter>.npz`` (every array; read with ``allow_pickle=False``).
 
 In the student package, :class:`ExpectedStore` reads those files and is installed
 with :func:`autograder.checks.base.use_precomputed`: ``check(name, obj)`` then judges
@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..checks.base import Case, Exercise, Precomputed, Result
+from .. import runner
 from ..runner import Obj, Tensor
 
 __all__ = ["FORMAT", "encode_value", "decode_value", "encode_case", "decode_case", "encode_result",
@@ -54,10 +55,21 @@ FORMAT = 1
 def encode_value(value: Any, arrays: dict[str, np.ndarray]) -> Any:
     """A case input or a decoded result as JSON-able data, arrays stored in ``arrays``.
 
-    Like :func:`autograder.runner.encode`, but an :class:`Obj` stays a marker (the
-    runner builds it when the case runs) and a :class:`Tensor` keeps its ``dtype``
-    and ``requires_grad``.
+    :func:`autograder.runner.encode` with the stored format's three extensions
+    (:func:`_stored`): an :class:`Obj` stays a marker (the runner builds it when the
+    case runs), a :class:`Tensor` keeps its ``dtype`` and ``requires_grad``, and a torch
+    tensor (a hint helper's result) comes back as a torch tensor.
     """
+    return runner.encode(value, arrays, extension=_stored)
+
+
+def decode_value(data: Any, arrays) -> Any:
+    """Inverse of :func:`encode_value` (tensors come back as :class:`Tensor` markers)."""
+    return runner.decode(data, arrays, as_torch=False, extension=_read_stored)
+
+
+def _stored(value: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """The stored format's own tags (``NotImplemented`` for every other value)."""
     if isinstance(value, Tensor):
         key = f"a{len(arrays)}"
         arrays[key] = np.array(value.value, order="C", copy=True)  # keeps a 0-d tensor 0-d
@@ -68,44 +80,17 @@ def encode_value(value: Any, arrays: dict[str, np.ndarray]) -> Any:
     if isinstance(value, Obj):
         return {"__objmarker__": value.factory, "init": encode_value(value.init, arrays),
                 "state": encode_value(dict(value.state), arrays), "tie": [list(t) for t in value.tie]}
-    if isinstance(value, np.ndarray):
-        key = f"a{len(arrays)}"
-        arrays[key] = np.array(value, copy=True, subok=False)
-        return {"__ndarray__": key}
     if _is_torch_tensor(value):  # a helper's result: comes back as a torch tensor
         key = f"a{len(arrays)}"
         dtype = str(value.dtype).replace("torch.", "")
         data = value.detach().cpu()
         arrays[key] = np.array((data.float() if dtype == "bfloat16" else data).numpy(), order="C", copy=True)
         return {"__torch__": key, "dtype": dtype}
-    if isinstance(value, tuple):
-        return {"__tuple__": [encode_value(v, arrays) for v in value]}
-    if isinstance(value, list):
-        return [encode_value(v, arrays) for v in value]
-    if isinstance(value, dict):
-        return {"__dict__": [[k, encode_value(v, arrays)] for k, v in value.items()]}
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        return f if np.isfinite(f) else {"__float__": repr(f)}
-    if value is None or isinstance(value, str):
-        return value
-    raise TypeError(f"cannot store a {type(value).__module__}.{type(value).__qualname__} as data")
+    return NotImplemented
 
 
-def decode_value(data: Any, arrays) -> Any:
-    """Inverse of :func:`encode_value` (tensors come back as :class:`Tensor` markers)."""
-    if isinstance(data, list):
-        return [decode_value(v, arrays) for v in data]
-    if not isinstance(data, dict):
-        return data
-    if "__float__" in data:
-        return float(data["__float__"])
-    if "__ndarray__" in data:
-        return np.array(arrays[data["__ndarray__"]], copy=True)
+def _read_stored(data: dict, arrays) -> Any:
+    """Inverse of :func:`_stored` (``NotImplemented`` for the runner's own tags)."""
     if "__tensor__" in data:
         marker = Tensor(np.array(arrays[data["__tensor__"]], copy=True), data.get("requires_grad", False))
         if "dtype" in data:
@@ -115,14 +100,10 @@ def decode_value(data: Any, arrays) -> Any:
         import torch
 
         return torch.from_numpy(np.array(arrays[data["__torch__"]], copy=True)).to(getattr(torch, data["dtype"]))
-    if "__tuple__" in data:
-        return tuple(decode_value(v, arrays) for v in data["__tuple__"])
-    if "__dict__" in data:
-        return {k: decode_value(v, arrays) for k, v in data["__dict__"]}
     if "__objmarker__" in data:
         return Obj(data["__objmarker__"], decode_value(data["init"], arrays), decode_value(data["state"], arrays),
                    [tuple(t) for t in data["tie"]])
-    raise ValueError(f"unknown stored value {sorted(data)}")
+    return NotImplemented
 
 
 # --------------------------------------------------------------------------- cases and results
