@@ -1,4 +1,4 @@
-"""Copy weights from our modules into PyTorch's reference modules (used by the parity tests).
+"""Copy weights from our modules into PyTorch's reference modules, and the layers' state-dict keys (used by the parity tests).
 
 Imported as a plain module (``tests/parity`` has no ``__init__.py``; pytest puts
 this folder on ``sys.path``).
@@ -25,3 +25,15 @@ def copy_feed_forward_and_norms(ours, ref, norms):
             getattr(ours, name).weight.normal_()
             getattr(ours, name).bias.normal_()
             getattr(ref, name).load_state_dict(getattr(ours, name).state_dict())
+
+
+def layer_state_dict_keys(attentions, norms):
+    """The state-dict keys a layer's contract names, in order: each attention's
+    ``w_q/w_k/w_v/w_o`` (weight, bias), the feed-forward's ``linear1``/``linear2``,
+    then each LayerNorm (weight, bias). Used by the parity tests to state the
+    exact key list of ``EncoderLayer`` and ``DecoderLayer``."""
+    return [
+        *(f"{attn}.w_{p}.{t}" for attn in attentions for p in "qkvo" for t in ("weight", "bias")),
+        *(f"feed_forward.linear{i}.{t}" for i in (1, 2) for t in ("weight", "bias")),
+        *(f"{norm}.{t}" for norm in norms for t in ("weight", "bias")),
+    ]
