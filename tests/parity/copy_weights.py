@@ -37,3 +37,12 @@ def layer_state_dict_keys(attentions, norms):
         *(f"feed_forward.linear{i}.{t}" for i in (1, 2) for t in ("weight", "bias")),
         *(f"{norm}.{t}" for norm in norms for t in ("weight", "bias")),
     ]
+
+
+def layer_pair(ours_cls, ref_cls, sizes, norm_first, dtype):
+    """Our layer and PyTorch's reference layer built alike: the same ``sizes``
+    (d_model, heads, d_ff), dropout 0, the same ``norm_first``, in ``dtype``
+    (the reference batch-first). Their weights are still to be copied."""
+    ours = ours_cls(*sizes, dropout=0.0, norm_first=norm_first).to(dtype)
+    ref = ref_cls(*sizes, dropout=0.0, batch_first=True, norm_first=norm_first).to(dtype)
+    return ours, ref

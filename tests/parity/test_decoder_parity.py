@@ -9,17 +9,14 @@ from torch import nn
 
 from solutions import DecoderLayer, decoder_mask, padding_mask
 
-from copy_weights import copy_attention, copy_feed_forward_and_norms, layer_state_dict_keys
+from copy_weights import copy_attention, copy_feed_forward_and_norms, layer_pair, layer_state_dict_keys
 
 D_MODEL, HEADS, D_FF = 16, 4, 32
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 
 
 def decoder_pair(norm_first, dtype):
-    ours = DecoderLayer(D_MODEL, HEADS, D_FF, dropout=0.0, norm_first=norm_first).to(dtype)
-    ref = nn.TransformerDecoderLayer(
-        D_MODEL, HEADS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first
-    ).to(dtype)
+    ours, ref = layer_pair(DecoderLayer, nn.TransformerDecoderLayer, (D_MODEL, HEADS, D_FF), norm_first, dtype)
     copy_attention(ours.self_attn, ref.self_attn)
     copy_attention(ours.cross_attn, ref.multihead_attn)
     copy_feed_forward_and_norms(ours, ref, ["norm1", "norm2", "norm3"])

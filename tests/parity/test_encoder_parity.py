@@ -11,16 +11,13 @@ from torch import nn
 from solutions import EncoderLayer, padding_mask
 from solutions.fused import fuse_attention
 
-from copy_weights import copy_attention, copy_feed_forward_and_norms, layer_state_dict_keys
+from copy_weights import copy_attention, copy_feed_forward_and_norms, layer_pair, layer_state_dict_keys
 
 D_MODEL, HEADS, D_FF = 16, 4, 32
 
 
 def encoder_pair(norm_first, dtype):
-    ours = EncoderLayer(D_MODEL, HEADS, D_FF, dropout=0.0, norm_first=norm_first).to(dtype)
-    ref = nn.TransformerEncoderLayer(
-        D_MODEL, HEADS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first
-    ).to(dtype)
+    ours, ref = layer_pair(EncoderLayer, nn.TransformerEncoderLayer, (D_MODEL, HEADS, D_FF), norm_first, dtype)
     copy_attention(ours.self_attn, ref.self_attn)
     copy_feed_forward_and_norms(ours, ref, ["norm1", "norm2"])
     ref.train()  # dropout is 0; train() only avoids the inference fast path
