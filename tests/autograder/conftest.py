@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,39 @@ if str(HERE) not in sys.path:
 import fixtures  # noqa: E402
 
 REPO = HERE.parent.parent
+
+# The wall-time limit of every probe that is not about wall time: a safety net far
+# above what any of them takes, so no verdict depends on the machine's load.
+SAFETY_WALL = 300.0
+
+# A probe cell that tries three connections (internet, local TCP, IPv6 loopback),
+# printing ``connected``/``refused`` for each, then the network interfaces it sees.
+NETWORK_PROBE = textwrap.dedent("""
+    import socket
+    for family, addr in [(socket.AF_INET, ("1.1.1.1", 53)), (socket.AF_INET, ("127.0.0.1", 22)),
+                         (socket.AF_INET6, ("::1", 80))]:
+        s = socket.socket(family)
+        s.settimeout(2)
+        try:
+            s.connect(addr)
+            print("connected", addr)
+        except OSError as exc:
+            print("refused", type(exc).__name__)
+    print(sorted(name for _, name in socket.if_nameindex()))
+""")
+
+
+def write_probe(paths: str) -> str:
+    """Probe code that tries to append to each path of ``paths`` (the source of a
+    Python list, evaluated in the run) and prints ``writable PATH`` or ``refused PATH``."""
+    return f"for path in {paths}:\n" + textwrap.indent(textwrap.dedent("""\
+        try:
+            with open(path, "a") as fh:
+                fh.write("x")
+            print("writable", path)
+        except OSError:
+            print("refused", path)
+    """), "    ")
 
 
 def _sandbox_problem() -> str | None:
@@ -86,9 +120,31 @@ def run_probe(code: str, *, graded=("softmax", "scaled_dot_product_attention", "
     return run_job(job, lib, limits or Limits(wall_seconds=60.0), sandbox=sandbox)
 
 
-@pytest.fixture
-def probe(tmp_path, needs_sandbox):
-    """``probe(code, **kw)`` runs code in a fresh sandbox (see :func:`run_probe`)."""
+def run_piped_job(tmp: Path, source: str, limits=None):
+    """Run one cell ``probe`` whose cases (one call with ``[1.0, 2.0]``) go through
+    the cases pipe, as the grader sends them; return ``(outcome, job folder)``."""
+    import numpy as np
+
+    from autograder import runner
+    from autograder.sandbox import Limits, build_library, case_frame, run_job
+
+    tmp = Path(tmp)
+    tmp.chmod(0o755)
+    lib = build_library(tmp / "lib", {"softmax"})
+    job = tmp / "job"
+    job.mkdir()
+    (job / "job.json").write_text(json.dumps({"setup": [], "cells": [
+        {"grade_id": "probe", "exercise": "probe", "source": source}]}), encoding="utf-8")
+    arrays: dict = {}
+    specs = [{"kind": "function", "args": runner.encode([np.array([1.0, 2.0])], arrays),
+              "kwargs": {"__dict__": []}, "seed": 0}]
+    outcome = run_job(job, lib, limits or Limits(wall_seconds=SAFETY_WALL), cases=[("probe", case_frame("probe", specs, arrays))])
+    return outcome, job
+
+
+def probe_runner(tmp_path: Path):
+    """``probe(code, **kw)``: each call runs code with :func:`run_probe` in a fresh
+    folder under ``tmp_path`` (the sandbox, or the container mode where a test forces it)."""
     counter = [0]
 
     def _probe(code: str, **kw):
@@ -98,3 +154,9 @@ def probe(tmp_path, needs_sandbox):
         return run_probe(code, tmp=where, **kw)
 
     return _probe
+
+
+@pytest.fixture
+def probe(tmp_path, needs_sandbox):
+    """``probe(code, **kw)`` runs code in a fresh sandbox (see :func:`run_probe`)."""
+    return probe_runner(tmp_path)

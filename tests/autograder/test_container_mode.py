@@ -22,9 +22,7 @@ import pytest
 
 from autograder import isolation
 from autograder.sandbox import Limits
-from conftest import REPO, run_probe
-
-SAFETY_WALL = 300.0  # a safety net for a stuck run, never a measurement
+from conftest import NETWORK_PROBE, REPO, SAFETY_WALL, probe_runner, run_piped_job, write_probe
 
 
 def _container_problem() -> str | None:
@@ -54,15 +52,8 @@ def container(monkeypatch):
 
 @pytest.fixture
 def cprobe(tmp_path, container):
-    counter = [0]
-
-    def _probe(code: str, **kw):
-        counter[0] += 1
-        where = tmp_path / f"probe{counter[0]}"
-        where.mkdir()
-        return run_probe(code, tmp=where, **kw)
-
-    return _probe
+    """``cprobe(code, **kw)`` runs code in a fresh run of the container mode (see :func:`conftest.run_probe`)."""
+    return probe_runner(tmp_path)
 
 
 PATHS = "import sys\nJOB = sys.argv[1]\nOUT = JOB + '/out'\n"
@@ -130,36 +121,15 @@ def test_the_reference_the_checks_and_other_submissions_are_unreadable(cprobe, t
 
 
 def test_it_writes_only_its_output_folder(cprobe, tmp_path):
-    code = PATHS + textwrap.dedent(f"""
-        for path in [JOB + "/job.json", JOB + "/x", JOB + "/../lib/runner.py", "{REPO}/x", "/tmp/x",
-                     "/dev/shm/x", "{tmp_path}/x", OUT + "/x"]:
-            try:
-                with open(path, "a") as fh:
-                    fh.write("x")
-                print("writable", path)
-            except OSError:
-                print("refused", path)
-    """)
+    code = PATHS + write_probe(f"""[JOB + "/job.json", JOB + "/x", JOB + "/../lib/runner.py", "{REPO}/x", "/tmp/x",
+                                    "/dev/shm/x", "{tmp_path}/x", OUT + "/x"]""")
     out = cprobe(code).stdout
     assert out.count("writable") == 1 and "/out/x" in out.split("writable")[1], out
     assert not (REPO / "x").exists() and not (tmp_path / "x").exists()
 
 
 def test_no_network(cprobe, container):
-    code = textwrap.dedent("""
-        import socket
-        for family, addr in [(socket.AF_INET, ("1.1.1.1", 53)), (socket.AF_INET, ("127.0.0.1", 22)),
-                             (socket.AF_INET6, ("::1", 80))]:
-            s = socket.socket(family)
-            s.settimeout(2)
-            try:
-                s.connect(addr)
-                print("connected", addr)
-            except OSError as exc:
-                print("refused", type(exc).__name__)
-        print(sorted(name for _, name in socket.if_nameindex()))
-    """)
-    out = cprobe(code).stdout
+    out = cprobe(NETWORK_PROBE).stdout
     assert "connected" not in out and out.count("refused") == 3
     if container["unshare_net"]:
         assert "['lo']" in out  # a fresh network namespace: loopback only
@@ -186,24 +156,10 @@ def test_limits_hold(cprobe):
 
 
 def test_cases_arrive_through_the_pipe(tmp_path, container):
-    import json
+    from autograder import grading
 
-    import numpy as np
-
-    from autograder import grading, runner
-    from autograder.sandbox import build_library, case_frame, run_job
-
-    tmp_path.chmod(0o755)
-    lib = build_library(tmp_path / "lib", {"softmax"})
-    job = tmp_path / "job"
-    job.mkdir()
     source = PATHS + "import os\nprint(sorted(os.listdir(JOB)))\ndef probe(x):\n    return 2 * x\n"
-    (job / "job.json").write_text(json.dumps({"setup": [], "cells": [
-        {"grade_id": "probe", "exercise": "probe", "source": source}]}), encoding="utf-8")
-    arrays: dict = {}
-    specs = [{"kind": "function", "args": runner.encode([np.array([1.0, 2.0])], arrays),
-              "kwargs": {"__dict__": []}, "seed": 0}]
-    outcome = run_job(job, lib, Limits(wall_seconds=SAFETY_WALL), cases=[("probe", case_frame("probe", specs, arrays))])
+    outcome, _ = run_piped_job(tmp_path, source)
     assert [(kind, gid) for kind, gid, _, _ in outcome.frames] == [("start", "probe"), ("cases", "probe"),
                                                                   ("result", "probe")]
     assert "['job.json', 'out']" in outcome.stdout

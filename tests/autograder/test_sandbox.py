@@ -12,11 +12,7 @@ from pathlib import Path
 import pytest
 
 from autograder.sandbox import Limits, build_library, graded_modules
-from conftest import REPO
-
-# The wall-time limit of every probe that is not about wall time: a safety net far
-# above what any of them takes, so no verdict depends on the machine's load.
-SAFETY_WALL = 300.0
+from conftest import NETWORK_PROBE, REPO, SAFETY_WALL, run_piped_job, write_probe
 
 CH04 = {"softmax", "scaled_dot_product_attention", "self_attention"}
 
@@ -156,16 +152,8 @@ def test_reference_and_repository_are_invisible(probe):
 
 
 def test_filesystem_is_read_only_except_out_and_tmp(probe, tmp_path):
-    code = textwrap.dedent(f"""
-        for path in ["/usr/lib/x", "/job/job.json", "/job/x", "/lib-grading/runner.py", "/x",
-                     "{REPO}/x", "/etc/x", "/dev/shm/x", "/job/out/x", "/tmp/x"]:
-            try:
-                with open(path, "a") as fh:
-                    fh.write("x")
-                print("writable", path)
-            except OSError:
-                print("refused", path)
-    """)
+    code = write_probe(f"""["/usr/lib/x", "/job/job.json", "/job/x", "/lib-grading/runner.py", "/x",
+                            "{REPO}/x", "/etc/x", "/dev/shm/x", "/job/out/x", "/tmp/x"]""")
     out = probe(code).stdout
     assert "writable /job/out/x" in out
     assert "writable /tmp/x" in out
@@ -174,20 +162,7 @@ def test_filesystem_is_read_only_except_out_and_tmp(probe, tmp_path):
 
 
 def test_no_network(probe):
-    code = textwrap.dedent("""
-        import socket
-        for family, addr in [(socket.AF_INET, ("1.1.1.1", 53)), (socket.AF_INET, ("127.0.0.1", 22)),
-                             (socket.AF_INET6, ("::1", 80))]:
-            s = socket.socket(family)
-            s.settimeout(2)
-            try:
-                s.connect(addr)
-                print("connected", addr)
-            except OSError as exc:
-                print("refused", type(exc).__name__)
-        print(sorted(name for _, name in socket.if_nameindex()))
-    """)
-    out = probe(code).stdout
+    out = probe(NETWORK_PROBE).stdout
     assert "connected" not in out
     assert out.count("refused") == 3
     assert "['lo']" in out  # a fresh network namespace: loopback only
@@ -397,33 +372,10 @@ def test_open_files_limit(probe):
 # --------------------------------------------------------------------------- the cases pipe
 
 
-def _piped_job(tmp_path, source: str, limits=None):
-    """Run one cell ``probe`` whose cases (one call with ``[1.0, 2.0]``) go through
-    the cases pipe, as the grader sends them; return ``(outcome, job folder)``."""
-    import json
-
-    import numpy as np
-
-    from autograder import runner
-    from autograder.sandbox import case_frame, run_job
-
-    tmp_path.chmod(0o755)
-    lib = build_library(tmp_path / "lib", {"softmax"})
-    job = tmp_path / "job"
-    job.mkdir()
-    (job / "job.json").write_text(json.dumps({"setup": [], "cells": [
-        {"grade_id": "probe", "exercise": "probe", "source": source}]}), encoding="utf-8")
-    arrays: dict = {}
-    specs = [{"kind": "function", "args": runner.encode([np.array([1.0, 2.0])], arrays),
-              "kwargs": {"__dict__": []}, "seed": 0}]
-    outcome = run_job(job, lib, limits or Limits(wall_seconds=SAFETY_WALL), cases=[("probe", case_frame("probe", specs, arrays))])
-    return outcome, job
-
-
 def test_cases_arrive_through_the_pipe_when_asked_for(tmp_path, needs_sandbox):
     from autograder import grading
 
-    outcome, job = _piped_job(tmp_path, "import os\nprint(sorted(os.listdir('/job')))\n"
+    outcome, job = run_piped_job(tmp_path, "import os\nprint(sorted(os.listdir('/job')))\n"
                                         "def probe(x):\n    return 2 * x\n")
     assert [(kind, grade_id) for kind, grade_id, _, _ in outcome.frames] == [
         ("start", "probe"), ("cases", "probe"), ("result", "probe")]
@@ -438,7 +390,7 @@ def test_a_broken_protocol_closes_the_cases_pipe(tmp_path, needs_sandbox):
     """Garbage on the result pipe before the request: no case is sent, and the
     runner, which then asks and waits, reads the pipe's end at once (no wait for
     the wall-time limit)."""
-    outcome, _ = _piped_job(tmp_path, "import os, sys\n"
+    outcome, _ = run_piped_job(tmp_path, "import os, sys\n"
                                       "os.write(int(sys.argv[sys.argv.index('--result-fd') + 1]), b'junk\\n')\n"
                                       "def probe(x):\n    return 2 * x\n")
     assert outcome.cases_sent == [] and outcome.frame_problem == "a malformed result frame"
