@@ -341,27 +341,33 @@ def test_bpe_tokenize_in_reverse_order_is_rejected():
     rejected("bpe_tokenize", reverse, "order they were learned")
 
 
-def test_bpe_tokenize_by_string_replacement_is_rejected():
-    def by_replace(word, merges):
-        text = " ".join(list(word) + ["</w>"])
-        for a, b in merges:
-            text = text.replace(f"{a} {b}", a + b)
-        return text.split(" ")
+def bpe_string_replace(word, merges):
+    """A bpe_tokenize that merges by string replacement on the spaced symbols: it
+    also merges inside longer symbols (test_part_isolation.py uses it too)."""
+    text = " ".join(list(word) + ["</w>"])
+    for a, b in merges:
+        text = text.replace(f"{a} {b}", a + b)
+    return text.split(" ")
 
-    rejected("bpe_tokenize", by_replace, "string replacement")
+
+def bpe_first_occurrence_only(word, merges):
+    """A bpe_tokenize that applies each merge to its first occurrence only
+    (test_part_isolation.py uses it too)."""
+    symbols = list(word) + ["</w>"]
+    for pair in merges:
+        for i in range(len(symbols) - 1):
+            if (symbols[i], symbols[i + 1]) == tuple(pair):
+                symbols[i:i + 2] = ["".join(pair)]
+                break
+    return symbols
+
+
+def test_bpe_tokenize_by_string_replacement_is_rejected():
+    rejected("bpe_tokenize", bpe_string_replace, "string replacement")
 
 
 def test_bpe_tokenize_merging_only_the_first_occurrence_is_rejected():
-    def first_only(word, merges):
-        symbols = list(word) + ["</w>"]
-        for pair in merges:
-            for i in range(len(symbols) - 1):
-                if (symbols[i], symbols[i + 1]) == tuple(pair):
-                    symbols[i:i + 2] = ["".join(pair)]
-                    break
-        return symbols
-
-    rejected("bpe_tokenize", first_only, "every occurrence")
+    rejected("bpe_tokenize", bpe_first_occurrence_only, "every occurrence")
 
 
 def test_bpe_tokenize_without_end_marker_is_rejected():
@@ -422,27 +428,12 @@ def test_bpe_tokenize_with_a_regex_on_spaced_symbols_earns_full_marks():
 
 
 def test_bpe_tokenize_merging_only_the_first_occurrence_loses_that_part_only():
-    def first_only(word, merges):
-        symbols = list(word) + ["</w>"]
-        for pair in merges:
-            for i in range(len(symbols) - 1):
-                if (symbols[i], symbols[i + 1]) == tuple(pair):
-                    symbols[i:i + 2] = ["".join(pair)]
-                    break
-        return symbols
-
-    partly("bpe_tokenize", first_only, ["merges in learned order", "whole symbols, not substrings"],
+    partly("bpe_tokenize", bpe_first_occurrence_only, ["merges in learned order", "whole symbols, not substrings"],
            ["every occurrence, left to right"], "every occurrence")
 
 
 def test_bpe_tokenize_by_string_replacement_loses_the_whole_symbols_part_only():
-    def by_replace(word, merges):
-        text = " ".join(list(word) + ["</w>"])
-        for a, b in merges:
-            text = text.replace(f"{a} {b}", a + b)
-        return text.split(" ")
-
-    partly("bpe_tokenize", by_replace, ["merges in learned order", "every occurrence, left to right"],
+    partly("bpe_tokenize", bpe_string_replace, ["merges in learned order", "every occurrence, left to right"],
            ["whole symbols, not substrings"], "string replacement")
 
 

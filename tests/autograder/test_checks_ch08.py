@@ -39,13 +39,18 @@ def test_count_parameters_hidden_models_build_without_this_chapters_modules():
 
 
 def make_decoder(cross_mask="src", self_mask="tgt", swap_memory=False, norms=(1, 2, 3), residual=True):
+    """A DecoderLayer answer, the reference's design with the named rule broken: the
+    mask each attention gets (``"src"``, ``"tgt"`` or None), memory and x swapped in
+    the cross-attention, the norms in another order, no residual connections. With
+    the defaults it is right (test_part_isolation.py uses it too)."""
     class DecoderLayer(nn.Module):
         def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
             super().__init__()
             self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
             self.cross_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
             self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
-            self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+            self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+            self.dropout = nn.Dropout(dropout)
             self.norm_first = norm_first
 
         def forward(self, x, memory, src_mask=None, tgt_mask=None):
@@ -60,12 +65,12 @@ def make_decoder(cross_mask="src", self_mask="tgt", swap_memory=False, norms=(1,
 
             if self.norm_first:
                 h = n1(x)
-                x = keep * x + self.self_attn(h, h, h, masks[self_mask])
-                x = keep * x + cross(n2(x))
-                return keep * x + self.feed_forward(n3(x))
-            x = n1(keep * x + self.self_attn(x, x, x, masks[self_mask]))
-            x = n2(keep * x + cross(x))
-            return n3(keep * x + self.feed_forward(x))
+                x = keep * x + self.dropout(self.self_attn(h, h, h, masks[self_mask]))
+                x = keep * x + self.dropout(cross(n2(x)))
+                return keep * x + self.dropout(self.feed_forward(n3(x)))
+            x = n1(keep * x + self.dropout(self.self_attn(x, x, x, masks[self_mask])))
+            x = n2(keep * x + self.dropout(cross(x)))
+            return n3(keep * x + self.dropout(self.feed_forward(x)))
 
     return DecoderLayer
 
@@ -178,7 +183,9 @@ def test_a_different_valid_decoder_layer_passes():
 # --------------------------------------------------------------------------- Transformer
 
 
-class UnscaledEmbedding(nn.Module):
+class TokenEmbeddingUnscaled(nn.Module):
+    """A TokenEmbedding without the √d_model scale (test_part_isolation.py uses it too)."""
+
     def __init__(self, vocab_size, d_model):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d_model)
@@ -233,7 +240,7 @@ def make_transformer(embedding=solutions.TokenEmbedding, tgt_positions=True, tie
 
 
 def test_transformer_without_sqrt_d_model_is_rejected():
-    rejected("Transformer", make_transformer(embedding=UnscaledEmbedding), "not scaled", "√d_model")
+    rejected("Transformer", make_transformer(embedding=TokenEmbeddingUnscaled), "not scaled", "√d_model")
 
 
 def test_transformer_with_positions_on_the_source_only_is_rejected():

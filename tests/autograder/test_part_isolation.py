@@ -26,6 +26,8 @@ from autograder.checks.base import check_report
 from autograder.checks.ch02_tokens_and_embeddings import _bpe
 from autograder.checks.ch10_inference import beam_variant, greedy_variant
 from check_helpers import one_torch_thread  # noqa: F401 (autouse fixture)
+from test_checks_ch02 import bpe_first_occurrence_only, bpe_string_replace
+from test_checks_ch08 import TokenEmbeddingUnscaled, make_decoder
 
 HIDDEN_SEEDS = (1, 2)
 
@@ -134,41 +136,6 @@ def beam(mode):
     return beam_search
 
 
-def decoder_layer(cross="src", self_="tgt"):
-    class DecoderLayer(nn.Module):
-        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
-            super().__init__()
-            self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
-            self.cross_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
-            self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
-            self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
-            self.dropout = nn.Dropout(dropout)
-            self.norm_first = norm_first
-
-        def forward(self, x, memory, src_mask=None, tgt_mask=None):
-            masks = {"src": src_mask, "tgt": tgt_mask, "none": None}
-            if self.norm_first:
-                h = self.norm1(x)
-                x = x + self.dropout(self.self_attn(h, h, h, masks[self_]))
-                h = self.norm2(x)
-                x = x + self.dropout(self.cross_attn(h, memory, memory, masks[cross]))
-                return x + self.dropout(self.feed_forward(self.norm3(x)))
-            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, masks[self_])))
-            x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, masks[cross])))
-            return self.norm3(x + self.dropout(self.feed_forward(x)))
-
-    return DecoderLayer
-
-
-class TokenEmbeddingUnscaled(nn.Module):
-    def __init__(self, vocab_size, d_model):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model)
-
-    def forward(self, ids):
-        return self.embedding(ids)
-
-
 def build_vocab_without_min_freq(sentences, min_freq=1, specials=("<pad>", "<sos>", "<eos>", "<unk>")):
     return solutions.build_vocab(sentences, 1, specials)
 
@@ -179,23 +146,6 @@ def encode_dropping_unknown(sentence, vocab):
 
 def encode_split_on_spaces(sentence, vocab):
     return [vocab.get(t, vocab["<unk>"]) for t in sentence.split(" ")]
-
-
-def bpe_first_occurrence_only(word, merges):
-    symbols = list(word) + ["</w>"]
-    for pair in merges:
-        for i in range(len(symbols) - 1):
-            if (symbols[i], symbols[i + 1]) == tuple(pair):
-                symbols[i:i + 2] = [symbols[i] + symbols[i + 1]]
-                break
-    return symbols
-
-
-def bpe_string_replace(word, merges):
-    text = " ".join(list(word) + ["</w>"])
-    for a, b in merges:
-        text = text.replace(f"{a} {b}", a + b)
-    return text.split(" ")
 
 
 def sinusoidal_without_odd_check(max_len, d_model):
@@ -349,9 +299,9 @@ BROKEN = [
     ("causal_mask", 0, causal_mask_ints),
     ("masked_softmax", 2, lambda scores, mask: torch.softmax(
         scores if mask is None else scores.masked_fill(~mask, float("-inf")), dim=-1)),
-    ("DecoderLayer", 2, decoder_layer(self_="none")),
-    ("DecoderLayer", 3, decoder_layer(cross="tgt")),
-    ("DecoderLayer", 3, decoder_layer(cross="none")),
+    ("DecoderLayer", 2, make_decoder(self_mask=None)),
+    ("DecoderLayer", 3, make_decoder(cross_mask="tgt")),
+    ("DecoderLayer", 3, make_decoder(cross_mask=None)),
     ("make_decoder_io", 0, make_decoder_io_int32),
     ("make_decoder_io", 2, make_decoder_io_default_ids),
     ("noam_lr", 2, noam_without_factor),
@@ -480,7 +430,7 @@ VALID = [
     ("one_hot", one_hot_eye),
     ("learn_bpe", learn_bpe_with_strings),
     ("make_decoder_io", make_decoder_io_pad_sequence),
-    ("DecoderLayer", decoder_layer()),
+    ("DecoderLayer", make_decoder()),
     ("greedy_decode", greedy()),
 ]
 
