@@ -4,9 +4,12 @@ They go through :func:`autograder.checks.base.check_report`, the report behind t
 visible ``check`` (including its "one mistake charged once" substitution), so a
 partly right answer — which ``check`` does not raise for — is still seen.
 """
+import textwrap
+
 import pytest
 import torch
 
+from autograder.checks import CheckFailure, check
 from autograder.checks.base import check_report
 
 
@@ -58,6 +61,33 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+def stub_says_not_implemented(name):
+    """Assert that the visible check of ``name`` answers a stub that raises
+    ``NotImplementedError`` with "not implemented yet" (a released, blank exercise)."""
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailure, match="not implemented yet"):
+        check(name, stub)
+
+
+def notebook_namespace(names, *sources):
+    """One namespace holding ``sources`` (dedented code) run in order, as a notebook
+    kernel's cells share one, starting from ``names`` (what the chapter's setup cell
+    gives the answers). Each chapter's tests wrap it with their own ``names``."""
+    ns = dict(names)
+    for source in sources:
+        exec(textwrap.dedent(source), ns)  # noqa: S102 - the test's own code
+    return ns
+
+
+def assert_noted(notes, caller, culprit):
+    """Assert that the first of ``notes`` says ``caller`` was graded with the reference
+    ``culprit`` in place of the student's failing one, and to fix ``culprit`` first."""
+    assert notes[0].startswith(f"your `{caller}` calls your `{culprit}`, which fails its check"), notes
+    assert f"fix `{culprit}` first" in notes[0], notes
+
+
 def grade_in_sandbox(chapter, tmp_path, seed=5, **cells):
     """Grade, through the real sandboxed grader, the chapter's own notebook
     (``book/<chapter>/<chapter>.ipynb``: its setup cell and points) with the
@@ -82,3 +112,21 @@ def assert_full_marks(scores, points=None):
         want = s.max_score if points is None else points[name]
         assert (s.status, s.score, s.max_score) == ("passed", want, want), s
         assert all(p["score"] == p["points"] for p in s.parts), s
+
+
+def assert_charged_once(scores, culprit, score, parts, reason, callers, passed=()):
+    """Assert how the sandboxed grader charged one wrong exercise that later answers
+    call (``scores``: ``{exercise: CellScore}``): ``culprit`` is partial at ``score``
+    with exactly ``parts`` (``{part: score}``) and ``reason`` in its reason; each
+    exercise of ``callers`` (``{exercise: points}``) passed at those points with the
+    note of :func:`assert_noted`; each of ``passed`` passed."""
+    wrong = scores[culprit]
+    assert (wrong.status, wrong.score) == ("partial", score), wrong
+    assert {p["name"]: p["score"] for p in wrong.parts} == parts
+    assert reason in wrong.reason
+    for name, points in callers.items():
+        s = scores[name]
+        assert (s.status, s.score) == ("passed", points), s
+        assert_noted(s.notes, name, culprit)
+    for name in passed:
+        assert scores[name].status == "passed", scores[name]

@@ -5,7 +5,6 @@ is graded with the reference in its place (that the reference passes and hidden 
 fresh: test_checks_registry.py)."""
 import functools
 import math
-import textwrap
 
 import numpy as np
 import pytest
@@ -361,10 +360,7 @@ def relative_position_matrix(k, d_model):
 
 def notebook_namespace(*sources):
     """The functions of ``sources`` defined in one namespace, as notebook cells are."""
-    ns = {"np": np, "torch": torch, "nn": nn, "math": math}
-    for source in sources:
-        exec(textwrap.dedent(source), ns)
-    return ns
+    return check_helpers.notebook_namespace({"np": np, "torch": torch, "nn": nn, "math": math}, *sources)
 
 
 @pytest.mark.parametrize("earlier", [WRONG_TABLE, UNFINISHED_TABLE], ids=["wrong", "unfinished"])

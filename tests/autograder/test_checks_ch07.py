@@ -4,7 +4,6 @@ answers earn the parts they get right, an EncoderLayer built on a wrong earlier
 answer is graded with the reference in its place (that the reference passes and hidden inputs are
 fresh: test_checks_registry.py)."""
 import functools
-import textwrap
 
 import numpy as np
 import torch
@@ -13,6 +12,7 @@ from torch import nn
 
 import check_helpers
 from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_thread: autouse fixture)
+from check_helpers import notebook_namespace
 import solutions
 from autograder.sync import solution_cell_source
 from autograder.checks import get_exercise
@@ -475,10 +475,7 @@ ENCODER_SOURCE = solution_cell_source(solutions.EncoderLayer)
 
 def _notebook(*sources):
     """One namespace holding ``sources`` in order, as a notebook's cells share one."""
-    ns = {"nn": nn, "torch": torch, "F": F, "np": np, "MultiHeadAttention": solutions.MultiHeadAttention}
-    for source in sources:
-        exec(textwrap.dedent(source), ns)  # noqa: S102 - the test's own code
-    return ns
+    return notebook_namespace({"nn": nn, "torch": torch, "F": F, "np": np, "MultiHeadAttention": solutions.MultiHeadAttention}, *sources)
 
 
 GELU_FEED_FORWARD = """

@@ -5,7 +5,6 @@ is graded with the reference in its place (that the reference passes and hidden 
 fresh: test_checks_registry.py)."""
 import functools
 import math
-import textwrap
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +12,7 @@ from torch import nn
 
 import check_helpers
 from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_thread: autouse fixture)
+from check_helpers import notebook_namespace
 import solutions
 from autograder.checks import get_exercise
 from autograder.checks.base import check_report, make_rng
@@ -430,12 +430,10 @@ class Transformer(nn.Module):
 
 def _notebook(*sources):
     """One namespace holding ``sources`` in order, as a notebook's cells share one."""
-    ns = {"nn": nn, "torch": torch, "F": F, "MultiHeadAttention": solutions.MultiHeadAttention,
-          "PositionwiseFeedForward": solutions.PositionwiseFeedForward, "EncoderLayer": solutions.EncoderLayer,
-          "TokenEmbedding": solutions.TokenEmbedding, "PositionalEncoding": solutions.PositionalEncoding}
-    for source in sources:
-        exec(textwrap.dedent(source), ns)  # noqa: S102 - the test's own code
-    return ns
+    return notebook_namespace({"nn": nn, "torch": torch, "F": F, "MultiHeadAttention": solutions.MultiHeadAttention,
+                               "PositionwiseFeedForward": solutions.PositionwiseFeedForward,
+                               "EncoderLayer": solutions.EncoderLayer, "TokenEmbedding": solutions.TokenEmbedding,
+                               "PositionalEncoding": solutions.PositionalEncoding}, *sources)
 
 
 def test_a_transformer_on_a_wrong_decoder_layer_gets_full_marks_and_the_note():

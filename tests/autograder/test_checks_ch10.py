@@ -4,7 +4,6 @@ decoders earn the parts they get right, a beam search that calls a wrong greedy
 decoder is graded with the reference in its place (the reference and fresh hidden
 models: test_checks_registry.py)."""
 import functools
-import textwrap
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +13,7 @@ from autograder.checks import get_exercise
 from autograder.checks.base import check_report, make_rng
 import check_helpers
 from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_thread: autouse fixture)
+from check_helpers import notebook_namespace
 
 NAMES = ["greedy_decode", "beam_search"]
 
@@ -285,10 +285,7 @@ def beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, le
 
 def _notebook(*sources):
     """One namespace holding ``sources`` in order, as a notebook's cells share one."""
-    ns = {"torch": torch, "F": F, "causal": causal, "reference_beam": make_beam()}
-    for source in sources:
-        exec(textwrap.dedent(source), ns)  # noqa: S102 - the test's own code
-    return ns
+    return notebook_namespace({"torch": torch, "F": F, "causal": causal, "reference_beam": make_beam()}, *sources)
 
 
 def test_a_beam_search_on_an_unfinished_greedy_decode_gets_full_marks_and_the_note():
