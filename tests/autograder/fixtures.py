@@ -8,7 +8,8 @@ Stable API (the CLI tests use it too):
 * :func:`reference_submission` / :func:`blank_submission` — the source itself, and
   the released form (solution regions replaced by ``raise NotImplementedError()``);
 * :func:`submission_with` — a copy with some solution cells' source replaced;
-* :func:`write_notebook` — write any of these to a path.
+* :func:`write_notebook` — write any of these to a path;
+* :func:`make_course` — a generated book and a class of submissions (batch grading).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 import solutions
+from autograder.bench import make_book, make_class
 from autograder.sync import solution_cell_source
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "submission_with",
     "solution_cell",
     "write_notebook",
+    "make_course",
 ]
 
 CHAPTER_EXERCISES = {
@@ -159,3 +162,13 @@ def write_notebook(nb, path: Path) -> Path:
     else:
         path.write_text(json.dumps(nb), encoding="utf-8")
     return path
+
+
+def make_course(root: Path, chapters: list[str], students: int) -> tuple[Path, Path]:
+    """A generated book of ``chapters`` under ``root`` and a class of ``students``
+    in ``root / "submitted"`` (:func:`autograder.bench.make_class`: reference, blank,
+    wrong, … in turn). Returns ``(root, book)``, as the batch-grading fixtures give it."""
+    book = make_book(root, chapters)
+    sources = {c: book / c / f"{c}.ipynb" for c in chapters}
+    make_class(root / "submitted", sources, students=students)
+    return root, book

@@ -25,8 +25,9 @@ import nbformat
 import pytest
 
 from autograder import batch, journal, submissions
-from autograder.bench import make_book, make_class, make_submission
+from autograder.bench import make_submission
 from autograder.grading import RunSettings, read_untrusted
+from fixtures import make_course
 
 CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
 HERE = Path(__file__).resolve().parent
@@ -88,11 +89,7 @@ def scripted_grade(source_nb, submission_nb, *, chapter=None, timeout=120.0, hid
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     """A generated book and a class of 4 students × 2 chapters (reference, blank, wrong, reference)."""
-    root = tmp_path_factory.mktemp("course")
-    book = make_book(root, CHAPTERS)
-    sources = {c: book / c / f"{c}.ipynb" for c in CHAPTERS}
-    make_class(root / "submitted", sources, students=4)
-    return root, book
+    return make_course(tmp_path_factory.mktemp("course"), CHAPTERS, students=4)
 
 
 def _grade(submitted, out, book, **kwargs):

@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
+from fixtures import make_course  # noqa: E402
 from test_batch import _gradebook_rows, _snapshot, scripted_grade  # noqa: E402
 
 CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
@@ -50,11 +51,7 @@ shard.grade_shard(Path({sub!r}), Path({out!r}), shard.parse_shard({spec!r}), see
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     """A generated book and a class of 7 students × 2 chapters."""
-    root = tmp_path_factory.mktemp("course")
-    book = make_book(root, CHAPTERS)
-    sources = {c: book / c / f"{c}.ipynb" for c in CHAPTERS}
-    make_class(root / "submitted", sources, students=7)
-    return root, book
+    return make_course(tmp_path_factory.mktemp("course"), CHAPTERS, students=7)
 
 
 def _shard_process(course, out: Path, spec: str, env: dict | None = None) -> subprocess.Popen:
