@@ -92,6 +92,25 @@ def _ids_with_padding(rng, batch, length, pad_id, vocab=12, left=False):
     return ids.astype(np.int64)
 
 
+def _random_padded_batch(rng, lengths):
+    """Random ids for a hidden case, padded with a random ``pad_id`` on a random side.
+
+    Args:
+        rng: the cases' generator.
+        lengths: the range of the length T, ``(low, high)`` as for ``rng.integers``
+            (``high`` excluded).
+
+    Returns:
+        ``(ids, pad_id, left)``: ``(B, T)`` int64 ids with 1 ≤ B ≤ 5
+        (:func:`_ids_with_padding`), the pad id (0, 1 or 3, 0 twice as likely) and
+        whether the padding is on the left.
+    """
+    batch, length = int(rng.integers(1, 6)), int(rng.integers(*lengths))
+    pad_id = int(rng.choice([0, 0, 1, 3]))
+    left = bool(rng.integers(0, 2))
+    return _ids_with_padding(rng, batch, length, pad_id, left=left), pad_id, left
+
+
 class _MaskingExercise(Exercise):
     """An exercise whose hints also cover calls that raised, or did not raise."""
 
@@ -174,11 +193,9 @@ class PaddingMask(_MaskExercise):
         if not hidden:
             return cases
         for _ in range(4):
-            batch, length = int(rng.integers(1, 6)), int(rng.integers(1, 9))
-            pad_id = int(rng.choice([0, 0, 1, 3]))
-            ids = _ids_with_padding(rng, batch, length, pad_id, left=bool(rng.integers(0, 2)))
+            ids, pad_id, _ = _random_padded_batch(rng, (1, 9))
             kwargs = {} if pad_id == 0 else {"pad_id": pad_id}
-            cases += self.pair((Tensor(ids),), f"random ({batch}, {length}) ids, pad_id={pad_id}", kwargs)
+            cases += self.pair((Tensor(ids),), f"random {ids.shape} ids, pad_id={pad_id}", kwargs)
         ids = _ids_with_padding(rng, 3, 6, 0)
         ids[1] = 0  # a sentence that is all padding
         cases.append(Case(args=(Tensor(ids),), part=self.TRUTH, label="a (3, 6) batch with one all-<pad> row"))
@@ -301,13 +318,10 @@ class DecoderMask(_MaskExercise):
         if not hidden:
             return cases
         for _ in range(4):
-            batch, length = int(rng.integers(1, 6)), int(rng.integers(2, 10))
-            pad_id = int(rng.choice([0, 0, 1, 3]))
-            left = bool(rng.integers(0, 2))
-            ids = _ids_with_padding(rng, batch, length, pad_id, left=left)
+            ids, pad_id, left = _random_padded_batch(rng, (2, 10))
             kwargs = {} if pad_id == 0 else {"pad_id": pad_id}
             side = "left" if left else "right"
-            cases += self.pair((Tensor(ids),), f"random ({batch}, {length}) ids, {side} padding, pad_id={pad_id}",
+            cases += self.pair((Tensor(ids),), f"random {ids.shape} ids, {side} padding, pad_id={pad_id}",
                                kwargs)
         cases += self.pair((Tensor(_ids_with_padding(rng, 1, 1, 0)),), "a (1, 1) batch")
         cases.append(Case(args=(Tensor(np.zeros((2, 2, 3), dtype=np.int64)),), part=ADVICE,
