@@ -60,6 +60,7 @@ __all__ = [
     "dtype_verdict",
     "called_dependencies",
     "accept_own_state",
+    "load_state_hint",
     "evaluate",
     "run_cases",
     "draw_cases",
@@ -460,6 +461,27 @@ def accept_own_state(case: Case, got: Result, want: Result) -> Result:
                                f"contract names{where}")
         probes[name] = list(theirs)
     return dataclasses.replace(got, probes=probes)
+
+
+def load_state_hint(case: Case, got: Result, hint: str) -> str | None:
+    """The :meth:`Exercise.raised_hint` of a class exercise whose only hint about
+    raising is for a module that could not load the case's ``state``.
+
+    Args:
+        case: the case judged.
+        got: the answer's result.
+        hint: what the module must hold (its submodules and ``state_dict`` keys).
+
+    Returns:
+        ``hint`` when the call raised while loading the state dict (and ``case``
+        expects no error), else ``None``.
+    """
+    raised = got.raised
+    if raised is None or case.expect_error:
+        return None
+    if raised.get("phase") == "load_state_dict":
+        return hint
+    return None
 
 
 def _missing_state(case: Case, raised: dict) -> list[str]:

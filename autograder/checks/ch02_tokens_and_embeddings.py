@@ -36,7 +36,7 @@ from collections import Counter
 
 import numpy as np
 
-from .base import ADVICE, Case, CheckFailure, Exercise, Tensor, register
+from .base import ADVICE, Case, CheckFailure, Exercise, Tensor, load_state_hint, register
 from .base import accept_own_state, compare as _compare, redacting
 from .base import as_array as _array, close
 
@@ -733,14 +733,10 @@ class TokenEmbeddingCheck(Exercise):
         return notes
 
     def raised_hint(self, case, got):
-        raised = got.raised
-        if raised is None or case.expect_error:
-            return None
-        if raised.get("phase") == "load_state_dict":
-            return ("the module must hold an nn.Embedding(vocab_size, d_model) named `embedding` (state_dict "
-                    "key 'embedding.weight', a weight of shape (vocab_size, d_model)); state of your own "
-                    "beside it, such as a buffer holding √d_model, is fine.")
-        return None
+        return load_state_hint(case, got, (
+            "the module must hold an nn.Embedding(vocab_size, d_model) named `embedding` (state_dict "
+            "key 'embedding.weight', a weight of shape (vocab_size, d_model)); state of your own "
+            "beside it, such as a buffer holding √d_model, is fine."))
 
     def diagnose(self, case, got, want):
         if got.probes.get("type:embedding") != want.probes.get("type:embedding"):

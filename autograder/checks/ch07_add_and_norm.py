@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import numpy as np
 
-from .base import ADVICE, Case, Exercise, Obj, Tensor, register
+from .base import ADVICE, Case, Exercise, Obj, Tensor, load_state_hint, register
 from .base import as_array as _array, close
 
 CHAPTER = "07_add_and_norm"
@@ -44,6 +44,29 @@ def match_variants(got, want, variants, rtol=1e-4, atol=1e-5):
         if layer_close(got, value, rtol=rtol, atol=atol) and not layer_close(value, want, rtol=rtol, atol=atol):
             return hint
     return None
+
+
+def match_layer_variants(got, want, case, layer, variants):
+    """The hint of the first mistake whose layer output equals ``got``.
+
+    Args:
+        got, want: the answer's and the reference's outputs, as numpy arrays.
+        case: the case whose ``init``, ``state`` and inputs the layer is computed from.
+        layer: the trusted layer with switches for the mistakes, called as
+            ``layer(case, **flags)`` (:func:`encoder_layer_variant`).
+        variants: ``(hint, flags)`` pairs, in the order they are tried; a variant
+            that cannot be computed for this case (it raises) is left out.
+
+    Returns:
+        The hint (:func:`match_variants`), or ``None``.
+    """
+    computed = []
+    for hint, flags in variants:
+        try:
+            computed.append((hint, layer(case, **flags)))
+        except Exception:  # noqa: BLE001 - a variant that does not apply to this case
+            continue
+    return match_variants(got, want, computed)
 
 
 def _linear_state(rng, prefix, d_in, d_out):
@@ -292,13 +315,9 @@ class PositionwiseFeedForwardCheck(Exercise):
         return cases
 
     def raised_hint(self, case, got):
-        raised = got.raised
-        if raised is None or case.expect_error:
-            return None
-        if raised.get("phase") == "load_state_dict":
-            return ("the module must hold exactly linear1 = nn.Linear(d_model, d_ff) and linear2 = "
-                    "nn.Linear(d_ff, d_model) (keys linear1.weight, linear1.bias, linear2.weight, linear2.bias).")
-        return None
+        return load_state_hint(case, got, (
+            "the module must hold exactly linear1 = nn.Linear(d_model, d_ff) and linear2 = "
+            "nn.Linear(d_ff, d_model) (keys linear1.weight, linear1.bias, linear2.weight, linear2.bias)."))
 
     def diagnose(self, case, got, want):
         import torch
@@ -402,12 +421,8 @@ class ResidualSublayerCheck(Exercise):
         return cases
 
     def raised_hint(self, case, got):
-        raised = got.raised
-        if raised is None or case.expect_error:
-            return None
-        if raised.get("phase") == "load_state_dict":
-            return "the only parameters are those of self.norm = nn.LayerNorm(d_model) (keys norm.weight, norm.bias)."
-        return None
+        return load_state_hint(case, got, (
+            "the only parameters are those of self.norm = nn.LayerNorm(d_model) (keys norm.weight, norm.bias)."))
 
     def diagnose(self, case, got, want):
         import torch
@@ -550,14 +565,10 @@ class EncoderLayerCheck(Exercise):
         return cases
 
     def raised_hint(self, case, got):
-        raised = got.raised
-        if raised is None or case.expect_error:
-            return None
-        if raised.get("phase") == "load_state_dict":
-            return ("the state_dict keys must be exactly self_attn.w_{q,k,v,o}.{weight,bias}, "
-                    "feed_forward.linear{1,2}.{weight,bias}, norm{1,2}.{weight,bias}: use MultiHeadAttention, "
-                    "PositionwiseFeedForward and two nn.LayerNorm named self_attn, feed_forward, norm1, norm2.")
-        return None
+        return load_state_hint(case, got, (
+            "the state_dict keys must be exactly self_attn.w_{q,k,v,o}.{weight,bias}, "
+            "feed_forward.linear{1,2}.{weight,bias}, norm{1,2}.{weight,bias}: use MultiHeadAttention, "
+            "PositionwiseFeedForward and two nn.LayerNorm named self_attn, feed_forward, norm1, norm2."))
 
     def diagnose(self, case, got, want):
         g, w = _array(got.value), _array(want.value)
@@ -580,13 +591,7 @@ class EncoderLayerCheck(Exercise):
                 ("the mask is inverted: True = may attend in this book; pass src_mask as it is.",
                  dict(mask="inverted")),
             ]
-        computed = []
-        for hint, flags in variants:
-            try:
-                computed.append((hint, encoder_layer_variant(case, **flags)))
-            except Exception:  # noqa: BLE001 - a variant that does not apply to this case
-                continue
-        hint = match_variants(g, w, computed)
+        hint = match_layer_variants(g, w, case, encoder_layer_variant, variants)
         if hint:
             return hint
         if got.grads and want.grads and layer_close(g, w):

@@ -33,7 +33,7 @@ from .ch07_add_and_norm import (
     attention_state,
     ffn_state,
     layer_close,
-    match_variants,
+    match_layer_variants,
     norm_state,
     random_padding,
     reference_ffn,
@@ -257,13 +257,7 @@ class DecoderLayerCheck(Exercise):
                     ("the masks are swapped: tgt_mask goes to the self-attention, src_mask to the "
                      "cross-attention.", dict(cross_mask="tgt", self_mask="src")),
                 ]
-        computed = []
-        for hint, flags in variants:
-            try:
-                computed.append((hint, decoder_layer_variant(case, **flags)))
-            except Exception:  # noqa: BLE001 - a variant that does not apply to this case
-                continue
-        hint = match_variants(g, w, computed)
+        hint = match_layer_variants(g, w, case, decoder_layer_variant, variants)
         if hint:
             return hint
         if got.grads and want.grads and layer_close(g, w):
@@ -493,13 +487,7 @@ class TransformerCheck(Exercise):
             ("with norm_first=True each stack ends with a final LayerNorm (encoder_norm, decoder_norm).",
              dict(final_norms=False)),
         ]
-        computed = []
-        for hint, flags in variants:
-            try:
-                computed.append((hint, transformer_variant(case, **flags)))
-            except Exception:  # noqa: BLE001
-                continue
-        return match_variants(g, w, computed)
+        return match_layer_variants(g, w, case, transformer_variant, variants)
 
 
 # --------------------------------------------------------------------------- count_parameters
