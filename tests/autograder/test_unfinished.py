@@ -1,17 +1,26 @@
 """A blank exercise stops the cells that need it with one line (autograder.student.unfinished).
 
-In an IPython shell of this process: the cells run as a kernel runs them, and a cell the
-guard stopped counts as a success (what "Run all" reads from the kernel's reply). The
+Each test runs its cells in an IPython shell of a fresh Python process, as a kernel
+runs them (an IPython shell takes over the process's ``__main__`` module, which would
+break later tests of a pytest worker that start processes by ``spawn``). A cell the
+guard stopped counts as a success: what "Run all" reads from the kernel's reply. The
 released notebooks' whole blank runs are in test_release_runs.py.
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from autograder.student.unfinished import UnfinishedGuard, bound_names
+from autograder.student.unfinished import bound_names
 
-IPython = pytest.importorskip("IPython")
+pytest.importorskip("IPython")
 
+REPO = Path(__file__).resolve().parents[2]
+LABELS = {"softmax": "Exercise 4.1", "MultiHeadAttention": "Exercise 5.3"}
 BLANK_SOFTMAX = '''
 def softmax(x, axis=-1):
     """Softmax along ``axis``."""
@@ -24,70 +33,78 @@ class MultiHeadAttention:
         # YOUR CODE HERE
         raise NotImplementedError()
 '''
+SHELL = '''
+import contextlib, io, json, sys
+from IPython.core.interactiveshell import InteractiveShell
+from autograder.student.unfinished import UnfinishedGuard
+
+cells, labels, names = json.loads(sys.stdin.read())
+shell = InteractiveShell.instance(history_length=0)
+UnfinishedGuard(shell, labels).install()
+runs = []
+for cell in cells:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = shell.run_cell(cell)
+    error = result.error_in_exec
+    runs.append({"success": result.success, "error": type(error).__name__ if error else None,
+                 "out": out.getvalue()})
+sys.__stdout__.write(json.dumps({"runs": runs, "defined": [n for n in names if n in shell.user_ns]}))
+'''
 
 
-@pytest.fixture
-def shell():
-    from IPython.core.interactiveshell import InteractiveShell
+def run(cells: list[str], names: tuple[str, ...] = ()) -> tuple[list[dict], list[str]]:
+    """Run ``cells`` in order in a guarded IPython shell of a new process.
 
-    sh = InteractiveShell.instance()
-    guard = UnfinishedGuard(sh, {"softmax": "Exercise 4.1", "MultiHeadAttention": "Exercise 5.3"})
-    guard.install()
-    yield sh
-    guard.uninstall()
-    sh.reset()
-    InteractiveShell.clear_instance()
-
-
-def run(sh, capsys, source):
-    result = sh.run_cell(source)
-    return result, capsys.readouterr().out
+    Returns:
+        One ``{"success", "error", "out"}`` per cell (``error``: the exception's class
+        name left in the cell's result), and which of ``names`` the shell defines at the end.
+    """
+    proc = subprocess.run([sys.executable, "-c", SHELL], input=json.dumps([cells, LABELS, list(names)]),
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    return data["runs"], data["defined"]
 
 
-def test_a_cell_calling_a_blank_exercise_stops_with_one_line_and_counts_as_run(shell, capsys):
-    run(shell, capsys, BLANK_SOFTMAX)
-    result, out = run(shell, capsys, "import numpy as np\nbefore = 1\nweights = softmax(np.ones(3))\nafter = 2\n")
-    assert result.success
-    assert out.strip() == ("⏸ Exercise 4.1 (`softmax`) is not written yet, so this cell stops here: write it, "
-                           "run its cell, then run this cell again.")
-    assert shell.user_ns["before"] == 1 and "after" not in shell.user_ns  # stopped where the exercise was needed
+def test_a_cell_calling_a_blank_exercise_stops_with_one_line_and_counts_as_run():
+    runs, defined = run([BLANK_SOFTMAX, "import numpy as np\nbefore = 1\nweights = softmax(np.ones(3))\nafter = 2\n"],
+                        names=("before", "after"))
+    assert runs[1]["success"] and runs[1]["error"] is None
+    assert runs[1]["out"].strip() == ("⏸ Exercise 4.1 (`softmax`) is not written yet, so this cell stops here: "
+                                      "write it, run its cell, then run this cell again.")
+    assert defined == ["before"]  # stopped where the exercise was needed
 
 
-def test_later_cells_needing_what_the_stopped_cell_did_not_define_say_so_in_one_line(shell, capsys):
-    run(shell, capsys, BLANK_SOFTMAX)
-    run(shell, capsys, "weights = softmax([1.0])\n")
-    result, out = run(shell, capsys, "total = weights.sum()\n")
-    assert result.success and out.count("\n") == 1
-    assert "`weights` comes from a cell that stopped at Exercise 4.1 (`softmax`)" in out
-    result, out = run(shell, capsys, "print(total)\n")  # a chain: this cell needs what the last one stopped before
-    assert result.success and "`total` comes from a cell that stopped at Exercise 4.1" in out
+def test_later_cells_needing_what_the_stopped_cell_did_not_define_say_so_in_one_line():
+    runs, _ = run([BLANK_SOFTMAX, "weights = softmax([1.0])\n", "total = weights.sum()\n", "print(total)\n"])
+    assert runs[2]["success"] and runs[2]["out"].count("\n") == 1
+    assert "`weights` comes from a cell that stopped at Exercise 4.1 (`softmax`)" in runs[2]["out"]
+    # a chain: this cell needs what the last one stopped before
+    assert runs[3]["success"] and "`total` comes from a cell that stopped at Exercise 4.1" in runs[3]["out"]
 
 
-def test_a_blank_class_is_named_from_its_methods(shell, capsys):
-    run(shell, capsys, BLANK_CLASS)
-    result, out = run(shell, capsys, "mha = MultiHeadAttention(8, 2)\n")
-    assert result.success and "Exercise 5.3 (`MultiHeadAttention`) is not written yet" in out
+def test_a_blank_class_is_named_from_its_methods():
+    runs, _ = run([BLANK_CLASS, "mha = MultiHeadAttention(8, 2)\n"])
+    assert runs[1]["success"] and "Exercise 5.3 (`MultiHeadAttention`) is not written yet" in runs[1]["out"]
 
 
 @pytest.mark.parametrize("source, error", [
-    ("undefined_name\n", NameError),  # a typo is a typo
-    ("raise NotImplementedError('not a blank exercise')\n", NotImplementedError),
-    ("def helper():\n    raise NotImplementedError()\nhelper()\n", NotImplementedError),  # not an exercise's name
-    ("import collections\ncollections.no_such_thing\n", AttributeError),
+    ("undefined_name\n", "NameError"),  # a typo is a typo
+    ("raise NotImplementedError('not a blank exercise')\n", "NotImplementedError"),
+    ("def helper():\n    raise NotImplementedError()\nhelper()\n", "NotImplementedError"),  # not an exercise's name
+    ("import collections\ncollections.no_such_thing\n", "AttributeError"),
 ])
-def test_every_other_error_fails_the_cell_with_its_traceback(shell, capsys, source, error):
-    run(shell, capsys, BLANK_SOFTMAX)
-    result, out = run(shell, capsys, source)
-    assert not result.success and isinstance(result.error_in_exec, error)
-    assert "⏸" not in out and "Traceback" in out
+def test_every_other_error_fails_the_cell_with_its_traceback(source, error):
+    runs, _ = run([BLANK_SOFTMAX, source])
+    assert not runs[1]["success"] and runs[1]["error"] == error
+    assert "⏸" not in runs[1]["out"] and "Traceback" in runs[1]["out"]
 
 
-def test_a_written_exercise_runs_as_usual(shell, capsys):
-    run(shell, capsys, BLANK_SOFTMAX)
-    run(shell, capsys, "weights = softmax([1.0])\n")
-    run(shell, capsys, "def softmax(x, axis=-1):\n    return x\n")
-    result, out = run(shell, capsys, "weights = softmax([1.0])\nprint(weights)\n")
-    assert result.success and out == "[1.0]\n"
+def test_a_written_exercise_runs_as_usual():
+    runs, _ = run([BLANK_SOFTMAX, "weights = softmax([1.0])\n", "def softmax(x, axis=-1):\n    return x\n",
+                   "weights = softmax([1.0])\nprint(weights)\n"])
+    assert runs[3]["success"] and runs[3]["out"] == "[1.0]\n"
 
 
 def test_bound_names_reads_the_top_level_bindings_of_a_cell():
