@@ -115,8 +115,10 @@ def cmd_release(args: argparse.Namespace) -> int:
             continue
         print(f"  student package: {pkg.wheel}")
         for module, helpers in sorted(pkg.withheld_helpers.items()):
-            print(f"  note: {module}'s hint helpers {', '.join(helpers)} compute an answer: the package holds "
-                  "their results on the visible cases, not their code")
+            one = len(helpers) == 1
+            print(f"  note: {module}'s hint helper{'' if one else 's'} {', '.join(helpers)} "
+                  f"compute{'s' if one else ''} an answer: the package holds {'its' if one else 'their'} results "
+                  f"on the visible cases, not {'its' if one else 'their'} code")
     if done.packages:
         print(f"one student package per chapter ({len(done.packages)}): hand out each chapter's notebook with its "
               "own wheel; students install it in an environment of their own for that chapter (or pip install the "
