@@ -160,7 +160,8 @@ def __getattr__(name):
         raise NotReleased(
             f"solutions.{{name}} is an exercise of chapter {{chapter}}: this package has no reference answer "
             f"for it, so this cell uses yours. Write `{{name}}` in its exercise cell, run that cell, then run "
-            "this one again."
+            "this one again.",
+            name=name,  # the student package's kernel guard names the exercise from it
         )
     chapter = LATER.get(name)
     if chapter is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 
-__all__ = ["UnfinishedGuard", "install", "bound_names"]
+__all__ = ["UnfinishedGuard", "install", "exercise_labels", "bound_names"]
 
 
 def bound_names(source: str) -> set[str]:
@@ -126,8 +126,8 @@ class UnfinishedGuard:
         if name is not None:
             return name, (f"⏸ {self.labels[name]} (`{name}`) is not written yet, so this cell stops here: "
                           "write it, run its cell, then run this cell again.")
-        if type(error).__name__ == "NotReleased" and str(error).startswith("solutions."):
-            name = str(error).split(" ", 1)[0].removeprefix("solutions.")
+        if type(error).__name__ == "NotReleased":  # solutions.<name> of an exercise whose cell has not run
+            name = getattr(error, "name", None)
             if name in self.labels:
                 return name, (f"⏸ {self.labels[name]} (`{name}`) has not been run yet, so this cell stops "
                               "here: run its cell (blank or written), then this one again.")
@@ -182,6 +182,18 @@ def install(chapters) -> UnfinishedGuard | None:
     shell = get_ipython()
     if shell is None or not hasattr(shell, "set_custom_exc"):
         return None
+    guard = UnfinishedGuard(shell, exercise_labels(chapters))
+    guard.install()
+    return guard
+
+
+def exercise_labels(chapters) -> dict[str, str]:
+    """How the notebooks title the exercises of ``chapters``: ``{"masked_softmax": "Exercise 6.4"}``
+    (the registration order of each chapter's checks is the notebook's order, as a test asserts).
+
+    Args:
+        chapters: chapter ids, ``"06_masking"``.
+    """
     from autograder.checks import exercises_of
 
     labels = {}
@@ -189,6 +201,4 @@ def install(chapters) -> UnfinishedGuard | None:
         number = int(chapter.split("_", 1)[0])
         for k, exercise in enumerate(exercises_of(chapter), start=1):
             labels[exercise.name] = f"Exercise {number}.{k}"
-    guard = UnfinishedGuard(shell, labels)
-    guard.install()
-    return guard
+    return labels

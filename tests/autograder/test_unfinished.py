@@ -9,13 +9,15 @@ released notebooks' whole blank runs are in test_release_runs.py.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from autograder.student.unfinished import bound_names
+from autograder.book import chapter_ids, source_notebook
+from autograder.student.unfinished import bound_names, exercise_labels
 
 pytest.importorskip("IPython")
 
@@ -105,6 +107,21 @@ def test_a_written_exercise_runs_as_usual():
     runs, _ = run([BLANK_SOFTMAX, "weights = softmax([1.0])\n", "def softmax(x, axis=-1):\n    return x\n",
                    "weights = softmax([1.0])\nprint(weights)\n"])
     assert runs[3]["success"] and runs[3]["out"] == "[1.0]\n"
+
+
+def test_a_solutions_name_whose_exercise_cell_has_not_run_says_so_in_one_line():
+    raising = ("class NotReleased(AttributeError):\n    pass\n"  # as the student package's solutions raises it
+               "raise NotReleased('solutions.softmax is an exercise of chapter 04_self_attention: ...', name='softmax')\n")
+    runs, _ = run([raising, raising.replace("name='softmax'", "name='later_exercise'")])
+    assert runs[0]["success"] and "Exercise 4.1 (`softmax`) has not been run yet" in runs[0]["out"]
+    assert not runs[1]["success"] and runs[1]["error"] == "NotReleased"  # not an exercise of these chapters
+
+
+def test_the_labels_are_the_notebooks_exercise_headings():
+    for chapter in chapter_ids():
+        text = source_notebook(chapter).read_text(encoding="utf-8")
+        headings = {name: f"Exercise {number}" for number, name in re.findall(r"### Exercise (\d+\.\d+) · `(\w+)`", text)}
+        assert exercise_labels([chapter]) == headings, chapter
 
 
 def test_bound_names_reads_the_top_level_bindings_of_a_cell():
