@@ -138,12 +138,11 @@ class FusedMultiHeadAttention(MultiHeadAttention):
     def forward(self, query, key, value, mask=None):
         if self.need_weights:
             return super().forward(query, key, value, mask)
-        cache = self.__dict__.setdefault("_packed_cache", {})  # not a buffer: no state_dict entry
         if query is key and key is value:  # self-attention: one product for Q, K, V
-            q, k, v = packed_projection(query, (self.w_q, self.w_k, self.w_v), cache.setdefault("qkv", {}))
+            q, k, v = packed_projection(query, (self.w_q, self.w_k, self.w_v), self._cache_for("qkv"))
         elif key is value:  # encoder-decoder attention: one product for K, V
             q = self.w_q(query)
-            k, v = packed_projection(key, (self.w_k, self.w_v), cache.setdefault("kv", {}))
+            k, v = packed_projection(key, (self.w_k, self.w_v), self._cache_for("kv"))
         else:
             q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
         q = split_heads(q, self.num_heads)  # (B, h, T_q, d_k)
@@ -153,8 +152,21 @@ class FusedMultiHeadAttention(MultiHeadAttention):
             _check_mask(mask, (q.size(0), self.num_heads, q.size(2), k.size(2)))
         dropout_p = self.dropout.p if self.training else 0.0
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, h, T_q, d_k)
+        if mask is not None:  # a query with no key gets zeros, as from masked_softmax (some CUDA kernels average)
+            context = context.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # (B, h, T_q, d_k)
         self.attn_weights = None
         return self.w_o(merge_heads(context))  # (B, T_q, d_model)
+
+    def _cache_for(self, group):
+        """The dict that keeps ``group``'s packed weight between calls (``None`` inside ``torch.compile``).
+
+        Kept in ``__dict__``, not as a buffer, so it has no ``state_dict`` entry. A compiled
+        graph packs anew (the compiler fuses the copy), and reading a dict that changes
+        between calls would make it recompile on every step.
+        """
+        if getattr(torch.compiler, "is_compiling", lambda: False)():
+            return None
+        return self.__dict__.setdefault("_packed_cache", {}).setdefault(group, {})
 
     def __getstate__(self):
         state = super().__getstate__()  # nn.Module's: a copy of __dict__

@@ -312,3 +312,18 @@ def test_packed_weight_cache_is_neither_pickled_nor_copied(tmp_path):
         assert "_packed_cache" not in other.__dict__
         with torch.no_grad():
             torch.testing.assert_close(other(x, x, x), expected, **EXACT)
+
+
+def test_no_packed_weight_cache_inside_torch_compile(monkeypatch):
+    """A compiled graph packs anew: a dict read and written between calls made CUDA training
+    under ``torch.compile`` recompile at every step until dynamo's recompile limit."""
+    _, fused = readable_and_fused()
+    x = torch.randn(2, 3, D_MODEL, dtype=torch.float64)
+    memory = torch.randn(2, 4, D_MODEL, dtype=torch.float64)
+    with torch.no_grad():
+        expected = fused(x, x, x), fused(x, memory, memory)  # self- and encoder-decoder attention
+    del fused.__dict__["_packed_cache"]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    with torch.no_grad():
+        torch.testing.assert_close((fused(x, x, x), fused(x, memory, memory)), expected, **EXACT)
+    assert "_packed_cache" not in fused.__dict__
