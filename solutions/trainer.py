@@ -41,6 +41,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -48,7 +49,8 @@ import torch.nn.functional as F
 from sacrebleu.metrics import BLEU
 from tqdm.auto import tqdm
 
-from .data import BucketBatchSampler, TranslationDataset, build_tokenizer, collate_batch, tokenizer_from_state
+from .data import (BucketBatchSampler, TranslationDataset, build_tokenizer, collate_batch, make_synthetic_splits,
+                   tokenizer_from_state)
 from .translation import translate
 from .distributed import all_reduce_sum, setup_distributed
 from .fused import fuse_attention
@@ -58,7 +60,8 @@ from .tokens import PAD_ID
 from .training import noam_lr
 
 __all__ = ["TrainConfig", "TimeBudget", "warmup_linear_decay", "PRESETS", "MODEL_FIELDS", "Trainer", "CheckpointError", "load_checkpoint",
-           "build_model", "model_from_checkpoint", "resolve_device", "export_checkpoint", "CorpusBLEU"]
+           "build_model", "model_from_checkpoint", "resolve_device", "export_checkpoint", "CorpusBLEU",
+           "book_splits", "book_config", "book_checkpoint"]
 
 logger = logging.getLogger("solutions.trainer")
 
@@ -187,6 +190,28 @@ PRESETS = {
         label_smoothing=0.1, clip_norm=1.0, eval_sentences=1000, log_every=50,
     ),
 }
+
+
+
+# The book's training run, defined once: chapter 9 trains it and saves it (book_checkpoint), chapter 10
+# decodes that model and trains the same run only when the checkpoint is missing.
+def book_splits():
+    """The synthetic splits of the book's run: 20,000 training, 500 validation and 500 test pairs (seed 0)."""
+    return make_synthetic_splits(num_train=20000, num_valid=500, num_test=500, seed=0)
+
+
+def book_config():
+    """The config of the book's run: the ``tiny`` preset for two epochs (626 steps) on the CPU, seed 0."""
+    return PRESETS["tiny"].replace(epochs=2, device="cpu", eval_sentences=500, log_every=10, quiet=True)
+
+
+def book_checkpoint(name="checkpoint.pt"):
+    """Where chapter 9 saves the book's run: ``$TRANSFORMER_BOOK_RUNS/book/09_training/<name>``.
+
+    Without the variable, ``runs/`` beside the ``solutions`` package (the repository's root).
+    """
+    package_parent = Path(__file__).resolve().parents[__name__.count(".")]  # solutions/trainer.py -> its parent
+    return Path(os.environ.get("TRANSFORMER_BOOK_RUNS", package_parent / "runs")) / "book" / "09_training" / name
 
 
 class CheckpointError(ValueError):
