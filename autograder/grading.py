@@ -69,7 +69,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks.base import Exercise, Report, Result, dependency_note, draw_cases, evaluate, get_exercise, make_rng
+from .checks.base import Exercise, Report, Result, charged_once, dependency_note, draw_cases, evaluate, get_exercise, make_rng
 from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
 
 __all__ = ["CellScore", "RunSettings", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES", "MAX_PARSED_SOURCE",
@@ -894,16 +894,9 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     bundles = _write_job(job_dir, setup, [g], context)
     outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles)
     _collect([g], outcome, limits)
-    second = g.result
-    if second is None or second.status == "cheat" or second.score <= first.score:
-        if second is not None and second.status == "cheat":
-            g.result = second  # tampering is never outweighed by an earlier grade
-        else:
-            g.result = first
-        return
-    second.notes.insert(0, one_line(dependency_note(g.name, sorted(_names_in(g.source)), failing)))
-    if second.status != "passed":
-        second.reason = one_line(f"{second.notes[0]}. {second.reason}")
+    g.result = charged_once(first, g.result, one_line(dependency_note(g.name, sorted(_names_in(g.source)), failing)))
+    if g.result is not first and g.result.status not in ("passed", "cheat"):
+        g.result.reason = one_line(f"{g.result.notes[0]}. {g.result.reason}")
 
 
 class SourceTooLarge(ValueError):

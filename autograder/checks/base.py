@@ -56,6 +56,7 @@ __all__ = [
     "register",
     "get_exercise",
     "check",
+    "charged_once",
     "check_report",
     "dtype_verdict",
     "called_dependencies",
@@ -1114,6 +1115,35 @@ def dependency_note(name: str, used: list[str], failing: list[str], regraded: bo
             f"{which} in its place: fix {which} first")
 
 
+def charged_once(first, second, note: str):
+    """The grade an answer keeps after it was graded again with the reference in place of
+    each failing earlier answer it calls: one mistake charged once.
+
+    The rule of both graders, the notebook's :func:`check_report` (on :class:`Report`) and
+    the sandbox's regrade (:mod:`autograder.grading`, on its cell scores): ``second``
+    wins when it scored more (the points were lost only through the earlier answers),
+    with ``note`` (:func:`dependency_note`) first among its notes; else ``first`` stays.
+    A ``second`` whose ``status`` is ``"cheat"`` (tampering caught in the regrade) wins
+    whatever it scored: no earlier grade outweighs it.
+
+    Args:
+        first: the grade of the answer as written (``.score``, ``.notes``).
+        second: the grade with the references in place, or ``None`` (not run).
+        note: the note that says which answers were replaced.
+
+    Returns:
+        ``first`` or ``second`` (with the note).
+    """
+    if second is None:
+        return first
+    if getattr(second, "status", None) == "cheat":
+        return second
+    if second.score <= first.score:
+        return first
+    second.notes.insert(0, note)
+    return second
+
+
 def called_dependencies(obj: Any, failing: list[str]) -> list[str]:
     """The exercises of ``failing`` that the code of ``obj`` refers to: an answer
     that never calls an earlier one (a blank answer, one written without it) is
@@ -1169,9 +1199,7 @@ def check_report(name: str, obj: Any, hidden: bool = False, seed: int | None = N
                 second = run_cases(exercise, obj, cases)
             finally:
                 namespace.update(saved)
-            if second.score > report.score:
-                second.notes.insert(0, dependency_note(name, sorted(names_used(obj)), failing))
-                report = second
+            report = charged_once(report, second, dependency_note(name, sorted(names_used(obj)), failing))
     return report
 
 
