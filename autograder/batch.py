@@ -45,7 +45,8 @@ from .grading import MAX_NOTEBOOK_BYTES, RunSettings, problem_text
 from .journal import (Graded, grader_fingerprint, journal_seed, read_journal, read_journal_entry, record_submitted,
                       submission_seed, write_atomic, write_journal)
 from .submissions import Submission, file_sha256, find_submissions
-from .text import csv_cell, csv_text, score_text
+from .results import RESULTS_FILE, ClassResults, ExerciseScore, PartScore, SubmissionGrade, parts_line
+from .text import csv_cell, csv_text
 
 __all__ = [
     "SCORE_COLUMNS",
@@ -150,7 +151,7 @@ def as_dicts(scores) -> list[dict]:
 
 def parts_text(row: dict) -> str:
     """``name score/points · ...`` of a score row's parts (for ``scores.csv``)."""
-    return " · ".join(f"{p['name']} {score_text(p['score'])}/{score_text(p['points'])}" for p in row.get("parts") or [])
+    return parts_line([PartScore(p["name"], p["score"], p["points"]) for p in row.get("parts") or []])
 
 
 @dataclass(frozen=True)
@@ -413,11 +414,6 @@ def _write_csv(path: Path, columns: list[str], rows: list[list]) -> None:
     write_atomic(path, csv_text(columns, rows))
 
 
-def _optional(x) -> str:
-    """A number that may be unset (a gradebook field): ``""`` when ``None``."""
-    return "" if x is None else score_text(x)
-
-
 def with_hand_grades(graded: Graded, recorded) -> list[dict]:
     """The score rows of ``graded`` as the gradebook holds them now: ``score`` is
     nbgrader's ``Grade.score`` (manual score if a grader gave one, plus extra
@@ -449,21 +445,28 @@ def _with_problems(rows: list[dict], problems: list[str]) -> list[dict]:
     return [dict(r, reason="; ".join([*problems, *([r["reason"]] if r["reason"] else [])])) for r in rows]
 
 
-def _score_rows(g: Graded, rows: list[dict]) -> list[list]:
+def _exercise_score(g: Graded, row: dict) -> ExerciseScore:
+    """One row of ``shown`` (a score with hand grades and problems) as a typed result."""
     sub = g.submission
-    return [[sub.student, sub.chapter, s["exercise"], s["grade_id"], score_text(s["score"]),
-             score_text(s["max_score"]), s["status"], s["reason"], parts_text(s),
-             " | ".join(s.get("notes") or []), score_text(s["auto_score"]), _optional(s["manual_score"]),
-             _optional(s["extra_credit"]), " ".join(s["comment"].split())] for s in rows]
+    return ExerciseScore(
+        student=sub.student, chapter=sub.chapter, exercise=row["exercise"], grade_id=row["grade_id"],
+        score=float(row["score"]), max_score=float(row["max_score"]), status=row["status"], reason=row["reason"],
+        parts=[PartScore(p["name"], float(p["score"]), float(p["points"]), p.get("message") or "", p.get("hint") or "")
+               for p in row.get("parts") or []],
+        notes=list(row.get("notes") or []), auto_score=float(row["auto_score"]), manual_score=row["manual_score"],
+        extra_credit=row["extra_credit"], comment=" ".join(row["comment"].split()))
 
 
-def _grade_row(g: Graded, rows: list[dict], held) -> list:
+def _submission_grade(g: Graded, exercises: list[ExerciseScore], held) -> SubmissionGrade:
+    """A submission's line of ``grades.csv``: its total after the late penalty, and the rest."""
     sub = g.submission
-    raw = sum(s["score"] for s in rows)
+    raw = sum(e.score for e in exercises)
     penalty = held.penalty if held is not None else 0.0
-    late = held.late_seconds if held is not None else 0.0
-    return [sub.student, sub.chapter, score_text(max(0.0, raw - penalty)), score_text(sum(s["max_score"] for s in rows)),
-            submission_status(g), score_text(raw), score_text(late), score_text(penalty)]
+    return SubmissionGrade(
+        student=sub.student, chapter=sub.chapter, status=submission_status(g), score=max(0.0, raw - penalty),
+        max_score=sum(e.max_score for e in exercises), raw_score=raw,
+        late_seconds=held.late_seconds if held is not None else 0.0, penalty=penalty,
+        submission_sha256=g.key.get("submission_sha256") if sub.path is not None else None)
 
 
 def _write_feedback(page: Path, g: Graded, rows: list[dict], held) -> None:
@@ -516,28 +519,29 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
         except Exception as exc:  # noqa: BLE001 - this student's page only
             shown[i] = _with_problems(shown[i], [f"the feedback page could not be written ({problem_text(exc)})"])
 
-    score_rows, grade_rows = [], []
+    class_results = ClassResults()
     for i, g in enumerate(results):
         held = recorded.get((g.submission.student, g.submission.chapter))
         try:
-            these, line = _score_rows(g, shown[i]), _grade_row(g, shown[i], held)
+            exercises = [_exercise_score(g, row) for row in shown[i]]
+            line = _submission_grade(g, exercises, held)
         except Exception as exc:  # noqa: BLE001 - one student's rows, written with the reason
             sub = g.submission
             reason = f"the rows could not be written ({problem_text(exc)})"
-            these = [[sub.student, sub.chapter, s.get("exercise", ""), s.get("grade_id", ""), "0",
-                      score_text(s.get("max_score", 0) or 0), "error", reason, "", "", "0", "", "", ""]
-                     for s in shown[i]]
-            line = [sub.student, sub.chapter, "0", score_text(sum(s.get("max_score", 0) or 0 for s in shown[i])),
-                    "invalid", "0", "0", "0"]
-        score_rows += these
-        grade_rows.append(line)
-    _write_csv(out / "scores.csv", SCORE_COLUMNS, score_rows)
-    _write_csv(out / "grades.csv", GRADE_COLUMNS, grade_rows)
+            exercises = [ExerciseScore(sub.student, sub.chapter, str(row.get("exercise", "")), 0.0,
+                                       float(row.get("max_score", 0) or 0), "error", reason, auto_score=0.0,
+                                       grade_id=str(row.get("grade_id", ""))) for row in shown[i]]
+            line = SubmissionGrade(sub.student, sub.chapter, "invalid", max_score=sum(e.max_score for e in exercises))
+        class_results.exercises += exercises
+        class_results.submissions.append(line)
+    class_results.write(out)
+    _write_csv(out / "scores.csv", SCORE_COLUMNS, class_results.score_rows())
+    _write_csv(out / "grades.csv", GRADE_COLUMNS, class_results.grade_rows())
 
 
 def clean_outputs(out: Path) -> None:
     """Remove a previous run's reports and journal from ``out`` (``--force`` keeps them)."""
-    for name in ("scores.csv", "grades.csv", "gradebook.db"):
+    for name in ("scores.csv", "grades.csv", "gradebook.db", RESULTS_FILE):
         (out / name).unlink(missing_ok=True)
     for name in ("feedback", ".journal"):
         shutil.rmtree(out / name, ignore_errors=True)

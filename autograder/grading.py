@@ -296,7 +296,8 @@ class _Graded:
             score=score,
             max_score=self.points,
             status=status,
-            reason="" if report.passed else one_line(report.reason()),
+            # every missed part's message whole (each is cut at 400 characters, as in ``parts``)
+            reason="" if report.passed else one_line(report.reason(), 420 * max(1, len(report.parts))),
             parts=[{"name": p.name, "points": p.points, "score": p.score,
                     "message": one_line(p.message) if p.message and not p.earned else "",
                     # the check's own hint, apart from text the answer wrote (report.diagnosis_key)
@@ -896,7 +897,7 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     _collect([g], outcome, limits)
     g.result = charged_once(first, g.result, one_line(dependency_note(g.name, sorted(_names_in(g.source)), failing)))
     if g.result is not first and g.result.status not in ("passed", "cheat"):
-        g.result.reason = one_line(f"{g.result.notes[0]}. {g.result.reason}")
+        g.result.reason = f"{g.result.notes[0]}. {g.result.reason}"  # both one line already, neither cut
 
 
 class SourceTooLarge(ValueError):

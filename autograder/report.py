@@ -8,7 +8,8 @@
 * :func:`class_report` — ``python -m autograder report OUT``: from a ``grade``
   output folder or an nbgrader course's ``<course>/grades/<assignment>``
   (``autograde``'s; ``report --course COURSE ASSIGNMENT``), from its
-  ``scores.csv``, ``grades.csv`` and journal, one self-contained HTML page and
+  ``results.json`` (:mod:`autograder.results`, the run's typed results, of which
+  ``scores.csv`` and ``grades.csv`` are views), one self-contained HTML page and
   one CSV per chapter: the distribution of the final scores (hand grades and late
   penalties included), each exercise's parts with the share of students whose
   answer earned them, and the most frequent diagnoses across the class ("40% —
@@ -23,12 +24,9 @@ are grouped by :func:`diagnosis_key`: the hint (else the message's head before
 the first colon), with every parenthesised aside and every number taken out,
 so "you normalised over axis 0, not axis=-1" and "… axis 1, not axis=0" are one
 diagnosis. The hint is the one the check produced, kept apart from the message
-(``CheckFailure.hint``, a part's ``hint`` in the journal): a message may quote
+(``CheckFailure.hint``, a part's ``hint`` in the results): a message may quote
 the student's own exception, and a "Hint: …" the student wrote there is never
-taken as the grader's diagnosis. The part messages and hints come from the
-journal (``OUT/.journal``: one JSON per submission, with every part's full
-message); ``scores.csv``'s ``reason`` column, cut at 400 characters, is the
-fallback when the journal is gone (then no mistake counts as recognised).
+taken as the grader's diagnosis. Every part's message is read whole.
 
 Everything that came from a submission (student names, messages that quote a
 student's exception) is HTML-escaped on the page and written to the terminal
@@ -38,10 +36,8 @@ style is inline, the fonts are the system's; it opens from the file system.
 """
 from __future__ import annotations
 
-import csv
 import html
 import io
-import json
 import os
 import re
 import statistics
@@ -50,16 +46,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .feedback import STATUS_WORDS, duration_text
-from .text import csv_cell, csv_text, csv_uncell
+from .results import ClassResults, ExerciseScore, ResultsError, SubmissionGrade
+from .text import csv_text
 
 __all__ = [
     "ReportError",
-    "Row",
     "summarise",
     "detect_chapter",
     "diagnosis_key",
     "load_rows",
-    "GradeLine",
     "chapter_summary",
     "wrong_chapters",
     "course_output",
@@ -70,8 +65,6 @@ __all__ = [
 NAMED_PER_CATEGORY = 10
 # How many diagnoses the class report lists per chapter.
 TOP_DIAGNOSES = 12
-# A journal entry larger than this is not read (the batch writes a few kB per submission).
-MAX_JOURNAL_BYTES = 8 * 2**20
 NOT_IMPLEMENTED_HEAD = "not implemented yet"
 
 
@@ -223,212 +216,32 @@ def summarise(batch_report, out: Path | None = None) -> str:
 # --------------------------------------------------------------------------- reading a grade output
 
 
-@dataclass
-class Part:
-    """One graded part of one student's exercise (``message`` empty when earned)."""
-
-    name: str
-    score: float
-    points: float
-    message: str = ""
-    hint: str = ""  # the check's own hint (from the journal), never text the answer wrote
-
-    @property
-    def earned(self) -> bool:
-        return self.points > 0 and self.score >= self.points - 1e-9
-
-
-@dataclass
-class Row:
-    """One row of ``scores.csv`` (one student × exercise), parts with their messages."""
-
-    student: str
-    chapter: str
-    exercise: str
-    score: float  # the final score: a hand grade, when there is one, wins
-    max_score: float
-    status: str
-    reason: str
-    parts: list[Part] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    auto_score: float | None = None  # what the checks gave (``None``: as ``score``)
-
-
-# Undo / put the quotes that keep a CSV cell from running as a formula (text.csv_cell).
-_uncell = csv_uncell
-_cell = csv_cell
-
-
-_PART = re.compile(r"^(?P<name>.+) (?P<score>[0-9.eE+-]+)/(?P<points>[0-9.eE+-]+)$")
-
-
-def _parse_parts(text: str) -> list[Part]:
-    """``name 1/1 · name 0/2`` (the ``parts`` column) as parts without messages. A
-    part's name may hold " · " itself ("embedding(ids) · √d_model 2/2"): a piece
-    without its score is joined to the next one."""
-    parts = []
-    pending = ""
-    for piece in text.split(" · "):
-        item = f"{pending} · {piece}" if pending else piece.strip()
-        m = _PART.match(item)
-        pending = "" if m else item
-        if m:
-            try:
-                parts.append(Part(m["name"], float(m["score"]), float(m["points"])))
-            except ValueError:
-                continue
-    return parts
-
-
-def _messages_from_reason(reason: str, parts: list[Part]) -> None:
-    """Give the missed parts their messages from a ``reason`` (the journal's fallback):
-    ``'a': msg | 'b': msg``, ``'a', 'b': msg`` or one message for every missed part."""
-    missed = [p for p in parts if not p.earned]
-    if not missed or not reason:
-        return
-    by_name = {p.name: p for p in missed}
-    found = False
-    for segment in reason.split(" | "):
-        m = re.match(r"^((?:'[^']+'(?:, )?)+): (.*)$", segment)
-        if not m:
-            continue
-        for name in re.findall(r"'([^']+)'", m.group(1)):
-            if name in by_name:
-                by_name[name].message = m.group(2)
-                found = True
-    if not found:
-        for p in missed:
-            p.message = reason
-
-
-def _journal_entry(out: Path, student: str, chapter: str) -> dict | None:
-    """The journal's entry of one submission (``scores``, ``key``), or ``None``."""
-    if student in ("", ".", "..") or "/" in student or "\x00" in student:
-        return None
-    path = out / ".journal" / student / f"{chapter}.json"
-    try:
-        if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_JOURNAL_BYTES:
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _journal_scores(out: Path, student: str, chapter: str) -> list[dict] | None:
-    data = _journal_entry(out, student, chapter)
-    scores = data.get("scores") if data is not None else None
-    return scores if isinstance(scores, list) else None
-
-
-def _from_journal(row: Row, entry: list[dict] | None) -> bool:
-    """Fill ``row``'s part messages from its journal entry when the entry is the
-    one ``scores.csv`` was written from (same exercise, score and parts)."""
-    for s in entry or []:
-        if not isinstance(s, dict) or s.get("exercise") != row.exercise:
-            continue
-        jparts = s.get("parts") if isinstance(s.get("parts"), list) else []
-        try:
-            auto = row.score if row.auto_score is None else row.auto_score
-            same = (abs(float(s.get("score", -1)) - auto) < 1e-6 and len(jparts) == len(row.parts)
-                    and all(jp.get("name") == p.name and abs(float(jp.get("score", -1)) - p.score) < 1e-6
-                            for jp, p in zip(jparts, row.parts)))
-        except (TypeError, ValueError, AttributeError):
-            return False
-        if not same:
-            return False
-        for jp, p in zip(jparts, row.parts):
-            p.message = " ".join(str(jp.get("message") or "").split())
-            p.hint = " ".join(str(jp.get("hint") or "").split())
-        return True
-    return False
-
-
-def _read_csv(path: Path) -> tuple[list[str], list[dict]]:
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        return list(reader.fieldnames or []), list(reader)
-
-
-# The columns of ``scores.csv`` (``batch.SCORE_COLUMNS``) the report reads.
-READ_COLUMNS = ["student_id", "assignment", "exercise", "score", "max_score", "status", "reason", "parts", "notes"]
-
-
-@dataclass
-class GradeLine:
-    """One row of ``grades.csv`` (one student × chapter) as the report uses it."""
-
-    status: str  # complete, incomplete, invalid, cheat, not submitted
-    late_seconds: float = 0.0  # past the assignment's due date (0: on time or no due date)
-    penalty: float = 0.0  # nbgrader's late penalty, in points, taken off the total
-
-
-def _number(text) -> float:
-    try:
-        return float(_uncell(str(text or "0")) or 0)
-    except ValueError:
-        return 0.0
-
-
-def load_rows(out: Path) -> tuple[list[Row], dict[tuple[str, str], GradeLine]]:
-    """The rows of a ``grade`` (or ``autograde``) output folder, with their parts' messages.
+def load_rows(out: Path) -> tuple[list[ExerciseScore], dict[tuple[str, str], SubmissionGrade]]:
+    """The results of a ``grade`` (or ``autograde``) output folder, from its ``results.json``.
 
     Args:
         out: the folder ``python -m autograder grade … --out OUT`` wrote, or the
             ``<course>/grades/<assignment>`` folder of ``autograde``.
 
     Returns:
-        ``(rows, grades)``: one :class:`Row` per line of ``scores.csv``, and each
-        ``(student, chapter)``'s line of ``grades.csv``: its status and late
-        penalty (``{}`` without the file; a ``grades.csv`` older than the
-        penalty columns reads as on time).
+        ``(rows, grades)``: one :class:`~autograder.results.ExerciseScore` per student ×
+        exercise (a row of ``scores.csv``, its parts' messages whole), and each
+        ``(student, chapter)``'s :class:`~autograder.results.SubmissionGrade` (its
+        status, late penalty and the digest of the notebook graded).
 
     Raises:
-        ReportError: ``out`` has no ``scores.csv`` with the columns ``grade`` writes.
+        ReportError: ``out`` is not a folder, or has no ``results.json`` this grader reads.
     """
     out = Path(out)
-    scores = out / "scores.csv"
     expected = (f"expected the output folder of `python -m autograder grade … --out {out}` or of "
-                f"`autograde` (COURSE/grades/ASSIGNMENT): a scores.csv with the columns "
-                f"{', '.join(READ_COLUMNS)}, …")
+                "`autograde` (COURSE/grades/ASSIGNMENT), with the results.json they write")
     if not out.is_dir():
         raise ReportError(f"{out} is not a folder: {expected}")
-    if not scores.is_file():
-        raise ReportError(f"{out} has no scores.csv: {expected}")
     try:
-        columns, records = _read_csv(scores)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ReportError(f"{scores} cannot be read ({exc}): {expected}") from None
-    missing = [c for c in READ_COLUMNS if c not in columns]
-    if missing:
-        raise ReportError(f"{scores} lacks the column(s) {', '.join(missing)}: {expected}")
-    rows = []
-    journals: dict[tuple[str, str], list[dict] | None] = {}
-    for r in records:
-        try:
-            row = Row(student=_uncell(r["student_id"]), chapter=r["assignment"], exercise=r["exercise"],
-                      score=float(r["score"]), max_score=float(r["max_score"]), status=r["status"],
-                      reason=_uncell(r["reason"] or ""), parts=_parse_parts(_uncell(r["parts"] or "")),
-                      notes=[n for n in _uncell(r["notes"] or "").split(" | ") if n],
-                      auto_score=float(r["auto_score"]) if r.get("auto_score") else None)
-        except (TypeError, ValueError) as exc:
-            raise ReportError(f"{scores}: a row cannot be read ({exc}): {expected}") from None
-        key = (row.student, row.chapter)
-        if key not in journals:
-            journals[key] = _journal_scores(out, row.student, row.chapter)
-        if not _from_journal(row, journals[key]):
-            _messages_from_reason(row.reason, row.parts)
-        rows.append(row)
-    lines = {}
-    if (out / "grades.csv").is_file():
-        try:
-            _, grades = _read_csv(out / "grades.csv")
-            lines = {(_uncell(g.get("student_id") or ""), g.get("assignment") or ""):
-                     GradeLine(g.get("status") or "", _number(g.get("late_seconds")), _number(g.get("penalty")))
-                     for g in grades}
-        except (OSError, UnicodeDecodeError, csv.Error):
-            lines = {}
-    return rows, lines
+        results = ClassResults.read(out)
+    except ResultsError as exc:
+        raise ReportError(f"{exc}: {expected} (grade again: unchanged work comes from the journal)") from None
+    return results.exercises, {(s.student, s.chapter): s for s in results.submissions}
 
 
 # --------------------------------------------------------------------------- diagnoses
@@ -455,7 +268,7 @@ def _hint_or_head(message: str, hint: str = "") -> tuple[str, bool]:
         return hint, True
     text = " ".join(str(message).split())
     text = text.split(" Hint: ", 1)[0]  # never a hint here: only cut off, so the head is what differs
-    text = re.sub(r"^(?:'[^']+'(?:, )?)+: ", "", text)  # a reason's "'part': " prefix (the journal's fallback)
+    text = re.sub(r"^(?:'[^']+'(?:, )?)+: ", "", text)  # a reason's "'part': " prefix (a part without its own message)
     head = text.split(": ", 1)[0].strip()
     return (head or text), False
 
@@ -495,7 +308,7 @@ class Diagnosis:
         return self.key.startswith(NOT_IMPLEMENTED_HEAD)
 
 
-def _diagnoses(rows: list[Row]) -> list[Diagnosis]:
+def _diagnoses(rows: list[ExerciseScore]) -> list[Diagnosis]:
     """Every diagnosis of the missed parts of ``rows``, each student counted once per
     exercise and mistake, most frequent first; answers left as the released stub
     ("not implemented yet") after every mistake."""
@@ -553,13 +366,13 @@ class ChapterSummary:
         return count / len(self.students) if self.students else 0.0
 
 
-def _submitted(student_rows: list[Row], status: str | None) -> bool:
+def _submitted(student_rows: list[ExerciseScore], status: str | None) -> bool:
     if status:
         return status != "not submitted"
     return not all(r.status == "missing" and r.reason == "no submission" for r in student_rows)
 
 
-def nothing_found(rows: list[Row]) -> bool:
+def nothing_found(rows: list[ExerciseScore]) -> bool:
     """Every exercise of a submitted notebook is ``missing``: not one of the chapter's
     solution cells was in it (another chapter's notebook, or every cell deleted)."""
     return bool(rows) and all(r.status == "missing" for r in rows)
@@ -569,7 +382,7 @@ WRONG_CHAPTER = "submitted the wrong chapter's notebook ({real})"
 NOTHING_FOUND = "no solution cell of this chapter was found (another chapter's notebook, or the cells were deleted)"
 
 
-def _missed(row: Row) -> list[str]:
+def _missed(row: ExerciseScore) -> list[str]:
     """What the checks marked missed in one answer, as the students' table lists it."""
     lost = [p for p in row.parts if not p.earned]
     if not row.parts:
@@ -581,7 +394,7 @@ def _missed(row: Row) -> list[str]:
     return [f"{row.exercise}: {p.name}" for p in lost]
 
 
-def chapter_summary(chapter: str, rows: list[Row], grades: dict[tuple[str, str], GradeLine],
+def chapter_summary(chapter: str, rows: list[ExerciseScore], grades: dict[tuple[str, str], SubmissionGrade],
                     wrong: dict[str, str] | None = None) -> ChapterSummary:
     """Score totals, parts' shares and diagnoses of one chapter's rows.
 
@@ -599,7 +412,7 @@ def chapter_summary(chapter: str, rows: list[Row], grades: dict[tuple[str, str],
         own verdicts. Shares are of the students who submitted.
     """
     wrong = wrong or {}
-    by_student: dict[str, list[Row]] = defaultdict(list)
+    by_student: dict[str, list[ExerciseScore]] = defaultdict(list)
     for r in rows:
         by_student[r.student].append(r)
     line = {s: grades.get((s, chapter)) for s in by_student}
@@ -679,15 +492,16 @@ def _student_notebook(students: tuple[dict[str, Path], dict[str, Path]], student
     return flat.get(student)
 
 
-def wrong_chapters(out: Path, rows: list[Row], submitted: Path) -> dict[tuple[str, str], str]:
+def wrong_chapters(rows: list[ExerciseScore], grades: dict[tuple[str, str], SubmissionGrade],
+                   submitted: Path) -> dict[tuple[str, str], str]:
     """The real chapter of each submission none of whose exercises was found, read
     (as data, never run) from the notebook under ``submitted`` with
     :func:`detect_chapter` — only when it is the file that was graded (its SHA-256
-    is the journal's).
+    is the one the results record).
 
     Args:
-        out: the grade output folder (for the journal).
-        rows: its rows (:func:`load_rows`).
+        rows: the results' exercise scores (:func:`load_rows`).
+        grades: the results' submission grades (:func:`load_rows`).
         submitted: the folder of submissions that was graded.
 
     Returns:
@@ -695,7 +509,7 @@ def wrong_chapters(out: Path, rows: list[Row], submitted: Path) -> dict[tuple[st
     """
     from .submissions import file_sha256
 
-    by_key: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    by_key: dict[tuple[str, str], list[ExerciseScore]] = defaultdict(list)
     for r in rows:
         by_key[(r.student, r.chapter)].append(r)
     found = {}
@@ -707,8 +521,8 @@ def wrong_chapters(out: Path, rows: list[Row], submitted: Path) -> dict[tuple[st
         path = _student_notebook(students, student, chapter)
         if path is None:
             continue
-        entry = _journal_entry(out, student, chapter) or {}
-        graded_digest = entry.get("key", {}).get("submission_sha256") if isinstance(entry.get("key"), dict) else None
+        line = grades.get((student, chapter))
+        graded_digest = line.submission_sha256 if line is not None else None
         if graded_digest is not None and file_sha256(path) != graded_digest:
             continue  # changed since it was graded: what it is now says nothing about the grade
         real = detect_chapter(path)
@@ -1056,29 +870,28 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
     out = Path(out)
     rows, grades = load_rows(out)
     if not rows:
-        raise ReportError(f"{out / 'scores.csv'} has no rows: grade a class first")
+        raise ReportError(f"{out / 'results.json'} has no rows: grade a class first")
     if submitted is None:
         from .journal import recorded_submitted
 
         submitted = course_submissions(out) or recorded_submitted(out)
     elif not Path(submitted).is_dir():
         raise ReportError(f"{submitted} is not a folder: expected the folder of submissions that was graded")
-    wrong = wrong_chapters(out, rows, Path(submitted)) if submitted is not None else {}
+    wrong = wrong_chapters(rows, grades, Path(submitted)) if submitted is not None else {}
     dest = Path(dest) if dest is not None else out / "report"
     dest.mkdir(parents=True, exist_ok=True)
-    by_chapter: dict[str, list[Row]] = defaultdict(list)
+    by_chapter: dict[str, list[ExerciseScore]] = defaultdict(list)
     for r in rows:
         by_chapter[r.chapter].append(r)
     written, summaries = [], []
-    journal = " and the journal" if (out / ".journal").is_dir() else ""
     for chapter in sorted(by_chapter):
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", chapter) or chapter.startswith("."):
-            raise ReportError(f"{out / 'scores.csv'}: {chapter!r} is not a chapter id")
+            raise ReportError(f"{out / 'results.json'}: {chapter!r} is not a chapter id")
         summary = chapter_summary(chapter, by_chapter[chapter], grades,
                                   {s: real for (s, c), real in wrong.items() if c == chapter})
         summaries.append(summary)
         page, table = dest / f"{chapter}.html", dest / f"{chapter}.csv"
-        write_atomic(page, render_html(summary, f"scores.csv{journal}"))
+        write_atomic(page, render_html(summary, "results.json"))
         write_atomic(table, render_csv(summary))
         written += [page, table]
     index = dest / "index.html"

@@ -288,8 +288,8 @@ STEPS = {
     "feedback": (lambda mp: mp.setattr(batch, "_write_feedback",
                                        _only_victim(batch._write_feedback, at=lambda a, k: a[1].submission.student)),
                  "the feedback page could not be written"),
-    "csv rows": (lambda mp: mp.setattr(batch, "_score_rows",
-                                       _only_victim(batch._score_rows, at=lambda a, k: a[0].submission.student)),
+    "csv rows": (lambda mp: mp.setattr(batch, "_exercise_score",
+                                       _only_victim(batch._exercise_score, at=lambda a, k: a[0].submission.student)),
                  "the rows could not be written"),
 }
 

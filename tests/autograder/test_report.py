@@ -22,9 +22,11 @@ import pytest
 
 import fixtures
 from autograder import report
-from autograder.batch import SCORE_COLUMNS, BatchReport, grade_class
+from autograder.batch import GRADE_COLUMNS, SCORE_COLUMNS, BatchReport, grade_class
 from autograder.journal import Graded, grader_fingerprint
+from autograder.results import ClassResults, ExerciseScore, PartScore, SubmissionGrade
 from autograder.submissions import Submission
+from autograder.text import csv_text
 from autograder.bench import make_book, make_source_notebook
 from autograder.checks.base import check_report
 from autograder.cli import main
@@ -136,7 +138,7 @@ def test_grade_prints_a_summary_naming_each_problem(tmp_path, needs_sandbox, cap
     source5.cells.append(nbformat.v4.new_markdown_cell("edited after the deadline"))
     fixtures.write_notebook(source5, sub / "cat" / CH4 / f"{CH5}.ipynb")
     assert report.detect_chapter(sub / "cat" / CH4 / f"{CH5}.ipynb") == CH5
-    assert report.wrong_chapters(out, report.load_rows(out)[0], sub) == {}
+    assert report.wrong_chapters(*report.load_rows(out), sub) == {}
 
 
 def _graded(student: str, chapter: str, statuses: list[str], reason: str = "why", path: bool = True) -> Graded:
@@ -278,57 +280,65 @@ def test_the_page_works_offline_and_escapes_student_names(graded_class, tmp_path
     assert f'href="{CH4}.html"' in index
 
 
-def test_without_the_journal_the_reason_column_still_gives_the_diagnoses(graded_class, tmp_path):
-    """``scores.csv``'s reason holds the message, not the check's hint kept apart (a
-    "Hint:" there may be the student's text): without the journal the mistakes are
-    grouped by what differs, none counted as recognised, with the same shares."""
+def test_the_csvs_and_the_report_are_views_of_the_typed_results(graded_class, tmp_path):
+    """``scores.csv`` and ``grades.csv`` are ``results.json`` written as rows, and the report
+    reads ``results.json`` alone: without the journal and the CSVs it finds the same
+    diagnoses, recognised, from every part's whole message."""
+    results = ClassResults.read(graded_class)
+    assert (graded_class / "scores.csv").read_text(encoding="utf-8") == csv_text(SCORE_COLUMNS, results.score_rows())
+    assert (graded_class / "grades.csv").read_text(encoding="utf-8") == csv_text(GRADE_COLUMNS, results.grade_rows())
     out = tmp_path / "out"
-    shutil.copytree(graded_class, out, ignore=shutil.ignore_patterns(".journal", "report"))
+    shutil.copytree(graded_class, out, ignore=shutil.ignore_patterns(".journal", "*.csv", "report"))
     report.class_report(out)
     rows = _csv(out / "report" / f"{CH4}.csv")
-    shares = {r["key"]: r["share"] for r in rows if r["section"] == "diagnosis"}
-    assert shares == {"the output has the right shape but wrong values": "0.4000",
-                      "the output contains nan": "0.3000"}, shares
+    diagnoses = [(int(r["students"]), r["share"], r["item"]) for r in rows if r["section"] == "diagnosis"]
+    assert [(n, share) for n, share, _ in diagnoses] == [(4, "0.4000"), (3, "0.3000")], diagnoses
+    assert "you normalised over axis 0" in diagnoses[0][2] and "exp overflowed" in diagnoses[1][2]
     page = (out / "report" / f"{CH4}.html").read_text(encoding="utf-8")
-    assert page.count("no known mistake matched") == 2
+    assert "no known mistake matched" not in page
+
+
+def test_no_message_is_cut_short_in_the_results():
+    """A reason joins every missed part's message, each whole (up to the 400 characters a
+    part's message keeps): three long messages are all in the reason."""
+    from autograder.checks.base import PartResult, Report
+    from autograder.grading import _Graded  # noqa: PLC2701 - the cell's one settling rule
+
+    messages = [f"part {i}: " + "why " * 95 for i in range(3)]  # about 390 characters each
+    graded = _Graded("softmax", "test_softmax", 3.0, {})
+    graded.settle_report(Report("softmax", [PartResult(f"p{i}", 1.0, False, 1, 1, m) for i, m in enumerate(messages)]))
+    assert all(m.strip() in graded.result.reason for m in messages), graded.result.reason
 
 
 def test_a_hand_grade_counts_in_the_scores_and_the_checks_diagnosis_stays(graded_class, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(graded_class, out, ignore=shutil.ignore_patterns("report"))
-    with open(out / "scores.csv", encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        columns, rows = list(reader.fieldnames) + ["auto_score"] * ("auto_score" not in reader.fieldnames), list(reader)
-    for r in rows:
-        r.setdefault("auto_score", r["score"])
-        if (r["student_id"], r["exercise"]) == ("axis0", "softmax"):
-            r["score"] = r["max_score"]  # given full marks by hand; the checks gave 0
-    with open(out / "scores.csv", "w", encoding="utf-8", newline="") as fh:
-        writer = csv.DictWriter(fh, columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    results = ClassResults.read(out)
+    for e in results.exercises:
+        if (e.student, e.exercise) == ("axis0", "softmax"):
+            e.auto_score, e.score = e.score, e.max_score  # given full marks by hand; the checks gave 0
+    results.write(out)
     report.class_report(out)
     table = _csv(out / "report" / f"{CH4}.csv")
     scores = {r["item"]: int(r["students"]) for r in table if r["section"] == "score"}
     assert scores == {"7": 3, "9": 3, "10": 4}
     axis = [r for r in table if r["section"] == "diagnosis" and "normalised over axis 0" in r["item"]]
-    assert [(r["students"], r["share"]) for r in axis] == [("4", "0.4000")]  # from the journal's full messages
+    assert [(r["students"], r["share"]) for r in axis] == [("4", "0.4000")]  # the checks' diagnosis stays
     assert len([r for r in table if r["section"] == "diagnosis"]) == 2
-
-
-def test_the_report_reads_only_columns_that_grade_writes():
-    assert set(report.READ_COLUMNS) <= set(SCORE_COLUMNS)
 
 
 def test_a_folder_that_is_not_a_grade_output_gets_one_line(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "has no scores.csv" in err and "python -m autograder grade" in err
-    (tmp_path / "scores.csv").write_text("name,grade\nann,3\n", encoding="utf-8")
+    assert "has no results.json" in err and "python -m autograder grade" in err
+    (tmp_path / "results.json").write_text("name,grade\nann,3\n", encoding="utf-8")
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "lacks the column(s) student_id" in err
+    assert len(err.splitlines()) == 1 and "results.json is not JSON" in err
+    (tmp_path / "results.json").write_text('{"version": 0}', encoding="utf-8")
+    assert main(["report", str(tmp_path)]) == 2
+    assert "is of version 0" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "is not a folder" in capsys.readouterr().err
 
@@ -338,16 +348,16 @@ def test_the_page_tells_a_grading_problem_a_stub_and_a_penalty_apart():
     stub comes after the real mistakes, a late penalty and a hand grade show in the
     final totals (halves get their own bar) and in the students' table."""
     def row(student, exercise, score, status, message="", auto=None):
-        parts = [report.Part("values", score, 2.0, "" if score >= 2 else message)] if status != "error" else []
-        return report.Row(student, CH4, exercise, score, 2.0, status, message, parts, auto_score=auto)
+        parts = [PartScore("values", score, 2.0, "" if score >= 2 else message)] if status != "error" else []
+        return ExerciseScore(student, CH4, exercise, score, 2.0, status, message, parts, auto_score=auto)
 
     stub = "not implemented yet: replace `raise NotImplementedError()` with your code"
     rows = [row("ann", "softmax", 2.0, "passed"), row("ann", "self_attention", 2.0, "passed"),
             row("bob", "softmax", 0.0, "failed", stub), row("bob", "self_attention", 0.0, "failed", stub),
             row("cat", "softmax", 0.0, "error", "the grader failed: ImportError: no module"),
             row("cat", "self_attention", 1.5, "failed", "the output has shape (2,), expected (3,)", auto=0.0)]
-    grades = {("ann", CH4): report.GradeLine("complete", 5400.0, 0.5), ("bob", CH4): report.GradeLine("incomplete"),
-              ("cat", CH4): report.GradeLine("incomplete")}
+    grades = {("ann", CH4): SubmissionGrade("ann", CH4, "complete", late_seconds=5400.0, penalty=0.5),
+              ("bob", CH4): SubmissionGrade("bob", CH4, "incomplete"), ("cat", CH4): SubmissionGrade("cat", CH4, "incomplete")}
     s = report.chapter_summary(CH4, rows, grades)
     assert s.totals == {"ann": (3.5, 4.0), "bob": (0.0, 4.0), "cat": (1.5, 4.0)}
     assert [d.not_attempted for d in s.diagnoses][-2:] == [True, True]  # the stubs come last

@@ -1,0 +1,167 @@
+"""A graded class's results, typed: what ``grade`` and ``autograde`` found, in one file.
+
+The batch (:func:`autograder.batch.write_reports`) builds :class:`ClassResults` once, from
+the journal's entries and what the gradebook holds (hand grades, late penalties), and
+writes it to ``OUT/results.json``. Everything else is a view of it: ``scores.csv``
+(:meth:`ClassResults.score_rows`), ``grades.csv`` (:meth:`ClassResults.grade_rows`) and
+the class report (:func:`autograder.report.load_rows` reads this file, never the CSVs).
+Messages are kept whole: every part's message and the check's own hint, apart.
+
+Layout of ``results.json``: ``{"version": 1, "exercises": [...], "submissions": [...]}``,
+one object per :class:`ExerciseScore` and :class:`SubmissionGrade`, with their fields.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .text import score_text
+
+__all__ = ["RESULTS_FILE", "RESULTS_VERSION", "ResultsError", "PartScore", "ExerciseScore", "SubmissionGrade",
+           "ClassResults", "parts_line"]
+
+RESULTS_FILE = "results.json"
+RESULTS_VERSION = 1
+
+
+class ResultsError(ValueError):
+    """A ``results.json`` that is missing, unreadable or of another version (the message names it)."""
+
+
+@dataclass
+class PartScore:
+    """One graded part of one exercise (``message`` and ``hint`` empty when earned)."""
+
+    name: str
+    score: float
+    points: float
+    message: str = ""
+    hint: str = ""  # the check's own hint, never text the answer wrote (report.diagnosis_key)
+
+    @property
+    def earned(self) -> bool:
+        return self.points > 0 and self.score >= self.points - 1e-9
+
+
+@dataclass
+class ExerciseScore:
+    """One student × exercise: a row of ``scores.csv``.
+
+    ``score`` is the final one (nbgrader's ``Grade.score``: a grader's manual score, when
+    there is one, plus extra credit); ``auto_score`` is what the checks gave (``None``:
+    the same as ``score``).
+    """
+
+    student: str
+    chapter: str
+    exercise: str
+    score: float
+    max_score: float
+    status: str  # passed, partial, failed, error, timeout, invalid, cheat
+    reason: str
+    parts: list[PartScore] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    auto_score: float | None = None
+    grade_id: str = ""
+    manual_score: float | None = None
+    extra_credit: float | None = None
+    comment: str = ""  # the grader's comment on the exercise
+
+
+@dataclass
+class SubmissionGrade:
+    """One student × chapter: a row of ``grades.csv``."""
+
+    student: str
+    chapter: str
+    status: str  # complete, incomplete, invalid, cheat, not submitted
+    score: float = 0.0  # after hand grades and the late penalty
+    max_score: float = 0.0
+    raw_score: float = 0.0  # before the penalty
+    late_seconds: float = 0.0  # past the due date (0: on time or no due date)
+    penalty: float = 0.0  # nbgrader's late penalty, in points
+    submission_sha256: str | None = None  # of the notebook that was graded (None: nothing was)
+
+
+def parts_line(parts: list[PartScore]) -> str:
+    """``values 2/2 · any axis 0/1``: the ``parts`` column of ``scores.csv``."""
+    return " · ".join(f"{p.name} {score_text(p.score)}/{score_text(p.points)}" for p in parts)
+
+
+def _optional(x) -> str:
+    return "" if x is None else score_text(x)
+
+
+@dataclass
+class ClassResults:
+    """Every exercise score and every submission's grade of one run."""
+
+    exercises: list[ExerciseScore] = field(default_factory=list)
+    submissions: list[SubmissionGrade] = field(default_factory=list)
+
+    def score_rows(self) -> list[list]:
+        """The rows of ``scores.csv`` (:data:`autograder.batch.SCORE_COLUMNS`)."""
+        return [[e.student, e.chapter, e.exercise, e.grade_id, score_text(e.score), score_text(e.max_score),
+                 e.status, e.reason, parts_line(e.parts),
+                 " | ".join(e.notes), score_text(e.score if e.auto_score is None else e.auto_score),
+                 _optional(e.manual_score), _optional(e.extra_credit), " ".join(e.comment.split())]
+                for e in self.exercises]
+
+    def grade_rows(self) -> list[list]:
+        """The rows of ``grades.csv`` (:data:`autograder.batch.GRADE_COLUMNS`)."""
+        return [[s.student, s.chapter, score_text(s.score), score_text(s.max_score), s.status,
+                 score_text(s.raw_score), score_text(s.late_seconds), score_text(s.penalty)]
+                for s in self.submissions]
+
+    def to_json(self) -> str:
+        data = {"version": RESULTS_VERSION, "exercises": [asdict(e) for e in self.exercises],
+                "submissions": [asdict(s) for s in self.submissions]}
+        return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, where: str = RESULTS_FILE) -> "ClassResults":
+        """Parse :meth:`to_json`'s text.
+
+        Raises:
+            ResultsError: not JSON, another version, or a record without the fields above.
+        """
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise ResultsError(f"{where} is not JSON ({exc})") from None
+        if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION:
+            found = data.get("version") if isinstance(data, dict) else type(data).__name__
+            raise ResultsError(f"{where} is of version {found!r}, this grader reads version {RESULTS_VERSION}: "
+                               "grade again (unchanged work comes from the journal)")
+        try:
+            exercises = [ExerciseScore(**dict(e, parts=[PartScore(**p) for p in e["parts"]]))
+                         for e in data["exercises"]]
+            submissions = [SubmissionGrade(**s) for s in data["submissions"]]
+        except (KeyError, TypeError) as exc:
+            raise ResultsError(f"{where}: a record cannot be read ({type(exc).__name__}: {exc})") from None
+        return cls(exercises, submissions)
+
+    def write(self, out: Path) -> Path:
+        """Write ``out/results.json`` (atomically); returns its path."""
+        from .journal import write_atomic
+
+        path = Path(out) / RESULTS_FILE
+        write_atomic(path, self.to_json())
+        return path
+
+    @classmethod
+    def read(cls, out: Path) -> "ClassResults":
+        """Read ``out/results.json``.
+
+        Raises:
+            ResultsError: the file is missing or cannot be read (the message names it).
+        """
+        path = Path(out) / RESULTS_FILE
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ResultsError(f"{out} has no {RESULTS_FILE}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ResultsError(f"{path} cannot be read ({exc})") from None
+        return cls.from_json(text, str(path))
