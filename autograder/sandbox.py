@@ -277,23 +277,30 @@ def defined_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def import_target(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The dotted module a ``from ... import`` statement of ``module`` reads from:
+    ``from ..training import x`` in ``solutions.app.trainer`` is ``solutions.training``,
+    ``from .data import x`` there ``solutions.app.data``."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    anchor = base[: len(base) - (node.level - 1)]
+    return ".".join([*anchor, *(node.module.split(".") if node.module else [])])
+
+
 def imported_modules(tree: ast.Module, module: str, is_package: bool, package: str) -> set[str]:
     """Every module of ``package`` that ``module`` imports, anywhere in its code
     (module level or inside functions): ``from .x import y``, ``from . import x``,
-    ``import package.x``, ``from package.x import y``, ``from package import x``."""
+    ``from ..x import y`` (in a subpackage), ``import package.x``,
+    ``from package.x import y``, ``from package import x``."""
     found: set[str] = set()
-    base = module.split(".") if is_package else module.split(".")[:-1]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == package or alias.name.startswith(package + "."):
                     found.add(alias.name)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = base[: len(base) - (node.level - 1)] if node.level > 1 else base
-                target = ".".join([*anchor, *(node.module.split(".") if node.module else [])])
-            else:
-                target = node.module or ""
+            target = import_target(node, module, is_package)
             if target != package and not target.startswith(package + "."):
                 continue
             found.add(target)

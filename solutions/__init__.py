@@ -8,11 +8,11 @@ name, so ``from solutions import MultiHeadAttention`` works in every chapter:
   ``multihead`` · ``fused`` · ``masking`` · ``layers`` · ``decoder`` · ``model`` ·
   ``training`` · ``kv_cache`` · ``decoding``;
 * ``solutions.figures``: the book's diagrams and plots (never imported here);
-* the practitioner's application, which imports the reference and is never imported
-  by it: ``data`` (the synthetic task, corpora, tokenizers, batching), ``trainer``,
-  ``distributed``, ``bench``, ``cli`` (``python -m solutions``). Import them by their
-  module (``from solutions.trainer import Trainer``); ``import solutions`` stays cheap
-  (torch and numpy, no sacreBLEU, tqdm or tokenizers).
+* ``solutions.app``: the practitioner's application, which imports the reference and is
+  never imported by it: ``data`` (the synthetic task, corpora, tokenizers, batching),
+  ``trainer``, ``distributed``, ``bench``, ``cli`` (``python -m solutions``). Import them
+  by their module (``from solutions.app.trainer import Trainer``); ``import solutions``
+  stays cheap (torch and numpy, no sacreBLEU, tqdm or tokenizers).
 """
 from .rnn import rnn_forward, hidden_state_jacobian_norms, additive_attention  # chapter 1
 # chapter 2

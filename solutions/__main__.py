@@ -1,6 +1,6 @@
-"""``python -m solutions train | translate | bench``: see :mod:`solutions.cli`."""
+"""``python -m solutions train | translate | bench``: see :mod:`solutions.app.cli`."""
 import sys
 
-from .cli import main
+from .app.cli import main
 
 sys.exit(main())

@@ -8,7 +8,7 @@ copies their source into the chapter notebook):
 - :func:`label_smoothed_cross_entropy`: the loss with label smoothing of section 5.4.
 
 The training loop itself (optimizer, checkpoints, evaluation, several processes)
-is :class:`solutions.trainer.Trainer`.
+is :class:`solutions.app.trainer.Trainer`.
 """
 
 import torch

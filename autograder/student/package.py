@@ -246,13 +246,20 @@ def notebook_uses(sources: list[str]) -> tuple[set[tuple[str, str]], set[str], s
                     names.update((node.module, alias.name) for alias in node.names)
                     if node.module != "solutions":
                         modules.add(node.module)
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                    and node.value.id == "solutions" and not node.attr.startswith("__"):
-                names.add(("solutions", node.attr))
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
-                    and isinstance(node.value.value, ast.Name) and node.value.value.id == "solutions":
-                names.add((f"solutions.{node.value.attr}", node.attr))  # solutions.data.make_synthetic_splits
+            elif isinstance(node, ast.Attribute) and not node.attr.startswith("__"):
+                owner = _dotted(node.value)  # solutions.masked_softmax, solutions.app.data.make_synthetic_splits
+                if owner == "solutions" or owner.startswith("solutions."):
+                    names.add((owner, node.attr))
     return names, modules, imports
+
+
+def _dotted(node: ast.expr) -> str:
+    """``a.b.c`` for an attribute chain of names, ``""`` for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
 
 
 def _notebook_sources(path: Path) -> list[str]:
@@ -288,7 +295,8 @@ class _Library:
         return None
 
     def closure(self, roots: set[str]) -> set[str]:
-        """``roots`` and every module they import, transitively."""
+        """``roots`` and every module they import, transitively, with the subpackages
+        that hold them (``solutions.app`` for ``solutions.app.data``: Python imports it first)."""
         todo, seen = list(roots), set()
         while todo:
             module = todo.pop()
@@ -296,7 +304,19 @@ class _Library:
                 continue
             seen.add(module)
             todo.extend(self.imports.get(module, ()))
+            todo.extend(self.parents(module))
         return seen
+
+    def parents(self, module: str) -> list[str]:
+        """The subpackages of ``solutions`` above ``module`` (``["solutions.app"]``)."""
+        parts = module.split(".")
+        return [p for i in range(2, len(parts)) if (p := ".".join(parts[:i])) in self.files]
+
+    def import_target(self, node: ast.ImportFrom, module: str) -> str:
+        """The dotted module that ``from ... import`` statement ``node`` of ``module`` reads from."""
+        from ..sandbox import import_target
+
+        return import_target(node, module, self.files[module].name == "__init__.py")
 
 
 def _bound_names(node: ast.stmt) -> set[str]:
@@ -373,7 +393,7 @@ def partial_module(library: "_Library", module: str, wanted: set[str], forbidden
         node = binders.get(name)
         source = None
         if isinstance(node, ast.ImportFrom) and node.level:
-            source = ".".join(["solutions", *(node.module.split(".") if node.module else [])])
+            source = library.import_target(node, module)
         imported = source is not None and source != module and source not in shipped
         if name in yours and imported:
             shims.setdefault(source, set()).add(name)
@@ -410,8 +430,7 @@ def partial_module(library: "_Library", module: str, wanted: set[str], forbidden
     for kind in (shims, standins, chained):  # every name the kept imports take from such a module
         for source, names in kind.items():
             for node in keep:
-                if isinstance(node, ast.ImportFrom) and node.level and \
-                        ".".join(["solutions", *(node.module.split(".") if node.module else [])]) == source:
+                if isinstance(node, ast.ImportFrom) and node.level and library.import_target(node, module) == source:
                     names.update(a.name for a in node.names)
     for source, names in shims.items():
         if not names <= set(yours):
@@ -565,8 +584,8 @@ def _sort_uses(scope: _Scope, names, modules, factories, check_names):
     missing: dict[str, set[str]] = {}
     standins: dict[str, set[str]] = {}
     for module, name in sorted(names | factories | check_names):
-        target = f"solutions.{name}" if module == "solutions" and f"solutions.{name}" in library.files else None
-        if target:  # `solutions.figures.plots`: a module
+        target = f"{module}.{name}" if f"{module}.{name}" in library.files else None
+        if target:  # `solutions.figures.plots`, `solutions.app.data`: a module
             if target in kept:
                 roots.add(target)
             elif (module, name) in names:
@@ -609,8 +628,8 @@ def _standin_module(module: str, wanted: set[str], available: set[str], later: d
     absent = sorted(wanted - available)
     text = (f'"""Stand-ins for {module} (generated by `autograder release`, do not edit): '
             'see solutions._standins."""\n')
-    if ready:
-        text += f"from ._standins import {', '.join(ready)}\n"
+    if ready:  # solutions/_standins.py, from a module of solutions or of one of its subpackages
+        text += f"from {'.' * module.count('.')}_standins import {', '.join(ready)}\n"
     text += f"\n__all__ = {sorted(wanted)!r}\n"
     for name in absent:
         if name not in later:
@@ -698,6 +717,8 @@ def _solutions_files(scope: _Scope, roots: set[str], standins: dict[str, set[str
         if module in library.files and library.files[module].name != "__init__.py":
             placeholders[module] = reason
         info.warnings.append(f"{what}: left out ({reason}); the notebook cells that use it need the full package")
+    for module in [*partials, *shim_names, *standins, *placeholders]:  # solutions.app for a part of solutions.app.trainer
+        shipped |= library.closure(set(library.parents(module)))
     for shim, names in sorted(shim_names.items()):
         shim_sources[shim] = _SHIM.format(
             module=shim, users=", ".join(sorted(shim_users[shim])), names=", ".join(sorted(names)),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.sandbox import Limits, build_library, graded_modules
+from autograder.sandbox import Limits, build_library, graded_modules, import_target, module_names
 from conftest import NETWORK_PROBE, REPO, SAFETY_WALL, run_piped_job, write_probe
 
 CH04 = {"softmax", "scaled_dot_product_attention", "self_attention"}
@@ -79,14 +79,29 @@ def test_graded_modules_are_closed_under_importers():
     assert "solutions.multihead" in stripped  # from .masking import masked_softmax
     assert "solutions.layers" in stripped  # from .multihead import ...
     assert "solutions.model" in stripped  # from .layers import ...
+    assert "solutions.app.trainer" in stripped  # from ..masking import ..., in the application's subpackage
+    files = module_names(REPO / "solutions", "solutions")
     for name in stripped - {"solutions.masking"}:
-        module = REPO / "solutions" / (name.split(".", 1)[1] + ".py")
         imported = {
-            node.module for node in ast.walk(ast.parse(module.read_text())) if isinstance(node, ast.ImportFrom) and node.level
+            import_target(node, name, files[name].name == "__init__.py")
+            for node in ast.walk(ast.parse(files[name].read_text())) if isinstance(node, ast.ImportFrom) and node.level
         }
-        assert any(f"solutions.{m}" in stripped for m in imported if m), name
+        assert imported & stripped, name
     assert "solutions.embeddings" not in stripped
     assert "solutions.positional" not in stripped
+    assert "solutions.app" not in stripped  # the subpackage's __init__ imports nothing
+
+
+def test_import_target_reads_relative_imports_in_subpackages():
+    def target(source, module, is_package=False):
+        return import_target(ast.parse(source).body[0], module, is_package)
+
+    assert target("from .masking import x", "solutions.multihead") == "solutions.masking"
+    assert target("from ..training import x", "solutions.app.trainer") == "solutions.training"
+    assert target("from .data import x", "solutions.app.trainer") == "solutions.app.data"
+    assert target("from . import data", "solutions.app", is_package=True) == "solutions.app"
+    assert target("from ..model import x", "solutions.app", is_package=True) == "solutions.model"
+    assert target("from solutions.app.data import x", "tests") == "solutions.app.data"
 
 
 def test_build_library_leaves_no_definition_of_the_graded_names(tmp_path):

@@ -234,6 +234,23 @@ def test_the_setup_cell_names_the_wheel_of_its_chapter(monkeypatch):
         assert guard < lines.index("import solutions"), f"{notebook.stem}: the guard must come before solutions"
 
 
+def test_what_a_notebook_takes_from_a_subpackage_is_read_to_its_module():
+    """``solutions.app.data.X`` and ``from solutions.app.trainer import Y`` name their modules,
+    and a stand-in module inside the subpackage imports the stand-ins from the package's top."""
+    from autograder.student.package import _standin_module, notebook_uses
+
+    names, modules, imports = notebook_uses([
+        "import solutions\nfrom solutions.app.trainer import Trainer\n"
+        "pairs = solutions.app.data.make_synthetic_splits(3)\nsolutions.masked_softmax"])
+    assert {("solutions.app.trainer", "Trainer"), ("solutions.app.data", "make_synthetic_splits"),
+            ("solutions.app", "data"), ("solutions", "masked_softmax")} <= names
+    assert modules == {"solutions.app.trainer"} and imports == {"solutions"}
+    assert "from .._standins import greedy_decode" in _standin_module(
+        "solutions.app.decoding", {"greedy_decode"}, {"greedy_decode"}, {})
+    assert "from ._standins import greedy_decode" in _standin_module(
+        "solutions.decoding", {"greedy_decode"}, {"greedy_decode"}, {})
+
+
 def test_package_data_ships_with_its_package(tmp_path):
     """A frozen corpus under ``solutions/`` ships when its package does; caches never."""
     from autograder.student.package import package_data
@@ -413,11 +430,11 @@ def test_every_chapter_gets_its_own_package_and_an_unservable_chapter_fails(tmp_
         assert pkg.chapters == [chapter] and pkg.warnings == []
         assert pkg.wheel.name == f"transformer_book_student-0.1.0+ch{chapter[:2]}-py3-none-any.whl"
     ch9, ch10 = done.packages["09_training"], done.packages["10_inference"]
-    assert {"solutions.trainer", "solutions.translation", "solutions.data"} <= set(ch9.partial_modules)
+    assert {"solutions.app.trainer", "solutions.translation", "solutions.app.data"} <= set(ch9.partial_modules)
     assert ch9.standins == ["greedy_decode"] and ch9.shims == ["solutions.training"]
-    assert "solutions.trainer" in ch10.partial_modules and ch10.shims == ["solutions.decoding"]
+    assert "solutions.app.trainer" in ch10.partial_modules and ch10.shims == ["solutions.decoding"]
     with zipfile.ZipFile(ch10.wheel) as zf:  # a part keeps its decorators: TrainConfig stays a dataclass
-        assert "@dataclass\nclass TrainConfig" in zf.read("solutions/trainer.py").decode()
+        assert "@dataclass\nclass TrainConfig" in zf.read("solutions/app/trainer.py").decode()
     with zipfile.ZipFile(ch9.wheel) as zf:
         decoding = zf.read("solutions/decoding.py").decode()
         assert "from ._standins import greedy_decode" in decoding and "def beam_search" in decoding

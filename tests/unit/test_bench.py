@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from solutions.bench import run_benchmarks
-from solutions.cli import main
+from solutions.app.bench import run_benchmarks
+from solutions.app.cli import main
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -35,7 +35,7 @@ def test_quick_bench_reports_ratios(tmp_path):
 def test_training_bench_times_the_fused_and_the_separate_path(monkeypatch):
     """The 'ours' model packs its projections (every attention module is fused), the
     'separate' one does not; both train on the SDPA path (need_weights False)."""
-    import solutions.bench as bench
+    import solutions.app.bench as bench
     from solutions import MultiHeadAttention
     from solutions.fused import FusedMultiHeadAttention, fuse_attention
 
@@ -56,7 +56,7 @@ def test_training_bench_times_the_fused_and_the_separate_path(monkeypatch):
 def test_generated_sentences_have_multi30k_test_lengths():
     from collections import Counter
 
-    from solutions.bench import MULTI30K_TEST_LENGTHS, generated_sentences
+    from solutions.app.bench import MULTI30K_TEST_LENGTHS, generated_sentences
 
     sentences = generated_sentences(1000, seed=1)
     assert Counter(len(s.split()) - 1 for s in sentences) == Counter(MULTI30K_TEST_LENGTHS)  # - 1: the final "."
@@ -65,7 +65,7 @@ def test_generated_sentences_have_multi30k_test_lengths():
 
 
 def test_user_translation_bench_reads_a_corpus_and_compares_the_cache(tmp_path):
-    from solutions.bench import bench_user_translation
+    from solutions.app.bench import bench_user_translation
 
     corpus = tmp_path / "test.tsv"
     corpus.write_text("".join(f"ein hund läuft {i} mal .\ta dog runs {i} times .\n" for i in range(7)),

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from solutions.cli import UsageError, main, parse_duration
-from solutions.trainer import (EXPORT_FORMAT, PRESETS, TimeBudget, Trainer, load_checkpoint, model_from_checkpoint,
+from solutions.app.cli import UsageError, main, parse_duration
+from solutions.app.trainer import (EXPORT_FORMAT, PRESETS, TimeBudget, Trainer, load_checkpoint, model_from_checkpoint,
                                warmup_linear_decay)
 
 TINY_TSV = os.path.join(os.path.dirname(__file__), "..", "data", "tiny_parallel.tsv")
@@ -80,7 +80,7 @@ def test_parse_duration_refuses_what_is_not_a_duration(text):
 
 
 def _pairs():
-    from solutions.data import read_parallel
+    from solutions.app.data import read_parallel
 
     return read_parallel(TINY_TSV)[0]
 

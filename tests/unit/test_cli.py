@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from solutions.cli import main
+from solutions.app.cli import main
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -117,7 +117,7 @@ TRAIN_FLAGS = ["--preset", "tiny", "--device", "cpu", "--quiet", "--batch-size",
 
 @pytest.fixture(scope="module")
 def splits():
-    from solutions.data import make_synthetic_splits
+    from solutions.app.data import make_synthetic_splits
 
     return make_synthetic_splits(40, 6, 6, seed=3)
 
@@ -180,7 +180,7 @@ def file_run(tmp_path_factory, splits):
 
 
 def test_train_valid_test_files_and_best_checkpoint(file_run, capsys):
-    from solutions.trainer import load_checkpoint
+    from solutions.app.trainer import load_checkpoint
 
     folder, specs = file_run
     state = load_checkpoint(folder / "run" / "checkpoint.pt")
@@ -224,7 +224,7 @@ def test_resume_refuses_missing_or_other_data(file_run, tmp_path, splits, capsys
 
 
 def test_max_steps_and_epochs_on_resume_are_the_new_totals(tmp_path, splits, capsys):
-    from solutions.trainer import load_checkpoint
+    from solutions.app.trainer import load_checkpoint
 
     corpus = _write_corpus(tmp_path, splits[0], "train")  # 40 pairs: about 4-5 batches of 8 an epoch
     out = tmp_path / "run"
@@ -321,7 +321,7 @@ SIZE_FLAGS = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "24"
 
 def test_model_flags_reach_the_model_and_the_checkpoint(tmp_path, splits, capsys):
     from solutions.model import Transformer, count_parameters
-    from solutions.trainer import load_checkpoint, model_from_checkpoint
+    from solutions.app.trainer import load_checkpoint, model_from_checkpoint
 
     out = tmp_path / "run"
     flags = ["--train", _write_corpus(tmp_path, splits[0], "train"), "--out", str(out)] + TRAIN_FLAGS
@@ -359,7 +359,7 @@ def test_model_flags_reach_the_model_and_the_checkpoint(tmp_path, splits, capsys
 
 
 def test_shared_vocab_flag_trains_one_bpe_vocabulary_with_tied_embeddings(tmp_path, splits, capsys):
-    from solutions.trainer import load_checkpoint, model_from_checkpoint
+    from solutions.app.trainer import load_checkpoint, model_from_checkpoint
 
     out = tmp_path / "run"
     assert main(["train", "--train", _write_corpus(tmp_path, splits[0], "train"), "--max-steps", "2",
@@ -424,7 +424,7 @@ def punctuated_run(tmp_path_factory):
     Built with Trainer, as 'train' would, but with a short warm-up (100 steps) that no preset has,
     so that 600 steps (200 epochs) reach 12/12 exact matches with both of ATen's CPU kernel sets (AVX2 and
     AVX-512: their float sums differ, and at 120 epochs the AVX-512 run stopped at 10/12)."""
-    from solutions.trainer import PRESETS, Trainer
+    from solutions.app.trainer import PRESETS, Trainer
 
     out = tmp_path_factory.mktemp("punctuated")
     config = PRESETS["tiny"].replace(

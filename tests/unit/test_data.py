@@ -1,10 +1,10 @@
-"""Tests of solutions.data: the synthetic task, the TSV reader, tokenizers and batching."""
+"""Tests of solutions.app.data: the synthetic task, the TSV reader, tokenizers and batching."""
 from pathlib import Path
 
 import pytest
 import torch
 
-from solutions.data import (
+from solutions.app.data import (
     BPETokenizer,
     BucketBatchSampler,
     TranslationDataset,
@@ -168,15 +168,15 @@ def test_unshuffled_sampler_keeps_order():
 
 
 def test_module_docstring_examples_are_exact():
-    import solutions.data
+    import solutions.app.data
 
     for source in ("the old dog sees a red cat", "two children like the car near the big house"):
         target = translate_synthetic(source)
-        assert f"    {source}\n    → {target}\n" in solutions.data.__doc__
+        assert f"    {source}\n    → {target}\n" in solutions.app.data.__doc__
 
 
 def test_read_parallel_names_file_line_and_problem(tmp_path):
-    from solutions.data import read_parallel
+    from solutions.app.data import read_parallel
 
     cases = {
         "tab inside a field": (b"a b\tc d\nthe\tdog\tsees\tle cane\n", ":2: expected 'source<TAB>target'"),
@@ -203,7 +203,7 @@ def test_read_parallel_names_file_line_and_problem(tmp_path):
 
 
 def test_read_parallel_plain_text_pair(tmp_path):
-    from solutions.data import read_parallel
+    from solutions.app.data import read_parallel
 
     src, tgt = tmp_path / "train.src", tmp_path / "train.tgt"
     # A BOM, CRLF ends, a line blank on both sides (skipped), '#' kept as text, an empty target.
@@ -225,7 +225,7 @@ def test_read_parallel_plain_text_pair(tmp_path):
 def test_file_sha256_is_the_content_fingerprint(tmp_path):
     import hashlib
 
-    from solutions.data import file_sha256
+    from solutions.app.data import file_sha256
 
     path = tmp_path / "f.txt"
     path.write_bytes(b"x" * 3_000_001)
@@ -268,7 +268,7 @@ def test_bpe_splits_punctuation_and_decodes_to_the_original_text():
 
 
 def test_bleu_of_a_round_trip_is_100_on_detokenised_text():
-    from solutions.trainer import CorpusBLEU
+    from solutions.app.trainer import CorpusBLEU
 
     tok = BPETokenizer.train(PUNCTUATED * 2, vocab_size=90)
     hypotheses = [tok.decode(tok.encode(sentence)) for sentence in PUNCTUATED]

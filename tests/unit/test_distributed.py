@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from solutions.data import make_synthetic_splits
-from solutions.distributed import DistributedContext, cleanup_distributed, setup_distributed
-from solutions.trainer import Trainer, TrainConfig
+from solutions.app.data import make_synthetic_splits
+from solutions.app.distributed import DistributedContext, cleanup_distributed, setup_distributed
+from solutions.app.trainer import Trainer, TrainConfig
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

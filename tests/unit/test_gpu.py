@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from solutions import Transformer, padding_mask
-from solutions.bench import bench_base_mfu, bench_training_step
-from solutions.data import make_synthetic_splits
+from solutions.app.bench import bench_base_mfu, bench_training_step
+from solutions.app.data import make_synthetic_splits
 from solutions.decoding import greedy_decode
-from solutions.trainer import Trainer, TrainConfig, model_from_checkpoint
+from solutions.app.trainer import Trainer, TrainConfig, model_from_checkpoint
 
 pytestmark = pytest.mark.gpu
 

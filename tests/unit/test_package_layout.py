@@ -1,5 +1,6 @@
-"""The house of ``solutions``: reference modules in chapter order, the figures and the
-practitioner's application apart, and an ``import solutions`` that stays cheap.
+"""The house of ``solutions``: reference modules in chapter order, the figures
+(``solutions/figures/``) and the practitioner's application (``solutions/app/``) apart,
+and an ``import solutions`` that stays cheap.
 
 Read from the code (the imports, with :mod:`ast`), not from a list kept by hand, so a new
 import that breaks the direction fails here.
@@ -19,16 +20,21 @@ CHAPTER = {
     "rnn": 1, "tokens": 2, "embeddings": 2, "positional": 3, "attention": 4, "multihead": 5, "fused": 5,
     "masking": 6, "layers": 7, "decoder": 8, "model": 8, "training": 9, "kv_cache": 10, "decoding": 10, "translation": 10,
 }
-#: The practitioner's application: imports the reference, never imported by it.
-APPLICATION = {"data", "trainer", "distributed", "bench", "cli", "__main__"}
+#: The practitioner's application, ``solutions/app/``: imports the reference, never imported by it.
+APPLICATION = {"data", "trainer", "distributed", "bench", "cli"}
+#: Top-level modules that are neither reference nor application: ``python -m solutions``'s thin entry.
+ENTRY = {"__main__"}
 #: The one import against the reading order, kept on purpose: chapter 5's MultiHeadAttention
 #: (an exercise whose text is the notebook's solution cell) takes a mask through chapter 6's
 #: masked_softmax, which chapter 5's setup cell imports ahead of its chapter.
 AHEAD_OF_ORDER = {("multihead", "masking")}
+#: The subpackages: the book's figures and the application.
+SUBPACKAGES = {"figures", "app"}
 
 
 def _imports(path: Path) -> set[str]:
-    """The ``solutions`` modules a file imports (relative or absolute), as dotted names below ``solutions``."""
+    """The ``solutions`` modules a file imports (relative or absolute), as dotted names below
+    ``solutions``: ``"model"``, and in a subpackage ``"app.trainer"``, ``"figures.plots"``."""
     package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -43,20 +49,41 @@ def _imports(path: Path) -> set[str]:
             names = [a.name for a in node.names]
         else:
             continue
-        found |= {n.split(".", 2)[1] if n.count(".") else "" for n in names if n.startswith("solutions.")}
-        found |= {".".join(n.split(".")[1:3]) for n in names if n.startswith("solutions.figures")}
-    return {f for f in found if f}
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "solutions" and len(parts) > 1:
+                found.add(".".join(parts[1:3] if parts[1] in SUBPACKAGES else parts[1:2]))
+    return found
 
 
 def test_every_module_has_a_place():
     top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
-    assert top == set(CHAPTER) | APPLICATION, "a new module of solutions/ needs a chapter or a place in the application"
+    assert top == set(CHAPTER) | ENTRY, "a new module of solutions/ needs a chapter (or belongs in solutions/app/)"
+    application = {p.stem for p in (PACKAGE / "app").glob("*.py")} - {"__init__"}
+    assert application == APPLICATION, "a new module of solutions/app/ needs a place in APPLICATION"
+    subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert subpackages == SUBPACKAGES, "a new subpackage of solutions/ needs a place here"
+
+
+def test_the_application_imports_the_reference_and_itself_only():
+    for module in APPLICATION:
+        for target in _imports(PACKAGE / "app" / f"{module}.py"):
+            assert not target.startswith("figures"), f"solutions.app.{module} imports the figures ({target})"
+            if target.startswith("app."):
+                assert target.split(".")[1] in APPLICATION, f"solutions.app.{module} imports {target}"
+            else:
+                assert target in CHAPTER, f"solutions.app.{module} imports solutions.{target}, which is no reference module"
+    assert _imports(PACKAGE / "app" / "__init__.py") == set(), "solutions.app's __init__ imports nothing"
+
+
+def test_python_m_solutions_is_a_thin_entry_into_the_application():
+    assert _imports(PACKAGE / "__main__.py") == {"app.cli"}
 
 
 def test_reference_modules_import_only_earlier_or_same_chapters():
     for module, chapter in CHAPTER.items():
         for target in _imports(PACKAGE / f"{module}.py"):
-            assert target not in APPLICATION, f"solutions.{module} imports the application module {target}"
+            assert not target.startswith("app"), f"solutions.{module} imports the application ({target})"
             assert not target.startswith("figures"), f"solutions.{module} imports the figures ({target})"
             if (module, target) in AHEAD_OF_ORDER:
                 continue
@@ -94,7 +121,7 @@ def test_import_solutions_is_cheap():
     heavy = [m for m in loaded if m.split(".")[0] in {"sacrebleu", "tqdm", "tokenizers", "matplotlib", "ipywidgets"}]
     assert heavy == []
     application = [m for m in loaded if m.split(".")[0] == "solutions" and len(m.split(".")) > 1
-                   and m.split(".")[1] in APPLICATION | {"figures"}]
+                   and m.split(".")[1] in SUBPACKAGES]
     assert application == []
 
 
@@ -111,3 +138,21 @@ def test_no_private_name_is_imported_across_modules():
                 found += [f"{path.relative_to(root)}:{node.lineno} imports {a.name} from {node.module or '.'}"
                           for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
     assert not found, "\n".join(found)
+
+
+def test_the_console_script_and_python_m_solutions_reach_the_same_main():
+    import importlib
+    import tomllib
+
+    scripts = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    module, _, attr = scripts["transformer"].partition(":")
+    from solutions.app import cli
+
+    assert getattr(importlib.import_module(module), attr) is cli.main
+    main = ast.parse((PACKAGE / "__main__.py").read_text(encoding="utf-8"))
+    assert any(isinstance(n, ast.ImportFrom) and n.module == "app.cli" and n.level == 1
+               and [a.name for a in n.names] == ["main"] for n in main.body)
+    help_text = subprocess.run([sys.executable, "-m", "solutions", "--help"], capture_output=True, text=True,
+                               check=True, cwd=PACKAGE.parent).stdout
+    for command in ("train", "translate", "evaluate", "export", "bench"):
+        assert command in help_text

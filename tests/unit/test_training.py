@@ -1,4 +1,4 @@
-"""Tests of solutions.training (chapter 9 objects) and solutions.trainer (the loop, checkpoints)."""
+"""Tests of solutions.training (chapter 9 objects) and solutions.app.trainer (the loop, checkpoints)."""
 import math
 import random
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solutions import trainer as trainer_module
-from solutions.data import make_synthetic_splits
-from solutions.trainer import PRESETS, CheckpointError, Trainer, TrainConfig, load_checkpoint, model_from_checkpoint
+from solutions.app import trainer as trainer_module
+from solutions.app.data import make_synthetic_splits
+from solutions.app.trainer import PRESETS, CheckpointError, Trainer, TrainConfig, load_checkpoint, model_from_checkpoint
 from solutions.training import label_smoothed_cross_entropy, make_decoder_io, noam_lr
 
 
@@ -210,7 +210,7 @@ def test_bad_configs(splits):
 def test_corpus_bleu_is_sacrebleu_and_warns_once(caplog):
     import sacrebleu
 
-    from solutions.trainer import CorpusBLEU
+    from solutions.app.trainer import CorpusBLEU
 
     references = [f"the dog number {i} sees the cat." for i in range(120)]
     hypotheses = [f"the dog number {i} sees a cat ." for i in range(120)]  # ends in " .": looks tokenised
@@ -251,7 +251,7 @@ def test_progress_lines_off_a_terminal(splits, caplog):
 
     train, valid, _ = splits
     trainer = Trainer(SMALL.replace(quiet=False, progress_seconds=None, progress_steps=3, epochs=2), train, valid)
-    with caplog.at_level("INFO", logger="solutions.trainer"):
+    with caplog.at_level("INFO", logger="solutions.app.trainer"):
         trainer.train()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
     pattern = (r"step (\d+)/8 epoch [12]/2 loss \d+\.\d{3} lr \d\.\d\de-\d\d \d+ tok/s "
@@ -261,14 +261,14 @@ def test_progress_lines_off_a_terminal(splits, caplog):
     assert len(signatures) == 1 and trainer.history["valid"]["epoch"] == [1, 2]  # two evaluations, one line
     caplog.clear()
     quiet = Trainer(SMALL.replace(progress_seconds=0), train, valid)  # quiet: no lines at all
-    with caplog.at_level("INFO", logger="solutions.trainer"):
+    with caplog.at_level("INFO", logger="solutions.app.trainer"):
         quiet.train(max_steps=2)
     assert not caplog.records
 
 
 def test_export_is_smaller_translates_the_same_and_cannot_be_resumed(splits, tmp_path):
     from solutions.translation import translate
-    from solutions.trainer import export_checkpoint
+    from solutions.app.trainer import export_checkpoint
 
     train, valid, _ = splits
     trainer = Trainer(SMALL, train, valid, out_dir=tmp_path)

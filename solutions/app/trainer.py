@@ -7,7 +7,7 @@ preset on a laptop CPU to the paper's ``base`` model on several GPUs:
 - Adam(β1 = 0.9, β2 = 0.98, ε = 1e-9) with the warm-up schedule
   :func:`~solutions.training.noam_lr` (section 5.3), label-smoothed cross-entropy
   (section 5.4), gradient-norm clipping (not in the paper; a safety net);
-- batches of similar length (:class:`~solutions.data.BucketBatchSampler`);
+- batches of similar length (:class:`~solutions.app.data.BucketBatchSampler`);
 - after every epoch: validation loss, token accuracy, exact match and BLEU of
   greedy translations, kept in :attr:`Trainer.history`. BLEU is sacreBLEU's standard
   corpus BLEU (:class:`CorpusBLEU`) of the *detokenised* translations against the
@@ -49,21 +49,21 @@ import torch.nn.functional as F
 from sacrebleu.metrics import BLEU
 from tqdm.auto import tqdm
 
+from ..fused import fuse_attention
+from ..masking import decoder_mask, padding_mask
+from ..model import Transformer
+from ..tokens import PAD_ID
+from ..training import noam_lr
+from ..translation import translate
 from .data import (BucketBatchSampler, TranslationDataset, build_tokenizer, collate_batch, make_synthetic_splits,
                    tokenizer_from_state)
-from .translation import translate
 from .distributed import all_reduce_sum, setup_distributed
-from .fused import fuse_attention
-from .masking import decoder_mask, padding_mask
-from .model import Transformer
-from .tokens import PAD_ID
-from .training import noam_lr
 
 __all__ = ["TrainConfig", "TimeBudget", "warmup_linear_decay", "PRESETS", "MODEL_FIELDS", "Trainer", "CheckpointError", "load_checkpoint",
            "build_model", "model_from_checkpoint", "resolve_device", "export_checkpoint", "CorpusBLEU",
            "book_splits", "book_config", "book_checkpoint"]
 
-logger = logging.getLogger("solutions.trainer")
+logger = logging.getLogger("solutions.app.trainer")
 
 CHECKPOINT_FORMAT = "transformer-book-checkpoint/1"
 # An inference-only checkpoint (export_checkpoint): weights, config and tokenizers, no optimizer.
@@ -210,7 +210,7 @@ def book_checkpoint(name="checkpoint.pt"):
 
     Without the variable, ``runs/`` beside the ``solutions`` package (the repository's root).
     """
-    package_parent = Path(__file__).resolve().parents[__name__.count(".")]  # solutions/trainer.py -> its parent
+    package_parent = Path(__file__).resolve().parents[__name__.count(".")]  # solutions/app/trainer.py -> the folder holding solutions/
     return Path(os.environ.get("TRANSFORMER_BOOK_RUNS", package_parent / "runs")) / "book" / "09_training" / name
 
 
@@ -472,7 +472,7 @@ class Trainer:
         src_tokenizer, tgt_tokenizer: trained on ``train_pairs`` when ``None``.
         out_dir: where :meth:`train` writes ``checkpoint.pt`` after every epoch
             (rank 0 only); ``None`` = no automatic checkpoints.
-        distributed: a :class:`~solutions.distributed.DistributedContext`; default:
+        distributed: a :class:`~solutions.app.distributed.DistributedContext`; default:
             read from the environment (``torchrun``).
 
     Building a trainer seeds ``random``, ``numpy`` and ``torch`` with ``config.seed``

@@ -66,8 +66,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .tokens import EOS_ID, PAD_ID, SOS_ID, SPECIALS, build_vocab, encode
-from .training import make_decoder_io
+from ..tokens import EOS_ID, PAD_ID, SOS_ID, SPECIALS, build_vocab, encode
+from ..training import make_decoder_io
 
 __all__ = [
     "synthetic_lexicon",

@@ -522,9 +522,9 @@ def _train(args):
         trainer.config = trainer.config.replace(epochs=max(1, math.ceil(args.max_steps / per_epoch)))
     context = trainer.context
     if context.is_main and not args.quiet:
-        from .model import count_parameters
+        from ..model import count_parameters
 
-        logging.getLogger("solutions.trainer").info(
+        logging.getLogger("solutions.app.trainer").info(
             "training %s parameters on %d pairs (%s, %d process%s), batches of %d",
             f"{count_parameters(trainer.model):,}", len(trainer.train_data), trainer.device,
             context.world_size, "es" if context.world_size > 1 else "", trainer.config.batch_size)
@@ -579,7 +579,7 @@ def _score(model, src_tokenizer, tgt_tokenizer, pairs, config, device):
     """Decode ``pairs``' sources with the config's beam; BLEU (strict and the tutorial's), exact match."""
     from sacrebleu.metrics import BLEU
 
-    from .translation import translate
+    from ..translation import translate
     from .trainer import CorpusBLEU
 
     hypotheses = translate(model, [s for s, _ in pairs], src_tokenizer, tgt_tokenizer,
@@ -642,7 +642,7 @@ def _results(args, trainer, identity, final, finish, test_pairs, started, load):
 
     import torch
 
-    from .model import count_parameters
+    from ..model import count_parameters
 
     config = trainer.config
     model_fields = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff", "dropout",
@@ -764,7 +764,7 @@ def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentence
 
     ``label`` names a sentence in the warning: "argument", "FILE line", "<stdin> line" ...
     """
-    from .translation import translate
+    from ..translation import translate
 
     limit = model.positional.pe.size(0)  # the longest source the encoder can place
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
@@ -836,7 +836,7 @@ def _evaluate(args):
 
 
 def _export(args):
-    from .model import count_parameters
+    from ..model import count_parameters
     from .trainer import export_checkpoint, model_from_checkpoint
 
     state = _load_checkpoint_for_user("CKPT", args.checkpoint)

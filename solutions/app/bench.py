@@ -38,12 +38,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .decoding import beam_search, greedy_decode
-from .embeddings import TokenEmbedding
-from .fused import fuse_attention
-from .masking import decoder_mask, padding_mask
-from .model import PAPER_CONFIGS, Transformer, count_parameters
-from .positional import PositionalEncoding
+from ..decoding import beam_search, greedy_decode
+from ..embeddings import TokenEmbedding
+from ..fused import fuse_attention
+from ..masking import decoder_mask, padding_mask
+from ..model import PAPER_CONFIGS, Transformer, count_parameters
+from ..positional import PositionalEncoding
 
 __all__ = ["TorchTransformerBaseline", "bench_training_step", "bench_kv_cache", "bench_translation", "bench_base_mfu",
            "bench_user_translation", "generated_sentences", "run_benchmarks"]
@@ -323,7 +323,7 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
         ``cache_ratio``, ``beam_sentences_per_s``, ``same_translations`` and what was run.
     """
     from .data import build_tokenizer
-    from .translation import translate
+    from ..translation import translate
     from .trainer import PRESETS, build_model, model_from_checkpoint
 
     device = torch.device(device)
