@@ -29,8 +29,8 @@ from .layers import layer_norm, PositionwiseFeedForward, ResidualSublayer, Encod
 from .decoder import DecoderLayer  # chapter 8
 # chapter 8
 from .model import (
-    Transformer, count_parameters, PAPER_CONFIGS, PAPER_VOCAB_SIZE, PAPER_PARAMETERS,
-    paper_parameter_count,
+    Transformer, TransformerConfig, ConfigError, count_parameters, PAPER_CONFIGS, PAPER_VOCAB_SIZE,
+    PAPER_PARAMETERS, paper_parameter_count,
 )
 from .training import make_decoder_io, noam_lr, label_smoothed_cross_entropy  # chapter 9
 from .kv_cache import IncrementalDecoder  # chapter 10
@@ -44,8 +44,8 @@ __all__ = [
     "relative_position_matrix", "softmax", "scaled_dot_product_attention", "self_attention",
     "split_heads", "merge_heads", "MultiHeadAttention", "padding_mask", "causal_mask",
     "decoder_mask", "masked_softmax", "layer_norm", "PositionwiseFeedForward", "ResidualSublayer",
-    "EncoderLayer", "DecoderLayer", "Transformer", "count_parameters", "PAPER_CONFIGS",
-    "PAPER_VOCAB_SIZE", "PAPER_PARAMETERS", "paper_parameter_count", "make_decoder_io", "noam_lr",
+    "EncoderLayer", "DecoderLayer", "Transformer", "TransformerConfig", "ConfigError", "count_parameters",
+    "PAPER_CONFIGS", "PAPER_VOCAB_SIZE", "PAPER_PARAMETERS", "paper_parameter_count", "make_decoder_io", "noam_lr",
     "label_smoothed_cross_entropy", "IncrementalDecoder", "greedy_decode", "beam_search",
     "translate",
 ]

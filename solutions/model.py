@@ -1,9 +1,14 @@
-"""The full encoder-decoder Transformer and its parameter count (chapter 8).
+"""The full encoder-decoder Transformer, its configuration and its parameter count (chapter 8).
 
 "Attention Is All You Need", section 3 and figure 1: embeddings + positional
 encodings, a stack of N encoder layers, a stack of N decoder layers, and a linear
 projection to the target vocabulary (the softmax lives in the loss).
+:class:`TransformerConfig` holds the model's sizes in one checked value, the one the
+trainer, its checkpoints and the command line share.
 """
+import dataclasses
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -15,6 +20,8 @@ from .positional import PositionalEncoding
 
 __all__ = [
     "Transformer",
+    "TransformerConfig",
+    "ConfigError",
     "count_parameters",
     "PAPER_CONFIGS",
     "PAPER_VOCAB_SIZE",
@@ -148,6 +155,93 @@ class Transformer(nn.Module):
             if isinstance(module, MultiHeadAttention):
                 module.need_weights = not flag
         return self
+
+
+class ConfigError(ValueError):
+    """A :class:`TransformerConfig` the model cannot take.
+
+    Attributes:
+        fields: the fields at fault, in the order the message names them
+            (``("d_model", "num_heads")`` when one does not divide the other).
+    """
+
+    def __init__(self, message, fields):
+        super().__init__(message)
+        self.fields = tuple(fields)
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """The sizes of a :class:`Transformer`, checked once, here: what the trainer, its
+    checkpoints and the command line pass around instead of loose arguments.
+
+    The fields are :class:`Transformer`'s keyword arguments, with its defaults (the
+    paper's base model, Table 3); ``config.build(src_vocab_size, tgt_vocab_size)``
+    makes the model. Frozen: ``config.replace(d_model=256)`` makes a changed copy.
+
+    Args:
+        d_model: model width; even (the positional encoding pairs sines and cosines)
+            and a multiple of ``num_heads``.
+        num_heads: attention heads; each gets ``d_model / num_heads`` dimensions.
+        num_encoder_layers, num_decoder_layers: the stacks' depths N (at least 1).
+        d_ff: feed-forward inner width.
+        dropout: ``P_drop``, in ``[0, 1)``.
+        max_len: longest sequence the positional table covers.
+        share_embeddings: one matrix for both embeddings and the output projection
+            (section 3.4; needs one shared vocabulary).
+        norm_first: False = post-norm (the paper), True = pre-norm.
+
+    Raises:
+        ConfigError: (a ``ValueError``) naming the field and the value it got.
+
+    Paper: section 3, Table 3.
+    """
+
+    d_model: int = 512  # Table 3, base
+    num_heads: int = 8  # h: 512 / 8 = 64 dimensions a head (section 3.2.2)
+    num_encoder_layers: int = 6  # N
+    num_decoder_layers: int = 6  # N
+    d_ff: int = 2048  # Table 3, base
+    dropout: float = 0.1  # P_drop (section 5.4)
+    max_len: int = 5000  # positions of the sinusoidal table: longer than any sentence
+    share_embeddings: bool = False  # the paper ties them (section 3.4) with a shared vocabulary
+    norm_first: bool = False  # post-norm, as in the paper
+
+    def __post_init__(self):
+        for name in ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff", "max_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}", (name,))
+        for name in ("share_embeddings", "norm_first"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}", (name,))
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
+                or not 0 <= self.dropout < 1:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}", ("dropout",))
+        if self.d_model % 2:
+            raise ConfigError(f"d_model must be even (the positional encoding pairs sines and cosines), "
+                              f"got {self.d_model}", ("d_model",))
+        if self.d_model % self.num_heads:
+            raise ConfigError(f"d_model {self.d_model} is not divisible by num_heads {self.num_heads} "
+                              "(each head gets d_model / num_heads dimensions)", ("d_model", "num_heads"))
+
+    def replace(self, **changes):
+        """A copy with some fields changed (checked again); an unknown name raises ``ValueError``."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig fields: {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def build(self, src_vocab_size, tgt_vocab_size):
+        """A new :class:`Transformer` of these sizes (on the CPU, readable attention path).
+
+        Args:
+            src_vocab_size, tgt_vocab_size: the vocabularies' sizes.
+
+        Returns:
+            ``Transformer(src_vocab_size, tgt_vocab_size, **fields)``.
+        """
+        return Transformer(src_vocab_size, tgt_vocab_size, **dataclasses.asdict(self))
 
 
 def count_parameters(model):

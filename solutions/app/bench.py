@@ -324,7 +324,7 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
     """
     from .data import build_tokenizer
     from ..translation import translate
-    from .trainer import PRESETS, build_model, model_from_checkpoint
+    from .trainer import PRESETS, model_from_checkpoint
 
     device = torch.device(device)
     now = _clock(clock, device)
@@ -338,7 +338,7 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
         torch.manual_seed(0)
         config = PRESETS["multi30k-cpu"]
         src_tok = tgt_tok = build_tokenizer(texts, "bpe", 2000)
-        model = fuse_attention(build_model(config, len(src_tok), len(tgt_tok)).set_fused(True)).to(device).eval()
+        model = fuse_attention(config.model.build(len(src_tok), len(tgt_tok)).set_fused(True)).to(device).eval()
         max_len = 24 if max_len is None else max_len
     timed = {}
     outputs = {}

@@ -411,8 +411,8 @@ def _data_dir_files(folder):
 
 
 def _check_train_flags(args):
-    for name in ("epochs", "max_steps", "batch_size", "num_train", "d_model", "heads", "layers", "d_ff",
-                 "bpe_vocab_size", "threads", "progress_steps", "warmup_steps", "beam"):
+    for name in ("epochs", "max_steps", "batch_size", "num_train", "bpe_vocab_size", "threads", "progress_steps",
+                 "warmup_steps", "beam"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.average_last is not None and args.average_last < 0:
         raise UsageError(f"--average-last must be >= 0, got {args.average_last}")
@@ -422,40 +422,42 @@ def _check_train_flags(args):
         raise UsageError(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}")
     if args.length_penalty is not None and args.length_penalty < 0:
         raise UsageError(f"--length-penalty must be >= 0, got {args.length_penalty}")
-    if args.dropout is not None and not 0 <= args.dropout < 1:
-        raise UsageError(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.progress_seconds is not None and args.progress_seconds < 0:
         raise UsageError(f"--progress-seconds must be >= 0, got {args.progress_seconds}")
 
 
 def _check_resume_model(args, stored):
     """Refuse model flags (or a --preset) that differ from the checkpoint's model: one line naming them."""
-    from .trainer import MODEL_FIELDS, PRESETS
+    from .trainer import PRESETS
 
     wanted = {}
     if args.preset is not None:
-        preset = PRESETS[args.preset]
-        wanted = {name: (f"--preset {args.preset}", getattr(preset, name)) for name in MODEL_FIELDS
+        wanted = {name: (f"--preset {args.preset}", value)
+                  for name, value in PRESETS[args.preset].fixed_on_resume().items()
                   if name not in ("tokenizer", "bpe_vocab_size")}
     wanted.update(_requested_model(args))
-    clashing = [f"{name} is {getattr(stored, name)!r} in the checkpoint, {value!r} with {flag}"
-                for name, (flag, value) in wanted.items() if getattr(stored, name) != value]
+    fixed = stored.fixed_on_resume()
+    clashing = [f"{name} is {fixed[name]!r} in the checkpoint, {value!r} with {flag}"
+                for name, (flag, value) in wanted.items() if fixed[name] != value]
     if clashing:
         raise UsageError(f"--resume: {args.resume} does not match the requested model: " + "; ".join(clashing)
                          + " (a resumed run keeps its model: leave these flags out, or start a new run with "
                            "another --out)")
 
 
-def _check_new_model(config):
-    if config.d_model % 2:
-        raise UsageError(f"--d-model must be even (the positional encoding pairs sines and cosines), "
-                         f"got {config.d_model}")
-    if config.d_model % config.num_heads:
-        raise UsageError(f"--d-model {config.d_model} is not divisible by --heads {config.num_heads} "
-                         "(each head gets d_model / heads dimensions)")
+def _model_error(args, error):
+    """The :class:`~solutions.model.ConfigError` of the model the flags ask for, as a usage
+    error naming the flags that set the fields at fault (or the preset, or the checkpoint)."""
+    typed = {field: flag for field, (flag, _) in _requested_model(args).items()}
+    if args.dropout is not None:
+        typed["dropout"] = f"--dropout {args.dropout}"
+    flags = list(dict.fromkeys(typed[field] for field in error.fields if field in typed))
+    source = f"--preset {args.preset}" if args.preset else ("the checkpoint" if args.resume else "--preset tiny")
+    return UsageError(f"{', '.join(flags) or source}: {error}")
 
 
 def _train(args):
+    from ..model import ConfigError
     from .trainer import EXPORT_FORMAT, PRESETS, Trainer, TrainConfig
 
     started = time.monotonic()  # the time budget covers everything from here: data, tokenizer, training, test
@@ -491,15 +493,17 @@ def _train(args):
         changes["max_steps"] = None  # --epochs alone: the new total, not capped by a stored --max-steps
     if args.progress_steps is not None and args.progress_seconds is None:
         changes["progress_seconds"] = None  # every N steps, not also every 30 s
-    base = TrainConfig(**state["config"]) if state is not None else PRESETS[args.preset or "tiny"]
+    base = TrainConfig.from_dict(state["config"]) if state is not None else PRESETS[args.preset or "tiny"]
     if args.bpe_vocab_size is not None and (args.tokenizer or base.tokenizer) != "bpe":
         raise UsageError("--bpe-vocab-size applies to --tokenizer bpe only"
                          + (" (the checkpoint's tokenizer is word level)" if state is not None else ""))
     if state is not None:
         _check_resume_model(args, base)
-    else:
-        config = base.replace(**changes, **{field: value for field, (_, value) in _requested_model(args).items()})
-        _check_new_model(config)
+    requested = {} if state is not None else {field: value for field, (_, value) in _requested_model(args).items()}
+    try:  # the one check of the model's sizes: TransformerConfig's
+        config = base.replace(**changes, **requested)
+    except ConfigError as error:
+        raise _model_error(args, error) from None
     # The flags are sound: now read (or generate) the data.
     train_pairs, valid_pairs, test_pairs, identity = _load_data(args, state)
     other_data = state is not None and _same_data_key(identity) != _same_data_key(state.get("data"))
@@ -645,10 +649,10 @@ def _results(args, trainer, identity, final, finish, test_pairs, started, load):
     from ..model import count_parameters
 
     config = trainer.config
-    model_fields = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff", "dropout",
-                    "norm_first", "share_embeddings", "max_len")
-    tokenizer_fields = ("tokenizer", "bpe_vocab_size", "share_embeddings", "max_tokens")
     everything = dataclasses.asdict(config)
+    model = everything.pop("model")
+    tokenizer = {"tokenizer": config.tokenizer, "bpe_vocab_size": config.bpe_vocab_size,
+                 "share_embeddings": config.model.share_embeddings, "max_tokens": config.max_tokens}
     data = {}
     for role, entries in (identity.get("files") or {}).items():
         role_name = {"train": "train", "valid": "valid", "test": "test", "data": "data"}[role]
@@ -664,10 +668,9 @@ def _results(args, trainer, identity, final, finish, test_pairs, started, load):
         "schema": 1,
         "command": "python -m solutions " + " ".join(shlex.quote(a) for a in getattr(args, "argv", []) or []),
         "preset": args.preset,
-        "settings": {"model": {k: everything[k] for k in model_fields},
-                     "training": {k: v for k, v in everything.items()
-                                  if k not in model_fields and k not in tokenizer_fields},
-                     "tokenizer": {k: everything[k] for k in tokenizer_fields}},
+        "settings": {"model": model,
+                     "training": {k: v for k, v in everything.items() if k not in tokenizer},
+                     "tokenizer": tokenizer},
         "parameters": count_parameters(trainer.model),
         "data": data,
         "steps": trainer.step, "planned_steps": trainer.planned_steps, "stopped": trainer.stop_reason,

@@ -40,7 +40,7 @@ import random
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 
 from ..fused import fuse_attention
 from ..masking import decoder_mask, padding_mask
-from ..model import Transformer
+from ..model import TransformerConfig
 from ..tokens import PAD_ID
 from ..training import noam_lr
 from ..translation import translate
@@ -59,8 +59,8 @@ from .data import (BucketBatchSampler, TranslationDataset, build_tokenizer, coll
                    tokenizer_from_state)
 from .distributed import all_reduce_sum, setup_distributed
 
-__all__ = ["TrainConfig", "TimeBudget", "warmup_linear_decay", "PRESETS", "MODEL_FIELDS", "Trainer", "CheckpointError", "load_checkpoint",
-           "build_model", "model_from_checkpoint", "resolve_device", "export_checkpoint", "CorpusBLEU",
+__all__ = ["TrainConfig", "TimeBudget", "warmup_linear_decay", "PRESETS", "Trainer", "CheckpointError",
+           "load_checkpoint", "model_from_checkpoint", "resolve_device", "export_checkpoint", "CorpusBLEU",
            "book_splits", "book_config", "book_checkpoint"]
 
 logger = logging.getLogger("solutions.app.trainer")
@@ -74,9 +74,11 @@ EXPORT_FORMAT = "transformer-book-export/1"
 class TrainConfig:
     """Everything that defines a training run (stored in every checkpoint).
 
-    Model (section 3, Table 3): ``d_model``, ``num_heads``, ``num_encoder_layers``,
-    ``num_decoder_layers``, ``d_ff``, ``dropout``, ``norm_first``, ``share_embeddings``,
-    ``max_len`` (positions of the positional table).
+    Model: ``model``, a :class:`~solutions.model.TransformerConfig` (section 3, Table 3:
+    ``d_model``, ``num_heads``, the layers, ``d_ff``, ``dropout``, ``max_len``,
+    ``share_embeddings``, ``norm_first``), checked when it is made. Read its sizes there
+    (``config.model.d_model``); :meth:`replace` takes them by name too
+    (``config.replace(d_model=64, epochs=3)``).
 
     Optimisation (section 5.3-5.4): ``batch_size`` (sentence pairs per global batch),
     ``epochs``, ``max_steps`` (stop early; ``None`` = run all epochs),
@@ -84,7 +86,7 @@ class TrainConfig:
     ``clip_norm`` (``None`` = no clipping).
 
     Data: ``tokenizer`` (``"word"`` or ``"bpe"``), ``bpe_vocab_size``, ``max_tokens``
-    (longer pairs are dropped), ``bucket_size``. With ``share_embeddings`` one
+    (longer pairs are dropped), ``bucket_size``. With ``model.share_embeddings`` one
     tokenizer is trained on both sides (the paper's shared vocabulary), and the two
     embeddings and the output projection are one matrix (section 3.4).
 
@@ -106,18 +108,14 @@ class TrainConfig:
     :meth:`Trainer.train`). ``average_last`` (0 = off) averages the weights of the last
     N epoch ends at the end of the run (:meth:`Trainer.finish`). ``beam_size`` and
     ``length_penalty`` are the decoding of the final validation and test translations.
+
+    A checkpoint stores ``dataclasses.asdict(config)`` (the model nested under
+    ``"model"``); :meth:`from_dict` reads it back, and the flat dictionaries of older
+    checkpoints too.
     """
 
-    # model
-    d_model: int = 512
-    num_heads: int = 8
-    num_encoder_layers: int = 6
-    num_decoder_layers: int = 6
-    d_ff: int = 2048
-    dropout: float = 0.1
-    norm_first: bool = False
-    share_embeddings: bool = False
-    max_len: int = 256
+    # model (its defaults: the paper's base model)
+    model: TransformerConfig = field(default_factory=TransformerConfig)
     # optimisation
     batch_size: int = 64
     epochs: int = 10
@@ -150,17 +148,48 @@ class TrainConfig:
     beam_size: int = 1
     length_penalty: float = 0.6
 
+    def __post_init__(self):
+        if not isinstance(self.model, TransformerConfig):
+            raise TypeError(f"model must be a TransformerConfig, got {type(self.model).__name__}")
+
     def replace(self, **changes):
-        """A copy with some fields changed; unknown names raise ``ValueError``."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        """A copy with some fields changed; the model's fields may be named directly
+        (``replace(d_model=64)`` changes ``model.d_model``).
+
+        Raises:
+            ValueError: an unknown name, or a model the :class:`TransformerConfig` refuses
+                (:class:`~solutions.model.ConfigError`, naming the field).
+        """
+        own = {f.name for f in dataclasses.fields(self)}
+        sizes = {name: changes.pop(name) for name in list(changes) if name in _MODEL_NAMES}
+        unknown = set(changes) - own
         if unknown:
             raise ValueError(f"unknown config fields: {sorted(unknown)}")
-        return dataclasses.replace(self, **changes)
+        model = changes.pop("model", self.model)
+        return dataclasses.replace(self, model=model.replace(**sizes) if sizes else model, **changes)
+
+    @classmethod
+    def from_dict(cls, stored):
+        """The config a checkpoint stored (``dataclasses.asdict``): the model nested under
+        ``"model"``, or, in checkpoints written before it was, flat among the other fields."""
+        stored = dict(stored)
+        model = stored.pop("model", None)
+        flat = {name: stored.pop(name) for name in list(stored) if name in _MODEL_NAMES}
+        if model is None:
+            model = flat
+        elif flat:
+            raise CheckpointError(f"a stored config has model fields both nested and flat: {sorted(flat)}")
+        return cls(model=TransformerConfig(**model), **stored)
+
+    def fixed_on_resume(self):
+        """What a checkpoint's weights and vocabularies depend on, so a resumed run keeps it:
+        ``{name: value}`` for the model's fields but ``dropout``, and the tokenizer's."""
+        fixed = {name: getattr(self.model, name) for name in _MODEL_NAMES if name != "dropout"}
+        return {**fixed, "tokenizer": self.tokenizer, "bpe_vocab_size": self.bpe_vocab_size}
 
 
-# The fields a checkpoint's weights (and vocabularies) depend on: a resumed run must not change them.
-MODEL_FIELDS = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff",
-                "norm_first", "share_embeddings", "max_len", "tokenizer", "bpe_vocab_size")
+_MODEL_NAMES = tuple(f.name for f in dataclasses.fields(TransformerConfig))
+
 
 PRESETS = {
     # Multi30k German->English (29,000 pairs) in a wall-clock hour on 2 CPU cores: a 3+3 layer pre-norm
@@ -170,23 +199,24 @@ PRESETS = {
     # pre-norm at 2e-3 learns about 4 times faster than post-norm at 1e-3 in the first epoch, bfloat16
     # gives 1.35-1.5 times the steps per second at the same loss, word-level vocabularies do worse.
     "multi30k-cpu": TrainConfig(
-        d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024,
-        dropout=0.1, max_len=160, norm_first=True, share_embeddings=True, tokenizer="bpe", bpe_vocab_size=8000,
+        model=TransformerConfig(d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024,
+                                dropout=0.1, max_len=160, norm_first=True, share_embeddings=True),
+        tokenizer="bpe", bpe_vocab_size=8000,
         batch_size=64, epochs=100, warmup_steps=800, schedule="linear", lr_peak=2e-3, bf16=True,
         label_smoothing=0.1, clip_norm=1.0, eval_sentences=2000, log_every=50, threads=2,
         time_budget=3600.0, average_last=4, beam_size=4, length_penalty=0.6,
     ),
     # The book's model: learns the synthetic task (>= 95% exact match) in minutes on 2 CPU cores.
     "tiny": TrainConfig(
-        d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256,
-        dropout=0.1, max_len=64, batch_size=64, epochs=3, warmup_steps=400, lr_factor=0.5,
+        model=TransformerConfig(d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256,
+                                dropout=0.1, max_len=64),
+        batch_size=64, epochs=3, warmup_steps=400, lr_factor=0.5,
         label_smoothing=0.1, clip_norm=1.0, eval_sentences=500, log_every=20,
     ),
     # The paper's base model (Table 3): 512 / 8 heads / 6+6 layers / 2048, P_drop 0.1,
     # warm-up 4000 steps, label smoothing 0.1.
     "base": TrainConfig(
-        d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048,
-        dropout=0.1, max_len=256, batch_size=128, epochs=20, warmup_steps=4000, lr_factor=1.0,
+        model=TransformerConfig(max_len=256), batch_size=128, epochs=20, warmup_steps=4000, lr_factor=1.0,
         label_smoothing=0.1, clip_norm=1.0, eval_sentences=1000, log_every=50,
     ),
 }
@@ -271,26 +301,6 @@ def load_checkpoint(path, map_location="cpu"):
     return state
 
 
-def build_model(config, src_vocab_size, tgt_vocab_size):
-    """The :class:`~solutions.model.Transformer` a :class:`TrainConfig` describes (the one place
-    where the config's model fields become the model's arguments).
-
-    Args:
-        config: the run's :class:`TrainConfig` (its fields of :data:`MODEL_FIELDS`).
-        src_vocab_size, tgt_vocab_size: the tokenizers' vocabulary sizes.
-
-    Returns:
-        A new model on the CPU, readable attention path (call
-        ``fuse_attention(model.set_fused(True))`` for speed).
-    """
-    return Transformer(
-        src_vocab_size, tgt_vocab_size, d_model=config.d_model, num_heads=config.num_heads,
-        num_encoder_layers=config.num_encoder_layers, num_decoder_layers=config.num_decoder_layers,
-        d_ff=config.d_ff, dropout=config.dropout, max_len=config.max_len,
-        share_embeddings=config.share_embeddings, norm_first=config.norm_first,
-    )
-
-
 def model_from_checkpoint(path_or_state, device="cpu"):
     """Rebuild the trained model and its tokenizers from a checkpoint or an export (for translation).
 
@@ -302,10 +312,10 @@ def model_from_checkpoint(path_or_state, device="cpu"):
         CheckpointError: when the stored weights do not fit the stored config.
     """
     state = load_checkpoint(path_or_state) if not isinstance(path_or_state, dict) else path_or_state
-    config = TrainConfig(**state["config"])
+    config = TrainConfig.from_dict(state["config"])
     src_tokenizer = tokenizer_from_state(state["src_tokenizer"])
     tgt_tokenizer = tokenizer_from_state(state["tgt_tokenizer"])
-    model = build_model(config, len(src_tokenizer), len(tgt_tokenizer))
+    model = config.model.build(len(src_tokenizer), len(tgt_tokenizer))
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as error:
@@ -528,7 +538,7 @@ class Trainer:
             torch.set_num_threads(config.threads)
         self._seed(config.seed)
 
-        if config.share_embeddings and src_tokenizer is None and tgt_tokenizer is None:
+        if config.model.share_embeddings and src_tokenizer is None and tgt_tokenizer is None:
             # One vocabulary for both languages (section 5.1), so that the embeddings can be tied.
             src_tokenizer = tgt_tokenizer = build_tokenizer(
                 [text for pair in train_pairs for text in pair], config.tokenizer, config.bpe_vocab_size)
@@ -538,7 +548,7 @@ class Trainer:
             tgt_tokenizer = build_tokenizer((t for _, t in train_pairs), config.tokenizer, config.bpe_vocab_size)
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         # max_len - 1: one position goes to <sos> / <eos>.
-        limit = min(config.max_tokens, config.max_len - 1)
+        limit = min(config.max_tokens, config.model.max_len - 1)
         self.train_data = TranslationDataset(train_pairs, src_tokenizer, tgt_tokenizer, max_len=limit)
         self.valid_data = TranslationDataset(valid_pairs, src_tokenizer, tgt_tokenizer, max_len=limit)
         if len(self.train_data) == 0:
@@ -548,7 +558,7 @@ class Trainer:
             bucket_size=config.bucket_size, num_replicas=self.context.world_size, rank=self.context.rank,
         )
 
-        self.model = build_model(config, len(src_tokenizer), len(tgt_tokenizer)).to(self.device)
+        self.model = config.model.build(len(src_tokenizer), len(tgt_tokenizer)).to(self.device)
         fuse_attention(self.model.set_fused(True))  # SDPA with packed projections
         self.train_model = self.model
         if self.context.enabled:
@@ -579,7 +589,7 @@ class Trainer:
         """The learning rate of step ``step`` (from 1) under ``config.schedule``."""
         config = self.config
         if config.schedule == "noam":
-            return noam_lr(step, config.d_model, config.warmup_steps, config.lr_factor)
+            return noam_lr(step, config.model.d_model, config.warmup_steps, config.lr_factor)
         total = self.planned_steps or config.max_steps or config.epochs * max(1, len(self.sampler))
         # Warm-up: at most a tenth of the planned run.
         return warmup_linear_decay(step, total, min(config.warmup_steps, max(1, total // 10)), config.lr_peak)
@@ -963,7 +973,7 @@ class Trainer:
         """
         record = pairs is None
         data = self.valid_data if pairs is None else TranslationDataset(
-            pairs, self.src_tokenizer, self.tgt_tokenizer, max_len=self.config.max_len - 1)
+            pairs, self.src_tokenizer, self.tgt_tokenizer, max_len=self.config.model.max_len - 1)
         max_sentences = self.config.eval_sentences if max_sentences is None else max_sentences
         metrics = {"loss": math.nan, "accuracy": math.nan, "exact_match": math.nan, "bleu": math.nan}
         if len(data) > 0:
@@ -1048,11 +1058,11 @@ class Trainer:
             from this trainer's, or when it is an inference-only export.
         """
         _refuse_export(state)
-        stored = state["config"]
-        different = [name for name in MODEL_FIELDS if stored.get(name) != getattr(self.config, name)]
+        stored = TrainConfig.from_dict(state["config"]).fixed_on_resume()
+        run = self.config.fixed_on_resume()
+        different = [name for name in run if stored[name] != run[name]]
         if different:
-            details = ", ".join(f"{n}: checkpoint {stored.get(n)!r} vs run {getattr(self.config, n)!r}"
-                                for n in different)
+            details = ", ".join(f"{n}: checkpoint {stored[n]!r} vs run {run[n]!r}" for n in different)
             raise CheckpointError(f"checkpoint config does not match this run ({details})")
         if (state["src_tokenizer"] != self.src_tokenizer.state()
                 or state["tgt_tokenizer"] != self.tgt_tokenizer.state()):
@@ -1090,18 +1100,20 @@ class Trainer:
             path: the checkpoint.
             train_pairs, valid_pairs: the data (the same as the saved run's for an exact resume).
             changes: config fields to change, e.g. ``epochs=20`` or ``device="cuda"``;
-                changing a model field (:data:`MODEL_FIELDS`) raises :class:`CheckpointError`.
+                changing what the weights depend on (:meth:`TrainConfig.fixed_on_resume`: the
+                model's sizes, the tokenizer) raises :class:`CheckpointError`.
         """
         state = load_checkpoint(path)
         _refuse_export(state)
-        config = TrainConfig(**state["config"])
-        clashing = [name for name in MODEL_FIELDS if name in changes and changes[name] != getattr(config, name)]
+        stored = TrainConfig.from_dict(state["config"])
+        config = stored.replace(**changes)
+        before, after = stored.fixed_on_resume(), config.fixed_on_resume()
+        clashing = [name for name in before if before[name] != after[name]]
         if clashing:
             raise CheckpointError(
                 "checkpoint config does not match: " + ", ".join(
-                    f"{n} is {getattr(config, n)!r} in the checkpoint, {changes[n]!r} requested" for n in clashing)
+                    f"{n} is {before[n]!r} in the checkpoint, {after[n]!r} requested" for n in clashing)
             )
-        config = config.replace(**changes)
         trainer = cls(config, train_pairs, valid_pairs,
                       src_tokenizer=tokenizer_from_state(state["src_tokenizer"]),
                       tgt_tokenizer=tokenizer_from_state(state["tgt_tokenizer"]),

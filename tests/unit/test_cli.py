@@ -73,10 +73,13 @@ def test_resume_continues_and_rejects_another_config(trained, capsys):
     (["train", "--train", CORPUS + ":no/such.txt"], "no such file: no/such.txt"),
     (["train", "--allow-other-data"], "--resume only"),
     (["train", "--on-bad-line", "fix"], "invalid choice"),
-    (["train", "--d-model", "30", "--heads", "4"], "--d-model 30 is not divisible by --heads 4"),
-    (["train", "--d-model", "15", "--heads", "5"], "--d-model must be even"),
-    (["train", "--layers", "0"], "--layers must be a positive integer"),
-    (["train", "--dropout", "1.5"], "--dropout must be in [0, 1)"),
+    # the model's sizes are checked once, by TransformerConfig; the error names the flags that set them
+    (["train", "--d-model", "30", "--heads", "4"], "--d-model 30, --heads 4: d_model 30 is not divisible by num_heads 4"),
+    (["train", "--heads", "3"], "--heads 3: d_model 128 is not divisible by num_heads 3"),
+    (["train", "--d-model", "15", "--heads", "5"], "--d-model 15: d_model must be even"),
+    (["train", "--layers", "0"], "--layers 0: num_encoder_layers must be a positive integer, got 0"),
+    (["train", "--d-ff", "-2"], "--d-ff -2: d_ff must be a positive integer, got -2"),
+    (["train", "--dropout", "1.5"], "--dropout 1.5: dropout must be in [0, 1), got 1.5"),
     (["train", "--bpe-vocab-size", "500"], "--bpe-vocab-size applies to --tokenizer bpe only"),
     (["train", "--threads", "0"], "--threads must be a positive integer"),
     (["translate", "--checkpoint", "missing.pt", "--threads", "0", "a"], "--threads must be a positive integer"),
@@ -329,7 +332,7 @@ def test_model_flags_reach_the_model_and_the_checkpoint(tmp_path, splits, capsys
     assert torch.get_num_threads() == 2
     config = load_checkpoint(out / "checkpoint.pt")["config"]
     wanted = dict(d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=24, dropout=0.2, threads=2)
-    assert {name: config[name] for name in wanted} == wanted
+    assert {name: {**config, **config["model"]}[name] for name in wanted} == wanted
     model, src_tok, tgt_tok, _ = model_from_checkpoint(out / "checkpoint.pt")
     expected = Transformer(len(src_tok), len(tgt_tok), d_model=16, num_heads=2, num_encoder_layers=1,
                            num_decoder_layers=1, d_ff=24, max_len=64)
@@ -355,7 +358,7 @@ def test_model_flags_reach_the_model_and_the_checkpoint(tmp_path, splits, capsys
     # The same model flags again are fine, and the dropout rate may change.
     assert main(resume + SIZE_FLAGS + ["--dropout", "0.3", "--max-steps", "3"] + flags) == 0
     state = load_checkpoint(out / "checkpoint.pt")
-    assert state["step"] == 3 and state["config"]["dropout"] == 0.3 and state["config"]["d_model"] == 16
+    assert state["step"] == 3 and state["config"]["model"]["dropout"] == 0.3 and state["config"]["model"]["d_model"] == 16
 
 
 def test_shared_vocab_flag_trains_one_bpe_vocabulary_with_tied_embeddings(tmp_path, splits, capsys):
@@ -367,7 +370,7 @@ def test_shared_vocab_flag_trains_one_bpe_vocabulary_with_tied_embeddings(tmp_pa
                 + SIZE_FLAGS + TRAIN_FLAGS) == 0
     state = load_checkpoint(out / "checkpoint.pt")
     assert state["src_tokenizer"] == state["tgt_tokenizer"] and state["src_tokenizer"]["kind"] == "bpe"
-    assert state["config"]["share_embeddings"] and state["config"]["bpe_vocab_size"] == 90
+    assert state["config"]["model"]["share_embeddings"] and state["config"]["bpe_vocab_size"] == 90
     model, src_tok, tgt_tok, _ = model_from_checkpoint(out / "checkpoint.pt")
     assert len(src_tok) == len(tgt_tok) <= 90
     assert model.src_embed.embedding.weight is model.tgt_embed.embedding.weight is model.generator.weight

@@ -9,14 +9,16 @@ import torch.multiprocessing as mp
 from solutions.app.data import make_synthetic_splits
 from solutions.app.distributed import DistributedContext, cleanup_distributed, setup_distributed
 from solutions.app.trainer import Trainer, TrainConfig
+from solutions.model import TransformerConfig
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 CONFIG = TrainConfig(
-    d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.0,
-    max_len=32, batch_size=16, epochs=5, warmup_steps=5, eval_sentences=0, device="cpu", quiet=True,
+    model=TransformerConfig(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64,
+                            dropout=0.0, max_len=32),
+    batch_size=16, epochs=5, warmup_steps=5, eval_sentences=0, device="cpu", quiet=True,
     log_every=1, seed=3,
 )
 STEPS = 3

@@ -5,7 +5,7 @@ Skipped where ``torch.cuda.is_available()`` is False (see tests/conftest.py).
 import pytest
 import torch
 
-from solutions import Transformer, padding_mask
+from solutions import Transformer, TransformerConfig, padding_mask
 from solutions.app.bench import bench_base_mfu, bench_training_step
 from solutions.app.data import make_synthetic_splits
 from solutions.decoding import greedy_decode
@@ -14,8 +14,9 @@ from solutions.app.trainer import Trainer, TrainConfig, model_from_checkpoint
 pytestmark = pytest.mark.gpu
 
 CONFIG = TrainConfig(
-    d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=128, dropout=0.1,
-    max_len=64, batch_size=32, epochs=1, warmup_steps=20, eval_sentences=16, device="cuda", quiet=True,
+    model=TransformerConfig(d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=128,
+                            dropout=0.1, max_len=64),
+    batch_size=32, epochs=1, warmup_steps=20, eval_sentences=16, device="cuda", quiet=True,
 )
 
 

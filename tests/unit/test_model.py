@@ -1,4 +1,6 @@
-"""Chapter 8: the full Transformer, weight tying, initialisation and parameter counts."""
+"""Chapter 8: the full Transformer, its configuration, weight tying, initialisation and parameter counts."""
+import dataclasses
+import inspect
 import math
 
 import pytest
@@ -6,10 +8,12 @@ import torch
 from torch import nn
 
 from solutions import (
+    ConfigError,
     PAPER_CONFIGS,
     PAPER_PARAMETERS,
     MultiHeadAttention,
     Transformer,
+    TransformerConfig,
     count_parameters,
     decoder_mask,
     padding_mask,
@@ -177,3 +181,60 @@ def test_training_steps_reduce_loss():
                 p -= 0.05 * p.grad
         losses.append(loss.item())
     assert losses[-1] < losses[0]
+
+
+# -- the configuration ------------------------------------------------------------------------
+
+
+def test_config_defaults_are_the_paper_base_model_and_the_model_s_own():
+    config = TransformerConfig()
+    assert {k: v for k, v in dataclasses.asdict(config).items() if k in PAPER_CONFIGS["base"]} == PAPER_CONFIGS["base"]
+    defaults = {name: p.default for name, p in inspect.signature(Transformer).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    assert dataclasses.asdict(config) == defaults  # one name and one default per idea: the fields are the arguments
+
+
+def test_config_builds_the_model_it_describes():
+    config = TransformerConfig(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=2, d_ff=48,
+                               dropout=0.0, max_len=20, share_embeddings=True, norm_first=True)
+    torch.manual_seed(0)
+    built = config.build(30, 30)
+    torch.manual_seed(0)
+    direct = Transformer(30, 30, d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=2, d_ff=48,
+                         dropout=0.0, max_len=20, share_embeddings=True, norm_first=True)
+    assert built.state_dict().keys() == direct.state_dict().keys()
+    for name, tensor in built.state_dict().items():
+        assert torch.equal(tensor, direct.state_dict()[name]), name
+    assert len(built.decoder_layers) == 2 and built.norm_first
+
+
+@pytest.mark.parametrize("changes, fields, message", [
+    (dict(d_model=30, num_heads=4), ("d_model", "num_heads"), "d_model 30 is not divisible by num_heads 4"),
+    (dict(d_model=15, num_heads=5), ("d_model",), "d_model must be even"),
+    (dict(num_heads=0), ("num_heads",), "num_heads must be a positive integer, got 0"),
+    (dict(num_encoder_layers=-1), ("num_encoder_layers",), "num_encoder_layers must be a positive integer, got -1"),
+    (dict(num_decoder_layers=2.0), ("num_decoder_layers",), "num_decoder_layers must be a positive integer, got 2.0"),
+    (dict(d_ff=True), ("d_ff",), "d_ff must be a positive integer, got True"),
+    (dict(max_len=0), ("max_len",), "max_len must be a positive integer, got 0"),
+    (dict(dropout=1.0), ("dropout",), "dropout must be in [0, 1), got 1.0"),
+    (dict(dropout=-0.1), ("dropout",), "dropout must be in [0, 1), got -0.1"),
+    (dict(dropout="0.1"), ("dropout",), "dropout must be in [0, 1), got '0.1'"),
+    (dict(norm_first=1), ("norm_first",), "norm_first must be True or False, got 1"),
+    (dict(share_embeddings="yes"), ("share_embeddings",), "share_embeddings must be True or False, got 'yes'"),
+])
+def test_config_errors_name_the_field_and_the_value(changes, fields, message):
+    with pytest.raises(ConfigError) as caught:
+        TransformerConfig(**changes)
+    assert caught.value.fields == fields and message in str(caught.value)
+    assert isinstance(caught.value, ValueError)
+    with pytest.raises(ConfigError):  # replace checks again
+        TransformerConfig().replace(**changes)
+
+
+def test_config_is_frozen_and_replace_refuses_unknown_names():
+    config = TransformerConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.d_model = 64
+    assert config.replace(d_model=64, num_heads=4).d_model == 64 and config.d_model == 512
+    with pytest.raises(ValueError, match="unknown TransformerConfig fields: \\['heads'\\]"):
+        config.replace(heads=4)

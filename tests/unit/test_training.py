@@ -1,4 +1,5 @@
 """Tests of solutions.training (chapter 9 objects) and solutions.app.trainer (the loop, checkpoints)."""
+import dataclasses
 import math
 import random
 
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from solutions.app import trainer as trainer_module
 from solutions.app.data import make_synthetic_splits
 from solutions.app.trainer import PRESETS, CheckpointError, Trainer, TrainConfig, load_checkpoint, model_from_checkpoint
+from solutions.model import ConfigError, TransformerConfig
 from solutions.training import label_smoothed_cross_entropy, make_decoder_io, noam_lr
 
 
@@ -81,8 +83,9 @@ def test_label_smoothed_cross_entropy_bad_args():
 # -- the trainer -----------------------------------------------------------------------------
 
 SMALL = TrainConfig(
-    d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.1,
-    max_len=32, batch_size=16, epochs=3, warmup_steps=10, lr_factor=1.0, eval_sentences=8,
+    model=TransformerConfig(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.1,
+                            max_len=32),
+    batch_size=16, epochs=3, warmup_steps=10, lr_factor=1.0, eval_sentences=8,
     device="cpu", quiet=True, log_every=1, seed=11,
 )
 
@@ -94,10 +97,11 @@ def splits():
 
 def test_presets_match_the_paper_base_model():
     base = PRESETS["base"]
-    assert (base.d_model, base.num_heads, base.num_encoder_layers, base.num_decoder_layers, base.d_ff) == (
+    model = base.model
+    assert (model.d_model, model.num_heads, model.num_encoder_layers, model.num_decoder_layers, model.d_ff) == (
         512, 8, 6, 6, 2048)
-    assert (base.dropout, base.warmup_steps, base.label_smoothing) == (0.1, 4000, 0.1)
-    assert PRESETS["tiny"].d_model < base.d_model
+    assert (model.dropout, base.warmup_steps, base.label_smoothing) == (0.1, 4000, 0.1)
+    assert PRESETS["tiny"].model.d_model < model.d_model
 
 
 def test_trainer_lowers_the_loss_and_records_history(splits):
@@ -145,12 +149,52 @@ def test_checkpoint_has_config_and_vocabularies(splits, tmp_path):
     trainer = Trainer(SMALL, train, valid, out_dir=tmp_path)
     trainer.train(max_steps=2)
     state = load_checkpoint(tmp_path / "checkpoint.pt")
-    assert state["config"]["d_model"] == 32 and state["src_tokenizer"]["kind"] == "word"
+    assert state["config"]["model"]["d_model"] == 32 and state["src_tokenizer"]["kind"] == "word"
     model, src_tok, tgt_tok, config = model_from_checkpoint(tmp_path / "checkpoint.pt")
     assert config == SMALL and not model.training
     for a, b in zip(model.parameters(), trainer.model.parameters()):
         assert torch.equal(a, b)
     assert src_tok.vocab == trainer.src_tokenizer.vocab
+
+
+def test_the_model_s_sizes_are_one_transformer_config(splits):
+    """TrainConfig holds a TransformerConfig; replace() takes the model's fields by name and checks them."""
+    assert isinstance(SMALL.model, TransformerConfig) and not hasattr(SMALL, "d_model")
+    wider = SMALL.replace(d_model=64, num_heads=4, epochs=5)
+    assert (wider.model.d_model, wider.model.num_heads, wider.epochs) == (64, 4, 5)
+    assert wider.model.d_ff == SMALL.model.d_ff and SMALL.model.d_model == 32
+    with pytest.raises(ConfigError, match="d_model 32 is not divisible by num_heads 3"):
+        SMALL.replace(num_heads=3)
+    with pytest.raises(TypeError, match="TransformerConfig"):
+        TrainConfig(model={"d_model": 32})
+
+
+def _flat(config):
+    """The stored config as checkpoints wrote it before the model's sizes were nested."""
+    stored = dataclasses.asdict(config)
+    return {**stored.pop("model"), **stored}
+
+
+def test_a_checkpoint_of_the_old_flat_config_still_loads(splits, tmp_path):
+    train, valid, _ = splits
+    assert TrainConfig.from_dict(_flat(SMALL)) == SMALL == TrainConfig.from_dict(dataclasses.asdict(SMALL))
+    with pytest.raises(CheckpointError, match="both nested and flat"):
+        TrainConfig.from_dict({**dataclasses.asdict(SMALL), "d_model": 32})
+    trainer = Trainer(SMALL, train, valid)
+    trainer.train(max_steps=2)
+    state = trainer.state_dict()
+    assert state["config"]["model"]["d_model"] == 32  # written nested
+    state["config"] = _flat(SMALL)
+    old = tmp_path / "old.pt"
+    torch.save(state, old)
+    model, _, _, config = model_from_checkpoint(old)
+    assert config == SMALL
+    for a, b in zip(model.parameters(), trainer.model.parameters()):
+        assert torch.equal(a, b)
+    resumed = Trainer.from_checkpoint(old, train, valid, epochs=4)
+    assert resumed.config == SMALL.replace(epochs=4) and resumed.step == 2
+    with pytest.raises(CheckpointError, match="d_model is 32 in the checkpoint, 64 requested"):
+        Trainer.from_checkpoint(old, train, valid, d_model=64, num_heads=2)
 
 
 def test_resume_with_a_different_model_config_fails(splits, tmp_path):
