@@ -16,6 +16,7 @@ from torch import nn
 import check_helpers
 from check_helpers import accepted, stub_says_not_implemented
 import solutions
+from autograder.checks.ch02_tokens_and_embeddings import _merge
 
 NAMES = ["build_vocab", "encode", "learn_bpe", "bpe_tokenize", "one_hot", "cosine_similarity", "TokenEmbedding"]
 
@@ -192,6 +193,8 @@ def test_encode_splitting_on_single_spaces_loses_the_whitespace_part_only():
 
 
 def make_bpe(end="own", weighted=True, tie="smallest", stop=True):
+    """A learn_bpe answer with the named rule broken (merging a pair in a word is the
+    check's own trusted _merge: no rule under test lives there)."""
     def learn_bpe(corpus, num_merges):
         counts = Counter(w for s in corpus for w in s.split())
         words = {}
@@ -208,18 +211,7 @@ def make_bpe(end="own", weighted=True, tie="smallest", stop=True):
                 break
             best = min(pairs, key=lambda p: (-pairs[p], p)) if tie == "smallest" else max(pairs, key=pairs.get)
             merges.append(best)
-            new = {}
-            for sym, c in words.items():
-                out, i = [], 0
-                while i < len(sym):
-                    if i + 1 < len(sym) and (sym[i], sym[i + 1]) == best:
-                        out.append(sym[i] + sym[i + 1])
-                        i += 2
-                    else:
-                        out.append(sym[i])
-                        i += 1
-                new[tuple(out)] = c
-            words = new
+            words = {_merge(sym, best): c for sym, c in words.items()}
         return merges
 
     return learn_bpe
@@ -300,15 +292,7 @@ def test_learn_bpe_with_lists_of_symbols_and_a_tuple_key_earns_full_marks():
             best = min(p for p in pairs if pairs[p] == top)  # the smallest among the most frequent
             merges.append(best)
             for entry in words:
-                symbols, out, i = entry[0], [], 0
-                while i < len(symbols):
-                    if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == best:
-                        out.append(symbols[i] + symbols[i + 1])
-                        i += 2
-                    else:
-                        out.append(symbols[i])
-                        i += 1
-                entry[0] = out
+                entry[0] = list(_merge(entry[0], best))
         return merges
 
     accepted("learn_bpe", with_lists)

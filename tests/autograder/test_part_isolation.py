@@ -23,9 +23,10 @@ import torch.nn as nn
 import solutions
 from autograder.checks import get_exercise, load_all
 from autograder.checks.base import check_report
-from autograder.checks.ch02_tokens_and_embeddings import _bpe
+from autograder.checks.ch02_tokens_and_embeddings import _bpe, _merge
 from autograder.checks.ch10_inference import beam_variant, greedy_variant
-from check_helpers import one_torch_thread  # noqa: F401 (autouse fixture)
+from autograder.sync import solution_cell_source
+from check_helpers import notebook_namespace, one_torch_thread  # noqa: F401 (autouse fixture)
 from test_checks_ch02 import bpe_first_occurrence_only, bpe_string_replace
 from test_checks_ch08 import TokenEmbeddingUnscaled, make_decoder
 
@@ -367,9 +368,10 @@ def test_masked_softmax_without_mask_none_loses_no_part_and_gets_advice():
 # --------------------------------------------------------------------------- valid styles
 
 
-class TokenEmbeddingWithBuffer(nn.Module):
-    """√d_model kept in a registered buffer: state of its own beside `embedding`."""
-
+# √d_model kept in a registered buffer: state of its own beside `embedding` (also graded
+# in the sandbox below).
+TOKEN_EMBEDDING_BUFFER = '''
+class TokenEmbedding(nn.Module):
     def __init__(self, vocab_size, d_model):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d_model)
@@ -377,6 +379,9 @@ class TokenEmbeddingWithBuffer(nn.Module):
 
     def forward(self, ids):
         return self.embedding(ids) * self.scale
+'''
+TokenEmbeddingWithBuffer = notebook_namespace({"math": math, "nn": nn, "torch": torch},
+                                              TOKEN_EMBEDDING_BUFFER)["TokenEmbedding"]
 
 
 def one_hot_eye(ids, vocab_size):
@@ -403,15 +408,8 @@ def learn_bpe_with_strings(corpus, num_merges):
         merges.append(best)
         merged = {}
         for key, n in words.items():
-            symbols, out, i = key.split(" "), [], 0
-            while i < len(symbols):
-                if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == best:
-                    out.append(symbols[i] + symbols[i + 1])
-                    i += 2
-                else:
-                    out.append(symbols[i])
-                    i += 1
-            merged[" ".join(out)] = merged.get(" ".join(out), 0) + n
+            out = " ".join(_merge(key.split(" "), best))
+            merged[out] = merged.get(out, 0) + n
         words = merged
     return merges
 
@@ -460,33 +458,8 @@ def test_the_class_report_keeps_a_part_name_holding_the_separator():
 
 # --------------------------------------------------------------------------- the real grading path
 
-LEARN_BPE_PER_WORD = '''
-def learn_bpe(corpus, num_merges):
-    words = {tuple(word) + ("</w>",) for sentence in corpus for word in sentence.split()}  # each word once
-    merges = []
-    for _ in range(num_merges):
-        counts = {}
-        for symbols in words:
-            for pair in zip(symbols, symbols[1:]):
-                counts[pair] = counts.get(pair, 0) + 1
-        if not counts:
-            break
-        best = min(counts, key=lambda p: (-counts[p], p))
-        merges.append(best)
-        merged = set()
-        for symbols in words:
-            out, i = [], 0
-            while i < len(symbols):
-                if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == best:
-                    out.append(symbols[i] + symbols[i + 1])
-                    i += 2
-                else:
-                    out.append(symbols[i])
-                    i += 1
-            merged.add(tuple(out))
-        words = merged
-    return merges
-'''
+LEARN_BPE_PER_WORD = solution_cell_source(solutions.learn_bpe).replace(
+    "words[symbols] = words.get(symbols, 0) + 1", "words[symbols] = 1  # each distinct word counted once")
 
 ONE_HOT_INTS = '''
 def one_hot(ids, vocab_size):
@@ -494,17 +467,6 @@ def one_hot(ids, vocab_size):
     for row, i in enumerate(ids):
         out[row, i] = 1
     return out
-'''
-
-TOKEN_EMBEDDING_BUFFER = '''
-class TokenEmbedding(nn.Module):
-    def __init__(self, vocab_size, d_model):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model)
-        self.register_buffer("scale", torch.tensor(math.sqrt(d_model)))
-
-    def forward(self, ids):
-        return self.embedding(ids) * self.scale
 '''
 
 MAKE_DECODER_IO_INT32 = '''
