@@ -88,6 +88,19 @@ def assert_noted(notes, caller, culprit):
     assert f"fix `{culprit}` first" in notes[0], notes
 
 
+def assert_regraded(name, obj, culprit, hidden=False, seed=None):
+    """Assert that ``obj``, an answer of ``name`` calling a ``culprit`` that fails its
+    own check, earns full marks graded with the reference in place of ``culprit``:
+    the note of :func:`assert_noted` comes first and the report does not pass on the
+    culprit's "not implemented". Returns the report."""
+    report = check_report(name, obj, hidden=hidden, seed=seed)
+    message = report.render(name)
+    assert report.passed and report.score == report.max_score, message
+    assert_noted(report.notes, name, culprit)
+    assert "not implemented" not in message, message
+    return report
+
+
 def grade_in_sandbox(chapter, tmp_path, seed=5, **cells):
     """Grade, through the real sandboxed grader, the chapter's own notebook
     (``book/<chapter>/<chapter>.ipynb``: its setup cell and points) with the

@@ -12,10 +12,11 @@ from torch import nn
 
 import check_helpers
 from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_thread: autouse fixture)
-from check_helpers import notebook_namespace
+from check_helpers import assert_regraded, notebook_namespace
 import solutions
 from autograder.checks import get_exercise
 from autograder.checks.base import check_report, make_rng
+from autograder.sync import solution_cell_source
 
 NAMES = ["DecoderLayer", "Transformer", "count_parameters"]
 
@@ -38,21 +39,27 @@ def test_count_parameters_hidden_models_build_without_this_chapters_modules():
 # --------------------------------------------------------------------------- DecoderLayer
 
 
+class DecoderSublayers(nn.Module):
+    """What every DecoderLayer answer here holds: the contract's modules (the reference's
+    self-attention, cross-attention and feed-forward, norm1, norm2, norm3), a dropout and
+    the norm_first flag. Each answer writes its own forward."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+
 def make_decoder(cross_mask="src", self_mask="tgt", swap_memory=False, norms=(1, 2, 3), residual=True):
     """A DecoderLayer answer, the reference's design with the named rule broken: the
     mask each attention gets (``"src"``, ``"tgt"`` or None), memory and x swapped in
     the cross-attention, the norms in another order, no residual connections. With
     the defaults it is right (test_part_isolation.py uses it too)."""
-    class DecoderLayer(nn.Module):
-        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
-            super().__init__()
-            self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
-            self.cross_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
-            self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
-            self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
-            self.dropout = nn.Dropout(dropout)
-            self.norm_first = norm_first
-
+    class DecoderLayer(DecoderSublayers):
         def forward(self, x, memory, src_mask=None, tgt_mask=None):
             masks = {"src": src_mask, "tgt": tgt_mask, None: None}
             n1, n2, n3 = (getattr(self, f"norm{i}") for i in norms)
@@ -105,16 +112,10 @@ def test_decoder_ignoring_the_src_mask_keeps_the_other_parts():
 
 
 def test_decoder_with_functional_dropout_and_separate_paths_passes():
-    class TwoPaths(nn.Module):
+    class TwoPaths(DecoderSublayers):
         def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
-            super().__init__()
-            self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
-            self.cross_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
-            self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
-            self.norm1 = nn.LayerNorm(d_model)
-            self.norm2 = nn.LayerNorm(d_model)
-            self.norm3 = nn.LayerNorm(d_model)
-            self.p, self.norm_first = dropout, norm_first
+            super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+            self.p = dropout
 
         def _drop(self, t):
             return F.dropout(t, self.p, self.training)
@@ -134,17 +135,7 @@ def test_decoder_with_functional_dropout_and_separate_paths_passes():
 
 
 def test_decoder_with_a_list_of_sublayers_passes():
-    class Listed(nn.Module):
-        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
-            super().__init__()
-            self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
-            self.cross_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
-            self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
-            for i in (1, 2, 3):
-                setattr(self, f"norm{i}", nn.LayerNorm(d_model))
-            self.dropout = nn.Dropout(dropout)
-            self.norm_first = norm_first
-
+    class Listed(DecoderSublayers):
         def forward(self, x, memory, src_mask=None, tgt_mask=None):
             steps = [
                 (self.norm1, lambda h: self.self_attn(query=h, key=h, value=h, mask=tgt_mask)),
@@ -159,18 +150,9 @@ def test_decoder_with_a_list_of_sublayers_passes():
 
 
 def test_a_different_valid_decoder_layer_passes():
-    class Explicit(nn.Module):
-        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
-            super().__init__()
-            self.self_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
-            self.cross_attn = solutions.MultiHeadAttention(d_model, num_heads, dropout)
-            self.feed_forward = solutions.PositionwiseFeedForward(d_model, d_ff, dropout)
-            self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
-            self.drop = nn.Dropout(dropout)
-            self.pre = norm_first
-
+    class Explicit(DecoderSublayers):
         def _add_norm(self, x, norm, fn):
-            return x + self.drop(fn(norm(x))) if self.pre else norm(x + self.drop(fn(x)))
+            return x + self.dropout(fn(norm(x))) if self.norm_first else norm(x + self.dropout(fn(x)))
 
         def forward(self, x, memory, src_mask=None, tgt_mask=None):
             x = self._add_norm(x, self.norm1, lambda h: self.self_attn(h, h, h, mask=tgt_mask))
@@ -384,48 +366,7 @@ def test_a_different_valid_count_parameters_passes():
 
 # --------------------------------------------------------------------------- one mistake charged once
 
-TRANSFORMER_SOURCE = """
-class Transformer(nn.Module):
-    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_encoder_layers=6,
-                 num_decoder_layers=6, d_ff=2048, dropout=0.1, max_len=5000, share_embeddings=False,
-                 norm_first=False):
-        super().__init__()
-        if share_embeddings and src_vocab_size != tgt_vocab_size:
-            raise ValueError("share_embeddings=True needs src_vocab_size == tgt_vocab_size")
-        self.src_embed = TokenEmbedding(src_vocab_size, d_model)
-        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model)
-        self.positional = PositionalEncoding(d_model, max_len, dropout)
-        self.encoder_layers = nn.ModuleList(
-            [EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_encoder_layers)])
-        self.decoder_layers = nn.ModuleList(
-            [DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_decoder_layers)])
-        self.norm_first = norm_first
-        if norm_first:
-            self.encoder_norm = nn.LayerNorm(d_model)
-            self.decoder_norm = nn.LayerNorm(d_model)
-        self.generator = nn.Linear(d_model, tgt_vocab_size)
-        if share_embeddings:
-            self.tgt_embed.embedding.weight = self.src_embed.embedding.weight
-            self.generator.weight = self.src_embed.embedding.weight
-
-    def encode(self, src, src_mask=None):
-        x = self.positional(self.src_embed(src))
-        for layer in self.encoder_layers:
-            x = layer(x, src_mask)
-        return self.encoder_norm(x) if self.norm_first else x
-
-    def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
-        x = self.positional(self.tgt_embed(tgt))
-        for layer in self.decoder_layers:
-            x = layer(x, memory, src_mask, tgt_mask)
-        return self.decoder_norm(x) if self.norm_first else x
-
-    def project(self, hidden):
-        return self.generator(hidden)
-
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
-        return self.project(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
-"""
+TRANSFORMER_SOURCE = solution_cell_source(solutions.Transformer)
 
 
 def _notebook(*sources):
@@ -437,26 +378,11 @@ def _notebook(*sources):
 
 
 def test_a_transformer_on_a_wrong_decoder_layer_gets_full_marks_and_the_note():
-    wrong = """
-        class DecoderLayer(nn.Module):
-            def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
-                super().__init__()
-                self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
-                self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
-                self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-                self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
-
-            def forward(self, x, memory, src_mask=None, tgt_mask=None):
-                x = self.norm1(x + self.self_attn(x, x, x, tgt_mask))
-                x = self.norm2(x + self.cross_attn(x, x, x, src_mask))  # attends over x, not memory
-                return self.norm3(x + self.feed_forward(x))
-    """
+    # The reference's cell, its cross-attention over x instead of memory.
+    wrong = solution_cell_source(solutions.DecoderLayer).replace("memory, memory, src_mask", "x, x, src_mask")
     ns = _notebook(wrong, TRANSFORMER_SOURCE)
     assert not check_report("DecoderLayer", ns["DecoderLayer"]).passed
-    report = check_report("Transformer", ns["Transformer"], hidden=True)
-    assert report.passed and report.score == report.max_score, report.render("Transformer")
-    assert "your `Transformer` calls your `DecoderLayer`, which fails its check" in report.notes[0], report.notes
-    assert "fix `DecoderLayer` first" in report.render("Transformer")
+    assert_regraded("Transformer", ns["Transformer"], "DecoderLayer", hidden=True)
 
 
 def test_a_transformer_on_an_unfinished_decoder_layer_gets_full_marks_and_the_note():
@@ -467,9 +393,7 @@ def test_a_transformer_on_an_unfinished_decoder_layer_gets_full_marks_and_the_no
                 raise NotImplementedError()
     """
     ns = _notebook(unfinished, TRANSFORMER_SOURCE)
-    report = check_report("Transformer", ns["Transformer"])
-    assert report.passed, report.render("Transformer")
-    assert "fix `DecoderLayer` first" in report.notes[0] and "not implemented" not in report.render("Transformer")
+    assert_regraded("Transformer", ns["Transformer"], "DecoderLayer")
 
 
 def test_counting_a_tied_matrix_twice_loses_the_distinct_part_in_the_sandbox_path_too():
