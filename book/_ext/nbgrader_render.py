@@ -147,22 +147,35 @@ def strip_hidden_tests(text, where="cell"):
     Raises:
         HiddenTestsError: on a begin without end, an end without begin, or nesting.
     """
-    kept, hidden = [], False
+    return _replace_regions(text, BEGIN_HIDDEN, END_HIDDEN, "", where, HiddenTestsError)
+
+
+def _replace_regions(text, begin, end, stub, where, error):
+    """Replace each ``begin`` … ``end`` region, marker lines included, with the lines of
+    ``stub`` indented like its ``begin`` line (``""``: the region goes); trailing
+    newlines stripped.
+
+    Raises:
+        error: on a begin without end, an end without begin, or nesting.
+    """
+    kept, inside = [], False
     for line in text.splitlines(keepends=True):
-        if BEGIN_HIDDEN in line:
-            if hidden:
-                raise HiddenTestsError(f"{where}: nested '{BEGIN_HIDDEN}'")
-            hidden = True
+        if begin in line:
+            if inside:
+                raise error(f"{where}: nested '{begin}'")
+            inside = True
+            indent = line[: len(line) - len(line.lstrip())]
+            kept.extend(indent + stub_line + "\n" for stub_line in stub.splitlines())
             continue
-        if END_HIDDEN in line:
-            if not hidden:
-                raise HiddenTestsError(f"{where}: '{END_HIDDEN}' without '{BEGIN_HIDDEN}'")
-            hidden = False
+        if end in line:
+            if not inside:
+                raise error(f"{where}: '{end}' without '{begin}'")
+            inside = False
             continue
-        if not hidden:
+        if not inside:
             kept.append(line)
-    if hidden:
-        raise HiddenTestsError(f"{where}: '{BEGIN_HIDDEN}' without '{END_HIDDEN}'")
+    if inside:
+        raise error(f"{where}: '{begin}' without '{end}'")
     return "".join(kept).rstrip("\n")
 
 
@@ -318,25 +331,7 @@ def _replace_solution_regions(text, stub, where):
     """
     if BEGIN_SOLUTION not in text and END_SOLUTION not in text:
         return stub
-    kept, inside = [], False
-    for line in text.splitlines(keepends=True):
-        if BEGIN_SOLUTION in line:
-            if inside:
-                raise ValueError(f"{where}: nested '{BEGIN_SOLUTION}'")
-            inside = True
-            indent = line[: len(line) - len(line.lstrip())]
-            kept.extend(indent + stub_line + "\n" for stub_line in stub.splitlines())
-            continue
-        if END_SOLUTION in line:
-            if not inside:
-                raise ValueError(f"{where}: '{END_SOLUTION}' without '{BEGIN_SOLUTION}'")
-            inside = False
-            continue
-        if not inside:
-            kept.append(line)
-    if inside:
-        raise ValueError(f"{where}: '{BEGIN_SOLUTION}' without '{END_SOLUTION}'")
-    return "".join(kept).rstrip("\n")
+    return _replace_regions(text, BEGIN_SOLUTION, END_SOLUTION, stub, where, ValueError)
 
 
 def student_notebook(nb, where="notebook"):
