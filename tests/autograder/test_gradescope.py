@@ -151,8 +151,13 @@ def _submit(root: Path, env: dict, notebook, student: int) -> dict:
     submission.mkdir()
     fixtures.write_notebook(notebook, submission / f"{CHAPTER}.ipynb")
     (root / "submission_metadata.json").write_text(json.dumps({"users": [{"id": student, "name": "A"}]}))
+    return _run_autograder(root, env, timeout=900)
+
+
+def _run_autograder(root: Path, env: dict, timeout: int) -> dict:
+    """Run the unpacked ``run_autograder`` as Gradescope does; its results.json, validated."""
     done = subprocess.run(["bash", str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=900)
+                          timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
     _validate(data)
@@ -202,9 +207,4 @@ def test_run_autograder_grades_correct_partial_and_cheating_submissions(zipped, 
 
 def _submit_empty(root: Path, env: dict) -> dict:
     shutil.rmtree(root / "results", ignore_errors=True)
-    done = subprocess.run(["bash", str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    data = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
-    _validate(data)
-    return data
+    return _run_autograder(root, env, timeout=600)
