@@ -1,7 +1,7 @@
 """Tests of the chapter 4 checks: plausible wrong answers lose the part they are
 about, with a hint that names the mistake; valid answers in other styles earn
-full marks (visible and hidden checks, and the sandboxed grader); a wrong
-``softmax`` is charged once (the reference and fresh hidden
+full marks (visible and hidden checks; the sandboxed grader: test_checks_sandboxed.py);
+a wrong ``softmax`` is charged once (the reference and fresh hidden
 inputs: test_checks_registry.py)."""
 import functools
 import math
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import check_helpers
-from check_helpers import assert_charged_once, assert_full_marks, grade_in_sandbox, notebook_namespace
+from check_helpers import notebook_namespace
 from check_helpers import accepted, partly, stub_says_not_implemented
 import solutions
 from autograder import check
@@ -307,7 +307,8 @@ def test_a_different_valid_self_attention_passes():
 # --------------------------------------------------------------------------- more valid styles, as notebook cells
 
 # Each answer is the text of a solution cell: the in-process tests exec them into
-# one namespace (as a notebook kernel does), the sandboxed grader runs them as cells.
+# one namespace (as a notebook kernel does), the sandboxed grader runs them as cells
+# (test_checks_sandboxed.py).
 
 SOFTMAX_LOOP = '''
 def softmax(x, axis=-1):
@@ -504,34 +505,3 @@ def test_a_wrong_attention_under_a_right_softmax_is_still_charged():
     ns = notebook(NAIVE_SOFTMAX, wrong)
     report = check_report("scaled_dot_product_attention", ns["scaled_dot_product_attention"], hidden=True)
     assert not report.passed and "√d_k" in report.render("scaled_dot_product_attention")
-
-
-# --------------------------------------------------------------------------- the sandboxed grader
-
-POINTS = {"softmax": 3, "scaled_dot_product_attention": 4, "self_attention": 3}
-
-
-@pytest.mark.slow
-def test_sandbox_grades_other_valid_styles_full(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox(
-        "04_self_attention", tmp_path,
-        softmax=SOFTMAX_LOOP,
-        scaled_dot_product_attention=SDPA_LOOP,
-        self_attention=SELF_ATTENTION_EINSUM,
-    )
-    assert_full_marks(scores, POINTS)
-    assert any("float64 where the reference returns float32" in n for n in scores["softmax"].notes)
-
-
-@pytest.mark.slow
-def test_sandbox_partial_softmax_is_charged_once(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox(
-        "04_self_attention", tmp_path,
-        softmax=NAIVE_SOFTMAX,
-        scaled_dot_product_attention=SDPA_REFERENCE_STYLE,
-        self_attention=SELF_ATTENTION_OWN_SDPA,
-    )
-    assert_charged_once(scores, "softmax", 2, {"values on random inputs": 1, "any axis": 1, "no overflow at 1e4": 0},
-                        "exp overflowed", callers={"scaled_dot_product_attention": POINTS["scaled_dot_product_attention"]})
-    own = scores["self_attention"]
-    assert (own.status, own.score) == ("passed", POINTS["self_attention"]), own

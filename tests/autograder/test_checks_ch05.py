@@ -1,7 +1,7 @@
 """Tests of the chapter 5 checks: plausible wrong answers lose the part they are
 about, with a hint that names the mistake; valid answers in other styles earn
-full marks (visible and hidden checks, and the sandboxed grader); a wrong
-``split_heads`` is charged once."""
+full marks (visible and hidden checks; the sandboxed grader: test_checks_sandboxed.py);
+a wrong ``split_heads`` is charged once."""
 import functools
 import math
 
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import check_helpers
-from check_helpers import assert_charged_once, assert_full_marks, assert_noted, grade_in_sandbox, notebook_namespace
+from check_helpers import assert_noted, notebook_namespace
 from check_helpers import accepted, partly
 import solutions
 from autograder.checks import CheckFailure, check, get_exercise
@@ -284,7 +284,8 @@ def test_fused_valid_module_passes():
 # --------------------------------------------------------------------------- more valid styles, as notebook cells
 
 # Each answer is the text of a solution cell: the in-process tests exec them into
-# one namespace (as a notebook kernel does), the sandboxed grader runs them as cells.
+# one namespace (as a notebook kernel does), the sandboxed grader runs them as cells
+# (test_checks_sandboxed.py).
 
 SPLIT_UNFLATTEN = '''
 def split_heads(x, num_heads):
@@ -452,33 +453,3 @@ def test_a_failing_helper_is_charged_once(wrong, culprit):
     assert report.passed, report.render("MultiHeadAttention")
     assert_noted(report.notes, "MultiHeadAttention", culprit)
     assert ns[culprit] is not getattr(solutions, culprit)
-
-
-# --------------------------------------------------------------------------- the sandboxed grader
-
-POINTS = {"split_heads": 2, "merge_heads": 2, "MultiHeadAttention": 6}
-
-
-@pytest.mark.slow
-def test_sandbox_grades_other_valid_styles_full(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox(
-        "05_multi_head_attention", tmp_path,
-        split_heads=SPLIT_SLICES,
-        merge_heads=MERGE_CONTIGUOUS_VIEW,
-        MultiHeadAttention=MHA_HEAD_LOOP,
-    )
-    assert_full_marks(scores, POINTS)
-    assert any(n.startswith("advice (no points)") for n in scores["MultiHeadAttention"].notes)
-
-
-@pytest.mark.slow
-def test_sandbox_partial_split_heads_is_charged_once(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox(
-        "05_multi_head_attention", tmp_path,
-        split_heads=SPLIT_NO_TRANSPOSE,
-        merge_heads=MERGE_FLATTEN,
-        MultiHeadAttention=MHA_NOTEBOOK,
-    )
-    assert_charged_once(scores, "split_heads", 1,
-                        {"shapes and head order": 0, "d_model % num_heads != 0 raises ValueError": 1},
-                        "without a transpose", callers={"MultiHeadAttention": 6}, passed=["merge_heads"])

@@ -1,7 +1,7 @@
 """Tests of the chapter 6 checks (``autograder/checks/ch06_masking.py``).
 
 For every exercise: valid implementations in other styles
-earn full marks (visible and hidden checks, and the sandboxed grader), plausible
+earn full marks (visible and hidden checks; the sandboxed grader: test_checks_sandboxed.py), plausible
 wrong implementations lose the part they are about with a message that names the
 mistake, bad-input behaviour is advice worth no points, a wrong ``padding_mask``
 or ``causal_mask`` is charged once in ``decoder_mask``, a ``NotImplementedError``
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import check_helpers
-from check_helpers import assert_charged_once, assert_full_marks, assert_noted, grade_in_sandbox, notebook_namespace
+from check_helpers import assert_noted, notebook_namespace
 from check_helpers import accepted, partly, stub_says_not_implemented
 from autograder.checks.base import check_report
 
@@ -427,7 +427,8 @@ def test_masked_softmax_with_torchs_own_shape_error_is_full_marks_with_advice():
 # --------------------------------------------------------------------------- more valid styles, as notebook cells
 
 # Each answer is the text of a solution cell: the in-process tests exec them into
-# one namespace (as a notebook kernel does), the sandboxed grader runs them as cells.
+# one namespace (as a notebook kernel does), the sandboxed grader runs them as cells
+# (test_checks_sandboxed.py).
 
 PAD_RESHAPE = '''
 def padding_mask(ids, pad_id=0):
@@ -635,33 +636,3 @@ def test_a_failing_mask_is_charged_once_in_decoder_mask(pad, causal, culprit):
     assert report.passed, report.render("decoder_mask")
     assert_noted(report.notes, "decoder_mask", culprit)
     assert "not implemented" not in report.render("decoder_mask")
-
-
-# --------------------------------------------------------------------------- the sandboxed grader
-
-POINTS = {"padding_mask": 2, "causal_mask": 2, "decoder_mask": 2, "masked_softmax": 4}
-
-
-@pytest.mark.slow
-def test_sandbox_grades_other_valid_styles_full(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox(
-        "06_masking", tmp_path,
-        padding_mask=PAD_RESHAPE,
-        causal_mask=CAUSAL_NOT_TRIU,
-        decoder_mask=DEC_LOGICAL_AND,
-        masked_softmax=MS_LOG_SOFTMAX,
-    )
-    assert_full_marks(scores, POINTS)
-    assert any(n.startswith("advice (no points)") for n in scores["padding_mask"].notes)
-
-
-@pytest.mark.slow
-def test_sandbox_partial_padding_mask_is_charged_once(tmp_path, needs_sandbox):
-    scores = grade_in_sandbox(
-        "06_masking", tmp_path,
-        padding_mask=PAD_LONG,
-        causal_mask=CAUSAL_NUMPY,
-        decoder_mask=DEC_NOTEBOOK,
-    )
-    assert_charged_once(scores, "padding_mask", 1, {"shape and bool dtype": 0, "True at real tokens": 1}, "boolean",
-                        callers={"decoder_mask": 2}, passed=["causal_mask", "masked_softmax"])
