@@ -353,8 +353,8 @@ def test_bpe_tokenize_without_end_marker_is_rejected():
     rejected("bpe_tokenize", _tokenize_no_end, "end marker")
 
 
-def _tokenize_no_end(word, merges):
-    symbols = list(word)
+def _merge_in_place(symbols, merges):
+    """Apply ``merges`` in order to the list ``symbols``, each pair replaced where it stands."""
     for a, b in merges:
         i = 0
         while i < len(symbols) - 1:
@@ -364,16 +364,13 @@ def _tokenize_no_end(word, merges):
     return symbols
 
 
+def _tokenize_no_end(word, merges):
+    return _merge_in_place(list(word), merges)
+
+
 def test_a_different_valid_bpe_tokenize_passes():
     def in_place(word, merges):
-        symbols = list(word) + ["</w>"]
-        for a, b in merges:
-            i = 0
-            while i < len(symbols) - 1:
-                if symbols[i] == a and symbols[i + 1] == b:
-                    symbols[i:i + 2] = [a + b]
-                i += 1
-        return symbols
+        return _merge_in_place(list(word) + ["</w>"], merges)
 
     accepted("bpe_tokenize", in_place)
 
@@ -558,13 +555,18 @@ def test_cosine_similarity_with_torch_and_an_explicit_zero_check_earns_full_mark
 # --------------------------------------------------------------------------- TokenEmbedding
 
 
-def make_embedding(scale):
-    class TokenEmbedding(nn.Module):
-        def __init__(self, vocab_size, d_model):
-            super().__init__()
-            self.embedding = nn.Embedding(vocab_size, d_model)
-            self.d_model = d_model
+class EmbeddingTable(nn.Module):
+    """What the TokenEmbedding answers here hold: the contract's nn.Embedding named
+    embedding, and d_model. Each answer writes its own forward."""
 
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.d_model = d_model
+
+
+def make_embedding(scale):
+    class TokenEmbedding(EmbeddingTable):
         def forward(self, ids):
             return self.embedding(ids) * scale(self.d_model)
 
@@ -620,10 +622,9 @@ def test_token_embedding_with_a_renamed_table_is_rejected():
 
 
 def test_a_different_valid_token_embedding_passes():
-    class FunctionalEmbedding(nn.Module):
+    class FunctionalEmbedding(EmbeddingTable):
         def __init__(self, vocab_size, d_model):
-            super().__init__()
-            self.embedding = nn.Embedding(vocab_size, d_model)
+            super().__init__(vocab_size, d_model)
             self.register_buffer("scale", torch.tensor(d_model ** 0.5), persistent=False)
 
         def forward(self, ids):
@@ -633,10 +634,9 @@ def test_a_different_valid_token_embedding_passes():
 
 
 def test_token_embedding_by_indexing_the_weight_earns_full_marks():
-    class Indexing(nn.Module):
+    class Indexing(EmbeddingTable):
         def __init__(self, vocab_size, d_model):
-            super().__init__()
-            self.embedding = nn.Embedding(vocab_size, d_model)
+            super().__init__(vocab_size, d_model)
             self.scale = math.sqrt(d_model)
 
         def forward(self, ids):
@@ -646,12 +646,7 @@ def test_token_embedding_by_indexing_the_weight_earns_full_marks():
 
 
 def test_token_embedding_in_float64_earns_full_marks_with_a_note():
-    class Double(nn.Module):
-        def __init__(self, vocab_size, d_model):
-            super().__init__()
-            self.embedding = nn.Embedding(vocab_size, d_model)
-            self.d_model = d_model
-
+    class Double(EmbeddingTable):
         def forward(self, ids):
             return self.embedding(ids).double() * self.d_model ** 0.5
 

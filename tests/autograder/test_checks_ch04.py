@@ -70,15 +70,13 @@ def softmax_whole_sum(x, axis=-1):
 
 
 def softmax_in_place(x, axis=-1):
+    """The reference's values, written into a float input: modifies the caller's array."""
     x = np.asarray(x)
-    if x.ndim == 0:
-        raise ValueError("scalar")
-    if not np.issubdtype(x.dtype, np.floating):
-        x = x.astype(np.float64)
-    x -= x.max(axis=axis, keepdims=True)  # modifies the caller's array
-    np.exp(x, out=x)
-    x /= x.sum(axis=axis, keepdims=True)
-    return x
+    out = solutions.softmax(x, axis=axis)
+    if np.issubdtype(x.dtype, np.floating):
+        x[...] = out
+        return x
+    return out
 
 
 def test_softmax_without_max_subtraction_is_rejected():

@@ -78,38 +78,28 @@ def test_visible_cases_are_reproducible():
 # --------------------------------------------------------------------------- split_heads
 
 
-def split_no_transpose(x, num_heads):
-    batch, length, d_model = x.shape
-    if d_model % num_heads:
-        raise ValueError("not divisible")
-    return x.view(batch, num_heads, length, d_model // num_heads)
+def make_split(rearrange):
+    """A split_heads answer that checks d_model % num_heads, then returns
+    ``rearrange(x, batch, length, num_heads, d_k)``: the mistake is in the rearranging."""
+    def split_heads(x, num_heads):
+        batch, length, d_model = x.shape
+        if d_model % num_heads:
+            raise ValueError("not divisible")
+        return rearrange(x, batch, length, num_heads, d_model // num_heads)
+
+    return split_heads
 
 
-def split_d_k_major(x, num_heads):
-    batch, length, d_model = x.shape
-    if d_model % num_heads:
-        raise ValueError("not divisible")
-    return x.reshape(batch, length, d_model // num_heads, num_heads).permute(0, 3, 1, 2)
-
-
-def split_forgot_transpose(x, num_heads):
-    batch, length, d_model = x.shape
-    if d_model % num_heads:
-        raise ValueError("not divisible")
-    return x.reshape(batch, length, num_heads, d_model // num_heads)
+split_no_transpose = make_split(lambda x, b, t, h, d_k: x.view(b, h, t, d_k))
+split_d_k_major = make_split(lambda x, b, t, h, d_k: x.reshape(b, t, d_k, h).permute(0, 3, 1, 2))
+split_forgot_transpose = make_split(lambda x, b, t, h, d_k: x.reshape(b, t, h, d_k))
+split_via_numpy = make_split(lambda x, b, t, h, d_k: torch.from_numpy(
+    np.ascontiguousarray(x.detach().numpy().reshape(b, t, h, d_k).transpose(0, 2, 1, 3))))
 
 
 def split_no_check(x, num_heads):
     batch, length, d_model = x.shape
     return x.reshape(batch, length, num_heads, -1).transpose(1, 2)
-
-
-def split_via_numpy(x, num_heads):
-    batch, length, d_model = x.shape
-    if d_model % num_heads:
-        raise ValueError("not divisible")
-    y = x.detach().numpy().reshape(batch, length, num_heads, -1).transpose(0, 2, 1, 3)
-    return torch.from_numpy(np.ascontiguousarray(y))
 
 
 def test_split_heads_mistakes_are_named():

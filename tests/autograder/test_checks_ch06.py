@@ -263,17 +263,30 @@ def _broadcast_ok(scores, mask):
         raise ValueError(str(err)) from None
 
 
-def test_masked_softmax_valid_minus_inf_then_zero():
-    """-inf fill, softmax, NaN rows zeroed by masked_fill: valid (masked_fill's backward sends 0)."""
+def _lowest(scores):
+    """The most negative number of the scores' dtype."""
+    return torch.finfo(scores.dtype).min
 
+
+def make_masked_softmax(fill, zero=True, dim=-1, invert=False):
+    """A masked_softmax answer: for mask=None a plain softmax over ``dim``; else the
+    broadcast check, the masked scores filled with ``fill`` (a number, or a function of
+    the scores), a softmax over ``dim`` and, with ``zero``, the masked weights set to 0.
+    ``invert`` masks the True positions (the wrong polarity)."""
     def masked_softmax(scores, mask):
         if mask is None:
-            return scores.softmax(-1)
+            return scores.softmax(dim)
         _broadcast_ok(scores, mask)
-        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-        return weights.masked_fill(~mask, 0.0)
+        masked = mask if invert else ~mask
+        weights = torch.softmax(scores.masked_fill(masked, fill(scores) if callable(fill) else fill), dim=dim)
+        return weights.masked_fill(masked, 0.0) if zero else weights
 
-    accepted("masked_softmax", masked_softmax)
+    return masked_softmax
+
+
+def test_masked_softmax_valid_minus_inf_then_zero():
+    """-inf fill, softmax, NaN rows zeroed by masked_fill: valid (masked_fill's backward sends 0)."""
+    accepted("masked_softmax", make_masked_softmax(float("-inf")))
 
 
 def test_masked_softmax_valid_manual_exp():
@@ -315,88 +328,37 @@ def test_masked_softmax_nan_gradient():
 
 def test_masked_softmax_large_negative_fill():
     """-1e4 and zeroed afterwards: fine on ordinary scores, wrong when scores go below -1e4."""
-
-    def masked_softmax(scores, mask):
-        if mask is None:
-            return scores.softmax(-1)
-        _broadcast_ok(scores, mask)
-        weights = torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1)
-        return weights.masked_fill(~mask, 0.0)
-
-    _rejected("masked_softmax", masked_softmax, "not below the real scores")
+    _rejected("masked_softmax", make_masked_softmax(-1e4), "not below the real scores")
 
 
 def test_masked_softmax_fixed_minus_1e9_overflows_float16():
-    def masked_softmax(scores, mask):
-        if mask is None:
-            return scores.softmax(-1)
-        _broadcast_ok(scores, mask)
-        if scores.dtype == torch.float16:  # the rest is right, so only float16 fails
-            weights = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)
-        else:
-            weights = torch.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-1)
-        return weights.masked_fill(~mask, 0.0)
-
-    _rejected("masked_softmax", masked_softmax, "float16")
+    # -1e9 in float16 only: the rest is right, so only float16 fails.
+    answer = make_masked_softmax(lambda scores: -1e9 if scores.dtype == torch.float16 else _lowest(scores))
+    _rejected("masked_softmax", answer, "float16")
 
 
 def test_masked_softmax_small_but_not_zero():
     """Fill with -30 and no zeroing: masked weights ~1e-14, not exactly 0."""
-
-    def masked_softmax(scores, mask):
-        if mask is None:
-            return scores.softmax(-1)
-        _broadcast_ok(scores, mask)
-        return torch.softmax(scores.masked_fill(~mask, -30.0), dim=-1)
-
-    partly("masked_softmax", masked_softmax, ["values"],
+    partly("masked_softmax", make_masked_softmax(-30.0, zero=False), ["values"],
            ["masked positions exactly 0", "fully masked rows give zeros, not NaN"], "exactly 0", "all zeros",
            hidden=False)  # the visible cases already show it
 
 
 def test_masked_softmax_uniform_on_fully_masked_rows():
     """finfo.min fill without zeroing afterwards: fully masked rows become uniform."""
-
-    def masked_softmax(scores, mask):
-        if mask is None:
-            return scores.softmax(-1)
-        _broadcast_ok(scores, mask)
-        return torch.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-1)
-
-    _rejected("masked_softmax", masked_softmax, "all masked", "all zeros")
+    _rejected("masked_softmax", make_masked_softmax(_lowest, zero=False), "all masked", "all zeros")
 
 
 def test_masked_softmax_wrong_axis():
-    def masked_softmax(scores, mask):
-        if mask is None:
-            return scores.softmax(-2)
-        _broadcast_ok(scores, mask)
-        weights = torch.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-2)
-        return weights.masked_fill(~mask, 0.0)
-
-    _rejected("masked_softmax", masked_softmax, "axis -2")
+    _rejected("masked_softmax", make_masked_softmax(_lowest, dim=-2), "axis -2")
 
 
 def test_masked_softmax_fill_with_zero():
-    def masked_softmax(scores, mask):
-        if mask is None:
-            return scores.softmax(-1)
-        _broadcast_ok(scores, mask)
-        weights = torch.softmax(scores.masked_fill(~mask, 0.0), dim=-1)
-        return weights.masked_fill(~mask, 0.0)
-
-    _rejected("masked_softmax", masked_softmax, "filled with 0")
+    _rejected("masked_softmax", make_masked_softmax(0.0), "filled with 0")
 
 
 def test_masked_softmax_inverted_polarity():
-    def masked_softmax(scores, mask):
-        if mask is None:
-            return scores.softmax(-1)
-        _broadcast_ok(scores, mask)
-        weights = torch.softmax(scores.masked_fill(mask, torch.finfo(scores.dtype).min), dim=-1)
-        return weights.masked_fill(mask, 0.0)
-
-    _rejected("masked_softmax", masked_softmax, "polarity")
+    _rejected("masked_softmax", make_masked_softmax(_lowest, invert=True), "polarity")
 
 
 def test_masked_softmax_in_place():
