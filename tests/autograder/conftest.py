@@ -42,6 +42,23 @@ NETWORK_PROBE = textwrap.dedent("""
 """)
 
 
+# A torch.Tensor subclass that says every torch.equal/allclose holds and calls itself
+# torch's: the disguise an answer may try on the wire (test_runner: it crosses as its
+# data; test_cheats: a sandboxed answer returning one is judged on its data).
+DISGUISED_TENSOR = textwrap.dedent("""
+    import torch
+
+    class Tensor(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func in (torch.equal, torch.allclose):
+                return True
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    Tensor.__module__ = "torch"
+""")
+
+
 def write_probe(paths: str) -> str:
     """Probe code that tries to append to each path of ``paths`` (the source of a
     Python list, evaluated in the run) and prints ``writable PATH`` or ``refused PATH``."""
@@ -52,6 +69,22 @@ def write_probe(paths: str) -> str:
             print("writable", path)
         except OSError:
             print("refused", path)
+    """), "    ")
+
+
+def read_probe(paths: str) -> str:
+    """Probe code that tries to read each path of ``paths`` (the source of a Python
+    list, evaluated in the run): it lists a folder and reads a file, and prints
+    ``read PATH`` or ``unreadable PATH``."""
+    return f"import os\nfor path in {paths}:\n" + textwrap.indent(textwrap.dedent("""\
+        try:
+            if os.path.isdir(path):
+                os.listdir(path)
+            else:
+                open(path).read()
+            print("read", path)
+        except OSError:
+            print("unreadable", path)
     """), "    ")
 
 

@@ -32,7 +32,7 @@ import solutions
 from autograder.grading import grade_submission
 from autograder.sandbox import Limits
 from autograder.sync import solution_cell_source
-from conftest import REPO, file_digest
+from conftest import DISGUISED_TENSOR, REPO, file_digest
 
 pytestmark = pytest.mark.slow
 
@@ -297,21 +297,10 @@ def _attacks(sentinels: dict[str, Path], urls: list[str]) -> dict[str, tuple[str
         def padding_mask(ids, pad_id=0):
             return torch.zeros(ids.shape[0], 1, 1, ids.shape[1], dtype=torch.bool).as_subclass(Liar)
     """, wrong=False)
-    a["tensor_subclass_disguised_as_torch_tensor"] = pm("""
-        import torch
-
-        class Tensor(torch.Tensor):
-            @classmethod
-            def __torch_function__(cls, func, types, args=(), kwargs=None):
-                if func in (torch.equal, torch.allclose):
-                    return True
-                return super().__torch_function__(func, types, args, kwargs or {})
-
-        Tensor.__module__ = "torch"
-
+    a["tensor_subclass_disguised_as_torch_tensor"] = pm(DISGUISED_TENSOR + textwrap.dedent("""
         def padding_mask(ids, pad_id=0):  # wrong in every part: not a bool mask, all zero
             return torch.zeros(ids.shape[0], 1, 1, ids.shape[1], dtype=torch.float32).as_subclass(Tensor)
-    """, wrong=False)
+    """), wrong=False)
     # -- delegating to the reference ------------------------------------------------------
     a["import_reference"] = pm("""
         import solutions
@@ -687,18 +676,14 @@ def test_killing_the_sandbox_parent_is_refused(graded):
     assert "PermissionError" in hit.reason or "killed" in hit.reason
 
 
-def test_fork_bomb_is_bounded(graded):
-    _assert_contained(graded, "fork_bomb", {"error"})
-
-
-def test_memory_hog_is_bounded(graded):
-    hit = _assert_contained(graded, "memory_hog", {"error"})
-    assert "MemoryError" in hit.reason
-
-
-def test_endless_loop_times_out_and_the_rest_is_graded(graded):
-    hit = _assert_contained(graded, "endless_loop", {"timeout"})
-    assert "more than 10 s of CPU time" in hit.reason
+@pytest.mark.parametrize("attack, status, words", [
+    ("fork_bomb", "error", []),
+    ("memory_hog", "error", ["MemoryError"]),
+    ("endless_loop", "timeout", ["more than 10 s of CPU time"]),
+])
+def test_resource_hogs_are_bounded_and_the_rest_is_graded(graded, attack, status, words):
+    hit = _assert_contained(graded, attack, {status})
+    assert all(word in hit.reason for word in words), hit.reason
 
 
 def test_forged_result_with_a_factory_is_rejected(graded):

@@ -22,7 +22,7 @@ import pytest
 
 from autograder import isolation
 from autograder.sandbox import Limits
-from conftest import NETWORK_PROBE, REPO, SAFETY_WALL, probe_runner, run_piped_job, write_probe
+from conftest import NETWORK_PROBE, REPO, SAFETY_WALL, probe_runner, read_probe, run_piped_job, write_probe
 
 
 def _container_problem() -> str | None:
@@ -102,18 +102,8 @@ def test_the_reference_the_checks_and_other_submissions_are_unreadable(cprobe, t
                 print("importable", name)
             except ImportError:
                 print("missing", name)
-        for path in ["{REPO}/solutions/attention.py", "{REPO}/autograder/checks/base.py", "{REPO}/book",
-                     "{other}", "{gradebook}", "/etc/shadow", "/root"]:
-            try:
-                if path.endswith(("book", "root")):
-                    import os
-                    os.listdir(path)
-                else:
-                    open(path).read()
-                print("read", path)
-            except OSError:
-                print("unreadable", path)
-    """)
+    """) + read_probe(f"""["{REPO}/solutions/attention.py", "{REPO}/autograder/checks/base.py", "{REPO}/book",
+                           "{other}", "{gradebook}", "/etc/shadow", "/root"]""")
     out = cprobe(code).stdout
     assert "softmax False" in out
     assert "missing solutions.attention" in out and "missing autograder.checks" in out

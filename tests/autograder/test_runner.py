@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from autograder import grading, runner
+from conftest import DISGUISED_TENSOR
 
 
 def _roundtrip(value):
@@ -63,14 +64,9 @@ def test_tensor_subclass_is_rejected():
 
 
 def test_tensor_subclass_disguised_as_torch_tensor_crosses_as_its_data():
-    class Tensor(torch.Tensor):  # noqa: D401 - a disguise
-        @classmethod
-        def __torch_function__(cls, func, types, args=(), kwargs=None):
-            if func in (torch.equal, torch.allclose):
-                return True
-            return super().__torch_function__(func, types, args, kwargs or {})
-
-    Tensor.__module__ = "torch"
+    disguise: dict = {}
+    exec(DISGUISED_TENSOR, disguise)  # noqa: S102 - the test's own code
+    Tensor = disguise["Tensor"]
     back = _roundtrip(torch.arange(3.0).as_subclass(Tensor))
     assert isinstance(back, runner.Tensor)
     assert type(back.value) is np.ndarray and back.dtype == "float32"

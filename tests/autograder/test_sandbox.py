@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autograder.sandbox import Limits, build_library, graded_modules, import_target, module_names
-from conftest import NETWORK_PROBE, REPO, SAFETY_WALL, run_piped_job, write_probe
+from conftest import NETWORK_PROBE, REPO, SAFETY_WALL, read_probe, run_piped_job, write_probe
 
 CH04 = {"softmax", "scaled_dot_product_attention", "self_attention"}
 
@@ -148,14 +148,8 @@ def test_reference_and_repository_are_invisible(probe):
             print("checks", "importable")
         except ImportError:
             print("checks", "missing")
-        for path in ["{REPO}/solutions/attention.py", "{REPO}/autograder/checks/base.py", "{REPO}/book",
-                     "{REPO}/.git"]:
-            try:
-                open(path).read()
-                print("read", path)
-            except OSError:
-                print("unreadable", path)
-    """)
+    """) + read_probe(f"""["{REPO}/solutions/attention.py", "{REPO}/autograder/checks/base.py", "{REPO}/book",
+                           "{REPO}/.git"]""")
     out = probe(code).stdout
     assert "softmax False" in out
     assert "masked_softmax False" in out  # it computes a softmax: withheld from chapter 4
