@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -26,22 +25,12 @@ import pytest
 
 from autograder import batch, journal, submissions
 from autograder.bench import make_submission
-from autograder.grading import RunSettings, read_untrusted
+from autograder.grading import CellScore, RunSettings, read_untrusted
 from fixtures import make_course
 
 CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-
-
-@dataclass
-class FakeScore:
-    exercise: str
-    grade_id: str
-    score: float
-    max_score: float
-    status: str
-    reason: str
 
 
 def scripted_grade(source_nb, submission_nb, *, chapter=None, timeout=120.0, hidden=True, seed=None,
@@ -63,26 +52,26 @@ def scripted_grade(source_nb, submission_nb, *, chapter=None, timeout=120.0, hid
     tests = [(c.metadata.nbgrader["grade_id"], float(c.metadata.nbgrader["points"])) for c in source.cells
              if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
     if submission_nb is None:
-        return [FakeScore(g[5:], g, 0.0, p, "missing", "not submitted") for g, p in tests]
+        return [CellScore(g[5:], g, 0.0, p, "missing", "not submitted") for g, p in tests]
     try:  # through the real grader's door for untrusted files (no links, pipes, devices)
         data = json.loads(read_untrusted(Path(submission_nb), 50 * 2**20).decode("utf-8"))
         cells = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in data["cells"]
                  if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
     except (ValueError, KeyError, TypeError) as exc:  # NotebookError is a ValueError
-        return [FakeScore(g[5:], g, 0.0, p, "invalid", f"the notebook cannot be read: {type(exc).__name__}")
+        return [CellScore(g[5:], g, 0.0, p, "invalid", f"the notebook cannot be read: {type(exc).__name__}")
                 for g, p in tests]
     rows = []
     for grade_id, points in tests:
         name = grade_id[5:]
         code = cells.get(name)
         if code is None:
-            rows.append(FakeScore(name, grade_id, 0.0, points, "missing", "no cell with this exercise's id"))
+            rows.append(CellScore(name, grade_id, 0.0, points, "missing", "no cell with this exercise's id"))
         elif "NotImplementedError()" in code:
-            rows.append(FakeScore(name, grade_id, 0.0, points, "failed", "not implemented yet"))
+            rows.append(CellScore(name, grade_id, 0.0, points, "failed", "not implemented yet"))
         elif "# a bug" in code:
-            rows.append(FakeScore(name, grade_id, 0.0, points, "failed", "the output has the wrong values <b>"))
+            rows.append(CellScore(name, grade_id, 0.0, points, "failed", "the output has the wrong values <b>"))
         else:
-            rows.append(FakeScore(name, grade_id, points, points, "passed", ""))
+            rows.append(CellScore(name, grade_id, points, points, "passed", ""))
     return rows
 
 

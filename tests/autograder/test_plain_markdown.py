@@ -81,15 +81,21 @@ def html(markdown: str) -> str:
     return MD.render(markdown)
 
 
+def plain_page(source: str, expected: str) -> str:
+    """Assert that ``source`` becomes exactly ``expected``; return its CommonMark HTML."""
+    out = plain(source)
+    assert out == expected, out
+    return html(out)
+
+
 # --------------------------------------------------------------------------- dropdowns
 
 
 def test_a_dropdown_becomes_details_with_the_hint_rendered_inside():
-    source = "Try first.\n\n:::{dropdown} Hint 1\nUse `x @ W_xh` for all steps: $x_t W_{xh}$.\n:::\n\nThen check."
-    out = plain(source)
-    assert out == ("Try first.\n\n<details>\n<summary>Hint 1</summary>\n\n"
-                   "Use `x @ W_xh` for all steps: $x_t W_{xh}$.\n\n</details>\n\nThen check.")
-    page = html(out)
+    page = plain_page("Try first.\n\n:::{dropdown} Hint 1\nUse `x @ W_xh` for all steps: $x_t W_{xh}$.\n:::\n\n"
+                      "Then check.",
+                      "Try first.\n\n<details>\n<summary>Hint 1</summary>\n\n"
+                      "Use `x @ W_xh` for all steps: $x_t W_{xh}$.\n\n</details>\n\nThen check.")
     assert re.search(r"<details>\s*<summary>Hint 1</summary>\s*<p>Use <code>x @ W_xh</code> for all steps: "
                      r"\$x_t W_\{xh\}\$\.</p>\s*</details>\s*<p>Then check\.</p>", page), page
 
@@ -102,11 +108,9 @@ def test_a_dropdown_right_after_a_paragraph_and_before_text_is_still_separate():
 
 
 def test_nested_fences_with_more_colons_and_an_open_dropdown():
-    source = "::::{note}\nOuter text.\n\n:::{dropdown} Inner\n:open:\nHidden *detail*.\n:::\n::::"
-    out = plain(source)
-    assert out == ("> **Note**\n>\n> Outer text.\n>\n> <details open>\n> <summary>Inner</summary>\n>\n"
-                   "> Hidden *detail*.\n>\n> </details>")
-    page = html(out)
+    page = plain_page("::::{note}\nOuter text.\n\n:::{dropdown} Inner\n:open:\nHidden *detail*.\n:::\n::::",
+                      "> **Note**\n>\n> Outer text.\n>\n> <details open>\n> <summary>Inner</summary>\n>\n"
+                      "> Hidden *detail*.\n>\n> </details>")
     assert re.search(r"<blockquote>\s*<p><strong>Note</strong></p>\s*<p>Outer text\.</p>\s*<details open>\s*"
                      r"<summary>Inner</summary>\s*<p>Hidden <em>detail</em>\.</p>\s*</details>\s*</blockquote>",
                      page), page
@@ -123,11 +127,9 @@ def test_a_code_fence_inside_a_dropdown_is_kept_verbatim():
 
 
 def test_an_admonition_is_a_blockquote_with_its_bold_title():
-    source = ":::{admonition} PyTorch in five ideas\n:class: note\n* **Tensors** are arrays,\n  with gradients.\n* Modules.\n:::"
-    out = plain(source)
-    assert out == ("> **PyTorch in five ideas**\n>\n> * **Tensors** are arrays,\n>   with gradients.\n"
-                   "> * Modules.")
-    page = html(out)
+    page = plain_page(":::{admonition} PyTorch in five ideas\n:class: note\n* **Tensors** are arrays,\n"
+                      "  with gradients.\n* Modules.\n:::",
+                      "> **PyTorch in five ideas**\n>\n> * **Tensors** are arrays,\n>   with gradients.\n> * Modules.")
     assert re.search(r"<blockquote>\s*<p><strong>PyTorch in five ideas</strong></p>\s*<ul>\s*"
                      r"<li><strong>Tensors</strong> are arrays,\s*with gradients\.</li>\s*<li>Modules\.</li>",
                      page), page
@@ -166,19 +168,18 @@ def test_a_figure_without_alt_uses_its_caption_and_an_unreferenced_name_adds_no_
 
 
 def test_a_target_line_is_an_anchor_only_where_something_points_to_it():
-    out = plain("Before.\n\n(sec-1-4)=\n## 1.4 Vanishing gradients\n\n(sec-1-5)=\n## 1.5 Gates\n\nSee [§1.4](#sec-1-4).")
-    assert out == ('Before.\n\n<a id="sec-1-4"></a>\n## 1.4 Vanishing gradients\n\n## 1.5 Gates\n\n'
-                   "See [§1.4](#sec-1-4).")
-    page = html(out)
+    page = plain_page("Before.\n\n(sec-1-4)=\n## 1.4 Vanishing gradients\n\n(sec-1-5)=\n## 1.5 Gates\n\n"
+                      "See [§1.4](#sec-1-4).",
+                      'Before.\n\n<a id="sec-1-4"></a>\n## 1.4 Vanishing gradients\n\n## 1.5 Gates\n\n'
+                      "See [§1.4](#sec-1-4).")
     assert '<p><a id="sec-1-4"></a></p>\n<h2>1.4 Vanishing gradients</h2>' in page
     assert "<h2>1.5 Gates</h2>" in page and "sec-1-5" not in page
 
 
 def test_refs_in_this_chapter_another_chapter_and_a_page():
-    out = plain("See {ref}`sec-1-4`, {ref}`§5.4 <sec-5-4>`, {ref}`the figure <fig-rnn>` and {ref}`sec-install`.")
-    assert out == ("See [1.4 Vanishing gradients](#sec-1-4), "
-                   "[§5.4](../05_mha/05_mha.ipynb#sec-5-4), [the figure](#fig-rnn) and Install.")
-    page = html(out)
+    page = plain_page("See {ref}`sec-1-4`, {ref}`§5.4 <sec-5-4>`, {ref}`the figure <fig-rnn>` and {ref}`sec-install`.",
+                      "See [1.4 Vanishing gradients](#sec-1-4), "
+                      "[§5.4](../05_mha/05_mha.ipynb#sec-5-4), [the figure](#fig-rnn) and Install.")
     assert '<a href="../05_mha/05_mha.ipynb#sec-5-4">§5.4</a>' in page
     assert '<a href="#sec-1-4">1.4 Vanishing gradients</a>' in page
 
