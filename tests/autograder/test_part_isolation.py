@@ -448,12 +448,24 @@ def test_every_exercise_has_a_row_in_the_table_or_is_listed_as_not_yet():
     assert not covered & NOT_YET_IN_TABLE
 
 
-def test_the_class_report_keeps_a_part_name_holding_the_separator():
-    from autograder.report import _parse_parts
+def test_the_class_report_keeps_a_part_name_holding_the_separator(tmp_path):
+    """A part's name may hold the " · " that joins parts in scores.csv: the typed results
+    carry it whole to the report (nothing is parsed back out of the CSV)."""
+    from autograder import report
+    from autograder.results import ClassResults, ExerciseScore, PartScore, SubmissionGrade
 
-    parts = _parse_parts("an nn.Embedding named embedding 1/1 · embedding(ids) · √d_model 0/2")
-    assert [(p.name, p.score, p.points) for p in parts] == [
+    ch = "02_tokens_and_embeddings"
+    parts = [PartScore("an nn.Embedding named embedding", 1.0, 1.0),
+             PartScore("embedding(ids) · √d_model", 0.0, 2.0, "the output is not scaled by √d_model")]
+    results = ClassResults([ExerciseScore("ann", ch, "TokenEmbedding", 1.0, 3.0, "partial", "why", parts)],
+                           [SubmissionGrade("ann", ch, "incomplete", 1.0, 3.0, 1.0)])
+    assert "embedding(ids) · √d_model 0/2" in results.score_rows()[0][8]  # the csv column, for people
+    results.write(tmp_path)
+    rows, grades = report.load_rows(tmp_path)
+    assert [(p.name, p.score, p.points) for p in rows[0].parts] == [
         ("an nn.Embedding named embedding", 1.0, 1.0), ("embedding(ids) · √d_model", 0.0, 2.0)]
+    summary = report.chapter_summary(ch, rows, grades)
+    assert [p.name for p in summary.parts] == ["an nn.Embedding named embedding", "embedding(ids) · √d_model"]
 
 
 # --------------------------------------------------------------------------- the real grading path
