@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .feedback import STATUS_WORDS, duration_text
-from .results import ClassResults, ExerciseScore, ResultsError, SubmissionGrade
+from .results import RESULTS_FILE, ClassResults, ExerciseScore, ResultsError, SubmissionGrade
 from .text import csv_text
 
 __all__ = [
@@ -870,7 +870,7 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
     out = Path(out)
     rows, grades = load_rows(out)
     if not rows:
-        raise ReportError(f"{out / 'results.json'} has no rows: grade a class first")
+        raise ReportError(f"{out / RESULTS_FILE} has no rows: grade a class first")
     if submitted is None:
         from .journal import recorded_submitted
 
@@ -886,12 +886,12 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
     written, summaries = [], []
     for chapter in sorted(by_chapter):
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", chapter) or chapter.startswith("."):
-            raise ReportError(f"{out / 'results.json'}: {chapter!r} is not a chapter id")
+            raise ReportError(f"{out / RESULTS_FILE}: {chapter!r} is not a chapter id")
         summary = chapter_summary(chapter, by_chapter[chapter], grades,
                                   {s: real for (s, c), real in wrong.items() if c == chapter})
         summaries.append(summary)
         page, table = dest / f"{chapter}.html", dest / f"{chapter}.csv"
-        write_atomic(page, render_html(summary, "results.json"))
+        write_atomic(page, render_html(summary, RESULTS_FILE))
         write_atomic(table, render_csv(summary))
         written += [page, table]
     index = dest / "index.html"

@@ -16,6 +16,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .journal import write_atomic
 from .text import score_text
 
 __all__ = ["RESULTS_FILE", "RESULTS_VERSION", "ResultsError", "PartScore", "ExerciseScore", "SubmissionGrade",
@@ -144,8 +145,6 @@ class ClassResults:
 
     def write(self, out: Path) -> Path:
         """Write ``out/results.json`` (atomically); returns its path."""
-        from .journal import write_atomic
-
         path = Path(out) / RESULTS_FILE
         write_atomic(path, self.to_json())
         return path

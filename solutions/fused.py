@@ -47,6 +47,11 @@ from .multihead import MultiHeadAttention, merge_heads, split_heads
 __all__ = ["packed_projection", "FusedMultiHeadAttention", "fuse_attention"]
 
 
+def _compiling():
+    """True while ``torch.compile`` traces (``torch.compiler.is_compiling``; False on a torch without it)."""
+    return getattr(torch.compiler, "is_compiling", lambda: False)()
+
+
 def packed_projection(x, linears, cache=None):
     """Apply several ``nn.Linear`` maps of the same input ``x`` as one matrix product.
 
@@ -79,9 +84,8 @@ def packed_projection(x, linears, cache=None):
     parameters = [p for m in linears for p in (m.weight, m.bias)]
     # While autograd records, the packed weight must be part of this graph: pack anew.
     # Inside torch.compile, too (the compiler fuses the copy itself).
-    compiling = getattr(torch.compiler, "is_compiling", lambda: False)()
     recording = torch.is_grad_enabled() and any(p.requires_grad for p in parameters)
-    use_cache = cache is not None and not recording and not compiling
+    use_cache = cache is not None and not recording and not _compiling()
     # A parameter has changed when its storage moved (.to, .double, assignment) or its
     # version counter did (in-place updates: optimizer steps, load_state_dict). The
     # cache keeps the packed storages alive, so no new storage can reuse an address.
@@ -164,7 +168,7 @@ class FusedMultiHeadAttention(MultiHeadAttention):
         graph packs anew (the compiler fuses the copy), and reading a dict that changes
         between calls would make it recompile on every step.
         """
-        if getattr(torch.compiler, "is_compiling", lambda: False)():
+        if _compiling():
             return None
         return self.__dict__.setdefault("_packed_cache", {}).setdefault(group, {})
 

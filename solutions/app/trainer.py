@@ -222,7 +222,6 @@ PRESETS = {
 }
 
 
-
 # The book's training run, defined once: chapter 9 trains it and saves it (book_checkpoint), chapter 10
 # decodes that model and trains the same run only when the checkpoint is missing.
 def book_splits():
