@@ -12,11 +12,12 @@ EDITION ?= web
 PYTEST_ARGS ?=
 JOBS ?= 2
 
-.PHONY: help venv vendor sysdeps book test nbval bench release selftest clean
+.PHONY: help venv vendor sysdeps book test test-quick nbval bench release selftest clean
 
 help:
 	@echo "make book     set up, then build the whole book strictly (EDITION=web|course)"
 	@echo "make test     set up, then run the whole test suite (each chapter executes once)"
+	@echo "make test-quick  the tests not marked slow or book (no chapter execution)"
 	@echo "make nbval    run each chapter notebook under nbval (a second execution; one-off)"
 	@echo "make venv     only set up .venv (torch CPU build first, then requirements)"
 	@echo "make bench    performance ratios of the reference package"
@@ -74,11 +75,19 @@ book: venv vendor
 
 # Each chapter executes once per run: in the strict book build (hidden checks included,
 # in cells removed from the pages), which the tests that need the build share
-# (tests/book/test_executed_chapters.py asserts on its execution). tests/conftest.py
-# sends every test module that reads the build to one worker, which builds first;
-# the other worker runs the rest of the suite meanwhile.
+# (tests/book/test_executed_chapters.py asserts on its execution, and that the answered
+# release is the code it ran). tests/conftest.py sends every test module that reads the
+# build to one worker, which builds first; the other worker runs the rest meanwhile. The
+# release runs execute only what differs from the build: each chapter's blank release,
+# in the student's venv. The session ends with the count of executions per chapter
+# (tests/notebook_runs.py keeps each executed notebook, with its cell timings, under
+# _build/test-executions/). Under CI=true a wall that cannot start fails its tests.
 test: venv sysdeps vendor
 	$(PY) -m pytest -n $(JOBS) --durations=25 $(PYTEST_ARGS)
+
+# The quick loop while editing: everything not marked slow and not reading the built book.
+test-quick: venv
+	$(PY) -m pytest -n $(JOBS) -m "not slow and not book" $(PYTEST_ARGS)
 
 # nbval executes every chapter again, as a student's `pytest --nbval-lax` would.
 nbval: venv

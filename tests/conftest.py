@@ -1,9 +1,14 @@
-"""Shared pytest set-up: seeded randomness, the GPU marker, nbval on demand, the book tests on one worker."""
+"""Shared pytest set-up: seeded randomness, the GPU marker, nbval on demand, the book tests on one
+worker, walls that must start under ``CI=true``, and the count of notebook executions."""
+import os
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import notebook_runs
+from walls import WALL_SKIP
 
 
 NBVAL_OPTION = "--run-nbval"
@@ -19,6 +24,47 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "nbval_execution: executes a chapter under nbval; runs only "
                                        f"with {NBVAL_OPTION} (make nbval)")
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist): a fresh count
+        notebook_runs.reset_ledger()
+
+
+def on_ci() -> bool:
+    """True where ``CI`` says so (``CI=true``, as GitHub Actions, GitLab CI and most runners set it)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under ``CI=true`` a test skipped because a wall it tests cannot start fails instead.
+
+    A wall (bubblewrap, a memory cgroup, Landlock, Chromium) that cannot start on a
+    developer's laptop is a skip there (``walls.cannot_start``); on CI, where the Makefile
+    installs every wall, the same skip means the suite did not test what it claims to,
+    so it is a failure that says which wall and why. Only skips raised through
+    ``walls.cannot_start`` are turned: a ``gpu`` or ``nbval`` skip stays a skip.
+    """
+    report = yield
+    if report.skipped and on_ci() and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if WALL_SKIP in reason:
+            why = reason.split(WALL_SKIP, 1)[1]
+            report.outcome = "failed"
+            report.longrepr = (f"CI=true, and a wall this test checks cannot start here: {why}\n"
+                               "On CI every wall must run (make sysdeps installs bubblewrap and Chromium; the "
+                               "runner must allow user namespaces, a delegated cgroup v2 and Landlock). "
+                               "Unset CI to let it skip on a machine without it.")
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Print how many times each chapter notebook executed in this run (book build and tests together)."""
+    if hasattr(config, "workerinput"):
+        return
+    counts = notebook_runs.executions()
+    if counts:
+        terminalreporter.write_sep("-", "chapter executions this run (book build + tests)")
+        for chapter, count in sorted(counts.items()):
+            terminalreporter.write_line(f"{chapter}: {count}")
 
 
 BOOK_GROUP = "the built book"

@@ -18,6 +18,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import fixtures  # noqa: E402
+from walls import cannot_start  # noqa: E402
 
 REPO = HERE.parent.parent
 
@@ -102,10 +103,10 @@ def _sandbox_problem() -> str | None:
 
 @pytest.fixture(scope="session")
 def needs_sandbox():
-    """Skip when bubblewrap cannot run here (the Makefile installs it on CI)."""
+    """Skip when bubblewrap cannot run here; fail under ``CI=true`` (the Makefile installs it on CI)."""
     problem = _sandbox_problem()
     if problem:
-        pytest.skip(problem)
+        cannot_start("bubblewrap", problem)
 
 
 @pytest.fixture(scope="session")

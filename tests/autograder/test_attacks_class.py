@@ -32,6 +32,7 @@ import nbformat
 import pytest
 
 import fixtures
+from walls import cannot_start
 from autograder import batch, feedback, grading, gradebook, report, submissions
 from autograder.bench import make_source_notebook
 from autograder.text import FORMULA_STARTS, csv_cell, csv_text, csv_uncell
@@ -346,7 +347,7 @@ def attacked_class(tmp_path_factory):
     try:
         check_sandbox()
     except RuntimeError as exc:
-        pytest.skip(str(exc))
+        cannot_start("bubblewrap", str(exc))
     root = tmp_path_factory.mktemp("attacked")
     book = _book(root)
     source = _source(book)

@@ -23,6 +23,7 @@ import pytest
 from autograder import isolation
 from autograder.sandbox import Limits
 from conftest import NETWORK_PROBE, REPO, SAFETY_WALL, probe_runner, read_probe, run_piped_job, write_probe
+from walls import cannot_start
 
 
 def _container_problem() -> str | None:
@@ -43,7 +44,7 @@ def container(monkeypatch):
     """Force the container mode for this test (and the runs it starts)."""
     problem = _container_problem()
     if problem:
-        pytest.skip(problem)
+        cannot_start("container mode (Landlock)", problem)
     monkeypatch.setenv(isolation.ENV, "container")
     isolation._CHOSEN.clear()
     yield isolation.container_plan()

@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE))
 
 import fixtures  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds the autograder zip and grades in a simulated /autograder
 CHAPTER = "04_self_attention"
 
 # Sends a forged result frame for an earlier exercise through the runner's pipe.

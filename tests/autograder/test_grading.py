@@ -8,6 +8,7 @@ import json
 import pytest
 
 import fixtures
+from walls import cannot_start
 from autograder.grading import STATUSES, CellScore, grade_submission
 
 CH04 = ["softmax", "scaled_dot_product_attention", "self_attention"]
@@ -549,7 +550,7 @@ def test_memory_held_in_files_is_stopped_at_the_run_limit(ch04_source, tmp_path,
     from autograder.sandbox import Limits
 
     if not cgroup.available()[0]:
-        pytest.skip("no memory cgroup here: RLIMIT_AS alone bounds each process")
+        cannot_start("memory cgroup", "no memory cgroup here: RLIMIT_AS alone bounds each process")
     sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
                                                            softmax=MEMFD_HOG), tmp_path / "hog.ipynb")
     limits = Limits(wall_seconds=120.0, cpu_seconds=120, run_memory_bytes=1024 * 2**20)
@@ -727,7 +728,7 @@ def test_the_memory_option_stops_a_submission_over_it(tmp_path, needs_sandbox, c
     from autograder.cli import main
 
     if not cgroup.available()[0]:
-        pytest.skip("no memory cgroup here: RLIMIT_AS alone bounds each process")
+        cannot_start("memory cgroup", "no memory cgroup here: RLIMIT_AS alone bounds each process")
     nb = fixtures.source_notebook("04_self_attention")
     book = tmp_path / "book"
     source = fixtures.write_notebook(nb, book / "04_self_attention" / "04_self_attention.ipynb")

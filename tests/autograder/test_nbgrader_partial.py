@@ -7,8 +7,8 @@ scored by nbgrader's own ``determine_grade``.
 """
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from nbgrader.utils import determine_grade
+from notebook_runs import execute
 
 from autograder.checks import get_exercise
 
@@ -34,25 +34,26 @@ def softmax(x, axis=-1):
 TEST = 'check("softmax", softmax)\ncheck("softmax", softmax, hidden=True)'
 
 
-def _graded(solution: str, points: float):
+def _graded(solution: str, points: float, cwd):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     test = nbformat.v4.new_code_cell(TEST, metadata={"nbgrader": {
         "grade": True, "solution": False, "locked": True, "grade_id": "test_softmax", "points": points}})
     nb.cells = [nbformat.v4.new_code_cell(SETUP), nbformat.v4.new_code_cell(solution), test]
-    NotebookClient(nb, timeout=120, allow_errors=True, kernel_name="python3").execute()
+    execute(nb, label="nbgrader-partial/softmax", chapter=None, kernel_name="python3", cwd=cwd, timeout=120,
+            allow_errors=True)
     return determine_grade(nb.cells[-1]), nb.cells[-1]
 
 
 @pytest.mark.slow
-def test_nbgrader_scores_full_partial_and_zero():
+def test_nbgrader_scores_full_partial_and_zero(tmp_path):
     parts = type(get_exercise("softmax")).parts
     total = float(sum(parts.values()))
     assert "any axis" in parts
-    score, cell = _graded(RIGHT, total)
+    score, cell = _graded(RIGHT, total, tmp_path)
     assert score == (total, total)
     assert not any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs)
-    score, _ = _graded(LAST_AXIS_ONLY, total)
+    score, _ = _graded(LAST_AXIS_ONLY, total, tmp_path)
     assert score == (total - parts["any axis"], total)
-    score, _ = _graded(WRONG, total)
+    score, _ = _graded(WRONG, total, tmp_path)
     assert score == (0, total)

@@ -13,6 +13,7 @@ from autograder.bench import make_book
 from autograder.book import MARKERS, chapter_ids, secret_lines
 from autograder.release import ReleaseError, leaked_lines, release, student_version
 
+pytestmark = pytest.mark.slow  # releases chapters (notebooks and student packages)
 REPO = Path(__file__).resolve().parents[2]
 GENERATED = ["04_self_attention", "05_multi_head_attention"]
 

@@ -4,15 +4,21 @@ repository, as Jupyter runs it (a kernel of that venv).
 
 One release of all ten chapters (one wheel per chapter); one venv for the whole
 module, the next chapter's wheel installed over the last one, as the README tells a
-student. For each chapter:
+student. Each chapter executes once per ``make test``, in the book build; here the
+released notebook executes only where it differs from that build:
 
-* with the reference answers pasted into the exercise cells, every cell runs and
-  ``python -m autograder check`` gives every exercise full marks;
-* with the exercises blank, every cell runs without an error except the check cells,
+* **answered**, the reference answers pasted into the exercise cells: its code is, cell
+  for cell, the code the book build executed (``tests/book/test_executed_chapters.py``
+  asserts it and reads every ✓ of that run), so it is not executed again; what differs
+  is the environment, and here ``python -m autograder check`` runs its setup and
+  exercise cells and every visible check in the student venv: full marks;
+* **blank**, the notebook as handed out: executed in the student kernel (the one
+  execution of this module), every cell runs without an error except the check cells,
   which say "not implemented yet"; a demonstration that needs a blank exercise prints
   one line naming it (``autograder.student.unfinished``), never before that exercise.
 
-The time of each chapter is printed (``-s``); the module is marked slow.
+Each run is kept with its cell timings (:mod:`notebook_runs`), and the time of each
+chapter and its slowest cells are printed (``-s``); the module is marked slow.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import time
 
 import nbformat
 import pytest
+from notebook_runs import execute, slowest_cells
 from student_env import filled, install, kernel_spec, make_env, nbgrader_meta
 
 from autograder.book import chapter_ids
@@ -58,14 +65,6 @@ def classroom(tmp_path_factory):
         os.environ["JUPYTER_PATH"] = saved
 
 
-def _execute(nb, folder, allow_errors=False):
-    from nbclient import NotebookClient
-
-    NotebookClient(nb, kernel_name="student", timeout=CELL_TIMEOUT_S, allow_errors=allow_errors,
-                   resources={"metadata": {"path": str(folder)}}).execute()
-    return nb
-
-
 def _errors(cell) -> list[dict]:
     return [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
 
@@ -81,12 +80,7 @@ def test_the_released_chapter_runs_whole_in_its_own_environment(classroom, chapt
     shutil.copytree(out / chapter, folder)  # the notebook and its figures, as handed out
     released = folder / f"{chapter}.ipynb"
 
-    answered = _execute(filled(released), folder)
-    nbformat.write(answered, str(folder / "finished.ipynb"))
-    for i, cell in enumerate(answered.cells):  # each check cell, in the kernel, gives full marks
-        if nbgrader_meta(cell).get("grade"):
-            said = "".join(o.get("text", "") for o in cell.outputs)
-            assert said.startswith("✓ ") and "points" in said, f"{chapter} cell {i}: {said}"
+    nbformat.write(filled(released), str(folder / "finished.ipynb"))  # not executed: the book build ran this code
     checked = subprocess.run([str(python), "-m", "autograder", "check", "finished.ipynb"], cwd=folder, env=env,
                              capture_output=True, text=True, timeout=600)
     count = len(exercises_of(chapter))
@@ -94,7 +88,8 @@ def test_the_released_chapter_runs_whole_in_its_own_environment(classroom, chapt
     assert f"{count} of {count} exercises pass the visible checks" in checked.stdout, checked.stdout
     answered_s = time.perf_counter() - started
 
-    blank = _execute(nbformat.read(str(released), as_version=4), folder, allow_errors=True)
+    blank = execute(nbformat.read(str(released), as_version=4), label=f"release-blank/{chapter}", chapter=chapter,
+                    kernel_name="student", cwd=folder, timeout=CELL_TIMEOUT_S, allow_errors=True)
     nbformat.write(blank, str(folder / "blank.ipynb"))
     solution_at = {nbgrader_meta(c)["grade_id"]: i for i, c in enumerate(blank.cells)
                    if nbgrader_meta(c).get("solution") and c.cell_type == "code"}
@@ -113,5 +108,5 @@ def test_the_released_chapter_runs_whole_in_its_own_environment(classroom, chapt
             assert solution_at[name] < i, f"{chapter} cell {i} needs exercise {name}, which comes after it"
             stopped += 1
         assert text.count("⏸") <= 1, f"{chapter} cell {i} says more than one line: {text}"
-    print(f"\n{chapter}: answered run + check {answered_s:.0f} s, blank run {time.perf_counter() - started - answered_s:.0f} s "
-          f"({stopped} demonstrations waiting on a blank exercise)")
+    print(f"\n{chapter}: answered check {answered_s:.0f} s, blank run {time.perf_counter() - started - answered_s:.0f} s "
+          f"({stopped} demonstrations waiting on a blank exercise); slowest cells: {slowest_cells(blank)}")

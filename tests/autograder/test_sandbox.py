@@ -13,6 +13,7 @@ import pytest
 
 from autograder.sandbox import Limits, build_library, graded_modules, import_target, module_names
 from conftest import NETWORK_PROBE, REPO, SAFETY_WALL, read_probe, run_piped_job, write_probe
+from walls import cannot_start
 
 CH04 = {"softmax", "scaled_dot_product_attention", "self_attention"}
 
@@ -250,7 +251,7 @@ def test_memory_in_files_is_bounded_by_the_run_cgroup(probe):
 
     ok, why = cgroup.available()
     if not ok:
-        pytest.skip(f"no memory cgroup here ({why}); RLIMIT_AS alone bounds each process")
+        cannot_start("memory cgroup", f"no memory cgroup here ({why}); RLIMIT_AS alone bounds each process")
     out = probe(_MEMFD_HOG, limits=Limits(wall_seconds=SAFETY_WALL, run_memory_bytes=512 * 2**20))
     assert "held 768 MiB" not in out.stdout, out.stdout
     assert out.memory_exceeded, out
@@ -264,7 +265,7 @@ def test_the_run_cgroup_leaves_no_process_behind(probe):
     from autograder import cgroup
 
     if not cgroup.available()[0]:
-        pytest.skip("no memory cgroup here")
+        cannot_start("memory cgroup", "no memory cgroup here")
     code = textwrap.dedent("""
         import subprocess, sys
         for _ in range(5):

@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE))
 from fixtures import make_course  # noqa: E402
 from test_batch import _gradebook_rows, _snapshot, scripted_grade  # noqa: E402
 
+pytestmark = pytest.mark.slow  # grades classes in subprocesses, shard by shard
 CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
 SEED = 11
 

@@ -35,6 +35,7 @@ from autograder.student.hints import withhold_helpers
 from autograder.sync import BEGIN, END, solution_cell_source
 from student_env import filled, make_env
 
+pytestmark = pytest.mark.slow  # builds student wheels and venvs
 REPO = Path(__file__).resolve().parents[2]
 CHAPTER = "04_self_attention"
 

@@ -8,7 +8,10 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+
+import notebook_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
@@ -93,6 +96,7 @@ def ensure_book_built():
             # about 70 s with one). `make book`, alone on the machine, keeps torch's default.
             env = dict(os.environ, BOOK_EDITION="web", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
             start = time.monotonic()
+            started_at = datetime.now(timezone.utc).replace(tzinfo=None)  # jupyter-cache stores naive UTC
             result = subprocess.run(
                 [jupyter_book(), "build", str(ROOT), "-W", "-n", "--keep-going", "--builder", "html"],
                 cwd=ROOT, env=env, capture_output=True, text=True)
@@ -101,9 +105,26 @@ def ensure_book_built():
                 log = (result.stdout + result.stderr)[-8000:]
                 raise RuntimeError(f"the strict book build failed (exit {result.returncode}):\n{log}")
             print(f"built the book in {time.monotonic() - start:.0f}s")
+            _count_executions(since=started_at)
             return HTML
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _count_executions(since: datetime, cache_dir=JUPYTER_CACHE) -> None:
+    """Add to the session's ledger (:mod:`notebook_runs`) each notebook this build executed: the
+    jupyter-cache records made since ``since``, naive UTC (the build stores each execution that
+    succeeded; one that failed fails the build)."""
+    from jupyter_cache import get_cache
+
+    if not Path(cache_dir).is_dir():
+        return
+    for record in get_cache(str(cache_dir)).list_cache_records():
+        created = record.created
+        if created.tzinfo is not None:
+            created = created.astimezone(timezone.utc).replace(tzinfo=None)
+        if created >= since:
+            notebook_runs.record(Path(record.uri).stem, "book build", (record.data or {}).get("execution_seconds") or 0.0)
 
 
 def toc_chapters(root=ROOT):

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from book_helpers import ROOT, built_pages
+from walls import cannot_start
 
 pytestmark = [pytest.mark.book, pytest.mark.slow]
 
@@ -130,7 +131,7 @@ def playwright():
     """One Playwright driver for the module (its sync API cannot be nested)."""
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not found (make sysdeps installs Debian's chromium)")
+        cannot_start("Chromium", f"{CHROMIUM} not found (make sysdeps installs Debian's chromium)")
     with sync_api.sync_playwright() as p:
         yield p
 

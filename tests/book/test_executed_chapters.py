@@ -14,6 +14,12 @@ so the assertions are about exactly this version of the notebook:
   partial score without raising, so a reference answer that misses a part would
   not stop the build).
 
+The same execution stands for the release's answered run: the released chapter with
+the reference answers pasted in holds exactly the code this build executed
+(:func:`test_the_answered_release_is_the_code_the_build_ran`), so
+``tests/autograder/test_release_runs.py`` executes only the blank release, and checks
+the answered one in the student venv with ``python -m autograder check``.
+
 ``make nbval`` still runs each chapter under nbval, for one-off use.
 """
 from __future__ import annotations
@@ -24,6 +30,9 @@ import re
 import pytest
 
 from book_helpers import ROOT, executed_notebook, load_extension, toc_chapters
+from student_env import filled
+
+from autograder.release import release
 
 pytestmark = [pytest.mark.book, pytest.mark.slow]
 
@@ -100,3 +109,25 @@ def test_chapter_ran_in_the_build_with_its_hidden_checks(built_book, notebook):
                             f"but {passed} \u2713 verdict lines")
     assert not problems, f"{rel} in the build's execution:\n" + "\n".join(problems)
 
+
+
+@pytest.mark.parametrize("notebook", _params())
+def test_the_answered_release_is_the_code_the_build_ran(built_book, notebook, tmp_path):
+    """The released chapter, answered as a student who finished it answers it, is, code cell
+    for code cell, the notebook this build executed (its hidden-check cells aside): the
+    build's run, asserted on above, is the answered release's run, which is therefore
+    not executed a second time (``tests/autograder/test_release_runs.py``)."""
+    chapter = notebook.stem
+    executed = executed_notebook(notebook, render_module=RENDER)
+    assert executed is not None, f"{chapter}: the build's jupyter-cache holds no execution of the current source"
+    release(tmp_path, [chapter], package=False)
+    answered = filled(tmp_path / chapter / f"{chapter}.ipynb")
+    ran = [c.source for c in executed.cells
+           if c.cell_type == "code" and RENDER.HIDDEN_CELL_KEY not in c.get("metadata", {})]
+    handed = [c.source for c in answered.cells if c.cell_type == "code"]
+    assert len(handed) == len(ran), (f"{chapter}: the answered release has {len(handed)} code cells, the build "
+                                     f"executed {len(ran)} (hidden checks aside)")
+    for index, (ours, theirs) in enumerate(zip(handed, ran)):
+        assert ours == theirs, (f"{chapter}, code cell {index}: the answered release differs from the code the "
+                                f"build executed, so the build's run does not stand for it:\n--- release\n{ours}\n"
+                                f"--- build\n{theirs}")

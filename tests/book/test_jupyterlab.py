@@ -16,7 +16,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import sys
 import sysconfig
 import time
 import urllib.request
@@ -25,11 +24,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "autograder"))
-from student_env import filled, kernel_spec, make_env  # noqa: E402
-from test_browser import _offline_chromium, playwright  # noqa: E402,F401 - the module's Playwright fixture
+from student_env import filled, kernel_spec, make_env
+from test_browser import _offline_chromium, playwright  # noqa: F401 - the module's Playwright fixture
 
-from autograder.release import release  # noqa: E402
+from autograder.release import release
 
 pytestmark = pytest.mark.slow
 CHAPTER = "04_self_attention"
