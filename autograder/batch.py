@@ -41,12 +41,13 @@ from pathlib import Path
 from typing import Callable
 
 from .book import BOOK, source_notebook
-from .grading import MAX_NOTEBOOK_BYTES, RunSettings, problem_text
+from .grading import RunSettings
 from .journal import (Graded, grader_fingerprint, journal_seed, read_journal, read_journal_entry, record_submitted,
                       submission_seed, write_atomic, write_journal)
 from .submissions import Submission, file_sha256, find_submissions
 from .results import RESULTS_FILE, ClassResults, ExerciseScore, PartScore, SubmissionGrade, parts_line
 from .text import csv_cell, csv_text
+from .untrusted import MAX_NOTEBOOK_BYTES, problem_text
 
 __all__ = [
     "SCORE_COLUMNS",
@@ -66,8 +67,8 @@ SCORE_COLUMNS = ["student_id", "assignment", "exercise", "grade_id", "score", "m
 # raw_score: before the penalty; late_seconds: past the due date (0: on time or no due date).
 GRADE_COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "raw_score", "late_seconds",
                  "penalty"]
-# Every submitted file is read through grading.read_untrusted with one bound,
-# grading.MAX_NOTEBOOK_BYTES (20 MB): the digest, the grading and the feedback page.
+# Every submitted file is read through untrusted.read_untrusted with one bound,
+# untrusted.MAX_NOTEBOOK_BYTES (20 MB): the digest, the grading and the feedback page.
 
 
 @dataclass(frozen=True)

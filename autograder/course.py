@@ -41,6 +41,7 @@ from .grading import RunSettings
 from .journal import Graded
 from .feedback import STATUS_WORDS
 from .text import score_text
+from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted
 
 __all__ = ["Course", "CourseReport", "load_course", "autograde", "autograded_notebook", "verdict_text",
            "test_cell_outputs"]
@@ -205,8 +206,6 @@ def _sanitize(nb: nbformat.NotebookNode, resources: dict, config) -> nbformat.No
 
 
 def _read_submission(path: Path | None) -> nbformat.NotebookNode | None:
-    from .grading import NotebookError, read_untrusted
-    from .grading import MAX_NOTEBOOK_BYTES
 
     if path is None:
         return None

@@ -6,7 +6,7 @@ check's diagnosis, what a grader changed by hand (score, extra credit, comment)
 and the student's own code for that exercise. It is built from the grading results and
 the submission only, so it can never show a hidden test or the reference answer.
 Everything the student wrote is HTML-escaped. The submission is read within
-grading's own bound (:data:`autograder.grading.MAX_NOTEBOOK_BYTES`), and the page
+grading's own bound (:data:`autograder.untrusted.MAX_NOTEBOOK_BYTES`), and the page
 shows at most :data:`MAX_SHOWN_CELLS` cells of one exercise and
 :data:`MAX_SHOWN_CHARS` characters of code in all, so a page stays small
 whatever the notebook holds.
@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from .text import score_text
+from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted
 
 __all__ = ["student_code", "render_feedback", "MAX_SHOWN_CHARS", "MAX_SHOWN_CELLS"]
 
@@ -54,7 +55,7 @@ def student_code(path: Path | None, max_bytes: int | None = None) -> dict[str, l
     Args:
         path: the submitted notebook (``None``: no submission).
         max_bytes: read nothing larger; at most (and by default) grading's
-            :data:`~autograder.grading.MAX_NOTEBOOK_BYTES`, so the page never
+            :data:`~autograder.untrusted.MAX_NOTEBOOK_BYTES`, so the page never
             reads what grading refused.
 
     Returns:
@@ -63,7 +64,6 @@ def student_code(path: Path | None, max_bytes: int | None = None) -> dict[str, l
     """
     if path is None:
         return {}
-    from .grading import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted
 
     max_bytes = MAX_NOTEBOOK_BYTES if max_bytes is None else min(int(max_bytes), MAX_NOTEBOOK_BYTES)
     try:

@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 import nbformat
 
+from .untrusted import one_line
+
 if TYPE_CHECKING:  # pragma: no cover
     from .journal import Graded
 
@@ -221,7 +223,6 @@ def submission_time(text: str | None) -> tuple[datetime.datetime | None, str]:
 
     if not text or not text.strip():
         return None, ""
-    from .grading import one_line
 
     shown = one_line(repr(text[:40]), 60)
     note = f"timestamp.txt ({shown}) is not a date: treated as on time, as nbgrader treats a missing one"
@@ -237,7 +238,6 @@ def submission_time(text: str | None) -> tuple[datetime.datetime | None, str]:
 
 
 def _problem(step: str, exc: BaseException) -> str:
-    from .grading import one_line
 
     return one_line(f"{step} ({type(exc).__name__}: {exc})", 240)
 

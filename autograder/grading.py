@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import errno
 import io
 import json
 import logging
@@ -59,7 +58,6 @@ import math
 import os
 import shutil
 import signal
-import stat
 import tempfile
 import time
 import zipfile
@@ -71,22 +69,15 @@ import numpy as np
 
 from .checks.base import Exercise, Report, Result, charged_once, dependency_note, draw_cases, evaluate, get_exercise, make_rng
 from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
+from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook, safe_text
+from .withhold import defined_names
 
-__all__ = ["CellScore", "RunSettings", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES", "MAX_PARSED_SOURCE",
-           "parse_untrusted"]
+__all__ = ["CellScore", "RunSettings", "STATUSES", "grade_submission"]
 
 log = logging.getLogger(__name__)
 
 STATUSES = ("passed", "partial", "failed", "error", "missing", "timeout", "cheat", "invalid")
 
-# A chapter notebook without outputs is well under 1 MB; submissions with outputs
-# (plots) are larger. Anything over this is refused unread.
-MAX_NOTEBOOK_BYTES = 20 * 2**20
-# The most source text of one cell that the trusted process parses (to name a syntax
-# error, or the names a cell binds): Python's parser takes about 900 bytes of memory
-# per byte of source, so this bounds such a parse near 250 MB. A solution cell is a
-# few kB; a larger one is run (and parsed) only inside the sandbox, under its limits.
-MAX_PARSED_SOURCE = 256 * 2**10
 # Largest result bundle (json + npz, uncompressed) read back from the sandbox.
 MAX_RESULT_BYTES = 128 * 2**20
 _MAX_DEPTH = 64
@@ -166,85 +157,7 @@ class CellScore:
     notes: list = field(default_factory=list)
 
 
-class NotebookError(ValueError):
-    """A file is not a usable notebook; the message says why, in one line."""
-
-
 # --------------------------------------------------------------------------- notebooks
-
-
-def read_notebook(path: Path, max_bytes: int = MAX_NOTEBOOK_BYTES) -> dict:
-    """Read a notebook as raw JSON, refusing what is not one.
-
-    Args:
-        path: the ``.ipynb`` file.
-        max_bytes: refuse larger files unread.
-
-    Returns:
-        The notebook dict (``cells`` is a list of dicts).
-
-    Raises:
-        NotebookError: missing, empty, too large, not JSON or not a notebook.
-    """
-    raw = read_untrusted(Path(path), max_bytes)
-    if not raw.strip():
-        raise NotebookError("the file is empty")
-    try:
-        nb = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise NotebookError("the file is not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise NotebookError(f"the file is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-    except RecursionError:
-        raise NotebookError("the file's JSON is nested too deeply") from None
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
-        raise NotebookError("the file is JSON but not a Jupyter notebook (no list of cells)")
-    if not all(isinstance(cell, dict) for cell in nb["cells"]):
-        raise NotebookError("the notebook's cells are not all JSON objects")
-    return nb
-
-
-def read_untrusted(path: Path, max_bytes: int) -> bytes:
-    """The bytes of a file in a folder students control, read as data.
-
-    Opened without following a symbolic link (a "notebook" that links to a
-    classmate's or to the instructor's source is refused), without blocking (a
-    FIFO or device never hangs the grader), and only when it is a regular file
-    of at most ``max_bytes`` (checked on the open file, then bounded while read).
-
-    Raises:
-        NotebookError: a link, not a regular file, too large or unreadable; the
-            message says which.
-    """
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP or Path(path).is_symlink():
-            raise NotebookError("the file is a symbolic link, not a notebook: links are not followed") from None
-        raise NotebookError(f"cannot read the file: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotebookError("not a regular file (a folder, a pipe or a device): nothing to grade")
-        if info.st_size > max_bytes:
-            raise NotebookError(
-                f"the file is {info.st_size / 2**20:.1f} MB, over the {max_bytes / 2**20:.0f} MB limit")
-        os.set_blocking(fd, True)
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:
-                raise NotebookError(f"the file grew over the {max_bytes / 2**20:.0f} MB limit while read")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise NotebookError(f"cannot read the file: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
 
 
 def _source(cell: dict) -> str:
@@ -328,32 +241,6 @@ def _read_source(source_nb: Path) -> tuple[list[str], list[_Graded]]:
             raise ValueError(f"{source_nb}: test cell {grade_id!r} has no solution cell {name!r}")
         graded.append(_Graded(name, grade_id, float(meta.get("points", 0) or 0), solutions[name]))
     return setup, graded
-
-
-# Characters that must not reach a terminal, a log or a page as themselves: C0/C1
-# controls (escape sequences), and the bidirectional overrides that reorder text.
-_UNSAFE_CHARS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)]}
-_UNSAFE_CHARS.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F]})
-_UNSAFE_CHARS[0x09] = " "  # a tab is only white space
-
-
-def safe_text(text: str) -> str:
-    """``text`` with every control and bidi-override character written as an
-    escape (``\\x1b``): what a submission wrote can reach the instructor's
-    terminal, log or CSV as text only, never as a command to the terminal."""
-    return str(text).translate(_UNSAFE_CHARS)
-
-
-def one_line(text: str, limit: int = 400) -> str:
-    """``text`` as one safe line (:func:`safe_text`) of at most ``limit`` characters."""
-    line = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
-    line = safe_text(line)
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def problem_text(exc: BaseException) -> str:
-    """An exception as one safe line of a reason: class and (cut) message."""
-    return one_line(f"{type(exc).__name__}: {exc}", 160)
 
 
 def _match_submission(graded: list[_Graded], submission_nb: Path | None) -> None:
@@ -900,36 +787,6 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
         g.result.reason = f"{g.result.notes[0]}. {g.result.reason}"  # both one line already, neither cut
 
 
-class SourceTooLarge(ValueError):
-    """A cell's source is over :data:`MAX_PARSED_SOURCE`: the trusted process does not parse it."""
-
-
-def parse_untrusted(source: str, filename: str = "<submission>") -> ast.Module:
-    """Parse a submission's source in the trusted process, never more than
-    :data:`MAX_PARSED_SOURCE` bytes of it (the one bound for every such parse).
-
-    Args:
-        source: a cell's text, as the student wrote it.
-        filename: the name syntax errors give.
-
-    Returns:
-        The module's syntax tree.
-
-    Raises:
-        SourceTooLarge: the source is over the bound (refused unparsed).
-        SyntaxError, ValueError, RecursionError, MemoryError: as :func:`ast.parse`.
-    """
-    from .sandbox import parse_source
-
-    # A str holds at most 4 bytes per character: count cheaply first, encode only near the bound.
-    if len(source) > MAX_PARSED_SOURCE or (
-            4 * len(source) > MAX_PARSED_SOURCE
-            and len(source.encode("utf-8", "surrogatepass")) > MAX_PARSED_SOURCE):
-        raise SourceTooLarge(f"the cell is over the {MAX_PARSED_SOURCE // 2**10} kB the grader parses outside "
-                             "the sandbox")
-    return parse_source(source, filename)
-
-
 def _syntax_error(source: str | None) -> str:
     """The grader's own account of the syntax error in ``source`` (parsed here,
     never run, within :data:`MAX_PARSED_SOURCE`), or ``""`` when it parses."""
@@ -947,8 +804,6 @@ def _syntax_error(source: str | None) -> str:
 def _top_level_names(source: str | None) -> set[str] | None:
     """Names a cell binds at its top level (trusted parse of untrusted text);
     ``None`` when the cell is over :data:`MAX_PARSED_SOURCE` (not parsed here)."""
-    from .sandbox import defined_names
-
     try:
         tree = parse_untrusted(source or "", "<submission>")
     except SourceTooLarge:

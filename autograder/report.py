@@ -30,7 +30,7 @@ taken as the grader's diagnosis. Every part's message is read whole.
 
 Everything that came from a submission (student names, messages that quote a
 student's exception) is HTML-escaped on the page and written to the terminal
-through :func:`autograder.grading.safe_text`. The page has no script and no
+through :func:`autograder.untrusted.safe_text`. The page has no script and no
 external reference: the figures are inline SVG (matplotlib, text as paths), the
 style is inline, the fonts are the system's; it opens from the file system.
 """
@@ -48,6 +48,7 @@ from pathlib import Path
 from .feedback import STATUS_WORDS, duration_text
 from .results import RESULTS_FILE, ClassResults, ExerciseScore, ResultsError, SubmissionGrade
 from .text import csv_text
+from .untrusted import NotebookError, read_notebook, safe_text
 
 __all__ = [
     "ReportError",
@@ -73,7 +74,6 @@ class ReportError(ValueError):
 
 
 def _safe(text: str) -> str:
-    from .grading import safe_text
 
     return safe_text(text)
 
@@ -96,7 +96,6 @@ def detect_chapter(path: Path | None) -> str | None:
     if path is None:
         return None
     from .checks import load_all
-    from .grading import NotebookError, read_notebook
 
     try:
         nb = read_notebook(Path(path))

@@ -4,8 +4,8 @@ The batch grader (:mod:`autograder.batch`) and the class report read a submitted
 folder only through this module. The layout is nbgrader's submitted layout
 (``<student>/<chapter>/<chapter>.ipynb``, with ``timestamp.txt`` beside it), or a
 flat folder of ``<student>.ipynb`` for one chapter. Nothing here runs student code:
-every file is read through :func:`autograder.grading.read_untrusted` with one bound,
-``grading.MAX_NOTEBOOK_BYTES`` (20 MB).
+every file is read through :func:`autograder.untrusted.read_untrusted` with one bound,
+``untrusted.MAX_NOTEBOOK_BYTES`` (20 MB).
 
 Student ids (:func:`student_ids`). A student is a folder name as *bytes* on disk,
 and every file of the batch is keyed by one id derived from them: the journal entry,
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .book import BOOK, chapter_ids
-from .grading import MAX_NOTEBOOK_BYTES, problem_text
+from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, problem_text, read_untrusted, safe_text
 
 __all__ = ["MAX_ID_CHARS", "Submission", "find_submissions", "student_ids", "student_folders", "chapter_notebook",
            "display_name", "is_visible", "is_dir", "file_sha256"]
@@ -78,7 +78,6 @@ def is_dir(path: Path) -> bool:
 def _timestamp(folder: Path) -> str | None:
     """The text of ``folder/timestamp.txt`` (written by ``nbgrader submit``, so the
     student's): at most 4 kB read, the first 64 characters kept, made safe."""
-    from .grading import NotebookError, read_untrusted, safe_text
 
     stamp = folder / "timestamp.txt"  # written by `nbgrader collect`
     try:
@@ -89,7 +88,6 @@ def _timestamp(folder: Path) -> str | None:
 
 
 def _names(paths: list[Path], limit: int = 5) -> str:
-    from .grading import safe_text
 
     shown = [safe_text(display_name(p.name))[:60] for p in paths[:limit]]
     return ", ".join(shown) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
@@ -101,7 +99,7 @@ def _locate_notebook(folder: Path, chapter: str) -> tuple[Path | None, str]:
     instead ("2 notebooks (a.ipynb, b.ipynb), none named …", "no notebook").
 
     What is returned may still be a link, a pipe or a device: it is read later
-    only through :func:`autograder.grading.read_untrusted`, which refuses those.
+    only through :func:`autograder.untrusted.read_untrusted`, which refuses those.
     A folder that is itself a link is returned as it is, for the same refusal
     (its notebook would be someone else's).
     """
@@ -138,8 +136,7 @@ def display_name(name: str) -> str:
 
 def _readable(raw: bytes) -> str:
     """The bytes of a name as safe text: UTF-8 where it decodes, every other byte
-    read as Latin-1, control and bidi characters escaped (``grading.safe_text``)."""
-    from .grading import safe_text
+    read as Latin-1, control and bidi characters escaped (``untrusted.safe_text``)."""
 
     text = raw.decode("utf-8", "surrogateescape")
     text = "".join(chr(ord(c) - 0xDC00) if "\udc80" <= c <= "\udcff" else c for c in text)
@@ -283,7 +280,6 @@ def find_submissions(
 def file_sha256(path: Path | None) -> str | None:
     if path is None:
         return None
-    from .grading import NotebookError, read_untrusted
 
     try:
         return hashlib.sha256(read_untrusted(Path(path), MAX_NOTEBOOK_BYTES)).hexdigest()

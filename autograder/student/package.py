@@ -11,7 +11,7 @@
   case's inputs. No hidden check, no grading, no ``solutions`` call for an answer.
 * ``solutions``: the reference modules that the released notebooks (and their visible
   cases) use, **minus** every module that defines or imports the answer to an exercise
-  of a released or later chapter (the grading sandbox's rule, :func:`autograder.sandbox.graded_modules`,
+  of a released or later chapter (the grading sandbox's rule, :func:`autograder.withhold.graded_modules`,
   applied to all of them). Its ``__init__`` is generated:
 
   - ``solutions.<name>`` for an exercise of a released chapter is the student's own
@@ -275,7 +275,8 @@ class _Library:
     """The ``solutions`` modules: their syntax trees, exports and imports."""
 
     def __init__(self, root: Path = SOLUTIONS_DIR):
-        from ..sandbox import defined_names, imported_modules, module_names, parse_source
+        from ..untrusted import parse_source
+        from ..withhold import defined_names, imported_modules, module_names
 
         self.root = root
         self.files = module_names(root, "solutions")
@@ -314,7 +315,7 @@ class _Library:
 
     def import_target(self, node: ast.ImportFrom, module: str) -> str:
         """The dotted module that ``from ... import`` statement ``node`` of ``module`` reads from."""
-        from ..sandbox import import_target
+        from ..withhold import import_target
 
         return import_target(node, module, self.files[module].name == "__init__.py")
 
@@ -540,7 +541,7 @@ class _Scope:
     def of(cls, chapters: list[str], book: Path) -> "_Scope":
         from ..checks import load_all
         from ..book import answer_lines
-        from ..sandbox import graded_modules
+        from ..withhold import graded_modules
 
         chapter_of = {name: ex.chapter for name, ex in load_all().items()}
         withheld = {name for name, chapter in chapter_of.items() if chapter >= min(chapters)}
@@ -555,7 +556,7 @@ class _Scope:
     @property
     def forbidden(self) -> set[str]:
         """The exercises of the released and later chapters, and what computes one."""
-        from ..sandbox import withheld_names
+        from ..withhold import withheld_names
 
         return withheld_names(set(self.released) | set(self.later))
 

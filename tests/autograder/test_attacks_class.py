@@ -33,7 +33,7 @@ import pytest
 
 import fixtures
 from walls import cannot_start
-from autograder import batch, feedback, grading, gradebook, report, submissions
+from autograder import batch, feedback, grading, gradebook, report, submissions, untrusted
 from autograder.bench import make_source_notebook
 from autograder.text import FORMULA_STARTS, csv_cell, csv_text, csv_uncell
 
@@ -127,11 +127,9 @@ def _withheld_name_error(name: str, source: str) -> grading._Graded:
 
 
 def test_a_4_mb_cell_that_fails_with_name_error_is_not_parsed_here(monkeypatch):
-    from autograder import sandbox
-
     parsed: list[int] = []
-    real_parse = sandbox.parse_source
-    monkeypatch.setattr(sandbox, "parse_source", lambda source, filename: parsed.append(len(source))
+    real_parse = untrusted.parse_source
+    monkeypatch.setattr(untrusted, "parse_source", lambda source, filename: parsed.append(len(source))
                         or real_parse(source, filename))
     big = "x = 1\n" * (4 * 2**20 // 6)  # 4 MB: ~3.6 GB of syntax tree if parsed
     tracemalloc.start()
@@ -146,8 +144,8 @@ def test_a_4_mb_cell_that_fails_with_name_error_is_not_parsed_here(monkeypatch):
     assert peak < 8 * 2**20, peak  # not one syntax tree of it was built
     assert g.result.status == "error" and "is not shown" in g.result.reason  # not "does not define"
     assert syntax.startswith("not located: the cell is over the 256 kB") and names == set()
-    with pytest.raises(grading.SourceTooLarge):
-        grading.parse_untrusted("é" * (grading.MAX_PARSED_SOURCE // 2 + 1))  # the bound is in bytes
+    with pytest.raises(untrusted.SourceTooLarge):
+        untrusted.parse_untrusted("é" * (untrusted.MAX_PARSED_SOURCE // 2 + 1))  # the bound is in bytes
     # under the bound the same cell is parsed and judged as before
     small = _withheld_name_error("softmax", "x = 1\n")
     assert parsed == [len("x = 1\n")] and "does not define 'softmax'" in small.result.reason
@@ -173,8 +171,6 @@ def test_a_4_mb_cell_reported_as_name_error_by_a_swapped_compile_is_not_parsed_h
     """The attack for real: the first answer swaps ``builtins.compile`` in the sandbox,
     so the runner reports the second (4 MB) cell as ``NameError`` after hidden inputs
     were sent, and the trusted side would parse it again to name what it defines."""
-    from autograder import sandbox
-
     source_nb = make_source_notebook(CH, exercises=["softmax", "scaled_dot_product_attention"])
     source_path = fixtures.write_notebook(source_nb, tmp_path / f"{CH}.ipynb")
     softmax = fixtures.solution_cell(source_nb, "softmax").source + "\n\n\n" + SWAP_COMPILE
@@ -182,8 +178,8 @@ def test_a_4_mb_cell_reported_as_name_error_by_a_swapped_compile_is_not_parsed_h
                                       scaled_dot_product_attention="x = 1\n" * (4 * 2**20 // 6))
     path = fixtures.write_notebook(attack, tmp_path / "attack.ipynb")
     parsed: list[int] = []
-    real_parse = sandbox.parse_source
-    monkeypatch.setattr(sandbox, "parse_source", lambda source, filename: parsed.append(len(source))
+    real_parse = untrusted.parse_source
+    monkeypatch.setattr(untrusted, "parse_source", lambda source, filename: parsed.append(len(source))
                         or real_parse(source, filename))
     tracemalloc.start()
     try:
@@ -193,15 +189,15 @@ def test_a_4_mb_cell_reported_as_name_error_by_a_swapped_compile_is_not_parsed_h
         tracemalloc.stop()
     assert [s.status for s in scores] == ["passed", "error"], scores
     assert "NameError" in scores[1].reason and "is not shown" in scores[1].reason
-    assert not [n for n in parsed if n > grading.MAX_PARSED_SOURCE], parsed  # nothing of the student's over the bound
+    assert not [n for n in parsed if n > untrusted.MAX_PARSED_SOURCE], parsed  # nothing of the student's over the bound
     assert peak < 256 * 2**20, peak  # the notebook and its job, not a 4 MB cell's syntax tree (~3.6 GB)
 
 
 def test_the_feedback_page_reads_no_more_than_grading_and_caps_the_code(tmp_path):
     huge = tmp_path / "huge.ipynb"
     with open(huge, "wb") as fh:  # sparse: over grading's limit, under the old 50 MB of the page
-        fh.truncate(grading.MAX_NOTEBOOK_BYTES + 1)
-    assert batch.MAX_NOTEBOOK_BYTES == grading.MAX_NOTEBOOK_BYTES
+        fh.truncate(untrusted.MAX_NOTEBOOK_BYTES + 1)
+    assert batch.MAX_NOTEBOOK_BYTES == untrusted.MAX_NOTEBOOK_BYTES
     assert feedback.student_code(huge) == {} and feedback.student_code(huge, 50 * 2**20) == {}
     code = {"softmax": ["'" * (2 * 2**20)] + ["pass"] * 40}
     rows = [{"exercise": "softmax", "grade_id": "test_softmax", "score": 0.0, "max_score": 1.0,
@@ -248,7 +244,7 @@ def _quick_grade(source_nb, submission_nb, *, chapter=None, timeout=120.0, hidde
     if submission_nb is None:
         return [{"exercise": g[5:], "grade_id": g, "score": 0.0, "max_score": p, "status": "missing",
                  "reason": "no submission"} for g, p in tests]
-    grading.read_notebook(Path(submission_nb))
+    untrusted.read_notebook(Path(submission_nb))
     return [{"exercise": g[5:], "grade_id": g, "score": p, "max_score": p, "status": "passed", "reason": ""}
             for g, p in tests]
 

@@ -13,7 +13,8 @@ import json
 import pytest
 
 import fixtures
-from autograder.grading import MAX_NOTEBOOK_BYTES, grade_submission
+from autograder.grading import grade_submission
+from autograder.untrusted import MAX_NOTEBOOK_BYTES
 
 CH04 = ["softmax", "scaled_dot_product_attention", "self_attention"]
 CH04_POINTS = [1.0, 2.0, 3.0]

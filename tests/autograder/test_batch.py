@@ -25,7 +25,8 @@ import pytest
 
 from autograder import batch, journal, submissions
 from autograder.bench import make_submission
-from autograder.grading import CellScore, RunSettings, read_untrusted
+from autograder.grading import CellScore, RunSettings
+from autograder.untrusted import read_untrusted
 from fixtures import make_course
 
 CHAPTERS = ["04_self_attention", "05_multi_head_attention"]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.sandbox import Limits, build_library, graded_modules, import_target, module_names
+from autograder.sandbox import Limits, build_library
+from autograder.withhold import graded_modules, import_target, module_names
 from conftest import NETWORK_PROBE, REPO, SAFETY_WALL, read_probe, run_piped_job, write_probe
 from walls import cannot_start
 
@@ -58,7 +59,7 @@ _CHAPTERS = {
 def test_no_kept_module_defines_or_computes_a_graded_exercise(chapter, tmp_path):
     """What each chapter's stripped library holds (printed on failure): no graded
     name and no object known to compute one (``COMPUTES_EXERCISES``)."""
-    from autograder.sandbox import COMPUTES_EXERCISES, withheld_names
+    from autograder.withhold import COMPUTES_EXERCISES, withheld_names
 
     graded = _CHAPTERS[chapter]
     lib = build_library(tmp_path / "lib", graded)
