@@ -323,7 +323,7 @@ def _load_frame(body: bytes, npz: bytes) -> tuple[Any, dict]:
 
 
 def _check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None = None) -> None:
-    """Admit only what :func:`autograder.runner.encode` produces for results."""
+    """Admit only what :func:`autograder.wire.encode` produces for results."""
     budget = budget if budget is not None else [_MAX_NODES]
     budget[0] -= 1
     if budget[0] < 0 or depth > _MAX_DEPTH:
@@ -414,7 +414,7 @@ def _exception_name(name: str) -> str:
     return "an exception of the answer's own class"
 
 
-# What the runner says when it cannot send a returned value back (runner.encode),
+# What the runner says when it cannot send a returned value back (wire.encode),
 # in the grader's words: the runner's own message names the value's class.
 _UNREADABLE = ("the answer returned a value that cannot cross the sandbox wall: expected numbers, strings, "
                "lists/tuples/dicts, numpy arrays or torch tensors of a sensible size")

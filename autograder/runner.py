@@ -1,14 +1,14 @@
-"""Run exercise cases against a student's object, and move data across the sandbox wall.
+"""Run exercise cases against a student's object: the program inside the grading sandbox.
 
-This module is the only piece of the autograder that executes inside the grading
-sandbox, so it is deliberately standalone: it imports the standard library and
-numpy (torch lazily), never ``autograder`` or ``solutions``. The same functions
-run the visible checks in the student's own kernel, so both paths see identical
-values.
+This module and the wire format it speaks (:mod:`autograder.wire`) are the only
+pieces of the autograder that execute inside the grading sandbox, so both are
+deliberately standalone: the standard library and numpy (torch lazily), never
+``solutions`` or the rest of ``autograder`` (the sandbox's library holds the two
+files and a stub ``autograder`` package). The same functions run the visible checks
+in the student's own kernel, so both paths see identical values.
 
-Everything that crosses the wall is *data*: a JSON document plus one ``.npz``
-file of arrays (read with ``allow_pickle=False``). Case specs travel in; results
-travel out. Expected answers never enter the sandbox.
+Everything that crosses the wall is *data* (:mod:`autograder.wire`). Case specs
+travel in; results travel out. Expected answers never enter the sandbox.
 
 Case spec (a dict, built by :class:`autograder.checks.base.Case`)::
 
@@ -32,8 +32,8 @@ Result (a dict)::
 """
 from __future__ import annotations
 
+import io
 import json
-import math
 import os
 import sys
 import traceback
@@ -41,217 +41,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "Tensor",
-    "Obj",
-    "encode",
-    "decode",
-    "run_case",
-    "dump_bundle",
-    "load_bundle",
-    "write_frame",
-    "read_frames",
-    "main",
-]
+# Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds wire.py.
+from autograder.wire import decode, dump_bundle, encode, load_bundle, read_frame, write_frame
 
-# Largest array the runner accepts back from a student's object (elements).
-MAX_RESULT_ELEMENTS = 5_000_000
-
-
-class Tensor:
-    """Marks an input array that must reach the student's code as a ``torch.Tensor``.
-
-    Args:
-        value: the data (its numpy dtype fixes the torch dtype: float32, float64,
-            int64, bool ...).
-        requires_grad: whether the tensor tracks gradients (for ``backward`` cases).
-    """
-
-    def __init__(self, value, requires_grad: bool = False):
-        self.value = np.asarray(value)
-        self.requires_grad = bool(requires_grad)
-
-    def __repr__(self) -> str:
-        return f"Tensor(shape={self.value.shape}, dtype={self.value.dtype})"
-
-
-class Obj:
-    """Marks an input object built inside the runner from data.
-
-    Args:
-        factory: dotted path of a trusted constructor, e.g. ``"torch.nn.Linear"`` or
-            ``"solutions.Transformer"`` (only earlier chapters' building blocks are
-            importable in the sandbox).
-        init: constructor keyword arguments (encoded values).
-        state: optional ``state_dict`` (name -> ndarray) loaded with ``strict=True``.
-        tie: ``[(name, source), ...]``: after loading, the parameter ``name``
-            (a dotted path, e.g. ``"2.weight"``) becomes the very ``Parameter`` at
-            ``source`` — a trusted model with shared weights, built from torch
-            modules alone (``count_parameters`` must count it once).
-    """
-
-    def __init__(self, factory: str, init: dict | None = None, state: dict | None = None,
-                 tie: list | None = None):
-        self.factory = factory
-        self.init = dict(init or {})
-        self.state = dict(state or {})
-        self.tie = [(str(a), str(b)) for a, b in (tie or [])]
-
-    def __repr__(self) -> str:
-        return f"Obj({self.factory}, {self.init})"
-
-
-# --------------------------------------------------------------------------- encoding
+__all__ = ["run_case", "load_state", "main"]
 
 
 def _torch():
+    """torch, imported on first use: numpy-only chapters run without it."""
     import torch
 
     return torch
-
-
-def encode(value: Any, arrays: dict[str, np.ndarray], *, extension=None) -> Any:
-    """Turn a value into JSON-able data, storing arrays in ``arrays``.
-
-    Only plain data survives: objects that are not numbers, strings, containers,
-    numpy arrays or torch tensors are rejected with ``TypeError``, so an object
-    that lies about equality cannot cross the wall.
-
-    The one codec of the project: the stored checks of the student package
-    (:mod:`autograder.student.expected`) use it with an ``extension``, a function
-    ``(value, arrays) -> data`` tried first on every value, at every depth, that
-    returns ``NotImplemented`` for the values it leaves to this one.
-    """
-    if extension is not None:
-        data = extension(value, arrays)
-        if data is not NotImplemented:
-            return data
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        if math.isfinite(f):
-            return f
-        return {"__float__": repr(f)}
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, Tensor):
-        key = f"a{len(arrays)}"
-        arrays[key] = np.ascontiguousarray(value.value)
-        return {"__tensor__": key, "requires_grad": value.requires_grad}
-    if isinstance(value, Obj):
-        state = {}
-        for name, arr in value.state.items():
-            key = f"a{len(arrays)}"
-            arrays[key] = np.ascontiguousarray(np.asarray(arr))
-            state[name] = key
-        return {"__obj__": value.factory, "init": encode(value.init, arrays, extension=extension), "state": state,
-                "tie": [list(pair) for pair in value.tie]}
-    if isinstance(value, np.ndarray):
-        _check_size(value.size)
-        key = f"a{len(arrays)}"
-        # np.array(..., copy) drops any ndarray subclass and its overrides.
-        arrays[key] = np.array(value, copy=True, subok=False)
-        return {"__ndarray__": key}
-    if type(value).__module__.startswith("torch") and type(value).__name__ in (
-        "Tensor",
-        "Parameter",
-    ):
-        torch = _torch()
-        t = torch.Tensor.detach(value)
-        _check_size(t.numel())
-        dtype = str(t.dtype).replace("torch.", "")
-        if t.dtype == torch.bfloat16:
-            t = t.float()
-        key = f"a{len(arrays)}"
-        arrays[key] = np.array(torch.Tensor.numpy(torch.Tensor.cpu(t)), copy=True)
-        return {"__tensor__": key, "dtype": dtype}
-    if isinstance(value, tuple):
-        return {"__tuple__": [encode(v, arrays, extension=extension) for v in value]}
-    if isinstance(value, list):
-        return [encode(v, arrays, extension=extension) for v in value]
-    if isinstance(value, dict):
-        items = []
-        for k, v in value.items():
-            if not isinstance(k, (str, int)) or isinstance(k, bool):
-                raise TypeError(f"dictionary keys must be str or int, got {type(k).__name__}")
-            items.append([k, encode(v, arrays, extension=extension)])
-        return {"__dict__": items}
-    raise TypeError(
-        f"returned an object of type {type(value).__module__}.{type(value).__qualname__}; "
-        "expected numbers, strings, lists/tuples/dicts, numpy arrays or torch tensors"
-    )
-
-
-def _check_size(n: int) -> None:
-    if n > MAX_RESULT_ELEMENTS:
-        raise ValueError(f"an array of {n} elements is larger than any expected answer")
-
-
-def decode(data: Any, arrays, *, as_torch: bool = True, extension=None) -> Any:
-    """Inverse of :func:`encode`. Tensors come back as ``torch.Tensor`` when
-    ``as_torch`` (inputs for the student's code) or as :class:`Tensor` markers
-    (results inspected by the trusted judge). ``extension``, a function
-    ``(data, arrays) -> value`` tried first on every tagged dict, at every depth,
-    decodes the tags of an :func:`encode` extension (``NotImplemented``: not one of
-    its tags)."""
-    if isinstance(data, list):
-        return [decode(v, arrays, as_torch=as_torch, extension=extension) for v in data]
-    if not isinstance(data, dict):
-        return data
-    if extension is not None:
-        value = extension(data, arrays)
-        if value is not NotImplemented:
-            return value
-    if "__float__" in data:
-        return float(data["__float__"])
-    if "__ndarray__" in data:
-        return np.array(arrays[data["__ndarray__"]], copy=True)
-    if "__tensor__" in data:
-        arr = np.array(arrays[data["__tensor__"]], copy=True)
-        if not as_torch:
-            marker = Tensor(arr)
-            marker.dtype = data.get("dtype", str(arr.dtype))
-            return marker
-        torch = _torch()
-        t = torch.from_numpy(arr)
-        if data.get("requires_grad"):
-            t.requires_grad_(True)
-        return t
-    if "__tuple__" in data:
-        return tuple(decode(v, arrays, as_torch=as_torch, extension=extension) for v in data["__tuple__"])
-    if "__dict__" in data:
-        return {k: decode(v, arrays, as_torch=as_torch, extension=extension) for k, v in data["__dict__"]}
-    if "__obj__" in data:
-        return _build_obj(data, arrays)
-    raise ValueError(f"unknown encoded value {sorted(data)}")
-
-
-_ALLOWED_FACTORIES = ("torch.nn.", "solutions.")
-
-
-def _build_obj(data, arrays):
-    path = data["__obj__"]
-    if not path.startswith(_ALLOWED_FACTORIES):
-        raise ValueError(f"factory {path!r} is not allowed")
-    module_name, _, attr = path.rpartition(".")
-    import importlib
-
-    factory = getattr(importlib.import_module(module_name), attr)
-    obj = factory(**decode(data["init"], arrays))
-    if data["state"]:
-        torch = _torch()
-        state = {k: torch.from_numpy(np.array(arrays[v], copy=True)) for k, v in data["state"].items()}
-        obj.load_state_dict(state, strict=True)
-    for name, source in data.get("tie") or []:
-        owner_path, _, attr = str(name).rpartition(".")
-        owner = obj.get_submodule(owner_path) if owner_path else obj
-        setattr(owner, attr, obj.get_parameter(str(source)))
-    if hasattr(obj, "eval"):
-        obj.eval()
-    return obj
 
 
 # --------------------------------------------------------------------------- running
@@ -421,131 +221,6 @@ def _backward(value, args, weight_data, arrays, out_arrays) -> dict:
     return grads
 
 
-# --------------------------------------------------------------------------- files
-
-
-def dump_bundle(path_stem: str, data: Any, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``data`` as ``<stem>.json`` and ``arrays`` as ``<stem>.npz`` (atomically)."""
-    tmp_npz = path_stem + ".tmp.npz"
-    np.savez(tmp_npz, **arrays)
-    os.replace(tmp_npz, path_stem + ".npz")
-    tmp_json = path_stem + ".json.tmp"
-    with open(tmp_json, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-    os.replace(tmp_json, path_stem + ".json")
-
-
-def load_bundle(path_stem: str, max_bytes: int = 256 * 2**20):
-    """Read a bundle written by :func:`dump_bundle`; never unpickles."""
-    for suffix in (".json", ".npz"):
-        size = os.path.getsize(path_stem + suffix)
-        if size > max_bytes:
-            raise ValueError(f"{path_stem + suffix} is {size} bytes, over the {max_bytes} limit")
-    with open(path_stem + ".json", encoding="utf-8") as fh:
-        data = json.load(fh)
-    with np.load(path_stem + ".npz", allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    return data, arrays
-
-
-FRAME_KINDS = ("start", "cases", "result")
-
-
-def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.ndarray] | None = None,
-                *, start: bool = False, kind: str | None = None) -> None:
-    """Write one frame to a byte stream (the result pipe, or the cases pipe).
-
-    A frame is a JSON header line ``{"grade_id", "kind", "json", "npz"}``, then
-    ``json`` bytes of JSON and ``npz`` bytes of ``.npz``. The runner sends, per
-    graded cell, ``start`` (about to execute that cell), ``cases`` (the cell is
-    defined: send its cases; no body) and ``result`` (its bundle follows); the
-    trusted side answers a ``cases`` frame with one ``cases`` frame carrying the
-    case specs (:func:`autograder.sandbox.run_job`).
-
-    Args:
-        stream: a binary stream.
-        grade_id: the cell's grade_id.
-        data, arrays: the frame's body (JSON-able data and its arrays).
-        start: the same as ``kind="start"``.
-        kind: one of :data:`FRAME_KINDS` (default ``"result"``, or ``"start"``
-            with ``start``). A ``start`` frame, or a ``cases`` request without
-            ``data``, has no body.
-    """
-    import io
-
-    kind = kind or ("start" if start else "result")
-    if kind not in FRAME_KINDS:
-        raise ValueError(f"frame kind must be one of {FRAME_KINDS}, got {kind!r}")
-    if kind == "start" or (kind == "cases" and data is None):
-        body = npz = b""
-    else:
-        buf = io.BytesIO()
-        np.savez(buf, **(arrays or {}))
-        npz = buf.getvalue()
-        body = json.dumps(data).encode("utf-8")
-    header = {"grade_id": grade_id, "kind": kind, "json": len(body), "npz": len(npz)}
-    stream.write(json.dumps(header).encode("utf-8") + b"\n" + body + npz)
-    stream.flush()
-
-
-def read_frames(stream, max_frame_bytes: int, max_total_bytes: int, into: list | None = None,
-                max_json_bytes: int | None = None, on_frame=None, drain: bool = True):
-    """Read the frames of :func:`write_frame` until end of stream.
-
-    Returns ``(frames, problem)``: ``frames`` a list of ``(kind, grade_id,
-    json_bytes, npz_bytes)`` in arrival order; ``problem`` ``None`` or what was
-    wrong (a malformed or oversized frame: reading stops there, and the rest of
-    the stream is drained and dropped). Nothing is decoded beyond the header.
-    Frames are appended to ``into`` (when given) as they arrive, so a reader that
-    gives up waiting still has what came, and ``on_frame(kind, grade_id)`` (when
-    given) is called after each is appended. ``max_json_bytes`` bounds a frame's
-    JSON part on its own (default: ``max_frame_bytes``); an oversized frame is
-    refused from its header, before a byte of its body is read. A problem never
-    quotes what the stream announced (sizes, names): only the grader's limits.
-    ``drain=False`` returns at the end of the frames, leaving the rest unread.
-    """
-    frames: list[tuple[str, str, bytes, bytes]] = [] if into is None else into
-    total = 0
-    problem = None
-    while True:
-        frame, problem = read_frame(stream, min(max_frame_bytes, max_total_bytes - total), max_json_bytes)
-        if frame is None:
-            break
-        total += len(frame[2]) + len(frame[3])
-        frames.append(frame)
-        if on_frame is not None:
-            on_frame(frame[0], frame[1])
-    while drain and stream.read(65536):  # drain, so the writer never blocks
-        pass
-    return frames, problem
-
-
-def read_frame(stream, max_frame_bytes: int, max_json_bytes: int | None = None):
-    """Read one frame of :func:`write_frame`: ``((kind, grade_id, json_bytes,
-    npz_bytes), None)``, or ``(None, problem)`` where ``problem`` is ``None`` at
-    a clean end of stream and else says, in the reader's words, what was wrong."""
-    header = stream.readline(4096)
-    if not header:
-        return None, None
-    try:
-        meta = json.loads(header.decode("utf-8"))
-        kind, grade_id = meta["kind"], meta["grade_id"]
-        n_json, n_npz = int(meta["json"]), int(meta["npz"])
-        if kind not in FRAME_KINDS or not isinstance(grade_id, str) or n_json < 0 or n_npz < 0:
-            raise ValueError
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return None, "a malformed result frame"
-    if max_json_bytes is not None and n_json > max_json_bytes:
-        return None, f"a result frame announcing more JSON than the {max_json_bytes}-byte limit"
-    if n_json + n_npz > max_frame_bytes:
-        return None, f"a result frame over the {max_frame_bytes}-byte limit"
-    body = stream.read(n_json)
-    npz = stream.read(n_npz)
-    if len(body) != n_json or len(npz) != n_npz:
-        return None, "a truncated result frame"
-    return (kind, grade_id, body, npz), None
-
-
 # --------------------------------------------------------------------------- sandbox entry
 
 
@@ -658,8 +333,6 @@ def _receive_cases(result_stream, cases_stream, grade_id: str) -> tuple[list, di
     Returns ``(specs, arrays)``; no cases at all (``[]``) when the trusted side sent
     none (it answers only a request in protocol order) or sent something else.
     """
-    import io
-
     write_frame(result_stream, grade_id, kind="cases")
     frame, _ = read_frame(cases_stream, MAX_CASES_BYTES)
     if frame is None or frame[0] != "cases" or frame[1] != grade_id:

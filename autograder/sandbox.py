@@ -8,7 +8,7 @@ trust student code"):
 * ``/lib-grading`` (``PYTHONPATH``), read-only: a copy of ``solutions`` stripped of the
   modules that define the graded chapter's answers and of every module importing
   them (:func:`build_library`), the stub ``autograder`` package whose ``check``
-  does nothing, and ``runner.py``;
+  does nothing (with the wire format, ``wire.py``), and ``runner.py``;
 * ``/job``, read-only (``job.json``: the setup and the cells' source, no case),
   with ``/job/out`` a size-limited tmpfs, and a small private ``/tmp``; nothing
   of the host is writable;
@@ -56,7 +56,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cgroup
+from . import cgroup, wire
 from .untrusted import parse_source
 from .withhold import SOLUTIONS_DIR, graded_modules, module_names
 
@@ -212,7 +212,7 @@ class RunOutcome:
         output_truncated: more output was produced than was kept.
         wall_seconds: how long the run took.
         frames: the result frames read from the result pipe, in arrival order:
-            ``(grade_id, json_bytes, npz_bytes)`` (see :func:`autograder.runner.read_frames`).
+            ``(grade_id, json_bytes, npz_bytes)`` (see :func:`autograder.wire.read_frames`).
         frame_problem: ``None``, or what was wrong with the result pipe's stream.
         memory_exceeded: the run's memory cgroup hit ``run_memory_bytes`` and the
             kernel killed a process of it.
@@ -283,7 +283,8 @@ def _generated_init(root: Path, package: str, kept: set[str], stripped: set[str]
 def build_library(dest: Path, graded_names: set[str], solutions_dir: Path = SOLUTIONS_DIR) -> Path:
     """Write the sandbox's read-only ``PYTHONPATH`` folder and return it.
 
-    It holds ``runner.py``, the stub ``autograder`` package and a copy of
+    It holds ``runner.py``, the stub ``autograder`` package with the wire format
+    (``autograder/wire.py``, which the runner imports) and a copy of
     ``solutions`` without the modules of :func:`~autograder.withhold.graded_modules` (only sources and
     data files; no ``__pycache__``), whose ``__init__`` re-exports what is left.
 
@@ -300,6 +301,7 @@ def build_library(dest: Path, graded_names: set[str], solutions_dir: Path = SOLU
     shutil.copyfile(AUTOGRADER_DIR / "runner.py", dest / "runner.py")
     (dest / "autograder").mkdir(exist_ok=True)
     shutil.copyfile(AUTOGRADER_DIR / "stub" / "__init__.py", dest / "autograder" / "__init__.py")
+    shutil.copyfile(AUTOGRADER_DIR / "wire.py", dest / "autograder" / "wire.py")
     package = "solutions"
     stripped = graded_modules(graded_names, solutions_dir, package)
     modules = module_names(solutions_dir, package)
@@ -532,14 +534,12 @@ class _CaseFeeder:
 def case_frame(grade_id: str, specs: list, arrays: dict) -> bytes:
     """The bytes of the ``cases`` frame that carries one cell's case specs."""
     buf = io.BytesIO()
-    from . import runner
-
-    runner.write_frame(buf, grade_id, specs, arrays, kind="cases")
+    wire.write_frame(buf, grade_id, specs, arrays, kind="cases")
     return buf.getvalue()
 
 
 class _Frames:
-    """Read the runner's result pipe in a thread (:func:`autograder.runner.read_frames`),
+    """Read the runner's result pipe in a thread (:func:`autograder.wire.read_frames`),
     following the protocol with the case feeder when there is one."""
 
     def __init__(self, fd: int, limits: Limits, feeder: _CaseFeeder | None = None):
@@ -552,10 +552,8 @@ class _Frames:
         self.thread.start()
 
     def _read(self) -> None:
-        from . import runner
-
         try:
-            _, self.problem = runner.read_frames(
+            _, self.problem = wire.read_frames(
                 self.stream, self.limits.result_bytes, self.limits.result_bytes, into=self.frames,
                 max_json_bytes=self.limits.result_json_bytes,
                 on_frame=self.feeder.on_frame if self.feeder is not None else None, drain=False,

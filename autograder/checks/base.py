@@ -40,8 +40,8 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from .. import runner
-from ..runner import Obj, Tensor
+from .. import runner, wire
+from ..wire import Obj, Tensor
 
 __all__ = [
     "ADVICE",
@@ -137,8 +137,8 @@ class Case:
 
     Args:
         args, kwargs: positional and keyword arguments (numpy arrays, python values,
-            :class:`~autograder.runner.Tensor` for torch tensors,
-            :class:`~autograder.runner.Obj` for trusted objects such as a Linear).
+            :class:`~autograder.wire.Tensor` for torch tensors,
+            :class:`~autograder.wire.Obj` for trusted objects such as a Linear).
         label: what this case probes, in words ("a 2x3 batch with one fully masked
             row"); every failure message quotes it.
         init: for class exercises, the constructor's keyword arguments.
@@ -195,16 +195,16 @@ class Case:
         """Encode this case for :func:`autograder.runner.run_case`."""
         spec = {
             "kind": kind,
-            "args": runner.encode(list(self.args), arrays),
-            "kwargs": runner.encode(dict(self.kwargs), arrays),
-            "init": runner.encode(dict(self.init), arrays) if self.init is not None else None,
+            "args": wire.encode(list(self.args), arrays),
+            "kwargs": wire.encode(dict(self.kwargs), arrays),
+            "init": wire.encode(dict(self.init), arrays) if self.init is not None else None,
             "state": None,
             "strict_state": bool(self.strict_state),
             "method": self.method,
             "train": self.train,
             "attrs": list(self.attrs),
             "probes": list(self.probes),
-            "backward": runner.encode(self.backward, arrays) if self.backward is not None else None,
+            "backward": wire.encode(self.backward, arrays) if self.backward is not None else None,
             "return_args": [int(i) for i in self.return_args],
             "seed": int(self.seed),
         }
@@ -222,7 +222,7 @@ class Case:
 class Result:
     """A decoded result: what the object under test returned, as plain data.
 
-    Tensors appear as :class:`~autograder.runner.Tensor` markers (``.value`` the
+    Tensors appear as :class:`~autograder.wire.Tensor` markers (``.value`` the
     numpy data, ``.dtype`` the torch dtype name), never as live objects.
     """
 
@@ -235,7 +235,7 @@ class Result:
 
     @classmethod
     def from_encoded(cls, data: dict, arrays) -> "Result":
-        dec = lambda v: runner.decode(v, arrays, as_torch=False)  # noqa: E731
+        dec = lambda v: wire.decode(v, arrays, as_torch=False)  # noqa: E731
         return cls(
             value=dec(data.get("value")),
             attrs={k: dec(v) for k, v in (data.get("attrs") or {}).items()},

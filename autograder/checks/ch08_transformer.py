@@ -552,14 +552,14 @@ class CountParameters(Exercise):
         return cases
 
     def diagnose(self, case, got, want):
-        from .. import runner
+        from .. import wire
 
         if not isinstance(got.value, int) or isinstance(got.value, bool):
             if isinstance(got.value, float) and got.value == want.value:
                 return "return an int (sum of p.numel()), not a float."
             return "return a Python int: sum(p.numel() for p in ...), or .item() of a tensor."
         arrays = {}
-        model = runner.decode(runner.encode(case.args[0], arrays), arrays)
+        model = wire.decode(wire.encode(case.args[0], arrays), arrays)
         all_params = sum(p.numel() for p in model.parameters())
         with_duplicates = sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False) if p.requires_grad)
         with_buffers = sum(p.numel() for p in model.parameters() if p.requires_grad) + sum(

@@ -4,8 +4,8 @@ At release (in the repository, with ``solutions``), :func:`write_chapter` makes 
 exercise's visible cases exactly as the visible check does (``Exercise.cases`` with
 the fixed visible seed), runs them on the reference (``Exercise.expected``) and
 writes both as data: ``<chapter>.json`` (the encoded values: the runner's codec,
-:func:`autograder.runner.encode`, extended with markers for
-:class:`~autograder.runner.Obj` inputs, tensor dtypes and torch results) and ``<chapter>.npz`` (every array; read with ``allow_pickle=False``).
+:func:`autograder.wire.encode`, extended with markers for
+:class:`~autograder.wire.Obj` inputs, tensor dtypes and torch results) and ``<chapter>.npz`` (every array; read with ``allow_pickle=False``).
 
 In the student package, :class:`ExpectedStore` reads those files and is installed
 with :func:`autograder.checks.base.use_precomputed`: ``check(name, obj)`` then judges
@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from ..checks.base import Case, Exercise, Precomputed, Result
-from .. import runner
-from ..runner import Obj, Tensor
+from .. import wire
+from ..wire import Obj, Tensor
 
 __all__ = ["FORMAT", "encode_value", "decode_value", "encode_case", "decode_case", "encode_result",
            "decode_result", "fingerprint", "chapter_data", "write_chapter", "ExpectedStore", "call_key",
@@ -55,17 +55,17 @@ FORMAT = 1
 def encode_value(value: Any, arrays: dict[str, np.ndarray]) -> Any:
     """A case input or a decoded result as JSON-able data, arrays stored in ``arrays``.
 
-    :func:`autograder.runner.encode` with the stored format's three extensions
+    :func:`autograder.wire.encode` with the stored format's three extensions
     (:func:`_stored`): an :class:`Obj` stays a marker (the runner builds it when the
     case runs), a :class:`Tensor` keeps its ``dtype`` and ``requires_grad``, and a torch
     tensor (a hint helper's result) comes back as a torch tensor.
     """
-    return runner.encode(value, arrays, extension=_stored)
+    return wire.encode(value, arrays, extension=_stored)
 
 
 def decode_value(data: Any, arrays) -> Any:
     """Inverse of :func:`encode_value` (tensors come back as :class:`Tensor` markers)."""
-    return runner.decode(data, arrays, as_torch=False, extension=_read_stored)
+    return wire.decode(data, arrays, as_torch=False, extension=_read_stored)
 
 
 def _stored(value: Any, arrays: dict[str, np.ndarray]) -> Any:

@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from ..runner import Tensor
+from ..wire import Tensor
 
 __all__ = ["withhold_helpers", "record_helpers"]
 

@@ -138,7 +138,7 @@ def run_probe(code: str, *, graded=("softmax", "scaled_dot_product_attention", "
     The cell's prints come back in ``outcome.stdout``; ``graded`` decides which
     modules of ``solutions`` are stripped.
     """
-    from autograder import runner
+    from autograder import wire
     from autograder.sandbox import Limits, build_library, run_job
 
     tmp = Path(tmp)
@@ -150,7 +150,7 @@ def run_probe(code: str, *, graded=("softmax", "scaled_dot_product_attention", "
         json.dumps({"setup": list(setup), "cells": [{"grade_id": "probe", "exercise": "probe", "source": code}]}),
         encoding="utf-8",
     )
-    runner.dump_bundle(str(job / "cases_probe"), [], {})
+    wire.dump_bundle(str(job / "cases_probe"), [], {})
     return run_job(job, lib, limits or Limits(wall_seconds=60.0), sandbox=sandbox)
 
 
@@ -159,7 +159,7 @@ def run_piped_job(tmp: Path, source: str, limits=None):
     the cases pipe, as the grader sends them; return ``(outcome, job folder)``."""
     import numpy as np
 
-    from autograder import runner
+    from autograder import wire
     from autograder.sandbox import Limits, build_library, case_frame, run_job
 
     tmp = Path(tmp)
@@ -170,7 +170,7 @@ def run_piped_job(tmp: Path, source: str, limits=None):
     (job / "job.json").write_text(json.dumps({"setup": [], "cells": [
         {"grade_id": "probe", "exercise": "probe", "source": source}]}), encoding="utf-8")
     arrays: dict = {}
-    specs = [{"kind": "function", "args": runner.encode([np.array([1.0, 2.0])], arrays),
+    specs = [{"kind": "function", "args": wire.encode([np.array([1.0, 2.0])], arrays),
               "kwargs": {"__dict__": []}, "seed": 0}]
     outcome = run_job(job, lib, limits or Limits(wall_seconds=SAFETY_WALL), cases=[("probe", case_frame("probe", specs, arrays))])
     return outcome, job

@@ -627,7 +627,7 @@ def test_cases_are_out_of_reach_before_and_outside_their_check(graded, attack):
 def test_the_case_search_finds_case_files_where_there_are_some(tmp_path, needs_sandbox, monkeypatch):
     """The control of the test above: with the cases in the job folder, as they once
     were, the same search finds them and the searching cell loses its points."""
-    from autograder import grading, runner
+    from autograder import grading, wire
 
     write_job = grading._write_job
 
@@ -635,7 +635,7 @@ def test_the_case_search_finds_case_files_where_there_are_some(tmp_path, needs_s
         write_job(job_dir, setup, pending, context)
         for g in pending:
             arrays: dict = {}
-            runner.dump_bundle(str(job_dir / f"cases_{g.name}"), [c.to_spec(g.exercise.kind, arrays) for c in g.cases],
+            wire.dump_bundle(str(job_dir / f"cases_{g.name}"), [c.to_spec(g.exercise.kind, arrays) for c in g.cases],
                                arrays)
         return None  # no cases pipe: the runner reads the files
 

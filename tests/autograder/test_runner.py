@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from autograder import grading, runner
+from autograder import grading, runner, wire
 from conftest import DISGUISED_TENSOR
 
 
 def _roundtrip(value):
     arrays: dict = {}
-    data = runner.encode(value, arrays)
+    data = wire.encode(value, arrays)
     json.dumps(data)  # must be plain JSON
-    return runner.decode(data, arrays, as_torch=False)
+    return wire.decode(data, arrays, as_torch=False)
 
 
 # --------------------------------------------------------------------------- encode
@@ -40,7 +40,7 @@ def test_object_lying_about_equality_is_rejected():
             return True
 
     with pytest.raises(TypeError, match="Liar"):
-        runner.encode(Liar(), {})
+        wire.encode(Liar(), {})
 
 
 def test_ndarray_subclass_is_dropped_to_a_plain_array():
@@ -60,7 +60,7 @@ def test_tensor_subclass_is_rejected():
         pass
 
     with pytest.raises(TypeError, match="Liar"):
-        runner.encode(torch.zeros(3).as_subclass(Liar), {})
+        wire.encode(torch.zeros(3).as_subclass(Liar), {})
 
 
 def test_tensor_subclass_disguised_as_torch_tensor_crosses_as_its_data():
@@ -68,19 +68,19 @@ def test_tensor_subclass_disguised_as_torch_tensor_crosses_as_its_data():
     exec(DISGUISED_TENSOR, disguise)  # noqa: S102 - the test's own code
     Tensor = disguise["Tensor"]
     back = _roundtrip(torch.arange(3.0).as_subclass(Tensor))
-    assert isinstance(back, runner.Tensor)
+    assert isinstance(back, wire.Tensor)
     assert type(back.value) is np.ndarray and back.dtype == "float32"
     assert np.array_equal(back.value, np.arange(3.0, dtype=np.float32))
 
 
 def test_oversized_result_is_rejected():
     with pytest.raises(ValueError, match="larger than any expected answer"):
-        runner.encode(np.zeros(runner.MAX_RESULT_ELEMENTS + 1, dtype=np.int8), {})
+        wire.encode(np.zeros(wire.MAX_RESULT_ELEMENTS + 1, dtype=np.int8), {})
 
 
 def test_dict_with_object_keys_is_rejected():
     with pytest.raises(TypeError, match="keys"):
-        runner.encode({(1, 2): 3}, {})
+        wire.encode({(1, 2): 3}, {})
 
 
 # --------------------------------------------------------------------------- run_case
@@ -119,7 +119,7 @@ def test_bundles_never_unpickle(tmp_path):
     with zipfile.ZipFile(tmp_path / "result_x.npz", "w") as zf:
         zf.write(tmp_path / "obj.npy", "a0.npy")
     with pytest.raises(ValueError, match="pickle"):
-        runner.load_bundle(stem)
+        wire.load_bundle(stem)
 
 
 # --------------------------------------------------------------------------- frames
@@ -127,10 +127,10 @@ def test_bundles_never_unpickle(tmp_path):
 
 def test_frames_roundtrip():
     stream = io.BytesIO()
-    runner.write_frame(stream, "softmax", start=True)
-    runner.write_frame(stream, "softmax", {"grade_id": "softmax", "cases": []}, {"a0": np.arange(3)})
+    wire.write_frame(stream, "softmax", start=True)
+    wire.write_frame(stream, "softmax", {"grade_id": "softmax", "cases": []}, {"a0": np.arange(3)})
     stream.seek(0)
-    frames, problem = runner.read_frames(stream, 2**20, 2**20)
+    frames, problem = wire.read_frames(stream, 2**20, 2**20)
     assert problem is None
     assert [(k, g) for k, g, _, _ in frames] == [("start", "softmax"), ("result", "softmax")]
     data, arrays = grading._load_frame(frames[1][2], frames[1][3])
@@ -141,20 +141,20 @@ def test_frames_roundtrip():
                                      b'{"grade_id": "x", "kind": "result", "json": 100, "npz": 0}\n{}'])
 def test_malformed_frames_stop_the_reader(garbage):
     stream = io.BytesIO()
-    runner.write_frame(stream, "a", start=True)
+    wire.write_frame(stream, "a", start=True)
     stream.write(garbage)
-    runner.write_frame(stream, "a", {"x": 1}, {})
+    wire.write_frame(stream, "a", {"x": 1}, {})
     stream.seek(0)
-    frames, problem = runner.read_frames(stream, 2**20, 2**20)
+    frames, problem = wire.read_frames(stream, 2**20, 2**20)
     assert problem is not None
     assert [(k, g) for k, g, _, _ in frames] == [("start", "a")]
 
 
 def test_oversized_frame_is_refused():
     stream = io.BytesIO()
-    runner.write_frame(stream, "a", {"x": "y" * 5000}, {})
+    wire.write_frame(stream, "a", {"x": "y" * 5000}, {})
     stream.seek(0)
-    frames, problem = runner.read_frames(stream, 1000, 10_000)
+    frames, problem = wire.read_frames(stream, 1000, 10_000)
     assert frames == [] and "over the 1000-byte limit" in problem
 
 
@@ -196,7 +196,7 @@ def test_forged_result_values_are_rejected(value, arrays, message):
 
 def test_genuine_results_are_admitted():
     arrays: dict = {}
-    value = runner.encode((torch.ones(2, 3), np.arange(4), {"k": [1.0, float("nan")]}, torch.zeros(1, dtype=torch.bfloat16)), arrays)
+    value = wire.encode((torch.ones(2, 3), np.arange(4), {"k": [1.0, float("nan")]}, torch.zeros(1, dtype=torch.bfloat16)), arrays)
     grading._check_encoded(value, arrays)
 
 
@@ -216,15 +216,15 @@ def _job(tmp_path, source):
         "cells": [{"grade_id": "double", "exercise": "double", "source": source}],
     }))
     arrays: dict = {}
-    specs = [{"kind": "function", "args": runner.encode([np.arange(3.0)], arrays), "kwargs": {"__dict__": []}, "seed": 0}]
-    runner.dump_bundle(str(job / "cases_double"), specs, arrays)
+    specs = [{"kind": "function", "args": wire.encode([np.arange(3.0)], arrays), "kwargs": {"__dict__": []}, "seed": 0}]
+    wire.dump_bundle(str(job / "cases_double"), specs, arrays)
     return job
 
 
 def test_main_writes_result_files_by_default(tmp_path):
     job = _job(tmp_path, "def double(x):\n    return 2 * x")
     assert runner.main([str(job)]) == 0
-    data, arrays = runner.load_bundle(str(job / "out" / "result_double"))
+    data, arrays = wire.load_bundle(str(job / "out" / "result_double"))
     result = grading.Result.from_encoded(data["cases"][0]["result"], arrays)
     assert np.array_equal(result.value, np.arange(3.0) * 2)
 
@@ -240,7 +240,7 @@ def test_main_sends_start_and_result_frames_to_the_result_fd(tmp_path):
     except OSError:
         pass
     with os.fdopen(read_fd, "rb") as stream:
-        frames, problem = runner.read_frames(stream, 2**20, 2**20)
+        frames, problem = wire.read_frames(stream, 2**20, 2**20)
     assert problem is None
     assert [(k, g) for k, g, _, _ in frames] == [("start", "double"), ("result", "double")]
     assert not (job / "out" / "result_double.json").exists()

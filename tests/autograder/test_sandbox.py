@@ -108,7 +108,7 @@ def test_import_target_reads_relative_imports_in_subpackages():
 
 def test_build_library_leaves_no_definition_of_the_graded_names(tmp_path):
     lib = build_library(tmp_path / "lib", CH04)
-    assert (lib / "runner.py").is_file()
+    assert (lib / "runner.py").is_file() and (lib / "autograder" / "wire.py").is_file()  # the runner imports the wire format
     assert "def check" in (lib / "autograder" / "__init__.py").read_text()
     assert not (lib / "solutions" / "attention.py").exists()
     for path in (lib / "solutions").rglob("*.py"):
