@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import csv
 import inspect
 import os
 import shutil
@@ -38,6 +39,11 @@ import time
 from pathlib import Path
 
 import nbformat
+
+from .book import BOOK, chapter_ids, source_notebook
+from .checks import exercises_of, get_exercise
+from .release import student_version
+from .sync import solution_cell_source
 
 __all__ = [
     "make_source_notebook",
@@ -81,10 +87,8 @@ def make_source_notebook(chapter: str, exercises: list[str] | None = None,
     Returns:
         The notebook (nbformat v4, no outputs).
     """
-    import solutions
+    import solutions  # deferred: the reference package loads torch
 
-    from .checks import exercises_of
-    from .sync import solution_cell_source
 
     names = exercises or [ex.name for ex in exercises_of(chapter)]
     if not names:
@@ -102,7 +106,6 @@ def make_source_notebook(chapter: str, exercises: list[str] | None = None,
     nb.cells.append(nbformat.v4.new_markdown_cell(f"# {chapter} (generated exercise notebook)"))
     nb.cells.append(nbformat.v4.new_code_cell("\n".join(setup), metadata=_meta(
         grade=False, solution=False, locked=True, grade_id="setup")))
-    from .checks import get_exercise
 
     for name in names:
         cell_points = points if points is not None else sum(get_exercise(name).part_points().values())
@@ -158,8 +161,6 @@ def make_submission(source: nbformat.NotebookNode, chapter: str, kind: str, inde
     Returns:
         The submission notebook.
     """
-    from .release import student_version
-
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if kind == "reference":
@@ -300,9 +301,6 @@ def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: l
         ``{"submissions": n, "nbgrader_s": t, "autograder_s": {jobs: t}, "same_totals": {...},
         "sharded": {...} or None}``.
     """
-    from .checks import exercises_of
-    from .book import BOOK, chapter_ids, source_notebook
-
     jobs = jobs or default_jobs()
     tmp = Path(work) if work else Path(tempfile.mkdtemp(prefix="autograder-bench-"))
     try:
@@ -355,9 +353,7 @@ def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: l
 def _compare_totals(db: Path, grades_csv: Path, chapters: list[str]) -> dict:
     """Per-kind agreement between nbgrader's totals and ours (they may differ where
     nbgrader's in-kernel checks are fooled; on honest notebooks they agree)."""
-    import csv
-
-    from nbgrader.api import Gradebook
+    from nbgrader.api import Gradebook  # deferred: nbgrader is slow to import
 
     ours = {}
     with open(grades_csv, encoding="utf-8") as fh:

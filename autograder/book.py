@@ -10,6 +10,8 @@ through this module.
 """
 from __future__ import annotations
 
+import builtins
+import keyword
 import re
 from pathlib import Path
 
@@ -80,9 +82,6 @@ def distinctive(line: str) -> bool:
     any such file and prove nothing."""
     global _PY_WORDS
     if _PY_WORDS is None:
-        import builtins
-        import keyword
-
         _PY_WORDS = set(keyword.kwlist) | set(dir(builtins)) | {"self", "cls"}
     if re.fullmatch(r"[\w, ()]+ = (np\.asarray\(\w+\)|\w+\.shape|\w+\.size\(\)|\w+\.size\(-?\d\)|\w+\.shape\[-?\d\])",
                     line):

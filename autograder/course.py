@@ -37,9 +37,12 @@ import nbformat
 from nbformat.v4 import new_output
 
 from .batch import BatchReport, GradebookTarget, grade_class
+from .book import source_notebook
 from .grading import RunSettings
 from .journal import Graded
+from .release import student_version
 from .feedback import STATUS_WORDS
+from .gradebook import parse_duedate
 from .text import score_text
 from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted
 
@@ -116,9 +119,9 @@ def load_course(root: Path | str | None = None) -> Course:
         ValueError: ``root`` is not a folder, its ``nbgrader_config.py`` fails to
             load, or it uses a ``directory_structure`` other than nbgrader's default.
     """
-    from nbgrader.apps.baseapp import NbGrader
-    from nbgrader.coursedir import CourseDirectory
-    from traitlets.config.application import Application
+    from nbgrader.apps.baseapp import NbGrader  # deferred: nbgrader is slow to import
+    from nbgrader.coursedir import CourseDirectory  # deferred with nbgrader
+    from traitlets.config.application import Application  # deferred with nbgrader
 
     root = Path(root or os.getcwd()).resolve()
     if not root.is_dir():
@@ -191,8 +194,8 @@ def _sanitize(nb: nbformat.NotebookNode, resources: dict, config) -> nbformat.No
     Its warnings are silenced: ``OverwriteCells`` reports every test cell with hidden
     tests (the released checksum differs from the source's by design), and what
     it restores is the point of the pass."""
-    from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec
-    from traitlets.log import get_logger
+    from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec  # deferred: nbgrader is slow to import
+    from traitlets.log import get_logger  # deferred with nbgrader
 
     log = get_logger()
     level = log.level
@@ -231,8 +234,6 @@ def autograded_notebook(graded: Graded, source: Path, db_url: str, config=None) 
         read or sanitised is replaced by the released (student) version of the
         source, so the formgrader still shows the verdicts and no answer leaks.
     """
-    from .release import student_version
-
     sub = graded.submission
     resources = {"nbgrader": {"notebook": sub.chapter, "assignment": sub.chapter, "student": sub.student,
                               "db_url": db_url}}
@@ -281,7 +282,7 @@ def write_autograded(course: Course, assignment: str, results: list[Graded], sou
     files (as nbgrader copies them; ``CourseDirectory.ignore`` honoured). Files are
     rewritten only when they changed. Returns the notebooks' paths.
     """
-    from nbgrader.utils import find_all_files
+    from nbgrader.utils import find_all_files  # deferred: nbgrader is slow to import
 
     source_folder = source.parent
     extras = sorted(Path(f) for f in find_all_files(str(source_folder), course.coursedir.ignore + ["*.ipynb"]))
@@ -346,9 +347,6 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
         ValueError: not an nbgrader course, no source notebook for ``assignment``,
             no submissions, an unknown student or a bad due date.
     """
-    from .gradebook import parse_duedate
-    from .book import source_notebook
-
     if duedate is not None:
         duedate = parse_duedate(duedate)  # a bad date fails before any grading
     c = load_course(course)

@@ -37,13 +37,16 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import nbformat
+from nbformat.v4 import new_notebook
 
+from .release import student_version
 from .untrusted import one_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,10 +68,10 @@ def alembic_on_path():
     """nbgrader learns its schema version from ``alembic heads``, a subprocess that
     takes seconds and must be on PATH. Answer the same question with alembic's Python
     API (the same migration scripts nbgrader ships) for the duration."""
-    import nbgrader.api as api
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
-    from nbgrader.dbutil import ALEMBIC_DIR
+    import nbgrader.api as api  # deferred: nbgrader is slow to import
+    from alembic.config import Config  # deferred with nbgrader
+    from alembic.script import ScriptDirectory  # deferred with nbgrader
+    from nbgrader.dbutil import ALEMBIC_DIR  # deferred with nbgrader
 
     global _HEAD
     if _HEAD is None:
@@ -126,9 +129,7 @@ def parse_duedate(value: str | datetime.datetime) -> datetime.datetime:
     Raises:
         ValueError: the text is not a date.
     """
-    import re
-
-    from nbgrader.utils import parse_utc
+    from nbgrader.utils import parse_utc  # deferred: nbgrader is slow to import
 
     if isinstance(value, str) and not re.search(r"\d{4}-\d{1,2}-\d{1,2}", value):
         # dateutil would read "friday" as the next Friday: ask for the date itself
@@ -146,9 +147,8 @@ def parse_duedate(value: str | datetime.datetime) -> datetime.datetime:
 def _record_assignment(url: str, chapter: str, source: Path, course_id: str,
                        duedate: datetime.datetime | None) -> None:
     """Create or update the assignment (and its due date) and its cells from the source notebook."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import Gradebook, MissingEntry  # deferred: nbgrader is slow to import
 
-    from .release import student_version
 
     with Gradebook(url, course_id) as gb:
         gb.update_or_create_assignment(chapter, **({"duedate": duedate} if duedate is not None else {}))
@@ -219,7 +219,7 @@ def submission_time(text: str | None) -> tuple[datetime.datetime | None, str]:
         convention for a missing or empty timestamp (no time, so not late),
         with a note that says so. ``(None, "")`` without a text. Never raises.
     """
-    from nbgrader.utils import parse_utc
+    from nbgrader.utils import parse_utc  # deferred: nbgrader is slow to import
 
     if not text or not text.strip():
         return None, ""
@@ -244,7 +244,7 @@ def _problem(step: str, exc: BaseException) -> str:
 
 def _record_submission(gb, graded: "Graded", problems: list[str]) -> None:
     """Record one submission's student, timestamp and auto scores (not committed)."""
-    from nbgrader.api import MissingEntry
+    from nbgrader.api import MissingEntry  # deferred: nbgrader is slow to import
 
     sub = graded.submission
     when, note = submission_time(sub.timestamp)
@@ -272,7 +272,7 @@ def _record_results(url: str, course_id: str, results: list["Graded"]
                     ) -> tuple[dict[tuple[str, str], list[str]], set[tuple[str, str]]]:
     """Record every submitted result, each in its own transaction; returns the
     problems met per ``(student, chapter)`` and the submissions rolled back."""
-    from nbgrader.api import Gradebook
+    from nbgrader.api import Gradebook  # deferred: nbgrader is slow to import
 
     problems: dict[tuple[str, str], list[str]] = {}
     unrecorded: set[tuple[str, str]] = set()
@@ -299,9 +299,8 @@ def _assign_late_penalties(url: str, results: list["Graded"], config: Any,
     """Run nbgrader's own ``AssignLatePenalties`` on every submitted notebook, as
     ``nbgrader autograde`` does after saving the grades: it resets the penalty, and
     for a late submission asks the configured plugin for one, clipped to ``[0, score]``."""
-    from nbformat.v4 import new_notebook
-    from nbgrader.preprocessors import AssignLatePenalties
-    from traitlets.log import get_logger
+    from nbgrader.preprocessors import AssignLatePenalties  # deferred: nbgrader is slow to import
+    from traitlets.log import get_logger  # deferred with nbgrader
 
     step = AssignLatePenalties(config=config) if config is not None else AssignLatePenalties()
     log = get_logger()  # its per-submission warnings ("... is 5400.0 seconds late") go to grades.csv instead
@@ -327,7 +326,7 @@ def _assign_late_penalties(url: str, results: list["Graded"], config: Any,
 
 def _read_back(url: str, course_id: str, results: list["Graded"],
                problems: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], Recorded]:
-    from nbgrader.api import Gradebook
+    from nbgrader.api import Gradebook  # deferred: nbgrader is slow to import
 
     recorded: dict[tuple[str, str], Recorded] = {}
     with Gradebook(url, course_id) as gb:
@@ -349,7 +348,7 @@ def _read_back(url: str, course_id: str, results: list["Graded"],
 
 def _read_one(gb, sub) -> Recorded | None:
     """What the gradebook holds for one submission (``None``: not recorded)."""
-    from nbgrader.api import MissingEntry
+    from nbgrader.api import MissingEntry  # deferred: nbgrader is slow to import
 
     try:
         notebook = gb.find_submission_notebook(sub.chapter, sub.chapter, sub.student)

@@ -44,6 +44,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .confine import abi_version
+
 __all__ = ["MODES", "ENV", "set_isolation", "requested", "choose_isolation", "current_isolation",
            "container_plan", "describe"]
 
@@ -70,6 +72,7 @@ def set_isolation(mode: str) -> None:
 
 
 def _bubblewrap_works() -> tuple[bool, str]:
+    # The one import against the direction (ARCHITECTURE.md): to choose a wall, start the sandbox once.
     from .sandbox import bwrap_path, check_sandbox
 
     if bwrap_path() is None:
@@ -91,7 +94,7 @@ def choose_isolation() -> str:
     mode = requested()
     if mode in _CHOSEN:
         return _CHOSEN[mode]
-    from .sandbox import check_sandbox
+    from .sandbox import check_sandbox  # the declared upward import, as in _bubblewrap_works
 
     if mode in ("bubblewrap", "auto"):
         ok, why = _bubblewrap_works()
@@ -150,7 +153,6 @@ def container_plan() -> dict:
     """
     if _PLAN:
         return dict(_PLAN)
-    from .confine import abi_version
 
     root = os.geteuid() == 0
     abi = abi_version()

@@ -30,12 +30,17 @@ from __future__ import annotations
 
 import json
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
 from .book import BOOK, MARKERS, answer_lines, chapter_ids, secret_lines, source_notebook
+from .student.notebook import stamp
+from .student.package import build_package
+from .student.plain import plain_notebook
+from .sync import sync_notebook
 
 __all__ = [
     "ReleaseError",
@@ -58,7 +63,7 @@ class ReleaseError(RuntimeError):
 def _preprocessors(with_gradebook: bool) -> list:
     """nbgrader's GenerateAssignment pipeline (header/footer and AUTOTEST instantiation
     left out: the book uses neither). ``SaveCells`` only when a gradebook is given."""
-    from nbgrader.preprocessors import (
+    from nbgrader.preprocessors import (  # deferred: nbgrader is slow to import
         CheckCellMetadata,
         ClearHiddenTests,
         ClearMarkScheme,
@@ -103,8 +108,6 @@ def student_version(nb: nbformat.NotebookNode, chapter: str, db_url: str | None 
     Raises:
         ValueError: a markdown cell holds MyST that has no plain Markdown form.
     """
-    from .student.plain import plain_notebook
-
     out = plain_notebook(nb, chapter, book=book)  # a copy
     resources = {"nbgrader": {"notebook": chapter, "assignment": chapter, "db_url": db_url}}
     for step in _preprocessors(with_gradebook=db_url is not None):
@@ -143,8 +146,6 @@ class Released:
 
 def check_in_sync(paths: list[Path]) -> None:
     """Raise :class:`ReleaseError` when a solution cell differs from ``solutions``."""
-    from .sync import sync_notebook
-
     stale = {p: sync_notebook(p, write=False) for p in paths}
     stale = {p: ids for p, ids in stale.items() if ids}
     if stale:
@@ -168,8 +169,6 @@ def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
     src_path = source_notebook(chapter, book)
     source = nbformat.read(str(src_path), as_version=4)
     released = student_version(source, chapter, book=book)
-    from .student.notebook import stamp
-
     stamp(released, chapter)
     leaks = leaked_lines(source, released)
     if leaks:
@@ -245,8 +244,6 @@ def release(out: Path, chapters: list[str] | None = None, book: Path = BOOK,
     Path(out).mkdir(parents=True, exist_ok=True)
     done = Release(release_chapter(c, Path(out), book) for c in chapters)
     if package:
-        from .student.package import build_package
-
         problems = []
         for chapter in chapters:
             built = build_package(Path(out), [chapter], book)
@@ -268,8 +265,6 @@ def release(out: Path, chapters: list[str] | None = None, book: Path = BOOK,
 def _release_texts(out: Path, only: list[Path] | None = None):
     """``(name, text)`` for every file under ``out`` (or under the files and folders
     ``only``), and for every member of a wheel or zip."""
-    import zipfile
-
     roots = [Path(p) for p in only] if only is not None else [Path(out)]
     paths = sorted({q for root in roots for q in ([root] if root.is_file() else root.rglob("*"))})
     for path in paths:

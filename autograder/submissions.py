@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,8 +169,6 @@ def student_ids(names: list[bytes]) -> dict[bytes, str]:
     Returns:
         ``name -> id`` for every name.
     """
-    import unicodedata
-
     readable = {raw: _readable(raw) for raw in names}
 
     def plain(raw: bytes) -> bool:

@@ -87,7 +87,7 @@ def chapter_notebooks(root: Path = REPO) -> list[Path]:
 
 def sync_notebook(path: Path, write: bool) -> list[str]:
     """Regenerate the solution cells of one notebook; return the grade_ids that differed."""
-    import solutions
+    import solutions  # deferred: the reference package loads torch
 
     nb = nbformat.read(str(path), as_version=4)
     changed = []
