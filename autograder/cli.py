@@ -394,6 +394,78 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+# --------------------------------------------------------------------------- a term (roster, LMS, ...)
+
+
+def _roster(args: argparse.Namespace):
+    """The ``--roster`` file read, or ``None`` when the option is not given (RosterError propagates)."""
+    from .roster import read_roster
+
+    return read_roster(args.roster) if getattr(args, "roster", None) else None
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .lms import ExportError, lms_export, parse_assignment_ids, write_export
+    from .results import ClassResults, ResultsError
+    from .roster import RosterError
+
+    try:
+        results = ClassResults.read(Path(args.out))
+        export = lms_export(results, args.lms, _roster(args), chapters=args.chapters or None,
+                            assignment_ids=parse_assignment_ids(args.assignment_id), missing=args.missing)
+    except (ResultsError, RosterError, ExportError) as exc:
+        print(f"export: {exc}", file=sys.stderr)
+        return 2
+    dest = write_export(export, Path(args.to) if args.to else Path(args.out) / f"{args.lms}_grades.csv")
+    print(f"wrote {dest}: {export.rows} student(s), import it in {args.lms.capitalize()}'s gradebook")
+    for line in export.problems():
+        print(f"  WARNING: {line}", file=sys.stderr)
+    return 1 if export.unknown or export.unmatched else 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from .collect import CollectError, collect
+    from .roster import RosterError
+
+    try:
+        done = collect(args.source, Path(args.download), Path(args.submitted), args.chapter, _roster(args))
+    except (CollectError, RosterError) as exc:
+        print(f"collect: {exc}", file=sys.stderr)
+        return 2
+    print(done.summary())
+    for f in done.files:
+        if f.outcome != "collected" or f.reason:
+            print(f"  {f.outcome}: {f.file}{' -> ' + f.student if f.student else ''}: {f.reason}")
+    print(f"every file's outcome: {done.log}")
+    return 1 if done.by_outcome("refused") else 0
+
+
+def _term_parsers(sub) -> None:
+    """The parsers of the term's commands: export, collect."""
+    p = sub.add_parser("export", help="an LMS's gradebook-import CSV (Canvas, Moodle) of a grade output")
+    p.add_argument("out", help="the --out folder of `grade` (its results.json)")
+    p.add_argument("--lms", required=True, choices=["canvas", "moodle"], help="the gradebook format")
+    p.add_argument("--roster", required=True, help="the roster CSV: id (folder), name, email, lms_id, section...")
+    p.add_argument("--to", help="the CSV to write (default: OUT/<lms>_grades.csv)")
+    p.add_argument("--chapters", nargs="*", help="the chapter columns, in order (default: every graded chapter)")
+    p.add_argument("--assignment-id", action="append", metavar="CHAPTER=ID",
+                   help="the LMS's assignment id of a chapter (Canvas: the column is 'CHAPTER (ID)'; without "
+                        "one Canvas creates a new assignment)")
+    p.add_argument("--missing", choices=["blank", "zero"], default="blank",
+                   help="a chapter not submitted: blank (the LMS keeps its cell) or 0 (default blank)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("collect", help="turn a Canvas or Gradescope download into nbgrader's submitted/ folders")
+    p.add_argument("download", help="Canvas: the 'Download Submissions' zip; Gradescope: the 'Export Submissions' "
+                                    "zip or folder")
+    p.add_argument("--from", dest="source", required=True, choices=["canvas", "gradescope"])
+    p.add_argument("--chapter", required=True, help="the chapter id the download is of")
+    p.add_argument("--submitted", default="submitted", help="nbgrader's submitted folder (default: submitted)")
+    p.add_argument("--roster", help="the roster CSV, to name folders by its id (lms_id for Canvas, sis_id/email "
+                                    "for Gradescope); without it the LMS's own id is the folder")
+    p.set_defaults(func=cmd_collect)
+
+
 # --------------------------------------------------------------------------- bench
 
 
@@ -596,6 +668,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chapters", nargs="*")
     p.add_argument("--quick", action="store_true", help="tiny run that proves the benchmark works")
     p.set_defaults(func=cmd_bench)
+    _term_parsers(sub)
     return parser
 
 
