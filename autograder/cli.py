@@ -102,6 +102,10 @@ def cmd_release(args: argparse.Namespace) -> int:
     from .release import ReleaseError, release
 
     chapters = list(dict.fromkeys(list(args.chapter_ids or []) + list(args.chapters or [])))
+    refusal = _open_extensions_refusal(args, chapters)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 1
     try:
         done = release(Path(args.out), chapters or None, book=Path(args.book),
                        check_sync=not args.no_sync_check, package=not args.no_package)
@@ -143,14 +147,22 @@ def cmd_grade(args: argparse.Namespace) -> int:
         except ShardError as exc:
             print(f"grade: {exc}", file=sys.stderr)
             return 2
+    try:
+        late_policy = _late_policy(args)
+    except ValueError as exc:
+        print(f"grade: {exc}", file=sys.stderr)
+        return 2
     sandbox = _grading_sandbox("grade", args)
     if sandbox is None:
         return 2
     options = dict(
         chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, settings=_run_settings(args, sandbox),
         seed=args.seed, force=args.force, progress=None if not args.no_progress else False,
-        book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate),
+        book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate, **late_policy),
     )
+    from .regrades import snapshot
+
+    before = snapshot(Path(args.out)) if shard is None else None
     try:
         if shard is not None:
             from .shard import SHARD_FILE, grade_shard
@@ -174,6 +186,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
     _record_isolation(Path(args.out), choose_isolation() if sandbox else "none")
     print(summarise(report))
+    if shard is None:
+        _log_regrades(Path(args.out), before, args)
     if shard is not None:
         print(f"  {Path(args.out) / SHARD_FILE}  shard {shard}: what it graded, with which code and checks; "
               "merge all the shards with `python -m autograder merge OUT_0 ... --out OUT`")
@@ -440,6 +454,97 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 1 if done.by_outcome("refused") else 0
 
 
+def _open_extensions_refusal(args: argparse.Namespace, chapters: list[str]) -> str:
+    """Why ``release`` must not go on (empty: it may): a student may still hand in an earlier
+    chapter whose reference answers the released chapter's student package carries."""
+    if not getattr(args, "extensions", None):
+        return ""
+    from .book import chapter_ids
+    from .extensions import ExtensionsError, open_extensions, read_extensions
+
+    try:
+        extensions = read_extensions(args.extensions)
+    except ExtensionsError as exc:
+        return f"release: {exc}"
+    order = chapter_ids(Path(args.book))
+    found = open_extensions(extensions, chapters or order, order)
+    if not found:
+        return ""
+    lines = [f"  {chapter}: " + ", ".join(f"{e.student} ({e.chapter} until {e.due:%Y-%m-%d %H:%M} UTC)"
+                                           for e in exts) for chapter, exts in found.items()]
+    if args.allow_open_extensions:
+        print("WARNING: --allow-open-extensions: these students can read an earlier chapter's answers in the "
+              "package before their extension ends:\n" + "\n".join(lines), file=sys.stderr)
+        return ""
+    return ("release refused: a chapter's student package carries the reference answers of the chapters before "
+            "it, and these students may still hand one of those in:\n" + "\n".join(lines)
+            + "\nrelease after their extensions end, or pass --allow-open-extensions")
+
+
+def _late_policy(args: argparse.Namespace) -> dict:
+    """``GradebookTarget``'s extensions and late days from ``--extensions`` / ``--late-days``."""
+    from .extensions import read_extensions
+
+    policy = {}
+    if getattr(args, "extensions", None):
+        policy["extensions"] = tuple(read_extensions(args.extensions))
+    if getattr(args, "late_days", None) is not None:
+        if args.late_days < 0:
+            raise ValueError(f"--late-days {args.late_days}: expected 0 or more days")
+        policy["late_days"] = args.late_days
+    return policy
+
+
+def _log_regrades(out: Path, before, args: argparse.Namespace) -> None:
+    """Append this run's changed scores to OUT/regrades.jsonl and say how many."""
+    from .regrades import append_log, diff, snapshot
+
+    after = snapshot(out)
+    if after is None:
+        return
+    changes = diff(before, after) if before is not None else []
+    command = " ".join(["python -m autograder", *sys.argv[1:]]) if sys.argv[1:] else "grade"
+    append_log(out, changes, reason=args.reason or ("first grading" if before is None else ""), command=command)
+    if changes:
+        print(f"  {out / 'regrades.jsonl'}  {len(changes)} score(s) changed since the last run "
+              "(python -m autograder regrades OUT: the page)")
+
+
+def _term_grade_options(p: argparse.ArgumentParser) -> None:
+    """``grade``'s options of a term: extensions, late days, the reason of a regrade."""
+    p.add_argument("--extensions", metavar="CSV", help="per-student extensions: student,chapter,due (the new due "
+                                                      "date), applied as nbgrader extensions")
+    p.add_argument("--late-days", type=int, default=None, metavar="N",
+                   help="each student's late-day budget over the term: a late chapter spends ceil(late/24h) days "
+                        "while they last and is then on time")
+    p.add_argument("--reason", default="", help="why this run (e.g. 'regrade request #12'): kept in OUT/regrades.jsonl")
+
+
+def cmd_regrades(args: argparse.Namespace) -> int:
+    from .regrades import diff, load_results, read_log, render_html
+    from .results import ResultsError
+
+    if args.diff:
+        try:
+            changes = diff(load_results(args.diff[0]), load_results(args.diff[1]))
+        except (ResultsError, OSError) as exc:
+            print(f"regrades: {exc}", file=sys.stderr)
+            return 2
+        for c in changes:
+            print(c.line())
+        print(f"{len(changes)} changed score(s)")
+        return 0
+    if not args.out:
+        print("regrades: give OUT (the grade output) or --diff OLD NEW", file=sys.stderr)
+        return 2
+    records = read_log(Path(args.out))
+    dest = Path(args.to) if args.to else Path(args.out) / "report" / "regrades.html"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(render_html(records), encoding="utf-8")
+    print(f"wrote {dest}: {len(records)} run(s), {sum(len(r['changes']) for r in records)} change(s)")
+    return 0
+
+
 def _term_parsers(sub) -> None:
     """The parsers of the term's commands: export, collect."""
     p = sub.add_parser("export", help="an LMS's gradebook-import CSV (Canvas, Moodle) of a grade output")
@@ -464,6 +569,13 @@ def _term_parsers(sub) -> None:
     p.add_argument("--roster", help="the roster CSV, to name folders by its id (lms_id for Canvas, sis_id/email "
                                     "for Gradescope); without it the LMS's own id is the folder")
     p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("regrades", help="what each grade run changed: OUT/report/regrades.html, or --diff OLD NEW")
+    p.add_argument("out", nargs="?", help="the --out folder of `grade` (its regrades.jsonl)")
+    p.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"), help="print the changed scores between two outputs "
+                                                                  "(folders or results.json files)")
+    p.add_argument("--to", help="the page to write (default: OUT/report/regrades.html)")
+    p.set_defaults(func=cmd_regrades)
 
 
 # --------------------------------------------------------------------------- bench
@@ -567,6 +679,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="release even if solution cells differ from the solutions package")
     p.add_argument("--no-package", action="store_true",
                    help="only the notebooks: no student package (the visible checks without the answers)")
+    p.add_argument("--extensions", metavar="CSV", help="the term's extensions (student,chapter,due): refuse to "
+                                                      "release while one on an earlier chapter is open")
+    p.add_argument("--allow-open-extensions", action="store_true",
+                   help="release although those students could read the earlier chapter's answers in this wheel")
     _book_option(p)
     p.set_defaults(func=cmd_release)
 
@@ -591,6 +707,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "where it starts, else container; also AUTOGRADER_ISOLATION)")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without the sandbox (NOT tamper-proof; testing only)")
+    _term_grade_options(p)
     _book_option(p)
     p.set_defaults(func=cmd_grade)
 
