@@ -545,6 +545,39 @@ def cmd_regrades(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_similarity(args: argparse.Namespace) -> int:
+    from .checks import exercises_of
+    from .similarity import Settings, compare_class, read_class, render_html, stub_cells
+
+    if not 0 < args.threshold <= 1:
+        print(f"similarity: --threshold {args.threshold}: expected a share in (0, 1], e.g. 0.6", file=sys.stderr)
+        return 2
+    try:
+        exercises = [ex.name for ex in exercises_of(args.chapter)]
+        stubs = {name: code for name, code in stub_cells(args.chapter, Path(args.book)).items() if name in exercises}
+    except (ValueError, KeyError) as exc:
+        print(f"similarity: {exc}", file=sys.stderr)
+        return 2
+    answers, skipped = read_class(Path(args.submitted), args.chapter, exercises)
+    if len(answers) < 2:
+        print(f"similarity: fewer than 2 readable submissions of {args.chapter} under {args.submitted}",
+              file=sys.stderr)
+        return 2
+    settings = Settings(threshold=args.threshold, min_tokens=args.min_tokens)
+    report = compare_class(answers, stubs, args.chapter, settings, skipped)
+    dest = Path(args.to) if args.to else Path(args.submitted).parent / "similarity" / f"{args.chapter}.html"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(render_html(report, top=args.top), encoding="utf-8")
+    for pair in report.pairs[: min(args.top, 10)]:
+        mark = "  FLAGGED" if pair.flagged else ""
+        print(f"{pair.a} · {pair.b}: {100 * pair.score:.0f} % of {pair.compared} written tokens{mark}")
+    for student, why in skipped.items():
+        print(f"  not compared: {student} ({why})")
+    print(f"{len(report.flagged)} pair(s) flagged at {100 * settings.threshold:.0f} % of {len(answers)} students; "
+          f"wrote {dest}")
+    return 0
+
+
 def _term_parsers(sub) -> None:
     """The parsers of the term's commands: export, collect."""
     p = sub.add_parser("export", help="an LMS's gradebook-import CSV (Canvas, Moodle) of a grade output")
@@ -576,6 +609,18 @@ def _term_parsers(sub) -> None:
                                                                   "(folders or results.json files)")
     p.add_argument("--to", help="the page to write (default: OUT/report/regrades.html)")
     p.set_defaults(func=cmd_regrades)
+
+    p = sub.add_parser("similarity", help="pairs of students whose solution cells of a chapter share code "
+                                          "(copydetect; the released stub never counts): an HTML page")
+    p.add_argument("submitted", help="nbgrader's submitted folder")
+    p.add_argument("--chapter", required=True, help="the chapter id")
+    p.add_argument("--to", help="the page (default: SUBMITTED/../similarity/<chapter>.html)")
+    p.add_argument("--threshold", type=float, default=0.6, help="the pair score flagged, a share (default 0.6)")
+    p.add_argument("--min-tokens", type=int, default=60,
+                   help="an exercise where either student wrote fewer tokens is left out (default 60)")
+    p.add_argument("--top", type=int, default=20, help="pairs listed on the page (default 20)")
+    _book_option(p)
+    p.set_defaults(func=cmd_similarity)
 
 
 # --------------------------------------------------------------------------- bench
