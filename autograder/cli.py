@@ -578,6 +578,20 @@ def cmd_similarity(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prairielearn(args: argparse.Namespace) -> int:
+    from .prairielearn import build_question
+
+    try:
+        out = build_question(args.chapter, Path(args.out), book=Path(args.book), image=args.image,
+                             timeout=args.timeout, seed=args.seed)
+    except ValueError as exc:
+        print(f"prairielearn: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote the question {out}: copy it under your course's questions/ (the image {args.image} must have "
+          "this project installed; PrairieLearn runs python3 -m autograder.prairielearn run in it)")
+    return 0
+
+
 def _term_parsers(sub) -> None:
     """The parsers of the term's commands: export, collect."""
     p = sub.add_parser("export", help="an LMS's gradebook-import CSV (Canvas, Moodle) of a grade output")
@@ -621,6 +635,16 @@ def _term_parsers(sub) -> None:
     p.add_argument("--top", type=int, default=20, help="pairs listed on the page (default 20)")
     _book_option(p)
     p.set_defaults(func=cmd_similarity)
+
+    p = sub.add_parser("prairielearn", help="write a PrairieLearn externally graded question for a chapter")
+    p.add_argument("chapter", help="the chapter id, e.g. 04_self_attention")
+    p.add_argument("--out", required=True, help="the question folder to write (info.json, question.html, tests/)")
+    p.add_argument("--image", default="transformer-book/autograder:latest",
+                   help="the Docker image with this project installed")
+    p.add_argument("--timeout", type=_seconds, default=120.0, help="seconds of one sandbox run (default 120)")
+    p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh)")
+    _book_option(p)
+    p.set_defaults(func=cmd_prairielearn)
 
 
 # --------------------------------------------------------------------------- bench
