@@ -20,6 +20,12 @@
 * ``autograde ASSIGNMENT`` — ``nbgrader autograde`` for an nbgrader course, run in the
   course folder (or ``--course DIR``): grades ``submitted/`` in the sandbox, fills the
   course's gradebook and writes ``autograded/`` for the formgrader (:mod:`autograder.course`).
+* ``collect DOWNLOAD --from canvas|gradescope --chapter CH`` — an LMS's download into
+  nbgrader's ``submitted/`` (:mod:`autograder.collect`); ``export OUT --lms canvas|moodle
+  --roster R`` — the LMS's gradebook import (:mod:`autograder.lms`); ``regrades OUT`` — what
+  each ``grade`` run changed (:mod:`autograder.regrades`); ``similarity SUBMITTED --chapter
+  CH`` — pairs of students who share code (:mod:`autograder.similarity`); ``prairielearn CH
+  --out DIR`` — a PrairieLearn question (:mod:`autograder.prairielearn`).
 * ``check NOTEBOOK`` — a student's local run of the visible checks, as a table.
 * ``selftest`` — the source notebooks must score full marks and the released ones
   zero, through the same pipeline as ``grade``.
