@@ -21,6 +21,12 @@ Nothing is dropped silently: :class:`Export` lists the graded students the roste
 not know (not written: the LMS could not match them), the roster's students without any
 grade (written with blank cells, or 0 with ``missing="zero"``), and roster rows without
 the id the LMS matches on. The CLI prints them all.
+
+Pushing to Canvas through its API is optional (``export --lms canvas --push``, with
+``canvasapi``): :func:`canvas_grade_data` is what one bulk update per assignment sends
+(``grade_data[<user id>][posted_grade]``, Canvas's "Grade or comment on multiple
+submissions"), :func:`push_canvas` sends it, or with ``dry_run`` only says what it would
+send, contacting nothing.
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ from .roster import Roster, Student
 from .text import score_text
 
 __all__ = ["LMS_FORMATS", "CANVAS_FIXED", "Export", "ExportError", "lms_export", "parse_assignment_ids",
-           "canvas_column", "MOODLE_FIXED"]
+           "canvas_column", "MOODLE_FIXED", "canvas_grade_data", "push_canvas", "connect_canvas"]
 
 LMS_FORMATS = ("canvas", "moodle")
 CANVAS_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
@@ -198,3 +204,64 @@ def write_export(export: Export, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(export.text, encoding="utf-8")
     return dest
+
+
+def canvas_grade_data(results: ClassResults, roster: Roster, chapters: list[str], assignment_ids: dict[str, str],
+                      missing: str = "blank") -> dict[str, dict[str, dict[str, str]]]:
+    """``assignment id -> {Canvas user id: {"posted_grade": score}}``: the same cells as the
+    import file (a blank cell is not sent).
+
+    Raises:
+        ExportError: a chapter without an assignment id (an update needs one).
+    """
+    lacking = [c for c in chapters if c not in assignment_ids]
+    if lacking:
+        raise ExportError(f"--push needs the Canvas assignment id of every chapter: missing for {', '.join(lacking)} "
+                          "(--assignment-id CHAPTER=ID)")
+    grades = {(s.student, s.chapter): s for s in results.submissions}
+    data: dict[str, dict[str, dict[str, str]]] = {}
+    for c in chapters:
+        cells = {}
+        for student in roster.students:
+            value = _cell(grades.get((student.id, c)), missing)
+            if student.lms_id and value is not None:
+                cells[student.lms_id] = {"posted_grade": value}
+        data[assignment_ids[c]] = cells
+    return data
+
+
+def push_canvas(grade_data: dict[str, dict[str, dict[str, str]]], course, *, dry_run: bool = True) -> list[str]:
+    """Send each assignment's grades in one bulk update (``Assignment.submissions_bulk_update``).
+
+    Args:
+        grade_data: from :func:`canvas_grade_data`.
+        course: a ``canvasapi`` ``Course`` (anything with ``get_assignment(id)``); unused
+            with ``dry_run``.
+        dry_run: only return what would be sent.
+
+    Returns:
+        One line per assignment: what was (or would be) sent, and Canvas's job id.
+    """
+    lines = []
+    for assignment_id, cells in grade_data.items():
+        shown = ", ".join(f"{uid}={v['posted_grade']}" for uid, v in sorted(cells.items()))
+        if dry_run:
+            lines.append(f"dry run: assignment {assignment_id} would get {len(cells)} grade(s): {shown}")
+            continue
+        progress = course.get_assignment(int(assignment_id)).submissions_bulk_update(grade_data=cells)
+        lines.append(f"assignment {assignment_id}: {len(cells)} grade(s) sent (Canvas job "
+                     f"{getattr(progress, 'id', '?')}, {getattr(progress, 'workflow_state', 'queued')})")
+    return lines
+
+
+def connect_canvas(url: str, token: str, course_id: int):
+    """The ``canvasapi`` course object (``pip install canvasapi``).
+
+    Raises:
+        ExportError: canvasapi is not installed.
+    """
+    try:
+        from canvasapi import Canvas  # optional: only pushing grades needs it
+    except ImportError:
+        raise ExportError("--push needs canvasapi (pip install canvasapi); or import the CSV by hand") from None
+    return Canvas(url, token).get_course(course_id)

@@ -129,3 +129,53 @@ def test_export_command(tmp_path, capsys):
     assert "mallory" in captured.err and "grace" in captured.err
     students = canvas_rules((out / "canvas_grades.csv").read_text(encoding="utf-8"))
     assert {s["id"]: s["scores"] for s in students}["101"]["05_multi_head_attention (4402)"] == 6.5
+
+
+class FakeAssignment:
+    def __init__(self, sent):
+        self.sent = sent
+
+    def submissions_bulk_update(self, **kwargs):
+        self.sent.append(kwargs["grade_data"])
+        return type("Progress", (), {"id": 77, "workflow_state": "queued"})()
+
+
+class FakeCourse:
+    """What canvasapi's Course offers the push: get_assignment(id)."""
+
+    def __init__(self):
+        self.sent: dict[int, list] = {}
+
+    def get_assignment(self, assignment_id):
+        return FakeAssignment(self.sent.setdefault(assignment_id, []))
+
+
+def test_canvas_push_sends_the_file_cells_and_dry_run_sends_nothing(tmp_path, capsys):
+    from autograder.lms import canvas_grade_data, push_canvas
+
+    (tmp_path / "roster.csv").write_text(ROSTER, encoding="utf-8")
+    roster = read_roster(tmp_path / "roster.csv")
+    chapters = ["04_self_attention", "05_multi_head_attention"]
+    ids = parse_assignment_ids(["04_self_attention=4401", "05_multi_head_attention=4402"])
+    data = canvas_grade_data(_results(), roster, chapters, ids)
+    assert data == {"4401": {"101": {"posted_grade": "10"}, "102": {"posted_grade": "4"}},
+                    "4402": {"101": {"posted_grade": "6.5"}}}  # blank cells are not sent
+    course = FakeCourse()
+    assert push_canvas(data, course, dry_run=True)[0].startswith("dry run: assignment 4401 would get 2 grade(s)")
+    assert course.sent == {}
+    lines = push_canvas(data, course, dry_run=False)
+    assert course.sent == {4401: [data["4401"]], 4402: [data["4402"]]} and "Canvas job 77" in lines[0]
+    with pytest.raises(ExportError, match="missing for 05_multi_head_attention"):
+        canvas_grade_data(_results(), roster, chapters, {"04_self_attention": "4401"})
+
+    out = tmp_path / "out"
+    out.mkdir()
+    _results().write(out)
+    code = main(["export", str(out), "--lms", "canvas", "--roster", str(tmp_path / "roster.csv"), "--dry-run",
+                 "--assignment-id", "04_self_attention=4401", "--assignment-id", "05_multi_head_attention=4402",
+                 "--chapters", *chapters])
+    assert code == 1  # mallory is still not in the roster; the dry run printed and sent nothing
+    assert "dry run: assignment 4402 would get 1 grade(s): 101=6.5" in capsys.readouterr().out
+    assert main(["export", str(out), "--lms", "canvas", "--roster", str(tmp_path / "roster.csv"), "--push",
+                 "--assignment-id", "04_self_attention=4401", "--chapters", "04_self_attention"]) == 2
+    assert "CANVAS_API_TOKEN" in capsys.readouterr().err
