@@ -268,14 +268,23 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_autograde(args: argparse.Namespace) -> int:
     from .course import autograde
 
+    try:
+        late_policy = _late_policy(args)
+    except ValueError as exc:
+        print(f"autograde: {exc}", file=sys.stderr)
+        return 2
     sandbox = _grading_sandbox("autograde", args)
     if sandbox is None:
         return 2
+    from .regrades import snapshot
+
+    out_dir = Path(args.out) if args.out else Path(args.course or ".") / "grades" / args.assignment
+    before = snapshot(out_dir)
     try:
         done = autograde(args.assignment, course=args.course, students=args.student or None, force=args.force,
                          duedate=args.duedate, out=Path(args.out) if args.out else None, jobs=args.jobs,
                          settings=_run_settings(args, sandbox), seed=args.seed,
-                         progress=None if not args.no_progress else False)
+                         progress=None if not args.no_progress else False, **late_policy)
     except ValueError as exc:
         print(f"autograde: {exc}", file=sys.stderr)
         return 2
@@ -291,6 +300,7 @@ def cmd_autograde(args: argparse.Namespace) -> int:
     print(f"  {course.folder(course.coursedir.autograded_directory, '<student>', args.assignment)}/  "
           f"{len(done.autograded)} autograded notebook(s), for nbgrader's formgrader and generate_feedback")
     print(f"  {course.db_url}  the course's gradebook (hand grades entered there are kept)")
+    _log_regrades(report.out, before if report.out.resolve() == out_dir.resolve() else None, args)
     return 0
 
 
@@ -440,7 +450,38 @@ def cmd_export(args: argparse.Namespace) -> int:
     print(f"wrote {dest}: {export.rows} student(s), import it in {args.lms.capitalize()}'s gradebook")
     for line in export.problems():
         print(f"  WARNING: {line}", file=sys.stderr)
+    if args.push or args.dry_run:
+        pushed = _push_canvas(args, results)
+        if pushed:
+            return pushed
     return 1 if export.unknown or export.unmatched else 0
+
+
+def _push_canvas(args: argparse.Namespace, results) -> int:
+    """``export --push`` / ``--dry-run``: the same grades through Canvas's API; 0 when done."""
+    import os
+
+    from .lms import ExportError, canvas_grade_data, connect_canvas, parse_assignment_ids, push_canvas
+
+    if args.lms != "canvas":
+        print("export: --push and --dry-run are for --lms canvas", file=sys.stderr)
+        return 2
+    try:
+        roster = _roster(args)
+        chapters = args.chapters or sorted({s.chapter for s in results.submissions})
+        data = canvas_grade_data(results, roster, chapters, parse_assignment_ids(args.assignment_id), args.missing)
+        course = None
+        if not args.dry_run:
+            token = os.environ.get("CANVAS_API_TOKEN", "")
+            if not (args.canvas_url and args.course_id and token):
+                raise ExportError("--push needs --canvas-url, --course-id and the token in CANVAS_API_TOKEN")
+            course = connect_canvas(args.canvas_url, token, args.course_id)
+        for line in push_canvas(data, course, dry_run=args.dry_run):
+            print(line)
+    except ExportError as exc:
+        print(f"export: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -611,6 +652,11 @@ def _term_parsers(sub) -> None:
                         "one Canvas creates a new assignment)")
     p.add_argument("--missing", choices=["blank", "zero"], default="blank",
                    help="a chapter not submitted: blank (the LMS keeps its cell) or 0 (default blank)")
+    p.add_argument("--push", action="store_true", help="also send the grades through Canvas's API (canvasapi; "
+                                                      "the token in CANVAS_API_TOKEN)")
+    p.add_argument("--dry-run", action="store_true", help="say what --push would send, contacting nothing")
+    p.add_argument("--canvas-url", help="your Canvas, e.g. https://canvas.example.edu (for --push)")
+    p.add_argument("--course-id", type=int, help="the Canvas course id (for --push)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("collect", help="turn a Canvas or Gradescope download into nbgrader's submitted/ folders")
@@ -807,6 +853,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without the sandbox (NOT tamper-proof; testing only)")
+    _term_grade_options(p)
     p.set_defaults(func=cmd_autograde)
 
     p = sub.add_parser("gradescope", help="write a Gradescope autograder zip for a chapter")

@@ -102,11 +102,17 @@ def _total_reasons(old: SubmissionGrade, new: SubmissionGrade) -> list[str]:
 
 
 def diff(old: ClassResults, new: ClassResults) -> list[Change]:
-    """Every score that differs between two results, with what explains it (see the module)."""
-    old_ex = {(e.student, e.chapter, e.exercise): e for e in old.exercises}
-    new_ex = {(e.student, e.chapter, e.exercise): e for e in new.exercises}
-    old_sub = {(s.student, s.chapter): s for s in old.submissions}
-    new_sub = {(s.student, s.chapter): s for s in new.submissions}
+    """Every score that differs between two results, with what explains it (see the module).
+
+    Only the chapters in both are compared: a run that grades one chapter (``--chapters``)
+    neither removes the others' scores nor regrades them, and a chapter's first grading is
+    not a regrade.
+    """
+    both = {e.chapter for e in old.exercises} & {e.chapter for e in new.exercises}
+    old_ex = {(e.student, e.chapter, e.exercise): e for e in old.exercises if e.chapter in both}
+    new_ex = {(e.student, e.chapter, e.exercise): e for e in new.exercises if e.chapter in both}
+    old_sub = {(s.student, s.chapter): s for s in old.submissions if s.chapter in both}
+    new_sub = {(s.student, s.chapter): s for s in new.submissions if s.chapter in both}
     changes = []
     for key in sorted(set(old_ex) | set(new_ex)):
         a, b = old_ex.get(key), new_ex.get(key)

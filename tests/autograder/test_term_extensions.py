@@ -173,3 +173,34 @@ def test_regrade_log_and_diff(term, tmp_path, capsys):
     assert "regrade request #3 &lt;b&gt;" in page and "softmax" in page and "new submission" in page
     assert read_log(out)[-1]["changes"][0].student == "bob"
     assert "no grade run recorded" in render_html([])
+    # a chapter graded on its own run is not a change of the others, nor its first grading a regrade
+    only4 = ClassResults([e for e in after.exercises if e.chapter == chapter],
+                         [s for s in after.submissions if s.chapter == chapter])
+    other = ClassResults([type(e)(**{**e.__dict__, "chapter": "05_multi_head_attention"}) for e in only4.exercises],
+                         [type(s)(**{**s.__dict__, "chapter": "05_multi_head_attention"}) for s in only4.submissions])
+    assert diff(only4, other) == [] and diff(other, only4) == []
+
+
+def test_autograde_in_an_nbgrader_course_applies_them_too(term, tmp_path):
+    from autograder.course import autograde
+
+    sub, book, ext_file = term
+    root = tmp_path / "course"
+    chapter = "04_self_attention"
+    (root / "source" / chapter).mkdir(parents=True)
+    (root / "source" / chapter / f"{chapter}.ipynb").write_bytes((book / chapter / f"{chapter}.ipynb").read_bytes())
+    (root / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.course_id = "demo"\n'
+                                            'c.LateSubmissionPlugin.penalty_method = "zero"\n', encoding="utf-8")
+    import shutil
+
+    for student in ("ann", "bob", "cy"):
+        shutil.copytree(sub / student / chapter, root / "submitted" / student / chapter)
+    autograde(chapter, course=root, duedate=DUE[chapter], progress=False, grade_fn=full_marks,
+              extensions=read_extensions(ext_file), late_days=2)
+    rows = {r["student_id"]: r for r in csv.DictReader((root / "grades" / chapter / "grades.csv").open())}
+    assert rows["ann"]["late_seconds"] == "0" and rows["ann"]["score"] == rows["ann"]["max_score"]  # extension
+    assert rows["bob"]["late_seconds"] == str(3 * 86400 + 3600) and rows["bob"]["score"] == "0"  # beyond 2 days
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "demo") as gb:  # nbgrader's own record of it
+        assert gb.find_submission(chapter, "ann").extension.total_seconds() == 86400

@@ -123,9 +123,13 @@ COPIERS = {
 
 
 def submission(stubs: dict[str, str], answers: dict[str, str]) -> dict:
+    return submission_for(BOOK, CH, stubs, answers)
+
+
+def submission_for(book: Path, chapter: str, stubs: dict[str, str], answers: dict[str, str]) -> dict:
     """The chapter's notebook with each solution cell = the released stub, the answer in place
     (no answer: the stub as released)."""
-    nb = json.loads((BOOK / CH / f"{CH}.ipynb").read_text(encoding="utf-8"))
+    nb = json.loads((book / chapter / f"{chapter}.ipynb").read_text(encoding="utf-8"))
     for cell in nb["cells"]:
         name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         if name in stubs and cell["metadata"]["nbgrader"].get("solution"):
