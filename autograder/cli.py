@@ -247,14 +247,15 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import ReportError, class_report, course_output
+    from .roster import RosterError
 
     try:
         out, submitted = Path(args.out), Path(args.submitted) if args.submitted else None
         if args.course:  # `report --course DIR ASSIGNMENT`: where `autograde ASSIGNMENT` wrote
             out, in_course = course_output(args.course, args.out)
             submitted = submitted or in_course
-        written = class_report(out, Path(args.to) if args.to else None, submitted)
-    except ReportError as exc:
+        written = class_report(out, Path(args.to) if args.to else None, submitted, roster=_roster(args))
+    except (ReportError, RosterError) as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2
     for path in written:
@@ -875,6 +876,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--submitted", help="the graded submissions folder, to name a notebook of the wrong chapter "
                                        "(default: the course's with --course or OUT = COURSE/grades/ASSIGNMENT, "
                                        "else the folder the last grade into OUT read)")
+    p.add_argument("--roster", help="the roster CSV: the term page names the students and who is missing")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("check", help="run the visible checks of a notebook and print a summary")

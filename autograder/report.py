@@ -849,7 +849,7 @@ def _index_html(summaries: list[ChapterSummary]) -> str:
         "</tr></thead><tbody>", *rows, "</tbody></table></body></html>\n"])
 
 
-def class_report(out: Path, dest: Path | None = None, submitted: Path | None = None) -> list[Path]:
+def class_report(out: Path, dest: Path | None = None, submitted: Path | None = None, roster=None) -> list[Path]:
     """Write the class report of a ``grade`` or ``autograde`` output folder.
 
     Args:
@@ -860,6 +860,8 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
             the chapter of a notebook none of whose exercises was found; default:
             the course's ``submitted`` folder when ``out`` is ``<course>/grades/<assignment>``,
             else the folder the last ``grade`` into ``out`` read (if it is still there).
+        roster: an :class:`autograder.roster.Roster`: the term page names the students,
+            their sections, who in it never handed anything in, who graded is not in it.
 
     Returns:
         The files written: ``<chapter>.html`` and ``<chapter>.csv`` per chapter,
@@ -904,6 +906,6 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
     index = dest / "index.html"
     write_atomic(index, _index_html(summaries))
     term = dest / "term.html"
-    write_atomic(term, term_page(summaries, grades))
+    write_atomic(term, term_page(summaries, grades, roster))
     written += [index, term]
     return written

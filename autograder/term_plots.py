@@ -179,11 +179,25 @@ def part_trend_svg(summaries: list[ChapterSummary]) -> str:
                 + ", ".join(sorted(trends)) if trends else "no part recurs across chapters")
 
 
-def term_page(summaries: list[ChapterSummary], grades: dict[tuple[str, str], SubmissionGrade]) -> str:
-    """``report/term.html``: the trends and the student × chapter table."""
-    students = sorted({s for summary in summaries for s in summary.totals} | {
+def term_page(summaries: list[ChapterSummary], grades: dict[tuple[str, str], SubmissionGrade],
+              roster=None) -> str:
+    """``report/term.html``: the trends and the student × chapter table; with a roster
+    (:class:`autograder.roster.Roster`) the students' names and sections, the roster's
+    students who handed nothing in and the graded students it does not know."""
+    graded = sorted({s for summary in summaries for s in summary.totals} | {
         s for summary in summaries for s in summary.not_submitted})
+    students = graded
+    notes = []
+    if roster is not None:
+        _, unknown, absent = roster.join(sorted({s for summary in summaries for s in summary.totals}))
+        students = [s.id for s in roster.students] + unknown
+        if absent:
+            notes.append(f"In the roster, nothing handed in: {', '.join(s.id for s in absent)}.")
+        if unknown:
+            notes.append(f"Graded but not in the roster (no LMS can take their grades): {', '.join(unknown)}.")
     head = "".join(f'<th><a href="{_e(s.chapter)}.html">{_e(s.chapter)}</a></th>' for s in summaries)
+    if roster is not None:
+        head = "<th>name</th><th>section</th>" + head
     rows = []
     for student in students:
         cells = []
@@ -197,7 +211,12 @@ def term_page(summaries: list[ChapterSummary], grades: dict[tuple[str, str], Sub
             ext = " · extension" if g and g.extension_seconds else ""
             cells.append(f'<td class="num">{tm[0]:g}/{tm[1]:g}<span class="muted">{_e(days + ext)}</span></td>')
         used = sum(g.late_days_used for (s, _), g in grades.items() if s == student)
-        rows.append(f"<tr><td>{_e(student)}</td>{''.join(cells)}<td class=\"num\">{used}</td></tr>")
+        who = ""
+        if roster is not None:
+            row = roster.get(student)
+            who = (f"<td>{_e(row.name)}</td><td>{_e(row.section)}</td>" if row is not None
+                   else '<td class="missed">not in the roster</td><td></td>')
+        rows.append(f"<tr><td>{_e(student)}</td>{who}{''.join(cells)}<td class=\"num\">{used}</td></tr>")
     trend_parts = part_trend_svg(summaries) if len(summaries) >= 2 else ""
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>Class report: the term</title>",
@@ -210,4 +229,4 @@ def term_page(summaries: list[ChapterSummary], grades: dict[tuple[str, str], Sub
         '<p class="muted">A part counts in a chapter when it is graded there; parts of the same name in '
         "several exercises of a chapter are averaged.</p>",
         f"<h2>Students</h2><table><thead><tr><th>student</th>{head}<th>late days spent</th></tr></thead><tbody>",
-        *rows, "</tbody></table></body></html>\n"])
+        *rows, "</tbody></table>", *(f'<p class="missed">{_e(n)}</p>' for n in notes), "</body></html>\n"])

@@ -81,3 +81,21 @@ def test_report_pages_have_the_term_figures_and_stay_self_contained(tmp_path):
     for page in (chapter, term, (out / "report" / "index.html").read_text(encoding="utf-8")):
         assert "<script" not in page and not re.search(r"(src|href)=\"(https?:)?//", page)
     assert 'href="term.html"' in (out / "report" / "index.html").read_text(encoding="utf-8")
+
+
+def test_the_term_page_names_the_roster_and_who_is_missing(tmp_path):
+    from autograder.cli import main
+
+    out = tmp_path / "out"
+    out.mkdir()
+    _results().write(out)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id,name,section\nann,Ann Arbor,A\nbob,Bob <b>Ross</b>,B\nzoe,Zoe Zed,A\n", encoding="utf-8")
+    assert main(["report", str(out), "--roster", str(roster)]) == 0
+    term = (out / "report" / "term.html").read_text(encoding="utf-8")
+    assert "<td>Ann Arbor</td><td>A</td>" in term and "Bob &lt;b&gt;Ross&lt;/b&gt;" in term
+    assert "In the roster, nothing handed in: zoe." in term
+    assert "Graded but not in the roster (no LMS can take their grades): cy, dee." in term
+    assert term.count("not in the roster</td>") == 2
+    roster.write_text("name\nAnn\n", encoding="utf-8")
+    assert main(["report", str(out), "--roster", str(roster)]) == 2
