@@ -551,7 +551,7 @@ def _log_regrades(out: Path, before, args: argparse.Namespace) -> None:
     if after is None:
         return
     changes = diff(before, after) if before is not None else []
-    command = " ".join(["python -m autograder", *sys.argv[1:]]) if sys.argv[1:] else "grade"
+    command = " ".join(["python -m autograder", *getattr(args, "argv", [args.command])])
     append_log(out, changes, reason=args.reason or ("first grading" if before is None else ""), command=command)
     if changes:
         print(f"  {out / 'regrades.jsonl'}  {len(changes)} score(s) changed since the last run "
@@ -915,7 +915,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m autograder`` and the ``autograder`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # the command as typed, for OUT/regrades.jsonl
     return args.func(args)
 
 

@@ -121,8 +121,8 @@ class _Candidate:
     late: bool
     original: str  # the file name the student uploaded
     rank: tuple  # larger = newer attempt
+    outcome: FileOutcome  # the file's line in the log, filled in as it is decided
     note: str = ""
-    outcome: FileOutcome = field(default=None)  # type: ignore[assignment]
 
 
 def _choose(chapter: str, candidates: list[_Candidate]) -> _Candidate | None:
@@ -219,7 +219,7 @@ def _canvas(zip_path: Path, chapter: str, roster: Roster | None, zone: datetime.
                 note = "; ".join(x for x in (note, "Canvas marked it late") if x)
             candidates.append(_Candidate(info.filename, student, archive.read(info), _zip_time(info, zone),
                                          parts["late"], parts["file"], (parts["submission"], parts["copy"]),
-                                         note, out))
+                                         out, note))
     return outcomes, candidates
 
 
@@ -319,7 +319,7 @@ def _gradescope(export: Path, chapter: str, roster: Roster | None) -> tuple[list
                 group = f"group submission of {len(submitters)}" if len(submitters) > 1 else ""
                 extra = "; ".join(x for x in (note, group, f"attempt {attempt[0] + 1}" if attempt[0] else "") if x)
                 candidates.append(_Candidate(k, student, tree.read(k), when, False, PurePosixPath(k).name,
-                                             attempt + (0,), extra, out))
+                                             attempt + (0,), out, extra))
     for k in tree.files:
         inside = tree.root == "." or k.startswith(tree.root + "/")
         top = PurePosixPath(k[len(tree.root) + 1:] if tree.root != "." and inside else k).parts[0]

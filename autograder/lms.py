@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .results import ClassResults, SubmissionGrade
 from .roster import Roster, Student
-from .text import score_text
+from .text import csv_cell, score_text
 
 __all__ = ["LMS_FORMATS", "CANVAS_FIXED", "Export", "ExportError", "lms_export", "parse_assignment_ids",
            "canvas_column", "MOODLE_FIXED", "canvas_grade_data", "push_canvas", "connect_canvas"]
@@ -118,11 +118,6 @@ def _csv(rows: list[list[str]]) -> str:
     return buf.getvalue()
 
 
-def _safe(text: str) -> str:
-    """A name cell that no spreadsheet runs as a formula (``'`` before ``= + - @``)."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
 def _cell(grade: SubmissionGrade | None, missing: str) -> str | None:
     """A chapter's cell: the final score, or ``None`` (blank) / ``"0"`` when nothing was graded."""
     if grade is None or grade.status in NOT_GRADED:
@@ -182,8 +177,8 @@ def lms_export(results: ClassResults, lms: str, roster: Roster | None, *, chapte
             if not student.lms_id:
                 out.unmatched.append(student.id)
                 continue
-            rows.append([_safe(student.sortable_name), student.lms_id, student.sis_id, student.login,
-                         _safe(student.section)] + cells(student))
+            rows.append([csv_cell(student.sortable_name), student.lms_id, student.sis_id, student.login,
+                         csv_cell(student.section)] + cells(student))
     else:
         header = MOODLE_FIXED + [titles.get(c, c) for c in chapters]
         rows = [header]
@@ -192,7 +187,7 @@ def lms_export(results: ClassResults, lms: str, roster: Roster | None, *, chapte
                 out.unmatched.append(student.id)
                 continue
             first, _, last = student.name.rpartition(" ") if " " in student.name else (student.name, "", "")
-            rows.append([_safe(first), _safe(last), student.sis_id, student.email] + cells(student))
+            rows.append([csv_cell(first), csv_cell(last), student.sis_id, student.email] + cells(student))
     out.text = _csv(rows)
     out.rows = len(rows) - (2 if lms == "canvas" else 1)
     return out

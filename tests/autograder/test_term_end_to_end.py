@@ -129,6 +129,7 @@ def test_a_term_from_downloads_to_lms_files(tmp_path, needs_sandbox, capsys):
     assert "4 run(s), 1 change(s)" in capsys.readouterr().out  # one chapter's runs change no other chapter
     page = (out / "report" / "regrades.html").read_text(encoding="utf-8")
     assert "regrade request #12" in page and "cat" in page and "new submission" in page
+    assert f"python -m autograder grade {sub} --out {out}" in page  # the command as typed
     assert run("regrades", "--diff", before, out) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("cat · 04_self_attention · self_attention: 0 → ") and "new submission" in lines[0]

@@ -14,7 +14,7 @@ from autograder.grading import CellScore
 from autograder.regrades import diff, read_log, render_html
 from autograder.results import ClassResults
 
-from fixtures import make_course, submission_with, source_notebook, write_notebook
+from fixtures import make_course, write_notebook
 
 CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
 DUE = {"04_self_attention": "2026-11-20 17:00:00 UTC", "05_multi_head_attention": "2026-11-27 17:00:00 UTC"}
