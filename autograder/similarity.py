@@ -279,7 +279,7 @@ A flag is a reason to read both notebooks, not a verdict.</p>
 {% if r.skipped %}<p>Not compared: {% for s, why in r.skipped.items() %}{{ s }} ({{ why }}){% if not loop.last %}, {% endif %}{% endfor %}</p>{% endif %}
 <h2>Top pairs</h2>
 <table><tr><th>pair</th><th>score</th><th>each side</th><th>tokens compared</th><th></th></tr>
-{% for p in top %}<tr><td><a href="#pair-{{ loop.index }}">{{ p.a }} · {{ p.b }}</a></td>
+{% for p in top %}<tr><td>{% if p.flagged or loop.index <= shown %}<a href="#pair-{{ loop.index }}">{{ p.a }} · {{ p.b }}</a>{% else %}{{ p.a }} · {{ p.b }}{% endif %}</td>
 <td>{{ "%.0f"|format(100 * p.score) }} %</td><td>{{ "%.0f"|format(100 * p.score_a) }} % · {{ "%.0f"|format(100 * p.score_b) }} %</td>
 <td>{{ p.compared }}</td><td>{% if p.flagged %}<span class="flag">flagged</span>{% endif %}</td></tr>
 {% endfor %}</table>

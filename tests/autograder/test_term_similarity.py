@@ -200,6 +200,10 @@ def test_page_states_the_rules_and_escapes_code(submitted, stubs, tmp_path):
     assert "60 %" in page and "released stub" in page and "one-line softmax" in page
     assert page.count('class="flag">flagged') >= 2 and "<mark>" in page
     assert "copier_a · copier_b" in page
+    import re
+
+    links = set(re.findall(r'href="#(pair-\d+)"', page))
+    assert links and links <= set(re.findall(r'id="(pair-\d+)"', page))  # every link has its section
 
 
 def test_similarity_command(submitted, tmp_path, capsys):
