@@ -489,8 +489,18 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from .collect import CollectError, collect
     from .roster import RosterError
 
+    import datetime
+    import zoneinfo
+
     try:
-        done = collect(args.source, Path(args.download), Path(args.submitted), args.chapter, _roster(args))
+        zone = datetime.timezone.utc if args.zip_timezone == "UTC" else zoneinfo.ZoneInfo(args.zip_timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        print(f"collect: --zip-timezone {args.zip_timezone!r}: expected a zone such as UTC or Europe/Berlin",
+              file=sys.stderr)
+        return 2
+    try:
+        done = collect(args.source, Path(args.download), Path(args.submitted), args.chapter, _roster(args),
+                       zip_timezone=zone)
     except (CollectError, RosterError) as exc:
         print(f"collect: {exc}", file=sys.stderr)
         return 2
@@ -668,6 +678,8 @@ def _term_parsers(sub) -> None:
     p.add_argument("--submitted", default="submitted", help="nbgrader's submitted folder (default: submitted)")
     p.add_argument("--roster", help="the roster CSV, to name folders by its id (lms_id for Canvas, sis_id/email "
                                     "for Gradescope); without it the LMS's own id is the folder")
+    p.add_argument("--zip-timezone", default="UTC", metavar="ZONE",
+                   help="the zone of the Canvas zip's file dates, taken as the submission times (default UTC)")
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("regrades", help="what each grade run changed: OUT/report/regrades.html, or --diff OLD NEW")

@@ -177,6 +177,11 @@ def test_collect_command_and_bad_downloads(tmp_path, capsys):
     code = main(["collect", str(download), "--from", "canvas", "--chapter", CH,
                  "--submitted", str(tmp_path / "sub"), "--roster", str(tmp_path / "roster.csv")])
     assert code == 0 and "1 collected" in capsys.readouterr().out
+    assert main(["collect", str(download), "--from", "canvas", "--chapter", CH, "--submitted", str(tmp_path / "b"),
+                 "--roster", str(tmp_path / "roster.csv"), "--zip-timezone", "America/New_York"]) == 0
+    assert (tmp_path / "b" / "ada" / CH / "timestamp.txt").read_text().strip() == "2026-11-20 21:00:00.000000 UTC"
+    assert main(["collect", str(download), "--from", "canvas", "--chapter", CH, "--submitted", str(tmp_path / "c"),
+                 "--zip-timezone", "Mars/Olympus"]) == 2
     (tmp_path / "bad.zip").write_bytes(b"not a zip")
     with pytest.raises(CollectError, match="not a zip"):
         collect("canvas", tmp_path / "bad.zip", tmp_path / "sub", CH)
