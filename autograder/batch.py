@@ -88,6 +88,8 @@ class GradebookTarget:
     course_id: str = "default_course"
     duedate: object = None
     config: object = None
+    extensions: tuple | None = None  # autograder.extensions.Extension rows (--extensions)
+    late_days: int | None = None  # the late-day budget per student (--late-days)
 
 
 @dataclass
@@ -467,7 +469,8 @@ def _submission_grade(g: Graded, exercises: list[ExerciseScore], held) -> Submis
         student=sub.student, chapter=sub.chapter, status=submission_status(g), score=max(0.0, raw - penalty),
         max_score=sum(e.max_score for e in exercises), raw_score=raw,
         late_seconds=held.late_seconds if held is not None else 0.0, penalty=penalty,
-        submission_sha256=g.key.get("submission_sha256") if sub.path is not None else None)
+        submission_sha256=g.key.get("submission_sha256") if sub.path is not None else None,
+        extension_seconds=getattr(held, "extension_seconds", 0.0), late_days_used=getattr(held, "late_days_used", 0))
 
 
 def _write_feedback(page: Path, g: Graded, rows: list[dict], held) -> None:
@@ -493,7 +496,9 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
 
     target = gradebook or GradebookTarget()
     recorded = write_gradebook(out / "gradebook.db", sources, results, url=target.url, course_id=target.course_id,
-                               duedate=target.duedate, config=target.config)
+                               duedate=target.duedate, config=target.config,
+                               extensions=None if target.extensions is None else list(target.extensions),
+                               late_days=target.late_days)
 
     shown: dict[int, list[dict]] = {}  # per result: its rows with hand grades and its problems
     for i, g in enumerate(results):

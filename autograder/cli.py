@@ -20,6 +20,12 @@
 * ``autograde ASSIGNMENT`` — ``nbgrader autograde`` for an nbgrader course, run in the
   course folder (or ``--course DIR``): grades ``submitted/`` in the sandbox, fills the
   course's gradebook and writes ``autograded/`` for the formgrader (:mod:`autograder.course`).
+* ``collect DOWNLOAD --from canvas|gradescope --chapter CH`` — an LMS's download into
+  nbgrader's ``submitted/`` (:mod:`autograder.collect`); ``export OUT --lms canvas|moodle
+  --roster R`` — the LMS's gradebook import (:mod:`autograder.lms`); ``regrades OUT`` — what
+  each ``grade`` run changed (:mod:`autograder.regrades`); ``similarity SUBMITTED --chapter
+  CH`` — pairs of students who share code (:mod:`autograder.similarity`); ``prairielearn CH
+  --out DIR`` — a PrairieLearn question (:mod:`autograder.prairielearn`).
 * ``check NOTEBOOK`` — a student's local run of the visible checks, as a table.
 * ``selftest`` — the source notebooks must score full marks and the released ones
   zero, through the same pipeline as ``grade``.
@@ -102,6 +108,10 @@ def cmd_release(args: argparse.Namespace) -> int:
     from .release import ReleaseError, release
 
     chapters = list(dict.fromkeys(list(args.chapter_ids or []) + list(args.chapters or [])))
+    refusal = _open_extensions_refusal(args, chapters)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 1
     try:
         done = release(Path(args.out), chapters or None, book=Path(args.book),
                        check_sync=not args.no_sync_check, package=not args.no_package)
@@ -143,14 +153,22 @@ def cmd_grade(args: argparse.Namespace) -> int:
         except ShardError as exc:
             print(f"grade: {exc}", file=sys.stderr)
             return 2
+    try:
+        late_policy = _late_policy(args)
+    except ValueError as exc:
+        print(f"grade: {exc}", file=sys.stderr)
+        return 2
     sandbox = _grading_sandbox("grade", args)
     if sandbox is None:
         return 2
     options = dict(
         chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, settings=_run_settings(args, sandbox),
         seed=args.seed, force=args.force, progress=None if not args.no_progress else False,
-        book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate),
+        book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate, **late_policy),
     )
+    from .regrades import snapshot
+
+    before = snapshot(Path(args.out)) if shard is None else None
     try:
         if shard is not None:
             from .shard import SHARD_FILE, grade_shard
@@ -174,6 +192,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
     _record_isolation(Path(args.out), choose_isolation() if sandbox else "none")
     print(summarise(report))
+    if shard is None:
+        _log_regrades(Path(args.out), before, args)
     if shard is not None:
         print(f"  {Path(args.out) / SHARD_FILE}  shard {shard}: what it graded, with which code and checks; "
               "merge all the shards with `python -m autograder merge OUT_0 ... --out OUT`")
@@ -227,14 +247,15 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import ReportError, class_report, course_output
+    from .roster import RosterError
 
     try:
         out, submitted = Path(args.out), Path(args.submitted) if args.submitted else None
         if args.course:  # `report --course DIR ASSIGNMENT`: where `autograde ASSIGNMENT` wrote
             out, in_course = course_output(args.course, args.out)
             submitted = submitted or in_course
-        written = class_report(out, Path(args.to) if args.to else None, submitted)
-    except ReportError as exc:
+        written = class_report(out, Path(args.to) if args.to else None, submitted, roster=_roster(args))
+    except (ReportError, RosterError) as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2
     for path in written:
@@ -248,14 +269,23 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_autograde(args: argparse.Namespace) -> int:
     from .course import autograde
 
+    try:
+        late_policy = _late_policy(args)
+    except ValueError as exc:
+        print(f"autograde: {exc}", file=sys.stderr)
+        return 2
     sandbox = _grading_sandbox("autograde", args)
     if sandbox is None:
         return 2
+    from .regrades import snapshot
+
+    out_dir = Path(args.out) if args.out else Path(args.course or ".") / "grades" / args.assignment
+    before = snapshot(out_dir)
     try:
         done = autograde(args.assignment, course=args.course, students=args.student or None, force=args.force,
                          duedate=args.duedate, out=Path(args.out) if args.out else None, jobs=args.jobs,
                          settings=_run_settings(args, sandbox), seed=args.seed,
-                         progress=None if not args.no_progress else False)
+                         progress=None if not args.no_progress else False, **late_policy)
     except ValueError as exc:
         print(f"autograde: {exc}", file=sys.stderr)
         return 2
@@ -271,6 +301,7 @@ def cmd_autograde(args: argparse.Namespace) -> int:
     print(f"  {course.folder(course.coursedir.autograded_directory, '<student>', args.assignment)}/  "
           f"{len(done.autograded)} autograded notebook(s), for nbgrader's formgrader and generate_feedback")
     print(f"  {course.db_url}  the course's gradebook (hand grades entered there are kept)")
+    _log_regrades(report.out, before if report.out.resolve() == out_dir.resolve() else None, args)
     return 0
 
 
@@ -394,6 +425,293 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+# --------------------------------------------------------------------------- a term (roster, LMS, ...)
+
+
+def _roster(args: argparse.Namespace):
+    """The ``--roster`` file read, or ``None`` when the option is not given (RosterError propagates)."""
+    from .roster import read_roster
+
+    return read_roster(args.roster) if getattr(args, "roster", None) else None
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .lms import ExportError, lms_export, parse_assignment_ids, write_export
+    from .results import ClassResults, ResultsError
+    from .roster import RosterError
+
+    try:
+        results = ClassResults.read(Path(args.out))
+        export = lms_export(results, args.lms, _roster(args), chapters=args.chapters or None,
+                            assignment_ids=parse_assignment_ids(args.assignment_id), missing=args.missing)
+    except (ResultsError, RosterError, ExportError) as exc:
+        print(f"export: {exc}", file=sys.stderr)
+        return 2
+    dest = write_export(export, Path(args.to) if args.to else Path(args.out) / f"{args.lms}_grades.csv")
+    print(f"wrote {dest}: {export.rows} student(s), import it in {args.lms.capitalize()}'s gradebook")
+    for line in export.problems():
+        print(f"  WARNING: {line}", file=sys.stderr)
+    if args.push or args.dry_run:
+        pushed = _push_canvas(args, results)
+        if pushed:
+            return pushed
+    return 1 if export.unknown or export.unmatched else 0
+
+
+def _push_canvas(args: argparse.Namespace, results) -> int:
+    """``export --push`` / ``--dry-run``: the same grades through Canvas's API; 0 when done."""
+    import os
+
+    from .lms import ExportError, canvas_grade_data, connect_canvas, parse_assignment_ids, push_canvas
+
+    if args.lms != "canvas":
+        print("export: --push and --dry-run are for --lms canvas", file=sys.stderr)
+        return 2
+    try:
+        roster = _roster(args)
+        chapters = args.chapters or sorted({s.chapter for s in results.submissions})
+        data = canvas_grade_data(results, roster, chapters, parse_assignment_ids(args.assignment_id), args.missing)
+        course = None
+        if not args.dry_run:
+            token = os.environ.get("CANVAS_API_TOKEN", "")
+            if not (args.canvas_url and args.course_id and token):
+                raise ExportError("--push needs --canvas-url, --course-id and the token in CANVAS_API_TOKEN")
+            course = connect_canvas(args.canvas_url, token, args.course_id)
+        for line in push_canvas(data, course, dry_run=args.dry_run):
+            print(line)
+    except ExportError as exc:
+        print(f"export: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from .collect import CollectError, collect
+    from .roster import RosterError
+
+    import datetime
+    import zoneinfo
+
+    try:
+        zone = datetime.timezone.utc if args.zip_timezone == "UTC" else zoneinfo.ZoneInfo(args.zip_timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        print(f"collect: --zip-timezone {args.zip_timezone!r}: expected a zone such as UTC or Europe/Berlin",
+              file=sys.stderr)
+        return 2
+    try:
+        done = collect(args.source, Path(args.download), Path(args.submitted), args.chapter, _roster(args),
+                       zip_timezone=zone)
+    except (CollectError, RosterError) as exc:
+        print(f"collect: {exc}", file=sys.stderr)
+        return 2
+    print(done.summary())
+    for f in done.files:
+        if f.outcome != "collected" or f.reason:
+            print(f"  {f.outcome}: {f.file}{' -> ' + f.student if f.student else ''}: {f.reason}")
+    print(f"every file's outcome: {done.log}")
+    return 1 if done.by_outcome("refused") else 0
+
+
+def _open_extensions_refusal(args: argparse.Namespace, chapters: list[str]) -> str:
+    """Why ``release`` must not go on (empty: it may): a student may still hand in an earlier
+    chapter whose reference answers the released chapter's student package carries."""
+    if not getattr(args, "extensions", None):
+        return ""
+    from .book import chapter_ids
+    from .extensions import ExtensionsError, open_extensions, read_extensions
+
+    try:
+        extensions = read_extensions(args.extensions)
+    except ExtensionsError as exc:
+        return f"release: {exc}"
+    order = chapter_ids(Path(args.book))
+    found = open_extensions(extensions, chapters or order, order)
+    if not found:
+        return ""
+    lines = [f"  {chapter}: " + ", ".join(f"{e.student} ({e.chapter} until {e.due:%Y-%m-%d %H:%M} UTC)"
+                                           for e in exts) for chapter, exts in found.items()]
+    if args.allow_open_extensions:
+        print("WARNING: --allow-open-extensions: these students can read an earlier chapter's answers in the "
+              "package before their extension ends:\n" + "\n".join(lines), file=sys.stderr)
+        return ""
+    return ("release refused: a chapter's student package carries the reference answers of the chapters before "
+            "it, and these students may still hand one of those in:\n" + "\n".join(lines)
+            + "\nrelease after their extensions end, or pass --allow-open-extensions")
+
+
+def _late_policy(args: argparse.Namespace) -> dict:
+    """``GradebookTarget``'s extensions and late days from ``--extensions`` / ``--late-days``."""
+    from .extensions import read_extensions
+
+    policy = {}
+    if getattr(args, "extensions", None):
+        policy["extensions"] = tuple(read_extensions(args.extensions))
+    if getattr(args, "late_days", None) is not None:
+        if args.late_days < 0:
+            raise ValueError(f"--late-days {args.late_days}: expected 0 or more days")
+        policy["late_days"] = args.late_days
+    return policy
+
+
+def _log_regrades(out: Path, before, args: argparse.Namespace) -> None:
+    """Append this run's changed scores to OUT/regrades.jsonl and say how many."""
+    from .regrades import append_log, diff, snapshot
+
+    after = snapshot(out)
+    if after is None:
+        return
+    changes = diff(before, after) if before is not None else []
+    command = " ".join(["python -m autograder", *getattr(args, "argv", [args.command])])
+    append_log(out, changes, reason=args.reason or ("first grading" if before is None else ""), command=command)
+    if changes:
+        print(f"  {out / 'regrades.jsonl'}  {len(changes)} score(s) changed since the last run "
+              "(python -m autograder regrades OUT: the page)")
+
+
+def _term_grade_options(p: argparse.ArgumentParser) -> None:
+    """``grade``'s options of a term: extensions, late days, the reason of a regrade."""
+    p.add_argument("--extensions", metavar="CSV", help="per-student extensions: student,chapter,due (the new due "
+                                                      "date), applied as nbgrader extensions")
+    p.add_argument("--late-days", type=int, default=None, metavar="N",
+                   help="each student's late-day budget over the term: a late chapter spends ceil(late/24h) days "
+                        "while they last and is then on time")
+    p.add_argument("--reason", default="", help="why this run (e.g. 'regrade request #12'): kept in OUT/regrades.jsonl")
+
+
+def cmd_regrades(args: argparse.Namespace) -> int:
+    from .regrades import diff, load_results, read_log, render_html
+    from .results import ResultsError
+
+    if args.diff:
+        try:
+            changes = diff(load_results(args.diff[0]), load_results(args.diff[1]))
+        except (ResultsError, OSError) as exc:
+            print(f"regrades: {exc}", file=sys.stderr)
+            return 2
+        for c in changes:
+            print(c.line())
+        print(f"{len(changes)} changed score(s)")
+        return 0
+    if not args.out:
+        print("regrades: give OUT (the grade output) or --diff OLD NEW", file=sys.stderr)
+        return 2
+    records = read_log(Path(args.out))
+    dest = Path(args.to) if args.to else Path(args.out) / "report" / "regrades.html"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(render_html(records), encoding="utf-8")
+    print(f"wrote {dest}: {len(records)} run(s), {sum(len(r['changes']) for r in records)} change(s)")
+    return 0
+
+
+def cmd_similarity(args: argparse.Namespace) -> int:
+    from .checks import exercises_of
+    from .similarity import Settings, compare_class, read_class, render_html, stub_cells
+
+    if not 0 < args.threshold <= 1:
+        print(f"similarity: --threshold {args.threshold}: expected a share in (0, 1], e.g. 0.6", file=sys.stderr)
+        return 2
+    try:
+        exercises = [ex.name for ex in exercises_of(args.chapter)]
+        stubs = {name: code for name, code in stub_cells(args.chapter, Path(args.book)).items() if name in exercises}
+    except (ValueError, KeyError) as exc:
+        print(f"similarity: {exc}", file=sys.stderr)
+        return 2
+    answers, skipped = read_class(Path(args.submitted), args.chapter, exercises)
+    if len(answers) < 2:
+        print(f"similarity: fewer than 2 readable submissions of {args.chapter} under {args.submitted}",
+              file=sys.stderr)
+        return 2
+    settings = Settings(threshold=args.threshold, min_tokens=args.min_tokens)
+    report = compare_class(answers, stubs, args.chapter, settings, skipped)
+    dest = Path(args.to) if args.to else Path(args.submitted).parent / "similarity" / f"{args.chapter}.html"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(render_html(report, top=args.top), encoding="utf-8")
+    for pair in report.pairs[: min(args.top, 10)]:
+        mark = "  FLAGGED" if pair.flagged else ""
+        print(f"{pair.a} · {pair.b}: {100 * pair.score:.0f} % of {pair.compared} written tokens{mark}")
+    for student, why in skipped.items():
+        print(f"  not compared: {student} ({why})")
+    print(f"{len(report.flagged)} pair(s) flagged at {100 * settings.threshold:.0f} % of {len(answers)} students; "
+          f"wrote {dest}")
+    return 0
+
+
+def cmd_prairielearn(args: argparse.Namespace) -> int:
+    from .prairielearn import build_question
+
+    try:
+        out = build_question(args.chapter, Path(args.out), book=Path(args.book), image=args.image,
+                             timeout=args.timeout, seed=args.seed)
+    except ValueError as exc:
+        print(f"prairielearn: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote the question {out}: copy it under your course's questions/ (the image {args.image} must have "
+          "this project installed; PrairieLearn runs python3 -m autograder.prairielearn run in it)")
+    return 0
+
+
+def _term_parsers(sub) -> None:
+    """The parsers of the term's commands: export, collect."""
+    p = sub.add_parser("export", help="an LMS's gradebook-import CSV (Canvas, Moodle) of a grade output")
+    p.add_argument("out", help="the --out folder of `grade` (its results.json)")
+    p.add_argument("--lms", required=True, choices=["canvas", "moodle"], help="the gradebook format")
+    p.add_argument("--roster", required=True, help="the roster CSV: id (folder), name, email, lms_id, section...")
+    p.add_argument("--to", help="the CSV to write (default: OUT/<lms>_grades.csv)")
+    p.add_argument("--chapters", nargs="*", help="the chapter columns, in order (default: every graded chapter)")
+    p.add_argument("--assignment-id", action="append", metavar="CHAPTER=ID",
+                   help="the LMS's assignment id of a chapter (Canvas: the column is 'CHAPTER (ID)'; without "
+                        "one Canvas creates a new assignment)")
+    p.add_argument("--missing", choices=["blank", "zero"], default="blank",
+                   help="a chapter not submitted: blank (the LMS keeps its cell) or 0 (default blank)")
+    p.add_argument("--push", action="store_true", help="also send the grades through Canvas's API (canvasapi; "
+                                                      "the token in CANVAS_API_TOKEN)")
+    p.add_argument("--dry-run", action="store_true", help="say what --push would send, contacting nothing")
+    p.add_argument("--canvas-url", help="your Canvas, e.g. https://canvas.example.edu (for --push)")
+    p.add_argument("--course-id", type=int, help="the Canvas course id (for --push)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("collect", help="turn a Canvas or Gradescope download into nbgrader's submitted/ folders")
+    p.add_argument("download", help="Canvas: the 'Download Submissions' zip; Gradescope: the 'Export Submissions' "
+                                    "zip or folder")
+    p.add_argument("--from", dest="source", required=True, choices=["canvas", "gradescope"])
+    p.add_argument("--chapter", required=True, help="the chapter id the download is of")
+    p.add_argument("--submitted", default="submitted", help="nbgrader's submitted folder (default: submitted)")
+    p.add_argument("--roster", help="the roster CSV, to name folders by its id (lms_id for Canvas, sis_id/email "
+                                    "for Gradescope); without it the LMS's own id is the folder")
+    p.add_argument("--zip-timezone", default="UTC", metavar="ZONE",
+                   help="the zone of the Canvas zip's file dates, taken as the submission times (default UTC)")
+    p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("regrades", help="what each grade run changed: OUT/report/regrades.html, or --diff OLD NEW")
+    p.add_argument("out", nargs="?", help="the --out folder of `grade` (its regrades.jsonl)")
+    p.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"), help="print the changed scores between two outputs "
+                                                                  "(folders or results.json files)")
+    p.add_argument("--to", help="the page to write (default: OUT/report/regrades.html)")
+    p.set_defaults(func=cmd_regrades)
+
+    p = sub.add_parser("similarity", help="pairs of students whose solution cells of a chapter share code "
+                                          "(copydetect; the released stub never counts): an HTML page")
+    p.add_argument("submitted", help="nbgrader's submitted folder")
+    p.add_argument("--chapter", required=True, help="the chapter id")
+    p.add_argument("--to", help="the page (default: SUBMITTED/../similarity/<chapter>.html)")
+    p.add_argument("--threshold", type=float, default=0.6, help="the pair score flagged, a share (default 0.6)")
+    p.add_argument("--min-tokens", type=int, default=60,
+                   help="an exercise where either student wrote fewer tokens is left out (default 60)")
+    p.add_argument("--top", type=int, default=20, help="pairs listed on the page (default 20)")
+    _book_option(p)
+    p.set_defaults(func=cmd_similarity)
+
+    p = sub.add_parser("prairielearn", help="write a PrairieLearn externally graded question for a chapter")
+    p.add_argument("chapter", help="the chapter id, e.g. 04_self_attention")
+    p.add_argument("--out", required=True, help="the question folder to write (info.json, question.html, tests/)")
+    p.add_argument("--image", default="transformer-book/autograder:latest",
+                   help="the Docker image with this project installed")
+    p.add_argument("--timeout", type=_seconds, default=120.0, help="seconds of one sandbox run (default 120)")
+    p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh)")
+    _book_option(p)
+    p.set_defaults(func=cmd_prairielearn)
+
+
 # --------------------------------------------------------------------------- bench
 
 
@@ -495,6 +813,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="release even if solution cells differ from the solutions package")
     p.add_argument("--no-package", action="store_true",
                    help="only the notebooks: no student package (the visible checks without the answers)")
+    p.add_argument("--extensions", metavar="CSV", help="the term's extensions (student,chapter,due): refuse to "
+                                                      "release while one on an earlier chapter is open")
+    p.add_argument("--allow-open-extensions", action="store_true",
+                   help="release although those students could read the earlier chapter's answers in this wheel")
     _book_option(p)
     p.set_defaults(func=cmd_release)
 
@@ -519,6 +841,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "where it starts, else container; also AUTOGRADER_ISOLATION)")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without the sandbox (NOT tamper-proof; testing only)")
+    _term_grade_options(p)
     _book_option(p)
     p.set_defaults(func=cmd_grade)
 
@@ -543,6 +866,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without the sandbox (NOT tamper-proof; testing only)")
+    _term_grade_options(p)
     p.set_defaults(func=cmd_autograde)
 
     p = sub.add_parser("gradescope", help="write a Gradescope autograder zip for a chapter")
@@ -564,6 +888,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--submitted", help="the graded submissions folder, to name a notebook of the wrong chapter "
                                        "(default: the course's with --course or OUT = COURSE/grades/ASSIGNMENT, "
                                        "else the folder the last grade into OUT read)")
+    p.add_argument("--roster", help="the roster CSV: the term page names the students and who is missing")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("check", help="run the visible checks of a notebook and print a summary")
@@ -596,12 +921,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chapters", nargs="*")
     p.add_argument("--quick", action="store_true", help="tiny run that proves the benchmark works")
     p.set_defaults(func=cmd_bench)
+    _term_parsers(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m autograder`` and the ``autograder`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # the command as typed, for OUT/regrades.jsonl
     return args.func(args)
 
 

@@ -324,7 +324,8 @@ class CourseReport:
 def autograde(assignment: str, *, course: Path | str | None = None, students: list[str] | None = None,
               force: bool = False, duedate=None, out: Path | None = None, jobs: int = 1,
               settings: RunSettings = RunSettings(), seed: int | None = None,
-              progress: bool | None = None, grade_fn=None) -> CourseReport:
+              progress: bool | None = None, grade_fn=None, extensions=None,
+              late_days: int | None = None) -> CourseReport:
     """Autograde one assignment of an nbgrader course (``nbgrader autograde ASSIGNMENT``).
 
     Args:
@@ -339,6 +340,8 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
         jobs, settings, seed, progress, grade_fn: as for :func:`autograder.batch.grade_class`
             (``settings``: ``--timeout``, ``--budget``, ``--memory``, ``--disk``,
             ``--processes`` and the sandbox).
+        extensions, late_days: per-student extensions and the late-day budget, set as
+            nbgrader extensions in the course's gradebook (:mod:`autograder.extensions`).
 
     Returns:
         A :class:`CourseReport`.
@@ -358,7 +361,8 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
     if not c.submitted_root.is_dir():
         raise ValueError(f"no submissions folder {c.submitted_root} in the course at {c.root}")
     out = Path(out) if out is not None else c.root / "grades" / assignment
-    target = GradebookTarget(url=c.db_url, course_id=c.course_id, duedate=duedate, config=c.config)
+    target = GradebookTarget(url=c.db_url, course_id=c.course_id, duedate=duedate, config=c.config,
+                             extensions=None if extensions is None else tuple(extensions), late_days=late_days)
     report = grade_class(c.submitted_root, out, chapters=[assignment], students=students, force=force, jobs=jobs,
                          settings=settings, seed=seed, book=c.source_root, progress=progress,
                          grade_fn=grade_fn, gradebook=target)

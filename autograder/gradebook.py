@@ -113,6 +113,9 @@ class Recorded:
     late_seconds: float = 0.0
     penalty: float = 0.0
     problems: list[str] = field(default_factory=list)
+    extension_seconds: float = 0.0  # nbgrader's per-student extension (autograder.extensions)
+    late_days_used: int = 0
+    late_days_left: int | None = None
 
     @property
     def score(self) -> float:
@@ -171,7 +174,8 @@ def _record_assignment(url: str, chapter: str, source: Path, course_id: str,
 def write_gradebook(path: Path | None, sources: dict[str, Path], results: list["Graded"], *,
                     url: str | None = None, course_id: str = DEFAULT_COURSE,
                     duedate: str | datetime.datetime | None = None,
-                    config: Any = None) -> dict[tuple[str, str], Recorded]:
+                    config: Any = None, extensions: list | None = None,
+                    late_days: int | None = None) -> dict[tuple[str, str], Recorded]:
     """Record ``results`` in a gradebook and read back what it holds for each of them.
 
     Args:
@@ -186,6 +190,9 @@ def write_gradebook(path: Path | None, sources: dict[str, Path], results: list["
         config: a traitlets ``Config`` for nbgrader's ``AssignLatePenalties``
             (its ``plugin_class``) and ``LateSubmissionPlugin`` (``penalty_method``);
             ``None``: nbgrader's defaults (no penalty).
+        extensions, late_days: per-student extensions and the late-day budget
+            (:mod:`autograder.extensions`), set before the penalties; both ``None``:
+            the gradebook's extensions are left as they are.
 
     Returns:
         ``(student, chapter) -> Recorded`` for every submitted result.
@@ -196,8 +203,15 @@ def write_gradebook(path: Path | None, sources: dict[str, Path], results: list["
         for chapter, source in sources.items():
             _record_assignment(url, chapter, source, course_id, due)
         problems, unrecorded = _record_results(url, course_id, results)
+        granted = _grant_extensions(url, course_id, extensions, late_days, problems) \
+            if extensions is not None or late_days is not None else {}
         _assign_late_penalties(url, results, config, problems, unrecorded)
         recorded = _read_back(url, course_id, results, problems)
+    for key, given in granted.items():
+        if key in recorded:
+            recorded[key].extension_seconds = given.extension_seconds
+            recorded[key].late_days_used = given.late_days_used
+            recorded[key].late_days_left = given.late_days_left
     for key, found in problems.items():
         if found:
             recorded.setdefault(key, Recorded()).problems[:0] = found
@@ -292,6 +306,22 @@ def _record_results(url: str, course_id: str, results: list["Graded"]
                 unrecorded.add((sub.student, sub.chapter))
                 found.append(_problem("the gradebook could not record this submission", exc))
     return problems, unrecorded
+
+
+def _grant_extensions(url: str, course_id: str, extensions, late_days, problems) -> dict:
+    """Set every submission's extension (:func:`autograder.extensions.grant`); a note on an
+    extension that could not apply goes to that student's rows."""
+    from nbgrader.api import Gradebook
+
+    from .extensions import grant
+
+    with Gradebook(url, course_id) as gb:
+        granted, notes = grant(gb, extensions, late_days)
+    for ext in extensions or []:
+        for note in notes:
+            if note.startswith(f"extension of {ext.student} on {ext.chapter} ") and "not applied" in note:
+                problems.setdefault((ext.student, ext.chapter), []).append(note)
+    return granted
 
 
 def _assign_late_penalties(url: str, results: list["Graded"], config: Any,

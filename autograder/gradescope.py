@@ -48,7 +48,7 @@ from pathlib import Path
 
 from .book import BOOK
 
-__all__ = ["VISIBILITIES", "build_zip", "results_json", "run", "main", "SCHEMA_PATH"]
+__all__ = ["VISIBILITIES", "build_zip", "results_json", "run", "main", "SCHEMA_PATH", "grade_upload"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = Path(__file__).resolve().parent / "gradescope_results.schema.json"
@@ -300,12 +300,16 @@ def _find_notebook(folder: Path, chapter: str) -> tuple[Path | None, str]:
     return None, f"several notebooks were submitted ({names}): upload only {chapter}.ipynb"
 
 
-def run(root: Path) -> dict:
-    """Grade ``root/submission`` and write ``root/results/results.json``; return it.
+def grade_upload(source: Path, folder: Path, chapter: str, *, base_seed: int, student: str,
+                 timeout: float) -> tuple[list[dict], str, str]:
+    """Grade the notebook a student uploaded into ``folder``, as ``grade`` does (the hidden
+    checks, student code isolated): the core shared by the Gradescope and PrairieLearn adapters.
 
-    Never raises for the submission's sake: a grader failure still writes a
-    ``results.json`` (score 0, the failure named) and prints the traceback to stdout,
-    which only the instructor sees.
+    Returns:
+        ``(rows, notice, isolation)``: :func:`autograder.batch.as_dicts` rows (every exercise
+        at 0 with the reason when no notebook or the grader failed), a line about what was
+        found instead of the notebook ("" when it was), and the isolation used. Never raises
+        for the submission's sake (a grader failure's traceback goes to stdout).
     """
     from .batch import as_dicts, failed_rows
     from .journal import submission_seed
@@ -313,27 +317,39 @@ def run(root: Path) -> dict:
     from .grading import grade_submission
     from .isolation import choose_isolation
 
+    path, notice = _find_notebook(folder, chapter)
+    isolation = ""
+    try:
+        isolation = choose_isolation()
+        print(f"isolation: {isolation}")
+        digest = file_sha256(path) if path is not None else None
+        seed = submission_seed(int(base_seed), student, chapter, str(digest))
+        rows = as_dicts(grade_submission(source, path, chapter=chapter, timeout=float(timeout),
+                                          hidden=True, seed=seed, sandbox=True))
+    except Exception as exc:  # noqa: BLE001 - the student still gets a result
+        traceback.print_exc(file=sys.stdout)
+        rows = failed_rows(source, f"the grader failed: {type(exc).__name__}; your instructor can see why")
+        for r in rows:
+            r.setdefault("parts", [])
+            r.setdefault("notes", [])
+    return rows, notice, isolation
+
+
+def run(root: Path) -> dict:
+    """Grade ``root/submission`` and write ``root/results/results.json``; return it.
+
+    Never raises for the submission's sake: a grader failure still writes a
+    ``results.json`` (score 0, the failure named) and prints the traceback to stdout,
+    which only the instructor sees.
+    """
     root = Path(root)
     source_dir = root / "source"
     config = json.loads((source_dir / CONFIG).read_text(encoding="utf-8"))
     chapter = config["chapter"]
     source = source_dir / "book" / chapter / f"{chapter}.ipynb"
     start = time.monotonic()
-    path, notice = _find_notebook(root / "submission", chapter)
-    isolation = ""
-    try:
-        isolation = choose_isolation()
-        print(f"isolation: {isolation}")
-        digest = file_sha256(path) if path is not None else None
-        seed = submission_seed(int(config["seed"]), _student_id(root), chapter, str(digest))
-        rows = as_dicts(grade_submission(source, path, chapter=chapter, timeout=float(config.get("timeout", 120)),
-                                          hidden=True, seed=seed, sandbox=True))
-    except Exception as exc:  # noqa: BLE001 - the student still gets a results.json
-        traceback.print_exc(file=sys.stdout)
-        rows = failed_rows(source, f"the grader failed: {type(exc).__name__}; your instructor can see why")
-        for r in rows:
-            r.setdefault("parts", [])
-            r.setdefault("notes", [])
+    rows, notice, isolation = grade_upload(source, root / "submission", chapter, base_seed=int(config["seed"]),
+                                           student=_student_id(root), timeout=float(config.get("timeout", 120)))
     data = results_json(rows, chapter=chapter, visibility=config.get("visibility", "after_due_date"),
                         isolation=isolation, execution_time=time.monotonic() - start, notice=notice)
     out = root / "results" / "results.json"

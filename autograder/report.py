@@ -717,8 +717,9 @@ def _where(d: Diagnosis) -> str:
     return f"<code>{_e(d.exercise)}</code>" if d.exercise else '<span class="muted">whole notebook</span>'
 
 
-def render_html(summary: ChapterSummary, source: str) -> str:
-    """The class report page of one chapter (self-contained: no script, no link)."""
+def render_html(summary: ChapterSummary, source: str, extra: str = "") -> str:
+    """The class report page of one chapter (self-contained: no script, no link);
+    ``extra`` (HTML) goes before the students' table (:func:`autograder.term_plots.chapter_section`)."""
     s = summary
     n = len(s.students)
     scores = [t for t, _ in s.totals.values()]
@@ -787,6 +788,7 @@ def render_html(summary: ChapterSummary, source: str) -> str:
         out.append("</tbody></table>")
     else:
         out.append("<p>No answer of this chapter could be judged part by part.</p>")
+    out.append(extra)
     out.append("<h2>Students</h2>")
     any_adjusted = any(s.adjusted.get(st) for st in s.students)
     out.append('<table><thead><tr><th>student</th><th>points</th><th>status</th><th>parts the checks marked '
@@ -841,11 +843,12 @@ def _index_html(summaries: list[ChapterSummary]) -> str:
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>Class report</title>",
         f"<style>{CSS}</style></head><body>", "<h1>Class report</h1>",
+        '<p class="lead"><a href="term.html">The term</a>: each student and each graded part across the chapters.</p>',
         "<table><thead><tr><th>chapter</th><th>submitted</th><th>mean</th><th>most frequent mistake</th>"
         "</tr></thead><tbody>", *rows, "</tbody></table></body></html>\n"])
 
 
-def class_report(out: Path, dest: Path | None = None, submitted: Path | None = None) -> list[Path]:
+def class_report(out: Path, dest: Path | None = None, submitted: Path | None = None, roster=None) -> list[Path]:
     """Write the class report of a ``grade`` or ``autograde`` output folder.
 
     Args:
@@ -856,10 +859,12 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
             the chapter of a notebook none of whose exercises was found; default:
             the course's ``submitted`` folder when ``out`` is ``<course>/grades/<assignment>``,
             else the folder the last ``grade`` into ``out`` read (if it is still there).
+        roster: an :class:`autograder.roster.Roster`: the term page names the students,
+            their sections, who in it never handed anything in, who graded is not in it.
 
     Returns:
         The files written: ``<chapter>.html`` and ``<chapter>.csv`` per chapter,
-        then ``index.html``.
+        then ``index.html`` and ``term.html`` (the trends across chapters).
 
     Raises:
         ReportError: ``out`` is not a grade output (the message says what was expected).
@@ -882,6 +887,10 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
     by_chapter: dict[str, list[ExerciseScore]] = defaultdict(list)
     for r in rows:
         by_chapter[r.chapter].append(r)
+    from .regrades import read_log
+    from .term_plots import chapter_section, term_page  # term_plots draws with this module's helpers
+
+    log = read_log(out)
     written, summaries = [], []
     for chapter in sorted(by_chapter):
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", chapter) or chapter.startswith("."):
@@ -890,10 +899,12 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
                                   {s: real for (s, c), real in wrong.items() if c == chapter})
         summaries.append(summary)
         page, table = dest / f"{chapter}.html", dest / f"{chapter}.csv"
-        write_atomic(page, render_html(summary, RESULTS_FILE))
+        write_atomic(page, render_html(summary, RESULTS_FILE, chapter_section(summary, grades, log)))
         write_atomic(table, render_csv(summary))
         written += [page, table]
     index = dest / "index.html"
     write_atomic(index, _index_html(summaries))
-    written.append(index)
+    term = dest / "term.html"
+    write_atomic(term, term_page(summaries, grades, roster))
+    written += [index, term]
     return written

@@ -83,6 +83,8 @@ class SubmissionGrade:
     late_seconds: float = 0.0  # past the due date (0: on time or no due date)
     penalty: float = 0.0  # nbgrader's late penalty, in points
     submission_sha256: str | None = None  # of the notebook that was graded (None: nothing was)
+    extension_seconds: float = 0.0  # the student's extension of the due date (autograder.extensions)
+    late_days_used: int = 0  # late days this chapter spent of the student's budget
 
 
 def parts_line(parts: list[PartScore]) -> str:

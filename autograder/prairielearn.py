@@ -1,0 +1,187 @@
+"""A PrairieLearn external grader for one chapter.
+
+PrairieLearn grades an externally graded question in a Docker container
+(https://prairielearn.readthedocs.io/en/latest/externalGrading/): it mounts ``/grade`` with
+the student's files in ``/grade/student/``, the question's ``tests/`` folder in
+``/grade/tests/`` (never shown to students), runs the question's entry point, and reads
+``/grade/results/results.json``.
+
+``python -m autograder prairielearn CHAPTER --out QUESTION_DIR`` writes a question folder:
+``info.json`` (``externalGradingOptions``: the image, the entry point
+``python3 -m autograder.prairielearn run``, the timeout), ``question.html`` (a file upload
+of ``<chapter>.ipynb``) and ``tests/`` with the source notebook and ``autograder.json``
+(chapter, base seed, limits). The image is one with this project installed (the
+Gradescope zip's ``setup.sh`` lists what it needs: bubblewrap, Python, the pins).
+
+``run`` grades the upload with :func:`autograder.gradescope.grade_upload` — the same core
+as the Gradescope adapter and ``grade`` (hidden checks, student code isolated) — and writes
+``results.json``: ``gradable`` (false, with ``format_errors``, when no notebook was
+uploaded: PrairieLearn then counts no attempt), ``score`` = points / max points (0 to 1),
+``message`` (the total) and one test per graded part (``name`` ``exercise: part``,
+``points``, ``max_points``, the part's message). Its paths can be moved for tests:
+``--root`` (default ``/grade``, or ``PRAIRIELEARN_ROOT``), ``--student``, ``--results``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from .book import BOOK
+from .text import score_text
+
+__all__ = ["SCHEMA_PATH", "CONFIG", "results_json", "run", "build_question", "validate_results", "main"]
+
+SCHEMA_PATH = Path(__file__).resolve().parent / "prairielearn_results.schema.json"
+CONFIG = "autograder.json"
+MAX_TEXT = 20_000
+DEFAULT_IMAGE = "transformer-book/autograder:latest"
+
+
+def results_json(rows: list[dict], *, chapter: str, notice: str = "", isolation: str = "",
+                 execution_time: float | None = None) -> dict:
+    """PrairieLearn's ``results.json`` for the score rows of one submission.
+
+    Args:
+        rows: :func:`autograder.batch.as_dicts` rows.
+        chapter: the chapter id.
+        notice: why there is nothing to grade (no notebook, several): the result is not gradable.
+        isolation, execution_time: for the output (the instructor's view).
+    """
+    if notice:  # nothing was graded: not an attempt
+        return {"gradable": False, "format_errors": [notice], "message": notice}
+    tests = []
+    for row in rows:
+        parts = row.get("parts") or []
+        fits = parts and abs(sum(p["points"] for p in parts) - row["max_score"]) < 1e-9 \
+            and abs(sum(p["score"] for p in parts) - row["score"]) < 1e-9
+        if fits:
+            for i, part in enumerate(parts):
+                notes = "\n".join(f"note: {n}" for n in row.get("notes") or []) if i == 0 else ""
+                tests.append({"name": f"{row['exercise']}: {part['name']}", "description": row["exercise"],
+                              "points": float(part["score"]), "max_points": float(part["points"]),
+                              "message": (part.get("message") or ("passed" if part["score"] >= part["points"]
+                                                                  else "failed"))[:MAX_TEXT],
+                              "output": notes[:MAX_TEXT]})
+        else:
+            tests.append({"name": row["exercise"], "description": row["exercise"], "points": float(row["score"]),
+                          "max_points": float(row["max_score"]),
+                          "message": (f"{row['status']}: {row['reason']}" if row.get("reason")
+                                      else row["status"])[:MAX_TEXT],
+                          "output": "\n".join(f"note: {n}" for n in row.get("notes") or [])[:MAX_TEXT]})
+    score = sum(r["score"] for r in rows)
+    max_score = sum(r["max_score"] for r in rows)
+    passed = sum(r["status"] == "passed" for r in rows)
+    message = (f"{chapter}: {score_text(score)}/{score_text(max_score)} points, {passed} of {len(rows)} exercises "
+               "pass every check (the hidden checks included).")
+    output = "\n".join(x for x in (notice, f"isolation: {isolation}" if isolation else "",
+                                   f"graded in {execution_time:.0f} s" if execution_time is not None else "") if x)
+    return {"gradable": True, "score": min(1.0, max(0.0, score / max_score)) if max_score else 0.0,
+            "message": message, "output": output, "tests": tests}
+
+
+def validate_results(data: dict) -> None:
+    """Validate ``data`` against :data:`SCHEMA_PATH` (raises ``jsonschema.ValidationError``)."""
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    jsonschema.validate(data, schema, cls=jsonschema.Draft7Validator)
+
+
+def run(root: Path, *, student: Path | None = None, results: Path | None = None) -> dict:
+    """Grade ``root/student`` and write ``root/results/results.json``; return it.
+
+    Args:
+        root: PrairieLearn's ``/grade``.
+        student: the uploaded files (default ``root/student``).
+        results: the file to write (default ``root/results/results.json``).
+
+    Never raises for the submission's sake: a grader failure still writes a gradable
+    result with every exercise at 0 and the failure named.
+    """
+    from .gradescope import grade_upload
+
+    root = Path(root)
+    tests = root / "tests"
+    config = json.loads((tests / CONFIG).read_text(encoding="utf-8"))
+    chapter = config["chapter"]
+    source = tests / "book" / chapter / f"{chapter}.ipynb"
+    start = time.monotonic()
+    rows, notice, isolation = grade_upload(source, Path(student) if student else root / "student", chapter,
+                                           base_seed=int(config["seed"]), student="prairielearn",
+                                           timeout=float(config.get("timeout", 120)))
+    data = results_json(rows, chapter=chapter, notice=notice, isolation=isolation,
+                        execution_time=time.monotonic() - start)
+    out = Path(results) if results else root / "results" / "results.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+    for row in rows:  # the instructor's view in PrairieLearn's grading log
+        print(f"{row['exercise']}: {row['score']:g}/{row['max_score']:g} {row['status']} {row['reason']}")
+    return data
+
+
+QUESTION_HTML = """<pl-question-panel>
+  <p>Upload your notebook <code>{chapter}.ipynb</code>. It is graded with the hidden checks of the
+  chapter; each graded part is listed with its points.</p>
+</pl-question-panel>
+<pl-file-upload file-names="{chapter}.ipynb"></pl-file-upload>
+<pl-submission-panel>
+  <pl-external-grader-results></pl-external-grader-results>
+  <pl-file-preview></pl-file-preview>
+</pl-submission-panel>
+"""
+
+
+def build_question(chapter: str, out: Path, *, book: Path = BOOK, image: str = DEFAULT_IMAGE,
+                   timeout: float = 120.0, seed: int | None = None) -> Path:
+    """Write a PrairieLearn question folder for ``chapter`` (see the module); returns ``out``.
+
+    Raises:
+        ValueError: an unknown chapter or one without registered exercises.
+    """
+    import uuid
+
+    from .book import source_notebook
+    from .checks import exercises_of
+
+    source = source_notebook(chapter, Path(book))
+    if not exercises_of(chapter):
+        raise ValueError(f"chapter {chapter!r} has no registered exercises to grade")
+    out = Path(out)
+    (out / "tests" / "book" / chapter).mkdir(parents=True, exist_ok=True)
+    (out / "tests" / "book" / chapter / f"{chapter}.ipynb").write_bytes(source.read_bytes())
+    config = {"chapter": chapter, "seed": secrets.randbits(31) if seed is None else int(seed),
+              "timeout": float(timeout)}
+    (out / "tests" / CONFIG).write_text(json.dumps(config, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    info = {"uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"transformer-book/{chapter}")),
+            "title": f"{chapter} (notebook)", "topic": "Transformers", "type": "v3", "singleVariant": True,
+            "gradingMethod": "External",
+            "externalGradingOptions": {"enabled": True, "image": image,
+                                       "entrypoint": "python3 -m autograder.prairielearn run",
+                                       "timeout": int(timeout * 4) + 60}}
+    (out / "info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    (out / "question.html").write_text(QUESTION_HTML.format(chapter=chapter), encoding="utf-8")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m autograder.prairielearn run [--root /grade]`` (inside the grading container)."""
+    parser = argparse.ArgumentParser(prog="python -m autograder.prairielearn")
+    parser.add_argument("step", choices=("run",))
+    parser.add_argument("--root", default=os.environ.get("PRAIRIELEARN_ROOT", "/grade"))
+    parser.add_argument("--student", help="the uploaded files (default ROOT/student)")
+    parser.add_argument("--results", help="the results.json to write (default ROOT/results/results.json)")
+    args = parser.parse_args(argv)
+    run(Path(args.root), student=Path(args.student) if args.student else None,
+        results=Path(args.results) if args.results else None)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
