@@ -268,7 +268,7 @@ def grade_class(
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     if gradebook is not None and gradebook.duedate is not None:
-        from .gradebook import parse_duedate
+        from .extensions import parse_duedate
 
         parse_duedate(gradebook.duedate)  # a bad date fails before any grading
     out = Path(out)

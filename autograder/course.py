@@ -42,7 +42,7 @@ from .grading import RunSettings
 from .journal import Graded
 from .release import student_version
 from .feedback import STATUS_WORDS
-from .gradebook import parse_duedate
+from .extensions import parse_duedate
 from .text import score_text
 from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted
 

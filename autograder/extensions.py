@@ -24,10 +24,36 @@ from __future__ import annotations
 import csv
 import datetime
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Extension", "Granted", "ExtensionsError", "read_extensions", "grant", "open_extensions", "DAY"]
+__all__ = ["parse_duedate", "Extension", "Granted", "ExtensionsError", "read_extensions", "grant", "open_extensions", "DAY"]
+
+
+def parse_duedate(value: str | datetime.datetime) -> datetime.datetime:
+    """A due date as nbgrader stores it (naive UTC), from text such as
+    ``"2026-11-20 17:00:00 Europe/Berlin"`` or ``"2026-11-20T17:00:00+01:00"``
+    (nbgrader's ``parse_utc``; no zone means UTC; the date written YYYY-MM-DD) or
+    a ``datetime``.
+
+    Raises:
+        ValueError: the text is not a date.
+    """
+    from nbgrader.utils import parse_utc  # deferred: nbgrader is slow to import
+
+    if isinstance(value, str) and not re.search(r"\d{4}-\d{1,2}-\d{1,2}", value):
+        # dateutil would read "friday" as the next Friday: ask for the date itself
+        raise ValueError(f"due date {value!r}: expected a date and time such as '2026-11-20 17:00:00 UTC'")
+    try:
+        parsed = parse_utc(value)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ValueError(f"due date {value!r}: expected a date and time such as "
+                         f"'2026-11-20 17:00:00 UTC' ({exc})") from None
+    if not isinstance(parsed, datetime.datetime):
+        raise ValueError(f"due date {value!r}: expected a date and time such as '2026-11-20 17:00:00 UTC'")
+    return parsed
+
 
 DAY = 86400.0
 
@@ -68,8 +94,6 @@ def read_extensions(path: Path | str) -> list[Extension]:
         ExtensionsError: unreadable, a missing column, an empty field, a due date that is
             not a date, or the same student and chapter twice (each names the line).
     """
-    from .gradebook import parse_duedate
-
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")

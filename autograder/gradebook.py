@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,13 +45,14 @@ from typing import TYPE_CHECKING, Any
 import nbformat
 from nbformat.v4 import new_notebook
 
+from .extensions import grant, parse_duedate
 from .release import student_version
 from .untrusted import one_line
 
 if TYPE_CHECKING:  # pragma: no cover
     from .journal import Graded
 
-__all__ = ["write_gradebook", "db_url", "Recorded", "parse_duedate", "submission_time", "DEFAULT_COURSE"]
+__all__ = ["write_gradebook", "db_url", "Recorded", "submission_time", "DEFAULT_COURSE"]
 
 # nbgrader's own default course id (``Gradebook(db_url)``).
 DEFAULT_COURSE = "default_course"
@@ -121,30 +121,6 @@ class Recorded:
     def score(self) -> float:
         """The final score, as ``nbgrader export`` computes it: ``max(0, raw - penalty)``."""
         return max(0.0, self.raw_score - self.penalty)
-
-
-def parse_duedate(value: str | datetime.datetime) -> datetime.datetime:
-    """A due date as nbgrader stores it (naive UTC), from text such as
-    ``"2026-11-20 17:00:00 Europe/Berlin"`` or ``"2026-11-20T17:00:00+01:00"``
-    (nbgrader's ``parse_utc``; no zone means UTC; the date written YYYY-MM-DD) or
-    a ``datetime``.
-
-    Raises:
-        ValueError: the text is not a date.
-    """
-    from nbgrader.utils import parse_utc  # deferred: nbgrader is slow to import
-
-    if isinstance(value, str) and not re.search(r"\d{4}-\d{1,2}-\d{1,2}", value):
-        # dateutil would read "friday" as the next Friday: ask for the date itself
-        raise ValueError(f"due date {value!r}: expected a date and time such as '2026-11-20 17:00:00 UTC'")
-    try:
-        parsed = parse_utc(value)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise ValueError(f"due date {value!r}: expected a date and time such as "
-                         f"'2026-11-20 17:00:00 UTC' ({exc})") from None
-    if not isinstance(parsed, datetime.datetime):
-        raise ValueError(f"due date {value!r}: expected a date and time such as '2026-11-20 17:00:00 UTC'")
-    return parsed
 
 
 def _record_assignment(url: str, chapter: str, source: Path, course_id: str,
@@ -313,7 +289,6 @@ def _grant_extensions(url: str, course_id: str, extensions, late_days, problems)
     extension that could not apply goes to that student's rows."""
     from nbgrader.api import Gradebook
 
-    from .extensions import grant
 
     with Gradebook(url, course_id) as gb:
         granted, notes = grant(gb, extensions, late_days)

@@ -36,8 +36,6 @@ style is inline, the fonts are the system's; it opens from the file system.
 """
 from __future__ import annotations
 
-import html
-import io
 import os
 import re
 import statistics
@@ -45,8 +43,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .pagestyle import BLUE, CSS, INK, escape, inline_svg, new_figure, style_axes
 from .feedback import STATUS_WORDS, duration_text
 from .results import RESULTS_FILE, ClassResults, ExerciseScore, ResultsError, SubmissionGrade
+from .term_plots import chapter_section, term_page
 from .text import csv_text
 from .untrusted import NotebookError, read_notebook, safe_text
 
@@ -564,36 +564,6 @@ def course_submissions(out: Path) -> Path | None:
 # --------------------------------------------------------------------------- figures
 
 
-_BLUE, _INK, _MUTED = "#0072b2", "#222222", "#666666"
-
-
-def _svg(fig, label: str) -> str:
-    """A matplotlib figure as inline SVG: text drawn as paths (no font files), no
-    XML prologue, DOCTYPE or metadata, an accessible label, scaled to the column."""
-    import matplotlib
-
-    buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "class-report"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    text = buf.getvalue()
-    text = text[text.index("<svg"):]
-    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)
-    text = re.sub(r'<svg\b', f'<svg role="img" aria-label="{html.escape(label)}" class="figure"', text, count=1)
-    return text
-
-
-def _figure(width: float, height: float):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100)
-    fig.patch.set_alpha(0)
-    return fig
-
-
-def _style(ax) -> None:
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    ax.tick_params(colors=_INK, labelsize=9)
 
 
 def histogram_svg(summary: ChapterSummary) -> str:
@@ -604,7 +574,7 @@ def histogram_svg(summary: ChapterSummary) -> str:
 
     scores = np.array([s for s, _ in summary.totals.values()], dtype=float)
     top = max(summary.max_score, float(scores.max()) if scores.size else 0.0, 1.0)
-    fig = _figure(7.2, 2.6)
+    fig = new_figure(7.2, 2.6)
     ax = fig.add_subplot()
     step = next((st for st in (1.0, 0.5) if np.allclose(scores / st, np.round(scores / st))
                  and float(top / st).is_integer()), None)
@@ -618,20 +588,20 @@ def histogram_svg(summary: ChapterSummary) -> str:
         counts, _ = np.histogram(scores, bins=edges)
         centers = (edges[:-1] + edges[1:]) / 2
         width = (edges[1] - edges[0]) * 0.9
-    bars = ax.bar(centers, counts, width=width, color=_BLUE)
+    bars = ax.bar(centers, counts, width=width, color=BLUE)
     for bar, n in zip(bars, counts):
         if n:
             ax.annotate(str(int(n)), (bar.get_x() + bar.get_width() / 2, n), xytext=(0, 2),
-                        textcoords="offset points", ha="center", va="bottom", fontsize=9, color=_INK)
+                        textcoords="offset points", ha="center", va="bottom", fontsize=9, color=INK)
     ax.set_xlim(edges[0] - 0.2, edges[-1] + 0.2)
     ax.set_ylim(0, max(1, int(counts.max()) if counts.size else 1) * 1.2)
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel(f"final points (of {summary.max_score:g}): hand grades and late penalties included",
-                  fontsize=9, color=_INK)
-    ax.set_ylabel("students", fontsize=9, color=_INK)
-    _style(ax)
+                  fontsize=9, color=INK)
+    ax.set_ylabel("students", fontsize=9, color=INK)
+    style_axes(ax)
     fig.tight_layout()
-    return _svg(fig, f"Histogram of the {len(summary.students)} final totals of {summary.chapter}")
+    return inline_svg(fig, f"Histogram of the {len(summary.students)} final totals of {summary.chapter}")
 
 
 def parts_svg(summary: ChapterSummary) -> str:
@@ -642,7 +612,7 @@ def parts_svg(summary: ChapterSummary) -> str:
         if not rows or rows[-1][1].exercise != p.exercise:
             rows.append((p.exercise, None))
         rows.append((p.name, p))
-    fig = _figure(7.2, 0.8 + 0.27 * max(1, len(rows)))
+    fig = new_figure(7.2, 0.8 + 0.27 * max(1, len(rows)))
     ax = fig.add_subplot()
     ys = list(range(len(rows)))[::-1]
     for y, (_, p) in zip(ys, rows):
@@ -650,8 +620,8 @@ def parts_svg(summary: ChapterSummary) -> str:
             continue
         share = 100.0 * summary.share(p.earned)
         ax.barh(y, 100.0, color="#e6e6e6", height=0.7)
-        ax.barh(y, share, color=_BLUE, height=0.7)
-        ax.text(102, y, f"{share:.0f}% ({p.earned}/{p.of})", va="center", fontsize=8.5, color=_INK,
+        ax.barh(y, share, color=BLUE, height=0.7)
+        ax.text(102, y, f"{share:.0f}% ({p.earned}/{p.of})", va="center", fontsize=8.5, color=INK,
                 clip_on=False)
     ax.set_yticks(ys)
     ax.set_yticklabels([label if len(label) <= 45 else label[:44] + "…" for label, _ in rows], fontsize=8.5)
@@ -662,41 +632,18 @@ def parts_svg(summary: ChapterSummary) -> str:
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlim(0, 100)
     ax.set_xticks([0, 25, 50, 75, 100])
-    ax.set_xlabel("students who earned the part (%)", fontsize=9, color=_INK)
-    _style(ax)
+    ax.set_xlabel("students who earned the part (%)", fontsize=9, color=INK)
+    style_axes(ax)
     fig.tight_layout(rect=(0, 0, 0.88, 1))  # room on the right for the shares
-    return _svg(fig, f"Share of students who earned each graded part of {summary.chapter}")
+    return inline_svg(fig, f"Share of students who earned each graded part of {summary.chapter}")
 
 
 # --------------------------------------------------------------------------- HTML and CSV
 
 
-CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 62rem; margin: 2rem auto;
-       padding: 0 1rem; color: #222; line-height: 1.45; }
-h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; margin-top: 2rem;
-     border-top: 1px solid #ddd; padding-top: 1rem; }
-.lead { color: #555; margin-top: 0; }
-table { border-collapse: collapse; margin: .8rem 0; width: 100%; }
-th, td { border-bottom: 1px solid #ddd; padding: .3rem .5rem; text-align: left; vertical-align: top; }
-th { background: #f4f4f4; } td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
-.track { display: inline-block; width: 4rem; height: .7rem; background: #e6e6e6; vertical-align: middle;
-         margin-right: .4rem; } .track .bar { display: block; height: 100%; background: #0072b2; }
-.headline { font-size: 1.05rem; margin: .3rem 0; } .headline b { color: #0072b2; }
-code { background: #f4f4f4; padding: 0 .2rem; border-radius: 3px; }
-svg.figure { width: 100%; max-width: 46rem; height: auto; display: block; margin: .5rem 0; }
-details summary { cursor: pointer; color: #555; } .muted { color: #666; } .earned { color: #176317; }
-.missed { color: #a11; }
-"""
-
-
-def _e(text) -> str:
-    return html.escape(str(text), quote=True)
-
-
 def _code_spans(text: str) -> str:
     """Escaped text whose `backquoted` names are shown as code."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
 
 
 def _pct(share: float) -> str:
@@ -714,7 +661,7 @@ STATUS_SHOWN = {"cheat": "flagged (tampering caught)", "invalid": "invalid (unre
 
 def _where(d: Diagnosis) -> str:
     """A diagnosis's exercise as a page shows it (a whole-notebook diagnosis has none)."""
-    return f"<code>{_e(d.exercise)}</code>" if d.exercise else '<span class="muted">whole notebook</span>'
+    return f"<code>{escape(d.exercise)}</code>" if d.exercise else '<span class="muted">whole notebook</span>'
 
 
 def render_html(summary: ChapterSummary, source: str, extra: str = "") -> str:
@@ -733,9 +680,9 @@ def render_html(summary: ChapterSummary, source: str, extra: str = "") -> str:
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>Class report: {_e(s.chapter)}</title>",
+        f"<title>Class report: {escape(s.chapter)}</title>",
         f"<style>{CSS}</style></head><body>",
-        f"<h1>Class report: {_e(s.chapter)}</h1>",
+        f"<h1>Class report: {escape(s.chapter)}</h1>",
         f'<p class="lead">{n} student(s) submitted'
         + (f", {len(s.not_submitted)} did not" if s.not_submitted else "")
         + f". Mean {mean:.3g} of {s.max_score:g} points, median {median:.3g}; "
@@ -759,7 +706,7 @@ def render_html(summary: ChapterSummary, source: str, extra: str = "") -> str:
                 kind = ' <span class="muted">(the released stub, left as it was)</span>'
             elif d.not_judged:
                 kind = (f' <span class="muted">(no check judged the answer: '
-                        f"{_e(STATUS_WORDS.get(d.not_judged, d.not_judged))})</span>")
+                        f"{escape(STATUS_WORDS.get(d.not_judged, d.not_judged))})</span>")
             elif not d.recognised:
                 kind = ' <span class="muted">(what differs; no known mistake matched)</span>'
             else:
@@ -768,7 +715,7 @@ def render_html(summary: ChapterSummary, source: str, extra: str = "") -> str:
                 f'<tr><td class="num">{_bar(share)}'
                 f"{_pct(share)} ({len(d.students)}/{n})</td><td>{_where(d)}</td>"
                 f"<td>{_code_spans(d.text)}{kind}<details><summary>who</summary>"
-                f"{_e(', '.join(d.students))}</details></td></tr>")
+                f"{escape(', '.join(d.students))}</details></td></tr>")
         out.append("</tbody></table>")
         if len(s.diagnoses) > len(top):
             out.append(f'<p class="muted">{len(s.diagnoses) - len(top)} rarer diagnoses are in the CSV.</p>')
@@ -781,7 +728,7 @@ def render_html(summary: ChapterSummary, source: str, extra: str = "") -> str:
                    "</tr></thead><tbody>")
         for p in s.parts:
             share = s.share(p.earned)
-            out.append(f"<tr><td><code>{_e(p.exercise)}</code></td><td>{_e(p.name)}</td>"
+            out.append(f"<tr><td><code>{escape(p.exercise)}</code></td><td>{escape(p.name)}</td>"
                        f'<td class="num">{p.points:g}</td><td class="num">'
                        f'{_bar(share)}{_pct(share)} '
                        f"({p.earned}/{p.of})</td></tr>")
@@ -796,15 +743,15 @@ def render_html(summary: ChapterSummary, source: str, extra: str = "") -> str:
                + "</tr></thead><tbody>")
     for student in sorted(s.students, key=lambda st: (s.totals[st][0], st)):
         score, max_score = s.totals[student]
-        missed = _e("; ".join(s.missed[student])) if s.missed[student] else '<span class="earned">none</span>'
+        missed = escape("; ".join(s.missed[student])) if s.missed[student] else '<span class="earned">none</span>'
         status = s.status.get(student) or ""
-        extra = f"<td>{_e('; '.join(s.adjusted.get(student, [])))}</td>" if any_adjusted else ""
-        out.append(f'<tr><td>{_e(student)}</td><td class="num">{score:g}/{max_score:g}</td>'
-                   f"<td>{_e(STATUS_SHOWN.get(status, status))}</td><td>{missed}</td>{extra}</tr>")
+        extra = f"<td>{escape('; '.join(s.adjusted.get(student, [])))}</td>" if any_adjusted else ""
+        out.append(f'<tr><td>{escape(student)}</td><td class="num">{score:g}/{max_score:g}</td>'
+                   f"<td>{escape(STATUS_SHOWN.get(status, status))}</td><td>{missed}</td>{extra}</tr>")
     out.append("</tbody></table>")
     if s.not_submitted:
-        out.append(f'<p class="muted">Not submitted: {_e(", ".join(s.not_submitted))}.</p>')
-    out.append(f'<p class="muted">Made by <code>python -m autograder report</code> from {_e(source)}. '
+        out.append(f'<p class="muted">Not submitted: {escape(", ".join(s.not_submitted))}.</p>')
+    out.append(f'<p class="muted">Made by <code>python -m autograder report</code> from {escape(source)}. '
                "Shares are of the students who submitted; each student counts once per exercise and "
                "mistake.</p>")
     out.append("</body></html>\n")
@@ -837,7 +784,7 @@ def _index_html(summaries: list[ChapterSummary]) -> str:
         mean = statistics.fmean(scores) if scores else 0.0
         top = next((d for d in s.diagnoses if not d.not_attempted), None)
         mistake = f"{_pct(s.share(len(top.students)))} · {_where(top)}: {_code_spans(top.text)}" if top else "none"
-        rows.append(f'<tr><td><a href="{_e(s.chapter)}.html">{_e(s.chapter)}</a></td>'
+        rows.append(f'<tr><td><a href="{escape(s.chapter)}.html">{escape(s.chapter)}</a></td>'
                     f'<td class="num">{len(s.students)}</td><td class="num">{mean:.3g}/{s.max_score:g}</td>'
                     f"<td>{mistake}</td></tr>")
     return "\n".join([
@@ -888,7 +835,6 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
     for r in rows:
         by_chapter[r.chapter].append(r)
     from .regrades import read_log
-    from .term_plots import chapter_section, term_page  # term_plots draws with this module's helpers
 
     log = read_log(out)
     written, summaries = [], []

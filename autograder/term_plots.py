@@ -18,10 +18,13 @@ paths, no script, no link), so the pages stay self-contained:
 """
 from __future__ import annotations
 
+# Each ``summary`` below is an :class:`autograder.report.ChapterSummary`; this module is
+# imported by the report, so it names the class without importing it.
+
 import statistics
 from collections import defaultdict
 
-from .report import ChapterSummary, _e, _figure, _style, _svg, CSS
+from .pagestyle import BLUE, CSS, INK, escape, inline_svg, new_figure, style_axes
 from .results import SubmissionGrade
 
 __all__ = ["late_buckets", "resubmissions", "late_svg", "student_trend_svg", "part_trend_svg", "term_page",
@@ -29,10 +32,10 @@ __all__ = ["late_buckets", "resubmissions", "late_svg", "student_trend_svg", "pa
 
 DAY = 86400.0
 LATE_LABELS = ["on time", "extension or\nlate days", "< 1 day\nlate", "1-3 days\nlate", "> 3 days\nlate"]
-_BLUE, _ORANGE, _GREY, _INK = "#0072b2", "#e69f00", "#bbbbbb", "#222222"
+_ORANGE, _GREY = "#e69f00", "#bbbbbb"
 
 
-def late_buckets(summary: ChapterSummary, grades: dict[tuple[str, str], SubmissionGrade]) -> list[int]:
+def late_buckets(summary, grades: dict[tuple[str, str], SubmissionGrade]) -> list[int]:
     """How many of the chapter's submitters fall in each of :data:`LATE_LABELS`."""
     counts = [0] * len(LATE_LABELS)
     for student in summary.students:
@@ -62,16 +65,16 @@ def resubmissions(log: list[dict], chapter: str) -> dict[str, int]:
     return dict(counts)
 
 
-def late_svg(summary: ChapterSummary, grades: dict[tuple[str, str], SubmissionGrade], log: list[dict]) -> str:
+def late_svg(summary, grades: dict[tuple[str, str], SubmissionGrade], log: list[dict]) -> str:
     """Two bar charts side by side: lateness buckets, and resubmissions per student (0, 1, 2, 3+)."""
-    fig = _figure(7.2, 2.5)
+    fig = new_figure(7.2, 2.5)
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [5, 3]})
     counts = late_buckets(summary, grades)
-    bars = left.bar(range(len(counts)), counts, color=[_BLUE, "#56b4e9", _ORANGE, "#d55e00", "#a11"])
+    bars = left.bar(range(len(counts)), counts, color=[BLUE, "#56b4e9", _ORANGE, "#d55e00", "#a11"])
     left.set_xticks(range(len(counts)))
     left.set_xticklabels(LATE_LABELS, fontsize=8)
-    left.set_ylabel("students", fontsize=9, color=_INK)
-    left.set_title("handed in", fontsize=9, color=_INK)
+    left.set_ylabel("students", fontsize=9, color=INK)
+    left.set_title("handed in", fontsize=9, color=INK)
     again = resubmissions(log, summary.chapter)
     per = [0, 0, 0, 0]
     for student in summary.students:
@@ -79,22 +82,22 @@ def late_svg(summary: ChapterSummary, grades: dict[tuple[str, str], SubmissionGr
     bars2 = right.bar(range(4), per, color=_GREY)
     right.set_xticks(range(4))
     right.set_xticklabels(["0", "1", "2", "3+"], fontsize=8)
-    right.set_xlabel("new notebooks after the first grading", fontsize=8, color=_INK)
-    right.set_title("resubmissions", fontsize=9, color=_INK)
+    right.set_xlabel("new notebooks after the first grading", fontsize=8, color=INK)
+    right.set_title("resubmissions", fontsize=9, color=INK)
     for ax, bs, ns in ((left, bars, counts), (right, bars2, per)):
         for bar, n in zip(bs, ns):
             if n:
                 ax.annotate(str(n), (bar.get_x() + bar.get_width() / 2, n), xytext=(0, 2),
-                            textcoords="offset points", ha="center", va="bottom", fontsize=8, color=_INK)
+                            textcoords="offset points", ha="center", va="bottom", fontsize=8, color=INK)
         ax.set_ylim(0, max(1, max(ns)) * 1.25)
         ax.yaxis.get_major_locator().set_params(integer=True)
-        _style(ax)
+        style_axes(ax)
     fig.tight_layout()
-    return _svg(fig, f"Lateness and resubmissions of {summary.chapter}: " + ", ".join(
+    return inline_svg(fig, f"Lateness and resubmissions of {summary.chapter}: " + ", ".join(
         f"{label.replace(chr(10), ' ')} {n}" for label, n in zip(LATE_LABELS, counts)))
 
 
-def chapter_section(summary: ChapterSummary, grades: dict[tuple[str, str], SubmissionGrade], log: list[dict]) -> str:
+def chapter_section(summary, grades: dict[tuple[str, str], SubmissionGrade], log: list[dict]) -> str:
     """The chapter page's section on lateness and resubmissions (HTML): the figure, or one
     line when everyone was on time and nobody resubmitted."""
     if not summary.students:
@@ -106,7 +109,7 @@ def chapter_section(summary: ChapterSummary, grades: dict[tuple[str, str], Submi
                 "extension or late days; no notebook changed after its first grading.</p>")
     helped = [s for s in summary.students if (g := grades.get((s, summary.chapter))) is not None
               and (g.extension_seconds > 0 or g.late_days_used > 0)]
-    words = "; ".join(f"{_e(s)}: " + ", ".join(
+    words = "; ".join(f"{escape(s)}: " + ", ".join(
         x for x in (f"extension {grades[(s, summary.chapter)].extension_seconds / DAY:g} d"
                     if grades[(s, summary.chapter)].extension_seconds else "",
                     f"{grades[(s, summary.chapter)].late_days_used} late day(s)"
@@ -117,9 +120,9 @@ def chapter_section(summary: ChapterSummary, grades: dict[tuple[str, str], Submi
             "Resubmissions count the grade runs that found a new notebook (OUT/regrades.jsonl).</p>")
 
 
-def student_trend_svg(summaries: list[ChapterSummary]) -> str:
+def student_trend_svg(summaries: list) -> str:
     """Each student's % of the chapter's points across chapters; the median bold."""
-    fig = _figure(7.2, 2.8)
+    fig = new_figure(7.2, 2.8)
     ax = fig.add_subplot()
     xs = list(range(len(summaries)))
     students = sorted({s for summary in summaries for s in summary.totals})
@@ -130,18 +133,18 @@ def student_trend_svg(summaries: list[ChapterSummary]) -> str:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], color=_GREY, linewidth=0.8, marker="o", markersize=2)
     medians = [statistics.median([100 * t / m for t, m in s.totals.values() if m > 0]) if s.totals else float("nan")
                for s in summaries]
-    ax.plot(xs, medians, color=_BLUE, linewidth=2.2, marker="o", label="median")
+    ax.plot(xs, medians, color=BLUE, linewidth=2.2, marker="o", label="median")
     ax.set_xticks(xs)
     ax.set_xticklabels([s.chapter for s in summaries], fontsize=8, rotation=15)
     ax.set_ylim(-3, 103)
-    ax.set_ylabel("% of the chapter's points", fontsize=9, color=_INK)
+    ax.set_ylabel("% of the chapter's points", fontsize=9, color=INK)
     ax.legend(fontsize=8, frameon=False, loc="lower left")
-    _style(ax)
+    style_axes(ax)
     fig.tight_layout()
-    return _svg(fig, f"Each of {len(students)} students' scores across {len(summaries)} chapters, with the median")
+    return inline_svg(fig, f"Each of {len(students)} students' scores across {len(summaries)} chapters, with the median")
 
 
-def part_trends(summaries: list[ChapterSummary]) -> dict[str, list[float | None]]:
+def part_trends(summaries: list) -> dict[str, list[float | None]]:
     """Part name -> the share of submitters who earned it in each chapter (``None``: no such
     part there), for the names that appear in at least two chapters (every part of an
     exercise with that name counts)."""
@@ -156,13 +159,13 @@ def part_trends(summaries: list[ChapterSummary]) -> dict[str, list[float | None]
     return {n: v for n, v in shares.items() if sum(x is not None for x in v) >= 2}
 
 
-def part_trend_svg(summaries: list[ChapterSummary]) -> str:
+def part_trend_svg(summaries: list) -> str:
     """One line per recurring part name: the share of students who earned it, chapter by chapter."""
     trends = part_trends(summaries)
-    fig = _figure(7.2, 2.8)
+    fig = new_figure(7.2, 2.8)
     ax = fig.add_subplot()
     xs = list(range(len(summaries)))
-    palette = [_BLUE, _ORANGE, "#009e73", "#cc79a7", "#d55e00", "#56b4e9", "#000000", "#f0e442"]
+    palette = [BLUE, _ORANGE, "#009e73", "#cc79a7", "#d55e00", "#56b4e9", "#000000", "#f0e442"]
     for k, (name, values) in enumerate(sorted(trends.items())):
         pts = [(x, 100 * v) for x, v in zip(xs, values) if v is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linewidth=1.4,
@@ -170,16 +173,16 @@ def part_trend_svg(summaries: list[ChapterSummary]) -> str:
     ax.set_xticks(xs)
     ax.set_xticklabels([s.chapter for s in summaries], fontsize=8, rotation=15)
     ax.set_ylim(-3, 103)
-    ax.set_ylabel("students who earned it (%)", fontsize=9, color=_INK)
+    ax.set_ylabel("students who earned it (%)", fontsize=9, color=INK)
     if trends:
         ax.legend(fontsize=7, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    _style(ax)
+    style_axes(ax)
     fig.tight_layout(rect=(0, 0, 0.72, 1))
-    return _svg(fig, "Share of students who earned each recurring graded part, chapter by chapter: "
+    return inline_svg(fig, "Share of students who earned each recurring graded part, chapter by chapter: "
                 + ", ".join(sorted(trends)) if trends else "no part recurs across chapters")
 
 
-def term_page(summaries: list[ChapterSummary], grades: dict[tuple[str, str], SubmissionGrade],
+def term_page(summaries: list, grades: dict[tuple[str, str], SubmissionGrade],
               roster=None) -> str:
     """``report/term.html``: the trends and the student × chapter table; with a roster
     (:class:`autograder.roster.Roster`) the students' names and sections, the roster's
@@ -195,7 +198,7 @@ def term_page(summaries: list[ChapterSummary], grades: dict[tuple[str, str], Sub
             notes.append(f"In the roster, nothing handed in: {', '.join(s.id for s in absent)}.")
         if unknown:
             notes.append(f"Graded but not in the roster (no LMS can take their grades): {', '.join(unknown)}.")
-    head = "".join(f'<th><a href="{_e(s.chapter)}.html">{_e(s.chapter)}</a></th>' for s in summaries)
+    head = "".join(f'<th><a href="{escape(s.chapter)}.html">{escape(s.chapter)}</a></th>' for s in summaries)
     if roster is not None:
         head = "<th>name</th><th>section</th>" + head
     rows = []
@@ -209,14 +212,14 @@ def term_page(summaries: list[ChapterSummary], grades: dict[tuple[str, str], Sub
                 continue
             days = f" · {g.late_days_used} late day(s)" if g and g.late_days_used else ""
             ext = " · extension" if g and g.extension_seconds else ""
-            cells.append(f'<td class="num">{tm[0]:g}/{tm[1]:g}<span class="muted">{_e(days + ext)}</span></td>')
+            cells.append(f'<td class="num">{tm[0]:g}/{tm[1]:g}<span class="muted">{escape(days + ext)}</span></td>')
         used = sum(g.late_days_used for (s, _), g in grades.items() if s == student)
         who = ""
         if roster is not None:
             row = roster.get(student)
-            who = (f"<td>{_e(row.name)}</td><td>{_e(row.section)}</td>" if row is not None
+            who = (f"<td>{escape(row.name)}</td><td>{escape(row.section)}</td>" if row is not None
                    else '<td class="missed">not in the roster</td><td></td>')
-        rows.append(f"<tr><td>{_e(student)}</td>{who}{''.join(cells)}<td class=\"num\">{used}</td></tr>")
+        rows.append(f"<tr><td>{escape(student)}</td>{who}{''.join(cells)}<td class=\"num\">{used}</td></tr>")
     trend_parts = part_trend_svg(summaries) if len(summaries) >= 2 else ""
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>Class report: the term</title>",
@@ -229,4 +232,4 @@ def term_page(summaries: list[ChapterSummary], grades: dict[tuple[str, str], Sub
         '<p class="muted">A part counts in a chapter when it is graded there; parts of the same name in '
         "several exercises of a chapter are averaged.</p>",
         f"<h2>Students</h2><table><thead><tr><th>student</th>{head}<th>late days spent</th></tr></thead><tbody>",
-        *rows, "</tbody></table>", *(f'<p class="missed">{_e(n)}</p>' for n in notes), "</body></html>\n"])
+        *rows, "</tbody></table>", *(f'<p class="missed">{escape(n)}</p>' for n in notes), "</body></html>\n"])

@@ -152,7 +152,7 @@ def test_late_penalty_follows_nbgraders_late_submission_plugin(tmp_path, source,
 
 
 def test_a_due_date_must_be_a_date():
-    from autograder.gradebook import parse_duedate
+    from autograder.extensions import parse_duedate
 
     assert str(parse_duedate("2026-11-20 18:00:00 Europe/Berlin")) == "2026-11-20 17:00:00"
     with pytest.raises(ValueError, match="expected a date and time"):
