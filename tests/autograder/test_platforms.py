@@ -264,3 +264,79 @@ def test_the_gradescope_command_refuses_bad_settings(small_book, tmp_path, bad):
     except SystemExit as exc:  # argparse's refusal
         code = exc.code
     assert code == 2 and not (tmp_path / "a.zip").exists()
+
+
+# --------------------------------------------------------------------------- the student package
+
+
+COLAB = ROOT / "tests" / "data" / "colab-constraints.txt"
+
+
+@pytest.fixture(scope="module")
+def student_wheel(tmp_path_factory):
+    """Chapter 4's released student package (``autograder release``)."""
+    out = tmp_path_factory.mktemp("release")
+    assert main(["release", "--out", str(out), CHAPTER]) == 0
+    (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+def _requires(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = zf.read(meta).decode().splitlines()
+    return [line.split(": ", 1)[1] for line in lines if line.startswith("Requires-Dist: ")]
+
+
+@pytest.mark.slow
+def test_the_student_package_resolves_against_colabs_pins_without_upgrading_them(student_wheel, tmp_path):
+    requires = _requires(student_wheel)
+    assert any(r.startswith("ipython") for r in requires) and any(r.startswith("torch") for r in requires)
+    pinned = {Requirement(line).name.lower(): line.split("==", 1)[1] for line in
+              (x.split("#", 1)[0].strip() for x in COLAB.read_text(encoding="utf-8").splitlines()) if line}
+    # Colab runs Python 3.13 on Ubuntu 22.04 (glibc 2.35); every pin of its runtime is a constraint,
+    # so the resolution succeeds only if nothing Colab pins needs another version. torch is
+    # resolved --no-deps: Colab's is the CPU build, and PyPI's torch would add its CUDA libraries.
+    torch = next(r for r in requires if Requirement(r).name == "torch")
+    rest = [r for r in requires if Requirement(r).name != "torch"]
+    got = resolve(rest, "3.13", _platforms(35), tmp_path / "colab.json", constraints=COLAB)
+    got.update(resolve([torch], "3.13", _platforms(35), tmp_path / "colab-torch.json", constraints=COLAB,
+                       no_deps=True))
+    for name in ("ipython", "ipywidgets", "numpy", "torch", "matplotlib"):
+        assert got[name] == pinned[name], f"{name}: {got[name]} instead of Colab's {pinned[name]}"
+    # the same resolution fails for what the package used to require: the test can see an upgrade
+    with pytest.raises(AssertionError, match="do not resolve"):
+        resolve(["ipython>=8.0"], "3.13", _platforms(35), tmp_path / "old.json", constraints=COLAB)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("python", ["3.10", "3.11", "3.12", "3.13"])
+def test_the_student_package_resolves_on_every_supported_python(student_wheel, tmp_path, python):
+    requires = [r for r in _requires(student_wheel) if not r.startswith("torch")]
+    got = resolve(requires, python, _platforms(35), tmp_path / "student.json")
+    assert {"numpy", "ipython", "ipywidgets", "matplotlib"} <= set(got)
+    # torch's range, on its own (its CPU build is what the install line names; --no-deps: its
+    # CUDA libraries from PyPI are not the question here)
+    torch = next(r for r in _requires(student_wheel) if r.startswith("torch"))
+    assert "torch" in resolve([torch], python, _platforms(35), tmp_path / "torch.json", no_deps=True)
+
+
+def test_the_wheel_version_is_read_without_tomllib(monkeypatch):
+    from autograder.student import wheel
+
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # as on Python 3.10: `import tomllib` fails
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert wheel._version() == re.search(r'^version = "(.+)"$', text, re.M).group(1)
+
+
+def test_cell_output_is_utf8_whatever_the_locale(tmp_path, monkeypatch):
+    """A cell that prints "✓" passes its check where the locale's encoding cannot write it
+    (Windows' cp1252 cannot; here PYTHONIOENCODING=ascii stands in for it)."""
+    from autograder.student.notebook import visible_checks
+
+    nb = fixtures.reference_submission(fixtures.source_notebook(CHAPTER))
+    fixtures.solution_cell(nb, "softmax").source += '\nprint("✓ softmax: done (ü)")\n'
+    path = fixtures.write_notebook(nb, tmp_path / f"{CHAPTER}.ipynb")
+    monkeypatch.setenv("PYTHONIOENCODING", "ascii")
+    rows = {r["exercise"]: r for r in visible_checks(path)}
+    assert rows["softmax"]["status"] == "passed", rows["softmax"]["message"]
