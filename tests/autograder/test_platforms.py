@@ -340,3 +340,27 @@ def test_cell_output_is_utf8_whatever_the_locale(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONIOENCODING", "ascii")
     rows = {r["exercise"]: r for r in visible_checks(path)}
     assert rows["softmax"]["status"] == "passed", rows["softmax"]["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("platform", ["macosx_14_0_arm64", "win_amd64"])
+def test_the_student_install_line_resolves_on_macos_and_windows(student_wheel, tmp_path, platform):
+    """The README's one line for Apple silicon and for Windows: the wheel's requirements
+    resolve to wheels of that platform. pip evaluates environment markers for the machine
+    it runs on (Linux), not for --platform, so torch's Linux-only CUDA dependencies would
+    be asked for: torch is resolved --no-deps (a wheel of that platform exists), the rest
+    with their dependencies."""
+    requires = _requires(student_wheel)
+    torch = next(r for r in requires if r.startswith("torch"))
+    got = resolve([r for r in requires if r != torch], "3.12", ["--platform", platform], tmp_path / "r.json")
+    assert {"numpy", "ipython", "ipywidgets", "matplotlib"} <= set(got)
+    got = resolve([torch], "3.12", ["--platform", platform], tmp_path / "t.json", no_deps=True)
+    assert Requirement(torch).specifier.contains(got["torch"])
+
+
+@pytest.mark.slow
+def test_an_intel_mac_gets_torch_2_2_at_most(student_wheel, tmp_path):
+    """What the README says of Intel Macs: PyTorch's last macOS x86-64 wheels are 2.2."""
+    torch = next(r for r in _requires(student_wheel) if r.startswith("torch"))
+    got = resolve([torch], "3.11", ["--platform", "macosx_10_15_x86_64"], tmp_path / "r.json", no_deps=True)
+    assert got["torch"].startswith("2.2."), got["torch"]
