@@ -12,14 +12,14 @@ from pathlib import Path
 
 from . import DIST_NAME
 
-__all__ = ["write_wheel"]
+__all__ = ["write_wheel", "project_version"]
 
 REPO = Path(__file__).resolve().parent.parent.parent
 # A fixed timestamp for every file of the wheel (zip cannot store dates before 1980).
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)
 
 
-def _version() -> str:
+def project_version() -> str:
     """The project's version: ``version = "..."`` in ``pyproject.toml``'s ``[project]`` table.
 
     Read without ``tomllib``, which Python 3.10 (Gradescope's Ubuntu 22.04, the oldest
@@ -43,7 +43,7 @@ def _record_hash(data: bytes) -> str:
 def write_wheel(out: Path, files: dict[str, bytes], chapters: list[str], requirements: list[str]) -> Path:
     """Write ``files`` as a pure-Python wheel in ``out``; return its path."""
     local = ".".join("ch" + c.split("_", 1)[0] for c in chapters)
-    version = f"{_version()}+{local}"
+    version = f"{project_version()}+{local}"
     dist = DIST_NAME.replace("-", "_")
     info_dir = f"{dist}-{version}.dist-info"
     metadata = [

@@ -326,7 +326,7 @@ def test_the_wheel_version_is_read_without_tomllib(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "tomllib", None)  # as on Python 3.10: `import tomllib` fails
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    assert wheel._version() == re.search(r'^version = "(.+)"$', text, re.M).group(1)
+    assert wheel.project_version() == re.search(r'^version = "(.+)"$', text, re.M).group(1)
 
 
 def test_cell_output_is_utf8_whatever_the_locale(tmp_path, monkeypatch):
@@ -364,3 +364,17 @@ def test_an_intel_mac_gets_torch_2_2_at_most(student_wheel, tmp_path):
     torch = next(r for r in _requires(student_wheel) if r.startswith("torch"))
     got = resolve([torch], "3.11", ["--platform", "macosx_10_15_x86_64"], tmp_path / "r.json", no_deps=True)
     assert got["torch"].startswith("2.2."), got["torch"]
+
+
+def test_the_release_hands_out_the_wheel_beside_the_notebook(student_wheel):
+    """nbgrader's release_assignment hands out the chapter's folder: the wheel is in it, and
+    the notebook says, right before its setup cell, how to install it on each platform."""
+    folder = student_wheel.parent / CHAPTER
+    assert (folder / student_wheel.name).read_bytes() == student_wheel.read_bytes()
+    nb = nbformat.read(str(folder / f"{CHAPTER}.ipynb"), as_version=4)
+    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    assert nb.cells[first_code].metadata["nbgrader"]["grade_id"] == "setup", "the setup cell stays the first code cell"
+    note = nb.cells[first_code - 1]
+    assert note.cell_type == "markdown" and note.metadata["transformer_book"] == {"install_note": True}
+    assert f"pip install jupyterlab {student_wheel.name}" in note.source
+    assert f"%pip install {student_wheel.name}" in note.source and "Colab" in note.source
