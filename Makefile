@@ -24,11 +24,24 @@ help:
 	@echo "make release  student notebooks and student package under release/ (CHAPTERS=04_self_attention)"
 	@echo "make clean    remove build outputs"
 
+# torch's CPU build comes from PyTorch's CPU wheel index (on Linux the plain index serves
+# the CUDA build: about 3 GB more). Where that index cannot be reached (machines that reach
+# PyPI only, like this project's own, whose pip finds the CPU build in a local wheel
+# folder), the plain index is used, with a message. TORCH_INDEX= (empty) skips the index.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH := torch==2.13.0
+
 # torch goes in first and on its own: with 2.13.0 present, nothing below pulls CUDA wheels.
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
+	@if [ -n "$(TORCH_INDEX)" ] && $(PY) -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=20)' "$(TORCH_INDEX)" 2>/dev/null; then \
+	  echo "$(TORCH): the CPU build, from $(TORCH_INDEX)"; \
+	  $(PY) -m pip install --quiet "$(TORCH)" --index-url "$(TORCH_INDEX)"; \
+	else \
+	  echo "$(TORCH): $(TORCH_INDEX) cannot be reached (or TORCH_INDEX is empty): from the plain index"; \
+	  $(PY) -m pip install --quiet "$(TORCH)"; \
+	fi
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (transformer-book)" >/dev/null

@@ -229,16 +229,23 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_gradescope(args: argparse.Namespace) -> int:
-    from .gradescope import build_zip
+    from .gradescope import ENGINE_ONLY, build_zip, chapter_points
+    from .text import score_text
 
     try:
         out = build_zip(args.chapter, Path(args.out), book=Path(args.book), timeout=args.timeout,
-                        visibility=args.visibility, seed=args.seed)
+                        memory=args.memory, isolation=args.isolation, visibility=args.visibility, seed=args.seed)
     except ValueError as exc:
         print(f"gradescope: {exc}", file=sys.stderr)
         return 2
+    points = chapter_points(Path(args.book) / args.chapter / f"{args.chapter}.ipynb")
     print(f"wrote {out}: upload it as the autograder of a Gradescope programming assignment for {args.chapter} "
           "(students submit the notebook; turn the autograder's internet access off if Gradescope offers it)")
+    print(f"{args.chapter}: {score_text(points)} points in all: enter {score_text(points)} as the assignment's "
+          "autograder points")
+    if args.isolation == ENGINE_ONLY:
+        print(f"isolation {ENGINE_ONLY}: no sandbox; Gradescope's container is the only wall around the students' "
+              "code (each results.json records it in extra_data)")
     return 0
 
 
@@ -876,8 +883,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--visibility", default="after_due_date",
                    choices=["hidden", "after_due_date", "after_published", "visible"],
                    help="when students see the per-part results (drawn from hidden cases; default after_due_date); "
-                        "the total is shown at once")
+                        "Gradescope shows no score until then, so the overall output states the total")
     p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh, in the zip)")
+    p.add_argument("--memory", type=_size, default=None, metavar="SIZE",
+                   help="all the memory of one sandbox run, e.g. 600M (default 2G; Gradescope's default "
+                        "container has 768 MB in all)")
+    p.add_argument("--isolation", default="auto", choices=["auto", "bubblewrap", "container", "engine-only"],
+                   help="the wall around student code (default auto: bubblewrap, else the container mode; the "
+                        "build fails where neither starts); engine-only: no sandbox, Gradescope's container is "
+                        "the only wall (recorded in each results.json)")
     _book_option(p)
     p.set_defaults(func=cmd_gradescope)
 

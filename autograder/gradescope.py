@@ -9,28 +9,42 @@ the student's files in ``/autograder/submission/``; the grade is what it writes 
 
 The zip holds:
 
-* ``setup.sh``: system packages (bubblewrap, prlimit/setpriv from util-linux, Python),
-  a virtual environment in ``/opt/autograder-venv`` (outside ``source/``, which it closes
-  to other users: mode 0700) with ``torch==2.13.0`` (CPU) first, then the pinned
-  ``requirements.txt``, then this project (``pip install --no-deps -e .``); then
-  ``python -m autograder.gradescope setup-check`` (imports, and which isolation grading
-  will use there). ``GRADESCOPE_OFFLINE=1`` skips every step that needs the network
-  and ``AUTOGRADER_PYTHON`` names the interpreter to use instead of making a venv (the
-  tests lay out ``/autograder`` in a temporary folder that way);
+* ``setup.sh``: system packages (bubblewrap, prlimit/setpriv from util-linux, Python's
+  venv), then a virtual environment in ``/opt/autograder-venv`` (outside ``source/``,
+  which it closes to other users: mode 0700) of the image's own ``python3`` (3.10 on
+  Gradescope's Ubuntu 22.04 image, 3.12 on 24.04) with torch's CPU build first (from
+  PyTorch's CPU wheel index; the plain index, with a warning, where that cannot be
+  reached) and then ``requirements-grader.txt``: what grading needs and nothing of the
+  book's or the tests' stack. The project itself is not installed: ``run_autograder``
+  puts ``source/`` on ``PYTHONPATH``. It ends with ``python -m autograder.gradescope
+  setup-check`` (imports, and the wall grading will use there: the build fails, naming
+  the way out, where none starts). ``GRADESCOPE_NO_APT=1`` skips the system packages
+  (a test run as root on a developer's machine), ``GRADESCOPE_OFFLINE=1`` skips every
+  step that needs the network and ``AUTOGRADER_PYTHON`` names an interpreter whose
+  packages are already installed instead of making a venv;
 * ``run_autograder``: ``python -m autograder.gradescope run``, which grades the
   submission with the hidden checks exactly as ``grade`` does (the same
-  :func:`autograder.grading.grade_submission`, student code isolated: bubblewrap where
-  it starts, else :mod:`autograder.isolation`'s container mode) and writes
-  ``results.json``: one test per graded part (name ``exercise: part``, its points,
-  ``passed``/``failed``, our feedback text as ``output``), ``stdout_visibility``
-  ``hidden`` and, by default, the tests ``after_due_date`` (``--visibility``): their
-  messages come from hidden cases (redacted as on the feedback page, but still the
-  answer to a probe), the total is shown at once;
-* ``autograder/``, ``solutions/``, ``pyproject.toml``, ``requirements.txt`` and
+  :func:`autograder.grading.grade_submission`) and writes ``results.json``: one test per
+  graded part (name ``exercise: part``, its points, ``passed``/``failed``, our feedback
+  text as ``output``), ``stdout_visibility`` ``hidden`` and, by default, the tests
+  ``after_due_date`` (``--visibility``; their messages come from hidden cases). As
+  Gradescope's specification says, while a test is not yet visible to the student the
+  student does not see the total score either; the overall ``output`` (always visible)
+  states the points, so the total reaches the student at once;
+* ``autograder/``, ``solutions/``, ``requirements-grader.txt`` and
   ``book/<chapter>/<chapter>.ipynb`` (the source notebook: solutions and hidden tests,
   never in a student's reach: the sandbox sees only a stripped library), and
-  ``gradescope.json`` (chapter, a fresh random base seed of the hidden cases, the
-  limits, the visibility).
+  ``gradescope.json`` (mode 0600: chapter, a fresh random base seed of the hidden cases,
+  the limits, the isolation, the visibility, the chapter's total points).
+
+How the student's code is kept apart (``--isolation``): ``auto`` (bubblewrap where it
+starts, else the container mode of :mod:`autograder.isolation`), ``bubblewrap`` or
+``container`` require that wall and fail the build where it does not start.
+``engine-only`` is the instructor's explicit choice, for an image where neither starts:
+the student's code runs in a plain subprocess under the same limits, and Gradescope's
+own per-submission container is the only wall. It can then read the grader's files in
+that container (the hidden checks, this zip's seed); each ``results.json`` says so in
+``extra_data``.
 
 The root ``/autograder`` can be moved with ``AUTOGRADER_ROOT`` (tests).
 """
@@ -46,40 +60,54 @@ import traceback
 import zipfile
 from pathlib import Path
 
+import nbformat
+
 from .book import BOOK
 
-__all__ = ["VISIBILITIES", "build_zip", "results_json", "run", "main", "SCHEMA_PATH", "grade_upload"]
+__all__ = ["VISIBILITIES", "ISOLATIONS", "ENGINE_ONLY", "GRADER_REQUIREMENTS", "build_zip", "chapter_points",
+           "results_json", "run", "main", "SCHEMA_PATH", "grade_upload"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = Path(__file__).resolve().parent / "gradescope_results.schema.json"
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+# The wall around the student's code; ENGINE_ONLY: none of ours, the container engine's alone.
+ENGINE_ONLY = "engine-only"
+ISOLATIONS = ("auto", "bubblewrap", "container", ENGINE_ONLY)
 CONFIG = "gradescope.json"
-TORCH = "torch==2.13.0"
+GRADER_REQUIREMENTS = "requirements-grader.txt"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 # Gradescope's own cap on results.json is far larger; a test's output longer than this is cut.
 MAX_OUTPUT = 20_000
+ENGINE_ONLY_NOTE = ("engine-only: no sandbox started; the student's code ran as a plain subprocess under the "
+                    "run's limits, with Gradescope's container as the only wall (chosen by the instructor)")
 
 SETUP_SH = r"""#!/usr/bin/env bash
 # Gradescope runs this once, in /autograder/source, when it builds the autograder image.
-# GRADESCOPE_OFFLINE=1 skips the steps that need the network; AUTOGRADER_PYTHON=/path/python
-# uses that interpreter (its packages already installed) instead of a fresh venv.
+# GRADESCOPE_NO_APT=1 skips the system packages; GRADESCOPE_OFFLINE=1 skips every step that
+# needs the network; AUTOGRADER_PYTHON=/path/python uses that interpreter (its packages
+# already installed) instead of a fresh venv; TORCH_INDEX overrides torch's CPU wheel index.
 set -euo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 SOURCE="$ROOT/source"
+TORCH_INDEX="${TORCH_INDEX:-@TORCH_INDEX@}"
 cd "$SOURCE"
 online() { [ "${GRADESCOPE_OFFLINE:-0}" != 1 ]; }
 
-if online && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+if online && [ "${GRADESCOPE_NO_APT:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv python3-pip bubblewrap util-linux
 else
-    echo "setup.sh: system packages skipped (offline or not root)"
+    echo "setup.sh: system packages skipped (offline, GRADESCOPE_NO_APT=1 or not root)"
 fi
 
 if [ -n "${AUTOGRADER_PYTHON:-}" ]; then
     PY="$AUTOGRADER_PYTHON"
     echo "setup.sh: using $PY and the packages it has"
 else
+    python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
+        echo "setup.sh: $(python3 --version 2>&1) is too old: grading needs Python 3.10 or newer (choose Gradescope's Ubuntu 22.04 or 24.04 base image)" >&2
+        exit 1
+    }
     # Outside source/: source/ (the reference, the hidden tests) is closed to the student's user below.
     VENV="${AUTOGRADER_VENV:-/opt/autograder-venv}"
     python3 -m venv "$VENV"
@@ -88,9 +116,14 @@ fi
 if online && [ -z "${AUTOGRADER_PYTHON:-}" ]; then
     "$PY" -m pip install --quiet --upgrade pip
     # torch first, on its own, the CPU build: nothing below then pulls CUDA wheels.
-    "$PY" -m pip install --quiet "@TORCH@" --index-url "@TORCH_INDEX@"
-    "$PY" -m pip install --quiet -r requirements.txt
-    "$PY" -m pip install --quiet --no-deps --no-build-isolation -e .
+    TORCH="$(grep -E '^torch([<>=!~ ]|$)' @REQUIREMENTS@)"
+    if "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=20)' "$TORCH_INDEX" 2>/dev/null; then
+        "$PY" -m pip install --quiet "$TORCH" --index-url "$TORCH_INDEX"
+    else
+        echo "setup.sh: WARNING: $TORCH_INDEX cannot be reached; torch comes from the plain index (on Linux its CUDA build: about 3 GB more)"
+        "$PY" -m pip install --quiet "$TORCH"
+    fi
+    "$PY" -m pip install --quiet -r @REQUIREMENTS@
 else
     echo "setup.sh: package installation skipped (offline or AUTOGRADER_PYTHON given)"
 fi
@@ -132,8 +165,17 @@ def _entry(name: str, mode: int) -> zipfile.ZipInfo:
     return info
 
 
+def chapter_points(source: Path) -> float:
+    """The total points of a source notebook: the sum of its graded cells' nbgrader ``points``
+    (what the assignment's "Autograder points" on Gradescope must be)."""
+    nb = nbformat.read(str(source), as_version=4)
+    return float(sum(float(cell.metadata.get("nbgrader", {}).get("points", 0) or 0) for cell in nb.cells
+                     if cell.metadata.get("nbgrader", {}).get("grade")))
+
+
 def build_zip(chapter: str, out: Path, *, book: Path = BOOK, seed: int | None = None, timeout: float = 120.0,
-              visibility: str = "after_due_date", root: Path = ROOT) -> Path:
+              memory: int | None = None, isolation: str = "auto", visibility: str = "after_due_date",
+              root: Path = ROOT) -> Path:
     """Write the Gradescope autograder zip of ``chapter``.
 
     Args:
@@ -142,34 +184,47 @@ def build_zip(chapter: str, out: Path, *, book: Path = BOOK, seed: int | None = 
         book: the folder of the source notebooks.
         seed: the base seed of the hidden cases (default: a fresh random one; each
             submission's own seed mixes in the student and the notebook's SHA-256).
-        timeout: seconds of one sandbox run of a submission.
+        timeout: seconds of one sandbox run of a submission (a submission gets at most
+            two runs' worth: set Gradescope's autograder timeout above that).
+        memory: bytes of all the memory of one sandbox run (its memory cgroup where one
+            can be made; ``None``: the sandbox's default, 2 GiB). On Gradescope's default
+            768 MB container give at most about 600 MB: the grader itself holds the rest.
+        isolation: one of :data:`ISOLATIONS`; :data:`ENGINE_ONLY` grades without a
+            sandbox, the container being the only wall (the instructor's explicit choice).
         visibility: Gradescope visibility of the per-part tests (one of :data:`VISIBILITIES`).
-        root: the repository whose ``autograder``, ``solutions``, ``requirements.txt``
-            and ``pyproject.toml`` go in.
+        root: the repository whose ``autograder``, ``solutions`` and
+            ``requirements-grader.txt`` go in.
 
     Returns:
-        ``out``. Raises ``ValueError`` for an unknown chapter or visibility.
+        ``out``. Raises ``ValueError`` for an unknown chapter, visibility or isolation,
+        or a memory or timeout that is not positive.
     """
     from .checks import exercises_of
     from .book import source_notebook
 
     if visibility not in VISIBILITIES:
         raise ValueError(f"visibility {visibility!r}: expected one of {', '.join(VISIBILITIES)}")
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"isolation {isolation!r}: expected one of {', '.join(ISOLATIONS)}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if memory is not None and not int(memory) > 0:
+        raise ValueError(f"memory must be a positive number of bytes, got {memory!r}")
     source = source_notebook(chapter, Path(book))
     if not exercises_of(chapter):
         raise ValueError(f"chapter {chapter!r} has no registered exercises to grade")
     config = {"chapter": chapter, "seed": secrets.randbits(31) if seed is None else int(seed),
-              "timeout": float(timeout), "visibility": visibility}
+              "timeout": float(timeout), "memory": None if memory is None else int(memory),
+              "isolation": isolation, "visibility": visibility, "points": chapter_points(source)}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with zipfile.ZipFile(tmp, "w") as zf:
-        script = SETUP_SH.replace("@TORCH@", TORCH).replace("@TORCH_INDEX@", TORCH_INDEX)
+        script = SETUP_SH.replace("@TORCH_INDEX@", TORCH_INDEX).replace("@REQUIREMENTS@", GRADER_REQUIREMENTS)
         zf.writestr(_entry("setup.sh", 0o755), script)
         zf.writestr(_entry("run_autograder", 0o755), RUN_AUTOGRADER)
         zf.writestr(_entry(CONFIG, 0o600), json.dumps(config, indent=1, sort_keys=True) + "\n")
-        for name in ("requirements.txt", "pyproject.toml"):
-            zf.writestr(_entry(name, 0o644), (root / name).read_bytes())
+        zf.writestr(_entry(GRADER_REQUIREMENTS, 0o644), (root / GRADER_REQUIREMENTS).read_bytes())
         zf.writestr(_entry(f"book/{chapter}/{chapter}.ipynb", 0o600), source.read_bytes())
         for path in _package_files(root):
             zf.writestr(_entry(path.relative_to(root).as_posix(), 0o644), path.read_bytes())
@@ -200,14 +255,16 @@ def results_json(rows: list[dict], *, chapter: str, visibility: str = "after_due
         rows: :func:`autograder.batch.as_dicts` of the graded cells.
         chapter: the chapter id (in the overall output).
         visibility: of each test (the parts' messages come from the hidden cases).
-        isolation: how the student's code was kept apart (``extra_data``, for the instructor).
+        isolation: how the student's code was kept apart (``extra_data``, for the instructor;
+            :data:`ENGINE_ONLY` adds ``isolation_note``, saying there was no sandbox).
         execution_time: seconds the grading took.
         notice: a line to put first in the overall output (e.g. no notebook found).
 
     Returns:
         The JSON object: ``score`` (the sum), ``tests`` (one per graded part, or one per
         exercise that has no parts: missing, unreadable, timed out, flagged),
-        ``output`` (the total, visible at once), ``stdout_visibility`` ``hidden``.
+        ``output`` (the total, visible at once: Gradescope shows no score while any
+        test is not yet visible), ``stdout_visibility`` ``hidden``.
     """
     from .text import score_text
 
@@ -242,10 +299,11 @@ def results_json(rows: list[dict], *, chapter: str, visibility: str = "after_due
     summary = (f"{chapter}: {score_text(score)}/{score_text(max_score)} points, {passed} of {len(rows)} exercises "
                "pass every check (the hidden checks included).")
     if visibility != "visible":
-        summary += (" The points per part and their messages are shown "
+        summary += (" Gradescope shows the points per part and their messages "
                     + {"after_due_date": "after the due date", "after_published": "once grades are published",
-                       "hidden": "to your instructor"}[visibility]
-                    + "; meanwhile the visible checks in your notebook tell you what they test.")
+                       "hidden": "to your instructor only"}[visibility]
+                    + " and, until then, no score: this line is your total. Meanwhile the visible checks in "
+                      "your notebook tell you what they test.")
     result = {
         "score": float(score),
         "output": "\n".join(x for x in (notice, summary) if x),
@@ -255,6 +313,8 @@ def results_json(rows: list[dict], *, chapter: str, visibility: str = "after_due
         "tests": tests,
         "extra_data": {"chapter": chapter, "isolation": isolation, "max_score": float(max_score)},
     }
+    if isolation == ENGINE_ONLY:
+        result["extra_data"]["isolation_note"] = ENGINE_ONLY_NOTE
     if execution_time is not None:
         result["execution_time"] = int(round(execution_time))
     return result
@@ -300,8 +360,8 @@ def _find_notebook(folder: Path, chapter: str) -> tuple[Path | None, str]:
     return None, f"several notebooks were submitted ({names}): upload only {chapter}.ipynb"
 
 
-def grade_upload(source: Path, folder: Path, chapter: str, *, base_seed: int, student: str,
-                 timeout: float) -> tuple[list[dict], str, str]:
+def grade_upload(source: Path, folder: Path, chapter: str, config: dict, *,
+                 student: str) -> tuple[list[dict], str, str]:
     """Grade the notebook a student uploaded into ``folder``, as ``grade`` does (the hidden
     checks, student code isolated): the core shared by the Gradescope and PrairieLearn adapters.
 
@@ -310,22 +370,25 @@ def grade_upload(source: Path, folder: Path, chapter: str, *, base_seed: int, st
         at 0 with the reason when no notebook or the grader failed), a line about what was
         found instead of the notebook ("" when it was), and the isolation used. Never raises
         for the submission's sake (a grader failure's traceback goes to stdout).
+
+    ``config`` is the zip's (or the course's) configuration: ``seed``, ``timeout``,
+    ``memory`` and ``isolation`` (:func:`_isolation`).
     """
     from .batch import as_dicts, failed_rows
     from .journal import submission_seed
     from .submissions import file_sha256
     from .grading import grade_submission
-    from .isolation import choose_isolation
 
     path, notice = _find_notebook(folder, chapter)
     isolation = ""
     try:
-        isolation = choose_isolation()
+        isolation = _isolation(config)
         print(f"isolation: {isolation}")
         digest = file_sha256(path) if path is not None else None
-        seed = submission_seed(int(base_seed), student, chapter, str(digest))
-        rows = as_dicts(grade_submission(source, path, chapter=chapter, timeout=float(timeout),
-                                          hidden=True, seed=seed, sandbox=True))
+        seed = submission_seed(int(config["seed"]), student, chapter, str(digest))
+        rows = as_dicts(grade_submission(source, path, chapter=chapter, timeout=float(config.get("timeout", 120)),
+                                          hidden=True, seed=seed, sandbox=isolation != ENGINE_ONLY,
+                                          memory=config.get("memory")))
     except Exception as exc:  # noqa: BLE001 - the student still gets a result
         traceback.print_exc(file=sys.stdout)
         rows = failed_rows(source, f"the grader failed: {type(exc).__name__}; your instructor can see why")
@@ -348,8 +411,7 @@ def run(root: Path) -> dict:
     chapter = config["chapter"]
     source = source_dir / "book" / chapter / f"{chapter}.ipynb"
     start = time.monotonic()
-    rows, notice, isolation = grade_upload(source, root / "submission", chapter, base_seed=int(config["seed"]),
-                                           student=_student_id(root), timeout=float(config.get("timeout", 120)))
+    rows, notice, isolation = grade_upload(source, root / "submission", chapter, config, student=_student_id(root))
     data = results_json(rows, chapter=chapter, visibility=config.get("visibility", "after_due_date"),
                         isolation=isolation, execution_time=time.monotonic() - start, notice=notice)
     out = root / "results" / "results.json"
@@ -362,25 +424,57 @@ def run(root: Path) -> dict:
     return data
 
 
+def _isolation(config: dict) -> str:
+    """The wall this zip grades with (``gradescope.json``'s ``isolation``), checked to start.
+
+    ``auto`` leaves the choice to ``AUTOGRADER_ISOLATION`` (default: bubblewrap where it
+    starts, else the container mode). Raises ``RuntimeError`` naming the way out when
+    the wall cannot start here.
+    """
+    from .isolation import choose_isolation, set_isolation
+
+    wanted = config.get("isolation", "auto")
+    if wanted == ENGINE_ONLY:
+        return ENGINE_ONLY
+    if wanted != "auto":
+        set_isolation(wanted)
+    try:
+        return choose_isolation()
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}. No wall of ours starts in this image: rebuild the zip with "
+                           f"`python -m autograder gradescope {config.get('chapter', 'CHAPTER')} --isolation "
+                           f"{ENGINE_ONLY}` to grade with Gradescope's container as the only wall") from None
+
+
 def setup_check(root: Path) -> str:
-    """What ``setup.sh`` ends with: the configuration reads, the grading imports work,
-    and which isolation grading will use here (printed)."""
-    import nbformat  # noqa: F401
+    """What ``setup.sh`` ends with: the configuration reads, the grading imports work
+    (the chapters' setup cells' too), and which isolation grading will use here (printed).
+
+    Raises:
+        SystemExit: the source notebook is missing, or no wall of the chosen kind starts.
+    """
+    import IPython  # noqa: F401
+    import ipywidgets  # noqa: F401
+    import matplotlib  # noqa: F401
     import numpy  # noqa: F401
     import torch  # noqa: F401
 
     import solutions  # noqa: F401
 
     from .checks import exercises_of
-    from .isolation import choose_isolation
 
     config = json.loads((Path(root) / "source" / CONFIG).read_text(encoding="utf-8"))
     chapter = config["chapter"]
     if not (Path(root) / "source" / "book" / chapter / f"{chapter}.ipynb").is_file():
         raise SystemExit(f"setup-check: the source notebook of {chapter} is missing from the zip")
     names = [ex.name for ex in exercises_of(chapter)]
-    isolation = choose_isolation()
+    try:
+        isolation = _isolation(config)
+    except RuntimeError as exc:
+        raise SystemExit(f"setup-check: {exc}") from None
     line = f"setup-check: {chapter} ({', '.join(names)}) will be graded with isolation {isolation}"
+    if isolation == ENGINE_ONLY:
+        line += f" ({ENGINE_ONLY_NOTE})"
     print(line)
     return line
 

@@ -112,8 +112,7 @@ def run(root: Path, *, student: Path | None = None, results: Path | None = None)
     source = tests / "book" / chapter / f"{chapter}.ipynb"
     start = time.monotonic()
     rows, notice, isolation = grade_upload(source, Path(student) if student else root / "student", chapter,
-                                           base_seed=int(config["seed"]), student="prairielearn",
-                                           timeout=float(config.get("timeout", 120)))
+                                           config, student="prairielearn")
     data = results_json(rows, chapter=chapter, notice=notice, isolation=isolation,
                         execution_time=time.monotonic() - start)
     out = Path(results) if results else root / "results" / "results.json"

@@ -156,6 +156,32 @@ def check_in_sync(paths: list[Path]) -> None:
         )
 
 
+INSTALL_NOTE = """**Before the first code cell.** This notebook needs its chapter's student package,
+the file `{wheel}` handed out beside it. Install it once, in the environment the notebook
+runs in (a terminal, or a new cell with `%pip`):
+
+- your own machine: `pip install jupyterlab {wheel}` (on Linux without an NVIDIA GPU add
+  `--extra-index-url https://download.pytorch.org/whl/cpu`: PyTorch's smaller CPU build);
+- Google Colab: upload `{wheel}` (the folder icon on the left), then run
+  `%pip install {wheel}` in a new cell; it keeps Colab's own IPython, numpy and torch;
+- a JupyterHub: your instructor may have installed it already; if the next cell says
+  `No module named 'autograder'`, run `%pip install {wheel}` from the folder it is in.
+"""
+
+
+def _add_install_note(nb: nbformat.NotebookNode, chapter: str) -> None:
+    """Put a markdown cell naming the chapter's wheel and how to install it right before
+    the first code cell (the setup cell, which imports the package). A markdown cell:
+    the setup cell stays the first code cell, as grading and ``check`` expect."""
+    from .student import wheel_name
+    from .student.wheel import project_version
+
+    note = nbformat.v4.new_markdown_cell(INSTALL_NOTE.format(wheel=wheel_name(chapter, project_version())))
+    note.metadata["transformer_book"] = {"install_note": True}
+    first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
+    nb.cells.insert(first_code, note)
+
+
 def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
     """Write ``out/<chapter>/<chapter>.ipynb`` (and the chapter's other files).
 
@@ -170,6 +196,7 @@ def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
     source = nbformat.read(str(src_path), as_version=4)
     released = student_version(source, chapter, book=book)
     stamp(released, chapter)
+    _add_install_note(released, chapter)
     leaks = leaked_lines(source, released)
     if leaks:
         raise ReleaseError(f"{chapter}: the released notebook would leak:\n  " + "\n  ".join(leaks[:20]))
@@ -255,6 +282,8 @@ def release(out: Path, chapters: list[str] | None = None, book: Path = BOOK,
                 problems += [f"{chapter}: the release would hold a reference answer: {leak}" for leak in leaks[:20]]
                 continue
             done.packages[chapter] = built
+            # nbgrader's release_assignment hands out the chapter's folder: the wheel goes in it too
+            shutil.copy2(built.wheel, Path(out) / chapter / built.wheel.name)
         if problems:
             for built in done.packages.values():
                 built.wheel.unlink()

@@ -161,10 +161,14 @@ def visible_checks(path: Path, timeout: float = 120.0) -> list[dict]:
     path = Path(path).resolve()
     with tempfile.TemporaryDirectory(prefix="autograder-check-") as tmp:
         out = Path(tmp) / "rows.json"
-        env = dict(os.environ, MPLBACKEND="Agg", TRANSFORMER_BOOK_STATIC="1")
+        # UTF-8 both ways on every OS: the cells' output (a print of "✓") is written and
+        # read as UTF-8, not in the locale's encoding (cp1252 on a Windows machine).
+        env = dict(os.environ, MPLBACKEND="Agg", TRANSFORMER_BOOK_STATIC="1", PYTHONIOENCODING="utf-8",
+                   PYTHONUTF8="1")
         try:
             proc = subprocess.run([sys.executable, "-m", "autograder.student.notebook", str(path), str(out)],
-                                  cwd=path.parent, env=env, capture_output=True, text=True, timeout=timeout)
+                                  cwd=path.parent, env=env, capture_output=True, text=True, encoding="utf-8",
+                                  errors="replace", timeout=timeout)
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"your cells and the checks took longer than {timeout:g} s (an endless loop?); "
                                "raise the limit with --timeout") from None

@@ -78,8 +78,10 @@ REQUIREMENTS = {
     "numpy": "numpy>=1.24",
     "torch": "torch>=2.2",
     "matplotlib": "matplotlib>=3.7",
-    "ipywidgets": "ipywidgets>=8.0",
-    "IPython": "ipython>=8.0",
+    # Colab pins ipython 7.34 and ipywidgets 7.7: the package uses only what those have
+    # (tests/autograder/test_platforms.py resolves the wheel against Colab's pins)
+    "ipywidgets": "ipywidgets>=7.6",
+    "IPython": "ipython>=7.34",
     "sacrebleu": "sacrebleu>=2.3",
     "tqdm": "tqdm>=4.60",
     "tokenizers": "tokenizers>=0.15",

@@ -111,15 +111,18 @@ def test_the_zip_has_gradescopes_layout(zipped):
         config = json.loads(zf.read("gradescope.json"))
         setup = zf.read("setup.sh").decode()
         source = zf.read(f"book/{CHAPTER}/{CHAPTER}.ipynb")
-    assert {"setup.sh", "run_autograder", "requirements.txt", "pyproject.toml", "autograder/grading.py",
+    assert {"setup.sh", "run_autograder", "requirements-grader.txt", "autograder/grading.py",
             "autograder/gradescope.py", "solutions/__init__.py", "autograder/checks/base.py"} <= names
     assert modes["setup.sh"] == modes["run_autograder"] == 0o755
     assert not [n for n in names if "__pycache__" in n or n.startswith("autograder/deploy")]
     assert source == (book / CHAPTER / f"{CHAPTER}.ipynb").read_bytes()
-    assert config == {"chapter": CHAPTER, "seed": 5, "timeout": 120.0, "visibility": "after_due_date"}
-    # torch's CPU build first, then the pinned requirements, then the project
-    order = [setup.index(s) for s in ('"torch==2.13.0" --index-url "https://download.pytorch.org/whl/cpu"',
-                                      "-r requirements.txt", "--no-deps --no-build-isolation -e .")]
+    assert not {"requirements.txt", "pyproject.toml"} & names  # the book's and the tests' stack stays out
+    assert config == {"chapter": CHAPTER, "seed": 5, "timeout": 120.0, "memory": None, "isolation": "auto",
+                      "visibility": "after_due_date", "points": gradescope.chapter_points(book / CHAPTER / f"{CHAPTER}.ipynb")}
+    assert config["points"] > 0
+    # torch's CPU build first (its index named once), then the grader's requirements
+    order = [setup.index(s) for s in ('TORCH_INDEX="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"',
+                                      '"$TORCH" --index-url "$TORCH_INDEX"', "-r requirements-grader.txt")]
     assert order == sorted(order)
     again = out.with_name("again.zip")
     assert main(["gradescope", CHAPTER, "--out", str(again), "--book", str(book), "--seed", "5"]) == 0

@@ -1,0 +1,46 @@
+# The grader's image: what grading needs (requirements-grader.txt, torch's CPU build),
+# this repository's autograder/, solutions/ and the source notebooks, run as a non-root
+# user; nothing is fetched at grading time, so it runs with the network off
+# (docker/podman --network none, Apptainer --network none, the Kubernetes NetworkPolicy
+# of autograder/deploy). It holds the reference answers and the hidden tests: keep it in
+# a private registry.
+#
+#   docker build -t transformer-book-grader:2026.11 .
+#   docker run --rm --network none -v "$PWD/class:/class" transformer-book-grader:2026.11 \
+#       grade /class/submitted --out /class/grades --seed-file /class/seed
+#   apptainer build grader.sif docker-daemon://transformer-book-grader:2026.11
+#
+# The same Python as the book's (3.11); requirements-grader.txt resolves on 3.10 to 3.13.
+FROM python:3.11-slim-bookworm
+
+# bubblewrap: the grading sandbox where the engine allows user namespaces; util-linux:
+# prlimit and setpriv for the container mode. Debian's current versions (no pins: a
+# security update must not break the build).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap util-linux \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /opt/transformer-book
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    PYTHONPATH=/opt/transformer-book \
+    PYTHONDONTWRITEBYTECODE=1 \
+    MPLBACKEND=Agg
+
+# torch's CPU build first, from PyTorch's CPU index (the plain index would bring the CUDA
+# build: about 3 GB more); then the rest of what grading needs.
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+COPY requirements-grader.txt ./
+RUN python -m venv "$VIRTUAL_ENV" \
+    && pip install --no-cache-dir "$(grep -E '^torch([<>=!~ ]|$)' requirements-grader.txt)" --index-url "$TORCH_INDEX" \
+    && pip install --no-cache-dir -r requirements-grader.txt
+
+COPY autograder/ autograder/
+COPY solutions/ solutions/
+COPY book/ book/
+
+RUN useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin grader
+USER 10001
+ENTRYPOINT ["python", "-m", "autograder"]
+CMD ["--help"]
