@@ -240,12 +240,12 @@ def chapter_data(exercises: list[Exercise]) -> tuple[dict, dict[str, np.ndarray]
         ValueError: when a stored case would not decode to the same case (a value
             the format cannot carry), so a package never ships a check it cannot run.
     """
-    from ..checks.base import make_rng
+    from ..checks.base import draw_cases, make_rng
 
     arrays: dict[str, np.ndarray] = {}
     document = {"format": FORMAT, "exercises": {}}
     for exercise in exercises:
-        cases = exercise.cases(make_rng(False), False)
+        cases = draw_cases(exercise, make_rng(False), False)  # the visible set, the hidden set's probes included
         entries = []
         for case in cases:
             entry = {"fingerprint": fingerprint(case, exercise.kind), "case": encode_case(case, arrays),
