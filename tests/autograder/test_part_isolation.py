@@ -816,3 +816,111 @@ def test_the_wheels_visible_check_charges_the_same_single_part(chapter, tmp_path
     index = {fn: i for n, i, a in BROKEN for fn in [getattr(a, "__name__", "")] if fn}
     for name, fn in rows:
         assert lost[fn] == [part(name, index[fn])], (fn, lost[fn])
+
+
+FFN_WITHOUT_DROPOUT = '''
+class PositionwiseFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(torch.relu(self.linear1(x)))  # dropout forgotten
+'''
+
+ENCODER_LAYER_WITHOUT_MASK = '''
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x, src_mask=None):
+        src_mask = None  # the mask never reaches the attention
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.dropout1(self.self_attn(h, h, h, src_mask))
+            return x + self.dropout2(self.feed_forward(self.norm2(x)))
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, src_mask)))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+'''
+
+
+def test_a_regrade_that_scores_no_more_says_so_as_the_prompt_promises():
+    """7.4's prompt: when the student's PositionwiseFeedForward fails its check, EncoderLayer
+    is graded again with the reference in its place "and the feedback says so". Here the
+    regrade scores no more (the lost part is the encoder layer's own mask): a note says
+    that, and names no dependency to fix first."""
+    ns = notebook_namespace({"nn": nn, "torch": torch, "MultiHeadAttention": solutions.MultiHeadAttention},
+                            FFN_WITHOUT_DROPOUT, ENCODER_LAYER_WITHOUT_MASK)
+    assert not check_report("PositionwiseFeedForward", ns["PositionwiseFeedForward"]).passed
+    report = check_report("EncoderLayer", ns["EncoderLayer"])
+    assert {p.name for p in report.parts if not p.earned} == {part("EncoderLayer", 2)}, report.render("EncoderLayer")
+    assert any("graded again with the reference `PositionwiseFeedForward` in its place it scored no more" in n
+               for n in report.notes), report.notes
+    assert not any("first" in n for n in report.notes), report.notes
+
+
+class MultiHeadAttentionInvertedMask(MultiHeadAttentionMinusInf):
+    """True = blocked (torch.nn.MultiheadAttention's convention), filled with -inf."""
+
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, value, None if mask is None else ~mask)
+
+
+def test_an_inverted_mask_is_named_as_inverted_polarity_not_as_a_nan_problem():
+    """The NaN rows of an inverted mask with -inf are the queries whose keys were all
+    allowed: the hint names the polarity (adding nan_to_num would not fix it)."""
+    for hidden, seed in [(False, None), (True, 1)]:
+        report = check_report("MultiHeadAttention", MultiHeadAttentionInvertedMask, hidden=hidden, seed=seed)
+        text = report.render("MultiHeadAttention")
+        assert {p.name for p in report.parts if not p.earned} == {part("MultiHeadAttention", 2)}, text
+        assert "mask polarity inverted" in text and "needs masked_softmax (zeros, not NaN)" not in text, text
+
+
+LAYER_NORM_UNBIASED = '''
+def layer_norm(x, gamma, beta, eps=1e-5):
+    mean = x.mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(axis=-1, ddof=1, keepdims=True) + eps) * gamma + beta
+'''
+
+NOAM_WARMUP_HALF = '''
+def noam_lr(step, d_model, warmup_steps, factor=1.0):
+    if step < 1:
+        raise ValueError("step must be >= 1")
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)
+'''
+
+RELATIVE_MINUS_K = '''
+def relative_position_matrix(k, d_model):
+    M = np.zeros((d_model, d_model))
+    for i in range(d_model // 2):
+        theta = k / 10000 ** (2 * i / d_model)
+        M[2 * i: 2 * i + 2, 2 * i: 2 * i + 2] = [[math.cos(theta), -math.sin(theta)],
+                                                 [math.sin(theta), math.cos(theta)]]
+    return M
+'''
+
+
+@pytest.mark.slow
+def test_the_sandboxed_grader_charges_the_new_mistakes_one_part_and_shows_pythons_message(tmp_path, needs_sandbox):
+    """The rows of issue 38 through the real grader (hidden cases, the sandbox's redaction):
+    each loses exactly its part, and the typo's AttributeError is shown in the feedback."""
+    from check_helpers import grade_in_sandbox
+
+    imports = "import math\nimport numpy as np\nimport torch\nimport torch.nn as nn\n"
+    scores = grade_in_sandbox("07_add_and_norm", tmp_path / "ch07", layer_norm=imports + LAYER_NORM_UNBIASED)
+    assert _lost(scores["layer_norm"]) == {part("layer_norm", 0)}, scores["layer_norm"]
+    scores = grade_in_sandbox("09_training", tmp_path / "ch09", noam_lr=imports + NOAM_WARMUP_HALF)
+    assert _lost(scores["noam_lr"]) == {part("noam_lr", 0)}, scores["noam_lr"]
+    scores = grade_in_sandbox("03_positional_encoding", tmp_path / "ch03",
+                              relative_position_matrix=imports + RELATIVE_MINUS_K,
+                              PositionalEncoding=imports + POSITIONAL_ENCODING_TYPO)
+    assert _lost(scores["relative_position_matrix"]) == {part("relative_position_matrix", 0)}
+    pe = scores["PositionalEncoding"]
+    assert _lost(pe) == {part("PositionalEncoding", 1), part("PositionalEncoding", 2)}, pe
+    assert "has no attribute 'dropuot'" in str(pe), pe
