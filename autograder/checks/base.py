@@ -914,6 +914,21 @@ class Report:
     parts: list[PartResult]
     notes: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
+    #: Earlier exercises whose references the grade will put in place of the failing
+    #: answers this one calls (the student package cannot): the score shown is then the
+    #: lower bound of the grade, and :meth:`render` says so beside it.
+    regraded_when_graded: list[str] = field(default_factory=list)
+
+    def score_label(self) -> str:
+        """``"2/4 points"``, or, when the grade will regrade with references
+        (:attr:`regraded_when_graded`), ``"2/4 points now; when graded, at least 2/4
+        (…)"``: never a lower number alone."""
+        text = f"{_num(self.score)}/{_num(self.max_score)} points"
+        if self.regraded_when_graded and not self.passed:
+            which = ", ".join(f"`{d}`" for d in self.regraded_when_graded)
+            text += (f" now; when graded, at least {_num(self.score)}/{_num(self.max_score)} (graded again with the "
+                     f"reference {which} in place of yours, the better grade counts)")
+        return text
 
     @property
     def score(self) -> float:
@@ -946,7 +961,7 @@ class Report:
     def render(self, name: str) -> str:
         """The visible check's text: a verdict line, then one line per part."""
         head = "✓" if self.passed else "✗"
-        lines = [f"{head} {name}: {_num(self.score)}/{_num(self.max_score)} points"]
+        lines = [f"{head} {name}: {self.score_label()}"]
         lines += [f"  note: {n}" for n in self.notes]
         missed = [p for p in self.parts if not p.earned]
         shared = len({p.message for p in missed}) == 1 and len(missed) > 1
@@ -1361,6 +1376,7 @@ def check_report(name: str, obj: Any, hidden: bool = False, seed: int | None = N
             called = called_dependencies(obj, failing)
             if called and not own_failures(exercise, obj, cases, results, called):
                 report.notes.insert(0, dependency_note(name, sorted(names_used(obj)), called, regraded=False))
+                report.regraded_when_graded = list(called)
         elif failing:
             import solutions
 

@@ -138,10 +138,13 @@ def run_checks(path: Path) -> list[dict]:
                 row["message"] = f"the check could not run: {type(exc).__name__}: {exc}"
             else:
                 scale = points / report.max_score if report.max_score else 0.0
+                message = "" if report.passed else report.reason()
+                if report.regraded_when_graded and not report.passed:
+                    # the table's score is the lower bound of the grade: say so on its line
+                    message = f"{report.score_label()}\n{message}"
                 row.update(score=round(report.score * scale, 9), parts=report.parts_line(),
                            status="passed" if report.passed else ("partial" if report.score else "failed"),
-                           message="" if report.passed else report.reason(), notes=list(report.notes),
-                           advice=list(report.advice))
+                           message=message, notes=list(report.notes), advice=list(report.advice))
         rows.append(row)
     return rows
 

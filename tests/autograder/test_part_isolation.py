@@ -726,6 +726,8 @@ def test_the_student_package_names_a_failing_dependency_only_when_it_can_explain
             assert not report.passed
             text = report.render("MultiHeadAttention")
             assert any("fix `split_heads` first" in n for n in report.notes) == noted, text
+            # never a lower number alone: the score shown is labelled as the grade's lower bound
+            assert ("points now; when graded, at least" in text.splitlines()[0]) == noted, text
     finally:
         use_precomputed(None)
 
