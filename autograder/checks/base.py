@@ -623,9 +623,8 @@ def _hidden_probes_of(exercise: Exercise) -> tuple[Case, ...]:
     return tuple(probes)
 
 
-@functools.lru_cache(maxsize=None)
-def _registered_probes(name: str) -> tuple[Case, ...]:
-    return _hidden_probes_of(REGISTRY[name])
+# Registered exercise (the object: a test may register another under a name) -> its probes.
+_PROBES: dict[int, tuple[Exercise, tuple[Case, ...]]] = {}
 
 
 def hidden_probes(exercise: Exercise) -> list[Case]:
@@ -633,9 +632,12 @@ def hidden_probes(exercise: Exercise) -> list[Case]:
     independent draws, such as "a query whose keys are all masked"), one per label and
     part, as drawn with a fixed seed. A case whose label spells out drawn values
     ("random x (3, 5)") is a fresh draw of a probe the visible set already has."""
-    if REGISTRY.get(exercise.name) is exercise:
-        return [dataclasses.replace(c) for c in _registered_probes(exercise.name)]
-    return list(_hidden_probes_of(exercise))
+    if REGISTRY.get(exercise.name) is not exercise:
+        return list(_hidden_probes_of(exercise))
+    cached = _PROBES.get(id(exercise))
+    if cached is None or cached[0] is not exercise:
+        cached = _PROBES[id(exercise)] = (exercise, _hidden_probes_of(exercise))
+    return [dataclasses.replace(c) for c in cached[1]]
 
 
 def _run_in_process(obj, case: Case, kind: str) -> Result:
