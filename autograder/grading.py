@@ -67,7 +67,8 @@ from typing import Any
 
 import numpy as np
 
-from .checks.base import Exercise, Report, Result, charged_once, dependency_note, draw_cases, evaluate, get_exercise, make_rng
+from .checks.base import (Exercise, Report, Result, charged_once, dependency_note, dependency_unchanged_note, draw_cases,
+                          evaluate, get_exercise, make_rng, own_code_message)
 from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
 from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook, safe_text
 from .withhold import defined_names
@@ -426,6 +427,8 @@ def _withhold(record: dict) -> dict:
     phase = record.get("phase")
     phase = phase if phase in ("decode", "init", "load_state_dict", "probe", "call", "encode", "backward") else "call"
     message = _UNREADABLE if phase == "encode" else _Withheld(record["message"])
+    if phase != "encode" and own_code_message(record):  # Python's words on a slip in the code: names only
+        message = str(record["message"])
     return {"type": _exception_name(record["type"]), "message": message, "phase": phase}
 
 
@@ -782,7 +785,10 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     bundles = _write_job(job_dir, setup, [g], context)
     outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles)
     _collect([g], outcome, limits)
-    g.result = charged_once(first, g.result, one_line(dependency_note(g.name, sorted(_names_in(g.source)), failing)))
+    used = sorted(_names_in(g.source))
+    unchanged = dependency_unchanged_note(g.name, used, failing)  # the prompts promise a note either way
+    g.result = charged_once(first, g.result, one_line(dependency_note(g.name, used, failing)),
+                            one_line(unchanged) if unchanged else None)
     if g.result is not first and g.result.status not in ("passed", "cheat"):
         g.result.reason = f"{g.result.notes[0]}. {g.result.reason}"  # both one line already, neither cut
 

@@ -22,7 +22,8 @@ def sinusoidal_positional_encoding(max_len, d_model):
         d_model: encoding width; must be even (sin and cos come in pairs).
 
     Shape:
-        output: ``(max_len, d_model)``, float64; even columns sin, odd columns cos.
+        output: ``(max_len, d_model)``, a float array (float64, numpy's default, or
+        float32: either is correct); even columns sin, odd columns cos.
 
     Returns:
         np.ndarray ``PE`` with ``PE[pos, 2i] = sin(pos / 10000**(2i/d_model))``
@@ -82,29 +83,28 @@ class PositionalEncoding(nn.Module):
 def relative_position_matrix(k, d_model):
     """The linear map that shifts a positional encoding by ``k`` positions.
 
-    For each frequency ``w_i = 1 / 10000**(2i/d_model)`` the pair
-    ``(sin(pos w_i), cos(pos w_i))`` is rotated by the angle ``k w_i``:
-
-        [sin((pos+k) w)]   [ cos(k w)  sin(k w)] [sin(pos w)]
-        [cos((pos+k) w)] = [-sin(k w)  cos(k w)] [cos(pos w)]
-
-    so ``M`` is block-diagonal with one 2×2 rotation per pair, and it does not
-    depend on ``pos``.
-
     Args:
-        k: the offset (any int, negative too).
+        k: the offset (any int, negative too; ``k = 0`` gives the identity).
         d_model: encoding width (even).
 
     Shape:
         output: ``(d_model, d_model)``.
 
     Returns:
-        np.ndarray ``M`` with ``M @ pe[pos] == pe[pos + k]`` for every ``pos``.
+        np.ndarray ``M`` with ``M @ pe[pos] == pe[pos + k]`` for every ``pos``,
+        where ``pe`` is the table of :func:`sinusoidal_positional_encoding`
+        (``M`` multiplies the encoding from the left). It does not depend on
+        ``pos``.
 
     Paper: section 3.5 ("PE_{pos+k} can be represented as a linear function of PE_pos").
     """
     if isinstance(d_model, bool) or not isinstance(d_model, (int, np.integer)) or d_model < 2 or d_model % 2:
         raise ValueError(f"d_model must be a positive even int, got {d_model!r}")
+    # For each frequency w_i = 1 / 10000**(2i/d_model) the pair (sin(pos w_i), cos(pos w_i))
+    # is rotated by the angle k w_i:
+    #     [sin((pos+k) w)]   [ cos(k w)  sin(k w)] [sin(pos w)]
+    #     [cos((pos+k) w)] = [-sin(k w)  cos(k w)] [cos(pos w)]
+    # so M is block-diagonal, one 2x2 rotation per pair.
     M = np.zeros((d_model, d_model))
     for i in range(d_model // 2):
         theta = k / 10000 ** (2 * i / d_model)

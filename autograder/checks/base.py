@@ -33,6 +33,7 @@ import contextvars
 import dataclasses
 import functools
 import io
+import re
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -57,12 +58,15 @@ __all__ = [
     "get_exercise",
     "check",
     "charged_once",
+    "dependency_unchanged_note",
     "check_report",
+    "last_verdict",
     "dtype_verdict",
     "called_dependencies",
     "accept_own_state",
     "load_state_hint",
     "evaluate",
+    "own_code_message",
     "run_cases",
     "draw_cases",
     "as_array",
@@ -316,6 +320,20 @@ class Exercise:
         when there is nothing to add."""
         return None
 
+    def tolerated(self, case: Case, want: Result) -> list[Result]:
+        """The results ``case`` also accepts: the reference's result computed with a
+        rule of *another* part broken, one the case's own part does not grade.
+
+        This is how a case is judged independently of the other parts' rules
+        (``shared/EXERCISES.md``: "its cases hold every other part's rule fixed (or
+        are judged independently of it)") where inputs alone cannot hold a rule
+        fixed: ``layer_norm``'s "γ and β" cases accept the unbiased variance, whose
+        rule the normalisation part states; ``noam_lr``'s factor cases accept a
+        wrong warm-up exponent. A result equal to one of these passes the case, at
+        the case's tolerance; the part that states the broken rule still fails.
+        Default: none (every case compares with the reference alone)."""
+        return []
+
     # -- provided -----------------------------------------------------------
     def part_points(self) -> dict[str, float]:
         """The parts and their points (one part worth 1 when none are declared)."""
@@ -352,7 +370,17 @@ class Exercise:
         notes of a correct result (e.g. "float64 for float32 input: correct")."""
         got = accept_own_state(case, got, want)
         try:
-            return self._judge(case, got, want)
+            try:
+                return self._judge(case, got, want)
+            except CheckFailure:
+                if case.expect_error or got.raised is not None:
+                    raise
+                for other in self._tolerated(case, want):
+                    try:
+                        return self._judge(case, got, other)
+                    except CheckFailure:
+                        continue
+                raise
         except CheckFailure as exc:
             message = str(exc)
             raised = got.raised or {}
@@ -366,6 +394,15 @@ class Exercise:
                     raise CheckFailure(f"{message}\n  Hint: {hint}", hint=hint) from None
             raise
 
+    def _tolerated(self, case: Case, want: Result) -> list[Result]:
+        """:meth:`tolerated`, where a failure to compute one (a variant that does
+        not apply to this case) leaves it out: it never hides the first failure."""
+        try:
+            with PROCESS_STATE:
+                return list(self.tolerated(case, want) or [])
+        except Exception:  # noqa: BLE001 - a tolerated variant must never hide the failure
+            return []
+
     def _judge(self, case: Case, got: Result, want: Result) -> list[str]:
         where = f" ({case.label})" if case.label else ""
         if case.expect_error:
@@ -375,7 +412,7 @@ class Exercise:
             if got.raised["type"] not in {e.__name__ for e in case.expect_error} and not _is_subclass_name(
                 got.raised["type"], case.expect_error
             ):
-                said = _HIDDEN_MESSAGE if redacting() else f": {got.raised['message']}"
+                said = _HIDDEN_MESSAGE if redacting() and not own_code_message(got.raised) else f": {got.raised['message']}"
                 raise CheckFailure(f"should raise {names}{where}, but raised {got.raised['type']}{said}", hint="")
             return []
         if got.raised is not None:
@@ -384,7 +421,8 @@ class Exercise:
                 raise CheckFailure(NOT_IMPLEMENTED)
             stage = {"init": "the constructor", "load_state_dict": "load_state_dict"}.get(r.get("phase"), "it")
             # phase "encode": the grader's own words on a value that cannot cross (grading._withhold)
-            said = _HIDDEN_MESSAGE if redacting() and r.get("phase") != "encode" else f": {r['message']}"
+            said = (_HIDDEN_MESSAGE if redacting() and r.get("phase") != "encode" and not own_code_message(r)
+                    else f": {r['message']}")
             missing = _missing_state(case, r)
             if missing:  # contract names only: the same words in the visible check and a hidden one
                 said = f": {runner.MISSING_STATE} {', '.join(repr(k) for k in missing)}"
@@ -429,6 +467,44 @@ class Exercise:
 
 
 NOT_IMPLEMENTED = "not implemented yet: replace `raise NotImplementedError()` with your code"
+
+# The messages Python itself writes for a slip in the answer's own code (a misspelt
+# name or attribute, a call with the wrong arguments): made of names in the code,
+# never of values, so a hidden case shows them as the visible check does.
+_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,39}"
+_DOTTED = rf"{_NAME}(?:\.{_NAME}){{0,4}}"
+_DID_YOU_MEAN = rf"(?:\. Did you mean: '{_NAME}'\?)?"
+_OWN_CODE_MESSAGES = {
+    "NameError": [rf"name '{_NAME}' is not defined{_DID_YOU_MEAN}",
+                  rf"cannot access free variable '{_NAME}' where it is not associated with a value in enclosing scope",
+                  rf"cannot access local variable '{_NAME}' where it is not associated with a value"],
+    "UnboundLocalError": [rf"cannot access local variable '{_NAME}' where it is not associated with a value",
+                          rf"local variable '{_NAME}' referenced before assignment"],
+    "AttributeError": [rf"'{_NAME}' object has no attribute '{_NAME}'{_DID_YOU_MEAN}",
+                       rf"module '{_DOTTED}' has no attribute '{_NAME}'{_DID_YOU_MEAN}",
+                       rf"type object '{_NAME}' has no attribute '{_NAME}'{_DID_YOU_MEAN}"],
+    "TypeError": [rf"{_DOTTED}\(\) missing \d+ required (?:positional|keyword-only) arguments?: "
+                  rf"'{_NAME}'(?:(?:, | and )'{_NAME}'){{0,9}}",
+                  rf"{_DOTTED}\(\) takes (?:from \d+ to )?\d+ positional arguments? but \d+ (?:was|were) given",
+                  rf"{_DOTTED}\(\) got an unexpected keyword argument '{_NAME}'",
+                  rf"{_DOTTED}\(\) got multiple values for argument '{_NAME}'",
+                  rf"'{_DOTTED}' object is not (?:callable|subscriptable|iterable)",
+                  rf"unsupported operand type\(s\) for [^\s']{{1,3}}: '{_DOTTED}' and '{_DOTTED}'"],
+}
+
+
+def own_code_message(raised: dict) -> bool:
+    """Whether an exception raised by the answer is one of Python's own messages about
+    a slip in the code (``NameError: name 'nrom' is not defined``, ``'PositionalEncoding'
+    object has no attribute 'dropuot'``, a call with a missing argument), which names
+    only things written in the code and so may be shown for a hidden case too.
+
+    The message must be exactly one of :data:`_OWN_CODE_MESSAGES`'s forms, each made of
+    short names (a value could reach one only spelt as a name of at most 40
+    letters, digits and underscores)."""
+    forms = _OWN_CODE_MESSAGES.get(str(raised.get("type")))
+    message = str(raised.get("message") or "")
+    return bool(forms) and any(re.fullmatch(form, message) for form in forms)
 # An exception's message is the answer's own text: on a hidden case it may spell out the inputs.
 _HIDDEN_MESSAGE = " (its message is not shown: hidden case)"
 
@@ -520,10 +596,48 @@ PROCESS_STATE = threading.RLock()
 
 
 def draw_cases(exercise: Exercise, rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """``exercise.cases(rng, hidden)`` under the process lock: a case maker may seed
-    torch's global generator to build a reference module's weights."""
+    """``exercise.cases(rng, hidden)`` under the process lock (a case maker may seed
+    torch's global generator to build a reference module's weights).
+
+    The visible set (``hidden=False``) also holds every probe of the hidden set
+    (:func:`hidden_probes`): the hidden check adds fresh draws of the same probes,
+    never a rule of its own, so the visible check and the grade decide every rule
+    the same way (``shared/EXERCISES.md``)."""
     with PROCESS_STATE:
-        return list(exercise.cases(rng, hidden))
+        cases = list(exercise.cases(rng, hidden))
+    if not hidden:
+        seen = {(c.label, exercise.part_of(c)) for c in cases}
+        cases += [c for c in hidden_probes(exercise) if (c.label, exercise.part_of(c)) not in seen]
+    return cases
+
+
+def _hidden_probes_of(exercise: Exercise) -> tuple[Case, ...]:
+    first, second = (draw_cases(exercise, np.random.default_rng(seed), True) for seed in _LABEL_DRAWS)
+    fixed = {c.label for c in first} & {c.label for c in second}
+    probes, seen = [], set()
+    for case in first:
+        key = (case.label, exercise.part_of(case))
+        if case.label in fixed and key not in seen:
+            seen.add(key)
+            probes.append(case)
+    return tuple(probes)
+
+
+# Registered exercise (the object: a test may register another under a name) -> its probes.
+_PROBES: dict[int, tuple[Exercise, tuple[Case, ...]]] = {}
+
+
+def hidden_probes(exercise: Exercise) -> list[Case]:
+    """The hidden set's probes: its cases whose label is fixed text (the same in two
+    independent draws, such as "a query whose keys are all masked"), one per label and
+    part, as drawn with a fixed seed. A case whose label spells out drawn values
+    ("random x (3, 5)") is a fresh draw of a probe the visible set already has."""
+    if REGISTRY.get(exercise.name) is not exercise:
+        return list(_hidden_probes_of(exercise))
+    cached = _PROBES.get(id(exercise))
+    if cached is None or cached[0] is not exercise:
+        cached = _PROBES[id(exercise)] = (exercise, _hidden_probes_of(exercise))
+    return [dataclasses.replace(c) for c in cached[1]]
 
 
 def _run_in_process(obj, case: Case, kind: str) -> Result:
@@ -802,6 +916,21 @@ class Report:
     parts: list[PartResult]
     notes: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
+    #: Earlier exercises whose references the grade will put in place of the failing
+    #: answers this one calls (the student package cannot): the score shown is then the
+    #: lower bound of the grade, and :meth:`render` says so beside it.
+    regraded_when_graded: list[str] = field(default_factory=list)
+
+    def score_label(self) -> str:
+        """``"2/4 points"``, or, when the grade will regrade with references
+        (:attr:`regraded_when_graded`), ``"2/4 points now; when graded, at least 2/4
+        (…)"``: never a lower number alone."""
+        text = f"{_num(self.score)}/{_num(self.max_score)} points"
+        if self.regraded_when_graded and not self.passed:
+            which = ", ".join(f"`{d}`" for d in self.regraded_when_graded)
+            text += (f" now; when graded, at least {_num(self.score)}/{_num(self.max_score)} (graded again with the "
+                     f"reference {which} in place of yours, the better grade counts)")
+        return text
 
     @property
     def score(self) -> float:
@@ -834,7 +963,7 @@ class Report:
     def render(self, name: str) -> str:
         """The visible check's text: a verdict line, then one line per part."""
         head = "✓" if self.passed else "✗"
-        lines = [f"{head} {name}: {_num(self.score)}/{_num(self.max_score)} points"]
+        lines = [f"{head} {name}: {self.score_label()}"]
         lines += [f"  note: {n}" for n in self.notes]
         missed = [p for p in self.parts if not p.earned]
         shared = len({p.message for p in missed}) == 1 and len(missed) > 1
@@ -1115,7 +1244,21 @@ def dependency_note(name: str, used: list[str], failing: list[str], regraded: bo
             f"{which} in its place: fix {which} first")
 
 
-def charged_once(first, second, note: str):
+def dependency_unchanged_note(name: str, used: list[str], failing: list[str]) -> str | None:
+    """The note of an exercise graded again with the references of ``failing`` in place
+    of the answers it calls, which scored no more: the points it lost are its own. The
+    prompts promise a note whenever that regrade runs; ``None`` when the answer's code
+    calls none of ``failing`` (the regrade then says nothing about it)."""
+    called = [d for d in failing if d in used]
+    if not called:
+        return None
+    which = ", ".join(f"`{d}`" for d in called)
+    verb = "fails its check" if len(called) == 1 else "fail their checks"
+    return (f"your `{name}` calls your {which}, which {verb}; graded again with the reference {which} in its "
+            "place it scored no more, so the points it lost are its own")
+
+
+def charged_once(first, second, note: str, unchanged: str | None = None):
     """The grade an answer keeps after it was graded again with the reference in place of
     each failing earlier answer it calls: one mistake charged once.
 
@@ -1130,6 +1273,8 @@ def charged_once(first, second, note: str):
         first: the grade of the answer as written (``.score``, ``.notes``).
         second: the grade with the references in place, or ``None`` (not run).
         note: the note that says which answers were replaced.
+        unchanged: the note ``first`` gets when ``second`` scored no more
+            (:func:`dependency_unchanged_note`), or ``None`` for none.
 
     Returns:
         ``first`` or ``second`` (with the note).
@@ -1139,6 +1284,8 @@ def charged_once(first, second, note: str):
     if getattr(second, "status", None) == "cheat":
         return second
     if second.score <= first.score:
+        if unchanged and unchanged not in first.notes:
+            first.notes.append(unchanged)
         return first
     second.notes.insert(0, note)
     return second
@@ -1150,6 +1297,45 @@ def called_dependencies(obj: Any, failing: list[str]) -> list[str]:
     never told to fix that one first."""
     used = names_used(obj)
     return [d for d in failing if d in used]
+
+
+def _innermost_function(traceback_text: str, names: set[str]) -> str | None:
+    """The innermost frame of a traceback whose function is one of ``names``."""
+    frames = re.findall(r'File "[^"\n]*", line \d+, in ([^\s]+)', traceback_text or "")
+    return next((f for f in reversed(frames) if f in names), None)
+
+
+def own_failures(exercise: Exercise, obj: Any, cases: list[Case], results: list[Result],
+                 dependencies: list[str]) -> bool:
+    """Whether every graded case ``obj`` fails raised in the answer's own code, not in
+    one of ``dependencies``: then the failing earlier answers do not explain this
+    failure (a typo in ``MultiHeadAttention.forward`` is not "fix ``split_heads``
+    first"), and no dependency note is made.
+
+    A case that failed with wrong values (not an exception) could come from a
+    dependency, and so does an exception whose innermost frame among the answer's
+    functions and the dependencies is a dependency's (or a function of the answer
+    called like one)."""
+    own = {getattr(obj, "__name__", "")}
+    if isinstance(obj, type):
+        own |= {n for n, v in vars(obj).items() if hasattr(getattr(v, "__func__", v), "__code__")}
+    own -= set(dependencies) | {""}
+    known = own | set(dependencies)
+    failed = 0
+    for case, got in zip(cases, results):
+        if exercise.part_of(case) == ADVICE:
+            continue
+        try:
+            exercise.judge(case, got, exercise.expected(case))
+            continue
+        except CheckFailure:
+            failed += 1
+        raised = got.raised or {}
+        if not raised or raised.get("type") == "NotImplementedError":
+            return False
+        if _innermost_function(str(raised.get("traceback") or ""), known) not in own:
+            return False
+    return failed > 0
 
 
 def _visible_failures(exercise: Exercise, namespace: dict) -> list[str]:
@@ -1179,17 +1365,20 @@ def check_report(name: str, obj: Any, hidden: bool = False, seed: int | None = N
     """
     exercise = get_exercise(name)
     cases = visible_cases(exercise, hidden, seed)
-    report = run_cases(exercise, obj, cases)
+    results = [_run_in_process(obj, case, exercise.kind) for case in cases]
+    report = evaluate(exercise, results, cases)
     namespace = _namespace_of(obj)
     if not report.passed and exercise.uses and namespace is not None:
         failing = _visible_failures(exercise, namespace)
         if failing and precomputed() is not None:
             # The student package has no reference of this chapter's exercises to put
             # in place of the failing one: say which to fix first, when the answer's
-            # code calls it (a blank answer calls nothing); the grader regrades.
+            # code calls it (a blank answer calls nothing) and its failures may come
+            # from it (not a slip in its own code); the grader regrades.
             called = called_dependencies(obj, failing)
-            if called:
+            if called and not own_failures(exercise, obj, cases, results, called):
                 report.notes.insert(0, dependency_note(name, sorted(names_used(obj)), called, regraded=False))
+                report.regraded_when_graded = list(called)
         elif failing:
             import solutions
 
@@ -1199,8 +1388,21 @@ def check_report(name: str, obj: Any, hidden: bool = False, seed: int | None = N
                 second = run_cases(exercise, obj, cases)
             finally:
                 namespace.update(saved)
-            report = charged_once(report, second, dependency_note(name, sorted(names_used(obj)), failing))
+            used = sorted(names_used(obj))
+            report = charged_once(report, second, dependency_note(name, used, failing),
+                                  dependency_unchanged_note(name, used, failing))
     return report
+
+
+# The last report of each exercise's check in this process (a notebook's kernel): the
+# student edition's demonstrations read it (autograder.student.unfinished).
+_VERDICTS: dict[str, Report] = {}
+
+
+def last_verdict(name: str) -> Report | None:
+    """The report of the last :func:`check` of exercise ``name`` in this process, or
+    ``None`` when it has not been checked here."""
+    return _VERDICTS.get(name)
 
 
 def check(name: str, obj: Any, hidden: bool = False, seed: int | None = None) -> "Points":
@@ -1229,6 +1431,7 @@ def check(name: str, obj: Any, hidden: bool = False, seed: int | None = None) ->
     if obj is None:
         raise CheckFailure(f"✗ {name}: nothing to check — define {name} in the cell above first")
     report = check_report(name, obj, hidden, seed)
+    _VERDICTS[name] = report
     text = report.render(name)
     if report.score == 0 and report.max_score > 0:
         raise CheckFailure(text)

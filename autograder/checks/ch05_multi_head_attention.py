@@ -279,6 +279,26 @@ def _mha_variant(case: Case, *, scale="d_k", invert_mask=False, softmax_axis=-1,
     return out.numpy(), weights.numpy()
 
 
+def _inverted_with_nan(case: Case, g: np.ndarray) -> bool:
+    """Whether an output with NaN rows is multi-head attention with the mask's
+    polarity inverted and -inf scores: the NaN rows are exactly the queries that
+    the inverted mask blocks from every key (in some head), and every other row
+    equals the inverted-mask result."""
+    mask = case.kwargs.get("mask")
+    if mask is None:
+        return False
+    result = _mha_variant(case, invert_mask=True)
+    if result is None or result[0].shape != g.shape:
+        return False
+    scores_shape = (g.shape[0], case.init["num_heads"], g.shape[1], _value(case.args[1]).shape[1])
+    blocked = np.broadcast_to(_value(mask), scores_shape)  # read inverted, True blocks the key
+    dead = blocked.all(axis=-1).any(axis=1)  # (B, T_q): a query with no key left in some head
+    nan_rows = np.isnan(g).any(axis=-1)
+    if not dead.any() or not np.array_equal(nan_rows, dead):
+        return False
+    return _matches(g[~nan_rows], result[0][~nan_rows])
+
+
 _LAYER_PROBES = ("state_dict_keys", "type:w_q", "type:w_k", "type:w_v", "type:w_o")
 
 
@@ -318,6 +338,15 @@ class MultiHeadAttentionCheck(_HeadsExercise):
         return Case(args=args, kwargs=kwargs, init=init, state=_random_state(rng, d_model), attrs=attrs,
                     part=part, label=label, backward=weight, rtol=rtol, atol=atol)
 
+    @staticmethod
+    def _fully_masked():
+        """A (2, 1, 3, 5) mask in which one query may attend to no key (and the
+        others to some keys only, so that an inverted mask is told apart)."""
+        mask = np.ones((2, 1, 3, 5), dtype=bool)
+        mask[0, 0, :, 3:] = False  # the last two keys of the first sentence are padding
+        mask[1, 0, 2, :] = False  # one query with every key masked
+        return mask
+
     def _layers(self, rng, d_model, num_heads):
         x = Tensor(rng.normal(size=(1, 2, d_model)).astype(np.float32))
         return Case(init={"d_model": d_model, "num_heads": num_heads}, args=(x, x, x), probes=_LAYER_PROBES,
@@ -336,6 +365,8 @@ class MultiHeadAttentionCheck(_HeadsExercise):
                        label="self-attention with a causal mask (1, 1, 4, 4), d_model=8, h=2"),
             self._case(rng, 2, 3, 5, 8, 4, cross=True, mask=padding, part=self.CROSS,
                        label="cross-attention T_q=3, T_k=5 with a padding mask (2, 1, 1, 5), h=4"),
+            self._case(rng, 2, 3, 5, 8, 2, cross=True, mask=self._fully_masked(), part=self.CROSS,
+                       label="a query whose keys are all masked (its weights must be 0, not NaN)"),
             self._case(rng, 2, 5, 5, 8, 4, cross=False, part=self.WEIGHTS,
                        label="self.attn_weights of self-attention, 2 sentences of 5 tokens, h=4"),
         ]
@@ -372,9 +403,7 @@ class MultiHeadAttentionCheck(_HeadsExercise):
         causal = np.tril(np.ones((t, t), dtype=bool))[None, None]
         cases.append(self._case(rng, 2, t, t, 8, 2, cross=False, mask=causal, part=self.CROSS,
                                 label=f"self-attention with a causal mask (1, 1, {t}, {t})"))
-        full = np.ones((2, 1, 3, 5), dtype=bool)
-        full[1, 0, 2, :] = False  # one query with every key masked
-        cases.append(self._case(rng, 2, 3, 5, 8, 2, cross=True, mask=full, part=self.CROSS,
+        cases.append(self._case(rng, 2, 3, 5, 8, 2, cross=True, mask=self._fully_masked(), part=self.CROSS,
                                 label="a query whose keys are all masked (its weights must be 0, not NaN)"))
         cases.append(self._case(rng, 2, 3, 4, 8, 2, cross=True, dropout=0.1, part=self.CROSS,
                                 label="dropout=0.1 in eval mode (dropout must be off)"))
@@ -435,6 +464,10 @@ class MultiHeadAttentionCheck(_HeadsExercise):
                 return hint
         g = _value(got.value)
         if g is not None and np.isnan(g).any():
+            if _inverted_with_nan(case, g):
+                return ("mask polarity inverted: in this book True = may attend, so fill the positions where "
+                        "the mask is False (masked_softmax(scores, mask) does this); the NaN rows are queries "
+                        "whose keys were all allowed, which your inverted mask blocks entirely")
             return "NaN in the output: a query whose keys are all masked needs masked_softmax (zeros, not NaN)"
         if _no_gradient(got, want):
             return "no gradient reached the query: do not detach or leave torch inside forward"

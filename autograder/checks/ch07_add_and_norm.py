@@ -12,16 +12,21 @@ pre- and post-norm swapped, no residual, norms swapped, the mask ignored or
 inverted, ...) and name the one the result equals.
 
 Each exercise's points are split over named parts (``parts``), and every case
-belongs to one, so that a mistake costs the part it is about: ``layer_norm``'s
-normalisation cases use γ = 1, β = 0, the class checks keep post-norm, pre-norm,
-masks and dropout in separate cases. ``layer_norm``'s shape-mismatch case is advice:
+belongs to one, so that a mistake costs the part it is about: a ``layer_norm`` case
+accepts every way of breaking the rules of the *other* parts (the unbiased variance,
+ε added to the standard deviation, γ and β swapped: :meth:`LayerNorm.tolerated`), so
+the unbiased variance costs the normalisation part alone and ε's placement the ε part
+alone; the class checks keep post-norm, pre-norm, masks and dropout in separate cases. ``layer_norm``'s shape-mismatch case is advice:
 the contract names no error for it. ``EncoderLayer`` may build on the student's
 ``PositionwiseFeedForward`` (and ``ResidualSublayer``): ``uses`` lets a wrong one be
 replaced by its reference (one mistake charged once).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
+
 import numpy as np
 
 from .base import ADVICE, Case, Exercise, Obj, Tensor, load_state_hint, register
@@ -168,12 +173,34 @@ def _ln_variant(x, gamma, beta, eps, *, ddof=0, eps_outside=False, axis=-1, affi
     return z * gamma + beta
 
 
-def _ln_case(rng, shape, label, part, *, scale=1.0, offset=0.0, eps=None, dtype=np.float64, atol=1e-6,
-             affine=True):
+# The rules of ``layer_norm``'s parts, as the ways each can be broken: the variance
+# (the normalisation part), where ε goes (the ε part), how γ and β are applied (the
+# γ and β part). A case of one part accepts every way of breaking the *other* parts'
+# rules (:meth:`LayerNorm.tolerated`): an answer with the unbiased variance keeps the
+# γ and β, ε and shape parts; one with ε added to the standard deviation keeps the
+# normalisation, γ and β and shape parts (the ~1e-5 that ε makes at variance 1 is
+# not charged to them).
+_LN_RULES = {
+    "variance": [dict(ddof=0), dict(ddof=1)],
+    "eps": [dict(eps_rule="inside"), dict(eps_rule="outside"), dict(eps_rule="missing"), dict(eps_rule="fixed")],
+    "affine": [dict(affine="right"), dict(affine="swapped"), dict(affine="none")],
+}
+
+
+def _ln_rule_variant(x, gamma, beta, eps, *, ddof=0, eps_rule="inside", affine="right"):
+    """:func:`_ln_variant` with ε's rule named: inside the root (right), added to the
+    standard deviation, missing, or fixed at the default 1e-5."""
+    eps_value = {"inside": eps, "outside": eps, "missing": 0.0, "fixed": 1e-5}[eps_rule]
+    return _ln_variant(x, gamma, beta, eps_value, ddof=ddof, eps_outside=eps_rule == "outside", affine=affine)
+
+
+def _ln_case(rng, shape, label, part, *, scale=1.0, offset=0.0, eps=None, dtype=np.float64, atol=1e-6):
     d = shape[-1]
     x = (offset + scale * rng.normal(size=shape)).astype(dtype)
-    gamma = (1.0 + 0.5 * rng.normal(size=d)).astype(dtype) if affine else np.ones(d, dtype=dtype)
-    beta = (0.5 * rng.normal(size=d)).astype(dtype) if affine else np.zeros(d, dtype=dtype)
+    # γ and β far from 1 and 0 in every case: with γ = 1, β = 0 an answer that swaps
+    # them returns ones, which no case of another part could tell from a wrong norm.
+    gamma = (1.0 + 0.5 * rng.normal(size=d)).astype(dtype)
+    beta = (0.5 * rng.normal(size=d)).astype(dtype)
     kwargs = {} if eps is None else {"eps": eps}
     return Case(args=(x, gamma, beta), kwargs=kwargs, label=label, return_args=(0,), part=part,
                 rtol=1e-4 if dtype == np.float32 else 1e-5, atol=atol)
@@ -197,41 +224,58 @@ class LayerNorm(Exercise):
         "ε inside the square root, the eps argument": 1,
         "any leading shape (a vector, a batch)": 1,
     }
+    # The rule each part states (:data:`_LN_RULES`); the shape part states none of them.
+    RULE_OF_PART = dict(zip(parts, ("variance", "affine", "eps", None)))
 
     def cases(self, rng, hidden):
         norm, affine, eps, shapes = self.parts
         cases = [
-            _ln_case(rng, (2, 4), "x (2, 4) with γ = 1, β = 0: each row normalised over its 4 features", norm,
-                     affine=False),
+            _ln_case(rng, (2, 4), "x (2, 4): each row normalised over its 4 features (biased variance)", norm),
             _ln_case(rng, (3, 5), "x (3, 5) with random γ and β", affine),
-            _ln_case(rng, (3, 6), "nearly constant rows (variance 1e-6), γ = 1, β = 0: where ε goes matters", eps,
-                     scale=1e-3, atol=1e-6, affine=False),
-            _ln_case(rng, (2, 7), "eps=1e-3 given as an argument, nearly constant rows, γ = 1, β = 0", eps,
-                     scale=1e-2, eps=1e-3, affine=False),
-            _ln_case(rng, (2, 3, 5), "a batch x (2, 3, 5), d=5, γ = 1, β = 0", shapes, affine=False),
+            _ln_case(rng, (3, 6), "nearly constant rows (variance 1e-6): where ε goes matters", eps,
+                     scale=1e-3, atol=1e-6),
+            _ln_case(rng, (2, 7), "eps=1e-3 given as an argument, nearly constant rows", eps,
+                     scale=1e-2, eps=1e-3),
+            _ln_case(rng, (2, 3, 5), "a batch x (2, 3, 5), d=5", shapes),
+            _ln_case(rng, (6,), "a single vector (d,)", shapes),
         ]
         if not hidden:
             return cases
         for _ in range(2):
             shape = _random_shape(rng, 2)
             scale = float(rng.choice([0.1, 1.0, 10.0]))
-            cases.append(_ln_case(rng, shape, f"random x {shape} × {scale:g}, γ = 1, β = 0", norm, scale=scale,
-                                  affine=False))
+            cases.append(_ln_case(rng, shape, f"random x {shape} × {scale:g}", norm, scale=scale))
             shape = _random_shape(rng, 2)
             cases.append(_ln_case(rng, shape, f"random x {shape}, random γ and β", affine, scale=scale))
-        cases.append(_ln_case(rng, (3, 5), "rows far from 0 (offset 100), γ = 1, β = 0", norm, offset=100.0,
-                              affine=False))
-        cases.append(_ln_case(rng, (5, 8), "float32 x (5, 8), γ = 1, β = 0", norm, dtype=np.float32, atol=1e-5,
-                              affine=False))
+        cases.append(_ln_case(rng, (3, 5), "rows far from 0 (offset 100)", norm, offset=100.0))
+        cases.append(_ln_case(rng, (5, 8), "float32 x (5, 8)", norm, dtype=np.float32, atol=1e-5))
         cases.append(_ln_case(rng, (2, 8), "d=8 features, shape (2, 8) (more columns than rows)", affine))
-        cases.append(_ln_case(rng, (4, 8), "eps=0.1 given as an argument, γ = 1, β = 0", eps, eps=0.1, affine=False))
-        cases.append(_ln_case(rng, (6,), "a single vector (d,), γ = 1, β = 0", shapes, affine=False))
+        cases.append(_ln_case(rng, (4, 8), "eps=0.1 given as an argument", eps, eps=0.1))
+        cases.append(_ln_case(rng, (6,), "a single vector (d,)", shapes))
         shape = _random_shape(rng, int(rng.integers(3, 5)))
-        cases.append(_ln_case(rng, shape, f"a batch x {shape}, γ = 1, β = 0", shapes, affine=False))
+        cases.append(_ln_case(rng, shape, f"a batch x {shape}", shapes))
         x = rng.normal(size=(3, 4))
         cases.append(Case(args=(x, np.ones(5), np.zeros(5)), label="gamma and beta of 5 features for x with 4",
                           expect_error=(ValueError,), part=ADVICE))
         return cases
+
+    def tolerated(self, case, want):
+        """Every way of breaking the rules of the parts other than ``case``'s own."""
+        w = _array(want.value)
+        if w is None or len(case.args) != 3:
+            return []
+        own = self.RULE_OF_PART.get(self.part_of(case))
+        x, gamma, beta = (np.asarray(a, dtype=np.float64) for a in case.args)
+        eps = case.kwargs.get("eps", 1e-5)
+        axes = [rules for rule, rules in _LN_RULES.items() if rule != own]
+        fixed = [rules[0] for rule, rules in _LN_RULES.items() if rule == own]
+        results = []
+        for combo in itertools.product(*axes):
+            flags = {k: v for d in [*combo, *fixed] for k, v in d.items()}
+            value = _ln_rule_variant(x, gamma, beta, eps, **flags).astype(w.dtype)
+            if not layer_close(value, w, rtol=0, atol=0):
+                results.append(dataclasses.replace(want, value=value))
+        return results
 
     def diagnose(self, case, got, want):
         g = _array(got.value)

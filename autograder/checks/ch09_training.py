@@ -17,7 +17,9 @@ that a smoothing mistake costs that part only).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 
 import numpy as np
 
@@ -152,9 +154,22 @@ class MakeDecoderIO(Exercise):
 # --------------------------------------------------------------------------- noam_lr
 
 
-def _noam(step, d_model, warmup, factor=1.0, *, warm_exp=-1.5, d_exp=-0.5, use_min=True):
-    a, b = step ** -0.5, step * warmup ** warm_exp
-    return factor * d_model ** d_exp * (min(a, b) if use_min else max(a, b))
+def _noam(step, d_model, warmup, factor=1.0, *, warm_exp=-1.5, decay_exp=-0.5, d_exp=-0.5, branch="min"):
+    """A trusted rate with switches for the plausible mistakes: the warm-up exponent,
+    the decay exponent, the d_model exponent, and which branch is taken (``"min"``,
+    ``"max"``, ``"warm"``: the warm-up line only, ``"decay"``: the decay only)."""
+    a, b = step ** decay_exp, step * warmup ** warm_exp
+    chosen = {"min": min, "max": max, "warm": lambda a, b: b, "decay": lambda a, b: a}[branch](a, b)
+    return factor * d_model ** d_exp * chosen
+
+
+# The ways each of noam_lr's rules can be broken (:meth:`NoamLr.tolerated`): the
+# warm-up line's exponent (the warm-up part), the decay's exponent (the after-warm-up
+# part), which branch is taken and the d_model exponent (both parts state them).
+_NOAM_WARM = [dict(warm_exp=-1.5), dict(warm_exp=-1.0), dict(warm_exp=-0.5), dict(warm_exp=-2.5)]
+_NOAM_DECAY = [dict(decay_exp=-0.5), dict(decay_exp=-1.0), dict(decay_exp=-1.5)]
+_NOAM_D = [dict(d_exp=-0.5), dict(d_exp=0.0), dict(d_exp=0.5)]
+_NOAM_BRANCH = [dict(branch="min"), dict(branch="max"), dict(branch="warm"), dict(branch="decay")]
 
 
 @register
@@ -213,6 +228,33 @@ class NoamLr(Exercise):
                     "(ZeroDivisionError) and complex for negative steps.")
         return None
 
+    def tolerated(self, case, want):
+        """A case of one part accepts the rates made with another part's rule broken:
+        a warm-up case any decay (the decay part states it), an after-warm-up case any
+        warm-up line, a factor case any schedule times the factor (so a mistake in
+        either branch is not charged again to "the factor argument")."""
+        if not isinstance(want.value, float) or case.expect_error:
+            return []
+        warm, decay, factor, _ = self.parts
+        part = self.part_of(case)
+        step, d_model, warmup = case.args
+        f = case.kwargs.get("factor", 1.0)
+        if part == warm:
+            axes = [_NOAM_DECAY, [dict(branch="min"), dict(branch="warm")]]
+        elif part == decay:
+            axes = [_NOAM_WARM, [dict(branch="min"), dict(branch="decay")]]
+        elif part == factor:
+            axes = [_NOAM_WARM, _NOAM_DECAY, _NOAM_D, _NOAM_BRANCH]
+        else:
+            return []
+        values = []
+        for combo in itertools.product(*axes):
+            flags = {k: v for d in combo for k, v in d.items()}
+            value = float(_noam(step, d_model, warmup, f, **flags))
+            if value != want.value:
+                values.append(dataclasses.replace(want, value=value))
+        return values
+
     def diagnose(self, case, got, want):
         if isinstance(got.value, bool) or not isinstance(got.value, (int, float)):
             return "return a Python float (float(...)), not a tensor or an array."
@@ -221,11 +263,23 @@ class NoamLr(Exercise):
         variants = [
             ("during warm-up the rate is step · warmup_steps**-1.5, not warmup_steps**-1.",
              _noam(step, d_model, warmup, factor, warm_exp=-1.0)),
+            ("during warm-up the rate is step · warmup_steps**-1.5, not warmup_steps**-0.5: the line must "
+             "reach warmup_steps**-0.5 (the decay's value) exactly at step = warmup_steps.",
+             _noam(step, d_model, warmup, factor, warm_exp=-0.5)),
+            ("after warm-up the rate decays as step**-0.5 (the inverse square root of the step).",
+             _noam(step, d_model, warmup, factor, decay_exp=-1.0)),
             ("the d_model**-0.5 factor is missing.", _noam(step, d_model, warmup, factor, d_exp=0.0)),
             ("the scale is d_model**-0.5 (1/√d_model), not √d_model.", _noam(step, d_model, warmup, factor, d_exp=0.5)),
-            ("take the min of step**-0.5 and step · warmup_steps**-1.5, not the max.",
-             _noam(step, d_model, warmup, factor, use_min=False)),
-            ("the factor argument is not applied.", _noam(step, d_model, warmup, 1.0)),
+            # What the output shows, whatever the code (a max, or one branch only):
+            ("after warm-up your rate still follows the warm-up line step · warmup_steps**-1.5, which keeps "
+             "growing: the schedule is the smaller of step**-0.5 and step · warmup_steps**-1.5 (a min), so it "
+             "turns into the step**-0.5 decay at step = warmup_steps.",
+             _noam(step, d_model, warmup, factor, branch="warm")),
+            ("during warm-up your rate is already the decay step**-0.5: the schedule is the smaller of "
+             "step**-0.5 and step · warmup_steps**-1.5 (a min), which is the linear warm-up line until "
+             "step = warmup_steps.", _noam(step, d_model, warmup, factor, branch="decay")),
+            ("the factor argument is not applied: multiply the whole rate by factor.",
+             _noam(step, d_model, warmup, 1.0)),
         ]
         for hint, value in variants:
             if np.isclose(got.value, value, rtol=1e-7) and not np.isclose(value, want.value, rtol=1e-7):

@@ -240,12 +240,12 @@ def chapter_data(exercises: list[Exercise]) -> tuple[dict, dict[str, np.ndarray]
         ValueError: when a stored case would not decode to the same case (a value
             the format cannot carry), so a package never ships a check it cannot run.
     """
-    from ..checks.base import make_rng
+    from ..checks.base import draw_cases, make_rng
 
     arrays: dict[str, np.ndarray] = {}
     document = {"format": FORMAT, "exercises": {}}
     for exercise in exercises:
-        cases = exercise.cases(make_rng(False), False)
+        cases = draw_cases(exercise, make_rng(False), False)  # the visible set, the hidden set's probes included
         entries = []
         for case in cases:
             entry = {"fingerprint": fingerprint(case, exercise.kind), "case": encode_case(case, arrays),
@@ -258,10 +258,35 @@ def chapter_data(exercises: list[Exercise]) -> tuple[dict, dict[str, np.ndarray]
     return document, arrays
 
 
+def locked_cells(chapter: str) -> dict | None:
+    """The locked cells of the chapter's released notebook, as grading restores them
+    (nbgrader's locked cells): the setup cell's source (``grade_id`` ``setup``, else the
+    first code cell) and each test cell's points, by exercise. ``None`` when the chapter
+    has no source notebook here (a test's own chapter)."""
+    from ..book import source_notebook
+    from .notebook import cell_source, read_notebook
+
+    try:
+        nb = read_notebook(source_notebook(chapter))
+    except ValueError:
+        return None
+    code = [c for c in nb["cells"] if c.get("cell_type") == "code"]
+    meta = [(c.get("metadata") or {}).get("nbgrader") or {} for c in code]
+    setup = next((c for c, m in zip(code, meta) if m.get("grade_id") == "setup"), code[0] if code else None)
+    tests = {str(m["grade_id"])[len("test_"):]: float(m.get("points", 0) or 0)
+             for m in meta if m.get("grade") and str(m.get("grade_id", "")).startswith("test_")}
+    return {"setup": cell_source(setup) if setup is not None else "", "tests": tests}
+
+
 def write_chapter(folder: Path, chapter: str, exercises: list[Exercise]) -> list[Path]:
-    """Write ``folder/<chapter>.json`` and ``folder/<chapter>.npz``; return both paths."""
+    """Write ``folder/<chapter>.json`` and ``folder/<chapter>.npz``; return both paths.
+    The JSON also holds the chapter notebook's locked cells (:func:`locked_cells`), which
+    ``check`` runs in place of a notebook's own copies, as grading does."""
     document, arrays = chapter_data(exercises)
     document["chapter"] = chapter
+    locked = locked_cells(chapter)
+    if locked is not None:
+        document["locked"] = locked
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     json_path, npz_path = folder / f"{chapter}.json", folder / f"{chapter}.npz"
@@ -285,6 +310,8 @@ class ExpectedStore(Precomputed):
         self._entries: dict[str, dict] = {}
         self._arrays: dict[str, Any] = {}
         self.chapters: dict[str, list[str]] = {}
+        #: chapter -> the released notebook's locked cells (:func:`locked_cells`)
+        self.locked: dict[str, dict] = {}
         self.replays: dict[str, tuple[Any, dict]] = {}  # call_key -> (encoded result, arrays)
         for json_path in sorted(self.folder.glob("*.json")):
             document = json.loads(json_path.read_text(encoding="utf-8"))
@@ -300,6 +327,8 @@ class ExpectedStore(Precomputed):
                 arrays = {key: npz[key] for key in npz.files}
             chapter = document["chapter"]
             self.chapters[chapter] = list(document["exercises"])
+            if isinstance(document.get("locked"), dict):
+                self.locked[chapter] = document["locked"]
             for name, entry in document["exercises"].items():
                 self._entries[name] = entry
                 self._arrays[name] = arrays

@@ -13,18 +13,29 @@ edition the setup cell's :func:`autograder.student.require_chapter` installs
 * a later cell that needs a name such a cell did not get to define (a ``NameError``
   for it) stops the same way, naming the same exercise;
 * ``solutions.<name>`` of an exercise whose cell has not run (``NotReleased``) says so
-  in one line.
+  in one line;
+* a demonstration cell that uses an exercise whose visible check ran in this kernel and
+  did not pass (``solutions.<name>`` is the student's answer in a student edition) does
+  not run: it prints one line naming the exercise and its score, and counts as run. It
+  would show the answer's numbers where the prose explains the reference's, fail on an
+  assertion about them, or train a model for minutes on a wrong layer; once the check
+  passes, the cell runs;
+* after such a stop, a later cell that fails (it may need what the stopped cell would
+  have computed: a trained model, a table) says so in one line naming the same
+  exercise, until that exercise's check passes.
 
 Every other exception is shown as IPython always shows it, and the cell fails. The
-visible check cells are untouched: a blank exercise's check still fails (nbgrader
-grades a failing test cell 0). Outside IPython (``python -m autograder check``, the
-grading sandbox) nothing is installed.
+visible check cells and the exercise cells are never stopped: a blank or wrong
+exercise's check still fails (nbgrader grades a failing test cell 0). Outside IPython
+(``python -m autograder check``, the grading sandbox) nothing is installed.
 """
 from __future__ import annotations
 
 import ast
 
-__all__ = ["UnfinishedGuard", "install", "exercise_labels", "bound_names"]
+from ..checks.base import CheckFailure, NOT_IMPLEMENTED, last_verdict
+
+__all__ = ["UnfinishedGuard", "install", "exercise_labels", "bound_names", "exercises_used"]
 
 
 def bound_names(source: str) -> set[str]:
@@ -61,6 +72,37 @@ def bound_names(source: str) -> set[str]:
     return names
 
 
+def exercises_used(source: str, names) -> tuple[list[str], bool]:
+    """The exercises of ``names`` that a cell uses (a name it reads, or an attribute such
+    as ``solutions.<name>``), in ``names``' order; and whether the cell is one of the
+    exercise's own: it defines an exercise (a solution cell) or calls ``check`` (a test
+    cell), which are never stopped.
+
+    Args:
+        source: the cell's code, as IPython transformed it.
+        names: the exercise names, in the notebook's order.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return [], True
+    wanted = set(names)
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in wanted:
+            return [], True
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if called == "check":
+                return [], True
+        if isinstance(node, ast.Name) and node.id in wanted and isinstance(node.ctx, ast.Load):
+            used.add(node.id)
+        elif isinstance(node, ast.Attribute) and node.attr in wanted and isinstance(node.ctx, ast.Load):
+            used.add(node.attr)
+    return [n for n in names if n in used], False
+
+
 class UnfinishedGuard:
     """IPython hooks that turn a blank exercise's ``NotImplementedError`` into one line.
 
@@ -76,15 +118,18 @@ class UnfinishedGuard:
         self.stopped: BaseException | None = None
         #: name a stopped cell did not get to define -> the exercise that stopped it
         self.waiting: dict[str, str] = {}
+        #: exercises that stopped a cell, in the order they did
+        self.halted: list[str] = []
 
     def install(self) -> None:
         """Register the exception handler and the two cell events (idempotent per shell)."""
         old = getattr(self.shell, "_transformer_book_guard", None)
         if old is not None:
             old.uninstall()
-        self.shell.set_custom_exc((NotImplementedError, NameError, AttributeError), self._handle)
+        self.shell.set_custom_exc((Exception,), self._handle)
         self.shell.events.register("pre_run_cell", self._pre_run_cell)
         self.shell.events.register("post_run_cell", self._post_run_cell)
+        self.shell.input_transformers_post.append(self._skip_unready)
         self.shell._transformer_book_guard = self
 
     def uninstall(self) -> None:
@@ -95,7 +140,56 @@ class UnfinishedGuard:
                 self.shell.events.unregister(event, callback)
             except ValueError:
                 pass
+        if self._skip_unready in self.shell.input_transformers_post:
+            self.shell.input_transformers_post.remove(self._skip_unready)
         self.shell._transformer_book_guard = None
+
+    # ---- a demonstration of an answer that does not pass its check ---------------------
+    def unready(self, name: str) -> str | None:
+        """The one line for a cell that uses exercise ``name``, whose check ran in this
+        kernel and did not pass; ``None`` when it passed or has not run here."""
+        report = last_verdict(name)
+        if report is None or report.passed:
+            return None
+        label = self.labels[name]
+        if all(p.message == NOT_IMPLEMENTED for p in report.parts if not p.earned) and report.score == 0:
+            return (f"⏸ {label} (`{name}`) is not written yet, so this cell stops here: write it, run its "
+                    "cell and its check, then run this cell again.")
+        return (f"⏸ This cell runs on your {label} (`{name}`), whose check does not pass yet "
+                f"({_num(report.score)}/{_num(report.max_score)} points), so it stops here: fix it, run its "
+                "check, then run this cell again.")
+
+    def _skip_unready(self, lines: list[str]) -> list[str]:
+        """IPython input transformer: a cell that uses an exercise whose check did not pass
+        becomes a ``print`` of the one line saying so (:meth:`unready`); the names it would
+        have bound are remembered, so that a later cell needing one says why it is missing."""
+        source = "".join(lines)
+        used, own = exercises_used(source, list(self.labels))
+        if own:
+            return lines
+        for name in used:
+            line = self.unready(name)
+            if line is not None:
+                for missing in bound_names(source):
+                    if missing not in self.shell.user_ns:
+                        self.waiting[missing] = name
+                if name not in self.halted:
+                    self.halted.append(name)
+                return [f"print({line!r})\n"]
+        return lines
+
+    def after_halt(self, error: BaseException) -> tuple[str, str] | None:
+        """A cell that failed after an exercise stopped an earlier one (and still does not
+        pass its check, or has not been checked since): the exercise, and one line."""
+        if isinstance(error, CheckFailure):
+            return None
+        for name in self.halted:
+            report = last_verdict(name)
+            if report is None or not report.passed:
+                return name, (f"⏸ This cell failed ({type(error).__name__}) after {self.labels[name]} (`{name}`) "
+                              "stopped an earlier cell whose results it may need: finish that exercise, then run "
+                              "the cells from there again.")
+        return None
 
     # ---- what stopped the cell -------------------------------------------------------
     def blank_exercise(self, error: BaseException, tb) -> str | None:
@@ -136,7 +230,7 @@ class UnfinishedGuard:
             name = self.waiting[missing]
             return name, (f"⏸ `{missing}` comes from a cell that stopped at {self.labels[name]} (`{name}`): "
                           "write that exercise, then run the cells from there again.")
-        return None
+        return self.after_halt(error)
 
     # ---- IPython hooks -----------------------------------------------------------------
     def _pre_run_cell(self, info) -> None:
@@ -149,6 +243,8 @@ class UnfinishedGuard:
             shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
             return None
         name, line = stopped_by
+        if name not in self.halted and self.blank_exercise(value, tb) is not None:
+            self.halted.append(name)  # a blank exercise stopped work that later cells may need
         try:
             source = shell.transform_cell(self.cell)
         except Exception:  # noqa: BLE001 - a cell IPython cannot transform binds nothing we can see
@@ -202,3 +298,8 @@ def exercise_labels(chapters) -> dict[str, str]:
         for k, exercise in enumerate(exercises_of(chapter), start=1):
             labels[exercise.name] = f"Exercise {number}.{k}"
     return labels
+
+
+def _num(x: float) -> str:
+    x = round(float(x), 4)
+    return str(int(x)) if x == int(x) else f"{x:g}"

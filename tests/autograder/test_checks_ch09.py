@@ -151,8 +151,11 @@ def test_noam_accepting_step_zero_loses_only_the_named_error():
            "step < 1")
 
 
-def test_noam_with_a_wrong_warmup_power_keeps_the_decay_and_names_the_power():
-    partly("noam_lr", make_noam(warm_exp=-1.0), [DECAY, STEP_ERROR], [WARM, FACTOR], "warmup_steps**-1.5")
+def test_noam_with_a_wrong_warmup_power_keeps_the_decay_and_the_factor_and_names_the_power():
+    # The factor part's warm-up cases accept any warm-up line times the factor: the
+    # power is charged to the warm-up part once.
+    partly("noam_lr", make_noam(warm_exp=-1.0), [DECAY, FACTOR, STEP_ERROR], [WARM], "warmup_steps**-1.5")
+    partly("noam_lr", make_noam(warm_exp=-0.5), [DECAY, FACTOR, STEP_ERROR], [WARM], "not warmup_steps**-0.5")
 
 
 def test_noam_ignoring_the_factor_loses_only_the_factor():
@@ -290,3 +293,15 @@ def test_loss_in_float64_passes_with_a_note():
 
     report = accepted("label_smoothed_cross_entropy", with_gather)
     assert any("float64 where the reference returns float32" in note for note in report.notes), report.notes
+
+
+def test_noam_with_the_warmup_line_only_loses_the_decay_with_a_hint_about_what_it_returns():
+    """No max in this code: the hint says what the rate does after warm-up, not "take the
+    min, not the max"; the factor part (cases after warm-up too) is not charged again."""
+    def warmup_only(step, d_model, warmup_steps, factor=1.0):
+        if step < 1:
+            raise ValueError("step must be >= 1")
+        return factor * d_model ** -0.5 * step * warmup_steps ** -1.5
+
+    report = partly("noam_lr", warmup_only, [WARM, FACTOR, STEP_ERROR], [DECAY], "still follows the warm-up line")
+    assert "not the max" not in report.render("noam_lr")

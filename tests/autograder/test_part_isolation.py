@@ -22,7 +22,7 @@ import torch.nn as nn
 
 import solutions
 from autograder.checks import get_exercise, load_all
-from autograder.checks.base import check_report
+from autograder.checks.base import check_report, draw_cases, run_cases
 from autograder.checks.ch02_tokens_and_embeddings import _bpe, _merge
 from autograder.checks.ch10_inference import beam_variant, greedy_variant
 from autograder.sync import solution_cell_source
@@ -285,6 +285,60 @@ class TransformerCopiesSharedEmbeddings(solutions.Transformer):
             self.generator.weight = nn.Parameter(shared.detach().clone())
 
 
+def layer_norm_eps_on_std(x, gamma, beta, eps=1e-5):
+    x = np.asarray(x, dtype=np.float64)
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) / (x.std(-1, keepdims=True) + eps) * gamma + beta  # ε added to the standard deviation
+
+
+def layer_norm_unbiased(x, gamma, beta, eps=1e-5):
+    x = np.asarray(x, dtype=np.float64)
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) * gamma + beta
+
+
+def layer_norm_gamma_beta_swapped(x, gamma, beta, eps=1e-5):
+    return solutions.layer_norm(x, beta, gamma, eps)
+
+
+def layer_norm_axis_one(x, gamma, beta, eps=1e-5):
+    """Written for matrices: axis=1 is the last axis of a (T, d) input only."""
+    mean = x.mean(axis=1, keepdims=True)
+    var = x.var(axis=1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def relative_position_minus_k(k, d_model):
+    """Each block [[cos, -sin], [sin, cos]]: the rotation by -k."""
+    return solutions.relative_position_matrix(k, d_model).T
+
+
+def noam_warmup_exponent_half(step, d_model, warmup_steps, factor=1.0):
+    if step < 1:
+        raise ValueError("step must be >= 1")
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)
+
+
+def noam_warmup_branch_only(step, d_model, warmup_steps, factor=1.0):
+    if step < 1:
+        raise ValueError("step must be >= 1")
+    return factor * d_model ** -0.5 * step * warmup_steps ** -1.5
+
+
+class MultiHeadAttentionMinusInf(solutions.MultiHeadAttention):
+    """masked_fill(-inf) + softmax: NaN for a query whose keys are all masked."""
+
+    def forward(self, query, key, value, mask=None):
+        q = solutions.split_heads(self.w_q(query), self.num_heads)
+        k = solutions.split_heads(self.w_k(key), self.num_heads)
+        v = solutions.split_heads(self.w_v(value), self.num_heads)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        self.attn_weights = torch.softmax(scores, dim=-1)
+        return self.w_o(solutions.merge_heads(self.attn_weights @ v))
+
+
 BROKEN = [
     ("rnn_forward", 1, rnn_forward_zero_h0),
     ("learn_bpe", 0, learn_bpe_per_word),
@@ -331,6 +385,14 @@ BROKEN = [
     ("merge_heads", 1, merge_heads_without_transpose),
     ("decoder_mask", 0, decoder_mask_ints),
     ("layer_norm", 2, layer_norm_fixed_eps),
+    ("layer_norm", 2, layer_norm_eps_on_std),
+    ("layer_norm", 0, layer_norm_unbiased),
+    ("layer_norm", 1, layer_norm_gamma_beta_swapped),
+    ("layer_norm", 3, layer_norm_axis_one),
+    ("relative_position_matrix", 0, relative_position_minus_k),
+    ("noam_lr", 0, noam_warmup_exponent_half),
+    ("noam_lr", 1, noam_warmup_branch_only),
+    ("MultiHeadAttention", 2, MultiHeadAttentionMinusInf),
     ("label_smoothed_cross_entropy", 2, label_smoothing_default_pad),
     ("label_smoothed_cross_entropy", 1, label_smoothing_ignored),
     ("count_parameters", 1, count_parameters_with_frozen),
@@ -551,3 +613,346 @@ def test_the_student_package_names_a_failing_dependency_only_when_the_answer_cal
     finally:
         use_precomputed(None)
         globals().pop("causal_mask", None)
+
+
+# --------------------------------------------------------------------------- a slip in one method
+
+POSITIONAL_ENCODING_TYPO = '''
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.register_buffer("pe", torch.tensor(sinusoidal_positional_encoding(max_len, d_model),
+                                                dtype=torch.float32))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("the sequence is longer than max_len")
+        return self.dropuot(x + self.pe[: x.size(1)])
+'''
+
+
+def test_a_typo_in_forward_keeps_the_part_that_only_builds_the_module():
+    """``self.dropuot`` in forward: the buffer part (judged on the constructor alone)
+    and the length check (raised before the typo) are earned; the message of the
+    answer's own AttributeError is shown, in hidden feedback too (Python's words,
+    names only)."""
+    ns = notebook_namespace({"nn": nn, "torch": torch,
+                             "sinusoidal_positional_encoding": solutions.sinusoidal_positional_encoding},
+                            POSITIONAL_ENCODING_TYPO)
+    want = {part("PositionalEncoding", 1), part("PositionalEncoding", 2)}
+    for hidden, seed in [(False, None)] + [(True, s) for s in HIDDEN_SEEDS]:
+        lost, text = lost_parts("PositionalEncoding", ns["PositionalEncoding"], hidden, seed)
+        assert lost == want, text
+        assert "'PositionalEncoding' object has no attribute 'dropuot'" in text, text
+
+
+def test_hidden_feedback_shows_pythons_message_on_a_slip_but_not_the_answers_own_text():
+    """``np.linalg.nrom`` is Python's message about a name: shown for hidden cases. A
+    message the answer wrote itself (here quoting its input) is not."""
+    def cosine_typo(a, b):
+        return float(np.dot(a, b) / (np.linalg.nrom(a) * np.linalg.norm(b)))
+
+    def cosine_leaks(a, b):
+        raise TypeError(f"{np.asarray(a).tolist()}")
+
+    exercise = get_exercise("cosine_similarity")
+    cases = draw_cases(exercise, np.random.default_rng(1), hidden=True)
+    text = run_cases(exercise, cosine_typo, cases, hidden=True).render("cosine_similarity")  # the grader's judging
+    assert "module 'numpy.linalg' has no attribute 'nrom'" in text, text
+    text = run_cases(exercise, cosine_leaks, cases, hidden=True).render("cosine_similarity")
+    assert "its message is not shown" in text and "[0." not in text and "[1." not in text, text
+
+
+@pytest.mark.parametrize("raised, shown", [
+    ({"type": "NameError", "message": "name 'nrom' is not defined"}, True),
+    ({"type": "NameError", "message": "name 'nrom' is not defined. Did you mean: 'norm'?"}, True),
+    ({"type": "AttributeError", "message": "'Tensor' object has no attribute 'tranpose'. Did you mean: 'transpose'?"},
+     True),
+    ({"type": "AttributeError", "message": "module 'torch' has no attribute 'wher'"}, True),
+    ({"type": "TypeError", "message": "forward() missing 1 required positional argument: 'mask'"}, True),
+    ({"type": "TypeError", "message": "unsupported operand type(s) for +: 'Tensor' and 'str'"}, True),
+    ({"type": "TypeError", "message": "[0.25, 1.5]"}, False),
+    ({"type": "AttributeError", "message": "'x' object has no attribute '0.123'"}, False),
+    ({"type": "ValueError", "message": "name 'nrom' is not defined"}, False),
+    ({"type": "NameError", "message": "name 'a' is not defined; x = [1.5, 2.5]"}, False),
+])
+def test_only_pythons_own_messages_about_names_count_as_a_slip(raised, shown):
+    from autograder.checks.base import own_code_message
+
+    assert own_code_message(raised) is shown
+
+
+MHA_CALLING_HEADS = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        self.num_heads = num_heads
+        self.w_q, self.w_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.w_v, self.w_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.attn_weights = None
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.w_q(query), self.num_heads)
+        k = split_heads(self.w_k(key), self.num_heads)
+        v = split_heads(self.w_v(value), self.num_heads)
+        self.attn_weights = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask)
+        return self.w_o(merge_heads(self.dropout(self.attn_weights) @ v))
+'''
+
+
+def test_the_student_package_names_a_failing_dependency_only_when_it_can_explain_the_failure(tmp_path):
+    """A typo in MultiHeadAttention's own forward (``self.dropuot``) is not "fix
+    split_heads first", even though split_heads is wrong and called; an answer
+    whose only mistake is the wrong split_heads it calls gets the note."""
+    from autograder.checks import exercises_of
+    from autograder.checks.base import use_precomputed
+    from autograder.student.expected import ExpectedStore, write_chapter
+
+    def split_heads(x, num_heads):  # wrong: heads taken from the wrong axis order
+        B, T, d = x.shape
+        return x.reshape(B, num_heads, T, d // num_heads)
+
+    write_chapter(tmp_path, "05_multi_head_attention", exercises_of("05_multi_head_attention"))
+    names = {"math": math, "nn": nn, "torch": torch, "split_heads": split_heads,
+             "merge_heads": solutions.merge_heads, "masked_softmax": solutions.masked_softmax}
+    typo = notebook_namespace(names, MHA_CALLING_HEADS.replace("self.dropout(self.attn", "self.dropuot(self.attn"))
+    calling = notebook_namespace(names, MHA_CALLING_HEADS)
+    try:
+        use_precomputed(ExpectedStore(tmp_path))
+        for ns, noted in ((typo, False), (calling, True)):
+            report = check_report("MultiHeadAttention", ns["MultiHeadAttention"])
+            assert not report.passed
+            text = report.render("MultiHeadAttention")
+            assert any("fix `split_heads` first" in n for n in report.notes) == noted, text
+            # never a lower number alone: the score shown is labelled as the grade's lower bound
+            assert ("points now; when graded, at least" in text.splitlines()[0]) == noted, text
+    finally:
+        use_precomputed(None)
+
+
+# --------------------------------------------------------------------------- visible = hidden
+
+
+@pytest.mark.parametrize("name", sorted(load_all()))
+def test_every_probe_of_the_hidden_check_is_in_the_visible_check(name):
+    """Derived from the case labels and parts of each exercise: every hidden case whose
+    label is fixed text (a probe such as "a query whose keys are all masked", the same
+    in every draw) has a visible case of the same label and part, so the visible check
+    decides every rule the hidden check decides; the other hidden cases are fresh draws
+    ("random x (3, 5)") of parts the visible check has cases of."""
+    from autograder.checks.base import make_rng, visible_cases
+
+    exercise = get_exercise(name)
+    visible = {(c.label, exercise.part_of(c)) for c in visible_cases(exercise)}
+    draws = [draw_cases(exercise, np.random.default_rng(seed), hidden=True) for seed in (1, 2, 3, 4)]
+    fixed = set.intersection(*({c.label for c in draw} for draw in draws))  # a label of drawn values varies
+    first = draws[0]
+    probes = {(c.label, exercise.part_of(c)) for c in first if c.label in fixed}
+    assert probes <= visible, sorted(probes - visible)
+    assert {exercise.part_of(c) for c in first} <= {p for _, p in visible}
+    assert [c.label for c in draw_cases(exercise, make_rng(False), False)] == [c.label for c in visible_cases(exercise)]
+
+
+def test_the_stored_visible_checks_hold_the_hidden_probes(tmp_path):
+    """The student package stores the visible set with the hidden probes (chapter 5's
+    fully masked query), so a wheel's check decides them as the grade does."""
+    from autograder.checks import exercises_of
+    from autograder.student.expected import ExpectedStore, write_chapter
+
+    write_chapter(tmp_path, "05_multi_head_attention", exercises_of("05_multi_head_attention"))
+    labels = [c.label for c in ExpectedStore(tmp_path).cases("MultiHeadAttention")]
+    assert "a query whose keys are all masked (its weights must be 0, not NaN)" in labels
+    assert "cross-attention with a random (B, h, T_q, T_k) per head mask" in labels
+
+
+WHEEL_ROWS = {
+    "07_add_and_norm": [("layer_norm", "layer_norm_unbiased"), ("layer_norm", "layer_norm_eps_on_std"),
+                        ("layer_norm", "layer_norm_gamma_beta_swapped")],
+    "09_training": [("noam_lr", "noam_warmup_exponent_half"), ("noam_lr", "noam_warmup_branch_only")],
+    "03_positional_encoding": [("relative_position_matrix", "relative_position_minus_k")],
+}
+
+WHEEL_SCRIPT = """
+import json, math, sys
+import numpy as np
+import torch
+from autograder.checks.base import check_report
+import solutions  # the wheel's: this chapter's answers are withheld, earlier ones shipped
+{sources}
+rows = json.loads(sys.argv[1])
+print(json.dumps({{fn: sorted(p.name for p in check_report(name, globals()[fn]).parts if not p.earned)
+                   for name, fn in rows}}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", sorted(WHEEL_ROWS))
+def test_the_wheels_visible_check_charges_the_same_single_part(chapter, tmp_path):
+    """The student package judges from stored results and has no reference to compute
+    what another part's broken rule gives: those results are recorded at release
+    (:mod:`autograder.student.hints`), so in a fresh environment with only the wheel the
+    visible check loses exactly the part the mistake breaks, as the grader does."""
+    import inspect
+    import json
+    import subprocess
+
+    from autograder.release import release
+    from student_env import make_env
+
+    done = release(tmp_path / "release", [chapter], package=True)
+    python, _, work, env = make_env(tmp_path / "student", done.package.wheel)
+    rows = WHEEL_ROWS[chapter]
+    sources = "\n".join(inspect.getsource(globals()[fn]).replace("solutions.", "_reference_") for _, fn in rows)
+    script = WHEEL_SCRIPT.format(sources=sources)
+    # The mistakes are written against the reference: give the script the repository's
+    # reference as plain functions of its own (the wheel does not hold this chapter's).
+    refs = {"layer_norm": solutions.layer_norm, "relative_position_matrix": solutions.relative_position_matrix}
+    prelude = "\n".join(inspect.getsource(f).replace(f"def {n}(", f"def _reference_{n}(")
+                        for n, f in refs.items())
+    proc = subprocess.run([str(python), "-c", prelude + "\n" + script, json.dumps(rows)], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lost = json.loads(proc.stdout.strip().splitlines()[-1])
+    index = {fn: i for n, i, a in BROKEN for fn in [getattr(a, "__name__", "")] if fn}
+    for name, fn in rows:
+        assert lost[fn] == [part(name, index[fn])], (fn, lost[fn])
+
+
+FFN_WITHOUT_DROPOUT = '''
+class PositionwiseFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(torch.relu(self.linear1(x)))  # dropout forgotten
+'''
+
+ENCODER_LAYER_WITHOUT_MASK = '''
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x, src_mask=None):
+        src_mask = None  # the mask never reaches the attention
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.dropout1(self.self_attn(h, h, h, src_mask))
+            return x + self.dropout2(self.feed_forward(self.norm2(x)))
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, src_mask)))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+'''
+
+
+def test_a_regrade_that_scores_no_more_says_so_as_the_prompt_promises():
+    """7.4's prompt: when the student's PositionwiseFeedForward fails its check, EncoderLayer
+    is graded again with the reference in its place "and the feedback says so". Here the
+    regrade scores no more (the lost part is the encoder layer's own mask): a note says
+    that, and names no dependency to fix first."""
+    ns = notebook_namespace({"nn": nn, "torch": torch, "MultiHeadAttention": solutions.MultiHeadAttention},
+                            FFN_WITHOUT_DROPOUT, ENCODER_LAYER_WITHOUT_MASK)
+    assert not check_report("PositionwiseFeedForward", ns["PositionwiseFeedForward"]).passed
+    report = check_report("EncoderLayer", ns["EncoderLayer"])
+    assert {p.name for p in report.parts if not p.earned} == {part("EncoderLayer", 2)}, report.render("EncoderLayer")
+    assert any("graded again with the reference `PositionwiseFeedForward` in its place it scored no more" in n
+               for n in report.notes), report.notes
+    assert not any("first" in n for n in report.notes), report.notes
+
+
+class MultiHeadAttentionInvertedMask(MultiHeadAttentionMinusInf):
+    """True = blocked (torch.nn.MultiheadAttention's convention), filled with -inf."""
+
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, value, None if mask is None else ~mask)
+
+
+def test_an_inverted_mask_is_named_as_inverted_polarity_not_as_a_nan_problem():
+    """The NaN rows of an inverted mask with -inf are the queries whose keys were all
+    allowed: the hint names the polarity (adding nan_to_num would not fix it)."""
+    for hidden, seed in [(False, None), (True, 1)]:
+        report = check_report("MultiHeadAttention", MultiHeadAttentionInvertedMask, hidden=hidden, seed=seed)
+        text = report.render("MultiHeadAttention")
+        assert {p.name for p in report.parts if not p.earned} == {part("MultiHeadAttention", 2)}, text
+        assert "mask polarity inverted" in text and "needs masked_softmax (zeros, not NaN)" not in text, text
+
+
+LAYER_NORM_UNBIASED = '''
+def layer_norm(x, gamma, beta, eps=1e-5):
+    mean = x.mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(axis=-1, ddof=1, keepdims=True) + eps) * gamma + beta
+'''
+
+NOAM_WARMUP_HALF = '''
+def noam_lr(step, d_model, warmup_steps, factor=1.0):
+    if step < 1:
+        raise ValueError("step must be >= 1")
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)
+'''
+
+RELATIVE_MINUS_K = '''
+def relative_position_matrix(k, d_model):
+    M = np.zeros((d_model, d_model))
+    for i in range(d_model // 2):
+        theta = k / 10000 ** (2 * i / d_model)
+        M[2 * i: 2 * i + 2, 2 * i: 2 * i + 2] = [[math.cos(theta), -math.sin(theta)],
+                                                 [math.sin(theta), math.cos(theta)]]
+    return M
+'''
+
+
+@pytest.mark.slow
+def test_the_sandboxed_grader_charges_the_new_mistakes_one_part_and_shows_pythons_message(tmp_path, needs_sandbox):
+    """The rows of issue 38 through the real grader (hidden cases, the sandbox's redaction):
+    each loses exactly its part, and the typo's AttributeError is shown in the feedback."""
+    from check_helpers import grade_in_sandbox
+
+    imports = "import math\nimport numpy as np\nimport torch\nimport torch.nn as nn\n"
+    scores = grade_in_sandbox("07_add_and_norm", tmp_path / "ch07", layer_norm=imports + LAYER_NORM_UNBIASED)
+    assert _lost(scores["layer_norm"]) == {part("layer_norm", 0)}, scores["layer_norm"]
+    scores = grade_in_sandbox("09_training", tmp_path / "ch09", noam_lr=imports + NOAM_WARMUP_HALF)
+    assert _lost(scores["noam_lr"]) == {part("noam_lr", 0)}, scores["noam_lr"]
+    scores = grade_in_sandbox("03_positional_encoding", tmp_path / "ch03",
+                              relative_position_matrix=imports + RELATIVE_MINUS_K,
+                              PositionalEncoding=imports + POSITIONAL_ENCODING_TYPO)
+    assert _lost(scores["relative_position_matrix"]) == {part("relative_position_matrix", 0)}
+    pe = scores["PositionalEncoding"]
+    assert _lost(pe) == {part("PositionalEncoding", 1), part("PositionalEncoding", 2)}, pe
+    assert "has no attribute 'dropuot'" in str(pe), pe
+
+
+@pytest.mark.slow
+def test_check_runs_the_released_locked_cells_as_grading_does(tmp_path):
+    """A notebook of an earlier release: its setup cell imports a module since moved, and a
+    test cell's points were edited. ``python -m autograder check`` runs the wheel's own copy
+    of the released setup and test cells (as grading restores locked cells), so it scores
+    the notebook as the grade will, not 0 for the old import."""
+    import subprocess
+
+    import nbformat
+
+    from autograder.release import release
+    from student_env import filled, make_env, nbgrader_meta
+
+    chapter = "04_self_attention"
+    out = tmp_path / "release"
+    done = release(out, [chapter], package=True)
+    python, _, work, env = make_env(tmp_path / "student", done.package.wheel)
+    nb = filled(out / chapter / f"{chapter}.ipynb")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    code[0].source = "import solutions.data  # last release's module, moved since\n" + code[0].source
+    for cell in code:
+        if nbgrader_meta(cell).get("grade_id") == "test_softmax":
+            cell.metadata["nbgrader"]["points"] = 99  # a locked cell edited: the release's points count
+    nbformat.write(nb, str(work / "old.ipynb"))
+    proc = subprocess.run([str(python), "-m", "autograder", "check", "old.ipynb"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 of 3 exercises pass the visible checks" in proc.stdout and "/99" not in proc.stdout, proc.stdout

@@ -130,3 +130,53 @@ def test_bound_names_reads_the_top_level_bindings_of_a_cell():
               "def f():\n    inner = 1\nclass C:\n    attr = 2\nsquares = [k * k for k in range(3)]\n")
     assert bound_names(source) == {"np", "root", "os", "x", "y", "z", "i", "acc", "fh", "flag", "f", "C", "squares"}
     assert bound_names("def broken(:\n") == set()
+
+
+WRONG_SOFTMAX = '''
+import numpy as np
+
+def softmax(x, axis=-1):
+    e = np.exp(x)  # overflows at 1e4, and over axis 0 only
+    return e / e.sum(axis=0, keepdims=True)
+'''
+RIGHT_SOFTMAX = '''
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+'''
+CHECK_SOFTMAX = 'from autograder import check\ncheck("softmax", softmax)\n'
+DEMO = "weights = softmax(np.array([[1.0, 2.0], [3.0, 5.0]]))\nassert np.allclose(weights.sum(-1), 1)\n"
+
+
+def test_a_demonstration_of_an_answer_that_fails_its_check_stops_with_one_line_until_it_passes():
+    """The demonstration runs on the student's answer: while its check does not pass, the
+    cell prints one line naming the exercise and its score (no AssertionError about the
+    answer's numbers, no minutes of training on a wrong layer); a later cell needing
+    what it would have defined says so; once the check passes, the cell runs."""
+    runs, defined = run([WRONG_SOFTMAX, CHECK_SOFTMAX, DEMO, "print(weights.shape)\n",
+                         RIGHT_SOFTMAX, CHECK_SOFTMAX, DEMO, "print(weights.shape)\n"], names=("weights",))
+    assert "softmax" in runs[1]["out"]  # the check cell itself ran and reported
+    assert runs[2]["success"] and runs[2]["out"].count("\n") == 1, runs[2]
+    assert runs[2]["out"].startswith("⏸ This cell runs on your Exercise 4.1 (`softmax`), whose check does not pass "
+                                     "yet ("), runs[2]
+    assert runs[3]["success"] and "`weights` comes from a cell that stopped at Exercise 4.1" in runs[3]["out"]
+    assert runs[5]["success"] and runs[6]["success"] and runs[6]["out"] == ""
+    assert runs[7]["out"] == "(2, 2)\n" and defined == ["weights"]
+
+
+def test_a_blank_exercise_checked_stops_its_demonstrations_and_the_check_cell_still_fails():
+    runs, _ = run([BLANK_SOFTMAX, CHECK_SOFTMAX, "import numpy as np\n" + DEMO])
+    assert not runs[1]["success"] and runs[1]["error"] == "CheckFailure"  # nbgrader grades it 0
+    assert runs[2]["success"] and "Exercise 4.1 (`softmax`) is not written yet" in runs[2]["out"]
+
+
+def test_a_cell_failing_after_a_stopped_one_names_the_exercise_in_one_line():
+    """A half-done chapter never fails later than its guard: the model a stopped cell
+    would have trained exists (untrained), and the cell that measures it fails; it says
+    which exercise stopped the work it needs."""
+    runs, _ = run([BLANK_SOFTMAX, "model = {'trained': False}\n",
+                   "import numpy as np\nmodel['trained'] = softmax(np.ones(3)) is not None\n",
+                   "assert model['trained'], 'the model did not learn'\n"])
+    assert runs[2]["success"] and "is not written yet" in runs[2]["out"]
+    assert runs[3]["success"] and runs[3]["out"].count("\n") == 1
+    assert "failed (AssertionError) after Exercise 4.1 (`softmax`) stopped an earlier cell" in runs[3]["out"]
