@@ -32,7 +32,7 @@ from .model import (
     Transformer, TransformerConfig, ConfigError, count_parameters, PAPER_CONFIGS, PAPER_VOCAB_SIZE,
     PAPER_PARAMETERS, paper_parameter_count,
 )
-from .training import make_decoder_io, noam_lr, label_smoothed_cross_entropy  # chapter 9
+from .training import make_decoder_io, noam_lr, label_smoothed_cross_entropy, label_smoothing_floor  # chapter 9
 from .kv_cache import IncrementalDecoder  # chapter 10
 from .decoding import greedy_decode, beam_search  # chapter 10
 from .translation import translate  # chapter 10 (not an exercise)
@@ -46,6 +46,6 @@ __all__ = [
     "decoder_mask", "masked_softmax", "layer_norm", "PositionwiseFeedForward", "ResidualSublayer",
     "EncoderLayer", "DecoderLayer", "Transformer", "TransformerConfig", "ConfigError", "count_parameters",
     "PAPER_CONFIGS", "PAPER_VOCAB_SIZE", "PAPER_PARAMETERS", "paper_parameter_count", "make_decoder_io", "noam_lr",
-    "label_smoothed_cross_entropy", "IncrementalDecoder", "greedy_decode", "beam_search",
+    "label_smoothed_cross_entropy", "label_smoothing_floor", "IncrementalDecoder", "greedy_decode", "beam_search",
     "translate",
 ]

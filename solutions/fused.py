@@ -156,7 +156,7 @@ class FusedMultiHeadAttention(MultiHeadAttention):
             _check_mask(mask, (q.size(0), self.num_heads, q.size(2), k.size(2)))
         dropout_p = self.dropout.p if self.training else 0.0
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, h, T_q, d_k)
-        if mask is not None:  # a query with no key gets zeros, as from masked_softmax (some CUDA kernels average)
+        if mask is not None:  # a query with no key gets zeros, as from masked_softmax, whatever the kernel returned
             context = context.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # (B, h, T_q, d_k)
         self.attn_weights = None
         return self.w_o(merge_heads(context))  # (B, T_q, d_model)

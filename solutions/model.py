@@ -63,8 +63,7 @@ class Transformer(nn.Module):
     ``torch.nn.Transformer``. Biases keep PyTorch's defaults and LayerNorms start as
     the identity (γ = 1, β = 0).
 
-    Attention starts on the readable path (weights kept for plotting); call
-    ``set_fused(True)`` for training and benchmarks.
+    Attention starts on the readable path (weights kept for plotting).
 
     Shape:
         src: ``(B, T_src)`` LongTensor; tgt: ``(B, T_tgt)`` LongTensor
@@ -144,17 +143,26 @@ class Transformer(nn.Module):
         """Output projection: ``hidden (B, T, d_model)`` → ``logits (B, T, tgt_vocab_size)``."""
         return self.generator(hidden)
 
-    def set_fused(self, flag=True):
-        """Choose the attention path of every :class:`MultiHeadAttention` inside.
 
-        ``True``: ``F.scaled_dot_product_attention`` (fused kernels, no
-        ``attn_weights``), for training and benchmarks; ``False``: the readable
-        path that keeps ``attn_weights`` for plots. Returns ``self``.
-        """
-        for module in self.modules():
-            if isinstance(module, MultiHeadAttention):
-                module.need_weights = not flag
-        return self
+def set_fused(model, flag=True):
+    """Choose the attention path of every :class:`MultiHeadAttention` inside ``model``.
+
+    ``True``: ``F.scaled_dot_product_attention`` (fused kernels, no
+    ``attn_weights``), for training and benchmarks; ``False``: the readable
+    path that keeps ``attn_weights`` for plots. Returns ``model``.
+
+    The reference's :class:`Transformer` has it as a method,
+    ``model.set_fused(True)``. It is attached below the class rather than defined in
+    it because the chapter 8 exercise is generated from the class body
+    (``autograder.sync``), and this switch is no part of that exercise.
+    """
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.need_weights = not flag
+    return model
+
+
+Transformer.set_fused = set_fused
 
 
 class ConfigError(ValueError):

@@ -83,7 +83,8 @@ class MultiHeadAttention(nn.Module):
             False = fast path: ``F.scaled_dot_product_attention`` (fused
             kernels), ``attn_weights`` is None. Both give the same output, also
             for a query whose keys are all masked: 0 (``masked_softmax`` rows of
-            zeros; SDPA's kernels return 0 there since torch 2.5).
+            zeros; the fast path zeroes such queries itself, whatever the kernel
+            returns there).
         attn_weights: the last attention weights ``(B, h, T_q, T_k)``, detached.
 
     Shape:
@@ -141,7 +142,7 @@ class MultiHeadAttention(nn.Module):
         else:
             dropout_p = self.dropout.p if self.training else 0.0
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            if mask is not None:  # a query with no key gets zeros, as from masked_softmax (some CUDA kernels average)
+            if mask is not None:  # a query with no key gets zeros, as from masked_softmax, whatever the kernel returned
                 context = context.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # (B, h, T_q, d_k)
             self.attn_weights = None
         return self.w_o(merge_heads(context))  # (B, T_q, d_model)

@@ -11,10 +11,12 @@ The training loop itself (optimizer, checkpoints, evaluation, several processes)
 is :class:`solutions.app.trainer.Trainer`.
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 
-__all__ = ["make_decoder_io", "noam_lr", "label_smoothed_cross_entropy"]
+__all__ = ["make_decoder_io", "noam_lr", "label_smoothed_cross_entropy", "label_smoothing_floor"]
 
 
 def make_decoder_io(targets, sos_id=1, eos_id=2, pad_id=0):
@@ -123,3 +125,39 @@ def label_smoothed_cross_entropy(logits, labels, smoothing=0.1, pad_id=0):
     uniform = -log_probs.mean(dim=-1)  # (B*T,)
     loss = (1.0 - smoothing) * nll + smoothing * uniform  # (B*T,)
     return (loss * keep).sum() / keep.sum().clamp(min=1)
+
+
+def label_smoothing_floor(vocab_size, smoothing=0.1):
+    """The lowest value the label-smoothed cross-entropy of one position can take, and
+    the label's logit margin at that minimum.
+
+    The loss is the one of :func:`label_smoothed_cross_entropy`: the target puts
+    ``1 - smoothing`` on the label and spreads ``smoothing`` over all ``V`` classes.
+
+    Args:
+        vocab_size: ``V``, the number of classes (an int, at least 2).
+        smoothing: ``epsilon_ls`` in ``[0, 1)``.
+
+    Returns:
+        ``(floor, margin)``, two Python floats, in nats: the minimum of the loss over all
+        logits, and by how much the label's logit exceeds every other logit there. For
+        ``smoothing = 0`` there is no minimum: ``(0.0, math.inf)``.
+
+    Raises:
+        ValueError: ``vocab_size`` is not an int >= 2, or ``smoothing`` is outside ``[0, 1)``.
+
+    Paper: section 5.4 ("This hurts perplexity, as the model learns to be more unsure").
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+        raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size!r}")
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing!r}")
+    if smoothing == 0.0:
+        return 0.0, math.inf  # a one-hot target: the loss only approaches 0 as the margin grows
+    # -Σ q_i log p_i = H(q) + KL(q || p), and KL >= 0 with equality only at p = q: the floor
+    # is H(q), reached by logits log q (+ any constant), where the label's logit exceeds
+    # every other by log(q_label / q_other).
+    q_other = smoothing / vocab_size
+    q_label = 1.0 - smoothing + q_other
+    floor = -q_label * math.log(q_label) - (vocab_size - 1) * q_other * math.log(q_other)
+    return floor, math.log(q_label) - math.log(q_other)

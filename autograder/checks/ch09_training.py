@@ -1,5 +1,5 @@
-"""Checks of chapter 9, training: ``make_decoder_io``, ``noam_lr`` and
-``label_smoothed_cross_entropy``.
+"""Checks of chapter 9, training: ``make_decoder_io``, ``noam_lr``,
+``label_smoothed_cross_entropy`` and ``label_smoothing_floor``.
 
 The contract is ``shared/EXERCISES.md`` section 9; the references are in
 ``solutions/training.py`` ("Attention Is All You Need", sections 3.1, 5.3 and 5.4).
@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 
 import numpy as np
 
@@ -419,4 +420,116 @@ class LabelSmoothedCrossEntropy(Exercise):
             return f"use the pad_id argument: here the padding label is {pad_id}, not 0."
         if got.grads and want.grads and _close(g, _array(want.value), rtol=1e-4):
             return "the loss is right but its gradient is not: keep everything in torch (no .item(), no numpy)."
+        return None
+
+
+# --------------------------------------------------------------------------- label_smoothing_floor
+
+
+def _floor_variants(V, eps):
+    """Plausible wrong ``(floor, margin)`` pairs by hint (nats unless said otherwise)."""
+    def pair(q_label, q_other, n_other):
+        floor = -q_label * math.log(q_label) - n_other * q_other * math.log(q_other)
+        return floor, math.log(q_label) - math.log(q_other)
+
+    right = pair(1 - eps + eps / V, eps / V, V - 1)
+    return {
+        "ε goes to all V classes, the label included: the label's target is 1 - ε + ε / V and "
+        "every other class gets ε / V (not ε / (V - 1) on the others).": pair(1 - eps, eps / (V - 1), V - 1),
+        "the label's own share: its target is 1 - ε + ε / V, not 1 - ε.":
+            (-(1 - eps) * math.log(1 - eps) - (V - 1) * (eps / V) * math.log(eps / V),
+             math.log(1 - eps) - math.log(eps / V)),
+        "work in nats (natural logarithms), as the loss does, not in bits.":
+            (right[0] / math.log(2), right[1] / math.log(2)),
+        "the floor is the entropy of the whole target, -Σ q_i log q_i over all V classes, "
+        "not the label's term alone.": (-(1 - eps + eps / V) * math.log(1 - eps + eps / V), right[1]),
+        "the margin is a difference of logits, log q_label - log q_other, not a ratio of "
+        "probabilities.": (right[0], (1 - eps + eps / V) / (eps / V)),
+    }
+
+
+@register
+class LabelSmoothingFloor(Exercise):
+    """``label_smoothing_floor(vocab_size, smoothing=0.1) -> (floor, margin)``."""
+
+    name = "label_smoothing_floor"
+    chapter = CHAPTER
+    kind = "function"
+    what = ("the floor H(q) of the smoothed loss and the label's logit margin log(q_label / q_other) "
+            "at it, ε = 0, the named errors")
+    # Derived, not looked up: no library call returns the margin, and the floor needs the
+    # optimum p = q. Each part reads its own element of the returned pair (_judge).
+    parts = {
+        "the floor, the loss's minimum": 1,
+        "the label's logit margin at the floor": 1,
+        "ε = 0: floor 0, margin inf": 0.5,
+        "vocab_size < 2 or ε outside [0, 1) raises ValueError": 0.5,
+    }
+
+    def cases(self, rng, hidden):
+        floor, margin, zero, error = self.parts
+
+        def both(V, eps, label):
+            return [Case(args=(V,), kwargs={"smoothing": eps}, label=f"{label}: the floor", part=floor,
+                         rtol=1e-6, atol=1e-9, compare="values"),
+                    Case(args=(V,), kwargs={"smoothing": eps}, label=f"{label}: the margin", part=margin,
+                         rtol=1e-6, atol=1e-9, compare="values")]
+
+        cases = both(4, 0.1, "V = 4, ε = 0.1 (the worked example: 0.349 and log 37)")
+        cases += both(37000, 0.1, "V = 37,000, ε = 0.1 (the paper's vocabulary)")
+        cases += [
+            Case(args=(10,), kwargs={"smoothing": 0.0}, label="ε = 0: a one-hot target", part=zero,
+                 compare="values"),
+            Case(args=(1,), kwargs={"smoothing": 0.1}, label="vocab_size = 1 raises ValueError",
+                 expect_error=(ValueError,), part=error),
+            Case(args=(8,), kwargs={"smoothing": 1.0}, label="smoothing = 1.0 raises ValueError",
+                 expect_error=(ValueError,), part=error),
+        ]
+        if not hidden:
+            return cases
+        for _ in range(3):
+            V = int(rng.integers(2, 60000))
+            eps = float(np.round(rng.uniform(0.01, 0.6), 3))
+            cases += both(V, eps, f"V = {V}, ε = {eps}")
+        cases += both(2, 0.5, "V = 2, ε = 0.5")
+        cases.append(Case(args=(2,), kwargs={"smoothing": 0.0}, label="ε = 0, V = 2", part=zero, compare="values"))
+        cases.append(Case(args=(5,), kwargs={"smoothing": -0.1}, label="smoothing = -0.1 raises ValueError",
+                          expect_error=(ValueError,), part=error))
+        return cases
+
+    def _judge(self, case, got, want):
+        floor, margin, _, _ = self.parts
+        index = {floor: 0, margin: 1}.get(case.part)
+        pair = isinstance(got.value, (tuple, list)) and len(got.value) == 2
+        if index is not None and got.raised is None and not case.expect_error and pair:
+            got = dataclasses.replace(got, value=got.value[index])
+            want = dataclasses.replace(want, value=want.value[index])
+        return super()._judge(case, got, want)
+
+    def raised_hint(self, case, got):
+        if case.expect_error:
+            return "check the arguments first: vocab_size an int >= 2, smoothing in [0, 1), else raise ValueError."
+        if case.kwargs.get("smoothing") == 0.0:
+            return "with ε = 0 the terms ε/V · log(ε/V) are 0 · log 0 = 0: return (0.0, math.inf) without the logs."
+        return None
+
+    def diagnose(self, case, got, want):
+        # For the floor and margin parts, _judge has already reduced got and want to the
+        # element the part grades; for ε = 0 they are still the whole pair.
+        floor_part, margin_part, _, _ = self.parts
+        V, eps = case.args[0], case.kwargs.get("smoothing", 0.1)
+        if case.part in (floor_part, margin_part):
+            if isinstance(got.value, (tuple, list)) or not isinstance(got.value, (int, float, np.number)):
+                return "return a pair (floor, margin) of two numbers."
+            index = 0 if case.part == floor_part else 1
+            mine, right = float(got.value), float(want.value)
+            for hint, variant in _floor_variants(V, eps).items():
+                if math.isclose(mine, variant[index], rel_tol=1e-6) and not math.isclose(variant[index], right,
+                                                                                         rel_tol=1e-6):
+                    return hint
+            return None
+        if not (isinstance(got.value, (tuple, list)) and len(got.value) == 2):
+            return "return a pair (floor, margin) of two numbers."
+        if any(isinstance(v, float) and math.isnan(v) for v in got.value):
+            return "0 · log 0 is 0 (the limit), and with a one-hot target no finite margin is optimal: (0.0, math.inf)."
         return None

@@ -21,7 +21,7 @@ def _unrolled_layout() -> Diagram:
         name="unrolled-rnn",
         title="A vanilla RNN unrolled over T time steps",
         desc=("A vanilla recurrent network unrolled over T time steps, drawn left to right. The "
-              "initial state h0 of shape (d_h,) enters the first step. At every step t an input "
+              "initial state h_(-1), the argument h0 of rnn_forward, of shape (d_h,) enters the first step. At every step t an input "
               "row x_t of shape (d_in,) comes in from above, and the step computes h_t = "
               "tanh(x_t W_xh + h_(t-1) W_hh + b_h), a new state of shape (d_h,), which is passed "
               "to the next step and also stacked into the output. The same three parameters, "
@@ -36,7 +36,7 @@ def _unrolled_layout() -> Diagram:
     h_top = op_top + OP_H + GAP
     d.note("h_{t} = tanh(x_{t} W_{xh} + h_{t−1} W_{hh} + b_{h}), the same weights at every step",
            x=24, top=8)
-    h0 = d.tensor("h0", "(d_h,)", "other", word="", cx=44, top=h_top)
+    h0 = d.tensor("h_{−1}", "(d_h,)", "other", word="", cx=44, top=h_top)
     previous = h0
     states = []
     for index, (t, cx) in enumerate(columns):

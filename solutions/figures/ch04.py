@@ -1,4 +1,5 @@
-"""Chapter 4's diagram: scaled dot-product attention, every shape and the slot where a mask enters.
+"""Chapter 4's diagrams: the three projections X·W = Q, K, V of self-attention, and scaled
+dot-product attention with every shape and the slot where a mask enters.
 
 Drawn in the book's figure language (:mod:`solutions.figures.diagram`). ``LAYOUTS`` maps
 the file written to the function that lays the diagram out; :func:`solutions.figures.diagram.registry`
@@ -60,7 +61,39 @@ def _sdpa_layout() -> Diagram:
     return d
 
 
+def _projections_layout() -> Diagram:
+    """Chapter 4: one sequence X, three learned matrices, three roles: X W^Q = Q, X W^K = K, X W^V = V."""
+    d = Diagram(
+        name="qkv-projections",
+        title="Self-attention's three projections: X W^Q = Q, X W^K = K, X W^V = V",
+        desc=("A diagram of the three projections of self-attention. The token vectors of one "
+              "sentence are the rows of X, of shape (n, d_model), one row per token. The same X "
+              "is multiplied by three learned matrices: W^Q of shape (d_model, d_k) gives the "
+              "queries Q of shape (n, d_k); W^K of shape (d_model, d_k) gives the keys K of shape "
+              "(n, d_k); W^V of shape (d_model, d_v) gives the values V of shape (n, d_v). Row i "
+              "of Q, K and V all come from row i of X, the same token in three roles. Q and K "
+              "then meet in the scores Q K^T, and V is what the weights average."),
+    )
+    trunk_x = 80  # X's vertical line, left of the parameter boxes
+    x = d.tensor("X", "(n, d_model)", "other", word="tokens", cx=trunk_x, top=20)
+    rows = (("Q", "queries", "d_k"), ("K", "keys", "d_k"), ("V", "values", "d_v"))
+    top = x.bottom + GAP
+    outputs = []
+    for letter, role, width in rows:
+        w = d.tensor(f"W^{letter}", f"(d_model, {width})", "parameters", cx=240, top=top)
+        product = d.operation(f"X @ W^{letter}", cx=240, after=w)
+        d.arrow((trunk_x, x.bottom), (trunk_x, product.cy), (product.left, product.cy))
+        out = d.tensor(letter, f"(n, {width})", role, cx=425, top=product.cy - TENSOR_H / 2)
+        d.arrow((product.right, product.cy), (out.left, product.cy))
+        outputs.append(out)
+        top = product.bottom + GAP
+    d.note(["row i: token i", "in three roles"], x=outputs[0].right + 14, top=outputs[0].top + 6)
+    d.note(["Q K^T: the scores;", "V: what they average"], x=outputs[2].right + 14, top=outputs[2].top + 6)
+    return d
+
+
 #: Chapter diagrams: file (relative to the repository) → the function laying it out.
 LAYOUTS: dict[str, Layout] = {
     "book/04_self_attention/figures/scaled_dot_product_attention.svg": _sdpa_layout,
+    "book/04_self_attention/figures/qkv_projections.svg": _projections_layout,
 }

@@ -15,7 +15,7 @@ from check_helpers import accepted
 from check_helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 from solutions import training
 
-NAMES = ["make_decoder_io", "noam_lr", "label_smoothed_cross_entropy"]
+NAMES = ["make_decoder_io", "noam_lr", "label_smoothed_cross_entropy", "label_smoothing_floor"]
 
 rejected = functools.partial(check_helpers.rejected, seed=19)
 partly = functools.partial(check_helpers.partly, seed=19)
@@ -305,3 +305,109 @@ def test_noam_with_the_warmup_line_only_loses_the_decay_with_a_hint_about_what_i
 
     report = partly("noam_lr", warmup_only, [WARM, FACTOR, STEP_ERROR], [DECAY], "still follows the warm-up line")
     assert "not the max" not in report.render("noam_lr")
+
+
+# --------------------------------------------------------------------------- label_smoothing_floor
+
+FLOOR, MARGIN, ZERO, FLOOR_ERROR = get_exercise("label_smoothing_floor").parts
+
+
+def _validated(fn):
+    """``fn(V, eps)`` behind the contract's argument checks and the ε = 0 case."""
+    def label_smoothing_floor(vocab_size, smoothing=0.1):
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+            raise ValueError("vocab_size")
+        if not 0 <= smoothing < 1:
+            raise ValueError("smoothing")
+        if smoothing == 0:
+            return 0.0, math.inf
+        return fn(vocab_size, smoothing)
+    return label_smoothing_floor
+
+
+def test_floor_by_one_library_call_is_not_enough():
+    """F.cross_entropy(label_smoothing=ε) at the optimal logits gives the floor, and no
+    call gives the margin: an answer that returns the loss of one-hot-ish logits fails both."""
+    def via_cross_entropy(V, eps):
+        logits = torch.zeros(1, V)
+        logits[0, 0] = 10.0  # a confident guess, not the optimum
+        loss = F.cross_entropy(logits, torch.tensor([0]), label_smoothing=eps).item()
+        return loss, 10.0
+
+    partly("label_smoothing_floor", _validated(via_cross_entropy), [ZERO, FLOOR_ERROR], [FLOOR, MARGIN])
+
+
+def test_floor_with_eps_over_the_other_classes_is_rejected_with_its_hint():
+    def others(V, eps):
+        q_label, q_other = 1 - eps, eps / (V - 1)
+        return (-q_label * math.log(q_label) - (V - 1) * q_other * math.log(q_other),
+                math.log(q_label / q_other))
+
+    partly("label_smoothing_floor", _validated(others), [ZERO, FLOOR_ERROR], [FLOOR, MARGIN], "ε / (V - 1)")
+
+
+def test_margin_without_the_labels_own_share_costs_the_margin_only():
+    def margin_without_share(V, eps):
+        floor, _ = training.label_smoothing_floor(V, eps)
+        return floor, math.log((1 - eps) / (eps / V))
+
+    partly("label_smoothing_floor", _validated(margin_without_share), [FLOOR, ZERO, FLOOR_ERROR], [MARGIN],
+           "1 - ε + ε / V")
+
+
+def test_floor_in_bits_is_rejected():
+    def bits(V, eps):
+        floor, margin = training.label_smoothing_floor(V, eps)
+        return floor / math.log(2), margin / math.log(2)
+
+    rejected("label_smoothing_floor", _validated(bits), "nats")
+
+
+def test_floor_of_the_label_term_alone_costs_the_floor_only():
+    def label_term(V, eps):
+        q = 1 - eps + eps / V
+        return -q * math.log(q), training.label_smoothing_floor(V, eps)[1]
+
+    partly("label_smoothing_floor", _validated(label_term), [MARGIN, ZERO, FLOOR_ERROR], [FLOOR], "entropy of the whole")
+
+
+def test_floor_with_nan_at_eps_zero_costs_that_part_with_a_hint():
+    def nan_at_zero(vocab_size, smoothing=0.1):
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2 \
+                or not 0 <= smoothing < 1:
+            raise ValueError("bad arguments")
+        q_other = smoothing / vocab_size
+        q_label = 1 - smoothing + q_other
+        with np.errstate(divide="ignore", invalid="ignore"):
+            floor = float(-q_label * np.log(q_label) - (vocab_size - 1) * q_other * np.log(np.float64(q_other)))
+            margin = float(np.log(q_label) - np.log(np.float64(q_other)))
+        return floor, margin
+
+    partly("label_smoothing_floor", nan_at_zero, [FLOOR, MARGIN, FLOOR_ERROR], [ZERO], "0 · log 0")
+
+
+def test_floor_without_argument_checks_costs_the_error_part_only():
+    def unchecked(vocab_size, smoothing=0.1):
+        if smoothing == 0:
+            return 0.0, math.inf
+        return training.label_smoothing_floor(max(int(vocab_size), 2), min(smoothing, 0.99))
+
+    partly("label_smoothing_floor", unchecked, [FLOOR, MARGIN, ZERO], [FLOOR_ERROR], "ValueError")
+
+
+def test_floor_in_other_styles_gets_full_marks():
+    def from_the_optimum(V, eps):
+        """The floor as the loss at logits log q, through F.cross_entropy (the derivation done)."""
+        q = torch.full((V,), eps / V, dtype=torch.float64)
+        q[0] += 1 - eps
+        floor = F.cross_entropy(q.log()[None], torch.tensor([0]), label_smoothing=eps).item()
+        return floor, float(q.log()[0] - q.log()[1])
+
+    def numpy_list(V, eps):
+        q = np.full(V, eps / V)
+        q[0] += 1 - eps
+        return [float(-(q * np.log(q)).sum()), float(np.log1p(V * (1 - eps) / eps))]
+
+    accepted("label_smoothing_floor", _validated(from_the_optimum))
+    accepted("label_smoothing_floor", _validated(numpy_list))
+    accepted("label_smoothing_floor", training.label_smoothing_floor)

@@ -198,6 +198,32 @@ def label_smoothing_ignored(logits, labels, smoothing=0.1, pad_id=0):
     return solutions.label_smoothed_cross_entropy(logits, labels, 0.0, pad_id)
 
 
+def floor_of_the_label_term(vocab_size, smoothing=0.1):
+    floor, margin = solutions.label_smoothing_floor(vocab_size, smoothing)
+    if smoothing == 0:
+        return floor, margin
+    q = 1 - smoothing + smoothing / vocab_size
+    return -q * math.log(q), margin
+
+
+def margin_without_the_labels_share(vocab_size, smoothing=0.1):
+    floor, margin = solutions.label_smoothing_floor(vocab_size, smoothing)
+    if smoothing == 0:
+        return floor, margin
+    return floor, math.log((1 - smoothing) * vocab_size / smoothing)
+
+
+def floor_nan_at_zero(vocab_size, smoothing=0.1):
+    if smoothing == 0:
+        solutions.label_smoothing_floor(vocab_size, smoothing)  # the argument checks
+        return math.nan, math.nan
+    return solutions.label_smoothing_floor(vocab_size, smoothing)
+
+
+def floor_without_checks(vocab_size, smoothing=0.1):
+    return solutions.label_smoothing_floor(max(int(vocab_size), 2), min(max(smoothing, 0.0), 0.99))
+
+
 def count_parameters_with_frozen(model):
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
@@ -395,6 +421,10 @@ BROKEN = [
     ("MultiHeadAttention", 2, MultiHeadAttentionMinusInf),
     ("label_smoothed_cross_entropy", 2, label_smoothing_default_pad),
     ("label_smoothed_cross_entropy", 1, label_smoothing_ignored),
+    ("label_smoothing_floor", 0, floor_of_the_label_term),
+    ("label_smoothing_floor", 1, margin_without_the_labels_share),
+    ("label_smoothing_floor", 2, floor_nan_at_zero),
+    ("label_smoothing_floor", 3, floor_without_checks),
     ("count_parameters", 1, count_parameters_with_frozen),
     ("self_attention", 1, self_attention_plain_transpose),
     ("PositionwiseFeedForward", 1, FeedForwardDropoutAlwaysOn),

@@ -50,7 +50,7 @@ _CHAPTERS = {
     "06": {"padding_mask", "causal_mask", "decoder_mask", "masked_softmax"},
     "07": {"layer_norm", "PositionwiseFeedForward", "ResidualSublayer", "EncoderLayer"},
     "08": {"DecoderLayer", "Transformer", "count_parameters"},
-    "09": {"make_decoder_io", "noam_lr", "label_smoothed_cross_entropy"},
+    "09": {"make_decoder_io", "noam_lr", "label_smoothed_cross_entropy", "label_smoothing_floor"},
     "10": {"greedy_decode", "beam_search"},
 }
 

@@ -16,11 +16,14 @@ import shutil
 import matplotlib
 import pytest
 
+import chapter_standard as cs
 from book_helpers import ROOT
 
 matplotlib.use("Agg")
 
 PAGE = ROOT / "book" / "real_german" / "translating_real_german.ipynb"
+RESULTS = PAGE.with_name("multi30k_results.json")  # the run the prose describes
+LEVERS = PAGE.with_name("multi30k_levers.json")  # the runs that chose the preset
 SAMPLE = ROOT / "tests" / "book" / "fixtures" / "multi30k_results_sample.json"
 
 
@@ -34,6 +37,11 @@ def _run_page(folder, monkeypatch):
             if cell["cell_type"] == "code":
                 exec(compile("".join(cell["source"]), f"{PAGE.name} cell {index}", "exec"), namespace)
     return out.getvalue(), namespace
+
+
+def _joined(printed):
+    """The printed text with the command's shell line continuations undone."""
+    return printed.replace(" \\\n    ", " ")
 
 
 def test_the_page_follows_chapter_10_in_the_toc():
@@ -53,13 +61,50 @@ def test_without_the_results_file_the_page_says_what_is_missing(tmp_path, monkey
 
 def test_with_the_results_file_every_section_shows_its_numbers(tmp_path, monkeypatch):
     shutil.copy(SAMPLE, tmp_path / "multi30k_results.json")
+    shutil.copy(LEVERS, tmp_path / LEVERS.name)
     printed, namespace = _run_page(tmp_path, monkeypatch)
     sample = json.loads(SAMPLE.read_text(encoding="utf-8"))
     assert "missing" not in printed
-    assert sample["command"] in printed and "7,600,000 parameters" in printed
+    assert sample["command"] in _joined(printed) and "7,600,000 parameters" in printed
     assert sample["test"]["signature"] in printed and "37.2" in printed and "39.0" in printed
     assert "29,000 pairs, 1 lines skipped" in printed
     assert "1 of 2 differ from their reference" in printed  # the second example is a miss
+    assert "exact match on the test set: 50.0% of the sentences" in printed
+    assert "brevity penalty" in printed and "beam 4 changes 1 of 2 translations, repairs 1, spoils 0" in printed
+    assert "x1.54 steps in the same time" in printed  # float32 512 ms against bfloat16 333 ms
+    assert not namespace["THE_RUN"]  # the prose's claims about the shipped run are not asserted on a sample
+
+
+def test_the_shipped_run_meets_every_claim_of_the_prose(tmp_path, monkeypatch):
+    """The page's own folder: the results file the book ships, the claims asserted for it
+    (the misses the prose reads, a flattening validation loss, averaging that lost)."""
+    shutil.copy(RESULTS, tmp_path / RESULTS.name)
+    shutil.copy(LEVERS, tmp_path / LEVERS.name)
+    printed, namespace = _run_page(tmp_path, monkeypatch)
+    assert namespace["THE_RUN"]
+    assert "18 whole epochs and a part of the next" in printed
+    assert "28,997 pairs, 1 lines skipped, 2 too long" in printed
+
+
+def test_the_printed_command_holds_no_folder_of_the_build_machine(tmp_path, monkeypatch):
+    results = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    results["command"] = ("python -m solutions train --preset multi30k-cpu --data-dir /home/someone/m30k "
+                          "--time-budget 60m --out /scratch/runs/m30k")
+    (tmp_path / "multi30k_results.json").write_text(json.dumps(results), encoding="utf-8")
+    printed, _ = _run_page(tmp_path, monkeypatch)
+    assert "--data-dir data/multi30k --time-budget 60m --out runs/m30k" in _joined(printed)
+    assert "/home/someone" not in printed and "/scratch" not in printed
+
+
+def test_the_page_is_a_chapter_to_the_standard():
+    """Title, numbered sections, end matter, 2-4 answered questions and the word range of
+    CHAPTERS.md, checked with the rules the ten chapters meet (its folder has no number, so
+    the number 11 is given here)."""
+    cells = json.loads(PAGE.read_text(encoding="utf-8"))["cells"]
+    problems = (cs.check_title(cells, 11) + cs.check_sections(cells, 11) + cs.check_think_about_it(cells)
+                + cs.check_numbers_asserted(cells) + cs.check_raw_html(cells) + cs.check_maths_text(cells))
+    assert not problems, "\n".join(map(str, problems))
+    assert 1500 <= cs.word_count(cells) <= cs.WORDS_MAX
 
 
 @pytest.mark.parametrize("damage, message", [
