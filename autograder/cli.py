@@ -204,9 +204,11 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    from .regrades import snapshot
     from .report import summarise
     from .shard import ShardError, merge_shards
 
+    before = snapshot(Path(args.out))
     try:
         report = merge_shards([Path(s) for s in args.shards], Path(args.out),
                               submitted=Path(args.submitted) if args.submitted else None, book=Path(args.book))
@@ -222,6 +224,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     _record_isolation(Path(args.out), mode)
     print(f"merged {len(args.shards)} shard(s) into {args.out}; the shards were graded with isolation {mode}")
     print(summarise(report))
+    _log_regrades(Path(args.out), before, args)
     return 0
 
 
@@ -561,15 +564,16 @@ def _late_policy(args: argparse.Namespace) -> dict:
 
 
 def _log_regrades(out: Path, before, args: argparse.Namespace) -> None:
-    """Append this run's changed scores to OUT/regrades.jsonl and say how many."""
+    """Append this run's changed scores to OUT/regrades.jsonl (when OUT held results before
+    it) and say how many."""
     from .regrades import append_log, diff, snapshot
 
     after = snapshot(out)
-    if after is None:
-        return
-    changes = diff(before, after) if before is not None else []
+    if before is None or after is None:
+        return  # a first grading is no regrade (and a grade run writes what merging its shards writes)
+    changes = diff(before, after)
     command = " ".join(["python -m autograder", *getattr(args, "argv", [args.command])])
-    append_log(out, changes, reason=args.reason or ("first grading" if before is None else ""), command=command)
+    append_log(out, changes, reason=getattr(args, "reason", ""), command=command)
     if changes:
         print(f"  {out / 'regrades.jsonl'}  {len(changes)} score(s) changed since the last run "
               "(python -m autograder regrades OUT: the page)")
