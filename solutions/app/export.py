@@ -15,7 +15,7 @@ with a final LayerNorm when pre-norm, ReLU feed-forward). Our positional table i
 it is (its sine/cosine columns interleave; CTranslate2's own table would put the sines first),
 self-attention's ``W^Q, W^K, W^V`` become one packed projection and cross-attention's
 ``W^K, W^V`` another, as CTranslate2 stores them, and LayerNorm's epsilon is ours (1e-5).
-Greedy translations agree with ours token for token (``tests/app/test_export.py``), up to
+Greedy translations agree with ours token for token (``tests/unit/test_export.py``), up to
 float rounding on near-ties.
 
 ``ctranslate2`` is an optional dependency (``pip install 'transformer-book[ctranslate2]'`` or

@@ -34,18 +34,18 @@ SHAPES = {
 
 @pytest.fixture(scope="module")
 def splits():
-    return make_synthetic_splits(num_train=1500, num_valid=20, num_test=60, seed=0)
+    return make_synthetic_splits(num_train=800, num_valid=10, num_test=40, seed=0)
 
 
 @pytest.fixture(scope="module", params=list(SHAPES))
 def checkpoint(request, splits, tmp_path_factory):
-    """A checkpoint of a small model trained for 60 steps (seconds on one thread)."""
+    """A checkpoint of a small model trained for 40 steps (seconds on one thread)."""
     train, valid, _ = splits
     config = PRESETS["tiny"].replace(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=2, d_ff=64,
                                      max_len=96, eval_sentences=0, quiet=True, device="cpu", warmup_steps=20,
                                      seed=0, **SHAPES[request.param])
     trainer = Trainer(config, train, valid)
-    trainer.train(max_steps=60)
+    trainer.train(max_steps=40)
     path = tmp_path_factory.mktemp("run") / "checkpoint.pt"
     trainer.save_checkpoint(str(path))
     return path
