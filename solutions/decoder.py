@@ -7,10 +7,11 @@ chapter 8 can withhold this answer while chapter 7's stay importable.
 
 The layers build chapter 5's :class:`~solutions.multihead.MultiHeadAttention`, as the
 book's notebooks do. The trainer and the benchmarks call
-``solutions.fused.fuse_attention(model.set_fused(True))``, which turns each of them into
-a :class:`~solutions.fused.FusedMultiHeadAttention` (the same parameters, the class
-visibly changed), whose fast path computes the self-attention ``Q, K, V`` with one
-matrix product and the cross-attention ``K, V`` with one.
+``solutions.fused.fuse_attention(model)``, the one switch of the fast path, which turns
+each of them into a :class:`~solutions.fused.FusedMultiHeadAttention` on its
+``scaled_dot_product_attention`` path (the same parameters, the class visibly changed):
+the self-attention ``Q, K, V`` come from one matrix product and the cross-attention
+``K, V`` from one.
 """
 from torch import nn
 

@@ -14,13 +14,21 @@ the same tensor (encoder-decoder attention, ``memory``) ``[K V]`` is one product
 weights (``in_proj_weight``); here the parameters stay the contract's ``w_q, w_k,
 w_v, w_o`` (same ``state_dict``, same optimizer state) and are packed on the fly.
 
-:class:`FusedMultiHeadAttention` is a drop-in subclass: with ``need_weights=True``
-(the default) it *is* chapter 5's readable module; with ``need_weights=False``
-(what ``Transformer.set_fused(True)`` sets) it packs the projections whenever its
-inputs are the same tensor and attends with ``F.scaled_dot_product_attention``.
+**One switch.** :func:`fuse_attention` turns the fast path on (or off) for every attention
+module inside a model: ``fuse_attention(model)`` sets ``need_weights = False`` (the flag
+chapter 8's :meth:`~solutions.model.Transformer.set_fused` also sets, which chooses
+``F.scaled_dot_product_attention`` in chapter 5's class) *and* makes each module a
+:class:`FusedMultiHeadAttention`, which packs the projections on that path;
+``fuse_attention(model, False)`` restores chapter 5's class and its readable path. The
+trainer, the benchmarks, the export and the CLI call nothing else.
+
 The package's :class:`~solutions.layers.EncoderLayer` and
-:class:`~solutions.decoder.DecoderLayer` build it; :func:`fuse_attention` converts
-the attention modules of any other model (a model of your own) in place.
+:class:`~solutions.decoder.DecoderLayer` build chapter 5's
+:class:`~solutions.multihead.MultiHeadAttention`, as the book's notebooks do, so the class
+that runs in the book is the class the reader wrote; :func:`fuse_attention` changes the
+class of those same objects in place (same parameters, ``state_dict`` names and optimizer
+references). :class:`FusedMultiHeadAttention` is a subclass: with ``need_weights=True`` it
+*is* chapter 5's readable module.
 
 Packing costs a copy of the weights (``torch.cat``, ``3 d_model²`` numbers, about
 20 µs for ``d_model = 256`` on one CPU core) per forward pass while gradients are
@@ -122,7 +130,7 @@ class FusedMultiHeadAttention(MultiHeadAttention):
 
     Same constructor, parameters (``w_q, w_k, w_v, w_o``), ``state_dict`` keys and
     results. ``need_weights=True`` (default): chapter 5's readable forward, weights
-    kept in ``attn_weights``. ``need_weights=False``: one matrix product for ``Q, K,
+    kept in ``attn_weights``. ``need_weights=False`` (set by :func:`fuse_attention`): one matrix product for ``Q, K,
     V`` when ``query is key is value``, one for ``K, V`` when ``key is value``, three
     otherwise; then ``F.scaled_dot_product_attention`` (dropout on the attention
     weights in training mode); ``attn_weights`` is None.
@@ -179,20 +187,20 @@ class FusedMultiHeadAttention(MultiHeadAttention):
 
 
 def fuse_attention(module, flag=True):
-    """Switch every attention module inside ``module`` to the fused class (or back), in place.
+    """The fast attention path on (or off) for every attention module inside ``module``, in place.
 
     Converted: the modules whose class is exactly :class:`MultiHeadAttention` or
     :class:`FusedMultiHeadAttention`; subclasses of your own are left as they are.
 
-    The parameters, their ``state_dict`` names, an optimizer's references to them and
-    the ``need_weights`` flag are untouched: only the class of each
-    :class:`MultiHeadAttention` changes, to :class:`FusedMultiHeadAttention`
-    (``flag=True``) or back to :class:`MultiHeadAttention` (``flag=False``). The
-    fused projections run where ``need_weights`` is False (``set_fused(True)``).
+    ``flag=True``: each converted module becomes a :class:`FusedMultiHeadAttention` with
+    ``need_weights = False`` (packed projections, ``F.scaled_dot_product_attention``, no
+    ``attn_weights``). ``flag=False``: chapter 5's :class:`MultiHeadAttention` with
+    ``need_weights = True`` (the readable path, ``attn_weights`` kept). The parameters,
+    their ``state_dict`` names and an optimizer's references to them are untouched.
 
     Args:
         module: any ``nn.Module`` (a layer, a :class:`~solutions.model.Transformer`).
-        flag: True = fused class, False = chapter 5's class.
+        flag: True = the fast path, False = the readable path.
 
     Returns:
         ``module``.
@@ -204,4 +212,5 @@ def fuse_attention(module, flag=True):
         if type(child) in (MultiHeadAttention, FusedMultiHeadAttention):
             child.__dict__.pop("_packed_cache", None)
             child.__class__ = target
+            child.need_weights = not flag
     return module

@@ -29,9 +29,13 @@ Timings depend on the machine and its load; compare the ratios.
 Paper: section 3 (the model), 5.2 (hardware and schedule: "about 0.4 seconds" per
 base step on 8 P100 GPUs), 6.1 (beam search).
 """
+import dataclasses
 import json
 import math
+import os
+import random
 import statistics
+import tempfile
 import time
 
 import torch
@@ -44,8 +48,13 @@ from ..fused import fuse_attention
 from ..masking import decoder_mask, padding_mask
 from ..model import PAPER_CONFIGS, Transformer, count_parameters
 from ..positional import PositionalEncoding
+from ..translation import translate
+from .data import build_tokenizer, read_parallel
+from .export import CTranslate2Translator, ctranslate2_available, export_ctranslate2
+from .trainer import PRESETS, load_checkpoint, model_from_checkpoint, resolve_device
 
-__all__ = ["TorchTransformerBaseline", "bench_training_step", "bench_kv_cache", "bench_translation", "bench_base_mfu",
+__all__ = ["TorchTransformerBaseline", "random_batch", "bench_training_step", "bench_kv_cache", "bench_translation",
+           "bench_ctranslate2", "bench_base_mfu",
            "bench_user_translation", "generated_sentences", "run_benchmarks"]
 
 # Words per German sentence of Multi30k's test 2016 (1,000 sentences): {words: sentences}.
@@ -68,13 +77,13 @@ class TorchTransformerBaseline(nn.Module):
     """
 
     def __init__(self, src_vocab_size, tgt_vocab_size, d_model, num_heads, num_encoder_layers,
-                 num_decoder_layers, d_ff, dropout, max_len=512):
+                 num_decoder_layers, d_ff, dropout, max_len=512, norm_first=False):
         super().__init__()
         self.src_embed = TokenEmbedding(src_vocab_size, d_model)
         self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model)
         self.positional = PositionalEncoding(d_model, max_len, dropout)
         self.transformer = nn.Transformer(d_model, num_heads, num_encoder_layers, num_decoder_layers, d_ff,
-                                          dropout, batch_first=True)
+                                          dropout, batch_first=True, norm_first=norm_first)
         self.generator = nn.Linear(d_model, tgt_vocab_size)
 
     def forward(self, src, tgt, src_pad, tgt_pad):
@@ -93,7 +102,12 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _random_batch(batch, src_len, tgt_len, vocab, device, generator):
+def random_batch(batch, src_len, tgt_len, vocab, device, generator):
+    """A batch of random ids whose sentences have their own lengths (``len // 2`` to ``len``), padded with 0.
+
+    Shape:
+        output: ``src (batch, src_len)``, ``tgt (batch, tgt_len)``, ``labels (batch, tgt_len)``.
+    """
     src = torch.randint(4, vocab, (batch, src_len), generator=generator)
     tgt = torch.randint(4, vocab, (batch, tgt_len), generator=generator)
     labels = torch.randint(4, vocab, (batch, tgt_len), generator=generator)
@@ -138,7 +152,8 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
     def ours(fused):
         torch.manual_seed(0)
         model = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout, max_len=512)
-        return fuse_attention(model.set_fused(True), fused)  # SDPA on both; packed projections or not
+        # The fast path (SDPA, packed projections), or SDPA alone with chapter 5's separate projections.
+        return fuse_attention(model) if fused else model.set_fused(True)
 
     torch.manual_seed(0)
     theirs = TorchTransformerBaseline(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout)
@@ -146,7 +161,7 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
     models = {name: model.to(device).train() for name, model in models.items()}
     optimizers = {name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
                   for name, m in models.items()}
-    src, tgt, labels = _random_batch(batch, src_len, tgt_len, vocab, device, torch.Generator().manual_seed(1))
+    src, tgt, labels = random_batch(batch, src_len, tgt_len, vocab, device, torch.Generator().manual_seed(1))
     src_mask, tgt_mask = padding_mask(src), decoder_mask(tgt)  # True = may attend
     src_pad, tgt_pad = src == 0, tgt == 0  # True = padding (PyTorch's convention)
 
@@ -196,8 +211,8 @@ def bench_kv_cache(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=32, 
     now = _clock(clock, device)
     torch.manual_seed(0)
     model = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, 0.0, max_len=512)
-    model = fuse_attention(model.set_fused(True)).to(device).eval()
-    src, _, _ = _random_batch(batch, src_len, 2, vocab, device, torch.Generator().manual_seed(2))
+    model = fuse_attention(model).to(device).eval()
+    src, _, _ = random_batch(batch, src_len, 2, vocab, device, torch.Generator().manual_seed(2))
     src_mask = padding_mask(src)
     never = -1  # an <eos> id no arg-max can produce: all new_tokens steps run
     times = {True: [], False: []}
@@ -237,8 +252,8 @@ def bench_translation(d_model=256, num_heads=8, num_layers=3, d_ff=1024, sentenc
     now = _clock(clock, device)
     torch.manual_seed(0)
     model = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, 0.0, max_len=512)
-    model = fuse_attention(model.set_fused(True)).to(device).eval()
-    src, _, _ = _random_batch(sentences, src_len, 2, vocab, device, torch.Generator().manual_seed(4))
+    model = fuse_attention(model).to(device).eval()
+    src, _, _ = random_batch(sentences, src_len, 2, vocab, device, torch.Generator().manual_seed(4))
     never = -1  # an <eos> id no arg-max can produce: every sentence decodes new_tokens tokens
 
     def greedy():
@@ -277,8 +292,6 @@ def generated_sentences(count=1000, seed=0):
     The lengths follow :data:`MULTI30K_TEST_LENGTHS` (all of them, in a seeded order,
     for ``count = 1000``; sampled from it otherwise); the words are random syllable strings.
     """
-    import random
-
     rng = random.Random(seed)
     lengths = [words for words, sentences in MULTI30K_TEST_LENGTHS.items() for _ in range(sentences)]
     lengths = rng.sample(lengths, len(lengths)) if count == len(lengths) else rng.choices(lengths, k=count)
@@ -290,7 +303,6 @@ def generated_sentences(count=1000, seed=0):
 
 def _read_sources(path):
     """The source side of a TSV corpus, or the lines of a plain-text file."""
-    from .data import read_parallel
 
     with open(path, encoding="utf-8") as handle:
         first = handle.readline()
@@ -322,9 +334,6 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
         A dict with ``greedy_cached_sentences_per_s``, ``greedy_uncached_sentences_per_s``,
         ``cache_ratio``, ``beam_sentences_per_s``, ``same_translations`` and what was run.
     """
-    from .data import build_tokenizer
-    from ..translation import translate
-    from .trainer import PRESETS, model_from_checkpoint
 
     device = torch.device(device)
     now = _clock(clock, device)
@@ -338,7 +347,7 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
         torch.manual_seed(0)
         config = PRESETS["multi30k-cpu"]
         src_tok = tgt_tok = build_tokenizer(texts, "bpe", 2000)
-        model = fuse_attention(config.model.build(len(src_tok), len(tgt_tok)).set_fused(True)).to(device).eval()
+        model = fuse_attention(config.model.build(len(src_tok), len(tgt_tok))).to(device).eval()
         max_len = 24 if max_len is None else max_len
     timed = {}
     outputs = {}
@@ -358,6 +367,65 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
             "same_translations": outputs["greedy_cached"] == outputs["greedy_uncached"]}
 
 
+def bench_ctranslate2(checkpoint=None, corpus=None, sentences=1000, beam_size=4, batch=64, max_len=None,
+                      threads=(1, 2), clock="wall"):
+    """Sentences per second of ours and of CTranslate2 on the same weights, side by side (CPU).
+
+    The model (a checkpoint, or the untrained ``multi30k-cpu`` model of
+    :func:`bench_user_translation`) is exported with
+    :func:`~solutions.app.export.export_ctranslate2` into a temporary directory; then, for
+    each thread count, ours (:func:`~solutions.translation.translate`, ``torch.set_num_threads``)
+    and CTranslate2 (``intra_threads``) translate the same sentences greedily (batches of
+    ``batch``) and with beam ``beam_size``, taking turns.
+
+    Returns:
+        ``{"rows": [{"threads", "decoding", "ours_sentences_per_s", "ctranslate2_sentences_per_s",
+        "ratio"}, ...], "greedy_same": fraction of greedy translations that are equal, ...}``
+        (``ratio`` = ours / CTranslate2), or ``None`` when ``ctranslate2`` is not installed.
+    """
+
+    if not ctranslate2_available():
+        return None
+    device = torch.device("cpu")
+    now = _clock(clock, device)
+    texts = (_read_sources(corpus) if corpus else generated_sentences(sentences))[:sentences]
+    if checkpoint:
+        state = load_checkpoint(checkpoint)
+    else:  # the untrained multi30k-cpu model, which rarely ends a sentence: 24 new tokens, a caption's length
+        torch.manual_seed(0)
+        config = PRESETS["multi30k-cpu"]
+        tokenizer = build_tokenizer(texts, "bpe", 2000)
+        state = {"config": dataclasses.asdict(config), "src_tokenizer": tokenizer.state(),
+                 "tgt_tokenizer": tokenizer.state(),
+                 "model": config.model.build(len(tokenizer), len(tokenizer)).state_dict()}
+        max_len = 24 if max_len is None else max_len
+    previous_threads = torch.get_num_threads()
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        directory = export_ctranslate2(state, os.path.join(folder, "ct2"))
+        model, src_tok, tgt_tok, _ = model_from_checkpoint(state)
+        try:
+            for count in threads:
+                torch.set_num_threads(count)
+                theirs = CTranslate2Translator(directory, threads=count)
+                for decoding, beam in (("greedy", 1), (f"beam {beam_size}", beam_size)):
+                    start = now()
+                    ours_out = translate(model, texts, src_tok, tgt_tok, beam_size=beam, max_len=max_len,
+                                         batch_size=batch)
+                    ours_s = max(now() - start, 1e-9)
+                    start = now()
+                    their_out = theirs(texts, beam_size=beam, batch_size=batch, max_len=max_len)
+                    their_s = max(now() - start, 1e-9)
+                    row = {"threads": count, "decoding": decoding, "ours_sentences_per_s": len(texts) / ours_s,
+                           "ctranslate2_sentences_per_s": len(texts) / their_s, "ratio": their_s / ours_s,
+                           "same": sum(a == b for a, b in zip(ours_out, their_out)) / len(texts)}
+                    rows.append(row)
+        finally:
+            torch.set_num_threads(previous_threads)
+    return {"sentences": len(texts), "checkpoint": checkpoint, "beam_size": beam_size, "batch": batch, "rows": rows,
+            "greedy_same": min(row["same"] for row in rows if row["decoding"] == "greedy")}
+
+
 def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda"):
     """Tokens per second and MFU of the paper's base model (bf16 autocast) on a CUDA GPU.
 
@@ -370,10 +438,10 @@ def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda")
         return None
     torch.manual_seed(0)
     config = PAPER_CONFIGS["base"]
-    model = Transformer(vocab, vocab, share_embeddings=True, max_len=512, **config)
-    model = fuse_attention(model.set_fused(True)).to(device)
+    model = config.replace(share_embeddings=True, max_len=512).build(vocab, vocab)
+    model = fuse_attention(model).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    src, tgt, labels = _random_batch(batch, seq_len, seq_len, vocab, device, torch.Generator().manual_seed(3))
+    src, tgt, labels = random_batch(batch, seq_len, seq_len, vocab, device, torch.Generator().manual_seed(3))
     src_mask, tgt_mask = padding_mask(src), decoder_mask(tgt)
     times = []
     for repeat in range(repeats + 3):
@@ -390,9 +458,9 @@ def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda")
             times.append(time.perf_counter() - start)
     step = statistics.median(times)
     tokens = batch * seq_len * 2  # source + target positions
-    d_model = config["d_model"]
+    d_model = config.d_model
     # Encoder self-attention, decoder self- and cross-attention: 3 attention blocks per layer pair.
-    attention_flops = 12 * 3 * config["num_encoder_layers"] * d_model * seq_len ** 2 * batch
+    attention_flops = 12 * 3 * config.num_encoder_layers * d_model * seq_len ** 2 * batch
     flops = 6 * count_parameters(model) * tokens + attention_flops
     name = torch.cuda.get_device_name(device)
     peak = next((value for key, value in _PEAK_BF16.items() if key in name), None)
@@ -416,8 +484,6 @@ def run_benchmarks(quick=False, device="auto", json_path=None, clock="wall", thr
         checkpoint, corpus, sentences: of :func:`bench_user_translation` (default 1,000
             generated sentences, 16 with ``quick``).
     """
-    from .trainer import resolve_device
-
     device = resolve_device(device)
     previous_threads = torch.get_num_threads()
     if threads is not None:
@@ -468,6 +534,19 @@ def _run(quick, device, json_path, clock, out, checkpoint=None, corpus=None, sen
     out(f"  greedy, batches of {user['batch']}, no cache:        {user['greedy_uncached_sentences_per_s']:8.1f} sentences/s"
         f"  (cache {user['cache_ratio']:.2f}x, same translations: {user['same_translations']})")
     out(f"  beam {user['beam_size']}, one sentence at a time:     {user['beam_sentences_per_s']:8.1f} sentences/s")
+    if device.type == "cpu":
+        engine = bench_ctranslate2(checkpoint, corpus, sentences or (16 if quick else 1000), clock=clock,
+                                   max_len=None if checkpoint or not quick else 6)
+        results["ctranslate2"] = engine
+        if engine is None:
+            out("ours vs CTranslate2: skipped (pip install ctranslate2)")
+        else:
+            out(f"ours vs CTranslate2 on the same weights ({engine['sentences']} sentences, sentences/s; "
+                f"greedy translations equal: {100 * engine['greedy_same']:.1f} %)")
+            for row in engine["rows"]:
+                out(f"  {row['decoding']:<7} {row['threads']} thread{'s' if row['threads'] > 1 else ' '}  ours "
+                    f"{row['ours_sentences_per_s']:8.1f}  CTranslate2 {row['ctranslate2_sentences_per_s']:8.1f}  "
+                    f"ours/CTranslate2 {row['ratio']:.2f}x")
     if device.type == "cuda" and not quick:
         mfu = bench_base_mfu(device=device)
         results["base_mfu"] = mfu

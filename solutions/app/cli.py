@@ -23,13 +23,10 @@ Bad arguments, missing files and checkpoints that do not fit print one line
 import argparse
 import json
 import logging
-import math
 import os
-import platform
 import re
 import shlex
 import sys
-import threading
 import time
 import zipfile
 
@@ -186,12 +183,22 @@ def build_parser():
     _decoding_options(evaluate)
 
     export = commands.add_parser(
-        "export", help="write a small inference-only checkpoint for translate",
-        description="Copy the weights, configuration and tokenizers of a checkpoint (checkpoint.pt or best.pt) "
-                    "into a smaller file without the optimizer state and history; 'translate' reads it like the "
-                    "full checkpoint, 'train --resume' cannot continue from it.")
-    export.add_argument("checkpoint", metavar="CKPT", help="a checkpoint written by 'train'")
-    export.add_argument("--output", "-o", required=True, metavar="PATH", help="the file to write")
+        "export", help="write an inference-only checkpoint, or a CTranslate2 model",
+        description="--format checkpoint (default): copy the weights, configuration and tokenizers of a checkpoint "
+                    "(checkpoint.pt or best.pt) into a smaller file without the optimizer state and history; "
+                    "'translate' reads it like the full checkpoint, 'train --resume' cannot continue from it. "
+                    "--format ctranslate2: write a CTranslate2 model directory (weights, vocabularies and this "
+                    "package's tokenizers, tokenizer.json) for the CTranslate2 engine (pip install ctranslate2); "
+                    "its greedy translations are ours.")
+    export.add_argument("checkpoint", metavar="CKPT", help="a checkpoint written by 'train', or an export")
+    export.add_argument("--output", "-o", required=True, metavar="PATH",
+                        help="the file (checkpoint) or the directory (ctranslate2) to write")
+    export.add_argument("--format", choices=["checkpoint", "ctranslate2"], default="checkpoint",
+                        help="checkpoint (default) or ctranslate2")
+    export.add_argument("--quantization", metavar="TYPE",
+                        help="ctranslate2 only: CTranslate2's weight type (int8, int8_float32, bfloat16, float16, "
+                             "...; default: float32 as trained, whose translations equal ours)")
+    export.add_argument("--force", action="store_true", help="ctranslate2 only: replace an existing directory")
 
     bench = commands.add_parser("bench", help="performance ratios (training step vs torch.nn.Transformer, cache)",
                                 description="Side-by-side benchmarks of the reference package.")
@@ -209,6 +216,10 @@ def build_parser():
                             "generated sentences with the word counts of Multi30k's test 2016)")
     bench.add_argument("--sentences", type=int, metavar="N",
                        help="sentences translated (default 1000; 16 with --quick)")
+    bench.add_argument("--profile", choices=["bench", "multi30k"], metavar="SIZES",
+                       help="instead of the benchmarks, profile a training step of ours and of torch.nn.Transformer "
+                            "op by op (torch.profiler, CPU) at the bench's sizes or the multi30k-cpu preset's, and "
+                            "print each model's top operators with their share of the step")
     return parser
 
 
@@ -451,6 +462,9 @@ def _model_error(args, error):
     typed = {field: flag for field, (flag, _) in _requested_model(args).items()}
     if args.dropout is not None:
         typed["dropout"] = f"--dropout {args.dropout}"
+    for field in error.fields:  # a run field (TrainConfig's own check) set by its flag
+        if field not in typed and getattr(args, field, None) is not None:
+            typed[field] = f"--{field.replace('_', '-')} {getattr(args, field)}"
     flags = list(dict.fromkeys(typed[field] for field in error.fields if field in typed))
     source = f"--preset {args.preset}" if args.preset else ("the checkpoint" if args.resume else "--preset tiny")
     return UsageError(f"{', '.join(flags) or source}: {error}")
@@ -500,7 +514,7 @@ def _train(args):
     if state is not None:
         _check_resume_model(args, base)
     requested = {} if state is not None else {field: value for field, (_, value) in _requested_model(args).items()}
-    try:  # the one check of the model's sizes: TransformerConfig's
+    try:  # the one check of the model's sizes (TransformerConfig's) and of the run's fields (TrainConfig's)
         config = base.replace(**changes, **requested)
     except ConfigError as error:
         raise _model_error(args, error) from None
@@ -512,18 +526,9 @@ def _train(args):
                          f"{_describe_data(identity)}; give the same data (or --allow-other-data)")
     if state is not None:
         trainer = Trainer.from_checkpoint(args.resume, train_pairs, valid_pairs, out_dir=args.out, started=started,
-                                          **changes)
+                                          other_data=other_data, **changes)
     else:
         trainer = Trainer(config, train_pairs, valid_pairs, out_dir=args.out, started=started)
-    if trainer.config.beam_size > 1:  # the end of the run decodes the test set with the beam: time to keep for it
-        trainer.final_sentences = len(test_pairs)
-    if other_data:
-        trainer.best_bleu = None  # --allow-other-data: BLEU on another validation set is not comparable
-    trainer.data_identity = identity
-    if args.max_steps is not None and args.epochs is None:
-        # --max-steps alone: the new total number of steps, not capped by a stored (or preset) epoch count.
-        per_epoch = max(1, len(trainer.sampler))
-        trainer.config = trainer.config.replace(epochs=max(1, math.ceil(args.max_steps / per_epoch)))
     context = trainer.context
     if context.is_main and not args.quiet:
         from ..model import count_parameters
@@ -532,168 +537,22 @@ def _train(args):
             "training %s parameters on %d pairs (%s, %d process%s), batches of %d",
             f"{count_parameters(trainer.model):,}", len(trainer.train_data), trainer.device,
             context.world_size, "es" if context.world_size > 1 else "", trainer.config.batch_size)
-    load = _LoadSampler()
-    trainer.train()
-    if context.is_main:
-        if trainer.stop_reason == "budget" and trainer.epoch == 0:
-            _warn(f"the time budget ({args.time_budget}) ran out after {trainer.step} of the "
+    # --max-steps alone: the new total number of steps, not capped by a stored (or preset) epoch count.
+    summary = trainer.fit(test_pairs, max_steps=args.max_steps if args.epochs is None else None, data_identity=identity,
+                          command="python -m solutions " + " ".join(shlex.quote(a) for a in getattr(args, "argv", [])
+                                                                    or []),
+                          preset=args.preset, skipped_lines={role: _SKIPPED.get("--" + role, 0)
+                                                             for role in ("train", "valid", "test", "data")})
+    if summary is not None:
+        if summary.stopped == "budget" and summary.epochs == 0:
+            _warn(f"the time budget ({args.time_budget}) ran out after {summary.steps} of the "
                   f"{len(trainer.sampler)} steps of the first epoch: best.pt holds the model as it is now "
                   "(give a larger --time-budget for a useful model)")
-        finish = trainer.finish()
-        beam = trainer.final_beam_size()
-        final = {}
-        # Validation with greedy decoding (as chosen during the run: quick); the test with the run's decoding.
-        for name, pairs, beam_size in (("valid", valid_pairs, 1), ("test", test_pairs, beam)):
-            if pairs:
-                final[name] = _score(trainer.model, trainer.src_tokenizer, trainer.tgt_tokenizer, pairs,
-                                     trainer.config.replace(beam_size=beam_size), trainer.device)
-        test = {}
-        if test_pairs:
-            test = trainer.evaluate(test_pairs, max_sentences=0)  # loss and accuracy; BLEU with the final decoding
-            test.update(bleu=final["test"]["bleu"], exact_match=final["test"]["exact_match"])
-        best = os.path.join(args.out, "best.pt")
-        signature = trainer.bleu.signature or final.get("test", {}).get("signature")
-        summary = {"checkpoint": os.path.join(args.out, "checkpoint.pt"), "steps": trainer.step,
-                   "epochs": trainer.epoch, "best": best if os.path.isfile(best) else None,
-                   "best_valid_bleu": trainer.best_bleu, "test": test, "bleu_signature": signature,
-                   "stopped": trainer.stop_reason}
-        with open(os.path.join(args.out, "history.json"), "w", encoding="utf-8") as handle:
-            json.dump({"history": trainer.history, "test": test, "data": identity,
-                       "bleu_signature": signature}, handle, indent=1)
-        results = _results(args, trainer, identity, final, finish, test_pairs, started, load.stop())
-        with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as handle:
-            json.dump(results, handle, indent=1, ensure_ascii=False)
-        summary["results"] = os.path.join(args.out, "results.json")
-        summary["wall_minutes"] = results["wall_minutes"]
-        print(json.dumps(summary))
-    else:
-        load.stop()
+        print(json.dumps(summary.as_dict()))
     from .distributed import cleanup_distributed
 
     cleanup_distributed()
     return 0
-
-
-TUTORIAL_METRIC = ("sacreBLEU with lowercase=True and tokenize='13a' (mteval-v13a tokenisation of hypotheses and "
-                   "references, which, like spaCy's English tokenizer, splits punctuation off words; it keeps "
-                   "\"'s\" and \"n't\" attached, where spaCy splits them)")
-
-
-def _score(model, src_tokenizer, tgt_tokenizer, pairs, config, device):
-    """Decode ``pairs``' sources with the config's beam; BLEU (strict and the tutorial's), exact match."""
-    from sacrebleu.metrics import BLEU
-
-    from ..translation import translate
-    from .trainer import CorpusBLEU
-
-    hypotheses = translate(model, [s for s, _ in pairs], src_tokenizer, tgt_tokenizer,
-                           beam_size=config.beam_size, length_penalty=config.length_penalty, device=device)
-    references = [t for _, t in pairs]
-    strict = CorpusBLEU()
-    bleu = strict(hypotheses, references)
-    tutorial = BLEU(lowercase=True, tokenize="13a", force=True)
-    return {"bleu": round(bleu, 2), "signature": strict.signature, "beam_size": config.beam_size,
-            "bleu_tutorial_metric": round(tutorial.corpus_score(hypotheses, [references]).score, 2),
-            "tutorial_signature": str(tutorial.get_signature()), "tutorial_metric": TUTORIAL_METRIC,
-            "exact_match": sum(h.split() == r.split() for h, r in zip(hypotheses, references)) / len(pairs),
-            "hypotheses": hypotheses}
-
-
-class _LoadSampler:
-    """The 1-minute load average (``/proc/loadavg``) every ``seconds`` in a daemon thread, for results.json."""
-
-    def __init__(self, seconds=30.0):
-        self.samples, self._stop = [], threading.Event()
-        self._read()
-        self._thread = threading.Thread(target=self._run, args=(seconds,), daemon=True)
-        self._thread.start()
-
-    def _read(self):
-        try:
-            with open("/proc/loadavg", encoding="ascii") as handle:
-                self.samples.append(float(handle.read().split()[0]))
-        except (OSError, ValueError, IndexError):
-            pass  # not Linux: no load figures
-
-    def _run(self, seconds):
-        while not self._stop.wait(seconds):
-            self._read()
-
-    def stop(self):
-        """Stop sampling; ``{"loadavg_1min_mean", "loadavg_1min_max", "samples"}`` (empty without /proc)."""
-        self._stop.set()
-        self._read()
-        if not self.samples:
-            return {}
-        return {"loadavg_1min_mean": round(sum(self.samples) / len(self.samples), 2),
-                "loadavg_1min_max": max(self.samples), "samples": len(self.samples)}
-
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _results(args, trainer, identity, final, finish, test_pairs, started, load):
-    """The run's results.json (schema 1; see the README's "Train on your own corpus")."""
-    import dataclasses
-
-    import torch
-
-    from ..model import count_parameters
-
-    config = trainer.config
-    everything = dataclasses.asdict(config)
-    model = everything.pop("model")
-    tokenizer = {"tokenizer": config.tokenizer, "bpe_vocab_size": config.bpe_vocab_size,
-                 "share_embeddings": config.model.share_embeddings, "max_tokens": config.max_tokens}
-    data = {}
-    for role, entries in (identity.get("files") or {}).items():
-        role_name = {"train": "train", "valid": "valid", "test": "test", "data": "data"}[role]
-        size = {"train": len(trainer.train_data), "valid": len(trainer.valid_data),
-                "test": len(test_pairs)}.get(role)
-        data[role_name] = {"file": os.path.basename(entries[0]["path"]), "sha256": entries[0]["sha256"],
-                           "files": [os.path.basename(e["path"]) for e in entries], "pairs": size,
-                           "skipped_lines": _SKIPPED.get("--" + role, 0)}
-    if "synthetic" in identity:
-        data["synthetic"] = identity["synthetic"]
-    strip = lambda scores: {k: v for k, v in scores.items() if k != "hypotheses"}  # noqa: E731
-    results = {
-        "schema": 1,
-        "command": "python -m solutions " + " ".join(shlex.quote(a) for a in getattr(args, "argv", []) or []),
-        "preset": args.preset,
-        "settings": {"model": model,
-                     "training": {k: v for k, v in everything.items() if k not in tokenizer},
-                     "tokenizer": tokenizer},
-        "parameters": count_parameters(trainer.model),
-        "data": data,
-        "steps": trainer.step, "planned_steps": trainer.planned_steps, "stopped": trainer.stop_reason,
-        "epochs": trainer.epoch_log,
-        "checkpoint_averaging": {k: (None if isinstance(v, float) and math.isnan(v) else v)
-                                 for k, v in finish.items()},
-        "best_valid_bleu_greedy": trainer.best_bleu,
-        "valid": strip(final["valid"]) if "valid" in final else None,
-        "test": strip(final["test"]) if "test" in final else None,
-        "decoding": {"beam_size": final.get("test", final.get("valid", {})).get("beam_size", config.beam_size),
-                     "length_penalty": config.length_penalty, "batch_size": 64,
-                     "max_len": "source length + 50 tokens"},
-        "wall_minutes": round((time.monotonic() - started) / 60, 2),
-        "time_budget_minutes": round(config.time_budget / 60, 2) if config.time_budget else None,
-        "machine": {"cpu": _cpu_name(), "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                    else os.cpu_count(), "threads": torch.get_num_threads(),
-                    "torch": torch.__version__, "python": platform.python_version(), "load": load},
-    }
-    if "test" in final:
-        hypotheses = final["test"]["hypotheses"]
-        results["examples"] = [{"source": s, "reference": t, "hypothesis": h}
-                               for (s, t), h in zip(test_pairs[:8], hypotheses[:8])]
-    return results
 
 
 def _read_sentences(args):
@@ -814,6 +673,7 @@ def _translate(args):
 
 
 def _evaluate(args):
+    from .summary import TUTORIAL_METRIC
     from .trainer import CorpusBLEU
 
     _check_decoding_flags(args)
@@ -843,6 +703,10 @@ def _export(args):
     from .trainer import export_checkpoint, model_from_checkpoint
 
     state = _load_checkpoint_for_user("CKPT", args.checkpoint)
+    if args.format == "ctranslate2":
+        return _export_ctranslate2(args, state)
+    if args.quantization is not None or args.force:
+        raise UsageError("--quantization and --force apply to --format ctranslate2 only")
     if os.path.exists(args.output) and os.path.samefile(args.output, args.checkpoint):
         raise UsageError(f"--output {args.output} is the checkpoint itself: give another file")
     export_checkpoint(state, args.output)
@@ -850,6 +714,27 @@ def _export(args):
     print(json.dumps({"export": args.output, "bytes": os.path.getsize(args.output), "checkpoint": args.checkpoint,
                       "checkpoint_bytes": os.path.getsize(args.checkpoint),
                       "parameters": count_parameters(model)}))
+    return 0
+
+
+def _export_ctranslate2(args, state):
+    from .export import ctranslate2_available, export_ctranslate2
+
+    if not ctranslate2_available():
+        raise UsageError("--format ctranslate2 needs the ctranslate2 package: pip install ctranslate2 "
+                         "(or pip install 'transformer-book[ctranslate2]')")
+    if os.path.exists(args.output) and not args.force:
+        raise UsageError(f"--output {args.output} exists: give another directory, or --force to replace it")
+    if os.path.isfile(args.output):
+        raise UsageError(f"--output {args.output} is a file: CTranslate2 writes a directory")
+    try:
+        export_ctranslate2(state, args.output, quantization=args.quantization, force=args.force)
+    except ValueError as error:  # CTranslate2 refuses an unknown quantization type with a ValueError
+        raise UsageError(f"--format ctranslate2: {error}") from None
+    files = sorted(os.listdir(args.output))
+    size = sum(os.path.getsize(os.path.join(args.output, name)) for name in files)
+    print(json.dumps({"export": args.output, "format": "ctranslate2", "files": files, "bytes": size,
+                      "quantization": args.quantization, "checkpoint": args.checkpoint}))
     return 0
 
 
@@ -862,6 +747,13 @@ def _bench(args):
         _load_checkpoint_for_user("--checkpoint", args.checkpoint)
     if args.translation_corpus is not None and not os.path.isfile(args.translation_corpus):
         raise UsageError(f"--translation-corpus: no such file: {args.translation_corpus}")
+    if args.profile is not None:
+        from .profiling import format_profile, profile_training_step
+
+        result = profile_training_step(args.profile, steps=2 if args.quick else 5, threads=args.threads)
+        for line in format_profile(result):
+            print(line)
+        return 0
     run_benchmarks(quick=args.quick, device=args.device, json_path=args.json, clock=args.clock,
                    threads=args.threads, checkpoint=args.checkpoint, corpus=args.translation_corpus,
                    sentences=args.sentences)

@@ -173,14 +173,15 @@ def test_fuse_attention_switches_classes_in_place_and_back():
     before = copy.deepcopy(model.state_dict())
     optimizer = torch.optim.Adam(model.parameters())
     attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    assert fuse_attention(model) is model
-    assert all(type(m) is FusedMultiHeadAttention for m in attention)
+    assert all(m.need_weights for m in attention)  # built on the readable path
+    assert fuse_attention(model) is model  # the one switch: the fused class on the SDPA path
+    assert all(type(m) is FusedMultiHeadAttention and not m.need_weights for m in attention)
     assert [m for m in model.modules() if isinstance(m, MultiHeadAttention)] == attention  # same objects
     after = model.state_dict()
     assert list(after) == list(before) and all(torch.equal(after[k], before[k]) for k in before)
     assert {id(p) for group in optimizer.param_groups for p in group["params"]} == {id(p) for p in model.parameters()}
-    fuse_attention(model, False)
-    assert all(type(m) is MultiHeadAttention for m in attention)
+    fuse_attention(model, False)  # and back: chapter 5's class on its readable path
+    assert all(type(m) is MultiHeadAttention and m.need_weights for m in attention)
     with pytest.raises(TypeError, match="torch.nn.Module"):
         fuse_attention("model")
 

@@ -33,24 +33,26 @@ def test_quick_bench_reports_ratios(tmp_path):
 
 
 def test_training_bench_times_the_fused_and_the_separate_path(monkeypatch):
-    """The 'ours' model packs its projections (every attention module is fused), the
-    'separate' one does not; both train on the SDPA path (need_weights False)."""
+    """The 'ours' model is on the fast path (fuse_attention: every attention module fused),
+    the 'separate' one runs chapter 5's class on its SDPA path (set_fused); both without
+    attention weights (need_weights False)."""
     import solutions.app.bench as bench
-    from solutions import MultiHeadAttention
-    from solutions.fused import FusedMultiHeadAttention, fuse_attention
+    from solutions import MultiHeadAttention, Transformer
+    from solutions.fused import FusedMultiHeadAttention
 
     built = []
 
-    def recording_fuse_attention(model, flag=True):
-        built.append((model, flag))
-        return fuse_attention(model, flag)
+    class Recorded(Transformer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
 
-    monkeypatch.setattr(bench, "fuse_attention", recording_fuse_attention)
+    monkeypatch.setattr(bench, "Transformer", Recorded)
     bench.bench_training_step(d_model=16, num_heads=2, num_layers=1, d_ff=32, batch=2, src_len=4, tgt_len=4,
                               vocab=20, repeats=1, warmup=0)
-    kinds = {flag: {type(m) for m in model.modules() if isinstance(m, MultiHeadAttention)} for model, flag in built}
-    assert kinds == {True: {FusedMultiHeadAttention}, False: {MultiHeadAttention}}
-    assert all(not m.need_weights for model, _ in built for m in model.modules() if isinstance(m, MultiHeadAttention))
+    attention = [[m for m in model.modules() if isinstance(m, MultiHeadAttention)] for model in built]
+    assert [{type(m) for m in modules} for modules in attention] == [{FusedMultiHeadAttention}, {MultiHeadAttention}]
+    assert all(not m.need_weights for modules in attention for m in modules)
 
 
 def test_generated_sentences_have_multi30k_test_lengths():

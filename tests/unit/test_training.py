@@ -251,6 +251,27 @@ def test_bad_configs(splits):
             Trainer(SMALL.replace(device="cuda"), train, valid)
 
 
+@pytest.mark.parametrize("change, field", [
+    (dict(batch_size=0), "batch_size"), (dict(epochs=1.5), "epochs"), (dict(max_steps=0), "max_steps"),
+    (dict(label_smoothing=1.0), "label_smoothing"), (dict(lr_peak=0), "lr_peak"), (dict(time_budget=-60), "time_budget"),
+    (dict(schedule="cosine"), "schedule"), (dict(tokenizer="char"), "tokenizer"), (dict(bf16="yes"), "bf16"),
+    (dict(beam_size=0), "beam_size"), (dict(threads=True), "threads"), (dict(device=""), "device"),
+])
+def test_a_train_config_checks_its_own_fields(change, field):
+    """TrainConfig refuses a value its run cannot use, naming the field (the CLI turns it into a flag)."""
+    with pytest.raises(ConfigError, match=field) as raised:
+        SMALL.replace(**change)
+    assert raised.value.fields == (field,)
+
+
+def test_a_train_config_accepts_the_edges_that_mean_something():
+    config = SMALL.replace(max_steps=None, clip_norm=None, time_budget=None, eval_sentences=0, warmup_steps=0,
+                           average_last=0, progress_seconds=0, length_penalty=0.0, label_smoothing=0.0, threads=1)
+    assert config.clip_norm is None and config.eval_sentences == 0
+    for preset in PRESETS.values():
+        assert TrainConfig.from_dict(dataclasses.asdict(preset)) == preset
+
+
 def test_corpus_bleu_is_sacrebleu_and_warns_once(caplog):
     import sacrebleu
 

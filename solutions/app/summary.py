@@ -1,0 +1,181 @@
+"""The end of a training run: the final decoding, the results files and the typed run summary.
+
+:meth:`~solutions.app.trainer.Trainer.fit` trains, averages, decodes the validation and test
+sets and writes ``history.json`` and ``results.json`` (schema 1, the README's "Train on your
+own corpus") through this module, then returns a :class:`RunSummary`, which the CLI prints
+as one JSON line. The files' formats are those ``train`` has always written.
+
+Paper: section 6.1 (beam search and BLEU on the test set after training).
+"""
+import dataclasses
+import json
+import math
+import os
+import platform
+import threading
+
+import torch
+from sacrebleu.metrics import BLEU
+
+from ..model import count_parameters
+from ..translation import translate
+from .evaluation import CorpusBLEU
+
+__all__ = ["RunSummary", "RESULTS_SCHEMA", "TUTORIAL_METRIC", "LoadSampler", "score_translations",
+           "results_document", "cpu_name"]
+
+RESULTS_SCHEMA = 1
+
+TUTORIAL_METRIC = ("sacreBLEU with lowercase=True and tokenize='13a' (mteval-v13a tokenisation of hypotheses and "
+                   "references, which, like spaCy's English tokenizer, splits punctuation off words; it keeps "
+                   "\"'s\" and \"n't\" attached, where spaCy splits them)")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    """What a finished run reports (the JSON line ``train`` prints, in this field order).
+
+    Attributes:
+        checkpoint: the last checkpoint (``OUT/checkpoint.pt``).
+        steps, epochs: optimizer steps and epochs done.
+        best: the best-validation-BLEU checkpoint (``OUT/best.pt``), or None.
+        best_valid_bleu: its validation BLEU (greedy), or None.
+        test: test loss, accuracy, BLEU and exact match (empty without a test set).
+        bleu_signature: sacreBLEU's signature of the scores.
+        stopped: why training stopped (``"epochs"``, ``"max_steps"``, ``"budget"``, ...).
+        results: the ``results.json`` written, or None (no output folder).
+        wall_minutes: the run's wall time, data reading and final decoding included.
+    """
+
+    checkpoint: str
+    steps: int
+    epochs: int
+    best: str = None
+    best_valid_bleu: float = None
+    test: dict = dataclasses.field(default_factory=dict)
+    bleu_signature: str = None
+    stopped: str = None
+    results: str = None
+    wall_minutes: float = None
+
+    def as_dict(self):
+        """The fields as a dict, in order (what ``train`` prints as JSON)."""
+        return dataclasses.asdict(self)
+
+
+class LoadSampler:
+    """The 1-minute load average (``/proc/loadavg``) every ``seconds`` in a daemon thread, for results.json."""
+
+    def __init__(self, seconds=30.0):
+        self.samples, self._stop = [], threading.Event()
+        self._read()
+        self._thread = threading.Thread(target=self._run, args=(seconds,), daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        try:
+            with open("/proc/loadavg", encoding="ascii") as handle:
+                self.samples.append(float(handle.read().split()[0]))
+        except (OSError, ValueError, IndexError):
+            pass  # not Linux: no load figures
+
+    def _run(self, seconds):
+        while not self._stop.wait(seconds):
+            self._read()
+
+    def stop(self):
+        """Stop sampling; ``{"loadavg_1min_mean", "loadavg_1min_max", "samples"}`` (empty without /proc)."""
+        self._stop.set()
+        self._read()
+        if not self.samples:
+            return {}
+        return {"loadavg_1min_mean": round(sum(self.samples) / len(self.samples), 2),
+                "loadavg_1min_max": max(self.samples), "samples": len(self.samples)}
+
+
+def cpu_name():
+    """The processor's model name (``/proc/cpuinfo``), or :func:`platform.processor`."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def score_translations(model, src_tokenizer, tgt_tokenizer, pairs, beam_size, length_penalty, device):
+    """Decode ``pairs``' sources with ``beam_size``; BLEU (strict and the tutorial's), exact match, hypotheses."""
+    hypotheses = translate(model, [s for s, _ in pairs], src_tokenizer, tgt_tokenizer,
+                           beam_size=beam_size, length_penalty=length_penalty, device=device)
+    references = [t for _, t in pairs]
+    strict = CorpusBLEU()
+    bleu = strict(hypotheses, references)
+    tutorial = BLEU(lowercase=True, tokenize="13a", force=True)
+    return {"bleu": round(bleu, 2), "signature": strict.signature, "beam_size": beam_size,
+            "bleu_tutorial_metric": round(tutorial.corpus_score(hypotheses, [references]).score, 2),
+            "tutorial_signature": str(tutorial.get_signature()), "tutorial_metric": TUTORIAL_METRIC,
+            "exact_match": sum(h.split() == r.split() for h, r in zip(hypotheses, references)) / len(pairs),
+            "hypotheses": hypotheses}
+
+
+def results_document(trainer, final, finish, test_pairs, wall_seconds, load, command="", preset=None,
+                     skipped_lines=None):
+    """The run's results.json (schema 1): settings, data, per-epoch curve, final scores, machine."""
+    config = trainer.config
+    identity = trainer.data_identity or {}
+    everything = dataclasses.asdict(config)
+    model = everything.pop("model")
+    tokenizer = {"tokenizer": config.tokenizer, "bpe_vocab_size": config.bpe_vocab_size,
+                 "share_embeddings": config.model.share_embeddings, "max_tokens": config.max_tokens}
+    data = {}
+    for role, entries in (identity.get("files") or {}).items():
+        role_name = {"train": "train", "valid": "valid", "test": "test", "data": "data"}[role]
+        size = {"train": len(trainer.train_data), "valid": len(trainer.valid_data),
+                "test": len(test_pairs)}.get(role)
+        data[role_name] = {"file": os.path.basename(entries[0]["path"]), "sha256": entries[0]["sha256"],
+                           "files": [os.path.basename(e["path"]) for e in entries], "pairs": size,
+                           "skipped_lines": (skipped_lines or {}).get(role, 0)}
+    if "synthetic" in identity:
+        data["synthetic"] = identity["synthetic"]
+
+    def strip(scores):
+        return {k: v for k, v in scores.items() if k != "hypotheses"}
+
+    results = {
+        "schema": RESULTS_SCHEMA,
+        "command": command,
+        "preset": preset,
+        "settings": {"model": model,
+                     "training": {k: v for k, v in everything.items() if k not in tokenizer},
+                     "tokenizer": tokenizer},
+        "parameters": count_parameters(trainer.model),
+        "data": data,
+        "steps": trainer.step, "planned_steps": trainer.planned_steps, "stopped": trainer.stop_reason,
+        "epochs": trainer.epoch_log,
+        "checkpoint_averaging": {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                                 for k, v in finish.items()},
+        "best_valid_bleu_greedy": trainer.best_bleu,
+        "valid": strip(final["valid"]) if "valid" in final else None,
+        "test": strip(final["test"]) if "test" in final else None,
+        "decoding": {"beam_size": final.get("test", final.get("valid", {})).get("beam_size", config.beam_size),
+                     "length_penalty": config.length_penalty, "batch_size": 64,
+                     "max_len": "source length + 50 tokens"},
+        "wall_minutes": round(wall_seconds / 60, 2),
+        "time_budget_minutes": round(config.time_budget / 60, 2) if config.time_budget else None,
+        "machine": {"cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                    else os.cpu_count(), "threads": torch.get_num_threads(),
+                    "torch": torch.__version__, "python": platform.python_version(), "load": load},
+    }
+    if "test" in final:
+        hypotheses = final["test"]["hypotheses"]
+        results["examples"] = [{"source": s, "reference": t, "hypothesis": h}
+                               for (s, t), h in zip(test_pairs[:8], hypotheses[:8])]
+    return results
+
+
+def write_json(path, document, **options):
+    """Write ``document`` to ``path`` as JSON (``options``: of :func:`json.dump`)."""
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, **options)
