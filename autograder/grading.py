@@ -71,6 +71,7 @@ import numpy as np
 
 from .checks.base import Exercise, Report, Result, charged_once, dependency_note, draw_cases, evaluate, get_exercise, make_rng
 from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
+from .text import safe_text
 
 __all__ = ["CellScore", "RunSettings", "STATUSES", "grade_submission", "read_notebook", "MAX_NOTEBOOK_BYTES", "MAX_PARSED_SOURCE",
            "parse_untrusted"]
@@ -328,20 +329,6 @@ def _read_source(source_nb: Path) -> tuple[list[str], list[_Graded]]:
             raise ValueError(f"{source_nb}: test cell {grade_id!r} has no solution cell {name!r}")
         graded.append(_Graded(name, grade_id, float(meta.get("points", 0) or 0), solutions[name]))
     return setup, graded
-
-
-# Characters that must not reach a terminal, a log or a page as themselves: C0/C1
-# controls (escape sequences), and the bidirectional overrides that reorder text.
-_UNSAFE_CHARS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)]}
-_UNSAFE_CHARS.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F]})
-_UNSAFE_CHARS[0x09] = " "  # a tab is only white space
-
-
-def safe_text(text: str) -> str:
-    """``text`` with every control and bidi-override character written as an
-    escape (``\\x1b``): what a submission wrote can reach the instructor's
-    terminal, log or CSV as text only, never as a command to the terminal."""
-    return str(text).translate(_UNSAFE_CHARS)
 
 
 def one_line(text: str, limit: int = 400) -> str:
