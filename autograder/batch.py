@@ -5,7 +5,8 @@ or a flat folder of ``<student>.ipynb`` for one chapter), grades each submission
 with :func:`autograder.grading.grade_submission` (student code runs in the sandbox,
 never here), and writes, from this trusted process only:
 
-* ``OUT/.journal/<student>/<chapter>.json`` — one result per submission, written
+* ``OUT/.journal/<student>/<chapter>.json`` — one result per submission (an empty,
+  doubled or unreadable chapter folder included), written
   atomically as soon as it is graded, keyed by the SHA-256 of the submission, of
   the source notebook and of the grading code, the seed and the limits. A re-run reuses every entry whose
   key is unchanged, so an interrupted run resumes where it stopped and a regrade
