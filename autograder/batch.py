@@ -5,7 +5,8 @@ or a flat folder of ``<student>.ipynb`` for one chapter), grades each submission
 with :func:`autograder.grading.grade_submission` (student code runs in the sandbox,
 never here), and writes, from this trusted process only:
 
-* ``OUT/.journal/<student>/<chapter>.json`` — one result per submission, written
+* ``OUT/.journal/<student>/<chapter>.json`` — one result per submission (an empty,
+  doubled or unreadable chapter folder included), written
   atomically as soon as it is graded, keyed by the SHA-256 of the submission, of
   the source notebook and of the grading code, the seed and the limits. A re-run reuses every entry whose
   key is unchanged, so an interrupted run resumes where it stopped and a regrade
@@ -45,7 +46,8 @@ from .grading import RunSettings
 from .journal import (Graded, grader_fingerprint, journal_seed, read_journal, read_journal_entry, record_submitted,
                       submission_seed, write_atomic, write_journal)
 from .submissions import Submission, file_sha256, find_submissions
-from .results import RESULTS_FILE, ClassResults, ExerciseScore, PartScore, SubmissionGrade, parts_line
+from .results import (RESULTS_FILE, ClassResults, ExerciseScore, PartScore, SubmissionGrade, begin_run, end_run,
+                      parts_line)
 from .text import csv_cell, csv_text
 from .untrusted import MAX_NOTEBOOK_BYTES, problem_text
 
@@ -155,6 +157,26 @@ def as_dicts(scores) -> list[dict]:
 def parts_text(row: dict) -> str:
     """``name score/points · ...`` of a score row's parts (for ``scores.csv``)."""
     return parts_line([PartScore(p["name"], p["score"], p["points"]) for p in row.get("parts") or []])
+
+
+def journal_key(submission_sha256: str | None, source_sha256: str, seed: int | None, grader: str,
+                settings: RunSettings) -> dict:
+    """The key a submission's journal entry is written and reused under.
+
+    Args:
+        submission_sha256: the notebook's digest (``None``: nothing could be run, e.g. an
+            empty folder or two notebooks).
+        source_sha256: the chapter's source notebook's digest.
+        seed: the submission's seed of the hidden cases (``None`` with nothing run).
+        grader: :func:`~autograder.journal.grader_fingerprint`.
+        settings: the run's :class:`~autograder.grading.RunSettings`.
+
+    Returns:
+        ``{"submission_sha256", "source_sha256", "seed", "grader", **settings.options()}``:
+        all but the first three are the same for every submission of a run.
+    """
+    return {"submission_sha256": submission_sha256, "source_sha256": source_sha256, "seed": seed,
+            "grader": grader, **settings.options()}
 
 
 @dataclass(frozen=True)
@@ -280,6 +302,7 @@ def grade_class(
         unknown = sorted(set(students) - {s.student for s in subs})
         if unknown:
             raise ValueError(f"no submission of student(s) {', '.join(unknown)} under {submitted}")
+    begin_run(out, "grade")  # cleared once every report is written: a stopped run is never read as current
     base_seed = journal_seed(out, seed)
     record_submitted(out, submitted)
     sources = {c: source_notebook(c, book) for c in wanted}
@@ -288,41 +311,6 @@ def grade_class(
 
     results: dict[Submission, Graded] = {}
     todo: list[tuple[Submission, dict, GradingTask]] = []
-    for sub in subs:
-        if students is not None and sub.student not in students:
-            try:
-                kept = read_journal_entry(out, sub)
-            except Exception:  # noqa: BLE001 - an odd entry is only a missing one
-                kept = None
-            if kept is not None:  # not graded now: the last grade stays in the reports
-                results[sub] = Graded(sub, kept[0], kept[1], reused=True)
-            continue
-        if sub.problem:  # nothing to run: every exercise 0, with what was found instead
-            results[sub] = Graded(sub, failed_rows(sources[sub.chapter], sub.problem, "invalid"))
-            continue
-        try:
-            sub_digest = file_sha256(sub.path)
-        except Exception as exc:  # noqa: BLE001 - reading the notebook is this student's step
-            results[sub] = Graded(sub, failed_rows(sources[sub.chapter], "the notebook could not be read "
-                                                    f"({problem_text(exc)})", "invalid"))
-            continue
-        sub_seed = submission_seed(base_seed, sub.student, sub.chapter, str(sub_digest))
-        key = {
-            "submission_sha256": sub_digest,
-            "source_sha256": source_hash[sub.chapter],
-            "seed": sub_seed,
-            "grader": fingerprint,
-            **settings.options(),
-        }
-        try:
-            cached = None if force else read_journal(out, sub, key)
-        except Exception:  # noqa: BLE001 - an entry that cannot be read is graded again
-            cached = None
-        if cached is not None:
-            results[sub] = Graded(sub, cached, key, reused=True)
-            continue
-        todo.append((sub, key, GradingTask(str(sources[sub.chapter]), str(sub.path) if sub.path else None,
-                                           sub.chapter, sub_seed, settings)))
 
     def finish(sub: Submission, key: dict, rows: list[dict]) -> None:
         graded = Graded(sub, rows, key)
@@ -334,6 +322,39 @@ def grade_class(
         results[sub] = graded
         if on_graded is not None:
             on_graded(graded)
+
+    for sub in subs:
+        if students is not None and sub.student not in students:
+            try:
+                kept = read_journal_entry(out, sub)
+            except Exception:  # noqa: BLE001 - an odd entry is only a missing one
+                kept = None
+            if kept is not None:  # not graded now: the last grade stays in the reports
+                results[sub] = Graded(sub, kept[0], kept[1], reused=True)
+            continue
+        # Every submission is journaled under the run's settings, even one with nothing to run:
+        # a shard's entries then differ only in what each student handed in (merge_shards).
+        unrun = journal_key(None, source_hash[sub.chapter], None, fingerprint, settings)
+        if sub.problem:  # nothing to run: every exercise 0, with what was found instead
+            finish(sub, unrun, failed_rows(sources[sub.chapter], sub.problem, "invalid"))
+            continue
+        try:
+            sub_digest = file_sha256(sub.path)
+        except Exception as exc:  # noqa: BLE001 - reading the notebook is this student's step
+            finish(sub, unrun, failed_rows(sources[sub.chapter], "the notebook could not be read "
+                                           f"({problem_text(exc)})", "invalid"))
+            continue
+        sub_seed = submission_seed(base_seed, sub.student, sub.chapter, str(sub_digest))
+        key = journal_key(sub_digest, source_hash[sub.chapter], sub_seed, fingerprint, settings)
+        try:
+            cached = None if force else read_journal(out, sub, key)
+        except Exception:  # noqa: BLE001 - an entry that cannot be read is graded again
+            cached = None
+        if cached is not None:
+            results[sub] = Graded(sub, cached, key, reused=True)
+            continue
+        todo.append((sub, key, GradingTask(str(sources[sub.chapter]), str(sub.path) if sub.path else None,
+                                           sub.chapter, sub_seed, settings)))
 
     bar = tqdm(total=len(todo), desc="grading", unit="nb", disable=(not sys.stderr.isatty()) if progress is None else not progress)
     try:
@@ -383,6 +404,7 @@ def grade_class(
 
     ordered = [results[s] for s in subs if s in results]
     write_reports(out, ordered, sources, gradebook)
+    end_run(out)
     graded_now = sum(1 for g in ordered if not g.reused)
     return BatchReport(out, ordered, graded_now, len(ordered) - graded_now)
 

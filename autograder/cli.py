@@ -789,6 +789,16 @@ def _class_run_options(parser: argparse.ArgumentParser) -> None:
     _limit_options(parser)
 
 
+def _seed_options(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--seed-file`` and ``--seed``: the secret base seed of the hidden cases
+    (:func:`autograder.journal.hidden_seed`; also ``AUTOGRADER_SEED``)."""
+    parser.add_argument("--seed-file", metavar="PATH",
+                        help=f"a file (mode 600) holding the base seed of the hidden cases; or set AUTOGRADER_SEED "
+                             f"({default})")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the base seed on the command line, where every process can read it: prefer --seed-file")
+
+
 def _limit_options(parser: argparse.ArgumentParser) -> None:
     """``--memory``, ``--disk`` and ``--processes``: the limits of each sandbox run
     (defaults: :class:`autograder.sandbox.Limits`)."""
@@ -835,7 +845,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("submitted", help="nbgrader's submitted folder: <student>/<chapter>/<chapter>.ipynb")
     p.add_argument("--out", required=True, help="output folder (gradebook.db, CSVs, feedback/)")
     _class_run_options(p)
-    p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh, kept in OUT)")
+    _seed_options(p, "default: fresh, kept in OUT")
     p.add_argument("--chapters", nargs="*", help="chapter ids to grade (default: those submitted)")
     p.add_argument("--flat", metavar="CHAPTER", help="SUBMITTED is a folder of <student>.ipynb for CHAPTER")
     p.add_argument("--force", action="store_true", help="regrade everything, ignoring the journal")
@@ -845,7 +855,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", metavar="I/N",
                    help="grade only shard I of N (0 ≤ I < N; a stable hash of the student id) and write "
                         "OUT/shard.json; auto/N takes I from JOB_COMPLETION_INDEX (Kubernetes) or "
-                        "SLURM_ARRAY_TASK_ID (Slurm); needs --seed, the same for every shard")
+                        "SLURM_ARRAY_TASK_ID (Slurm); needs the seed (--seed-file or AUTOGRADER_SEED), the same "
+                        "for every shard")
     p.add_argument("--isolation", choices=["auto", "bubblewrap", "container"], default=None,
                    help="how student code is kept apart: bubblewrap (namespaces), container (a separate user, "
                         "Landlock, rlimits: for containers without user namespaces) or auto (default: bubblewrap "
@@ -873,7 +884,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "e.g. '2026-11-20 17:00:00 UTC' (default: the gradebook's)")
     p.add_argument("--out", help="folder of grades.csv, scores.csv, feedback/ (default: COURSE/grades/ASSIGNMENT)")
     _class_run_options(p)
-    p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh, kept)")
+    _seed_options(p, "default: fresh, kept")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without the sandbox (NOT tamper-proof; testing only)")
@@ -888,7 +899,7 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["hidden", "after_due_date", "after_published", "visible"],
                    help="when students see the per-part results (drawn from hidden cases; default after_due_date); "
                         "Gradescope shows no score until then, so the overall output states the total")
-    p.add_argument("--seed", type=int, default=None, help="base seed of the hidden cases (default: fresh, in the zip)")
+    _seed_options(p, "default: fresh, in the zip")
     p.add_argument("--memory", type=_size, default=None, metavar="SIZE",
                    help="all the memory of one sandbox run, e.g. 600M (default 2G; Gradescope's default "
                         "container has 768 MB in all)")
@@ -948,6 +959,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # the command as typed, for OUT/regrades.jsonl
+    if hasattr(args, "seed_file"):  # a secret seed: from a private file or the environment (journal.hidden_seed)
+        from .journal import SeedError, hidden_seed
+
+        try:
+            args.seed, warning = hidden_seed(args.seed, args.seed_file)
+        except SeedError as exc:
+            print(f"{args.command}: {exc}", file=sys.stderr)
+            return 2
+        if warning:
+            print(warning, file=sys.stderr)
     return args.func(args)
 
 

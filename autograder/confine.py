@@ -1,4 +1,4 @@
-"""Confine this process with Landlock, then exec a command: the container mode's filesystem wall.
+"""Confine this process with Landlock and seccomp, then exec a command: the container mode's walls.
 
 ``python confine.py --read DIR ... --write DIR ... [--no-tcp] -- COMMAND ...``
 
@@ -11,12 +11,21 @@ bind at all; where the kernel has ABI ≥ 6, no abstract Unix socket and no sign
 reaches a process outside the confinement. Standard library only: it is copied
 into the run's library folder and runs before anything else is imported.
 
-Exit status 126 with a message on stderr when Landlock is missing or a rule fails:
-the grader then reports the run as crashed rather than running it unconfined.
+Then a seccomp filter (:func:`seal`) closes what Landlock does not cover: no Unix
+socket can be made (``socket(AF_UNIX, …)``: no ``connect()`` to a pathname socket of
+the host, a D-Bus, X11 or CI agent's), no System V shared memory, message queue or
+semaphore and no POSIX message queue can be made or reached (they would outlive the
+run and carry data to the next one), no io_uring (which would reach sockets past the
+filter), and no system call of another ABI (x32, i386). Each is refused with EPERM;
+``socketpair`` and pipes still work.
+
+Exit status 126 with a message on stderr when Landlock or seccomp is missing or a
+rule fails: the grader then reports the run as crashed rather than running it unconfined.
 """
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import stat
 import sys
@@ -120,6 +129,75 @@ def confine(read: list[str], write: list[str], *, no_tcp: bool = False) -> int:
     return abi
 
 
+# --------------------------------------------------------------------------- seccomp
+
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x06
+AF_UNIX = 1
+X32_SYSCALL_BIT = 0x40000000
+# Per machine: its audit architecture, socket(), and the calls refused whatever their
+# arguments: System V shm/msg/sem, POSIX message queues, io_uring (asm/unistd*.h).
+_SYSCALLS = {
+    "x86_64": (0xC000003E, 41, (29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71,
+                                240, 241, 242, 243, 244, 245, 425, 426, 427)),
+    "aarch64": (0xC00000B7, 198, (194, 196, 195, 197, 190, 193, 191, 192, 186, 189, 188, 187,
+                                  180, 181, 182, 183, 184, 185, 425, 426, 427)),
+}
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seal_program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
+    """The seccomp-BPF program of :func:`seal` as ``(code, jt, jf, k)`` instructions.
+
+    Args:
+        machine: ``uname -m`` (default: this one's).
+
+    Returns:
+        The instructions. Raises :class:`ConfineError` for a machine it has no table for.
+    """
+    machine = machine or os.uname().machine
+    if machine not in _SYSCALLS:
+        raise ConfineError(f"no seccomp table for {machine!r} (x86_64 and aarch64 are known)")
+    arch, socket_nr, refused = _SYSCALLS[machine]
+    deny = SECCOMP_RET_ERRNO | errno.EPERM
+    prog = [(BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+            (BPF_JEQ_K, 1, 0, arch), (BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.ENOSYS),
+            (BPF_LD_W_ABS, 0, 0, 0)]  # seccomp_data.nr
+    if machine == "x86_64":  # the x32 ABI shares the architecture: refuse it by its bit
+        prog += [(BPF_JGE_K, 0, 1, X32_SYSCALL_BIT), (BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.ENOSYS)]
+    for nr in refused:
+        prog += [(BPF_JEQ_K, 0, 1, nr), (BPF_RET_K, 0, 0, deny)]
+    prog += [(BPF_JEQ_K, 0, 3, socket_nr),
+             (BPF_LD_W_ABS, 0, 0, 16),  # seccomp_data.args[0], its low 32 bits: the domain
+             (BPF_JEQ_K, 0, 1, AF_UNIX), (BPF_RET_K, 0, 0, deny),
+             (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
+    return prog
+
+
+def seal() -> None:
+    """Install the seccomp filter of :func:`seal_program` on this process and its children.
+
+    Needs ``no_new_privs`` (set by :func:`confine`). Raises :class:`ConfineError` when
+    the kernel refuses it.
+    """
+    prog = seal_program()
+    filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), filters)
+    libc = _libc()
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise ConfineError(f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}")
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise ConfineError(f"seccomp filter refused: {os.strerror(ctypes.get_errno())}")
+
+
 def main(argv: list[str]) -> None:
     """Parse ``--read``/``--write``/``--no-tcp`` up to ``--``, confine, exec the rest."""
     read, write, no_tcp = [], [], False
@@ -139,6 +217,7 @@ def main(argv: list[str]) -> None:
         sys.exit(2)
     try:
         confine(read, write, no_tcp=no_tcp)
+        seal()
     except ConfineError as exc:
         sys.stderr.write(f"confine: {exc}\n")
         sys.exit(126)

@@ -63,6 +63,7 @@ from pathlib import Path
 import nbformat
 
 from .book import BOOK
+from .text import safe_text
 
 __all__ = ["VISIBILITIES", "ISOLATIONS", "ENGINE_ONLY", "GRADER_REQUIREMENTS", "build_zip", "chapter_points",
            "results_json", "run", "main", "SCHEMA_PATH", "grade_upload"]
@@ -337,7 +338,7 @@ def _student_id(root: Path) -> str:
         meta = json.loads((root / "submission_metadata.json").read_text(encoding="utf-8"))
         users = meta.get("users") or []
         ids = sorted(str(u.get("id") or u.get("email") or "") for u in users if isinstance(u, dict))
-        return "+".join(i for i in ids if i) or "submission"
+        return safe_text("+".join(i for i in ids if i)) or "submission"
     except (OSError, ValueError, AttributeError):
         return "submission"
 
@@ -356,7 +357,7 @@ def _find_notebook(folder: Path, chapter: str) -> tuple[Path | None, str]:
         return found[0], ""
     if not found:
         return None, f"no notebook was submitted: upload {chapter}.ipynb"
-    names = ", ".join(str(p.relative_to(folder)) for p in found[:5])
+    names = safe_text(", ".join(str(p.relative_to(folder)) for p in found[:5]))
     return None, f"several notebooks were submitted ({names}): upload only {chapter}.ipynb"
 
 
@@ -417,7 +418,7 @@ def run(root: Path) -> dict:
     out = root / "results" / "results.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name("results.json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8", errors="backslashreplace")
     os.replace(tmp, out)
     for row in rows:  # the instructor's view (stdout is hidden from students)
         print(f"{row['exercise']}: {row['score']:g}/{row['max_score']:g} {row['status']} {row['reason']}")

@@ -55,7 +55,6 @@ import io
 import json
 import logging
 import math
-import os
 import shutil
 import signal
 import tempfile
@@ -70,7 +69,8 @@ import numpy as np
 from .checks.base import (Exercise, Report, Result, charged_once, dependency_note, dependency_unchanged_note, draw_cases,
                           evaluate, get_exercise, make_rng, own_code_message)
 from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
-from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook, safe_text
+from .text import safe_text
+from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook
 from .withhold import defined_names
 
 __all__ = ["CellScore", "RunSettings", "STATUSES", "grade_submission"]

@@ -25,11 +25,16 @@ then isolates each run with what a container still offers:
   the fresh uid, open files, file size), the wall-clock kill, a memory cgroup where one
   can be made, and, after the run, every process of its uid killed.
 
-What it does not give (listed in the README): no PID, mount or IPC namespace (the run
+* **an IPC namespace** with ``unshare --ipc`` where permitted, and in every case
+  **seccomp** (:func:`autograder.confine.seal`): no Unix socket (no ``connect()`` to a
+  pathname socket of the host), no System V shared memory, queue or semaphore and no
+  POSIX message queue, so nothing a run makes outlives it or reaches the next run.
+
+What it does not give (listed in the README): no PID or mount namespace (the run
 sees the process list and the host's filesystem layout, though it reads only what
-Landlock allows; System V IPC and UDP are not closed without ABI 6 / the engine),
-no read-only root outside Landlock, and without Landlock and root no wall at all: then
-the container mode refuses to start.
+Landlock allows; UDP is not closed without the engine), no read-only root outside
+Landlock, and without Landlock (or seccomp) no wall at all: then the container mode
+refuses to start.
 
 The mode is chosen once per process: ``AUTOGRADER_ISOLATION`` = ``bubblewrap``,
 ``container`` or ``auto`` (default: bubblewrap where it starts, else container), or
@@ -131,12 +136,13 @@ def _reachable_by_others(path: Path) -> bool:
         return False
 
 
-def _unshare_net_works() -> bool:
+def _unshare_works(namespace: str) -> bool:
+    """Whether ``unshare --<namespace>`` starts a process here (root with ``CAP_SYS_ADMIN``)."""
     unshare = shutil.which("unshare")
     if unshare is None:
         return False
     try:
-        done = subprocess.run([unshare, "--net", "--", "true"], capture_output=True, timeout=20)
+        done = subprocess.run([unshare, f"--{namespace}", "--", "true"], capture_output=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -147,8 +153,10 @@ def container_plan() -> dict:
 
     Returns:
         ``{"root", "separate_user", "read_search", "landlock_abi", "unshare_net",
-        "no_tcp"}``; ``separate_user``: runs get a fresh uid; ``read_search``: that uid
-        keeps ``CAP_DAC_READ_SEARCH`` to reach the interpreter. Raises ``RuntimeError``
+        "unshare_ipc", "no_tcp"}``; ``separate_user``: runs get a fresh uid;
+        ``read_search``: that uid keeps ``CAP_DAC_READ_SEARCH`` to reach the interpreter;
+        ``unshare_ipc``: each run has its own IPC namespace (else seccomp alone keeps it
+        from System V and POSIX queues, :func:`autograder.confine.seal`). Raises ``RuntimeError``
         when the mode would isolate nothing (no Landlock).
     """
     if _PLAN:
@@ -166,7 +174,8 @@ def container_plan() -> dict:
         "separate_user": root and bool(shutil.which("setpriv")),
         "read_search": root and not reachable,
         "landlock_abi": abi,
-        "unshare_net": root and _unshare_net_works(),
+        "unshare_net": root and _unshare_works("net"),
+        "unshare_ipc": root and _unshare_works("ipc"),
         "no_tcp": abi >= 4,
     }
     _PLAN.update(plan)
@@ -185,5 +194,7 @@ def describe(mode: str) -> str:
     net = "unshare --net" if plan["unshare_net"] else (
         "no TCP (Landlock); the engine must turn the rest of networking off" if plan["no_tcp"]
         else "NOT closed here: the engine must turn networking off")
+    ipc = "its own IPC namespace, " if plan.get("unshare_ipc") else ""
     return (f"container mode: {user}, Landlock ABI {plan['landlock_abi']} (reads: Python, system, its "
-            f"library and job only), network: {net}, rlimits")
+            f"library and job only), network: {net}, {ipc}seccomp (no Unix socket, System V IPC or POSIX "
+            f"queue), rlimits")

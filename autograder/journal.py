@@ -16,12 +16,14 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .submissions import Submission
 
-__all__ = ["JOURNAL_VERSION", "SUBMITTED_RECORD", "Graded", "grader_fingerprint", "submission_seed", "journal_seed",
+__all__ = ["JOURNAL_VERSION", "SUBMITTED_RECORD", "SEED_VARIABLE", "SeedError", "Graded", "grader_fingerprint",
+           "submission_seed", "journal_seed", "hidden_seed",
            "read_journal", "read_journal_entry", "write_journal", "write_atomic", "record_submitted",
            "recorded_submitted"]
 
@@ -68,9 +70,14 @@ def _journal_path(out: Path, sub: Submission) -> Path:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` in UTF-8, atomically (a temporary file, then a rename).
+
+    Never fails on content: a character UTF-8 cannot hold (a lone surrogate that
+    slipped past :func:`autograder.text.safe_text`) is written as its escape
+    (``\\udcff``), which is also how JSON spells it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+    with open(tmp, "w", encoding="utf-8", errors="backslashreplace", newline="") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
@@ -123,6 +130,65 @@ def journal_seed(out: Path, seed: int | None) -> int:
             seed = secrets.randbits(31)
     write_atomic(path, json.dumps({"seed": int(seed)}) + "\n")
     return int(seed)
+
+
+# Where a grading run finds its secret base seed when no --seed-file is given.
+SEED_VARIABLE = "AUTOGRADER_SEED"
+
+
+class SeedError(ValueError):
+    """A seed that cannot be used: a seed file others can read, not a whole number (the message says which)."""
+
+
+def hidden_seed(seed: int | None = None, seed_file: str | os.PathLike | None = None,
+                environ: dict | None = None) -> tuple[int | None, str | None]:
+    """The base seed of the hidden cases, from where no other process can read it.
+
+    A process's command line is world-readable (``/proc/PID/cmdline``), so the secret
+    seed comes from a file only its owner can read (``--seed-file``), or from the
+    environment (:data:`SEED_VARIABLE`, readable by the same user only); ``--seed N``
+    is still accepted, with a warning.
+
+    Args:
+        seed: ``--seed`` (``None``: not given).
+        seed_file: ``--seed-file``: a file holding the seed, whose mode gives no access
+            to group or other (``chmod 600``).
+        environ: where :data:`SEED_VARIABLE` is looked up (default ``os.environ``).
+
+    Returns:
+        ``(seed, warning)``: the seed (``None``: none given, the run draws or reuses
+        one) and a line to print, or ``None``.
+
+    Raises:
+        SeedError: both options given; the file is missing, readable by group or other,
+            or does not hold a whole number; the variable is not a whole number.
+    """
+    environ = os.environ if environ is None else environ
+    if seed is not None and seed_file is not None:
+        raise SeedError("give --seed-file or --seed, not both")
+    if seed_file is not None:
+        path = Path(seed_file)
+        try:
+            mode = path.stat().st_mode
+            if mode & 0o077:
+                raise SeedError(f"--seed-file {path} has mode {stat.S_IMODE(mode):04o}: a seed file must give no "
+                                f"access to group or other (chmod 600 {path})")
+            text = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise SeedError(f"--seed-file {path} cannot be read ({exc.strerror or exc})") from None
+        return _whole(text, f"--seed-file {path}"), None
+    if seed is not None:
+        return int(seed), (f"warning: --seed {seed} is visible to every process on this machine "
+                           f"(/proc/PID/cmdline); give it with --seed-file (mode 600) or {SEED_VARIABLE}")
+    text = environ.get(SEED_VARIABLE, "").strip()
+    return (_whole(text, SEED_VARIABLE), None) if text else (None, None)
+
+
+def _whole(text: str, where: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise SeedError(f"{where}: the seed must be a whole number, found {text[:20]!r}") from None
 
 
 def record_submitted(out: Path, submitted: Path) -> None:

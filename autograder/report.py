@@ -30,7 +30,7 @@ taken as the grader's diagnosis. Every part's message is read whole.
 
 Everything that came from a submission (student names, messages that quote a
 student's exception) is HTML-escaped on the page and written to the terminal
-through :func:`autograder.untrusted.safe_text`. The page has no script and no
+through :func:`autograder.text.safe_text`. The page has no script and no
 external reference: the figures are inline SVG (matplotlib, text as paths), the
 style is inline, the fonts are the system's; it opens from the file system.
 """
@@ -47,8 +47,8 @@ from .pagestyle import BLUE, CSS, INK, escape, inline_svg, new_figure, style_axe
 from .feedback import STATUS_WORDS, duration_text
 from .results import RESULTS_FILE, ClassResults, ExerciseScore, ResultsError, SubmissionGrade
 from .term_plots import chapter_section, term_page
-from .text import csv_text
-from .untrusted import NotebookError, read_notebook, safe_text
+from .text import csv_text, safe_text
+from .untrusted import NotebookError, read_notebook
 
 __all__ = [
     "ReportError",

@@ -9,25 +9,58 @@ Messages are kept whole: every part's message and the check's own hint, apart.
 
 Layout of ``results.json``: ``{"version": 1, "exercises": [...], "submissions": [...]}``,
 one object per :class:`ExerciseScore` and :class:`SubmissionGrade`, with their fields.
+
+A run that writes results (``grade``, ``merge``) marks its folder first
+(:func:`begin_run`, ``OUT/.run-unfinished.json``) and clears the mark once every
+file is written (:func:`end_run`): when a run stops half-way, the ``results.json``
+left there is an earlier run's, and :meth:`ClassResults.read` says so instead of
+presenting it as current.
 """
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .journal import write_atomic
 from .text import score_text
 
-__all__ = ["RESULTS_FILE", "RESULTS_VERSION", "ResultsError", "PartScore", "ExerciseScore", "SubmissionGrade",
+__all__ = ["RESULTS_FILE", "RESULTS_VERSION", "RUN_MARKER", "ResultsError", "begin_run", "end_run", "unfinished_run", "PartScore", "ExerciseScore", "SubmissionGrade",
            "ClassResults", "parts_line"]
 
 RESULTS_FILE = "results.json"
 RESULTS_VERSION = 1
+# Present while a run writes into its output folder (a dot name: no student's folder).
+RUN_MARKER = ".run-unfinished.json"
 
 
 class ResultsError(ValueError):
-    """A ``results.json`` that is missing, unreadable or of another version (the message names it)."""
+    """A ``results.json`` that is missing, unreadable, of another version or left by a
+    run that did not finish (the message names it)."""
+
+
+def begin_run(out: Path, command: str) -> None:
+    """Mark ``out`` as being written by ``command`` (``grade``, ``merge``) until :func:`end_run`."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    write_atomic(Path(out) / RUN_MARKER, json.dumps({"command": command, "started": stamp}) + "\n")
+
+
+def end_run(out: Path) -> None:
+    """Clear the mark of :func:`begin_run`: every result file of the run is written."""
+    (Path(out) / RUN_MARKER).unlink(missing_ok=True)
+
+
+def unfinished_run(out: Path) -> str | None:
+    """How the run that did not finish in ``out`` started (``"grade, started …"``), or ``None``."""
+    path = Path(out) / RUN_MARKER
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return f"{data['command']}, started {data['started']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a run"
 
 
 @dataclass
@@ -156,9 +189,15 @@ class ClassResults:
         """Read ``out/results.json``.
 
         Raises:
-            ResultsError: the file is missing or cannot be read (the message names it).
+            ResultsError: the file is missing or cannot be read, or the last run into
+                ``out`` did not finish (the message names it).
         """
         path = Path(out) / RESULTS_FILE
+        unfinished = unfinished_run(out)
+        if unfinished is not None:
+            raise ResultsError(f"the last run into {out} ({unfinished}) did not finish: its results are incomplete "
+                               f"and {RESULTS_FILE} there, if any, is of an earlier run; run it again (it resumes "
+                               "from its journal)")
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:

@@ -808,9 +808,9 @@ def _watch(proc: subprocess.Popen, start: float, out_dir: Path, limits: Limits, 
 
 def _container_command(job_dir: Path, lib_dir: Path, limits: Limits, python: str,
                        pipe_args: list[str]) -> tuple[list[str], dict, str, int | None]:
-    """The command of a container-mode run (:mod:`autograder.isolation`): ``unshare --net``
-    where permitted, ``prlimit``, ``setpriv`` to a fresh uid (as root), then
-    :mod:`autograder.confine` (Landlock) and the runner. Returns ``(command, env, cwd, uid)``."""
+    """The command of a container-mode run (:mod:`autograder.isolation`): ``unshare --net
+    --ipc`` where permitted, ``prlimit``, ``setpriv`` to a fresh uid (as root), then
+    :mod:`autograder.confine` (Landlock, seccomp) and the runner. Returns ``(command, env, cwd, uid)``."""
     from .isolation import container_plan
 
     plan = container_plan()
@@ -840,8 +840,9 @@ def _container_command(job_dir: Path, lib_dir: Path, limits: Limits, python: str
         inner.append("--no-tcp")
     inner += ["--", python, "-s", "-B", str(lib_dir / "runner.py"), str(job_dir), *pipe_args]
     command = []
-    if plan["unshare_net"]:
-        command += [shutil.which("unshare") or "/usr/bin/unshare", "--net", "--"]
+    namespaces = [flag for flag, ok in (("--net", plan["unshare_net"]), ("--ipc", plan.get("unshare_ipc"))) if ok]
+    if namespaces:  # IPC: a System V segment or POSIX queue dies with the run (seccomp refuses them anyway)
+        command += [shutil.which("unshare") or "/usr/bin/unshare", *namespaces, "--"]
     command += _prlimit_args(limits)
     if uid is not None:
         keep = ",+dac_read_search" if plan["read_search"] else ""

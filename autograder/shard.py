@@ -14,15 +14,17 @@ writes ``OUT_I/shard.json`` last, once every one of its submissions is journaled
 * ``code``: SHA-256s of the grading code (every ``.py`` of ``autograder`` and
   ``solutions``), of the hidden checks (``autograder/checks`` and the source
   notebooks' test cells) and of each chapter's source notebook;
-* ``graded``: one entry per submission of its students: student, chapter, the
-  submission's SHA-256 and the journal key it was graded under.
+* ``graded``: one entry per submission of its students (an empty, doubled or
+  unreadable folder included): student, chapter, the submission's SHA-256, the text
+  of its ``timestamp.txt`` and the journal key it was graded under.
 
 ``merge OUT_1 … OUT_N --out OUT`` (:func:`merge_shards`) refuses, with the reason, shards
 that are not all of one split (different N, an index twice, an index missing), that
 were graded by different code, checks, seed or settings, or whose rosters show a
 student that the owning shard did not grade (a late submission: rerun that shard).
 It then reads each submission's journal entry from its shard, checks that the file
-under ``SUBMITTED`` still has the graded SHA-256, writes the entries into
+under ``SUBMITTED`` still has the graded SHA-256 and its ``timestamp.txt`` the graded
+text (it decides the late penalty), writes the entries into
 ``OUT/.journal`` and calls the batch's own report writer
 (:func:`autograder.batch.write_reports`): ``gradebook.db``, ``scores.csv``,
 ``grades.csv`` and ``feedback/`` are what one ``grade`` run over the whole class
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .book import BOOK
+from .results import begin_run, end_run
 
 __all__ = [
     "SHARD_FILE",
@@ -52,7 +55,7 @@ __all__ = [
 ]
 
 SHARD_FILE = "shard.json"
-SHARD_FORMAT = 1
+SHARD_FORMAT = 2  # 2: every submission journaled, its timestamp.txt recorded
 # Where an engine puts a job's index (``--shard auto/N``), first found wins.
 INDEX_VARIABLES = ("JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID", "AUTOGRADER_SHARD_INDEX")
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,8 +193,9 @@ def grade_shard(submitted: Path, out: Path, shard: Shard, *, seed: int | None, c
     from .submissions import find_submissions
 
     if seed is None:
-        raise ShardError("--shard needs --seed S (the same S for every shard): each shard must draw the same "
-                         "hidden cases as one run over the whole class")
+        raise ShardError("--shard needs the base seed, the same for every shard (--seed-file PATH, mode 600, or "
+                         "AUTOGRADER_SEED): each shard must draw the same hidden cases as one run over the whole "
+                         "class")
     out = Path(out)
     (out / SHARD_FILE).unlink(missing_ok=True)  # written again only when this shard is complete
     wanted, subs = find_submissions(submitted, chapters, flat, book)
@@ -218,7 +222,8 @@ def grade_shard(submitted: Path, out: Path, shard: Shard, *, seed: int | None, c
         },
         "code": code_digests(sources),
         "graded": [{"student": g.submission.student, "chapter": g.submission.chapter,
-                    "submission_sha256": g.key.get("submission_sha256"), "key": g.key} for g in results],
+                    "submission_sha256": g.key.get("submission_sha256"), "timestamp": g.submission.timestamp,
+                    "key": g.key} for g in results],
     }
     _write_json(out / SHARD_FILE, manifest)
     return BatchReport(out, results, sum(1 for g in results if not g.reused),
@@ -326,13 +331,16 @@ def check_compatible(manifests: list[tuple[Path, dict]], current_code: dict | No
     return count
 
 
-_PER_SUBMISSION = ("submission_sha256", "seed")
+# What a journal key holds of one submission (batch.journal_key): the rest is the run's settings.
+_PER_SUBMISSION = ("submission_sha256", "seed", "source_sha256")
 
 
 def _common_key(manifest: dict):
-    """The journal keys' settings shared by every submission (limits, timeout, sandbox, grader)."""
-    keys = {json.dumps({k: v for k, v in e["key"].items() if k not in _PER_SUBMISSION and k != "source_sha256"},
-                       sort_keys=True) for e in manifest["graded"]}
+    """The journal keys' settings shared by every submission (limits, timeout, sandbox, grader):
+    one entry when the shard was graded with one set of settings. Every submission is
+    journaled with them, even an empty or unreadable one (``grade_class``)."""
+    keys = {json.dumps({k: v for k, v in e["key"].items() if k not in _PER_SUBMISSION}, sort_keys=True)
+            for e in manifest["graded"]}
     return sorted(keys)
 
 
@@ -404,13 +412,21 @@ def merge_shards(shards: list[Path], out: Path, *, submitted: Path | None = None
         if kept is None or kept[1] != entry["key"]:
             raise ShardError(f"cannot merge: {folder}'s journal entry of {sub.student}/{sub.chapter} is missing or "
                              f"not the one its {SHARD_FILE} lists; rerun shard {k}/{count}")
-        digest = submissions.file_sha256(sub.path)
+        try:
+            digest = submissions.file_sha256(sub.path)
+        except Exception:  # noqa: BLE001 - as grade_class: a notebook it could not read is journaled with None
+            digest = None
         if digest != entry["submission_sha256"]:
             raise ShardError(f"cannot merge: {sub.student}/{sub.chapter} under {submitted} changed after shard "
                              f"{k}/{count} graded it; rerun shard {k}/{count}")
+        if sub.timestamp != entry.get("timestamp"):
+            raise ShardError(f"cannot merge: the timestamp.txt of {sub.student}/{sub.chapter} under {submitted} "
+                             f"changed after shard {k}/{count} graded it ({_short(entry.get('timestamp'))} then, "
+                             f"{_short(sub.timestamp)} now: it decides the late penalty); rerun shard {k}/{count}")
         results.append(journal.Graded(sub, kept[0], kept[1]))
     out.mkdir(parents=True, exist_ok=True)
     (out / SHARD_FILE).unlink(missing_ok=True)
+    begin_run(out, "merge")
     for graded in results:
         journal.write_journal(out, graded)
     journal.journal_seed(out, first["settings"]["seed"])
@@ -418,4 +434,5 @@ def merge_shards(shards: list[Path], out: Path, *, submitted: Path | None = None
     duedate = first["settings"].get("duedate")
     target = gradebook or batch.GradebookTarget(duedate=duedate)
     batch.write_reports(out, results, sources, target)
+    end_run(out)
     return batch.BatchReport(out, results, len(results), 0)

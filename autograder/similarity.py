@@ -111,7 +111,7 @@ def solution_cells(notebook: Path, exercises: list[str]) -> dict[str, str]:
     Raises:
         ValueError: the file is not a notebook (too large, not JSON, no cells).
     """
-    from .grading import MAX_NOTEBOOK_BYTES, read_untrusted
+    from .untrusted import MAX_NOTEBOOK_BYTES, read_untrusted
 
     data = json.loads(read_untrusted(Path(notebook), MAX_NOTEBOOK_BYTES).decode("utf-8"))
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .book import BOOK, chapter_ids
-from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, problem_text, read_untrusted, safe_text
+from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, problem_text, read_untrusted
+from .text import safe_text
 
 __all__ = ["MAX_ID_CHARS", "Submission", "find_submissions", "student_ids", "student_folders", "chapter_notebook",
            "display_name", "is_visible", "is_dir", "file_sha256"]
@@ -137,7 +138,7 @@ def display_name(name: str) -> str:
 
 def _readable(raw: bytes) -> str:
     """The bytes of a name as safe text: UTF-8 where it decodes, every other byte
-    read as Latin-1, control and bidi characters escaped (``untrusted.safe_text``)."""
+    read as Latin-1, control and bidi characters escaped (``text.safe_text``)."""
 
     text = raw.decode("utf-8", "surrogateescape")
     text = "".join(chr(ord(c) - 0xDC00) if "\udc80" <= c <= "\udcff" else c for c in text)

@@ -10,11 +10,50 @@ import csv
 import io
 import re
 
-__all__ = ["score_text", "table", "check_table", "check_verdict", "check_report", "csv_cell", "csv_uncell", "csv_text",
+__all__ = ["safe_text", "score_text", "table", "check_table", "check_verdict", "check_report", "csv_cell", "csv_uncell", "csv_text",
            "FORMULA_STARTS", "CSV_SEPARATORS"]
 
 # The last column of a table (a message) is cut to this width when the columns are padded.
 MESSAGE_WIDTH = 200
+
+# Characters that must not reach a terminal, a log or a page as themselves: C0/C1
+# controls (escape sequences), and the bidirectional overrides that reorder text.
+_UNSAFE_CHARS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)]}
+_UNSAFE_CHARS.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F]})
+_UNSAFE_CHARS[0x09] = " "  # a tab is only white space
+# A lone surrogate: no UTF-8 file, JSON text or database can hold it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate(match: re.Match) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte (Python's surrogate escape): read as Latin-1
+        return chr(code - 0xDC00)
+    return f"\\u{code:04x}"
+
+
+def safe_text(text) -> str:
+    """``text`` made fit for every file, page and terminal the autograder writes.
+
+    The one door for text a student controls (a message raised in a cell, a file or
+    folder name, ``timestamp.txt``): applied where it enters, what follows can
+    encode, store and show it. Every control and bidi-override character is
+    written as an escape (``\\x1b``; a tab becomes a space), so it reaches a
+    terminal, a log or a CSV as text only; a lone surrogate (``"caf" + chr(0xDCFF)``
+    raised in a cell, an undecodable byte of a file name) becomes the Latin-1
+    character of its byte (``ÿ``) or an escape (``\\ud800``), so UTF-8 can hold it.
+    Plain text is returned unchanged.
+
+    Args:
+        text: anything (``str()`` is taken).
+
+    Returns:
+        The same text, every character encodable in UTF-8 and none a control.
+    """
+    text = str(text)
+    if _SURROGATE.search(text):  # first: a byte read as Latin-1 may be a C1 control, escaped below
+        text = _SURROGATE.sub(_surrogate, text)
+    return text.translate(_UNSAFE_CHARS)
 
 
 def score_text(x: float) -> str:

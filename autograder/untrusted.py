@@ -8,14 +8,14 @@ Everything a submission brings reaches the trusted process through here:
   both refusing with a :class:`NotebookError` whose message says why in one line;
   every reader uses the one bound :data:`MAX_NOTEBOOK_BYTES`;
 * text a submission wrote reaches a terminal, a log, a CSV or a page only through
-  :func:`safe_text` / :func:`one_line` / :func:`problem_text` (controls and bidi
-  overrides escaped);
+  :func:`autograder.text.safe_text` / :func:`one_line` / :func:`problem_text` (lone
+  surrogates made encodable, controls and bidi overrides escaped);
 * source is parsed in the trusted process only by :func:`parse_untrusted`, never
   more than :data:`MAX_PARSED_SOURCE` bytes of it, and every parse of the
   autograder goes through :func:`parse_source` (one lock: CPython's parser is not
   thread-safe).
 
-It imports nothing of the autograder: the grader, the batch, the feedback pages,
+It imports only :mod:`autograder.text` (the one door for text): the grader, the batch, the feedback pages,
 the report and the student package all read through it.
 """
 from __future__ import annotations
@@ -28,8 +28,10 @@ import stat
 import threading
 from pathlib import Path
 
+from .text import safe_text
+
 __all__ = ["MAX_NOTEBOOK_BYTES", "MAX_PARSED_SOURCE", "NotebookError", "SourceTooLarge", "read_untrusted",
-           "read_notebook", "safe_text", "one_line", "problem_text", "parse_source", "parse_untrusted"]
+           "read_notebook", "one_line", "problem_text", "parse_source", "parse_untrusted"]
 
 # A chapter notebook without outputs is well under 1 MB; submissions with outputs
 # (plots) are larger. Anything over this is refused unread.
@@ -127,18 +129,6 @@ def read_untrusted(path: Path, max_bytes: int) -> bytes:
 
 # Characters that must not reach a terminal, a log or a page as themselves: C0/C1
 # controls (escape sequences), and the bidirectional overrides that reorder text.
-_UNSAFE_CHARS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)]}
-_UNSAFE_CHARS.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F]})
-_UNSAFE_CHARS[0x09] = " "  # a tab is only white space
-
-
-def safe_text(text: str) -> str:
-    """``text`` with every control and bidi-override character written as an
-    escape (``\\x1b``): what a submission wrote can reach the instructor's
-    terminal, log or CSV as text only, never as a command to the terminal."""
-    return str(text).translate(_UNSAFE_CHARS)
-
-
 def one_line(text: str, limit: int = 400) -> str:
     """``text`` as one safe line (:func:`safe_text`) of at most ``limit`` characters."""
     line = " ".join(part.strip() for part in str(text).splitlines() if part.strip())

@@ -40,10 +40,14 @@ The data files of the packages that ship (a frozen corpus under ``solutions/``) 
 too (:func:`package_data`). One package serves one chapter: ``autograder release``
 builds one per chapter, and a setup cell's ``require_chapter`` names the right wheel.
 
-Check modules ship too (the hints), less the body of any helper that recomputes an
-answer, whose results on the visible cases ship instead (:mod:`autograder.student.hints`);
-``autograder.release.scan_release`` then proves that no line of an answer of a released
-or later chapter is anywhere in the wheel.
+Check modules ship too (the verdicts and the hints), less their case makers (no hidden
+case ships) and the body of every helper outside a verdict, whose results on the visible
+cases ship instead (:mod:`autograder.student.hints`); a later chapter's stand-in that the
+chapter calls with fixed arguments ships as recorded outputs
+(:data:`~autograder.student.standins.RECORDED`). ``autograder.release.scan_release`` then
+proves that no line of an answer of a released or later chapter is anywhere in the wheel,
+and ``tests/autograder/test_wheel_answers.py`` that no function or class of it earns a
+part of a released or later chapter's hidden checks.
 
 The wheel is written directly (:mod:`autograder.student.wheel`), so building it needs
 neither ``pip`` nor ``setuptools``.
@@ -61,7 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .hints import record_helpers, withhold_helpers
+from .hints import record_helpers, replayable, withhold_helpers
 from .wheel import write_wheel
 
 __all__ = ["StudentPackage", "build_package", "package_files", "package_data", "notebook_uses", "partial_module",
@@ -490,9 +494,48 @@ def _check_modules(chapters: list[str]) -> list[Path]:
     return sorted(paths)
 
 
+#: The recorded outputs of the stand-ins of :data:`~autograder.student.standins.RECORDED`.
+RECORDED_FILE = "solutions/_standins_recorded.npz"
+
+_RECORDED_LOOKUP = '''
+
+def _recorded(name, args):
+    """What stand-in ``name`` returned at release for ``args``: a later chapter's exercise
+    ships here as recorded outputs for this chapter's own calls, not as code."""
+    import pathlib
+
+    key = f"{name}{tuple(args)!r}"
+    with np.load(pathlib.Path(__file__).with_name("_standins_recorded.npz"), allow_pickle=False) as data:
+        if key not in data.files:
+            raise LookupError(f"{name} is a later chapter's exercise: this package holds its outputs only for "
+                              f"the calls this chapter makes, not {key}")
+        return data[key]
+'''
+
+
+def _recorded_standin(node: ast.FunctionDef) -> str:
+    """A stand-in's replacement: its signature, and a lookup of its recorded outputs."""
+    params = [a.arg for a in node.args.args]
+    return (f"def {node.name}({', '.join(params)}):\n"
+            f'    """Recorded outputs of a later chapter\'s exercise, for this chapter\'s calls only (no code)."""\n'
+            f"    return _recorded({node.name!r}, ({', '.join(params)}{',' if len(params) == 1 else ''}))\n")
+
+
+def recorded_outputs(names: list[str]) -> dict[str, np.ndarray]:
+    """The outputs of every recorded stand-in among ``names`` for its calls (key: ``name(args)``)."""
+    from . import standins  # imports torch: only when a package holds a stand-in
+
+    return {f"{name}{tuple(args)!r}": np.asarray(getattr(standins, name)(*args))
+            for name in names if name in standins.RECORDED for args in standins.RECORDED[name]}
+
+
 def _standin_sources(names: list[str]) -> str:
     """The stand-ins module of the package: the header of :mod:`~autograder.student.standins`
-    (docstring and imports), the functions ``names`` and the stand-ins they call, nothing else."""
+    (docstring and imports), the functions ``names`` and the stand-ins they call, nothing else;
+    a stand-in of :data:`~autograder.student.standins.RECORDED` as a lookup of its
+    recorded outputs (:func:`recorded_outputs`), never its code."""
+    from .standins import RECORDED
+
     path = Path(__file__).with_name("standins.py")
     text = path.read_text(encoding="utf-8")
     tree = ast.parse(text)
@@ -505,8 +548,10 @@ def _standin_sources(names: list[str]) -> str:
         if name not in wanted:
             wanted.add(name)
             todo += [n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name) and n.id in defs]
-    funcs = [_segment(text, n) for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
-    return (f"{doc}\n" + "\n".join(imports) + f"\n\n__all__ = {sorted(names)!r}\n\n\n"
+    funcs = [_recorded_standin(n) if n.name in RECORDED else _segment(text, n)
+             for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    lookup = _RECORDED_LOOKUP if wanted & set(RECORDED) else ""
+    return (f"{doc}\n" + "\n".join(imports) + f"\n\n__all__ = {sorted(names)!r}\n{lookup}\n\n"
             + "\n\n\n".join(funcs) + "\n")
 
 
@@ -787,8 +832,10 @@ def _autograder_files(scope: _Scope, check_paths: list[Path], info: StudentPacka
     """The package's ``autograder``: the shipped modules, the check modules without
     their answer-computing helpers, and the generated ``__init__`` and ``__main__``."""
     files = {f"autograder/{rel}": (AUTOGRADER_DIR / rel).read_text(encoding="utf-8") for rel in SHIPPED}
+    replay = replayable(check_paths, scope.chapters)
     for path in check_paths:
-        text, helpers = withhold_helpers(path.read_text(encoding="utf-8"), scope.answers, path.stem)
+        text, helpers = withhold_helpers(path.read_text(encoding="utf-8"), scope.answers, path.stem,
+                                         replay.get(path.stem, (set(), set())))
         if helpers:
             info.withheld_helpers[path.stem] = helpers
         files[f"autograder/checks/{path.name}"] = text
@@ -819,6 +866,11 @@ def package_files(chapters: list[str], book: Path) -> tuple[dict[str, bytes], St
     texts = {**_solutions_files(scope, roots, standins, missing, info), **_autograder_files(scope, check_paths, info)}
     info.requirements = _requirements([t for n, t in texts.items() if n.endswith(".py")], imported, info.warnings)
     files.update({name: text.encode("utf-8") for name, text in texts.items()})
+    recorded = recorded_outputs(info.standins)
+    if recorded:
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **recorded)
+        files[RECORDED_FILE] = buffer.getvalue()
     if info.withheld_helpers:
         from .expected import REPLAY
 

@@ -15,6 +15,11 @@ notebook imports it from.
 Nothing here is graded, and nothing here is the reference: the exercises' answers
 are in ``solutions``; ``tests/autograder/test_student_release.py`` checks that these
 agree with them.
+
+A stand-in whose chapter calls it only with fixed arguments ships as **recorded
+outputs**, not code (:data:`RECORDED`): the package holds what it returned for those
+arguments and refuses any other call, so it cannot pass the later chapter's hidden
+checks (``tests/autograder/test_wheel_answers.py``).
 """
 from __future__ import annotations
 
@@ -24,6 +29,10 @@ import torch.nn.functional as F
 
 __all__ = ["sinusoidal_positional_encoding", "self_attention", "padding_mask", "causal_mask", "masked_softmax",
            "greedy_decode"]
+
+#: Stand-ins shipped as recorded outputs: name -> the positional arguments of every call
+#: the chapters that use it make (chapter 2 draws one table, 64 positions × 512).
+RECORDED = {"sinusoidal_positional_encoding": [(64, 512)]}
 
 
 def sinusoidal_positional_encoding(max_len, d_model):

@@ -294,7 +294,7 @@ def softmax(x, axis=-1):
 
 
 def test_safe_text_escapes_controls_and_bidi_overrides():
-    from autograder.untrusted import safe_text
+    from autograder.text import safe_text
 
     assert safe_text("a\x1b[31mb\u202ec\td") == "a\\x1b[31mb\\u202ec d"
     assert safe_text("plain text, ünïcode ✓") == "plain text, ünïcode ✓"

@@ -1,0 +1,106 @@
+"""No student wheel holds an answer of its own chapter or a later one, by behaviour (issue 36, attack 1).
+
+:mod:`wheel_audit` puts every function and class of each chapter's student package in
+the place of every exercise of that chapter and of the later ones (a one-line wrapper:
+the object itself, called as the exercise is) and grades it with the hidden checks; a
+part it earns that a blank answer does not is an answer the wheel ships. The shipped
+check modules are read too: no case maker and no hidden-case branch ship, and every
+helper outside a check's verdict ships as recorded results.
+"""
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+import pytest
+
+import wheel_audit
+from autograder.book import BOOK, chapter_ids
+from autograder.student.hints import withhold_helpers
+from autograder.student.package import RECORDED_FILE, package_files
+
+# Stand-ins a chapter still needs as code (its cells call them with arguments that depend
+# on the student's own work, so recorded outputs cannot serve), each with the parts of the
+# later chapter's hidden checks it earns. Any other object that earns a part fails the test.
+STILL_CODE = {
+    ("03_positional_encoding", "solutions._standins.self_attention", "self_attention"),
+    ("05_multi_head_attention", "solutions._standins.causal_mask", "causal_mask"),
+    ("05_multi_head_attention", "solutions._standins.padding_mask", "padding_mask"),
+    ("05_multi_head_attention", "solutions._standins.masked_softmax", "masked_softmax"),
+    ("09_training", "solutions._standins.greedy_decode", "greedy_decode"),
+}
+
+
+@pytest.mark.slow
+def test_no_object_of_any_wheel_earns_a_part_of_its_chapter_or_a_later_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.chdir(tmp_path)
+    found = wheel_audit.audit(chapter_ids(BOOK), BOOK, tmp_path / "wheels")
+    unexpected = [e for e in found if (e.chapter, e.source, e.exercise) not in STILL_CODE]
+    assert unexpected == [], unexpected
+
+
+def test_a_blank_answer_and_a_copied_check_helper_earn_nothing_beyond_it(tmp_path):
+    """The audit itself: the reference earns every part, the chapter 4 wheel's check helpers none."""
+    import solutions
+    from autograder.checks.base import get_exercise
+    from autograder.checks.base import draw_cases, make_rng
+
+    softmax = get_exercise("softmax")
+    cases = draw_cases(softmax, make_rng(True, 1), True)
+    assert wheel_audit.earned_parts(softmax, solutions.softmax, cases) == set(softmax.parts)
+    assert wheel_audit.earned_parts(softmax, wheel_audit._blank(softmax), cases) == set()
+    objects = dict(wheel_audit.load_wheel("04_self_attention", BOOK, tmp_path))
+    helper = objects["autograder.checks.ch04_self_attention._softmax"]
+    assert wheel_audit.earned_parts(softmax, helper, cases) == set()  # a replay: no recorded result for these
+
+
+@pytest.fixture(scope="module")
+def shipped_checks():
+    """Every chapter's shipped check modules: (chapter, module name) -> text."""
+    texts = {}
+    for chapter in chapter_ids(BOOK):
+        files, _ = package_files([chapter], BOOK)
+        for name, data in files.items():
+            if name.startswith("autograder/checks/ch") and name.endswith(".py"):
+                texts[(chapter, name)] = data.decode("utf-8")
+    return texts
+
+
+@pytest.mark.slow
+def test_shipped_check_modules_hold_no_case_maker_and_no_hidden_branch(shipped_checks):
+    assert shipped_checks
+    for (chapter, name), text in shipped_checks.items():
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("cases", "_cases"):
+                assert len(node.body) == 1 and isinstance(node.body[0], ast.Raise), (chapter, name, node.name)
+            if isinstance(node, ast.If):
+                names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+                assert "hidden" not in names, (chapter, name, node.lineno)
+
+
+def test_helpers_outside_the_verdict_are_withheld_whatever_their_lines():
+    text = ("def _variant(x):\n    return x.exp() / x.exp().sum()\n\n\n"
+            "def _same(a, b):\n    return a == b\n\n\n"
+            "class Ex:\n    def cases(self, rng, hidden):\n        if hidden:\n            return [1]\n        return []\n\n"
+            "    def judge(self, case, got, want):\n        return _same(got, want)\n\n"
+            "    def diagnose(self, case, got, want):\n        return _variant(case)\n")
+    out, withheld = withhold_helpers(text, set(), "chX")
+    assert withheld == ["Ex.cases", "_variant"]  # no line of an answer in it: withheld by what it is
+    assert "x.exp()" not in out and "if hidden" not in out and "return a == b" in out
+    assert "return _replay('chX._variant', {'x': x})" in out
+    compile(out, "<withheld>", "exec")
+
+
+def test_a_recorded_stand_in_serves_its_chapters_calls_and_no_other(tmp_path):
+    files, info = package_files(["02_tokens_and_embeddings"], BOOK)
+    assert "sinusoidal_positional_encoding" in info.standins and RECORDED_FILE in files
+    assert "np.exp(1j" not in files["solutions/_standins.py"].decode()  # no code computes the table
+    objects = dict(wheel_audit.load_wheel("02_tokens_and_embeddings", BOOK, tmp_path))
+    table = objects["solutions._standins.sinusoidal_positional_encoding"]
+    import solutions
+
+    assert np.allclose(table(64, 512), solutions.sinusoidal_positional_encoding(64, 512))
+    with pytest.raises(LookupError, match="only for the calls this chapter makes"):
+        table(10, 4)
