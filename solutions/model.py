@@ -272,14 +272,11 @@ def count_parameters(model):
 
 # Table 3 of the paper. Both models use N = 6 layers and a shared source-target BPE
 # vocabulary of about 37000 tokens for English-German (section 5.1), with the two
-# embeddings and the pre-softmax projection tied (section 3.4).
-# Table 3's two models as configurations (the other fields keep their defaults: post-norm, separate
-# embeddings; the paper ties them, section 3.4: ``PAPER_CONFIGS["base"].replace(share_embeddings=True)``).
+# embeddings and the pre-softmax projection tied (section 3.4). Plain data (the arguments of
+# ``Transformer`` or ``TransformerConfig``), so the student package can ship them without the model.
 PAPER_CONFIGS = {
-    "base": TransformerConfig(d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048,
-                              dropout=0.1),
-    "big": TransformerConfig(d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6, d_ff=4096,
-                             dropout=0.3),
+    "base": dict(d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1),
+    "big": dict(d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6, d_ff=4096, dropout=0.3),
 }
 PAPER_VOCAB_SIZE = 37000
 PAPER_PARAMETERS = {"base": 65_000_000, "big": 213_000_000}  # as printed: "65 × 10^6", "213 × 10^6"
@@ -306,7 +303,7 @@ def paper_parameter_count(name, vocab_size=PAPER_VOCAB_SIZE, share_embeddings=Tr
     37000 included) and LayerNorms (0.03M / 0.06M) are too small to matter at
     this precision. Untied embeddings
     would add 2 V d (37.9M base): the paper's totals only fit tied embeddings.
-    ``count_parameters(PAPER_CONFIGS[name].replace(share_embeddings=True).build(V, V))``
+    ``count_parameters(Transformer(V, V, **PAPER_CONFIGS[name], share_embeddings=True))``
     gives the same number (checked in the tests).
 
     Args:
@@ -322,7 +319,7 @@ def paper_parameter_count(name, vocab_size=PAPER_VOCAB_SIZE, share_embeddings=Tr
     if name not in PAPER_CONFIGS:
         raise ValueError(f"name must be one of {sorted(PAPER_CONFIGS)}, got {name!r}")
     config = PAPER_CONFIGS[name]
-    d, d_ff = config.d_model, config.d_ff
+    d, d_ff = config["d_model"], config["d_ff"]
     attention = 4 * (d * d + d)
     feed_forward = 2 * d * d_ff + d_ff + d
     norm = 2 * d
@@ -330,8 +327,8 @@ def paper_parameter_count(name, vocab_size=PAPER_VOCAB_SIZE, share_embeddings=Tr
     decoder_layer = 2 * attention + feed_forward + 3 * norm
     embeddings = vocab_size * d if share_embeddings else 3 * vocab_size * d
     return (
-        config.num_encoder_layers * encoder_layer
-        + config.num_decoder_layers * decoder_layer
+        config["num_encoder_layers"] * encoder_layer
+        + config["num_decoder_layers"] * decoder_layer
         + embeddings
         + vocab_size  # the projection's bias
     )

@@ -46,7 +46,7 @@ from ..decoding import beam_search, greedy_decode
 from ..embeddings import TokenEmbedding
 from ..fused import fuse_attention
 from ..masking import decoder_mask, padding_mask
-from ..model import PAPER_CONFIGS, Transformer, count_parameters
+from ..model import PAPER_CONFIGS, Transformer, TransformerConfig, count_parameters
 from ..positional import PositionalEncoding
 from ..translation import translate
 from .data import build_tokenizer, read_parallel
@@ -437,8 +437,8 @@ def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda")
     if device.type != "cuda":
         return None
     torch.manual_seed(0)
-    config = PAPER_CONFIGS["base"]
-    model = config.replace(share_embeddings=True, max_len=512).build(vocab, vocab)
+    config = TransformerConfig(**PAPER_CONFIGS["base"], share_embeddings=True, max_len=512)
+    model = config.build(vocab, vocab)
     model = fuse_attention(model).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     src, tgt, labels = random_batch(batch, seq_len, seq_len, vocab, device, torch.Generator().manual_seed(3))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -320,35 +319,6 @@ def test_grade_shard_and_merge_on_the_command_line_equal_one_run(tmp_path):
     refused = run(sys.executable, "-m", "autograder", "merge", str(tmp_path / "s0"), "--out",
                   str(tmp_path / "m2"), "--book", str(book))
     assert refused.returncode == 1 and "missing shard(s) 1/2" in refused.stderr
-
-
-# --------------------------------------------------------------------------- deploy manifests
-
-
-def test_the_deploy_manifests_parse_and_run_the_shard_commands():
-    import yaml
-
-    deploy = REPO / "autograder" / "deploy"
-    docs = list(yaml.safe_load_all((deploy / "kubernetes-indexed-job.yaml").read_text(encoding="utf-8")))
-    jobs = [d for d in docs if d and d.get("kind") == "Job"]
-    grade = next(j for j in jobs if j["spec"].get("completionMode") == "Indexed")
-    spec = grade["spec"]
-    assert spec["parallelism"] <= spec["completions"]
-    assert spec["template"]["spec"]["restartPolicy"] == "Never"
-    text = " ".join(spec["template"]["spec"]["containers"][0]["command"])
-    n = int(re.search(r"--shard auto/(\d+)", text).group(1))
-    assert n == spec["completions"] and "$JOB_COMPLETION_INDEX" in text and "--seed" in text
-    merge = [j for j in jobs if j is not grade]
-    assert len(merge) == 1
-    merge_spec = merge[0]["spec"]["template"]["spec"]
-    assert "autograder merge /class/shards/*" in " ".join(merge_spec["containers"][0]["command"])
-    assert f"-ge {n} ]" in " ".join(merge_spec["initContainers"][0]["command"])
-    slurm = (deploy / "slurm-array.sh").read_text(encoding="utf-8")
-    last = int(re.search(r"^#SBATCH --array=0-(\d+)$", slurm, re.M).group(1))
-    assert int(re.search(r"^SHARDS=(\d+)$", slurm, re.M).group(1)) == last + 1
-    assert '--shard "auto/$SHARDS"' in slurm and "autograder merge" in slurm and "afterok" in slurm
-    check = subprocess.run(["bash", "-n", str(deploy / "slurm-array.sh")], capture_output=True, text=True)
-    assert check.returncode == 0, check.stderr
 
 
 # --------------------------------------------------------------------------- the benchmark's sharded run

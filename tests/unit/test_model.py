@@ -144,21 +144,20 @@ def test_count_parameters_of_small_model_by_hand():
 def test_paper_configurations_counted_on_the_meta_device(name):
     """The closed form agrees with a real (meta-device, no memory) model of the paper's size."""
     with torch.device("meta"):
-        model = PAPER_CONFIGS[name].replace(share_embeddings=True).build(37000, 37000)
+        model = Transformer(37000, 37000, **PAPER_CONFIGS[name], share_embeddings=True)
     count = count_parameters(model)
     assert count == paper_parameter_count(name)
     assert abs(count - PAPER_PARAMETERS[name]) / PAPER_PARAMETERS[name] < 0.03  # within 3% of Table 3
     with torch.device("meta"):
-        untied = PAPER_CONFIGS[name].build(37000, 37000)
+        untied = Transformer(37000, 37000, **PAPER_CONFIGS[name])
     assert count_parameters(untied) == paper_parameter_count(name, share_embeddings=False)
 
 
 def test_paper_configs_follow_table_3():
-    assert all(isinstance(config, TransformerConfig) for config in PAPER_CONFIGS.values())
-    assert PAPER_CONFIGS["base"] == TransformerConfig(
+    assert PAPER_CONFIGS["base"] == dict(
         d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1
     )
-    assert PAPER_CONFIGS["big"] == TransformerConfig(
+    assert PAPER_CONFIGS["big"] == dict(
         d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6, d_ff=4096, dropout=0.3
     )
     with pytest.raises(ValueError, match="base"):
@@ -189,7 +188,7 @@ def test_training_steps_reduce_loss():
 
 def test_config_defaults_are_the_paper_base_model_and_the_model_s_own():
     config = TransformerConfig()
-    assert config == PAPER_CONFIGS["base"]
+    assert {k: v for k, v in dataclasses.asdict(config).items() if k in PAPER_CONFIGS["base"]} == PAPER_CONFIGS["base"]
     defaults = {name: p.default for name, p in inspect.signature(Transformer).parameters.items()
                 if p.default is not inspect.Parameter.empty}
     assert dataclasses.asdict(config) == defaults  # one name and one default per idea: the fields are the arguments
