@@ -21,12 +21,13 @@ hand in an earlier chapter, and names them (``--allow-open-extensions`` override
 """
 from __future__ import annotations
 
-import csv
 import datetime
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from .text import read_csv
 
 __all__ = ["parse_duedate", "Extension", "Granted", "ExtensionsError", "read_extensions", "grant", "open_extensions", "DAY"]
 
@@ -94,22 +95,15 @@ def read_extensions(path: Path | str) -> list[Extension]:
         ExtensionsError: unreadable, a missing column, an empty field, a due date that is
             not a date, or the same student and chapter twice (each names the line).
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ExtensionsError(f"extensions file {path} cannot be read ({exc})") from None
-    reader = csv.DictReader(text.splitlines())
-    fields = [f.strip().lower() for f in reader.fieldnames or []]
+    header, rows = read_csv(path, "extensions file", ExtensionsError, header="the header student,chapter,due")
+    fields = [f.strip().lower() for f in header]
     if not {"student", "chapter", "due"} <= set(fields):
         raise ExtensionsError(f"{path}: expected the header student,chapter,due, found {','.join(fields) or 'nothing'}")
-    reader.fieldnames = fields
+    column = {name: fields.index(name) for name in ("student", "chapter", "due")}
     found: dict[tuple[str, str], int] = {}
     out = []
-    for line, row in enumerate(reader, start=2):
-        student, chapter, due = ((row.get(k) or "").strip() for k in ("student", "chapter", "due"))
-        if not (student or chapter or due):
-            continue
+    for line, row in rows:
+        student, chapter, due = (row[column[k]].strip() if column[k] < len(row) else "" for k in ("student", "chapter", "due"))
         if not (student and chapter and due):
             raise ExtensionsError(f"{path}, line {line}: student, chapter and due are all needed")
         try:

@@ -28,10 +28,11 @@ roster row, is reported by whoever joins them (:meth:`Roster.join`).
 """
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .text import read_csv
 
 __all__ = ["Student", "Roster", "RosterError", "read_roster"]
 
@@ -148,16 +149,7 @@ def read_roster(path: Path | str) -> Roster:
         RosterError: the file cannot be read, has no ``id`` column, or a row has an
             empty or duplicated id, or shares an LMS id, SIS id or email with another.
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RosterError(f"roster {path} cannot be read ({exc})") from None
-    reader = csv.reader(text.splitlines())
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise RosterError(f"roster {path} is empty: expected a header row with an 'id' column") from None
+    header, rows = read_csv(path, "roster", RosterError, header="a header row with an 'id' column")
     where: dict[str, int] = {}
     for i, name in enumerate(header):
         for canonical, aliases in COLUMNS.items():
@@ -168,9 +160,7 @@ def read_roster(path: Path | str) -> Roster:
                           f"{', '.join(header)!s}")
     students: list[Student] = []
     owners: dict[tuple[str, str], int] = {}
-    for line, row in enumerate(reader, start=2):
-        if not any(cell.strip() for cell in row):
-            continue
+    for line, row in rows:
         values = {c: (row[i].strip() if i < len(row) else "") for c, i in where.items()}
         if not values["id"]:
             raise RosterError(f"roster {path}, line {line}: the id (folder) is empty")

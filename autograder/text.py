@@ -1,4 +1,4 @@
-"""Scores and tables as plain text, for every console and CSV the autograder writes.
+"""Scores and tables as plain text, for every console and CSV the autograder writes or reads.
 
 One module for the repository's commands (``grade``, ``autograde``, ``check``, the
 CSV files and feedback pages) and the student package's ``check``, which ships it
@@ -9,8 +9,9 @@ from __future__ import annotations
 import csv
 import io
 import re
+from pathlib import Path
 
-__all__ = ["safe_text", "score_text", "table", "check_table", "check_verdict", "check_report", "csv_cell", "csv_uncell", "csv_text",
+__all__ = ["read_csv", "safe_text", "score_text", "table", "check_table", "check_verdict", "check_report", "csv_cell", "csv_uncell", "csv_text",
            "FORMULA_STARTS", "CSV_SEPARATORS"]
 
 # The last column of a table (a message) is cut to this width when the columns are padded.
@@ -181,3 +182,39 @@ def csv_text(columns: list[str], rows: list[list]) -> str:
     writer.writerow([csv_cell(c) for c in columns])
     writer.writerows([[csv_cell(c) for c in row] for row in rows])
     return buf.getvalue()
+
+
+def read_csv(path: Path | str, what: str, error: type[Exception], header: str = "a header row"
+             ) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """Read an instructor's CSV file (a roster, extensions): its header and its rows.
+
+    Spreadsheets write a byte-order mark and quote fields holding line breaks; both are read,
+    and each row keeps the line of the file where it starts, for messages that name it.
+
+    Args:
+        path: the file.
+        what: how messages name it ("roster", "extensions file").
+        error: the exception raised, with a message naming the file (and the line).
+        header: what the first row should be, for the message about an empty file.
+
+    Returns:
+        The header's cells, and ``(line, cells)`` for every row that is not blank.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{what} {path} cannot be read ({exc})") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        first = next(reader, None)
+        if first is None:
+            raise error(f"{what} {path} is empty: expected {header}")
+        line = reader.line_num + 1
+        for row in reader:
+            if any(cell.strip() for cell in row):
+                rows.append((line, row))
+            line = reader.line_num + 1
+    except csv.Error as exc:
+        raise error(f"{what} {path}, line {reader.line_num}: not CSV ({exc})") from None
+    return first, rows

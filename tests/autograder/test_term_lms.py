@@ -77,6 +77,24 @@ def test_roster_reads_aliases_and_rejects_duplicates(tmp_path):
         read_roster(path)
 
 
+def test_a_spreadsheets_roster_keeps_its_line_numbers(tmp_path):
+    """A byte-order mark, CRLF line ends and a quoted name holding a line break (as Excel writes
+    them): read whole, and a message names the line of the file, not the count of rows."""
+    path = tmp_path / "roster.csv"
+    text = 'id,name,email\r\nada,"Ada\r\nLovelace",ada@uni.edu\r\n\r\nalan,Alan,ada@uni.edu\r\n'
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    with pytest.raises(RosterError, match=r"roster .*roster.csv, line 5: email 'ada@uni.edu' is already on line 2"):
+        read_roster(path)
+    path.write_bytes(b"\xef\xbb\xbf" + text.replace("alan,Alan,ada@", "alan,Alan,alan@").encode())
+    assert [s.name for s in read_roster(path).students] == ["Ada\nLovelace", "Alan"]
+    path.write_bytes(b"")
+    with pytest.raises(RosterError, match="is empty: expected a header row with an 'id' column"):
+        read_roster(path)
+    path.write_bytes(b"id\xff\n")
+    with pytest.raises(RosterError, match="cannot be read"):
+        read_roster(path)
+
+
 def test_canvas_export_reads_back_by_canvas_rules(tmp_path):
     (tmp_path / "roster.csv").write_text(ROSTER, encoding="utf-8")
     roster = read_roster(tmp_path / "roster.csv")
