@@ -17,11 +17,12 @@ When it fails, the message prints the rows as the code has them.
 """
 from __future__ import annotations
 
-import ast
 import functools
 import re
 from collections import defaultdict
 from pathlib import Path
+
+from imports import imported_names
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "autograder"
@@ -55,26 +56,8 @@ def _module_room(dotted: str) -> str | None:
 
 def imports_of(path: Path) -> set[str]:
     """The rooms a file imports, anywhere in its code (relative or absolute imports)."""
-    rel = path.relative_to(ROOT).with_suffix("")
-    package = list(rel.parts[:-1])  # the package the file is in: ["autograder", "checks"]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            names = [module] + [f"{module}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        for name in names:
-            room = _module_room(name)
-            if room is not None:
-                found.add(room)
-    return found
+    rooms = (_module_room(name) for name in imported_names(path, ROOT))
+    return {room for room in rooms if room is not None}
 
 
 @functools.cache

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from imports import imported_names
+
 PACKAGE = Path(__file__).resolve().parents[2] / "solutions"
 
 #: The chapter each reference module belongs to: the latest chapter whose material it holds.
@@ -35,24 +37,11 @@ SUBPACKAGES = {"figures", "app"}
 def _imports(path: Path) -> set[str]:
     """The ``solutions`` modules a file imports (relative or absolute), as dotted names below
     ``solutions``: ``"model"``, and in a subpackage ``"app.trainer"``, ``"figures.plots"``."""
-    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            names = [module] + [f"{module}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "solutions" and len(parts) > 1:
-                found.add(".".join(parts[1:3] if parts[1] in SUBPACKAGES else parts[1:2]))
+    for name in imported_names(path, PACKAGE.parent):
+        parts = name.split(".")
+        if parts[0] == "solutions" and len(parts) > 1:
+            found.add(".".join(parts[1:3] if parts[1] in SUBPACKAGES else parts[1:2]))
     return found
 
 
