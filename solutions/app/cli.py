@@ -629,6 +629,7 @@ def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentence
     ``label`` names a sentence in the warning: "argument", "FILE line", "<stdin> line" ...
     """
     from ..translation import translate
+    from .inference import greedy_decoder_for
 
     limit = model.positional.pe.size(0)  # the longest source the encoder can place
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
@@ -642,7 +643,8 @@ def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentence
     if todo:
         translated = translate(model, [sentences[i] for i in todo], _TruncatingTokenizer(src_tokenizer, limit),
                                tgt_tokenizer, beam_size=args.beam, max_len=args.max_len,
-                               batch_size=args.batch_size, device=device, length_penalty=args.length_penalty)
+                               batch_size=args.batch_size, device=device, length_penalty=args.length_penalty,
+                               greedy=greedy_decoder_for(device))
         for i, line in zip(todo, translated):
             outputs[i] = line
     return outputs
