@@ -104,6 +104,13 @@ class IncrementalDecoder:
         if self.position >= pe.size(0):
             raise ValueError(f"cannot decode beyond max_len = {pe.size(0)} positions")
         x = model.tgt_embed(tokens) + pe[self.position]  # (B, 1, d_model)
+        logits = self._through_layers(x)  # (B, V)
+        self.position += 1
+        return logits
+
+    def _through_layers(self, x):
+        """The embedded new position ``x (B, 1, d_model)`` through every decoder layer; its logits ``(B, V)``."""
+        model = self.model
         for index, layer in enumerate(model.decoder_layers):
             cached = _CachedLayer(layer, self_attn=_Cached(self._self_attend, index, layer.self_attn),
                                   cross_attn=_Cached(self._cross_attend, index, layer.cross_attn))
@@ -111,7 +118,6 @@ class IncrementalDecoder:
             x = type(layer).forward(cached, x, None)  # (B, 1, d_model)
         if getattr(model, "norm_first", False):
             x = model.decoder_norm(x)
-        self.position += 1
         return model.project(x)[:, -1]  # (B, V)
 
     def reorder(self, index):

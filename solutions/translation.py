@@ -20,7 +20,7 @@ __all__ = ["translate"]
 
 
 def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_len=None,
-              batch_size=64, device=None, length_penalty=0.6, use_cache=True):
+              batch_size=64, device=None, length_penalty=0.6, use_cache=True, greedy=None):
     """Translate strings with a trained model: tokenize, decode, detokenize.
 
     Args:
@@ -39,6 +39,10 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
             prefix, as a benchmark's baseline; the translations are the same). A
             ``greedy_decode`` with only the contract's arguments (a student's, in a
             student package) is called without it.
+        greedy: a function with ``greedy_decode``'s arguments to decode with instead
+            (``None``: ``greedy_decode``), e.g. the CUDA path
+            :func:`solutions.app.inference.static_greedy_decode`; ``use_cache`` does
+            not apply to it.
 
     Returns:
         A list of target strings, in the order of ``sentences`` (they are decoded
@@ -52,7 +56,9 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
     device = device or next(model.parameters()).device
     limit = model.positional.pe.size(0) - 1
     outputs = [None] * len(sentences)
-    cache = {"use_cache": use_cache} if "use_cache" in inspect.signature(greedy_decode).parameters else {}
+    cache = {"use_cache": use_cache} if greedy is None and "use_cache" in inspect.signature(greedy_decode).parameters \
+        else {}
+    greedy = greedy_decode if greedy is None else greedy
     encoded = [src_tokenizer.encode(s) or [3] for s in sentences]
     order = sorted(range(len(sentences)), key=lambda i: len(encoded[i]))
     for start in range(0, len(order), batch_size if beam_size == 1 else 1):
@@ -65,7 +71,7 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
         src_mask = padding_mask(src)  # (B, 1, 1, T_src)
         steps = min(max_len if max_len is not None else longest + 50, limit)
         if beam_size == 1:
-            ys = greedy_decode(model, src, src_mask, steps, **cache)
+            ys = greedy(model, src, src_mask, steps, **cache)
             for row, i in enumerate(chunk):
                 outputs[i] = tgt_tokenizer.decode(ys[row, 1:].tolist())
         else:

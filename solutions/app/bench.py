@@ -9,8 +9,10 @@
    take turns, repetition by repetition, so all see the same machine load; the ratios
    are medians of the per-repetition ratios (> 1 = ours is faster). Training tokens per
    second count the non-padding source and target tokens.
-2. **Greedy decoding** of 64 new tokens with the key/value cache against without
-   (``<eos>`` is an id the model cannot produce, so every step runs).
+2. **Greedy decoding** of 64 new tokens without a key/value cache, with chapter 10's
+   growing cache, with the fixed-shape cache of :mod:`solutions.app.inference` and, on
+   CUDA, with that cache replayed as a CUDA graph (``<eos>`` is an id the model cannot
+   produce, so every step runs).
 3. **Translation** throughput in sentences per second: batched greedy decoding with
    the cache, and beam search (beam 4) one sentence at a time, the two ways
    :func:`~solutions.translation.translate` decodes.
@@ -19,8 +21,9 @@
    test 2016 German side), greedy with and without the key/value cache and beam 4, in
    sentences per second, with a trained checkpoint or an untrained model of the
    ``multi30k-cpu`` shape.
-5. On CUDA, the paper's **base** model in bf16: tokens per second and the model-FLOPs
-   utilisation (MFU) against the GPU's dense bf16 peak.
+5. On CUDA, the paper's **base** model in bf16 with Adam at a batch that fills an 80 GB
+   card (:data:`BASE_BATCH`), eager and with ``torch.compile``: tokens per second and the
+   model-FLOPs utilisation (MFU) against the GPU's dense bf16 peak.
 
 ``python -m solutions bench --threads 2`` (or ``make bench``) prints a table; ``--quick``
 uses tiny sizes for a smoke test; ``--clock cpu`` times with the process's CPU time.
@@ -51,6 +54,7 @@ from ..positional import PositionalEncoding
 from ..translation import translate
 from .data import build_tokenizer, read_parallel
 from .export import CTranslate2Translator, ctranslate2_available, export_ctranslate2
+from .inference import greedy_decoder_for, static_greedy_decode
 from .trainer import PRESETS, load_checkpoint, model_from_checkpoint, resolve_device
 
 __all__ = ["TorchTransformerBaseline", "random_batch", "bench_training_step", "bench_kv_cache", "bench_translation",
@@ -61,6 +65,9 @@ __all__ = ["TorchTransformerBaseline", "random_batch", "bench_training_step", "b
 MULTI30K_TEST_LENGTHS = {4: 6, 5: 18, 6: 56, 7: 92, 8: 108, 9: 126, 10: 122, 11: 92, 12: 103, 13: 69, 14: 59,
                          15: 41, 16: 33, 17: 24, 18: 11, 19: 5, 20: 9, 21: 6, 22: 5, 23: 8, 24: 3, 25: 2, 26: 1,
                          30: 1}
+
+# The base model's MFU batch on CUDA: sentence pairs, tokens per side.
+BASE_BATCH = (256, 128)
 
 # Dense bf16 peak FLOP/s by GPU name (vendor data sheets, without sparsity).
 _PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12,
@@ -203,9 +210,12 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
 
 def bench_kv_cache(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=32, src_len=24, new_tokens=64,
                    vocab=2000, repeats=3, device="cpu", clock="wall"):
-    """Median ratio of greedy-decoding times, without the cache / with it (> 1 = the cache helps).
+    """Median ratios of greedy-decoding times, without a cache / with one (> 1 = the cache helps).
 
-    Also checks that both produce the same tokens (``"same_tokens"``).
+    The caches: the growing one of chapter 10 (``"cached_s"``, ``"ratio"``), the fixed-shape
+    one of :mod:`solutions.app.inference` (``"static_s"``, ``"static_ratio"``) and, on CUDA,
+    that one replayed as a CUDA graph (``"graph_s"``, ``"graph_ratio"``; None elsewhere). All
+    take turns, repetition by repetition. ``"same_tokens"``: every way gave the same tokens.
     """
     device = torch.device(device)
     now = _clock(clock, device)
@@ -215,21 +225,37 @@ def bench_kv_cache(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=32, 
     src, _, _ = random_batch(batch, src_len, 2, vocab, device, torch.Generator().manual_seed(2))
     src_mask = padding_mask(src)
     never = -1  # an <eos> id no arg-max can produce: all new_tokens steps run
-    times = {True: [], False: []}
+    ways = {
+        "plain": lambda: greedy_decode(model, src, src_mask, new_tokens, eos_id=never),
+        "cached": lambda: greedy_decode(model, src, src_mask, new_tokens, eos_id=never, use_cache=True),
+        "static": lambda: static_greedy_decode(model, src, src_mask, new_tokens, eos_id=never, cuda_graph=False),
+    }
+    if device.type == "cuda":
+        ways["graph"] = lambda: static_greedy_decode(model, src, src_mask, new_tokens, eos_id=never, cuda_graph=True)
+    times = {name: [] for name in ways}
     outputs = {}
     for repeat in range(repeats + 1):
-        for use_cache in ((True, False) if repeat % 2 == 0 else (False, True)):
+        order = list(ways) if repeat % 2 == 0 else list(reversed(ways))
+        for name in order:
             _sync(device)
             start = now()
-            outputs[use_cache] = greedy_decode(model, src, src_mask, new_tokens, eos_id=never, use_cache=use_cache)
+            outputs[name] = ways[name]()
             _sync(device)
             if repeat > 0:
-                times[use_cache].append(now() - start)
-    ratios = [plain / cached for cached, plain in zip(times[True], times[False])]
+                times[name].append(now() - start)
+
+    def ratio(name):
+        if name not in times:
+            return None
+        return statistics.median(plain / other for plain, other in zip(times["plain"], times[name]))
+
     return {
-        "cached_s": statistics.median(times[True]), "plain_s": statistics.median(times[False]),
-        "ratio": statistics.median(ratios), "new_tokens": outputs[True].size(1) - 1,
-        "same_tokens": bool(torch.equal(outputs[True], outputs[False])),
+        "cached_s": statistics.median(times["cached"]), "plain_s": statistics.median(times["plain"]),
+        "static_s": statistics.median(times["static"]),
+        "graph_s": statistics.median(times["graph"]) if "graph" in times else None,
+        "ratio": ratio("cached"), "static_ratio": ratio("static"), "graph_ratio": ratio("graph"),
+        "new_tokens": outputs["cached"].size(1) - 1,
+        "same_tokens": all(torch.equal(outputs["plain"], tokens) for tokens in outputs.values()),
     }
 
 
@@ -239,7 +265,8 @@ def bench_translation(d_model=256, num_heads=8, num_layers=3, d_ff=1024, sentenc
     """Sentences per second of translation: batched greedy decoding and beam search.
 
     The two ways :func:`~solutions.translation.translate` decodes: greedy (beam 1) in
-    batches of ``batch`` sentences with the key/value cache, and beam search with
+    batches of ``batch`` sentences with the key/value cache (on CUDA the fixed-shape one
+    replayed as a CUDA graph, :func:`~solutions.app.inference.greedy_decoder_for`), and beam search with
     ``beam_size`` beams one sentence at a time, on the fused attention path. The
     model is untrained, so ``<eos>`` is an id it cannot produce and every sentence
     gets exactly ``new_tokens`` tokens: the same work in every run. Sources have
@@ -255,11 +282,15 @@ def bench_translation(d_model=256, num_heads=8, num_layers=3, d_ff=1024, sentenc
     model = fuse_attention(model).to(device).eval()
     src, _, _ = random_batch(sentences, src_len, 2, vocab, device, torch.Generator().manual_seed(4))
     never = -1  # an <eos> id no arg-max can produce: every sentence decodes new_tokens tokens
+    decoder = greedy_decoder_for(device)  # what translate() runs on this device
 
     def greedy():
         for start in range(0, sentences, batch):
             chunk = src[start:start + batch]  # (b, T_src)
-            greedy_decode(model, chunk, padding_mask(chunk), new_tokens, eos_id=never, use_cache=True)
+            if decoder is None:
+                greedy_decode(model, chunk, padding_mask(chunk), new_tokens, eos_id=never, use_cache=True)
+            else:
+                decoder(model, chunk, padding_mask(chunk), new_tokens, eos_id=never)
         return sentences
 
     def beam():
@@ -317,7 +348,8 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
     """Sentences per second of :func:`~solutions.translation.translate`, the way ``translate`` runs.
 
     Three passes over the same sentences: greedy in length-sorted batches of ``batch``
-    with the key/value cache, the same without the cache, and beam search (beam
+    with the key/value cache (the CLI's: on CUDA the fixed-shape cache as a CUDA graph),
+    the same without the cache, and beam search (beam
     ``beam_size``, one sentence at a time). Greedy with and without the cache give the
     same translations (checked).
 
@@ -355,7 +387,8 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
         _sync(device)
         start = now()
         outputs[name] = translate(model, texts, src_tok, tgt_tok, beam_size=beam, max_len=max_len,
-                                  batch_size=batch, device=device, use_cache=cache)
+                                  batch_size=batch, device=device, use_cache=cache,
+                                  greedy=greedy_decoder_for(device) if cache and beam == 1 else None)
         _sync(device)
         timed[name] = len(texts) / max(now() - start, 1e-9)
     return {"sentences": len(texts), "corpus": corpus or "generated (Multi30k test 2016 word counts)",
@@ -426,12 +459,20 @@ def bench_ctranslate2(checkpoint=None, corpus=None, sentences=1000, beam_size=4,
             "greedy_same": min(row["same"] for row in rows if row["decoding"] == "greedy")}
 
 
-def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda"):
-    """Tokens per second and MFU of the paper's base model (bf16 autocast) on a CUDA GPU.
+def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda", compile=False, warmup=3):
+    """Tokens per second and MFU of the paper's base model (bf16 autocast, Adam) on a CUDA GPU.
 
     Model FLOPs per step: ``6 * parameters * tokens`` for the matrix products, plus the
     attention scores and weighted sums (``12 * layers_attn * d_model * T²`` per sequence,
-    forward and backward). Returns ``None`` off CUDA.
+    forward and backward). With ``compile`` the model runs through ``torch.compile``
+    (the fixed shapes compile once, in the warm-up steps, timed apart as
+    ``"compile_s"``). Returns ``None`` off CUDA.
+
+    Args:
+        batch, seq_len: sentence pairs per step and their source and target length.
+        vocab: the shared vocabulary (37,000 BPE tokens in the paper's EN-DE run).
+        repeats: timed steps (the median is reported); warmup: untimed steps before.
+        compile: ``torch.compile`` the model.
     """
     device = torch.device(device)
     if device.type != "cuda":
@@ -440,21 +481,26 @@ def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda")
     config = TransformerConfig(**PAPER_CONFIGS["base"], share_embeddings=True, max_len=512)
     model = config.build(vocab, vocab)
     model = fuse_attention(model).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    runner = torch.compile(model) if compile else model
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     src, tgt, labels = random_batch(batch, seq_len, seq_len, vocab, device, torch.Generator().manual_seed(3))
     src_mask, tgt_mask = padding_mask(src), decoder_mask(tgt)
+    torch.cuda.reset_peak_memory_stats(device)
     times = []
-    for repeat in range(repeats + 3):
+    warm_start = time.perf_counter()
+    for repeat in range(repeats + warmup):
+        if repeat == warmup:
+            warmup_s = time.perf_counter() - warm_start
         torch.cuda.synchronize(device)
         start = time.perf_counter()
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            logits = model(src, tgt, src_mask, tgt_mask)
+            logits = runner(src, tgt, src_mask, tgt_mask)
         loss = F.cross_entropy(logits.float().reshape(-1, vocab), labels.reshape(-1), ignore_index=0)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         torch.cuda.synchronize(device)
-        if repeat >= 3:
+        if repeat >= warmup:
             times.append(time.perf_counter() - start)
     step = statistics.median(times)
     tokens = batch * seq_len * 2  # source + target positions
@@ -465,8 +511,11 @@ def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda")
     name = torch.cuda.get_device_name(device)
     peak = next((value for key, value in _PEAK_BF16.items() if key in name), None)
     return {
-        "device": name, "step_s": step, "tokens_per_s": tokens / step, "tflops": flops / step / 1e12,
+        "device": name, "batch": batch, "seq_len": seq_len, "compile": compile, "step_s": step,
+        "tokens_per_s": tokens / step, "tflops": flops / step / 1e12,
         "mfu": None if peak is None else flops / step / peak,
+        "compile_s": warmup_s if compile else None,
+        "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2 ** 30,
     }
 
 
@@ -521,9 +570,12 @@ def _run(quick, device, json_path, clock, out, checkpoint=None, corpus=None, sen
     out(f"  torch.nn.Transformer:                  {train['torch_s'] * 1e3:8.1f} ms  {train['torch_tokens_per_s']:8.0f} tok/s")
     out(f"  throughput ratio ours/torch (median of interleaved runs): {train['ratio']:.2f}x  (target >= 1.1x)")
     out(f"  fused/separate q/k/v (median of interleaved runs):        {train['packing_ratio']:.2f}x")
-    out(f"greedy decoding, {cache['new_tokens']} new tokens")
-    out(f"  with cache {cache['cached_s'] * 1e3:8.1f} ms, without {cache['plain_s'] * 1e3:8.1f} ms: "
-        f"{cache['ratio']:.2f}x faster (target >= 3x), same tokens: {cache['same_tokens']}")
+    out(f"greedy decoding, {cache['new_tokens']} new tokens, same tokens every way: {cache['same_tokens']}")
+    out(f"  without cache {cache['plain_s'] * 1e3:8.1f} ms")
+    out(f"  growing cache {cache['cached_s'] * 1e3:8.1f} ms: {cache['ratio']:.2f}x faster (target >= 3x)")
+    out(f"  fixed cache   {cache['static_s'] * 1e3:8.1f} ms: {cache['static_ratio']:.2f}x faster")
+    if cache["graph_s"] is not None:
+        out(f"  fixed cache, CUDA graph {cache['graph_s'] * 1e3:8.1f} ms: {cache['graph_ratio']:.2f}x faster")
     t = translation["sizes"]
     out(f"translation, sources of {t['src_len'] // 2}-{t['src_len']} tokens, {t['new_tokens']} new tokens each")
     out(f"  greedy, batches of {t['batch']}, key/value cache: {translation['greedy_sentences_per_s']:8.1f} sentences/s")
@@ -548,11 +600,18 @@ def _run(quick, device, json_path, clock, out, checkpoint=None, corpus=None, sen
                     f"{row['ours_sentences_per_s']:8.1f}  CTranslate2 {row['ctranslate2_sentences_per_s']:8.1f}  "
                     f"ours/CTranslate2 {row['ratio']:.2f}x")
     if device.type == "cuda" and not quick:
-        mfu = bench_base_mfu(device=device)
-        results["base_mfu"] = mfu
-        utilisation = "n/a (unknown peak)" if mfu["mfu"] is None else f"{100 * mfu['mfu']:.1f}%"
-        out(f"base model (bf16) on {mfu['device']}: {mfu['tokens_per_s']:.0f} tok/s, "
-            f"{mfu['tflops']:.1f} TFLOP/s, MFU {utilisation}")
+        # The base model at a batch that fills an 80 GB card (about 40 GiB at its peak), eager and compiled.
+        rows = [bench_base_mfu(batch=BASE_BATCH[0], seq_len=BASE_BATCH[1], device=device, compile=compiled)
+                for compiled in (False, True)]
+        results["base_mfu"] = rows[-1]
+        results["base_mfu_eager"] = rows[0]
+        out(f"base model, bf16 autocast + Adam, on {rows[0]['device']}: batch {BASE_BATCH[0]} x {BASE_BATCH[1]} "
+            f"tokens per side")
+        for mfu in rows:
+            utilisation = "n/a (unknown peak)" if mfu["mfu"] is None else f"{100 * mfu['mfu']:.1f}%"
+            how = f"torch.compile (compiled in {mfu['compile_s']:.0f} s)" if mfu["compile"] else "eager"
+            out(f"  {how:<36} {mfu['step_s'] * 1e3:7.1f} ms/step {mfu['tokens_per_s']:9.0f} tok/s "
+                f"{mfu['tflops']:6.1f} TFLOP/s  MFU {utilisation}  peak {mfu['peak_memory_gib']:.1f} GiB")
     if json_path:
         with open(json_path, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=1, default=lambda value: None if isinstance(value, float) and math.isnan(value) else str(value))

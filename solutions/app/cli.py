@@ -76,7 +76,7 @@ def build_parser():
     train.add_argument("--time-budget", metavar="DURATION",
                        help="wall time for the whole command (e.g. 60m, 1h, 90s, 3600): plans the schedule for "
                             "the steps that fit, and keeps time for validation and the final test decoding "
-                            "(multi30k-cpu: 60m)")
+                            "(multi30k-cpu: 60m); 'none': no budget (the preset's epochs or --max-steps decide)")
     corpus = "a CORPUS is a PATH.tsv of 'source<TAB>target' lines, or SRC_FILE:TGT_FILE, two UTF-8 " \
              "plain-text files with one sentence per line (line i of one translates line i of the other)"
     train.add_argument("--data", metavar="CORPUS",
@@ -397,7 +397,8 @@ def parse_duration(text):
     parts = re.findall(r"(\d+(?:\.\d+)?)\s*(h|min|m|s|)", cleaned)
     if not cleaned or not parts or re.sub(r"(\d+(?:\.\d+)?)\s*(h|min|m|s|)", "", cleaned).strip() \
             or sum(1 for _, unit in parts if unit == "") > (1 if len(parts) == 1 else 0):
-        raise UsageError(f"--time-budget: expected a duration such as 60m, 1h30m, 90s or 3600 (seconds), got {text!r}")
+        raise UsageError(f"--time-budget: expected a duration such as 60m, 1h30m, 90s or 3600 (seconds), or 'none', "
+                         f"got {text!r}")
     seconds = sum(float(number) * units[unit] for number, unit in parts)
     if seconds <= 0:
         raise UsageError(f"--time-budget must be positive, got {text!r}")
@@ -476,7 +477,8 @@ def _train(args):
 
     started = time.monotonic()  # the time budget covers everything from here: data, tokenizer, training, test
     _check_train_flags(args)
-    budget = parse_duration(args.time_budget) if args.time_budget is not None else None
+    no_budget = args.time_budget is not None and args.time_budget.strip().lower() == "none"
+    budget = parse_duration(args.time_budget) if args.time_budget is not None and not no_budget else None
     if args.on_bad_line is None:
         args.on_bad_line = "skip" if args.preset == "multi30k-cpu" else "error"
     state = None
@@ -501,7 +503,7 @@ def _train(args):
             changes[name] = getattr(args, name)
     if args.beam is not None:
         changes["beam_size"] = args.beam
-    if budget is not None:
+    if budget is not None or no_budget:
         changes["time_budget"] = budget
     if args.epochs is not None and args.max_steps is None:
         changes["max_steps"] = None  # --epochs alone: the new total, not capped by a stored --max-steps
@@ -627,6 +629,7 @@ def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentence
     ``label`` names a sentence in the warning: "argument", "FILE line", "<stdin> line" ...
     """
     from ..translation import translate
+    from .inference import greedy_decoder_for
 
     limit = model.positional.pe.size(0)  # the longest source the encoder can place
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
@@ -640,7 +643,8 @@ def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentence
     if todo:
         translated = translate(model, [sentences[i] for i in todo], _TruncatingTokenizer(src_tokenizer, limit),
                                tgt_tokenizer, beam_size=args.beam, max_len=args.max_len,
-                               batch_size=args.batch_size, device=device, length_penalty=args.length_penalty)
+                               batch_size=args.batch_size, device=device, length_penalty=args.length_penalty,
+                               greedy=greedy_decoder_for(device))
         for i, line in zip(todo, translated):
             outputs[i] = line
     return outputs

@@ -1,13 +1,15 @@
 """The end of a training run: the final decoding, the results files and the typed run summary.
 
 :meth:`~solutions.app.trainer.Trainer.fit` trains, averages, decodes the validation and test
-sets and writes ``history.json`` and ``results.json`` (schema 1, the README's "Train on your
-own corpus") through this module, then returns a :class:`RunSummary`, which the CLI prints
-as one JSON line. The files' formats are those ``train`` has always written.
+sets and writes ``history.json``, ``results.json`` (schema 1, the README's "Train on your
+own corpus") and ``test_translations.jsonl`` (every test sentence's greedy and beam
+translation, :func:`write_translations`; results.json names it with its SHA-256) through
+this module, then returns a :class:`RunSummary`, which the CLI prints as one JSON line.
 
 Paper: section 6.1 (beam search and BLEU on the test set after training).
 """
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -22,9 +24,10 @@ from ..translation import translate
 from .evaluation import CorpusBLEU
 
 __all__ = ["RunSummary", "RESULTS_SCHEMA", "TUTORIAL_METRIC", "LoadSampler", "score_translations",
-           "results_document", "cpu_name"]
+           "results_document", "write_translations", "TRANSLATIONS_FILE", "cpu_name"]
 
 RESULTS_SCHEMA = 1
+TRANSLATIONS_FILE = "test_translations.jsonl"
 
 TUTORIAL_METRIC = ("sacreBLEU with lowercase=True and tokenize='13a' (mteval-v13a tokenisation of hypotheses and "
                    "references, which, like spaCy's English tokenizer, splits punctuation off words; it keeps "
@@ -45,6 +48,7 @@ class RunSummary:
         stopped: why training stopped (``"epochs"``, ``"max_steps"``, ``"budget"``, ...).
         results: the ``results.json`` written, or None (no output folder).
         wall_minutes: the run's wall time, data reading and final decoding included.
+        translations: the test translations file (``OUT/test_translations.jsonl``), or None.
     """
 
     checkpoint: str
@@ -57,6 +61,7 @@ class RunSummary:
     stopped: str = None
     results: str = None
     wall_minutes: float = None
+    translations: str = None
 
     def as_dict(self):
         """The fields as a dict, in order (what ``train`` prints as JSON)."""
@@ -121,8 +126,13 @@ def score_translations(model, src_tokenizer, tgt_tokenizer, pairs, beam_size, le
 
 
 def results_document(trainer, final, finish, test_pairs, wall_seconds, load, command="", preset=None,
-                     skipped_lines=None):
-    """The run's results.json (schema 1): settings, data, per-epoch curve, final scores, machine."""
+                     skipped_lines=None, translations=None):
+    """The run's results.json (schema 1): settings, data, per-epoch curve, final scores, machine.
+
+    ``final`` holds :func:`score_translations`' results under ``"valid"`` (greedy),
+    ``"test"`` (the run's decoding) and ``"test_greedy"``; ``translations`` is what
+    :func:`write_translations` returned (or None: no test set).
+    """
     config = trainer.config
     identity = trainer.data_identity or {}
     everything = dataclasses.asdict(config)
@@ -159,6 +169,8 @@ def results_document(trainer, final, finish, test_pairs, wall_seconds, load, com
         "best_valid_bleu_greedy": trainer.best_bleu,
         "valid": strip(final["valid"]) if "valid" in final else None,
         "test": strip(final["test"]) if "test" in final else None,
+        "test_greedy": strip(final["test_greedy"]) if "test_greedy" in final else None,
+        "translations": translations,
         "decoding": {"beam_size": final.get("test", final.get("valid", {})).get("beam_size", config.beam_size),
                      "length_penalty": config.length_penalty, "batch_size": 64,
                      "max_len": "source length + 50 tokens"},
@@ -173,6 +185,42 @@ def results_document(trainer, final, finish, test_pairs, wall_seconds, load, com
         results["examples"] = [{"source": s, "reference": t, "hypothesis": h}
                                for (s, t), h in zip(test_pairs[:8], hypotheses[:8])]
     return results
+
+
+def write_translations(path, pairs, greedy, beam, beam_size, length_penalty):
+    """Write every test sentence's translations as JSON lines; describe the file for results.json.
+
+    One line per pair, in the test set's order::
+
+        {"index": 0, "source": "...", "reference": "...", "greedy": "...", "beam": "..."}
+
+    (``greedy``: greedy decoding with the key/value cache; ``beam``: the run's final
+    decoding, beam search of ``beam_size`` with ``length_penalty``, or greedy again
+    when ``beam_size`` is 1). UTF-8, one JSON object per line, so any text (tabs
+    included) survives.
+
+    Args:
+        path: the file to write (replaced atomically).
+        pairs: the test ``(source, reference)`` pairs.
+        greedy, beam: one detokenised translation per pair.
+        beam_size, length_penalty: the decoding of ``beam``.
+
+    Returns:
+        ``{"file", "sha256", "sentences", "format", "greedy", "beam"}`` (the file's base name,
+        its SHA-256, and the two decodings' settings).
+    """
+    if not len(pairs) == len(greedy) == len(beam):
+        raise ValueError(f"expected one greedy and one beam translation per pair, got {len(pairs)} pairs, "
+                         f"{len(greedy)} greedy and {len(beam)} beam translations")
+    lines = [json.dumps({"index": i, "source": s, "reference": t, "greedy": g, "beam": b}, ensure_ascii=False)
+             for i, ((s, t), g, b) in enumerate(zip(pairs, greedy, beam))]
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    with open(path + ".tmp", "wb") as handle:
+        handle.write(data)
+    os.replace(path + ".tmp", path)
+    return {"file": os.path.basename(path), "sha256": hashlib.sha256(data).hexdigest(), "sentences": len(pairs),
+            "format": "JSON lines: index, source, reference, greedy, beam",
+            "greedy": {"beam_size": 1}, "beam": {"beam_size": beam_size, "length_penalty": length_penalty}}
 
 
 def write_json(path, document, **options):

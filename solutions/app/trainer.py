@@ -52,7 +52,8 @@ from ..fused import fuse_attention
 from ..masking import decoder_mask, padding_mask
 from ..model import ConfigError, TransformerConfig
 from .evaluation import CorpusBLEU
-from .summary import LoadSampler, RunSummary, results_document, score_translations, write_json
+from .summary import (TRANSLATIONS_FILE, LoadSampler, RunSummary, results_document, score_translations,
+                      write_json, write_translations)
 from ..tokens import PAD_ID
 from ..training import noam_lr
 from ..translation import translate
@@ -816,16 +817,19 @@ class Trainer:
     def _reserve(self):
         """Seconds kept for the end of the run: evaluating averaged weights, beam decoding, saving.
 
-        Before anything is measured: a tenth of the budget. Afterwards: one evaluation,
-        the measured beam time of :attr:`final_sentences` sentences (greedy: an
-        evaluation per 500 sentences), 30 % margin and 20 seconds for saving files.
+        Before anything is measured: a tenth of the budget. Afterwards: one evaluation
+        (two with averaging), the measured beam time of :attr:`final_sentences` sentences
+        and their greedy decoding (an evaluation per ``eval_sentences`` sentences: an
+        over-estimate, the evaluation also computes the loss), 30 % margin and 20 seconds
+        for saving files.
         """
         evaluation, beam = self._timing["eval"], self._timing["beam_sentence"]
         if evaluation is None:
             return 0.1 * self.budget.seconds
         evaluations = 1 + (self.config.average_last > 1)
-        decoding = beam * self.final_sentences if beam is not None else \
-            evaluation * self.final_sentences / max(1, self.config.eval_sentences)
+        greedy = evaluation * self.final_sentences / max(1, self.config.eval_sentences)
+        # With a beam, the test set is decoded twice: with the beam, and greedily for the translations file.
+        decoding = beam * self.final_sentences + greedy if beam is not None else greedy
         return 1.3 * (evaluations * evaluation + decoding) + 20.0
 
     def _plan(self):
@@ -834,6 +838,8 @@ class Trainer:
         if evaluation is None:  # before the first evaluation: about 3 % of an epoch's training time
             evaluation = 0.03 * self._timing["step"] * len(self.sampler)
         planned = self.budget.plan(self.step, self._timing["step"], len(self.sampler), evaluation, self._reserve())
+        if self.config.max_steps is not None:  # the linear schedule decays to the step the run will stop at
+            planned = min(planned, max(self.config.max_steps, self.step))
         first = self.planned_steps is None
         self.planned_steps = planned
         self._progress["planned"] = planned
@@ -978,8 +984,9 @@ class Trainer:
         After training (and the averaging of :meth:`finish`), the validation pairs are
         translated greedily and the test pairs with the run's decoding
         (:meth:`final_beam_size`); with an ``out_dir`` the main process writes
-        ``history.json`` and ``results.json`` there (the README's "Train on your own
-        corpus"). Only the main process of a distributed run decodes and writes.
+        ``history.json``, ``results.json`` and ``test_translations.jsonl`` (each test
+        sentence's source, reference, greedy and final translation) there (the README's
+        "Train on your own corpus"). Only the main process of a distributed run decodes and writes.
 
         Args:
             test_pairs: the held-out ``(source, target)`` pairs, decoded once, at the end.
@@ -1010,8 +1017,12 @@ class Trainer:
         finish = self.finish()
         final = {}
         # Validation with greedy decoding (as chosen during the run: quick); the test with the run's decoding.
-        for name, pairs, beam_size in (("valid", self.valid_data.pairs, 1), ("test", test_pairs, self.final_beam_size())):
-            if pairs:
+        # The test set greedily too (the translations file keeps both): decoded once when the run's decoding is greedy.
+        for name, pairs, beam_size in (("valid", self.valid_data.pairs, 1), ("test", test_pairs, self.final_beam_size()),
+                                       ("test_greedy", test_pairs, 1)):
+            if name == "test_greedy" and final.get("test", {}).get("beam_size") == 1:
+                final[name] = final["test"]
+            elif pairs:
                 final[name] = score_translations(self.model, self.src_tokenizer, self.tgt_tokenizer, pairs, beam_size,
                                                  self.config.length_penalty, self.device)
         test = {}
@@ -1019,7 +1030,7 @@ class Trainer:
             test = self.evaluate(test_pairs, max_sentences=0)  # loss and accuracy; BLEU with the final decoding
             test.update(bleu=final["test"]["bleu"], exact_match=final["test"]["exact_match"])
         signature = self.bleu.signature or final.get("test", {}).get("signature")
-        results_path = wall_minutes = best = None
+        results_path = wall_minutes = best = translations_path = None
         checkpoint = os.path.join(self.out_dir, "checkpoint.pt") if self.out_dir is not None else None
         if self.out_dir is not None:
             best = os.path.join(self.out_dir, "best.pt")
@@ -1027,8 +1038,15 @@ class Trainer:
             write_json(os.path.join(self.out_dir, "history.json"),
                        {"history": self.history, "test": test, "data": self.data_identity, "bleu_signature": signature},
                        indent=1)
+            translations = None
+            if test_pairs:
+                translations_path = os.path.join(self.out_dir, TRANSLATIONS_FILE)
+                translations = write_translations(translations_path, test_pairs, final["test_greedy"]["hypotheses"],
+                                                  final["test"]["hypotheses"], final["test"]["beam_size"],
+                                                  self.config.length_penalty)
             results = results_document(self, final, finish, test_pairs, self.clock() - self._clock_start, load.stop(),
-                                       command=command, preset=preset, skipped_lines=skipped_lines)
+                                       command=command, preset=preset, skipped_lines=skipped_lines,
+                                       translations=translations)
             results_path = os.path.join(self.out_dir, "results.json")
             write_json(results_path, results, indent=1, ensure_ascii=False)
             wall_minutes = results["wall_minutes"]
@@ -1036,7 +1054,7 @@ class Trainer:
             load.stop()
         return RunSummary(checkpoint=checkpoint, steps=self.step, epochs=self.epoch, best=best,
                           best_valid_bleu=self.best_bleu, test=test, bleu_signature=signature, stopped=self.stop_reason,
-                          results=results_path, wall_minutes=wall_minutes)
+                          results=results_path, wall_minutes=wall_minutes, translations=translations_path)
 
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self, pairs=None, max_sentences=None):

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from solutions import Transformer, TransformerConfig, padding_mask
-from solutions.app.bench import bench_base_mfu, bench_training_step
+from solutions.app.bench import bench_base_mfu, bench_kv_cache, bench_training_step
+from solutions.app.inference import static_greedy_decode
 from solutions.app.data import make_synthetic_splits
 from solutions.decoding import greedy_decode
 from solutions.app.trainer import Trainer, TrainConfig, model_from_checkpoint
@@ -61,9 +62,29 @@ def test_cached_greedy_on_cuda_matches_plain():
     assert torch.equal(plain, greedy_decode(model, src, mask, 20, eos_id=-1, use_cache=True))
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_static_cache_and_cuda_graph_give_greedy_decode_s_tokens(norm_first):
+    torch.manual_seed(0)
+    model = Transformer(50, 50, d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=128,
+                        max_len=64, norm_first=norm_first).cuda().eval()
+    src = torch.randint(4, 50, (6, 9), device="cuda")
+    src[1, 5:] = 0
+    src[4, 3:] = 0
+    mask = padding_mask(src)
+    eos = int(greedy_decode(model, src, mask, 20, eos_id=-1)[0, 4])  # ends some sentences, at different steps
+    expected = greedy_decode(model, src, mask, 20, eos_id=eos, use_cache=True)
+    for graph in (False, True):
+        assert torch.equal(static_greedy_decode(model, src, mask, 20, eos_id=eos, cuda_graph=graph), expected), graph
+    never = greedy_decode(model, src, mask, 20, eos_id=-1, use_cache=True)
+    assert torch.equal(static_greedy_decode(model, src, mask, 20, eos_id=-1), never)  # the graph runs 20 steps
+
+
 def test_benchmarks_on_cuda():
     step = bench_training_step(d_model=64, num_heads=4, num_layers=1, d_ff=128, batch=8, src_len=16, tgt_len=16,
                                vocab=200, repeats=3, device="cuda", bf16=True)
     assert step["ratio"] > 0
     mfu = bench_base_mfu(batch=8, seq_len=32, vocab=1000, repeats=2, device="cuda")
     assert mfu["tokens_per_s"] > 0 and (mfu["mfu"] is None or 0 < mfu["mfu"] < 1)
+    cache = bench_kv_cache(d_model=64, num_heads=4, num_layers=1, d_ff=128, batch=4, src_len=8, new_tokens=16,
+                           vocab=200, repeats=1, device="cuda")
+    assert cache["same_tokens"] and cache["graph_ratio"] > 0 and cache["static_ratio"] > 0

@@ -23,7 +23,8 @@ CHAPTER = {
     "masking": 6, "layers": 7, "decoder": 8, "model": 8, "training": 9, "kv_cache": 10, "decoding": 10, "translation": 10,
 }
 #: The practitioner's application, ``solutions/app/``: imports the reference, never imported by it.
-APPLICATION = {"data", "evaluation", "summary", "trainer", "distributed", "bench", "profiling", "export", "cli"}
+APPLICATION = {"data", "evaluation", "summary", "trainer", "distributed", "bench", "profiling", "export", "inference",
+               "cli"}
 #: Top-level modules that are neither reference nor application: ``python -m solutions``'s thin entry.
 ENTRY = {"__main__"}
 #: The one import against the reading order, kept on purpose: chapter 5's MultiHeadAttention

@@ -1,0 +1,104 @@
+"""The fixed-shape key/value cache of the GPU path gives the growing cache's logits and tokens.
+
+The CUDA graph itself needs a GPU (tests/unit/test_gpu.py); the cache it records, its
+masks, the early-stop trimming and the refusals run here on the CPU.
+"""
+import pytest
+import torch
+
+from solutions import Transformer, padding_mask
+from solutions.app.inference import (CUDAGraphStep, StaticIncrementalDecoder, greedy_decoder_for,
+                                     static_greedy_decode)
+from solutions.decoding import greedy_decode
+from solutions.kv_cache import IncrementalDecoder
+from solutions.translation import translate
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _model(norm_first, seed=0, vocab=23, dtype=torch.float64):
+    torch.manual_seed(seed)
+    model = Transformer(vocab, vocab, d_model=32, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
+                        d_ff=48, dropout=0.1, max_len=64, norm_first=norm_first)
+    return model.to(dtype).eval()
+
+
+def _source(batch=5, length=9, vocab=23, seed=1):
+    src = torch.randint(4, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+    src[1, 5:] = 0  # sources of different lengths
+    src[3, 2:] = 0
+    src[4, 7:] = 0
+    return src
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_static_cache_logits_equal_the_growing_cache_s(norm_first):
+    model = _model(norm_first)
+    src = _source()
+    src_mask = padding_mask(src)
+    tokens = torch.randint(4, 23, (5, 10), generator=torch.Generator().manual_seed(2))
+    tokens[:, 0] = 1
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        growing = IncrementalDecoder(model, memory, src_mask)
+        static = StaticIncrementalDecoder(model, memory, src_mask, steps=10)
+        for t in range(10):
+            expected = growing.step(tokens[:, t])
+            got = static.step(tokens[:, t])
+            assert torch.allclose(got, expected, atol=1e-10), t
+            assert int(static.position_tensor) == static.position == t + 1
+    assert static.self_keys[0].shape == (5, 4, 10, 8)  # (B, h, L, d_k): allocated once, never grown
+    with pytest.raises(ValueError, match="holds 10 steps: cannot decode step 11"):
+        static.step(tokens[:, 0])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("check_every", [1, 3, 8])
+def test_static_greedy_gives_greedy_decode_s_tokens(norm_first, seed, check_every):
+    model = _model(norm_first, seed)
+    src = _source(seed=seed + 10)
+    src_mask = padding_mask(src)
+    # As <eos>, a token some sentences produce at different steps: they end apart, the batch stops early.
+    eos = int(greedy_decode(model, src, src_mask, max_len=14, eos_id=99)[0, 3])
+    expected = greedy_decode(model, src, src_mask, max_len=14, eos_id=eos, use_cache=True)
+    got = static_greedy_decode(model, src, src_mask, max_len=14, eos_id=eos, check_every=check_every)
+    assert torch.equal(got, expected)
+    assert (expected == eos).any()
+    never = static_greedy_decode(model, src, src_mask, max_len=6, eos_id=99, check_every=check_every)
+    assert torch.equal(never, greedy_decode(model, src, src_mask, max_len=6, eos_id=99))  # runs to max_len
+    assert never.shape == (5, 7)
+
+
+def test_translate_with_the_static_decoder_gives_the_same_translations():
+    model = _model(True, seed=3, dtype=torch.float32)
+
+    class Words:  # ids 4.. for words, 3 for unknown
+        def encode(self, sentence):
+            return [4 + (sum(map(ord, word)) % 19) for word in sentence.split()]
+
+        def decode(self, ids):
+            return " ".join(str(i) for i in ids if i not in (0, 1, 2))
+
+    sentences = ["a b c", "ein kurzer satz", "x", "ein viel längerer satz mit mehr wörtern als die anderen", "d e"]
+    plain = translate(model, sentences, Words(), Words(), max_len=12, batch_size=2)
+    static = translate(model, sentences, Words(), Words(), max_len=12, batch_size=2, greedy=static_greedy_decode)
+    assert static == plain and len(set(plain)) > 1
+
+
+def test_the_static_path_refuses_what_it_cannot_do():
+    model = _model(False)
+    src = _source()
+    src_mask = padding_mask(src)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        with pytest.raises(ValueError, match=r"steps must be an int in \[1, max_len = 64\], got 65"):
+            StaticIncrementalDecoder(model, memory, src_mask, steps=65)
+        decoder = StaticIncrementalDecoder(model, memory, src_mask, steps=4)
+        with pytest.raises(NotImplementedError, match="beam search reorders the cache"):
+            decoder.reorder(torch.tensor([0, 0]))
+        with pytest.raises(ValueError, match="CUDA graphs need a CUDA device, the decoder is on cpu"):
+            CUDAGraphStep(decoder)
+    with pytest.raises(ValueError, match="check_every must be >= 1"):
+        static_greedy_decode(model, src, src_mask, 4, check_every=0)
+    assert greedy_decoder_for("cpu") is None and greedy_decoder_for("cuda:0") is static_greedy_decode
