@@ -42,9 +42,10 @@ from pathlib import Path
 from typing import Callable
 
 from .book import BOOK, source_notebook
-from .grading import RunSettings
-from .journal import (Graded, grader_fingerprint, journal_seed, read_journal, read_journal_entry, record_submitted,
-                      submission_seed, write_atomic, write_journal)
+from .grading import RunSettings, wrong_chapter
+from .fingerprint import grader_fingerprint
+from .journal import (Graded, JournalError, journal_seed, read_journal, read_journal_entry, submission_seed,
+                      submission_status, write_atomic, write_journal)
 from .submissions import Submission, file_sha256, find_submissions
 from .results import (RESULTS_FILE, ClassResults, ExerciseScore, PartScore, SubmissionGrade, begin_run, end_run,
                       parts_line)
@@ -168,7 +169,7 @@ def journal_key(submission_sha256: str | None, source_sha256: str, seed: int | N
             empty folder or two notebooks).
         source_sha256: the chapter's source notebook's digest.
         seed: the submission's seed of the hidden cases (``None`` with nothing run).
-        grader: :func:`~autograder.journal.grader_fingerprint`.
+        grader: :func:`~autograder.fingerprint.grader_fingerprint`.
         settings: the run's :class:`~autograder.grading.RunSettings`.
 
     Returns:
@@ -200,7 +201,7 @@ class GradingTask:
     def run(self, grade_fn: GradeFn) -> list[dict]:
         """Grade it with ``grade_fn`` (:func:`autograder.grading.grade_submission`'s signature)."""
         return as_dicts(grade_fn(Path(self.source), Path(self.path) if self.path else None, chapter=self.chapter,
-                                 hidden=True, seed=self.seed, **self.settings.options()))
+                                 settings=self.settings, hidden=True, seed=self.seed))
 
 
 def _grade_task(task: GradingTask) -> list[dict]:
@@ -304,7 +305,6 @@ def grade_class(
             raise ValueError(f"no submission of student(s) {', '.join(unknown)} under {submitted}")
     begin_run(out, "grade")  # cleared once every report is written: a stopped run is never read as current
     base_seed = journal_seed(out, seed)
-    record_submitted(out, submitted)
     sources = {c: source_notebook(c, book) for c in wanted}
     source_hash = {c: file_sha256(p) for c, p in sources.items()}
     fingerprint = grader_fingerprint() if grade_fn is None else "custom"
@@ -313,7 +313,11 @@ def grade_class(
     todo: list[tuple[Submission, dict, GradingTask]] = []
 
     def finish(sub: Submission, key: dict, rows: list[dict]) -> None:
-        graded = Graded(sub, rows, key)
+        try:
+            real = wrong_chapter(sub.path, sub.chapter, [r["status"] for r in rows])
+        except Exception:  # noqa: BLE001 - reading the notebook again is only for naming its chapter
+            real = None
+        graded = Graded(sub, rows, key, wrong_chapter=real)
         try:
             write_journal(out, graded)
         except Exception as exc:  # noqa: BLE001 - graded all the same; a rerun grades it again
@@ -327,11 +331,12 @@ def grade_class(
         if students is not None and sub.student not in students:
             try:
                 kept = read_journal_entry(out, sub)
-            except Exception:  # noqa: BLE001 - an odd entry is only a missing one
-                kept = None
-            if kept is not None:  # not graded now: the last grade stays in the reports
-                results[sub] = Graded(sub, kept[0], kept[1], reused=True)
-            continue
+            except JournalError:
+                pass  # another version's entry, or unreadable: this student is graded again, below
+            else:
+                if kept is not None:  # not graded now: the last grade stays in the reports
+                    results[sub] = Graded(sub, kept.scores, kept.key, reused=True, wrong_chapter=kept.wrong_chapter)
+                continue
         # Every submission is journaled under the run's settings, even one with nothing to run:
         # a shard's entries then differ only in what each student handed in (merge_shards).
         unrun = journal_key(None, source_hash[sub.chapter], None, fingerprint, settings)
@@ -351,7 +356,7 @@ def grade_class(
         except Exception:  # noqa: BLE001 - an entry that cannot be read is graded again
             cached = None
         if cached is not None:
-            results[sub] = Graded(sub, cached, key, reused=True)
+            results[sub] = Graded(sub, cached.scores, key, reused=True, wrong_chapter=cached.wrong_chapter)
             continue
         todo.append((sub, key, GradingTask(str(sources[sub.chapter]), str(sub.path) if sub.path else None,
                                            sub.chapter, sub_seed, settings)))
@@ -410,24 +415,6 @@ def grade_class(
 
 
 # --------------------------------------------------------------------------- reports
-
-
-def submission_status(graded: Graded) -> str:
-    """One word for a student × chapter: ``not submitted``, ``invalid`` (nothing
-    could be read), ``cheat`` (a tampering attempt was caught), ``complete`` (every
-    check passed) or ``incomplete``."""
-    statuses = [s["status"] for s in graded.scores]
-    if graded.submission.problem:
-        return "invalid"
-    if graded.submission.path is None:
-        return "not submitted"
-    if statuses and all(s == "invalid" for s in statuses):
-        return "invalid"
-    if "cheat" in statuses:
-        return "cheat"
-    if statuses and all(s == "passed" for s in statuses):
-        return "complete"
-    return "incomplete"
 
 
 # A text cell that no spreadsheet runs as a formula, in any locale (text.csv_cell).
@@ -492,7 +479,8 @@ def _submission_grade(g: Graded, exercises: list[ExerciseScore], held) -> Submis
         max_score=sum(e.max_score for e in exercises), raw_score=raw,
         late_seconds=held.late_seconds if held is not None else 0.0, penalty=penalty,
         submission_sha256=g.key.get("submission_sha256") if sub.path is not None else None,
-        extension_seconds=getattr(held, "extension_seconds", 0.0), late_days_used=getattr(held, "late_days_used", 0))
+        extension_seconds=getattr(held, "extension_seconds", 0.0), late_days_used=getattr(held, "late_days_used", 0),
+        wrong_chapter=g.wrong_chapter)
 
 
 def _write_feedback(page: Path, g: Graded, rows: list[dict], held) -> None:

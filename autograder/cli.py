@@ -256,15 +256,18 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import ReportError, class_report, course_output
+    from .course import load_course
+    from .report import ReportError, class_report
     from .roster import RosterError
 
     try:
-        out, submitted = Path(args.out), Path(args.submitted) if args.submitted else None
+        out = Path(args.out)
         if args.course:  # `report --course DIR ASSIGNMENT`: where `autograde ASSIGNMENT` wrote
-            out, in_course = course_output(args.course, args.out)
-            submitted = submitted or in_course
-        written = class_report(out, Path(args.to) if args.to else None, submitted, roster=_roster(args))
+            try:
+                out = load_course(args.course).root / "grades" / args.out
+            except ValueError as exc:
+                raise ReportError(f"{exc}: expected an nbgrader course folder (with nbgrader_config.py)") from None
+        written = class_report(out, Path(args.to) if args.to else None, roster=_roster(args))
     except (ReportError, RosterError) as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2
@@ -347,8 +350,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     sandbox = _sandbox_available()
     if not sandbox:
         print("(no sandbox available: your code runs as a plain subprocess)", file=sys.stderr)
-    rows = as_dicts(grade_submission(source, path, chapter=chapter, hidden=False, seed=args.seed,
-                                     **_run_settings(args, sandbox).options()))
+    rows = as_dicts(grade_submission(source, path, chapter=chapter, settings=_run_settings(args, sandbox),
+                                     hidden=False, seed=args.seed))
     print(f"{path.name}: chapter {chapter}, visible checks\n")
     text, status = check_report([_check_row(r) for r in rows])
     print(text)
@@ -362,7 +365,7 @@ def _check_row(row: dict) -> dict:
 
     missed = [f"{p['name']}: {p['message']}" for p in row["parts"] if p["score"] < p["points"] and p["message"]]
     message = "\n".join(([row["reason"]] if row["reason"] else []) + missed)
-    return {**row, "message": message, "parts": parts_text(row), "advice": []}
+    return {**row, "message": message, "parts_line": parts_text(row), "advice": []}
 
 
 # --------------------------------------------------------------------------- selftest
@@ -914,9 +917,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="the --out folder of `grade` (with its scores.csv); with --course, the assignment")
     p.add_argument("--to", help="where the pages go (default: OUT/report)")
     p.add_argument("--course", help="an nbgrader course folder: report on COURSE/grades/ASSIGNMENT (autograde's)")
-    p.add_argument("--submitted", help="the graded submissions folder, to name a notebook of the wrong chapter "
-                                       "(default: the course's with --course or OUT = COURSE/grades/ASSIGNMENT, "
-                                       "else the folder the last grade into OUT read)")
     p.add_argument("--roster", help="the roster CSV: the term page names the students and who is missing")
     p.set_defaults(func=cmd_report)
 

@@ -378,7 +378,7 @@ def grade_upload(source: Path, folder: Path, chapter: str, config: dict, *,
     from .batch import as_dicts, failed_rows
     from .journal import submission_seed
     from .submissions import file_sha256
-    from .grading import grade_submission
+    from .grading import RunSettings, grade_submission
 
     path, notice = _find_notebook(folder, chapter)
     isolation = ""
@@ -387,9 +387,9 @@ def grade_upload(source: Path, folder: Path, chapter: str, config: dict, *,
         print(f"isolation: {isolation}")
         digest = file_sha256(path) if path is not None else None
         seed = submission_seed(int(config["seed"]), student, chapter, str(digest))
-        rows = as_dicts(grade_submission(source, path, chapter=chapter, timeout=float(config.get("timeout", 120)),
-                                          hidden=True, seed=seed, sandbox=isolation != ENGINE_ONLY,
-                                          memory=config.get("memory")))
+        settings = RunSettings(timeout=float(config.get("timeout", 120)), memory=config.get("memory"),
+                               sandbox=isolation != ENGINE_ONLY)
+        rows = as_dicts(grade_submission(source, path, chapter=chapter, settings=settings, hidden=True, seed=seed))
     except Exception as exc:  # noqa: BLE001 - the student still gets a result
         traceback.print_exc(file=sys.stdout)
         rows = failed_rows(source, f"the grader failed: {type(exc).__name__}; your instructor can see why")

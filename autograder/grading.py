@@ -60,12 +60,14 @@ import signal
 import tempfile
 import time
 import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .checks import load_all
 from .checks.base import (Exercise, Report, Result, charged_once, dependency_note, dependency_unchanged_note, draw_cases,
                           evaluate, get_exercise, make_rng, own_code_message)
 from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
@@ -73,7 +75,7 @@ from .text import safe_text
 from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook
 from .withhold import defined_names
 
-__all__ = ["CellScore", "RunSettings", "STATUSES", "grade_submission"]
+__all__ = ["CellScore", "RunSettings", "STATUSES", "grade_submission", "detect_chapter", "wrong_chapter"]
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +125,9 @@ class RunSettings:
                 raise ValueError(f"{name} must be a positive whole number ({unit}), got {value!r}")
 
     def options(self) -> dict:
-        """The keyword arguments of :func:`grade_submission` (and of a test's ``grade_fn``)
-        and the entries of a journal key: ``timeout`` and ``sandbox``, then ``budget`` and
-        each limit only when set, so that a journal written without them stays valid."""
+        """The settings as entries of a journal key (:func:`autograder.batch.journal_key`):
+        ``timeout`` and ``sandbox``, then ``budget`` and each limit only when set, so that
+        a journal written without them stays valid."""
         given = {"budget": None if self.budget is None else float(self.budget), "memory": self.memory,
                  "disk": self.disk, "processes": self.processes}
         return {"timeout": float(self.timeout), "sandbox": bool(self.sandbox),
@@ -156,6 +158,60 @@ class CellScore:
     reason: str
     parts: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- which chapter a notebook holds
+
+
+def detect_chapter(path: Path | None) -> str | None:
+    """The chapter a notebook belongs to, from its own cells: the chapter whose
+    registered exercises match most of its nbgrader ``grade_id`` s (solution cells
+    ``softmax``, test cells ``test_softmax``). ``None`` when nothing matches or the
+    file cannot be read as a notebook.
+
+    Args:
+        path: the submitted notebook (read as untrusted data, never run).
+
+    Returns:
+        A chapter id such as ``"05_multi_head_attention"``, or ``None``.
+    """
+    if path is None:
+        return None
+    try:
+        nb = read_notebook(Path(path))
+    except NotebookError:
+        return None
+    names = set()
+    for cell in nb["cells"]:
+        grade_id = _nbgrader(cell).get("grade_id")
+        if isinstance(grade_id, str):
+            names.add(grade_id[len("test_"):] if grade_id.startswith("test_") else grade_id)
+    votes = Counter(ex.chapter for name, ex in load_all().items() if name in names)
+    if not votes:
+        return None
+    best = max(votes.values())
+    return sorted(c for c, n in votes.items() if n == best)[0]
+
+
+def wrong_chapter(path: Path | None, chapter: str, statuses: list[str]) -> str | None:
+    """The chapter a submission really holds, when it is another one: read while grading
+    (the notebook that was graded, as data) and recorded with the grade, so that every
+    view of the results (the console summary, the class report) reads it, never the
+    notebook again.
+
+    Args:
+        path: the graded notebook (``None``: nothing was submitted).
+        chapter: the chapter it was graded as.
+        statuses: its cells' statuses (:data:`STATUSES`).
+
+    Returns:
+        The other chapter's id when none of ``chapter``'s exercises was found in the
+        notebook (every status ``missing``) and its cells are that chapter's; else ``None``.
+    """
+    if path is None or not statuses or any(s != "missing" for s in statuses):
+        return None
+    real = detect_chapter(path)
+    return real if real and real != chapter else None
 
 
 # --------------------------------------------------------------------------- notebooks
@@ -598,16 +654,11 @@ def grade_submission(
     submission_nb: Path | None,
     *,
     chapter: str | None = None,
-    timeout: float = 120.0,
+    settings: RunSettings = RunSettings(),
     hidden: bool = True,
     seed: int | None = None,
-    sandbox: bool = True,
     limits: Limits | None = None,
     scratch_dir: Path | None = None,
-    budget: float | None = None,
-    memory: int | None = None,
-    disk: int | None = None,
-    processes: int | None = None,
 ) -> list[CellScore]:
     """Grade one submission against its source notebook, without trusting it.
 
@@ -622,23 +673,21 @@ def grade_submission(
         submission_nb: the student's notebook, or ``None`` (no submission).
         chapter: the chapter id (default: the source notebook's name); decides which
             modules of ``solutions`` are hidden from the sandbox.
-        timeout: wall-clock seconds for one sandbox run (and its CPU-time limit).
+        settings: how it is run and limited, the run's one :class:`RunSettings`, whole:
+            ``timeout`` (one sandbox run's wall clock and CPU time); ``budget`` (the
+            whole submission's wall clock over all its sandbox runs, default twice the
+            run limit: one endless exercise costs one run limit and the others are still
+            graded, a submission full of endless exercises never costs more than its
+            budget, each run's limit is cut to what is left and the cells left when it
+            is spent score 0, "timeout"); ``memory``, ``disk``, ``processes`` (each run's
+            limits, applied on top of ``limits``); ``sandbox`` (``False`` runs a plain
+            subprocess — NOT tamper-proof).
         hidden: run the hidden cases too (``False``: the visible ones only).
         seed: seed of the hidden cases (default: fresh); fix it to reproduce a grade.
-        sandbox: ``False`` runs a plain subprocess — NOT tamper-proof.
         limits: resource limits (default :class:`~autograder.sandbox.Limits` with
-            ``timeout``); when given, its ``wall_seconds`` wins over ``timeout``.
+            ``settings.timeout``); when given, its ``wall_seconds`` wins over the timeout.
         scratch_dir: where to make the job folders (default: the system temp dir);
             removed afterwards.
-        budget: wall-clock seconds for the whole submission, over all its sandbox
-            runs (default: twice the run limit). One endless exercise costs one run
-            limit and the others are still graded; a submission full of endless
-            exercises never costs more than its budget: each run's limit is cut to
-            what is left, and cells left when it is spent score 0 ("timeout").
-        memory, disk, processes: the limits of each run (``--memory``, ``--disk``,
-            ``--processes``: bytes of all its memory, bytes of its scratch tmpfs,
-            its processes and threads); ``None`` keeps the default
-            (:func:`~autograder.sandbox.limits_for`). They apply on top of ``limits``.
 
     Returns:
         One :class:`CellScore` per graded test cell of the source notebook, in
@@ -649,16 +698,17 @@ def grade_submission(
     """
     source_nb = Path(source_nb)
     chapter = chapter or source_nb.stem
-    if budget is not None and not budget > 0:
-        raise ValueError(f"budget must be a positive number of seconds, got {budget!r}")
-    options = limits_for(timeout, memory=memory, disk=disk, processes=processes)
+    if not isinstance(settings, RunSettings):
+        raise TypeError(f"settings must be a RunSettings, got {type(settings).__name__}")
+    budget, sandbox = settings.budget, settings.sandbox
+    options = limits_for(settings.timeout, memory=settings.memory, disk=settings.disk, processes=settings.processes)
     if limits is None:
         limits = options
     else:
         limits = dataclasses.replace(limits, **{
             name: getattr(options, name) for name, given in (
-                ("run_memory_bytes", memory), ("memory_bytes", memory), ("scratch_bytes", disk),
-                ("processes", processes)) if given is not None})
+                ("run_memory_bytes", settings.memory), ("memory_bytes", settings.memory),
+                ("scratch_bytes", settings.disk), ("processes", settings.processes)) if given is not None})
     try:
         setup, graded = _read_source(source_nb)
     except NotebookError as exc:

@@ -1,9 +1,14 @@
 """The journal of a batch: one result per submission, on disk, written as soon as it is graded.
 
 ``OUT/.journal/<student>/<chapter>.json`` holds a submission's rows (one dict per
-graded cell, the fields of :class:`autograder.grading.CellScore`) under a key: the
-SHA-256 of the submission, of the source notebook and of the grading code, the seed
-and the limits. A re-run reuses every entry whose key is unchanged, so an interrupted
+graded cell, the fields of :class:`autograder.grading.CellScore`) and what grading
+found about the notebook itself (``wrong_chapter``: the chapter it really holds),
+under a key: the SHA-256 of the submission and of the source notebook, the grader
+(:func:`autograder.fingerprint.grader_fingerprint`: the code and reference that judge),
+the seed and the run's settings. One pair of functions writes and reads an
+entry (:func:`entry_text`, :func:`parse_entry`), with its version
+(:data:`JOURNAL_VERSION`): an entry of another version is refused with a
+:class:`JournalError` that says so, and the batch grades that submission again. A re-run reuses every entry whose key is unchanged, so an interrupted
 run resumes where it stopped and a regrade of unchanged work is a no-op. Every file
 the batch writes from it (gradebook rows, CSVs, feedback pages) is rebuilt from the
 journal, so the same results always give the same files. Entries are written
@@ -22,12 +27,18 @@ from pathlib import Path
 
 from .submissions import Submission
 
-__all__ = ["JOURNAL_VERSION", "SUBMITTED_RECORD", "SEED_VARIABLE", "SeedError", "Graded", "grader_fingerprint",
-           "submission_seed", "journal_seed", "hidden_seed",
-           "read_journal", "read_journal_entry", "write_journal", "write_atomic", "record_submitted",
-           "recorded_submitted"]
+__all__ = ["JOURNAL_VERSION", "SEED_VARIABLE", "SeedError", "JournalError", "Graded", "JournalEntry",
+           "submission_seed", "submission_status", "journal_seed", "hidden_seed", "entry_text", "parse_entry",
+           "read_journal", "read_journal_entry", "write_journal", "write_atomic"]
 
-JOURNAL_VERSION = 2  # 2: scores carry their parts and notes
+# 3: the chapter a notebook of another chapter holds (wrong_chapter), found while grading;
+# 2: scores carry their parts and notes.
+JOURNAL_VERSION = 3
+
+
+class JournalError(ValueError):
+    """A journal entry that cannot be used: not JSON, of another version, or without
+    its fields (the message names the file and what was found)."""
 
 
 @dataclass
@@ -40,19 +51,36 @@ class Graded:
     key: dict = field(default_factory=dict)
     reused: bool = False
     problems: list[str] = field(default_factory=list)  # a step of this run that failed for it (journal, …)
+    # The chapter the notebook really holds when it is another one (grading.wrong_chapter).
+    wrong_chapter: str | None = None
 
 
-def grader_fingerprint() -> str:
-    """SHA-256 of the code that decides a grade: the checks, the grading pipeline and
-    the reference package. A journal entry made by other code is not reused."""
-    here = Path(__file__).resolve().parent
-    files = sorted((here / "checks").glob("*.py")) + [here / n for n in ("grading.py", "runner.py", "sandbox.py")]
-    files += sorted((here.parent / "solutions").rglob("*.py"))
-    h = hashlib.sha256()
-    for path in files:
-        if path.is_file():
-            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+def submission_status(graded: Graded) -> str:
+    """One word for a student × chapter: ``not submitted``, ``invalid`` (nothing
+    could be read), ``cheat`` (a tampering attempt was caught), ``complete`` (every
+    check passed) or ``incomplete``."""
+    statuses = [s["status"] for s in graded.scores]
+    if graded.submission.problem:
+        return "invalid"
+    if graded.submission.path is None:
+        return "not submitted"
+    if statuses and all(s == "invalid" for s in statuses):
+        return "invalid"
+    if "cheat" in statuses:
+        return "cheat"
+    if statuses and all(s == "passed" for s in statuses):
+        return "complete"
+    return "incomplete"
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """What a journal entry holds: the graded cells' rows, the key they were graded
+    under, and the chapter the notebook really holds when it is another one."""
+
+    scores: list[dict]
+    key: dict
+    wrong_chapter: str | None = None
 
 
 def submission_seed(base_seed: int, student: str, chapter: str, content: str = "") -> int:
@@ -84,29 +112,8 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def read_journal(out: Path, sub: Submission, key: dict) -> list[dict] | None:
-    path = _journal_path(out, sub)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if data.get("version") != JOURNAL_VERSION or data.get("key") != key:
-        return None
-    return data.get("scores")
-
-
-def read_journal_entry(out: Path, sub: Submission) -> tuple[list[dict], dict] | None:
-    """A journal entry whatever its key (the last grade of a student not graded now)."""
-    try:
-        data = json.loads(_journal_path(out, sub).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("version") != JOURNAL_VERSION or not isinstance(data.get("scores"), list):
-        return None
-    return data["scores"], data.get("key") or {}
-
-
-def write_journal(out: Path, graded: Graded) -> None:
+def entry_text(graded: Graded) -> str:
+    """The text of ``graded``'s journal entry (read back by :func:`parse_entry`)."""
     sub = graded.submission
     data = {
         "version": JOURNAL_VERSION,
@@ -114,8 +121,62 @@ def write_journal(out: Path, graded: Graded) -> None:
         "chapter": sub.chapter,
         "key": graded.key,
         "scores": graded.scores,
+        "wrong_chapter": graded.wrong_chapter,
     }
-    write_atomic(_journal_path(out, sub), json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def parse_entry(text: str, where: str = "a journal entry") -> JournalEntry:
+    """Read :func:`entry_text`'s text.
+
+    Raises:
+        JournalError: not JSON, of another :data:`JOURNAL_VERSION`, or a field missing
+            or of the wrong type (the message names ``where``).
+    """
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise JournalError(f"{where} is not JSON ({exc})") from None
+    found = data.get("version") if isinstance(data, dict) else type(data).__name__
+    if found != JOURNAL_VERSION:
+        raise JournalError(f"{where} is of journal version {found!r}, this grader reads version "
+                           f"{JOURNAL_VERSION}: its submission is graded again")
+    scores, key, wrong = data.get("scores"), data.get("key"), data.get("wrong_chapter")
+    if (not isinstance(scores, list) or not all(isinstance(s, dict) for s in scores)
+            or not isinstance(key, dict) or not (wrong is None or isinstance(wrong, str))):
+        raise JournalError(f"{where}: its scores, key or wrong_chapter are missing or of the wrong type")
+    return JournalEntry(scores, key, wrong)
+
+
+def read_journal_entry(out: Path, sub: Submission) -> JournalEntry | None:
+    """``sub``'s journal entry in ``out`` whatever its key (``None``: there is none).
+
+    Raises:
+        JournalError: the entry cannot be read or is of another version (:func:`parse_entry`).
+    """
+    path = _journal_path(out, sub)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JournalError(f"{path} cannot be read ({exc})") from None
+    return parse_entry(text, str(path))
+
+
+def read_journal(out: Path, sub: Submission, key: dict) -> JournalEntry | None:
+    """``sub``'s journal entry when it was made under ``key`` (``None``: none, another
+    key, or an entry that cannot be read: the submission is graded again)."""
+    try:
+        entry = read_journal_entry(out, sub)
+    except JournalError:
+        return None
+    return entry if entry is not None and entry.key == key else None
+
+
+def write_journal(out: Path, graded: Graded) -> None:
+    """Write ``graded``'s entry, atomically."""
+    write_atomic(_journal_path(out, graded.submission), entry_text(graded))
 
 
 def journal_seed(out: Path, seed: int | None) -> int:
@@ -189,23 +250,3 @@ def _whole(text: str, where: str) -> int:
         return int(text)
     except ValueError:
         raise SeedError(f"{where}: the seed must be a whole number, found {text[:20]!r}") from None
-
-
-def record_submitted(out: Path, submitted: Path) -> None:
-    """Note in ``OUT/.journal`` which folder was graded, so that ``report OUT`` can
-    read a notebook of the wrong chapter there without being told (``--submitted``)."""
-    write_atomic(out / ".journal" / SUBMITTED_RECORD,
-                  json.dumps({"submitted": str(Path(submitted).resolve())}) + "\n")
-
-
-def recorded_submitted(out: Path) -> Path | None:
-    """The folder the last ``grade`` into ``out`` read, if it is still a folder."""
-    try:
-        data = json.loads((Path(out) / ".journal" / SUBMITTED_RECORD).read_text(encoding="utf-8"))
-        folder = Path(data["submitted"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return folder if folder.is_dir() else None
-
-
-SUBMITTED_RECORD = ".submitted.json"

@@ -15,7 +15,8 @@
   answer earned them, and the most frequent diagnoses across the class ("40% —
   softmax: you normalised over axis 0, not axis=-1 …"), from the checks' verdicts.
   A notebook of another chapter is one diagnosis, "submitted the wrong chapter's
-  notebook (05_multi_head_attention)", when the graded submissions can be read.
+  notebook (05_multi_head_attention)": grading found the chapter it holds and the
+  results record it (``SubmissionGrade.wrong_chapter``); no submission is read here.
 
 Diagnoses. A check's failure message names the case it failed on and its
 numbers ("largest error 0.641 at index (0, 0) … (2x3 scores)"), then, when the
@@ -36,29 +37,26 @@ style is inline, the fonts are the system's; it opens from the file system.
 """
 from __future__ import annotations
 
-import os
 import re
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .regrades import read_log
 from .pagestyle import BLUE, CSS, INK, escape, inline_svg, new_figure, style_axes
 from .feedback import STATUS_WORDS, duration_text
+from .journal import submission_status, write_atomic
 from .results import RESULTS_FILE, ClassResults, ExerciseScore, ResultsError, SubmissionGrade
 from .term_plots import chapter_section, term_page
 from .text import csv_text, safe_text
-from .untrusted import NotebookError, read_notebook
 
 __all__ = [
     "ReportError",
     "summarise",
-    "detect_chapter",
     "diagnosis_key",
     "load_rows",
     "chapter_summary",
-    "wrong_chapters",
-    "course_output",
     "class_report",
 ]
 
@@ -81,50 +79,6 @@ def _safe(text: str) -> str:
 # --------------------------------------------------------------------------- the console summary
 
 
-def detect_chapter(path: Path | None) -> str | None:
-    """The chapter a notebook belongs to, from its own cells: the chapter whose
-    registered exercises match most of its nbgrader ``grade_id`` s (solution cells
-    ``softmax``, test cells ``test_softmax``). ``None`` when nothing matches or the
-    file cannot be read as a notebook.
-
-    Args:
-        path: the submitted notebook (read as untrusted data, never run).
-
-    Returns:
-        A chapter id such as ``"05_multi_head_attention"``, or ``None``.
-    """
-    if path is None:
-        return None
-    from .checks import load_all
-
-    try:
-        nb = read_notebook(Path(path))
-    except NotebookError:
-        return None
-    names = set()
-    for cell in nb["cells"]:
-        meta = cell.get("metadata")
-        nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
-        grade_id = nbg.get("grade_id") if isinstance(nbg, dict) else None
-        if isinstance(grade_id, str):
-            names.add(grade_id[len("test_"):] if grade_id.startswith("test_") else grade_id)
-    votes = Counter(ex.chapter for name, ex in load_all().items() if name in names)
-    if not votes:
-        return None
-    best = max(votes.values())
-    return sorted(c for c, n in votes.items() if n == best)[0]
-
-
-def _wrong_chapter(graded) -> str | None:
-    """The real chapter of a submission none of whose exercises was found, when
-    its cells are another chapter's; else ``None``."""
-    scores = graded.scores
-    if graded.submission.path is None or not scores or any(s["status"] != "missing" for s in scores):
-        return None
-    real = detect_chapter(graded.submission.path)
-    return real if real and real != graded.submission.chapter else None
-
-
 def _named(lines: list[str]) -> list[str]:
     shown = ["    " + ln for ln in lines[:NAMED_PER_CATEGORY]]
     if len(lines) > NAMED_PER_CATEGORY:
@@ -145,8 +99,6 @@ def summarise(batch_report, out: Path | None = None) -> str:
         each problem submission by ``student/chapter`` with its reason, and the
         files to read next.
     """
-    from .batch import submission_status
-
     out = Path(out if out is not None else batch_report.out)
     results = batch_report.results
     students = {g.submission.student for g in results}
@@ -156,7 +108,7 @@ def summarise(batch_report, out: Path | None = None) -> str:
         sub = g.submission
         who = _safe(f"{sub.student}/{sub.chapter}")
         status = submission_status(g)
-        real = _wrong_chapter(g)
+        real = g.wrong_chapter
         if real:
             counts["wrong chapter"] += 1
             wrong.append(f"{who}: this is a {real} notebook, submitted as {sub.chapter} (0 points; "
@@ -365,12 +317,6 @@ class ChapterSummary:
         return count / len(self.students) if self.students else 0.0
 
 
-def _submitted(student_rows: list[ExerciseScore], status: str | None) -> bool:
-    if status:
-        return status != "not submitted"
-    return not all(r.status == "missing" and r.reason == "no submission" for r in student_rows)
-
-
 def nothing_found(rows: list[ExerciseScore]) -> bool:
     """Every exercise of a submitted notebook is ``missing``: not one of the chapter's
     solution cells was in it (another chapter's notebook, or every cell deleted)."""
@@ -393,16 +339,15 @@ def _missed(row: ExerciseScore) -> list[str]:
     return [f"{row.exercise}: {p.name}" for p in lost]
 
 
-def chapter_summary(chapter: str, rows: list[ExerciseScore], grades: dict[tuple[str, str], SubmissionGrade],
-                    wrong: dict[str, str] | None = None) -> ChapterSummary:
+def chapter_summary(chapter: str, rows: list[ExerciseScore],
+                    grades: dict[tuple[str, str], SubmissionGrade]) -> ChapterSummary:
     """Score totals, parts' shares and diagnoses of one chapter's rows.
 
     Args:
         chapter: the chapter id.
         rows: the chapter's rows of ``scores.csv`` (:func:`load_rows`).
-        grades: ``grades.csv``'s line per ``(student, chapter)`` (status, late penalty).
-        wrong: student -> the chapter their notebook really is (:func:`wrong_chapters`),
-            for the submissions none of whose exercises was found.
+        grades: each ``(student, chapter)``'s :class:`~autograder.results.SubmissionGrade`
+            (status, late penalty, the chapter a notebook of another one holds).
 
     Returns:
         The :class:`ChapterSummary`. The totals are final scores, as ``nbgrader
@@ -410,12 +355,12 @@ def chapter_summary(chapter: str, rows: list[ExerciseScore], grades: dict[tuple[
         grade; the parts' shares, the missed parts and the diagnoses are the checks'
         own verdicts. Shares are of the students who submitted.
     """
-    wrong = wrong or {}
     by_student: dict[str, list[ExerciseScore]] = defaultdict(list)
     for r in rows:
         by_student[r.student].append(r)
     line = {s: grades.get((s, chapter)) for s in by_student}
-    students = sorted(s for s, rs in by_student.items() if _submitted(rs, line[s].status if line[s] else None))
+    students = sorted(s for s in by_student if line[s] is None or line[s].status != "not submitted")
+    wrong = {s: line[s].wrong_chapter for s in students if line[s] is not None and line[s].wrong_chapter}
     absent = sorted(set(by_student) - set(students))
     kept = [r for r in rows if r.student in students]
     exercises = list(dict.fromkeys(r.exercise for r in rows))
@@ -462,103 +407,6 @@ def chapter_summary(chapter: str, rows: list[ExerciseScore], grades: dict[tuple[
     diagnoses.sort(key=lambda d: (d.not_attempted, -len(d.students), not d.exercise, not d.recognised,
                                   d.exercise, d.key))
     return ChapterSummary(chapter, students, absent, totals, max_score, parts, diagnoses, status, missed, adjusted)
-
-
-# --------------------------------------------------------------------------- wrong chapters
-
-
-def _students_of(submitted: Path) -> tuple[dict[str, Path], dict[str, Path]]:
-    """``(id -> student folder, id -> flat notebook)`` under ``submitted``, the ids
-    as ``grade`` gave them (:func:`autograder.submissions.student_ids`)."""
-    from .submissions import is_visible, student_folders, student_ids
-
-    files = [p for p in sorted(submitted.glob("*.ipynb")) if is_visible(p) and p.is_file()]
-    ids = student_ids([os.fsencode(p.stem) for p in files])
-    return student_folders(submitted), {ids[os.fsencode(p.stem)]: p for p in files}
-
-
-def _student_notebook(students: tuple[dict[str, Path], dict[str, Path]], student: str,
-                      chapter: str) -> Path | None:
-    """The notebook ``grade`` read for ``student`` × ``chapter``: in the folder whose
-    id is ``student``, ``<chapter>/`` (its ``<chapter>.ipynb`` or only notebook),
-    else the flat folder's file whose id is ``student`` (:func:`_students_of`)."""
-    from .submissions import chapter_notebook, is_dir
-
-    folders, flat = students
-    folder = folders.get(student)
-    if folder is not None:
-        return chapter_notebook(folder / chapter, chapter) if is_dir(folder / chapter) else None
-    return flat.get(student)
-
-
-def wrong_chapters(rows: list[ExerciseScore], grades: dict[tuple[str, str], SubmissionGrade],
-                   submitted: Path) -> dict[tuple[str, str], str]:
-    """The real chapter of each submission none of whose exercises was found, read
-    (as data, never run) from the notebook under ``submitted`` with
-    :func:`detect_chapter` — only when it is the file that was graded (its SHA-256
-    is the one the results record).
-
-    Args:
-        rows: the results' exercise scores (:func:`load_rows`).
-        grades: the results' submission grades (:func:`load_rows`).
-        submitted: the folder of submissions that was graded.
-
-    Returns:
-        ``(student, chapter) -> real chapter`` for the notebooks of another chapter.
-    """
-    from .submissions import file_sha256
-
-    by_key: dict[tuple[str, str], list[ExerciseScore]] = defaultdict(list)
-    for r in rows:
-        by_key[(r.student, r.chapter)].append(r)
-    found = {}
-    students = None
-    for (student, chapter), rs in sorted(by_key.items()):
-        if not nothing_found(rs) or any(r.reason == "no submission" for r in rs):
-            continue
-        students = students or _students_of(Path(submitted))
-        path = _student_notebook(students, student, chapter)
-        if path is None:
-            continue
-        line = grades.get((student, chapter))
-        graded_digest = line.submission_sha256 if line is not None else None
-        if graded_digest is not None and file_sha256(path) != graded_digest:
-            continue  # changed since it was graded: what it is now says nothing about the grade
-        real = detect_chapter(path)
-        if real and real != chapter:
-            found[(student, chapter)] = real
-    return found
-
-
-def course_output(course: Path | str, assignment: str) -> tuple[Path, Path]:
-    """Where ``autograde ASSIGNMENT`` wrote in a course: ``(<course>/grades/<assignment>,
-    the course's submitted folder)``, the course read as nbgrader reads it.
-
-    Raises:
-        ReportError: ``course`` is not an nbgrader course folder.
-    """
-    from .course import load_course
-
-    try:
-        c = load_course(course)
-    except ValueError as exc:
-        raise ReportError(f"{exc}: expected an nbgrader course folder (with nbgrader_config.py)") from None
-    return c.root / "grades" / assignment, c.submitted_root
-
-
-def course_submissions(out: Path) -> Path | None:
-    """The ``submitted`` folder of the nbgrader course whose ``grades/<assignment>``
-    folder (``autograde``'s default output) is ``out``; ``None`` when ``out`` is not one."""
-    out = Path(out).resolve()
-    course = out.parent.parent
-    if out.parent.name != "grades" or not (course / "nbgrader_config.py").is_file():
-        return None
-    try:
-        from .course import load_course
-
-        return load_course(course).submitted_root
-    except (ValueError, ImportError, OSError):
-        return None
 
 
 # --------------------------------------------------------------------------- figures
@@ -795,17 +643,13 @@ def _index_html(summaries: list[ChapterSummary]) -> str:
         "</tr></thead><tbody>", *rows, "</tbody></table></body></html>\n"])
 
 
-def class_report(out: Path, dest: Path | None = None, submitted: Path | None = None, roster=None) -> list[Path]:
+def class_report(out: Path, dest: Path | None = None, roster=None) -> list[Path]:
     """Write the class report of a ``grade`` or ``autograde`` output folder.
 
     Args:
         out: the folder ``python -m autograder grade … --out OUT`` wrote, or an
             nbgrader course's ``<course>/grades/<assignment>`` (``autograde``'s).
         dest: where the pages go (default ``OUT/report``).
-        submitted: the folder of submissions that was graded, read only to name
-            the chapter of a notebook none of whose exercises was found; default:
-            the course's ``submitted`` folder when ``out`` is ``<course>/grades/<assignment>``,
-            else the folder the last ``grade`` into ``out`` read (if it is still there).
         roster: an :class:`autograder.roster.Roster`: the term page names the students,
             their sections, who in it never handed anything in, who graded is not in it.
 
@@ -816,33 +660,21 @@ def class_report(out: Path, dest: Path | None = None, submitted: Path | None = N
     Raises:
         ReportError: ``out`` is not a grade output (the message says what was expected).
     """
-    from .journal import write_atomic
-
     out = Path(out)
     rows, grades = load_rows(out)
     if not rows:
         raise ReportError(f"{out / RESULTS_FILE} has no rows: grade a class first")
-    if submitted is None:
-        from .journal import recorded_submitted
-
-        submitted = course_submissions(out) or recorded_submitted(out)
-    elif not Path(submitted).is_dir():
-        raise ReportError(f"{submitted} is not a folder: expected the folder of submissions that was graded")
-    wrong = wrong_chapters(rows, grades, Path(submitted)) if submitted is not None else {}
     dest = Path(dest) if dest is not None else out / "report"
     dest.mkdir(parents=True, exist_ok=True)
     by_chapter: dict[str, list[ExerciseScore]] = defaultdict(list)
     for r in rows:
         by_chapter[r.chapter].append(r)
-    from .regrades import read_log
-
     log = read_log(out)
     written, summaries = [], []
     for chapter in sorted(by_chapter):
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", chapter) or chapter.startswith("."):
             raise ReportError(f"{out / RESULTS_FILE}: {chapter!r} is not a chapter id")
-        summary = chapter_summary(chapter, by_chapter[chapter], grades,
-                                  {s: real for (s, c), real in wrong.items() if c == chapter})
+        summary = chapter_summary(chapter, by_chapter[chapter], grades)
         summaries.append(summary)
         page, table = dest / f"{chapter}.html", dest / f"{chapter}.csv"
         write_atomic(page, render_html(summary, RESULTS_FILE, chapter_section(summary, grades, log)))

@@ -30,7 +30,7 @@ __all__ = ["RESULTS_FILE", "RESULTS_VERSION", "RUN_MARKER", "ResultsError", "beg
            "ClassResults", "parts_line"]
 
 RESULTS_FILE = "results.json"
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2  # 2: a submission records the chapter it really holds (wrong_chapter)
 # Present while a run writes into its output folder (a dot name: no student's folder).
 RUN_MARKER = ".run-unfinished.json"
 
@@ -118,6 +118,9 @@ class SubmissionGrade:
     submission_sha256: str | None = None  # of the notebook that was graded (None: nothing was)
     extension_seconds: float = 0.0  # the student's extension of the due date (autograder.extensions)
     late_days_used: int = 0  # late days this chapter spent of the student's budget
+    # The chapter the notebook really holds when none of this one's exercises was found in it
+    # and its cells are another chapter's (found while grading: autograder.grading.wrong_chapter).
+    wrong_chapter: str | None = None
 
 
 def parts_line(parts: list[PartScore]) -> str:

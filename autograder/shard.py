@@ -11,9 +11,9 @@ writes ``OUT_I/shard.json`` last, once every one of its submissions is journaled
   the graded chapters, ``flat``, and the absolute ``submitted`` folder;
 * ``settings``: the base seed and the options that reach a grade (timeout, budget,
   limits, sandbox, isolation, due date);
-* ``code``: SHA-256s of the grading code (every ``.py`` of ``autograder`` and
-  ``solutions``), of the hidden checks (``autograder/checks`` and the source
-  notebooks' test cells) and of each chapter's source notebook;
+* ``code``: the grader's fingerprint (:func:`autograder.fingerprint.grader_fingerprint`,
+  the checks, the reference and the code that judges: the ``grader`` of every journal
+  key) and the SHA-256 of each chapter's source notebook;
 * ``graded``: one entry per submission of its students (an empty, doubled or
   unreadable folder included): student, chapter, the submission's SHA-256, the text
   of its ``timestamp.txt`` and the journal key it was graded under.
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .book import BOOK
+from .fingerprint import ROOT, grader_fingerprint
 from .results import begin_run, end_run
 
 __all__ = [
@@ -55,10 +56,9 @@ __all__ = [
 ]
 
 SHARD_FILE = "shard.json"
-SHARD_FORMAT = 2  # 2: every submission journaled, its timestamp.txt recorded
+SHARD_FORMAT = 3  # 3: the grader is the journal's fingerprint; 2: every submission journaled, its timestamp.txt
 # Where an engine puts a job's index (``--shard auto/N``), first found wins.
 INDEX_VARIABLES = ("JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID", "AUTOGRADER_SHARD_INDEX")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class ShardError(ValueError):
@@ -122,47 +122,21 @@ def shard_of(student: str, count: int) -> int:
     return int.from_bytes(hashlib.sha256(raw).digest()[:8], "big") % int(count)
 
 
-def _tree_digest(files: list[Path], root: Path) -> str:
-    h = hashlib.sha256()
-    for path in files:
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def _python_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts and p.is_file())
-
-
-def _hidden_tests(source: Path) -> str:
-    """The test cells of a source notebook (where the hidden checks are called)."""
-    import nbformat
-
-    nb = nbformat.read(str(source), as_version=4)
-    return "\n\0".join(c.source for c in nb.cells
-                       if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade"))
-
-
 def code_digests(sources: dict[str, Path], root: Path = ROOT) -> dict:
-    """SHA-256s of what decides a grade.
+    """What decides a grade, besides the submissions and the settings.
 
     Args:
         sources: chapter → source notebook.
         root: the repository (its ``autograder`` and ``solutions`` folders).
 
     Returns:
-        ``{"code": …, "checks": …, "sources": {chapter: …}}``: ``code`` over every
-        ``.py`` of ``autograder`` and ``solutions`` (path and bytes), ``checks`` over
-        ``autograder/checks`` and the source notebooks' test cells, ``sources`` each
-        source notebook's bytes.
+        ``{"grader": …, "sources": {chapter: …}}``: the grader's fingerprint
+        (:func:`autograder.fingerprint.grader_fingerprint`, the same as every journal
+        key's ``grader``) and each source notebook's SHA-256 (its setup, points and
+        test cells).
     """
-    code = _python_files(root / "autograder") + _python_files(root / "solutions")
-    checks = _python_files(root / "autograder" / "checks")
-    h = hashlib.sha256(_tree_digest(checks, root).encode())
-    for chapter in sorted(sources):
-        h.update(f"\0{chapter}\0{_hidden_tests(sources[chapter])}".encode())
     return {
-        "code": _tree_digest(code, root),
-        "checks": h.hexdigest(),
+        "grader": grader_fingerprint(root),
         "sources": {c: hashlib.sha256(Path(p).read_bytes()).hexdigest() for c, p in sorted(sources.items())},
     }
 
@@ -246,7 +220,7 @@ def read_shard(out: Path) -> dict:
         raise ShardError(f"{path}: not a shard manifest of format {SHARD_FORMAT} (written by another version?)")
     try:
         index, count = int(data["shard"]["index"]), int(data["shard"]["count"])
-        data["class"]["roster"], data["class"]["chapters"], data["settings"]["seed"], data["code"]["code"]
+        data["class"]["roster"], data["class"]["chapters"], data["settings"]["seed"], data["code"]["grader"]
         list(data["graded"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ShardError(f"{path}: incomplete shard manifest ({type(exc).__name__}: {exc})") from None
@@ -297,14 +271,13 @@ def check_compatible(manifests: list[tuple[Path, dict]], current_code: dict | No
         raise ShardError(f"cannot merge: missing shard(s) {', '.join(f'{i}/{count}' for i in missing)} "
                          f"(given {len(seen)} of {count}); grade them, or rerun the failed ones, then merge all {count}")
     regrade = "grade every shard again with one version of the repository"
-    _same(manifests, "grading code (SHA-256 of autograder/ and solutions/)", lambda m: m["code"]["code"], regrade)
-    _same(manifests, "hidden checks (SHA-256 of autograder/checks and the test cells)",
-          lambda m: m["code"]["checks"], regrade)
+    _same(manifests, "grader (the checks, the reference and the code that judges: autograder.fingerprint)",
+          lambda m: m["code"]["grader"], regrade)
     _same(manifests, "source notebooks", lambda m: m["code"]["sources"], regrade)
-    if current_code is not None and current_code["code"] != manifests[0][1]["code"]["code"]:
-        raise ShardError(f"cannot merge: the shards were graded by other code (SHA-256 "
-                         f"{manifests[0][1]['code']['code'][:12]}…) than this merge runs ({current_code['code'][:12]}…); "
-                         "merge with the repository version that graded them")
+    if current_code is not None and current_code["grader"] != manifests[0][1]["code"]["grader"]:
+        raise ShardError(f"cannot merge: the shards were graded by another grader (fingerprint "
+                         f"{manifests[0][1]['code']['grader'][:12]}…) than this merge's "
+                         f"({current_code['grader'][:12]}…); merge with the repository version that graded them")
     same_settings = "grade every shard with the same options (--seed, --timeout, limits, isolation, --duedate)"
     _same(manifests, "seed", lambda m: m["settings"]["seed"], same_settings)
     # The isolation may differ from node to node (it decides how student code is walled off, not
@@ -408,8 +381,11 @@ def merge_shards(shards: list[Path], out: Path, *, submitted: Path | None = None
         if entry is None:
             raise ShardError(f"cannot merge: shard {k}/{count} ({by_index[k][0]}) has no grade for "
                              f"{sub.student}/{sub.chapter}; rerun it")
-        kept = journal.read_journal_entry(folder, sub)
-        if kept is None or kept[1] != entry["key"]:
+        try:
+            kept = journal.read_journal_entry(folder, sub)
+        except journal.JournalError as exc:
+            raise ShardError(f"cannot merge: {exc}; rerun shard {k}/{count} with this grader") from None
+        if kept is None or kept.key != entry["key"]:
             raise ShardError(f"cannot merge: {folder}'s journal entry of {sub.student}/{sub.chapter} is missing or "
                              f"not the one its {SHARD_FILE} lists; rerun shard {k}/{count}")
         try:
@@ -423,14 +399,13 @@ def merge_shards(shards: list[Path], out: Path, *, submitted: Path | None = None
             raise ShardError(f"cannot merge: the timestamp.txt of {sub.student}/{sub.chapter} under {submitted} "
                              f"changed after shard {k}/{count} graded it ({_short(entry.get('timestamp'))} then, "
                              f"{_short(sub.timestamp)} now: it decides the late penalty); rerun shard {k}/{count}")
-        results.append(journal.Graded(sub, kept[0], kept[1]))
+        results.append(journal.Graded(sub, kept.scores, kept.key, wrong_chapter=kept.wrong_chapter))
     out.mkdir(parents=True, exist_ok=True)
     (out / SHARD_FILE).unlink(missing_ok=True)
     begin_run(out, "merge")
     for graded in results:
         journal.write_journal(out, graded)
     journal.journal_seed(out, first["settings"]["seed"])
-    journal.record_submitted(out, submitted)
     duedate = first["settings"].get("duedate")
     target = gradebook or batch.GradebookTarget(duedate=duedate)
     batch.write_reports(out, results, sources, target)

@@ -119,16 +119,16 @@ def check_report(rows: list[dict]) -> tuple[str, int]:
     Args:
         rows: one dict per exercise: ``exercise``, ``score``, ``max_score``, ``status``,
             ``message`` (the diagnosis, a line per missed part; ``""`` when passed),
-            ``parts`` (``"values 2/2 · any axis 0/1"``), ``notes`` and ``advice`` (lists
-            of text).
+            ``parts_line`` (``"values 2/2 · any axis 0/1"``: a line of text, never the
+            graded parts themselves), ``notes`` and ``advice`` (lists of text).
 
     Returns:
         ``(text, status)``: status 0 when every exercise passes, 1 otherwise.
     """
     lines = [check_table(rows, [(r["message"].splitlines() or ["ok"])[0] for r in rows])]
     for r in rows:
-        if r["status"] != "passed" and r["parts"]:
-            lines.append(f"\n{r['exercise']}: {r['parts']}")
+        if r["status"] != "passed" and r["parts_line"]:
+            lines.append(f"\n{r['exercise']}: {r['parts_line']}")
             lines += [f"  {line}" for line in r["message"].splitlines()[1:]]
         lines += [f"  note on {r['exercise']}: {note}" for note in r.get("notes") or []]
         lines += [f"  advice on {r['exercise']} (no points): {advice.splitlines()[0]}"

@@ -133,7 +133,7 @@ def run_checks(path: Path) -> list[dict]:
     rows = []
     for name, points in tests:
         row = {"exercise": name, "score": 0.0, "max_score": points, "status": "failed", "message": "",
-               "parts": "", "notes": [], "advice": []}
+               "parts_line": "", "notes": [], "advice": []}
         if "setup" in errors:
             row["message"] = f"the setup cell raised {errors['setup']}"
         elif name in errors:
@@ -151,7 +151,7 @@ def run_checks(path: Path) -> list[dict]:
                 if report.regraded_when_graded and not report.passed:
                     # the table's score is the lower bound of the grade: say so on its line
                     message = f"{report.score_label()}\n{message}"
-                row.update(score=round(report.score * scale, 9), parts=report.parts_line(),
+                row.update(score=round(report.score * scale, 9), parts_line=report.parts_line(),
                            status="passed" if report.passed else ("partial" if report.score else "failed"),
                            message=message, notes=list(report.notes), advice=list(report.advice))
         rows.append(row)

@@ -183,7 +183,7 @@ def test_a_4_mb_cell_reported_as_name_error_by_a_swapped_compile_is_not_parsed_h
                         or real_parse(source, filename))
     tracemalloc.start()
     try:
-        scores = grading.grade_submission(source_path, path, seed=2, timeout=60.0)
+        scores = grading.grade_submission(source_path, path, seed=2, settings=grading.RunSettings(timeout=60.0))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -235,7 +235,7 @@ def test_a_guarded_cell_starts_no_formula_however_the_line_is_split(text):
 # --------------------------------------------------------------------------- 1. a failure at each step
 
 
-def _quick_grade(source_nb, submission_nb, *, chapter=None, timeout=120.0, hidden=True, seed=None, sandbox=True):
+def _quick_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None):
     """Full marks for every test cell of a readable submission (no sandbox: the
     batch's own steps are under test here)."""
     src = nbformat.read(str(source_nb), as_version=4)

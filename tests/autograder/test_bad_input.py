@@ -13,7 +13,7 @@ import json
 import pytest
 
 import fixtures
-from autograder.grading import grade_submission
+from autograder.grading import RunSettings, grade_submission
 from autograder.untrusted import MAX_NOTEBOOK_BYTES
 
 CH04 = ["softmax", "scaled_dot_product_attention", "self_attention"]
@@ -23,7 +23,7 @@ CH06 = ["masked_softmax", "padding_mask", "causal_mask", "decoder_mask"]
 
 def _grade(source, submission, **kw):
     kw.setdefault("seed", 7)
-    kw.setdefault("timeout", 60.0)
+    kw.setdefault("settings", RunSettings(timeout=60.0))
     return grade_submission(source, submission, **kw)
 
 

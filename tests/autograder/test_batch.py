@@ -34,8 +34,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 
 
-def scripted_grade(source_nb, submission_nb, *, chapter=None, timeout=120.0, hidden=True, seed=None,
-                   sandbox=True):
+def scripted_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None):
     """Score a submission by rules on its text (see the module docstring)."""
     gate = os.environ.get("SCRIPTED_GRADE_GATE")
     if gate:  # "DIR:K": the first K calls (in any process) grade, every later one waits to be killed
@@ -431,6 +430,29 @@ def test_grading_some_students_keeps_the_others_last_grades(tmp_path, course):
         _grade(root / "submitted", out, book, students=["nobody"])
 
 
+def test_a_journal_entry_of_another_version_is_graded_again_never_dropped(tmp_path, course):
+    root, book = course
+    out = tmp_path / "out"
+    first = _grade(root / "submitted", out, book)
+    before = (out / "grades.csv").read_bytes()
+    old = out / ".journal" / "student001" / f"{CHAPTERS[0]}.json"
+    data = json.loads(old.read_text(encoding="utf-8"))
+    data["version"] = 2  # as the grader before wrong_chapter wrote it
+    del data["wrong_chapter"]
+    old.write_text(json.dumps(data), encoding="utf-8")
+    sub = next(g.submission for g in first.results
+               if (g.submission.student, g.submission.chapter) == ("student001", CHAPTERS[0]))
+    with pytest.raises(journal.JournalError, match="journal version 2, this grader reads version 3"):
+        journal.read_journal_entry(out, sub)
+    # Grading another student: student001's old entry is neither reused nor dropped from the reports,
+    # it is graded again (student002's unchanged work comes from the journal).
+    again = _grade(root / "submitted", out, book, students=["student002"])
+    assert [(g.submission.student, g.submission.chapter) for g in again.results if not g.reused] == [
+        ("student001", CHAPTERS[0])]
+    assert (out / "grades.csv").read_bytes() == before
+    assert json.loads(old.read_text(encoding="utf-8"))["version"] == journal.JOURNAL_VERSION
+
+
 def test_a_due_date_gives_lateness_and_nbgraders_penalty_in_grades_csv(tmp_path, course):
     from traitlets.config import Config
 
@@ -492,8 +514,7 @@ def test_limit_options_reach_the_grader_and_key_the_journal_only_when_set(tmp_pa
     seen = []
 
     def limited_grade(source_nb, submission_nb, **kwargs):
-        seen.append({k: kwargs[k] for k in ("memory", "disk", "processes", "budget") if k in kwargs})
-        kwargs = {k: v for k, v in kwargs.items() if k not in ("memory", "disk", "processes", "budget")}
+        seen.append(kwargs["settings"])  # the run's settings, whole
         return scripted_grade(source_nb, submission_nb, **kwargs)
 
     out = tmp_path / "out"
@@ -504,7 +525,7 @@ def test_limit_options_reach_the_grader_and_key_the_journal_only_when_set(tmp_pa
     limited = _grade(root / "submitted", out, book, chapters=[CHAPTERS[0]], grade_fn=limited_grade,
                      settings=RunSettings(memory=768 * 2**20, disk=64 * 2**20, processes=20, budget=50.0))
     assert limited.graded == len(plain.results)
-    assert seen and all(s == {"memory": 768 * 2**20, "disk": 64 * 2**20, "processes": 20, "budget": 50.0} for s in seen)
+    assert seen and all(s == RunSettings(memory=768 * 2**20, disk=64 * 2**20, processes=20, budget=50.0) for s in seen)
     keys = [json.loads(p.read_text())["key"] for p in sorted((out / ".journal").glob("*/*.json"))]
     assert all((k["memory"], k["disk"], k["processes"]) == (768 * 2**20, 64 * 2**20, 20) for k in keys)
     for bad in (dict(memory=0), dict(disk=-1), dict(processes=2.5), dict(memory="2G")):

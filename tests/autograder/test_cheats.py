@@ -29,7 +29,7 @@ import pytest
 
 import fixtures
 import solutions
-from autograder.grading import grade_submission
+from autograder.grading import RunSettings, grade_submission
 from autograder.sandbox import Limits
 from autograder.sync import solution_cell_source
 from conftest import DISGUISED_TENSOR, REPO, file_digest
@@ -540,7 +540,7 @@ def graded(tmp_path_factory, needs_sandbox):
             name, (src_path, sub, target, sandbox) = item
             start = time.monotonic()
             limits = ATTACK_LIMITS.get(name.removeprefix("unsafe:"), LIMITS)
-            scores = grade_submission(src_path, sub, seed=SEED, limits=limits, sandbox=sandbox)
+            scores = grade_submission(src_path, sub, seed=SEED, limits=limits, settings=RunSettings(sandbox=sandbox))
             durations[name] = time.monotonic() - start
             return name, ({s.exercise: s for s in scores}, target)
 

@@ -9,7 +9,7 @@ import pytest
 
 import fixtures
 from walls import cannot_start
-from autograder.grading import STATUSES, CellScore, grade_submission
+from autograder.grading import STATUSES, CellScore, RunSettings, grade_submission
 
 CH04 = ["softmax", "scaled_dot_product_attention", "self_attention"]
 
@@ -78,14 +78,15 @@ def test_visible_cases_only(ch04_source, submissions, needs_sandbox):
 
 @pytest.mark.slow
 def test_unsandboxed_mode_grades_the_same(ch04_source, submissions):
-    scores = grade_submission(ch04_source, submissions["wrong"], sandbox=False, seed=11)
+    scores = grade_submission(ch04_source, submissions["wrong"], settings=RunSettings(sandbox=False), seed=11)
     assert [(s.status, s.score) for s in scores] == [("failed", 0.0), ("passed", 2.0), ("passed", 3.0)]
-    scores = grade_submission(ch04_source, submissions["reference"], sandbox=False, seed=11)
+    scores = grade_submission(ch04_source, submissions["reference"], settings=RunSettings(sandbox=False),
+                              seed=11)
     assert [s.score for s in scores] == [1.0, 2.0, 3.0]
 
 
 def test_no_submission_needs_no_sandbox(ch04_source):
-    scores = grade_submission(ch04_source, None, sandbox=True)
+    scores = grade_submission(ch04_source, None, settings=RunSettings(sandbox=True))
     assert [(s.status, s.score, s.max_score) for s in scores] == [
         ("missing", 0.0, 1.0), ("missing", 0.0, 2.0), ("missing", 0.0, 3.0)]
 
@@ -428,7 +429,7 @@ def test_endless_exercises_cost_at_most_the_submission_budget(tmp_path, needs_sa
         return real_run_job(job_dir, lib_dir, limits, **kw)
 
     monkeypatch.setattr(grading, "run_job", recording_run_job)
-    scores = grade_submission(source, sub, timeout=4, budget=7, seed=1)
+    scores = grade_submission(source, sub, settings=RunSettings(timeout=4, budget=7), seed=1)
     assert [s.score for s in scores] == [0.0] * len(names)
     assert all(s.status == "timeout" for s in scores), scores
     assert sum(limits_seen) <= 7 and len(limits_seen) < len(names), limits_seen
@@ -450,7 +451,7 @@ def test_the_budget_option_reaches_every_submission(tmp_path):
     seen = []
 
     def recording_grade(source_nb, submission_nb, **kw):
-        seen.append(kw.get("budget"))
+        seen.append(kw["settings"].budget)
         return []
 
     args = build_parser().parse_args(["grade", str(tmp_path / "submitted"), "--out", "o", "--budget", "90"])

@@ -23,7 +23,9 @@ import pytest
 import fixtures
 from autograder import report
 from autograder.batch import GRADE_COLUMNS, SCORE_COLUMNS, BatchReport, grade_class
-from autograder.journal import Graded, grader_fingerprint
+from autograder.grading import detect_chapter, wrong_chapter
+from autograder.fingerprint import grader_fingerprint
+from autograder.journal import Graded
 from autograder.results import ClassResults, ExerciseScore, PartScore, SubmissionGrade
 from autograder.submissions import Submission
 from autograder.text import csv_text
@@ -50,7 +52,7 @@ def _one_line(text: str, limit: int = 400) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def checked_grade(source_nb, submission_nb, *, chapter=None, timeout=120.0, hidden=True, seed=None, sandbox=True):
+def checked_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None):
     """Grade a (trusted, test-made) submission in this process with the real checks:
     the setup cell and every solution cell in one namespace, then ``check_report``
     per test cell; rows with the fields of ``grading.CellScore``."""
@@ -113,8 +115,12 @@ def test_grade_prints_a_summary_naming_each_problem(tmp_path, needs_sandbox, cap
         assert "graded 0 submission(s), reused 4 unchanged from the journal" in capsys.readouterr().out
 
     # The class report names cat's notebook as the console does, once for the whole notebook
-    # (not as a deleted solution cell per exercise), when it can read the submissions folder.
-    assert main(["report", str(out), "--submitted", str(sub)]) == 0
+    # (not as a deleted solution cell per exercise), from what grading recorded: the
+    # submissions folder is not read again, so moving it away changes nothing.
+    recorded = {(s.student, s.chapter): s.wrong_chapter for s in ClassResults.read(out).submissions}
+    assert recorded == {("ann", CH4): None, ("bob", CH4): None, ("cat", CH4): CH5, ("dan", CH4): None}
+    sub.rename(tmp_path / "moved")
+    assert main(["report", str(out)]) == 0
     rows = _csv(out / "report" / f"{CH4}.csv")
     whole = [(r["exercise"], r["item"], r["students"], r["of"]) for r in rows
              if r["section"] == "diagnosis" and r["exercise"] == ""]
@@ -123,22 +129,6 @@ def test_grade_prints_a_summary_naming_each_problem(tmp_path, needs_sandbox, cap
     page = (out / "report" / f"{CH4}.html").read_text(encoding="utf-8")
     assert f"submitted the wrong chapter&#x27;s notebook ({CH5})" in page and "was it deleted" not in page
     assert "<td>cat</td>" in page and "<td>wrong chapter</td>" in page
-    # grade noted which folder it read, so the report finds cat's notebook without being told.
-    assert main(["report", str(out)]) == 0
-    assert [r["item"] for r in _csv(out / "report" / f"{CH4}.csv")
-            if r["section"] == "diagnosis" and not r["exercise"]] == [f"submitted the wrong chapter's notebook ({CH5})"]
-    # Without the folder (moved away since) the notebook cannot be read: still one diagnosis,
-    # which says what may have happened.
-    sub.rename(tmp_path / "moved")
-    report.class_report(out)
-    whole = [r["item"] for r in _csv(out / "report" / f"{CH4}.csv")
-             if r["section"] == "diagnosis" and not r["exercise"]]
-    assert whole == [report.NOTHING_FOUND]
-    # A notebook changed since it was graded says nothing about that grade: not named.
-    source5.cells.append(nbformat.v4.new_markdown_cell("edited after the deadline"))
-    fixtures.write_notebook(source5, sub / "cat" / CH4 / f"{CH5}.ipynb")
-    assert report.detect_chapter(sub / "cat" / CH4 / f"{CH5}.ipynb") == CH5
-    assert report.wrong_chapters(*report.load_rows(out), sub) == {}
 
 
 def _graded(student: str, chapter: str, statuses: list[str], reason: str = "why", path: bool = True) -> Graded:
@@ -171,12 +161,17 @@ def test_summary_counts_and_names_timeouts_invalid_and_absent(tmp_path):
 
 def test_detect_chapter_reads_the_notebooks_own_cells(tmp_path):
     five = fixtures.write_notebook(make_source_notebook(CH5), tmp_path / "renamed.ipynb")
-    assert report.detect_chapter(five) == CH5
+    assert detect_chapter(five) == CH5
     plain = fixtures.write_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]),
                                     tmp_path / "plain.ipynb")
-    assert report.detect_chapter(plain) is None
-    assert report.detect_chapter(fixtures.write_notebook("not json", tmp_path / "bad.ipynb")) is None
-    assert report.detect_chapter(None) is None
+    assert detect_chapter(plain) is None
+    assert detect_chapter(fixtures.write_notebook("not json", tmp_path / "bad.ipynb")) is None
+    assert detect_chapter(None) is None
+    # Named only when none of the graded chapter's exercises was found in it.
+    assert wrong_chapter(five, CH4, ["missing", "missing"]) == CH5
+    assert wrong_chapter(five, CH5, ["missing", "missing"]) is None
+    assert wrong_chapter(five, CH4, ["missing", "failed"]) is None
+    assert wrong_chapter(None, CH4, ["missing"]) is None
 
 
 # --------------------------------------------------------------------------- diagnoses

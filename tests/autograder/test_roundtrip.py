@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.journal import grader_fingerprint
+from autograder.fingerprint import grader_fingerprint
 from autograder.bench import make_book, make_submission
 from autograder.checks import exercises_of
 from autograder.book import chapter_ids, secret_lines

@@ -22,6 +22,7 @@ import nbformat
 import pytest
 
 from autograder import batch, shard, submissions
+from autograder.fingerprint import grader_fingerprint
 from autograder.grading import RunSettings
 from autograder.bench import make_book, make_class, make_submission
 
@@ -187,7 +188,7 @@ def test_the_manifest_records_what_was_graded_and_with_what(course, tmp_path):
         for e in m["graded"]:
             path = course[0] / "submitted" / e["student"] / e["chapter"] / f"{e['chapter']}.ipynb"
             assert e["submission_sha256"] == submissions.file_sha256(path) == e["key"]["submission_sha256"]
-        assert len(m["code"]["code"]) == len(m["code"]["checks"]) == 64
+        assert m["code"]["grader"] == grader_fingerprint()  # the journal's "same grader", not a second one
         assert set(m["code"]["sources"]) == set(CHAPTERS)
     assert manifests[0]["code"] == manifests[1]["code"]
 
@@ -221,10 +222,11 @@ def test_merge_refuses_shards_that_do_not_fit_together(course, tmp_path):
             data["code"][name] = value
         return change
 
-    for name, words in (("code", "grading code"), ("checks", "hidden checks")):
+    for name, value, words in (("grader", "0" * 64, "differ in grader"),
+                               ("sources", {c: "0" * 64 for c in CHAPTERS}, "differ in source notebooks")):
         copy = tmp_path / f"other-{name}"
         shutil.copytree(outs[2], copy)
-        _edit_manifest(copy, code_of(name, "0" * 64))
+        _edit_manifest(copy, code_of(name, value))
         with pytest.raises(shard.ShardError, match=words):
             shard.merge_shards([outs[0], outs[1], copy], merged, book=course[1])
     other_seed = tmp_path / "other-seed"
@@ -244,8 +246,8 @@ def test_merge_refuses_shards_that_do_not_fit_together(course, tmp_path):
         shard.merge_shards([outs[0], outs[1], other_timeout], merged, book=course[1])
     # This merge's own code differs from the shards' (they all agree among themselves).
     for out in outs:
-        _edit_manifest(out, code_of("code", "1" * 64))
-    with pytest.raises(shard.ShardError, match="other code.*than this merge runs"):
+        _edit_manifest(out, code_of("grader", "1" * 64))
+    with pytest.raises(shard.ShardError, match="another grader.*than this merge's"):
         shard.merge_shards(outs, merged, book=course[1])
     assert not merged.exists()
 

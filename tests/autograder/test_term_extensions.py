@@ -20,7 +20,7 @@ CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
 DUE = {"04_self_attention": "2026-11-20 17:00:00 UTC", "05_multi_head_attention": "2026-11-27 17:00:00 UTC"}
 
 
-def full_marks(source_nb, submission_nb, *, chapter=None, timeout=120.0, hidden=True, seed=None, sandbox=True):
+def full_marks(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None):
     """Every exercise full marks when submitted, unless its cell says '# a bug'."""
     source = json.loads(open(source_nb, encoding="utf-8").read())
     text = open(submission_nb, encoding="utf-8").read() if submission_nb else ""

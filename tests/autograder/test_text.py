@@ -50,11 +50,11 @@ def test_csv_text_quotes_every_field_and_guards_formula_starts_after_any_separat
 
 
 def test_check_report_gives_each_missed_part_its_diagnosis_then_notes_advice_and_verdict():
-    rows = [{"exercise": "softmax", "score": 3.0, "max_score": 3.0, "status": "passed", "message": "", "parts": "",
+    rows = [{"exercise": "softmax", "score": 3.0, "max_score": 3.0, "status": "passed", "message": "", "parts_line": "",
              "notes": ["float64 in, float32 out"], "advice": []},
             {"exercise": "self_attention", "score": 1.5, "max_score": 4.0, "status": "partial",
              "message": "values: wrong axis\nscaling: divided by d_k, not sqrt(d_k)",
-             "parts": "values 0/2 · scaling 0/1 · shapes 1.5/1.5", "notes": [],
+             "parts_line": "values 0/2 · scaling 0/1 · shapes 1.5/1.5", "notes": [],
              "advice": ["raise ValueError for a 1-D input\n(second line not shown)", " "]}]
     text, status = check_report(rows)
     assert status == 1
