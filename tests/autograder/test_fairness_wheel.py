@@ -24,21 +24,9 @@ import pytest
 from autograder.checks import get_exercise
 from autograder.grading import grade_submission
 from student_env import filled, make_env, nbgrader_meta
+from test_part_isolation import LAYER_NORM_UNBIASED, NOAM_WARMUP_HALF
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
-
-NOAM_WARMUP_HALF = '''
-def noam_lr(step, d_model, warmup_steps, factor=1.0):
-    if step < 1:
-        raise ValueError("step must be >= 1")
-    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)
-'''
-
-LAYER_NORM_UNBIASED = '''
-def layer_norm(x, gamma, beta, eps=1e-5):
-    mean = x.mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(x.var(axis=-1, ddof=1, keepdims=True) + eps) * gamma + beta
-'''
 
 # chapter -> {exercise: its cell's source, or None for the released stub left as it is}
 NOTEBOOKS = {

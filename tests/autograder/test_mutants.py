@@ -38,12 +38,17 @@ import solutions
 from autograder.checks import exercises_of, get_exercise, load_all
 from autograder.checks.base import check_report
 from check_helpers import notebook_namespace, one_torch_thread, stored_checks  # noqa: F401 (autouse fixture)
-from test_part_isolation import BROKEN, part
+from test_part_isolation import BROKEN, ENCODER_LAYER_WITHOUT_MASK, part
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 CHAPTERS = sorted({get_exercise(n).chapter for n in load_all()})
 
 # --------------------------------------------------------------------------- valid styles, as notebook cells
+
+# The sub-layers written out, no ResidualSublayer: test_part_isolation's mutant without its slip.
+ENCODER_LAYER_WRITTEN_OUT = ENCODER_LAYER_WITHOUT_MASK.replace(
+    "        src_mask = None  # the mask never reaches the attention\n", "")
+assert ENCODER_LAYER_WRITTEN_OUT != ENCODER_LAYER_WITHOUT_MASK
 
 STYLES = {
     "rnn_forward": '''
@@ -271,24 +276,7 @@ class ResidualSublayer(nn.Module):
         y = x + self.dropout(sublayer(self.norm(x) if self.norm_first else x))
         return y if self.norm_first else self.norm(y)
 ''',
-    "EncoderLayer": '''
-class EncoderLayer(nn.Module):
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
-        self.norm_first = norm_first
-
-    def forward(self, x, src_mask=None):  # the sub-layers written out, no ResidualSublayer
-        if self.norm_first:
-            h = self.norm1(x)
-            x = x + self.dropout1(self.self_attn(h, h, h, src_mask))
-            return x + self.dropout2(self.feed_forward(self.norm2(x)))
-        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, src_mask)))
-        return self.norm2(x + self.dropout2(self.feed_forward(x)))
-''',
+    "EncoderLayer": ENCODER_LAYER_WRITTEN_OUT,
     "DecoderLayer": '''
 class DecoderLayer(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
