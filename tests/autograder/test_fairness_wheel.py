@@ -11,9 +11,16 @@ Two notebooks a class hands in, as students write them into the released noteboo
 Each is checked from the released wheel in a fresh environment (``python -m autograder
 check``, and the JSON rows of the same run), and graded by ``grade_submission`` in the
 sandbox. Every exercise gets the same points and the same parts earned in both.
+
+On the same wheel (one release per chapter), the mutants of ``WHEEL_ROWS`` whose rule
+another part's cases must tolerate are checked with the package's ``check_report``: the
+package has no reference to compute what the broken rule gives, so those results are
+recorded at release (:mod:`autograder.student.hints`), and it loses exactly the part
+the mistake breaks, as the grader does.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 from pathlib import Path
@@ -21,10 +28,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import solutions
+import test_part_isolation
 from autograder.checks import get_exercise
 from autograder.grading import grade_submission
 from student_env import filled, make_env, nbgrader_meta
-from test_part_isolation import LAYER_NORM_UNBIASED, NOAM_WARMUP_HALF
+from test_part_isolation import BROKEN, LAYER_NORM_UNBIASED, NOAM_WARMUP_HALF, part
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 
@@ -73,16 +82,51 @@ def lost_indices(name: str, earned: dict[str, bool]) -> set[int]:
     return {i for i, part in enumerate(get_exercise(name).parts) if not earned[part]}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("chapter", sorted(NOTEBOOKS))
-def test_the_wheels_check_and_the_grade_agree_part_by_part(chapter, tmp_path, needs_sandbox):
-    from autograder.release import release
+WHEEL_ROWS = {
+    "07_add_and_norm": [("layer_norm", "layer_norm_unbiased"), ("layer_norm", "layer_norm_eps_on_std"),
+                        ("layer_norm", "layer_norm_gamma_beta_swapped")],
+    "09_training": [("noam_lr", "noam_warmup_exponent_half"), ("noam_lr", "noam_warmup_branch_only")],
+    "03_positional_encoding": [("relative_position_matrix", "relative_position_minus_k")],
+}
 
-    out = tmp_path / "release"
-    done = release(out, [chapter], package=True)
-    python, _, work, env = make_env(tmp_path / "student", done.package.wheel)
+WHEEL_SCRIPT = """
+import json, math, sys
+import numpy as np
+import torch
+from autograder.checks.base import check_report
+import solutions  # the wheel's: this chapter's answers are withheld, earlier ones shipped
+{sources}
+rows = json.loads(sys.argv[1])
+print(json.dumps({{fn: sorted(p.name for p in check_report(name, globals()[fn]).parts if not p.earned)
+                   for name, fn in rows}}))
+"""
+
+
+def assert_tolerated_rows_lose_one_part(chapter, python, work, env):
+    """``WHEEL_ROWS[chapter]`` checked by the wheel's ``check_report``: each loses exactly
+    the part of ``BROKEN``."""
+    rows = WHEEL_ROWS[chapter]
+    sources = "\n".join(inspect.getsource(getattr(test_part_isolation, fn)).replace("solutions.", "_reference_")
+                        for _, fn in rows)
+    # The mistakes are written against the reference: give the script the repository's
+    # reference as plain functions of its own (the wheel does not hold this chapter's).
+    refs = {"layer_norm": solutions.layer_norm, "relative_position_matrix": solutions.relative_position_matrix}
+    prelude = "\n".join(inspect.getsource(f).replace(f"def {n}(", f"def _reference_{n}(") for n, f in refs.items())
+    script = prelude + "\n" + WHEEL_SCRIPT.format(sources=sources)
+    proc = subprocess.run([str(python), "-c", script, json.dumps(rows)], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lost = json.loads(proc.stdout.strip().splitlines()[-1])
+    index = {fn: i for n, i, a, _ in BROKEN for fn in [getattr(a, "__name__", "")] if fn}
+    for name, fn in rows:
+        assert lost[fn] == [part(name, index[fn])], (fn, lost[fn])
+
+
+def assert_check_and_grade_agree(chapter, released, python, work, env):
+    """``NOTEBOOKS[chapter]`` checked from the wheel and graded: the same parts and points
+    per exercise, at the fair score of ``FAIR``."""
     path = work / f"{chapter} (1).ipynb"
-    nbformat.write(student_notebook(out / chapter / f"{chapter}.ipynb", NOTEBOOKS[chapter]), str(path))
+    nbformat.write(student_notebook(released, NOTEBOOKS[chapter]), str(path))
     proc = subprocess.run([str(python), "-m", "autograder", "check", path.name], cwd=work, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # not every visible check passes
@@ -107,3 +151,22 @@ def test_the_wheels_check_and_the_grade_agree_part_by_part(chapter, tmp_path, ne
         assert len(fair) < len(everything)
         if fair:  # what ``check`` prints: the same parts, earned and lost
             assert f"{name}: {local[name]['parts']}" in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", sorted(set(NOTEBOOKS) | set(WHEEL_ROWS)))
+def test_the_wheels_check_scores_as_the_grade(chapter, tmp_path, request):
+    """One release and one fresh environment per chapter, for both checks above (the
+    grade needs the sandbox)."""
+    from autograder.release import release
+
+    if chapter in NOTEBOOKS:
+        request.getfixturevalue("needs_sandbox")
+
+    out = tmp_path / "release"
+    done = release(out, [chapter], package=True)
+    python, _, work, env = make_env(tmp_path / "student", done.package.wheel)
+    if chapter in WHEEL_ROWS:
+        assert_tolerated_rows_lose_one_part(chapter, python, work, env)
+    if chapter in NOTEBOOKS:
+        assert_check_and_grade_agree(chapter, out / chapter / f"{chapter}.ipynb", python, work, env)
