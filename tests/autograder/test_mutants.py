@@ -563,6 +563,25 @@ def sandbox_rounds(chapter: str) -> tuple[list[dict], list[tuple]]:
     return rounds, rows, left_out
 
 
+def grade_round(chapter: str, folder: Path, cells: dict) -> dict:
+    """Grade, through ``grade_submission`` (the sandbox, hidden cases of a fixed seed), the
+    chapter's notebook with the solution cells ``cells`` replaced. Only those exercises
+    are graded: the source given to the grader is the chapter's own notebook without the
+    other exercises' test cells (their solution cells still run, as in any submission).
+    Returns ``{exercise: CellScore}``."""
+    from autograder.grading import grade_submission
+
+    source = nbformat.read(str(BOOK / chapter / f"{chapter}.ipynb"), as_version=4)
+    submission = fixtures.submission_with(source, **cells)
+    source.cells = [c for c in source.cells
+                    if not (c.get("metadata", {}).get("nbgrader", {}).get("grade")
+                            and not c.metadata["nbgrader"].get("solution")
+                            and c.metadata["nbgrader"].get("grade_id", "").removeprefix("test_") not in cells)]
+    source_path = fixtures.write_notebook(source, folder / "source" / f"{chapter}.ipynb")
+    submitted = fixtures.write_notebook(submission, folder / "submission.ipynb")
+    return {s.exercise: s for s in grade_submission(source_path, submitted, seed=7)}
+
+
 def test_the_sandbox_rounds_hold_nearly_every_mutant():
     """Only mutants built by factories over test helpers stay out of the sandbox."""
     left = [row for chapter in CHAPTERS for row in sandbox_rounds(chapter)[2]]
@@ -577,10 +596,8 @@ def test_the_sandboxed_grader_rejects_each_mutant_and_accepts_each_style(chapter
     """Each chapter's notebooks graded by ``grade_submission`` (hidden cases, the
     sandbox's redaction): a mutant loses exactly its part and the feedback names its
     mistake; every style earns full marks."""
-    from check_helpers import grade_in_sandbox
-
     rounds, rows, _ = sandbox_rounds(chapter)
-    graded = [grade_in_sandbox(chapter, tmp_path / f"round{k}", seed=7, **cells) for k, cells in enumerate(rounds)]
+    graded = [grade_round(chapter, tmp_path / f"round{k}", cells) for k, cells in enumerate(rounds)]
     for k, name, lost_part, mistake in rows:
         score = graded[k][name]
         if lost_part is None:
