@@ -517,7 +517,10 @@ def _withheld_reference(name: str, chapter_nb) -> str:
 def mutant_cell(name: str, answer, chapter_nb) -> str | None:
     """``answer`` (a function or class of ``BROKEN``) as the notebook cell of exercise
     ``name``, or ``None`` when it is built by a factory (a closure over test helpers
-    that no cell can hold: those rows are judged in process only)."""
+    that no cell can hold: those rows are judged in process only). An answer written
+    with the checks' own helpers may carry its cell as ``answer.cell``."""
+    if isinstance(getattr(answer, "cell", None), str):
+        return answer.cell
     try:
         source = textwrap.dedent(inspect.getsource(answer))
     except (OSError, TypeError):
@@ -585,9 +588,8 @@ def grade_round(chapter: str, folder: Path, cells: dict) -> dict:
 def test_the_sandbox_rounds_hold_nearly_every_mutant():
     """Only mutants built by factories over test helpers stay out of the sandbox."""
     left = [row for chapter in CHAPTERS for row in sandbox_rounds(chapter)[2]]
-    assert len(left) <= 16, left
-    assert {n for n, _ in left} <= {"greedy_decode", "beam_search", "DecoderLayer", "learn_bpe", "bpe_tokenize",
-                                    "TokenEmbedding"}, left
+    assert len(left) <= 11, left
+    assert {n for n, _ in left} <= {"greedy_decode", "beam_search", "DecoderLayer"}, left
 
 
 @pytest.mark.slow

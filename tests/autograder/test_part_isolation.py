@@ -578,6 +578,18 @@ def test_the_class_report_keeps_a_part_name_holding_the_separator(tmp_path):
 LEARN_BPE_PER_WORD = solution_cell_source(solutions.learn_bpe).replace(
     "words[symbols] = words.get(symbols, 0) + 1", "words[symbols] = 1  # each distinct word counted once")
 
+# The learn_bpe rows as notebook cells (their functions above use the checks' own helpers),
+# for the sandboxed grading of test_mutants.
+learn_bpe_per_word.cell = LEARN_BPE_PER_WORD
+learn_bpe_largest_tie.cell = solution_cell_source(solutions.learn_bpe).replace(
+    "best = min(pair_counts, key=lambda pair: (-pair_counts[pair], pair))",
+    "best = max(pair_counts, key=lambda pair: (pair_counts[pair], pair))  # ties: the largest pair")
+learn_bpe_never_stops.cell = solution_cell_source(solutions.learn_bpe).replace(
+    "        if not pair_counts:\n            break\n",
+    "        if not pair_counts:\n            merges.append((\"?\", \"?\"))  # a made-up merge\n            continue\n")
+assert LEARN_BPE_PER_WORD != solution_cell_source(solutions.learn_bpe)
+assert all(f.cell != solution_cell_source(solutions.learn_bpe) for f in (learn_bpe_largest_tie, learn_bpe_never_stops))
+
 ONE_HOT_INTS = '''
 def one_hot(ids, vocab_size):
     out = np.zeros((len(ids), vocab_size), dtype=np.int64)
