@@ -569,17 +569,24 @@ def sandbox_rounds(chapter: str) -> tuple[list[dict], list[tuple]]:
 def grade_round(chapter: str, folder: Path, cells: dict) -> dict:
     """Grade, through ``grade_submission`` (the sandbox, hidden cases of a fixed seed), the
     chapter's notebook with the solution cells ``cells`` replaced. Only those exercises
-    are graded: the source given to the grader is the chapter's own notebook without the
-    other exercises' test cells (their solution cells still run, as in any submission).
+    are graded, with the earlier exercises they may call (``Exercise.uses``: the grader
+    runs the solution cells of graded exercises only): the source given to the grader is
+    the chapter's own notebook without the other exercises' test cells.
     Returns ``{exercise: CellScore}``."""
     from autograder.grading import grade_submission
 
+    graded, stack = set(cells), list(cells)
+    while stack:
+        for used in get_exercise(stack.pop()).uses:
+            if used not in graded:
+                graded.add(used)
+                stack.append(used)
     source = nbformat.read(str(BOOK / chapter / f"{chapter}.ipynb"), as_version=4)
     submission = fixtures.submission_with(source, **cells)
     source.cells = [c for c in source.cells
                     if not (c.get("metadata", {}).get("nbgrader", {}).get("grade")
                             and not c.metadata["nbgrader"].get("solution")
-                            and c.metadata["nbgrader"].get("grade_id", "").removeprefix("test_") not in cells)]
+                            and c.metadata["nbgrader"].get("grade_id", "").removeprefix("test_") not in graded)]
     source_path = fixtures.write_notebook(source, folder / "source" / f"{chapter}.ipynb")
     submitted = fixtures.write_notebook(submission, folder / "submission.ipynb")
     return {s.exercise: s for s in grade_submission(source_path, submitted, seed=7)}
