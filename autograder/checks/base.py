@@ -917,19 +917,33 @@ class Report:
     notes: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
     #: Earlier exercises whose references the grade will put in place of the failing
-    #: answers this one calls (the student package cannot): the score shown is then the
-    #: lower bound of the grade, and :meth:`render` says so beside it.
+    #: answers this one calls (the student package cannot): the missed parts are then
+    #: not decided here, and :meth:`score_label` names them and the grade's range.
     regraded_when_graded: list[str] = field(default_factory=list)
 
+    def undecided_parts(self) -> list[PartResult]:
+        """The parts this check cannot decide: the missed ones, when the grade runs the
+        answer again with references in place of the failing answers it calls
+        (:attr:`regraded_when_graded`); otherwise none, and the score is the grade's."""
+        if not self.regraded_when_graded:
+            return []
+        return [p for p in self.parts if not p.earned]
+
     def score_label(self) -> str:
-        """``"2/4 points"``, or, when the grade will regrade with references
-        (:attr:`regraded_when_graded`), ``"2/4 points now; when graded, at least 2/4
-        (…)"``: never a lower number alone."""
+        """``"2/4 points"``, the grade's points; or, where some parts cannot be decided
+        here (:meth:`undecided_parts`), which parts, why, and the grade's range:
+        ``"2/4 points; not decided here: 'values' (2): ..., graded 2/4 if they still
+        fail, up to 4/4"``. Never a lower number alone."""
         text = f"{_num(self.score)}/{_num(self.max_score)} points"
-        if self.regraded_when_graded and not self.passed:
+        undecided = self.undecided_parts()
+        if undecided:
             which = ", ".join(f"`{d}`" for d in self.regraded_when_graded)
-            text += (f" now; when graded, at least {_num(self.score)}/{_num(self.max_score)} (graded again with the "
-                     f"reference {which} in place of yours, the better grade counts)")
+            parts = ", ".join(f"{p.name!r} ({_num(p.points)})" for p in undecided)
+            best = self.score + sum(p.points for p in undecided)
+            text += (f"; not decided here: {parts}. Your answer calls your {which}, which fails its check; the "
+                     f"grade runs it again with the reference {which} in place of yours, which this package does "
+                     f"not hold, and keeps the better: {_num(self.score)}/{_num(self.max_score)} if these parts "
+                     f"still fail, up to {_num(best)}/{_num(self.max_score)} if they pass then")
         return text
 
     @property

@@ -306,6 +306,10 @@ class LayerNorm(Exercise):
                                  _ln_variant(x, gamma, beta, eps, axis=0)))
             except ValueError:
                 pass
+        if x.ndim >= 3:
+            variants.append(("you normalised over axis 1, the last axis of a (T, d) matrix only: use axis=-1 "
+                             "(keepdims=True), which is the features' axis for any leading shape.",
+                             _ln_variant(x, gamma, beta, eps, axis=1)))
         # float64 results separate ε inside / outside the root (a 1e-5 relative change)
         tight = g.dtype == np.float64
         return match_variants(g, w, variants, rtol=1e-9 if tight else 1e-4, atol=1e-12 if tight else 1e-5)
@@ -380,13 +384,14 @@ class PositionwiseFeedForwardCheck(Exercise):
              F.relu(reference_ffn(case.state, "", x))),
         ]
         p = case.init.get("dropout", 0.0)
+
+        def after_init():
+            torch.manual_seed(case.seed)
+            import solutions
+
+            solutions.PositionwiseFeedForward(case.init["d_model"], case.init["d_ff"])  # same RNG draws
+
         if case.train and p > 0:
-            def after_init():
-                torch.manual_seed(case.seed)
-                import solutions
-
-                solutions.PositionwiseFeedForward(case.init["d_model"], case.init["d_ff"])  # same RNG draws
-
             h = F.relu(x @ state["linear1.weight"].T + state["linear1.bias"])
             after_init()
             out_dropped = F.dropout(h @ state["linear2.weight"].T + state["linear2.bias"], p)
@@ -402,6 +407,12 @@ class PositionwiseFeedForwardCheck(Exercise):
                 ("dropout is in the wrong place: it goes after the ReLU, before linear2, not on the input.",
                  in_dropped),
             ]
+        if not case.train and p > 0:
+            after_init()  # the functional dropout left on: the draws of a training step
+            h = F.dropout(F.relu(x @ state["linear1.weight"].T + state["linear1.bias"]), p, training=True)
+            variants.append(("dropout is on in eval mode: use self.dropout (an nn.Dropout, off after model.eval()) "
+                             "or F.dropout(h, p, training=self.training).",
+                             h @ state["linear2.weight"].T + state["linear2.bias"]))
         with torch.no_grad():
             return match_variants(g, w, variants)
 

@@ -4,13 +4,19 @@ They go through :func:`autograder.checks.base.check_report`, the report behind t
 visible ``check`` (including its "one mistake charged once" substitution), so a
 partly right answer — which ``check`` does not raise for — is still seen.
 """
+import atexit
+import contextlib
+import functools
+import shutil
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
 from autograder.checks import CheckFailure, check
-from autograder.checks.base import check_report
+from autograder.checks.base import check_report, use_precomputed
 
 
 def rejected(name, wrong, *words, seed=None, hidden=True, any_word=False):
@@ -143,3 +149,30 @@ def assert_charged_once(scores, culprit, score, parts, reason, callers, passed=(
         assert_noted(s.notes, name, culprit)
     for name in passed:
         assert scores[name].status == "passed", scores[name]
+
+
+@functools.cache
+def _stored_folder(chapter: str) -> Path:
+    """A folder holding the student package's stored visible checks of ``chapter``
+    (:func:`autograder.student.expected.write_chapter`), written once per process."""
+    from autograder.checks import exercises_of
+    from autograder.student.expected import write_chapter
+
+    folder = Path(tempfile.mkdtemp(prefix=f"stored-{chapter}-"))
+    atexit.register(shutil.rmtree, folder, True)
+    write_chapter(folder, chapter, exercises_of(chapter))
+    return folder
+
+
+@contextlib.contextmanager
+def stored_checks(chapter: str):
+    """Within the block, the visible check judges as the student package does: from the
+    release's stored cases and results of ``chapter``, with no reference to compute or
+    regrade with (:func:`autograder.checks.base.use_precomputed`)."""
+    from autograder.student.expected import ExpectedStore
+
+    use_precomputed(ExpectedStore(_stored_folder(chapter)))
+    try:
+        yield
+    finally:
+        use_precomputed(None)

@@ -1,0 +1,172 @@
+"""A student's unfinished or wrong notebook scores the same, part by part, in the
+student package's ``check`` and in the grade (issue 38).
+
+Two notebooks a class hands in, as students write them into the released notebook:
+
+* chapter 9 half done: 9.1 blank, ``noam_lr`` with the warm-up exponent -0.5, 9.3
+  written, 9.4 blank;
+* chapter 7 with one wrong answer: ``layer_norm`` with the unbiased variance, the rest
+  right.
+
+Each is checked from the released wheel in a fresh environment (``python -m autograder
+check``, and the JSON rows of the same run), and graded by ``grade_submission`` in the
+sandbox. Every exercise gets the same points and the same parts earned in both.
+
+On the same wheel (one release per chapter), the mutants of ``WHEEL_ROWS`` whose rule
+another part's cases must tolerate are checked with the package's ``check_report``: the
+package has no reference to compute what the broken rule gives, so those results are
+recorded at release (:mod:`autograder.student.hints`), and it loses exactly the part
+the mistake breaks, as the grader does.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import solutions
+import test_part_isolation
+from autograder.checks import get_exercise
+from autograder.grading import grade_submission
+from student_env import filled, make_env, nbgrader_meta
+from test_part_isolation import BROKEN, LAYER_NORM_UNBIASED, NOAM_WARMUP_HALF, part
+
+BOOK = Path(__file__).resolve().parents[2] / "book"
+
+# chapter -> {exercise: its cell's source, or None for the released stub left as it is}
+NOTEBOOKS = {
+    "09_training": {"make_decoder_io": None, "noam_lr": NOAM_WARMUP_HALF, "label_smoothing_floor": None},
+    "07_add_and_norm": {"layer_norm": LAYER_NORM_UNBIASED},
+}
+# what the grade must give (written down before grading): exercise -> parts lost (indices)
+FAIR = {
+    "09_training": {"make_decoder_io": "all", "noam_lr": {0}, "label_smoothed_cross_entropy": set(),
+                    "label_smoothing_floor": "all"},
+    "07_add_and_norm": {"layer_norm": {0}, "PositionwiseFeedForward": set(), "ResidualSublayer": set(),
+                        "EncoderLayer": set()},
+}
+
+
+def student_notebook(released: Path, cells: dict) -> nbformat.NotebookNode:
+    """The released notebook filled as the reference writes it, except ``cells``: a source
+    replaces that exercise's cell, ``None`` leaves the released stub."""
+    done = filled(released)
+    stubs = nbformat.read(str(released), as_version=4)
+    for cell, stub in zip(done.cells, stubs.cells):
+        name = nbgrader_meta(cell).get("grade_id")
+        if nbgrader_meta(cell).get("solution") and name in cells:
+            cell.source = stub.source if cells[name] is None else cells[name].strip("\n")
+    return done
+
+
+def earned_by_part(name: str, parts_line: str) -> dict[str, bool]:
+    """``{part: earned}`` from the check's ``parts`` line (``name s/p · name s/p``), read
+    by the registered part names (a name may hold the " · " that joins them)."""
+    earned = {}
+    for part, points in get_exercise(name).parts.items():
+        full, none = f"{part} {_num(points)}/{_num(points)}", f"{part} 0/{_num(points)}"
+        assert (full in parts_line) != (none in parts_line), (part, parts_line)
+        earned[part] = full in parts_line
+    return earned
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x) == int(x) else f"{x:g}"
+
+
+def lost_indices(name: str, earned: dict[str, bool]) -> set[int]:
+    return {i for i, part in enumerate(get_exercise(name).parts) if not earned[part]}
+
+
+WHEEL_ROWS = {
+    "07_add_and_norm": [("layer_norm", "layer_norm_unbiased"), ("layer_norm", "layer_norm_eps_on_std"),
+                        ("layer_norm", "layer_norm_gamma_beta_swapped")],
+    "09_training": [("noam_lr", "noam_warmup_exponent_half"), ("noam_lr", "noam_warmup_branch_only")],
+    "03_positional_encoding": [("relative_position_matrix", "relative_position_minus_k")],
+}
+
+WHEEL_SCRIPT = """
+import json, math, sys
+import numpy as np
+import torch
+from autograder.checks.base import check_report
+import solutions  # the wheel's: this chapter's answers are withheld, earlier ones shipped
+{sources}
+rows = json.loads(sys.argv[1])
+print(json.dumps({{fn: sorted(p.name for p in check_report(name, globals()[fn]).parts if not p.earned)
+                   for name, fn in rows}}))
+"""
+
+
+def assert_tolerated_rows_lose_one_part(chapter, python, work, env):
+    """``WHEEL_ROWS[chapter]`` checked by the wheel's ``check_report``: each loses exactly
+    the part of ``BROKEN``."""
+    rows = WHEEL_ROWS[chapter]
+    sources = "\n".join(inspect.getsource(getattr(test_part_isolation, fn)).replace("solutions.", "_reference_")
+                        for _, fn in rows)
+    # The mistakes are written against the reference: give the script the repository's
+    # reference as plain functions of its own (the wheel does not hold this chapter's).
+    refs = {"layer_norm": solutions.layer_norm, "relative_position_matrix": solutions.relative_position_matrix}
+    prelude = "\n".join(inspect.getsource(f).replace(f"def {n}(", f"def _reference_{n}(") for n, f in refs.items())
+    script = prelude + "\n" + WHEEL_SCRIPT.format(sources=sources)
+    proc = subprocess.run([str(python), "-c", script, json.dumps(rows)], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lost = json.loads(proc.stdout.strip().splitlines()[-1])
+    index = {fn: i for n, i, a, _ in BROKEN for fn in [getattr(a, "__name__", "")] if fn}
+    for name, fn in rows:
+        assert lost[fn] == [part(name, index[fn])], (fn, lost[fn])
+
+
+def assert_check_and_grade_agree(chapter, released, python, work, env):
+    """``NOTEBOOKS[chapter]`` checked from the wheel and graded: the same parts and points
+    per exercise, at the fair score of ``FAIR``."""
+    path = work / f"{chapter} (1).ipynb"
+    nbformat.write(student_notebook(released, NOTEBOOKS[chapter]), str(path))
+    proc = subprocess.run([str(python), "-m", "autograder", "check", path.name], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # not every visible check passes
+    # the rows of that same run (``check`` prints them as a table)
+    rows_file = work / f"{chapter}.json"
+    subprocess.run([str(python), "-m", "autograder.student.notebook", path.name, str(rows_file)], cwd=work,
+                   env=env, check=True, capture_output=True, timeout=600)
+    local = {row["exercise"]: row for row in json.loads(rows_file.read_text(encoding="utf-8"))}
+    graded = {s.exercise: s for s in grade_submission(BOOK / chapter / f"{chapter}.ipynb", path, seed=3)}
+    assert set(local) == set(graded) == set(FAIR[chapter]), (sorted(local), sorted(graded))
+    for name, fair in FAIR[chapter].items():
+        score = graded[name]
+        grade_earned = {p["name"]: p["score"] >= p["points"] for p in score.parts}
+        everything = set(range(len(get_exercise(name).parts)))
+        if fair == "all":  # a blank: no part, "not implemented yet" in both
+            assert (score.status, score.score) == ("failed", 0.0), score
+            assert local[name]["score"] == 0.0 and "not implemented yet" in local[name]["message"], local[name]
+            continue
+        assert lost_indices(name, grade_earned) == fair, (name, score)
+        assert lost_indices(name, earned_by_part(name, local[name]["parts"])) == fair, (name, local[name])
+        assert local[name]["score"] == score.score, (name, local[name], score)
+        assert len(fair) < len(everything)
+        if fair:  # what ``check`` prints: the same parts, earned and lost
+            assert f"{name}: {local[name]['parts']}" in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", sorted(set(NOTEBOOKS) | set(WHEEL_ROWS)))
+def test_the_wheels_check_scores_as_the_grade(chapter, tmp_path, request):
+    """One release and one fresh environment per chapter, for both checks above (the
+    grade needs the sandbox)."""
+    from autograder.release import release
+
+    if chapter in NOTEBOOKS:
+        request.getfixturevalue("needs_sandbox")
+
+    out = tmp_path / "release"
+    done = release(out, [chapter], package=True)
+    python, _, work, env = make_env(tmp_path / "student", done.package.wheel)
+    if chapter in WHEEL_ROWS:
+        assert_tolerated_rows_lose_one_part(chapter, python, work, env)
+    if chapter in NOTEBOOKS:
+        assert_check_and_grade_agree(chapter, out / chapter / f"{chapter}.ipynb", python, work, env)
