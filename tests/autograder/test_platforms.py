@@ -29,6 +29,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import types
 import urllib.request
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +39,7 @@ import nbformat
 import pytest
 from packaging.requirements import Requirement
 
-from autograder import gradescope
+from autograder import gradescope, release
 from autograder.bench import make_book
 from autograder.cli import main
 
@@ -367,14 +368,75 @@ def test_an_intel_mac_gets_torch_2_2_at_most(student_wheel, tmp_path):
 
 
 def test_the_release_hands_out_the_wheel_beside_the_notebook(student_wheel):
-    """nbgrader's release_assignment hands out the chapter's folder: the wheel is in it, and
-    the notebook says, right before its setup cell, how to install it on each platform."""
+    """nbgrader's release_assignment hands out the chapter's folder: the wheel is in it, the
+    notebook opens with the cell that installs it on Colab, and says, right before its setup
+    cell, how to install it on each platform."""
     folder = student_wheel.parent / CHAPTER
     assert (folder / student_wheel.name).read_bytes() == student_wheel.read_bytes()
     nb = nbformat.read(str(folder / f"{CHAPTER}.ipynb"), as_version=4)
     first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    assert nb.cells[first_code].metadata["nbgrader"]["grade_id"] == "setup", "the setup cell stays the first code cell"
-    note = nb.cells[first_code - 1]
+    graded = [c for c in nb.cells if c.cell_type == "code" and "nbgrader" in c.metadata]
+    assert graded[0].metadata.nbgrader["grade_id"] == "setup", "the setup cell stays nbgrader's first code cell"
+    setup = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+    assert nb.cells[first_code].metadata["transformer_book"] == {release.COLAB_KEY: True}, "the Colab cell first"
+    assert [c.cell_type for c in nb.cells[first_code + 1:setup]] == ["markdown"] * (setup - first_code - 1)
+    note = nb.cells[setup - 1]
     assert note.cell_type == "markdown" and note.metadata["transformer_book"] == {"install_note": True}
     assert f"pip install jupyterlab {student_wheel.name}" in note.source
     assert f"%pip install {student_wheel.name}" in note.source and "Colab" in note.source
+
+
+def _colab_cell(folder: Path) -> str:
+    nb = nbformat.read(str(folder / f"{CHAPTER}.ipynb"), as_version=4)
+    assert nb.cells[0].metadata.get("transformer_book") == {release.COLAB_KEY: True}
+    assert "nbgrader" not in nb.cells[0].metadata  # not a cell nbgrader grades or locks
+    return nb.cells[0].source
+
+
+def _run_cell(source: str, cwd: Path, colab: bool, monkeypatch) -> list[tuple[str, str]]:
+    """Run a cell as IPython does (its magics transformed), with or without a ``google.colab``
+    module; returns the line magics it ran, each ``(name, line)`` with ``{var}`` expanded."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    ran: list[tuple[str, str]] = []
+    namespace: dict = {}
+
+    class Shell:
+        def run_line_magic(self, name, line, _stack_depth=1):
+            ran.append((name, line.format(**namespace)))
+
+    namespace["get_ipython"] = lambda: Shell()
+    if colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.chdir(cwd)
+    exec(compile(TransformerManager().transform_cell(source), "<colab cell>", "exec"), namespace)
+    return ran
+
+
+def test_the_colab_cell_installs_the_wheel_on_colab_and_nothing_elsewhere(student_wheel, tmp_path, monkeypatch):
+    """The released notebook's first cell: outside Colab (here, a laptop, a hub, the grader) a
+    no-op; on Colab ``%pip install --quiet`` of the uploaded wheel, else of the one the book
+    publishes on the branch ``student`` (.github/workflows/book.yml: ``book/<chapter>/``), with
+    no ``--upgrade`` and no other requirement, so what pip resolves is the wheel's own
+    requirements against what Colab has installed: the resolution
+    test_the_student_package_resolves_against_colabs_pins_without_upgrading_them makes."""
+    source = _colab_cell(student_wheel.parent / CHAPTER)
+    assert _run_cell(source, tmp_path, colab=False, monkeypatch=monkeypatch) == []
+    published = release.published_wheel_base(CHAPTER)
+    assert published.startswith("https://raw.githubusercontent.com/") and published.endswith(f"/student/book/{CHAPTER}/")
+    assert _run_cell(source, tmp_path, colab=True, monkeypatch=monkeypatch) == \
+        [("pip", f"install --quiet {published}{student_wheel.name}")]
+    shutil.copy(student_wheel, tmp_path / student_wheel.name)  # uploaded beside the notebook
+    assert _run_cell(source, tmp_path, colab=True, monkeypatch=monkeypatch) == \
+        [("pip", f"install --quiet {student_wheel.name}")]
+
+
+def test_a_book_without_a_published_branch_still_installs_the_uploaded_wheel(small_book, tmp_path, monkeypatch):
+    assert release.published_wheel_base(CHAPTER, small_book) == ""  # no _config.yml beside it
+    release.release_chapter(CHAPTER, tmp_path / "out", book=small_book)
+    source = _colab_cell(tmp_path / "out" / CHAPTER)
+    (tmp_path / "colab").mkdir()
+    (wheel,) = _run_cell(source, tmp_path / "colab", colab=True, monkeypatch=monkeypatch)
+    assert wheel[1].startswith("install --quiet transformer_book_student-") and "://" not in wheel[1]
