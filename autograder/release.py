@@ -209,7 +209,7 @@ def published_wheel_base(chapter: str, book: Path = BOOK) -> str:
     ``.github/workflows/book.yml`` publishes ``autograder release --out <branch>/book`` on
     the branch ``_config.yml`` names (``repository.branch``), so the wheel is
     ``book/<chapter>/<wheel>`` there; for a GitHub repository that file's download URL is
-    ``https://raw.githubusercontent.com/OWNER/REPO/BRANCH/book/<chapter>/``.
+    ``https://github.com/OWNER/REPO/raw/BRANCH/book/<chapter>/<wheel>``.
     """
     import yaml  # deferred: only a release of the book reads its configuration
 
@@ -223,7 +223,7 @@ def published_wheel_base(chapter: str, book: Path = BOOK) -> str:
     if not url.startswith(prefix) or not branch:
         return ""
     owner_repo = url[len(prefix):].strip("/").removesuffix(".git")
-    return f"https://raw.githubusercontent.com/{owner_repo}/{branch}/book/{chapter}/"
+    return f"{prefix}{owner_repo}/raw/{branch}/book/{chapter}/"
 
 
 def _add_colab_cell(nb: nbformat.NotebookNode, chapter: str, book: Path) -> None:
