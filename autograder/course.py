@@ -34,6 +34,8 @@ import json
 import logging
 import os
 import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -238,6 +240,11 @@ def _limit_outputs(nb: nbformat.NotebookNode, resources: dict, config) -> nbform
     return nb
 
 
+# nbgrader's preprocessors (the gradebook they open, traitlets' logger) run one at a time;
+# the sandbox runs between them, for several submissions at once (``write_autograded``'s ``jobs``).
+_NBGRADER = threading.Lock()
+
+
 def autograded_notebook(graded: Graded, source: Path, db_url: str, config=None, *,
                         execute: RunSettings | None = None, executed: list | None = None) -> nbformat.NotebookNode:
     """The autograded copy of one submission, as nbgrader's autograde writes it.
@@ -266,14 +273,15 @@ def autograded_notebook(graded: Graded, source: Path, db_url: str, config=None, 
     resources = {"nbgrader": {"notebook": sub.chapter, "assignment": sub.chapter, "student": sub.student,
                               "db_url": db_url}}
     nb = _read_submission(sub.path)
-    try:
-        if nb is None:
-            raise ValueError("unreadable submission")
-        nb = _sanitize(nb, resources, config)
-    except Exception:  # noqa: BLE001 - nbgrader's preprocessors refuse a mangled notebook in many ways
-        released = student_version(nbformat.read(str(source), as_version=4), sub.chapter)
-        nb = _sanitize(released, resources, config)
-        execute = executed = None
+    with _NBGRADER:
+        try:
+            if nb is None:
+                raise ValueError("unreadable submission")
+            nb = _sanitize(nb, resources, config)
+        except Exception:  # noqa: BLE001 - nbgrader's preprocessors refuse a mangled notebook in many ways
+            released = student_version(nbformat.read(str(source), as_version=4), sub.chapter)
+            nb = _sanitize(released, resources, config)
+            execute = executed = None
     tests = {i for i, cell in enumerate(nb.cells) if _is_test_cell(cell)}
     if executed is not None and len(executed) == len(nb.cells):
         for cell, outputs in zip(nb.cells, executed):
@@ -282,7 +290,8 @@ def autograded_notebook(graded: Graded, source: Path, db_url: str, config=None, 
     elif execute is not None:
         execute_for_display(nb, sub.chapter, execute, skip=tests)
     if execute is not None or executed is not None:
-        nb = _limit_outputs(nb, resources, config)
+        with _NBGRADER:
+            nb = _limit_outputs(nb, resources, config)
     rows = {r["grade_id"]: r for r in graded.scores}
     count = 0
     for i, cell in enumerate(nb.cells):
@@ -338,7 +347,7 @@ def _earlier_outputs(path: Path, key: str) -> list | None:
 
 
 def write_autograded(course: Course, assignment: str, results: list[Graded], source: Path,
-                     execute: RunSettings | None = None) -> list[Path]:
+                     execute: RunSettings | None = None, jobs: int = 1) -> list[Path]:
     """Write ``autograded/<student>/<assignment>/`` for every submitted result.
 
     Each folder gets the autograded notebook (:func:`autograded_notebook`, named as
@@ -349,36 +358,42 @@ def write_autograded(course: Course, assignment: str, results: list[Graded], sou
     settings) each submission is executed in the sandbox for its outputs, once:
     the notebook records what it was executed from (``metadata.autograder.executed``:
     the submission's digest and the settings), and an unchanged submission keeps
-    the outputs it has. Returns the notebooks' paths.
+    the outputs it has; ``jobs`` submissions are executed at once. Returns the notebooks' paths.
     """
     from nbgrader.utils import find_all_files  # deferred: nbgrader is slow to import
 
     source_folder = source.parent
     extras = sorted(Path(f) for f in find_all_files(str(source_folder), course.coursedir.ignore + ["*.ipynb"]))
-    written = []
-    for graded in results:
+    submitted = [g for g in results if g.submission.path is not None]
+
+    def notebook(graded: Graded) -> nbformat.NotebookNode:
         sub = graded.submission
-        if sub.path is None:
-            continue
-        dest = course.folder(course.coursedir.autograded_directory, sub.student, assignment)
-        path = dest / source.name
+        path = course.folder(course.coursedir.autograded_directory, sub.student, assignment) / source.name
         key = _execution_key(sub.path, execute) if execute is not None else ""
         nb = autograded_notebook(graded, source, course.db_url, course.config, execute=execute,
                                  executed=_earlier_outputs(path, key))
         if key:
             nb.metadata.setdefault("autograder", {})["executed"] = key
-        _write_if_changed(path, (nbformat.writes(nb) + "\n").encode("utf-8"))
-        stamp = dest / "timestamp.txt"
-        if sub.timestamp:
-            _write_if_changed(stamp, (sub.timestamp + "\n").encode("utf-8"))
-        elif stamp.exists() or stamp.is_symlink():
-            stamp.unlink()
-        for extra in extras:
-            target = dest / extra.relative_to(source_folder)
-            if not (target.is_file() and target.read_bytes() == extra.read_bytes()):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(extra, target)
-        written.append(path)
+        return nb
+
+    written = []
+    with ThreadPoolExecutor(max(1, min(jobs, len(submitted) or 1))) as pool:
+        for graded, nb in zip(submitted, pool.map(notebook, submitted)):  # each written as it comes, in order
+            sub = graded.submission
+            dest = course.folder(course.coursedir.autograded_directory, sub.student, assignment)
+            path = dest / source.name
+            _write_if_changed(path, (nbformat.writes(nb) + "\n").encode("utf-8"))
+            stamp = dest / "timestamp.txt"
+            if sub.timestamp:
+                _write_if_changed(stamp, (sub.timestamp + "\n").encode("utf-8"))
+            elif stamp.exists() or stamp.is_symlink():
+                stamp.unlink()
+            for extra in extras:
+                target = dest / extra.relative_to(source_folder)
+                if not (target.is_file() and target.read_bytes() == extra.read_bytes()):
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(extra, target)
+            written.append(path)
     return written
 
 
@@ -443,5 +458,5 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
     report = grade_class(c.submitted_root, out, chapters=[assignment], students=students, force=force, jobs=jobs,
                          settings=settings, seed=seed, book=c.source_root, progress=progress,
                          grade_fn=grade_fn, gradebook=target)
-    written = write_autograded(c, assignment, report.results, source, settings if execute else None)
+    written = write_autograded(c, assignment, report.results, source, settings if execute else None, jobs=jobs)
     return CourseReport(report, c, written)

@@ -50,7 +50,7 @@ def _light(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory, needs_sandbox):
-    """The course autograded once, executing each submission in the sandbox."""
+    """The course autograded once, executing each submission in the sandbox (two at a time)."""
     root = tmp_path_factory.mktemp("formgrader") / "course"
     src = _light(nbformat.read(str(REPO / "book" / CH / f"{CH}.ipynb"), as_version=4))
     fixtures.write_notebook(src, root / "source" / CH / f"{CH}.ipynb")
@@ -62,7 +62,7 @@ def executed(tmp_path_factory, needs_sandbox):
         folder = root / "submitted" / student / CH
         fixtures.write_notebook(nb, folder / f"{CH}.ipynb")
         (folder / "timestamp.txt").write_text(STAMP + "\n", encoding="utf-8")
-    autograde(CH, course=root, seed=11, progress=False)
+    autograde(CH, course=root, seed=11, progress=False, jobs=2)  # the two executions at once
     return root
 
 
