@@ -298,7 +298,8 @@ def cmd_autograde(args: argparse.Namespace) -> int:
         done = autograde(args.assignment, course=args.course, students=args.student or None, force=args.force,
                          duedate=args.duedate, out=Path(args.out) if args.out else None, jobs=args.jobs,
                          settings=_run_settings(args, sandbox), seed=args.seed,
-                         progress=None if not args.no_progress else False, **late_policy)
+                         progress=None if not args.no_progress else False, execute=not args.no_execute,
+                         **late_policy)
     except ValueError as exc:
         print(f"autograde: {exc}", file=sys.stderr)
         return 2
@@ -888,6 +889,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder of grades.csv, scores.csv, feedback/ (default: COURSE/grades/ASSIGNMENT)")
     _class_run_options(p)
     _seed_options(p, "default: fresh, kept")
+    p.add_argument("--no-execute", action="store_true",
+                   help="leave the submissions' own code cells without outputs in autograded/ (default: each "
+                        "changed submission is executed once more in the sandbox, as nbgrader autograde does, "
+                        "so the formgrader and generate_feedback show its outputs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run student code without the sandbox (NOT tamper-proof; testing only)")

@@ -15,11 +15,13 @@ with student code in the sandbox:
    extra credit and comments are kept;
 3. writes nbgrader's ``autograded/<student>/ASSIGNMENT/ASSIGNMENT.ipynb``: the
    submission cleaned by nbgrader's own sanitising preprocessors (outputs cleared,
-   locked and test cells restored from the gradebook), with each test cell's
-   verdict, graded parts and hints as its output in the form nbgrader's autograde
-   leaves them — full marks: printed text; partial credit: the points as the cell's
-   result; nothing earned: an error — plus ``timestamp.txt`` and the source folder's
-   other files, as nbgrader copies them.
+   locked and test cells restored from the gradebook), its other code cells with
+   the outputs of their execution (once more, in the sandbox, for display only:
+   :mod:`autograder.outputs`; then nbgrader's ``IgnorePattern`` and ``LimitOutput``),
+   and each test cell's verdict, graded parts and hints as its output in the form
+   nbgrader's autograde leaves them — full marks: printed text; partial credit:
+   the points as the cell's result; nothing earned: an error — plus
+   ``timestamp.txt`` and the source folder's other files, as nbgrader copies them.
 
 So ``nbgrader formgrader``, ``nbgrader generate_feedback`` and ``nbgrader export``
 work on the result exactly as after ``nbgrader autograde``. The CSVs and our own
@@ -27,9 +29,13 @@ feedback pages go to ``grades/ASSIGNMENT/`` in the course (``--out``).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +45,7 @@ from nbformat.v4 import new_output
 from .batch import BatchReport, GradebookTarget, grade_class
 from .book import source_notebook
 from .grading import RunSettings
+from .outputs import execute_for_display
 from .journal import Graded
 from .release import student_version
 from .feedback import STATUS_WORDS
@@ -219,7 +226,27 @@ def _read_submission(path: Path | None) -> nbformat.NotebookNode | None:
         return None
 
 
-def autograded_notebook(graded: Graded, source: Path, db_url: str, config=None) -> nbformat.NotebookNode:
+def _is_test_cell(cell) -> bool:
+    return cell.cell_type == "code" and bool(cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
+
+
+def _limit_outputs(nb: nbformat.NotebookNode, resources: dict, config) -> nbformat.NotebookNode:
+    """nbgrader autograde's output passes after its ``Execute``: ``IgnorePattern``
+    (e.g. warnings on stderr) and ``LimitOutput`` (lines and traceback length)."""
+    from nbgrader.preprocessors import IgnorePattern, LimitOutput  # deferred: nbgrader is slow to import
+
+    for step in (IgnorePattern, LimitOutput):
+        nb, resources = step(config=config).preprocess(nb, resources)
+    return nb
+
+
+# nbgrader's preprocessors (the gradebook they open, traitlets' logger) run one at a time;
+# the sandbox runs between them, for several submissions at once (``write_autograded``'s ``jobs``).
+_NBGRADER = threading.Lock()
+
+
+def autograded_notebook(graded: Graded, source: Path, db_url: str, config=None, *,
+                        execute: RunSettings | None = None, executed: list | None = None) -> nbformat.NotebookNode:
     """The autograded copy of one submission, as nbgrader's autograde writes it.
 
     Args:
@@ -227,32 +254,54 @@ def autograded_notebook(graded: Graded, source: Path, db_url: str, config=None) 
         source: the assignment's source notebook.
         db_url: the gradebook that already holds the assignment's cells.
         config: nbgrader's configuration (for its preprocessors).
+        execute: the grading run's settings: execute the submission's code cells
+            (not the test cells) in the sandbox under them, for their outputs
+            (:func:`autograder.outputs.execute_for_display`). ``None``: leave
+            them without outputs.
+        executed: the outputs of an earlier execution of this same submission, one
+            list per cell (``None`` for a test cell), used in place of ``execute``.
 
     Returns:
-        The submission after nbgrader's sanitising preprocessors, with every test
-        cell's outputs from :func:`test_cell_outputs`. A submission that cannot be
-        read or sanitised is replaced by the released (student) version of the
-        source, so the formgrader still shows the verdicts and no answer leaks.
+        The submission after nbgrader's sanitising preprocessors, each code cell with
+        the outputs its execution left (then nbgrader's ``IgnorePattern`` and
+        ``LimitOutput``), and every test cell's outputs from
+        :func:`test_cell_outputs`. A submission that cannot be read or sanitised is
+        replaced by the released (student) version of the source, not executed, so
+        the formgrader still shows the verdicts and no answer leaks.
     """
     sub = graded.submission
     resources = {"nbgrader": {"notebook": sub.chapter, "assignment": sub.chapter, "student": sub.student,
                               "db_url": db_url}}
     nb = _read_submission(sub.path)
-    try:
-        if nb is None:
-            raise ValueError("unreadable submission")
-        nb = _sanitize(nb, resources, config)
-    except Exception:  # noqa: BLE001 - nbgrader's preprocessors refuse a mangled notebook in many ways
-        released = student_version(nbformat.read(str(source), as_version=4), sub.chapter)
-        nb = _sanitize(released, resources, config)
+    with _NBGRADER:
+        try:
+            if nb is None:
+                raise ValueError("unreadable submission")
+            nb = _sanitize(nb, resources, config)
+        except Exception:  # noqa: BLE001 - nbgrader's preprocessors refuse a mangled notebook in many ways
+            released = student_version(nbformat.read(str(source), as_version=4), sub.chapter)
+            nb = _sanitize(released, resources, config)
+            execute = executed = None
+    tests = {i for i, cell in enumerate(nb.cells) if _is_test_cell(cell)}
+    if executed is not None and len(executed) == len(nb.cells):
+        for cell, outputs in zip(nb.cells, executed):
+            if cell.cell_type == "code" and outputs is not None:
+                cell.outputs = [nbformat.from_dict(o) for o in outputs]
+    elif execute is not None:
+        execute_for_display(nb, sub.chapter, execute, skip=tests)
+    if execute is not None or executed is not None:
+        with _NBGRADER:
+            nb = _limit_outputs(nb, resources, config)
     rows = {r["grade_id"]: r for r in graded.scores}
     count = 0
-    for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade"):
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
             continue
         count += 1
-        cell.execution_count = count
+        cell.execution_count = count if (i in tests or cell.outputs) else None
+        if i not in tests:
+            continue
+        meta = cell.metadata.nbgrader
         row = rows.get(meta.get("grade_id"))
         if row is None:  # never full marks for a cell the grader did not score
             row = {"exercise": meta.get("grade_id", ""), "score": 0.0, "max_score": float(meta.get("points", 0)),
@@ -273,39 +322,78 @@ def _write_if_changed(path: Path, data: bytes) -> bool:
     return True
 
 
-def write_autograded(course: Course, assignment: str, results: list[Graded], source: Path) -> list[Path]:
+def _execution_key(path: Path | None, settings: RunSettings) -> str:
+    """What an executed notebook's outputs depend on: the submission's bytes and the run's settings."""
+    digest = hashlib.sha256(json.dumps(settings.options(), sort_keys=True).encode("utf-8"))
+    try:
+        digest.update(read_untrusted(Path(path), MAX_NOTEBOOK_BYTES) if path is not None else b"")
+    except (NotebookError, OSError):
+        return ""
+    return digest.hexdigest()
+
+
+def _earlier_outputs(path: Path, key: str) -> list | None:
+    """The outputs of an autograded notebook executed with ``key`` (one list per
+    cell, ``None`` for a test cell), or ``None`` when there is none to reuse."""
+    if not key or not path.is_file() or path.is_symlink():
+        return None
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if nb.metadata.get("autograder", {}).get("executed") != key:
+        return None
+    return [None if c.cell_type != "code" or _is_test_cell(c) else c.outputs for c in nb.cells]
+
+
+def write_autograded(course: Course, assignment: str, results: list[Graded], source: Path,
+                     execute: RunSettings | None = None, jobs: int = 1) -> list[Path]:
     """Write ``autograded/<student>/<assignment>/`` for every submitted result.
 
     Each folder gets the autograded notebook (:func:`autograded_notebook`, named as
     the source notebook), ``timestamp.txt`` as collected (nbgrader's formgrader
     compares it with the gradebook's timestamp) and the source folder's other
     files (as nbgrader copies them; ``CourseDirectory.ignore`` honoured). Files are
-    rewritten only when they changed. Returns the notebooks' paths.
+    rewritten only when they changed. With ``execute`` (the grading run's
+    settings) each submission is executed in the sandbox for its outputs, once:
+    the notebook records what it was executed from (``metadata.autograder.executed``:
+    the submission's digest and the settings), and an unchanged submission keeps
+    the outputs it has; ``jobs`` submissions are executed at once. Returns the notebooks' paths.
     """
     from nbgrader.utils import find_all_files  # deferred: nbgrader is slow to import
 
     source_folder = source.parent
     extras = sorted(Path(f) for f in find_all_files(str(source_folder), course.coursedir.ignore + ["*.ipynb"]))
-    written = []
-    for graded in results:
+    submitted = [g for g in results if g.submission.path is not None]
+
+    def notebook(graded: Graded) -> nbformat.NotebookNode:
         sub = graded.submission
-        if sub.path is None:
-            continue
-        dest = course.folder(course.coursedir.autograded_directory, sub.student, assignment)
-        nb = autograded_notebook(graded, source, course.db_url, course.config)
-        path = dest / source.name
-        _write_if_changed(path, (nbformat.writes(nb) + "\n").encode("utf-8"))
-        stamp = dest / "timestamp.txt"
-        if sub.timestamp:
-            _write_if_changed(stamp, (sub.timestamp + "\n").encode("utf-8"))
-        elif stamp.exists() or stamp.is_symlink():
-            stamp.unlink()
-        for extra in extras:
-            target = dest / extra.relative_to(source_folder)
-            if not (target.is_file() and target.read_bytes() == extra.read_bytes()):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(extra, target)
-        written.append(path)
+        path = course.folder(course.coursedir.autograded_directory, sub.student, assignment) / source.name
+        key = _execution_key(sub.path, execute) if execute is not None else ""
+        nb = autograded_notebook(graded, source, course.db_url, course.config, execute=execute,
+                                 executed=_earlier_outputs(path, key))
+        if key:
+            nb.metadata.setdefault("autograder", {})["executed"] = key
+        return nb
+
+    written = []
+    with ThreadPoolExecutor(max(1, min(jobs, len(submitted) or 1))) as pool:
+        for graded, nb in zip(submitted, pool.map(notebook, submitted)):  # each written as it comes, in order
+            sub = graded.submission
+            dest = course.folder(course.coursedir.autograded_directory, sub.student, assignment)
+            path = dest / source.name
+            _write_if_changed(path, (nbformat.writes(nb) + "\n").encode("utf-8"))
+            stamp = dest / "timestamp.txt"
+            if sub.timestamp:
+                _write_if_changed(stamp, (sub.timestamp + "\n").encode("utf-8"))
+            elif stamp.exists() or stamp.is_symlink():
+                stamp.unlink()
+            for extra in extras:
+                target = dest / extra.relative_to(source_folder)
+                if not (target.is_file() and target.read_bytes() == extra.read_bytes()):
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(extra, target)
+            written.append(path)
     return written
 
 
@@ -325,7 +413,7 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
               force: bool = False, duedate=None, out: Path | None = None, jobs: int = 1,
               settings: RunSettings = RunSettings(), seed: int | None = None,
               progress: bool | None = None, grade_fn=None, extensions=None,
-              late_days: int | None = None) -> CourseReport:
+              late_days: int | None = None, execute: bool = True) -> CourseReport:
     """Autograde one assignment of an nbgrader course (``nbgrader autograde ASSIGNMENT``).
 
     Args:
@@ -342,6 +430,10 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
             ``--processes`` and the sandbox).
         extensions, late_days: per-student extensions and the late-day budget, set as
             nbgrader extensions in the course's gradebook (:mod:`autograder.extensions`).
+        execute: execute each changed submission's code cells once more, in the
+            sandbox under ``settings``, so the formgrader and ``generate_feedback``
+            show their outputs as after ``nbgrader autograde`` (the test cells
+            show the verdicts either way). ``False``: those cells have no outputs.
 
     Returns:
         A :class:`CourseReport`.
@@ -366,5 +458,5 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
     report = grade_class(c.submitted_root, out, chapters=[assignment], students=students, force=force, jobs=jobs,
                          settings=settings, seed=seed, book=c.source_root, progress=progress,
                          grade_fn=grade_fn, gradebook=target)
-    written = write_autograded(c, assignment, report.results, source)
+    written = write_autograded(c, assignment, report.results, source, settings if execute else None, jobs=jobs)
     return CourseReport(report, c, written)

@@ -58,6 +58,7 @@ import sys
 import time
 import traceback
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -66,7 +67,8 @@ from .book import BOOK
 from .text import safe_text
 
 __all__ = ["VISIBILITIES", "ISOLATIONS", "ENGINE_ONLY", "GRADER_REQUIREMENTS", "build_zip", "chapter_points",
-           "results_json", "run", "main", "SCHEMA_PATH", "grade_upload"]
+           "results_json", "run", "main", "SCHEMA_PATH", "grade_upload", "GraderConfig", "load_grader_config",
+           "write_results"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = Path(__file__).resolve().parent / "gradescope_results.schema.json"
@@ -361,6 +363,62 @@ def _find_notebook(folder: Path, chapter: str) -> tuple[Path | None, str]:
     return None, f"several notebooks were submitted ({names}): upload only {chapter}.ipynb"
 
 
+@dataclass(frozen=True)
+class GraderConfig:
+    """What a Gradescope zip's ``source/`` or a PrairieLearn question's ``tests/`` holds.
+
+    Attributes:
+        config: the configuration (``chapter``, ``seed``, ``timeout``, ``memory``,
+            ``isolation`` and the platform's own keys).
+        chapter: the chapter id.
+        source: the chapter's source notebook (``book/<chapter>/<chapter>.ipynb`` beside it).
+    """
+
+    config: dict
+    chapter: str
+    source: Path
+
+
+def load_grader_config(folder: Path, name: str) -> GraderConfig:
+    """Read ``folder/name`` (``gradescope.json``, ``autograder.json``) and find the notebook it grades.
+
+    The one loading path of both adapters (:func:`run`, :func:`autograder.prairielearn.run`).
+
+    Raises:
+        ValueError: the file is missing or not a JSON object with a ``chapter`` and a
+            whole-number ``seed``, or the chapter's source notebook is not beside it
+            (the message names the file, for the instructor who built the zip).
+    """
+    path = Path(folder) / name
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read the grader's configuration ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(config).__name__}")
+    chapter, seed = config.get("chapter"), config.get("seed")
+    if not isinstance(chapter, str) or not chapter or "/" in chapter or chapter.startswith("."):
+        raise ValueError(f"{path}: expected \"chapter\": a chapter id such as \"04_self_attention\", got {chapter!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"{path}: expected \"seed\": a whole number, got {seed!r}")
+    source = Path(folder) / "book" / chapter / f"{chapter}.ipynb"
+    if not source.is_file():
+        raise ValueError(f"{path}: no source notebook {source} for chapter {chapter!r} beside it")
+    return GraderConfig(config, chapter, source)
+
+
+def write_results(path: Path, data: dict, rows: list[dict]) -> None:
+    """Write a platform's ``results.json`` atomically (text a JSON file can hold), then
+    print each exercise's line for the instructor's log (students never see stdout)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8",
+                   errors="backslashreplace")
+    os.replace(tmp, path)
+    for row in rows:
+        print(f"{row['exercise']}: {row['score']:g}/{row['max_score']:g} {row['status']} {row['reason']}")
+
+
 def grade_upload(source: Path, folder: Path, chapter: str, config: dict, *,
                  student: str) -> tuple[list[dict], str, str]:
     """Grade the notebook a student uploaded into ``folder``, as ``grade`` does (the hidden
@@ -407,21 +465,13 @@ def run(root: Path) -> dict:
     which only the instructor sees.
     """
     root = Path(root)
-    source_dir = root / "source"
-    config = json.loads((source_dir / CONFIG).read_text(encoding="utf-8"))
-    chapter = config["chapter"]
-    source = source_dir / "book" / chapter / f"{chapter}.ipynb"
+    grader = load_grader_config(root / "source", CONFIG)
     start = time.monotonic()
-    rows, notice, isolation = grade_upload(source, root / "submission", chapter, config, student=_student_id(root))
-    data = results_json(rows, chapter=chapter, visibility=config.get("visibility", "after_due_date"),
+    rows, notice, isolation = grade_upload(grader.source, root / "submission", grader.chapter, grader.config,
+                                           student=_student_id(root))
+    data = results_json(rows, chapter=grader.chapter, visibility=grader.config.get("visibility", "after_due_date"),
                         isolation=isolation, execution_time=time.monotonic() - start, notice=notice)
-    out = root / "results" / "results.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name("results.json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8", errors="backslashreplace")
-    os.replace(tmp, out)
-    for row in rows:  # the instructor's view (stdout is hidden from students)
-        print(f"{row['exercise']}: {row['score']:g}/{row['max_score']:g} {row['status']} {row['reason']}")
+    write_results(root / "results" / "results.json", data, rows)
     return data
 
 

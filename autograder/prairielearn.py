@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from .book import BOOK
+from .gradescope import grade_upload, load_grader_config, write_results
 from .text import score_text
 
 __all__ = ["SCHEMA_PATH", "CONFIG", "results_json", "run", "build_question", "validate_results", "main"]
@@ -103,25 +104,14 @@ def run(root: Path, *, student: Path | None = None, results: Path | None = None)
     Never raises for the submission's sake: a grader failure still writes a gradable
     result with every exercise at 0 and the failure named.
     """
-    from .gradescope import grade_upload
-
     root = Path(root)
-    tests = root / "tests"
-    config = json.loads((tests / CONFIG).read_text(encoding="utf-8"))
-    chapter = config["chapter"]
-    source = tests / "book" / chapter / f"{chapter}.ipynb"
+    grader = load_grader_config(root / "tests", CONFIG)
     start = time.monotonic()
-    rows, notice, isolation = grade_upload(source, Path(student) if student else root / "student", chapter,
-                                           config, student="prairielearn")
-    data = results_json(rows, chapter=chapter, notice=notice, isolation=isolation,
+    rows, notice, isolation = grade_upload(grader.source, Path(student) if student else root / "student",
+                                           grader.chapter, grader.config, student="prairielearn")
+    data = results_json(rows, chapter=grader.chapter, notice=notice, isolation=isolation,
                         execution_time=time.monotonic() - start)
-    out = Path(results) if results else root / "results" / "results.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
-    for row in rows:  # the instructor's view in PrairieLearn's grading log
-        print(f"{row['exercise']}: {row['score']:g}/{row['max_score']:g} {row['status']} {row['reason']}")
+    write_results(Path(results) if results else root / "results" / "results.json", data, rows)
     return data
 
 

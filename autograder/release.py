@@ -17,7 +17,10 @@ Before releasing, the solution regions must equal the ``solutions`` package
 marker, no line of a reference solution body and no line of a hidden test region
 reached a student notebook. Each released notebook carries a stamp in its metadata,
 ``{"transformer_book": {"chapter": ..., "edition": "student"}}``, by which
-``autograder check`` recognises it whatever the file is called.
+``autograder check`` recognises it whatever the file is called. It opens with a code
+cell that installs the chapter's wheel on Google Colab and does nothing elsewhere
+(:data:`COLAB_CELL`), and a markdown note before the setup cell says how to install the
+wheel on each platform.
 
 With ``package=True`` (the ``release`` command's default), the release also holds
 one student package per chapter, a wheel that runs the chapter's visible checks
@@ -156,14 +159,15 @@ def check_in_sync(paths: list[Path]) -> None:
         )
 
 
-INSTALL_NOTE = """**Before the first code cell.** This notebook needs its chapter's student package,
+INSTALL_NOTE = """**Before the setup cell.** This notebook needs its chapter's student package,
 the file `{wheel}` handed out beside it. Install it once, in the environment the notebook
 runs in (a terminal, or a new cell with `%pip`):
 
 - your own machine: `pip install jupyterlab {wheel}` (on Linux without an NVIDIA GPU add
   `--extra-index-url https://download.pytorch.org/whl/cpu`: PyTorch's smaller CPU build);
-- Google Colab: upload `{wheel}` (the folder icon on the left), then run
-  `%pip install {wheel}` in a new cell; it keeps Colab's own IPython, numpy and torch;
+- Google Colab: run the notebook's first cell; it runs `%pip install {wheel}` with the
+  file you uploaded (the folder icon on the left), or else the one the book publishes,
+  and keeps Colab's own IPython, numpy and torch;
 - a JupyterHub: your instructor may have installed it already; if the next cell says
   `No module named 'autograder'`, run `%pip install {wheel}` from the folder it is in.
 """
@@ -171,8 +175,8 @@ runs in (a terminal, or a new cell with `%pip`):
 
 def _add_install_note(nb: nbformat.NotebookNode, chapter: str) -> None:
     """Put a markdown cell naming the chapter's wheel and how to install it right before
-    the first code cell (the setup cell, which imports the package). A markdown cell:
-    the setup cell stays the first code cell, as grading and ``check`` expect."""
+    the setup cell (the first code cell, which imports the package; :func:`_add_colab_cell`
+    later puts the Colab install cell above both)."""
     from .student import wheel_name
     from .student.wheel import project_version
 
@@ -180,6 +184,60 @@ def _add_install_note(nb: nbformat.NotebookNode, chapter: str) -> None:
     note.metadata["transformer_book"] = {"install_note": True}
     first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
     nb.cells.insert(first_code, note)
+
+
+COLAB_CELL = """# Google Colab only: install this chapter's student package. Elsewhere this cell does nothing.
+import sys
+
+if "google.colab" in sys.modules:
+    import importlib
+    import os
+
+    # The wheel handed out beside this notebook: uploaded (the folder icon on the left), or else
+    # from where the book publishes it. pip keeps what Colab pins (IPython, numpy, torch, ...).
+    _wheel = "{wheel}"
+    _wheel = _wheel if os.path.exists(_wheel) else {published!r} + _wheel
+    %pip install --quiet {{_wheel}}
+    importlib.invalidate_caches()
+"""
+COLAB_KEY = "colab_install"
+
+
+def published_wheel_base(chapter: str, book: Path = BOOK) -> str:
+    """Where the book's publication puts ``chapter``'s wheel, as a URL prefix ("" when unknown).
+
+    ``.github/workflows/book.yml`` publishes ``autograder release --out <branch>/book`` on
+    the branch ``_config.yml`` names (``repository.branch``), so the wheel is
+    ``book/<chapter>/<wheel>`` there; for a GitHub repository that file's download URL is
+    ``https://github.com/OWNER/REPO/raw/BRANCH/book/<chapter>/<wheel>``.
+    """
+    import yaml  # deferred: only a release of the book reads its configuration
+
+    config = Path(book).parent / "_config.yml"
+    try:
+        repository = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("repository") or {}
+    except (OSError, yaml.YAMLError):
+        return ""
+    url, branch = str(repository.get("url") or ""), str(repository.get("branch") or "")
+    prefix = "https://github.com/"
+    if not url.startswith(prefix) or not branch:
+        return ""
+    owner_repo = url[len(prefix):].strip("/").removesuffix(".git")
+    return f"{prefix}{owner_repo}/raw/{branch}/book/{chapter}/"
+
+
+def _add_colab_cell(nb: nbformat.NotebookNode, chapter: str, book: Path) -> None:
+    """Open the notebook with a code cell that, on Google Colab only, installs the chapter's
+    wheel (:data:`COLAB_CELL`): Colab opens the notebook alone, with nothing installed.
+    Not an nbgrader cell: graders and ``check`` find the setup cell by its ``grade_id``."""
+    from .student import wheel_name
+    from .student.wheel import project_version
+
+    source = COLAB_CELL.format(wheel=wheel_name(chapter, project_version()),
+                               published=published_wheel_base(chapter, book))
+    cell = nbformat.v4.new_code_cell(source.rstrip("\n"))
+    cell.metadata["transformer_book"] = {COLAB_KEY: True}
+    nb.cells.insert(0, cell)
 
 
 def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
@@ -197,6 +255,7 @@ def release_chapter(chapter: str, out: Path, book: Path = BOOK) -> Released:
     released = student_version(source, chapter, book=book)
     stamp(released, chapter)
     _add_install_note(released, chapter)
+    _add_colab_cell(released, chapter, book)
     leaks = leaked_lines(source, released)
     if leaks:
         raise ReleaseError(f"{chapter}: the released notebook would leak:\n  " + "\n  ".join(leaks[:20]))

@@ -632,7 +632,7 @@ def _scratch_size(path: Path, cap_files: int = 10_000) -> int:
 
 def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandbox: bool = True,
             result_pipe: bool = True, cases: list[tuple[str, bytes]] | None = None,
-            isolation: str | None = None) -> RunOutcome:
+            isolation: str | None = None, script: str = "runner.py") -> RunOutcome:
     """Run ``python runner.py JOB_DIR`` on a prepared job, sandboxed, and wait for it.
 
     Args:
@@ -652,6 +652,8 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
         isolation: with ``sandbox``, ``"bubblewrap"`` or ``"container"``
             (:mod:`autograder.isolation`); default: the process's mode
             (``AUTOGRADER_ISOLATION``, ``auto``: bubblewrap where it starts).
+        script: the program of ``lib_dir`` to run in place of ``runner.py``, with
+            the same arguments (``executor.py``: :mod:`autograder.executor`).
 
     Returns:
         A :class:`RunOutcome`.
@@ -685,12 +687,12 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
         mode = isolation or current_isolation()
     run_uid = None  # container mode: the run's own uid, whose every process is killed at the end
     if mode == "container":
-        command, env, cwd, run_uid = _container_command(job_dir, lib_dir, limits, python, pipe_args)
+        command, env, cwd, run_uid = _container_command(job_dir, lib_dir, limits, python, pipe_args, script)
     elif sandbox:
         bwrap = bwrap_path()
         if bwrap is None:
             raise RuntimeError("bubblewrap (bwrap) is not installed: install it, or grade with sandbox=False (unsafe)")
-        inner = [python, "-s", "-B", f"{SANDBOX_LIB_DIR}/runner.py", SANDBOX_JOB_DIR, *pipe_args]
+        inner = [python, "-s", "-B", f"{SANDBOX_LIB_DIR}/{script}", SANDBOX_JOB_DIR, *pipe_args]
         command = [bwrap, *_bwrap_args(job_dir, lib_dir, limits, out_on_host=not result_pipe)]
         for key, value in _environment(SANDBOX_LIB_DIR).items():
             command += ["--setenv", key, value]
@@ -713,7 +715,7 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
         env = _environment(str(lib_dir))
         env["MPLCONFIGDIR"] = str(job_dir / "out" / ".matplotlib")
         env["HOME"] = str(job_dir / "out")
-        command = [*_prlimit_args(limits), python, "-s", "-B", str(lib_dir / "runner.py"), str(job_dir), *pipe_args]
+        command = [*_prlimit_args(limits), python, "-s", "-B", str(lib_dir / script), str(job_dir), *pipe_args]
         cwd = str(out_dir)
     group = None
     if cgroup.available()[0]:
@@ -807,7 +809,7 @@ def _watch(proc: subprocess.Popen, start: float, out_dir: Path, limits: Limits, 
 
 
 def _container_command(job_dir: Path, lib_dir: Path, limits: Limits, python: str,
-                       pipe_args: list[str]) -> tuple[list[str], dict, str, int | None]:
+                       pipe_args: list[str], script: str = "runner.py") -> tuple[list[str], dict, str, int | None]:
     """The command of a container-mode run (:mod:`autograder.isolation`): ``unshare --net
     --ipc`` where permitted, ``prlimit``, ``setpriv`` to a fresh uid (as root), then
     :mod:`autograder.confine` (Landlock, seccomp) and the runner. Returns ``(command, env, cwd, uid)``."""
@@ -838,7 +840,7 @@ def _container_command(job_dir: Path, lib_dir: Path, limits: Limits, python: str
     inner += ["--write", str(out_dir), "--write", "/dev/null"]
     if plan["no_tcp"]:
         inner.append("--no-tcp")
-    inner += ["--", python, "-s", "-B", str(lib_dir / "runner.py"), str(job_dir), *pipe_args]
+    inner += ["--", python, "-s", "-B", str(lib_dir / script), str(job_dir), *pipe_args]
     command = []
     namespaces = [flag for flag, ok in (("--net", plan["unshare_net"]), ("--ipc", plan.get("unshare_ipc"))) if ok]
     if namespaces:  # IPC: a System V segment or POSIX queue dies with the run (seccomp refuses them anyway)

@@ -113,15 +113,17 @@ def run_checks(path: Path) -> list[dict]:
     chapters = dict(getattr(store, "chapters", {}) or {})
     locked = (getattr(store, "locked", {}) or {}).get(chapter_of(nb, Path(path), chapters) or "")
     errors: dict[str, str] = {}
+    # the setup cell by its grade_id (a released notebook opens with the Colab install cell), else the first
+    setup = next((i for i, c in enumerate(code_cells) if _nbgrader(c).get("grade_id") == "setup"), 0)
     for index, cell in enumerate(code_cells):
         meta = _nbgrader(cell)
-        if index != 0 and not meta.get("solution"):
-            continue  # the setup cell (the first code cell) and the solution cells only
-        source = locked["setup"] if index == 0 and locked else cell_source(cell)
+        if index != setup and not meta.get("solution"):
+            continue  # the setup cell and the solution cells only
+        source = locked["setup"] if index == setup and locked else cell_source(cell)
         try:
             exec(compile(_runnable(source), f"<cell {meta.get('grade_id', index)}>", "exec"), namespace)
         except BaseException as exc:  # noqa: BLE001 - a broken cell is a finding, not a crash
-            errors[str(meta.get("grade_id", "setup")) if index else "setup"] = f"{type(exc).__name__}: {exc}"
+            errors[str(meta.get("grade_id", "setup")) if index != setup else "setup"] = f"{type(exc).__name__}: {exc}"
     tests: list[tuple[str, float]] = []
     for cell in code_cells:
         meta = _nbgrader(cell)

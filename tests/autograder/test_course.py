@@ -8,7 +8,8 @@ marks), the released notebook (zero) and one whose ``rnn_forward`` restarts ever
 step from ``h0`` (a known partial mistake: 2 of its 4 points). It is graded once,
 in the real sandbox; each test works on its own copy. nbgrader's ``NbGraderAPI``
 (the formgrader's), its feedback generator and ``nbgrader export`` then read the
-result.
+result. The submissions are not executed for display here (``execute=False``: that
+run is tested in ``test_nbgrader_formgrader.py`` on a lighter chapter 1).
 """
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def graded(tmp_path_factory, needs_sandbox):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(batch, "grader_fingerprint", lambda: "pinned for test_course")
         root = make_course(tmp_path_factory.mktemp("course") / "course")
-        yield root, autograde(CH, course=root, seed=11, progress=False)
+        yield root, autograde(CH, course=root, seed=11, progress=False, execute=False)
 
 
 @pytest.fixture
@@ -256,7 +257,8 @@ def test_a_hand_grade_survives_a_forced_regrade_and_shows_everywhere(course):
         gb.find_comment("rnn_forward", CH, CH, "cat").manual_comment = "Carry h forward & it is all right."
         gb.db.commit()
 
-    assert main(["autograde", CH, "--course", str(course), "--student", "cat", "--force", "--no-progress"]) == 0
+    assert main(["autograde", CH, "--course", str(course), "--student", "cat", "--force", "--no-progress",
+                 "--no-execute"]) == 0
 
     with api.gradebook as gb:
         grade = gb.find_grade("test_rnn_forward", CH, CH, "cat")
@@ -293,7 +295,7 @@ def test_a_hand_grade_survives_a_forced_regrade_and_shows_everywhere(course):
 def test_a_late_submission_gets_the_configured_penalty(course):
     with open(course / "nbgrader_config.py", "a", encoding="utf-8") as fh:
         fh.write(PER_HOUR_CONFIG)
-    report = autograde(CH, course=course, duedate="2026-11-20 10:30:00 UTC", progress=False)
+    report = autograde(CH, course=course, duedate="2026-11-20 10:30:00 UTC", progress=False, execute=False)
     assert report.batch.graded == 0  # unchanged work: the journal's grades, the new policy
     grades = _read(course / "grades" / CH / "grades.csv")
     # ann on time; bob 30 min late but has nothing to lose; cat 90 min late: 2 started hours
@@ -313,7 +315,7 @@ def test_a_late_submission_gets_the_configured_penalty(course):
     assert [r["share"] for r in _section(rows, "diagnosis") if "restarted from h0" in r["item"]] == ["0.3333"]
 
     # the due date stays in the gradebook: a later run without --duedate keeps the penalty
-    autograde(CH, course=course, progress=False)
+    autograde(CH, course=course, progress=False, execute=False)
     assert _read(course / "grades" / CH / "grades.csv")["cat"]["penalty"] == "2"
 
 

@@ -25,16 +25,16 @@ import nbformat
 import pytest
 
 from autograder import gradescope
-from autograder.bench import make_book
 from autograder.cli import main
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import fixtures  # noqa: E402
+import platform_fixtures  # noqa: E402
+from platform_fixtures import CHAPTER, STUB, exercise_points  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds the autograder zip and grades in a simulated /autograder
-CHAPTER = "04_self_attention"
 
 # Sends a forged result frame for an earlier exercise through the runner's pipe.
 CHEAT = '''import sys
@@ -46,15 +46,10 @@ _main.write_frame(open(_fd, "wb", closefd=False), "softmax", {"grade_id": "softm
 def self_attention(x, W_q, W_k, W_v):
     return x
 '''
-STUB = '''def self_attention(x, W_q, W_k, W_v):
-    raise NotImplementedError()
-'''
 
 
 def _validate(data: dict) -> None:
-    schema = json.loads(gradescope.SCHEMA_PATH.read_text(encoding="utf-8"))
-    jsonschema.Draft7Validator.check_schema(schema)
-    jsonschema.validate(data, schema, cls=jsonschema.Draft7Validator)
+    platform_fixtures.validate(gradescope.SCHEMA_PATH, data)
 
 
 def test_the_schema_refuses_what_gradescope_would():
@@ -96,11 +91,7 @@ def test_results_json_has_a_test_per_part_and_hides_stdout():
 
 @pytest.fixture(scope="module")
 def zipped(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gs")
-    book = make_book(root, [CHAPTER])
-    out = root / "autograder.zip"
-    assert main(["gradescope", CHAPTER, "--out", str(out), "--book", str(book), "--seed", "5"]) == 0
-    return out, book
+    return platform_fixtures.build("gradescope", tmp_path_factory.mktemp("gs"), "autograder.zip")
 
 
 def test_the_zip_has_gradescopes_layout(zipped):
@@ -185,8 +176,7 @@ def test_run_autograder_grades_correct_partial_and_cheating_submissions(zipped, 
     root = _layout(zipped, tmp_path, env)
     source = nbformat.read(str(zipped[1] / CHAPTER / f"{CHAPTER}.ipynb"), as_version=4)
     want = "bubblewrap" if isolation == "auto" else "container"
-    points = {c.metadata.nbgrader["grade_id"][5:]: c.metadata.nbgrader["points"] for c in source.cells
-              if c.metadata.get("nbgrader", {}).get("grade")}
+    points = exercise_points(source)
 
     correct = _submit(root, env, fixtures.reference_submission(source), 101)
     assert correct["score"] == sum(points.values()) and correct["extra_data"]["isolation"] == want

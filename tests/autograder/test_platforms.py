@@ -8,7 +8,9 @@
   wheel index where that can be reached; where it cannot (this project's machines reach
   PyPI only) the same requirement is resolved from PyPI instead, ``--no-deps``, which
   proves a wheel of that version exists for the Python and the platform (the CPU index
-  carries the same versions and tags).
+  carries the same versions and tags). The student package's requirements are resolved
+  in the same pip run (what resolves together resolves apart): one per Python, the four
+  at once.
 * The zip's ``setup.sh`` runs for real in a fresh folder, from the unpacked zip alone:
   a new venv of the system ``python3``, torch then the grader's requirements installed
   by pip (no ``GRADESCOPE_OFFLINE`` short cut; ``GRADESCOPE_NO_APT=1`` only keeps a
@@ -16,7 +18,8 @@
   script takes its plain-index branch and pip finds torch in this machine's local
   wheel folder; on Gradescope it comes from the CPU index. Then ``run_autograder``
   grades the real chapter 4 notebook, whose setup cell imports matplotlib and
-  ipywidgets: nothing the grader needs is missing from the set.
+  ipywidgets (nothing the grader needs is missing from the set), and a blank one, at
+  the same time, each in its own ``/autograder`` with the one venv.
 * ``--isolation engine-only`` grades without a sandbox and says so in ``extra_data``;
   a wall that does not start fails the build, naming that choice.
 """
@@ -29,6 +32,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import types
 import urllib.request
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +42,7 @@ import nbformat
 import pytest
 from packaging.requirements import Requirement
 
-from autograder import gradescope
+from autograder import gradescope, release
 from autograder.bench import make_book
 from autograder.cli import main
 
@@ -116,30 +120,44 @@ def test_grader_requirements_are_small_and_ranged():
             f"{r}: a range, so that it resolves on Python 3.10 to 3.13"
 
 
-@pytest.mark.slow
-def test_grader_requirements_resolve_for_every_gradescope_python(tmp_path):
-    reqs = _requirements(ROOT / gradescope.GRADER_REQUIREMENTS)
-    torch = next(str(r) for r in reqs if r.name == "torch")
-    rest = [str(r) for r in reqs if r.name != "torch"]
-    cpu_index = _reachable(gradescope.TORCH_INDEX + "/torch/")
-    # Where PyTorch's CPU index cannot be reached (this project's machines: PyPI only), torch's
-    # requirement is resolved from PyPI: the same versions, the same wheel tags.
-    torch_index = gradescope.TORCH_INDEX if cpu_index else PYPI
+@pytest.fixture(scope="module")
+def linux_resolutions(student_wheel, tmp_path_factory) -> dict[str, dict[str, str]]:
+    """``{python: {name: version}}``: the grader's requirements and the student package's,
+    resolved together, once per Python (the four at once), for x86-64 Linux with glibc 2.35
+    (Ubuntu 22.04: Gradescope's older image and Colab's; 24.04's 2.39 accepts every wheel
+    that 2.35 does). What resolves together resolves apart, so one resolution per Python
+    serves both tests below. torch's two ranges are resolved together too, ``--no-deps``,
+    from PyTorch's CPU index where it can be reached, else PyPI (this project's machines:
+    PyPI only; the same versions, the same wheel tags)."""
+    folder = tmp_path_factory.mktemp("resolutions")
+    grader = [str(r) for r in _requirements(ROOT / gradescope.GRADER_REQUIREMENTS)]
+    student = _requires(student_wheel)
+    torch = [r for r in grader + student if Requirement(r).name == "torch"]
+    rest = [r for r in grader + student if Requirement(r).name != "torch"]
+    torch_index = gradescope.TORCH_INDEX if _reachable(gradescope.TORCH_INDEX + "/torch/") else PYPI
 
-    def one(target):
-        python, glibc = target
-        platforms = _platforms(glibc)
-        got = resolve(rest, python, platforms, tmp_path / f"rest-{python}.json")
-        got.update(resolve([torch], python, platforms, tmp_path / f"torch-{python}.json", index=torch_index,
+    def one(python: str) -> tuple[str, dict[str, str]]:
+        got = resolve(rest, python, _platforms(35), folder / f"rest-{python}.json")
+        got.update(resolve(torch, python, _platforms(35), folder / f"torch-{python}.json", index=torch_index,
                            no_deps=True))
         return python, got
 
     with ThreadPoolExecutor(len(TARGETS)) as pool:
-        resolved = dict(pool.map(one, TARGETS))
-    for python, got in resolved.items():
-        for r in reqs:
-            name = re.sub(r"[-_.]+", "-", r.name).lower()
-            assert name in got and got[name] in r.specifier, f"Python {python}: {r} resolved to {got.get(name)}"
+        return dict(pool.map(one, [python for python, _ in TARGETS]))
+
+
+def _within(got: dict[str, str], requirements: list[Requirement], python: str) -> None:
+    for r in requirements:
+        name = re.sub(r"[-_.]+", "-", r.name).lower()
+        assert name in got and got[name] in r.specifier, f"Python {python}: {r} resolved to {got.get(name)}"
+
+
+@pytest.mark.slow
+def test_grader_requirements_resolve_for_every_gradescope_python(linux_resolutions):
+    reqs = _requirements(ROOT / gradescope.GRADER_REQUIREMENTS)
+    assert set(linux_resolutions) == {python for python, _ in TARGETS}
+    for python, got in linux_resolutions.items():
+        _within(got, reqs, python)
 
 
 # --------------------------------------------------------------------------- setup.sh for real
@@ -202,10 +220,17 @@ def test_setup_sh_installs_the_grader_from_the_zip_alone_and_grades(tmp_path, ne
 
     source_nb = nbformat.read(str(book / CHAPTER / f"{CHAPTER}.ipynb"), as_version=4)
     points = gradescope.chapter_points(book / CHAPTER / f"{CHAPTER}.ipynb")
-    correct, log = _submit(root, env, source_nb, 201)
+    # Two submissions at once, as Gradescope grades them: each in its own /autograder (the
+    # unpacked source copied, .python and all) with the one venv setup.sh installed.
+    other = tmp_path / "autograder-2"
+    shutil.copytree(root, other, symlinks=True)
+    other_env = dict(env, AUTOGRADER_ROOT=str(other))
+    with ThreadPoolExecutor(2) as pool:
+        graded = pool.map(lambda job: _submit(*job), [(root, env, source_nb, 201),
+                                                      (other, other_env, fixtures.blank_submission(source_nb), 202)])
+        (correct, _), (blank, _) = list(graded)
     assert correct["score"] == points and correct["extra_data"]["isolation"] in ("bubblewrap", "container")
     assert f"/{points:g} points" in correct["output"] and "no score: this line is your total" in correct["output"]
-    blank, _ = _submit(root, env, fixtures.blank_submission(source_nb), 202)
     assert blank["score"] == 0 and f"0/{points:g} points" in blank["output"]
 
 
@@ -311,14 +336,10 @@ def test_the_student_package_resolves_against_colabs_pins_without_upgrading_them
 
 @pytest.mark.slow
 @pytest.mark.parametrize("python", ["3.10", "3.11", "3.12", "3.13"])
-def test_the_student_package_resolves_on_every_supported_python(student_wheel, tmp_path, python):
-    requires = [r for r in _requires(student_wheel) if not r.startswith("torch")]
-    got = resolve(requires, python, _platforms(35), tmp_path / "student.json")
-    assert {"numpy", "ipython", "ipywidgets", "matplotlib"} <= set(got)
-    # torch's range, on its own (its CPU build is what the install line names; --no-deps: its
-    # CUDA libraries from PyPI are not the question here)
-    torch = next(r for r in _requires(student_wheel) if r.startswith("torch"))
-    assert "torch" in resolve([torch], python, _platforms(35), tmp_path / "torch.json", no_deps=True)
+def test_the_student_package_resolves_on_every_supported_python(student_wheel, linux_resolutions, python):
+    got = linux_resolutions[python]
+    assert {"numpy", "ipython", "ipywidgets", "matplotlib", "torch"} <= set(got)
+    _within(got, [Requirement(r) for r in _requires(student_wheel)], python)
 
 
 def test_the_wheel_version_is_read_without_tomllib(monkeypatch):
@@ -367,14 +388,75 @@ def test_an_intel_mac_gets_torch_2_2_at_most(student_wheel, tmp_path):
 
 
 def test_the_release_hands_out_the_wheel_beside_the_notebook(student_wheel):
-    """nbgrader's release_assignment hands out the chapter's folder: the wheel is in it, and
-    the notebook says, right before its setup cell, how to install it on each platform."""
+    """nbgrader's release_assignment hands out the chapter's folder: the wheel is in it, the
+    notebook opens with the cell that installs it on Colab, and says, right before its setup
+    cell, how to install it on each platform."""
     folder = student_wheel.parent / CHAPTER
     assert (folder / student_wheel.name).read_bytes() == student_wheel.read_bytes()
     nb = nbformat.read(str(folder / f"{CHAPTER}.ipynb"), as_version=4)
     first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    assert nb.cells[first_code].metadata["nbgrader"]["grade_id"] == "setup", "the setup cell stays the first code cell"
-    note = nb.cells[first_code - 1]
+    graded = [c for c in nb.cells if c.cell_type == "code" and "nbgrader" in c.metadata]
+    assert graded[0].metadata.nbgrader["grade_id"] == "setup", "the setup cell stays nbgrader's first code cell"
+    setup = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+    assert nb.cells[first_code].metadata["transformer_book"] == {release.COLAB_KEY: True}, "the Colab cell first"
+    assert [c.cell_type for c in nb.cells[first_code + 1:setup]] == ["markdown"] * (setup - first_code - 1)
+    note = nb.cells[setup - 1]
     assert note.cell_type == "markdown" and note.metadata["transformer_book"] == {"install_note": True}
     assert f"pip install jupyterlab {student_wheel.name}" in note.source
     assert f"%pip install {student_wheel.name}" in note.source and "Colab" in note.source
+
+
+def _colab_cell(folder: Path) -> str:
+    nb = nbformat.read(str(folder / f"{CHAPTER}.ipynb"), as_version=4)
+    assert nb.cells[0].metadata.get("transformer_book") == {release.COLAB_KEY: True}
+    assert "nbgrader" not in nb.cells[0].metadata  # not a cell nbgrader grades or locks
+    return nb.cells[0].source
+
+
+def _run_cell(source: str, cwd: Path, colab: bool, monkeypatch) -> list[tuple[str, str]]:
+    """Run a cell as IPython does (its magics transformed), with or without a ``google.colab``
+    module; returns the line magics it ran, each ``(name, line)`` with ``{var}`` expanded."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    ran: list[tuple[str, str]] = []
+    namespace: dict = {}
+
+    class Shell:
+        def run_line_magic(self, name, line, _stack_depth=1):
+            ran.append((name, line.format(**namespace)))
+
+    namespace["get_ipython"] = lambda: Shell()
+    if colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.chdir(cwd)
+    exec(compile(TransformerManager().transform_cell(source), "<colab cell>", "exec"), namespace)
+    return ran
+
+
+def test_the_colab_cell_installs_the_wheel_on_colab_and_nothing_elsewhere(student_wheel, tmp_path, monkeypatch):
+    """The released notebook's first cell: outside Colab (here, a laptop, a hub, the grader) a
+    no-op; on Colab ``%pip install --quiet`` of the uploaded wheel, else of the one the book
+    publishes on the branch ``student`` (.github/workflows/book.yml: ``book/<chapter>/``), with
+    no ``--upgrade`` and no other requirement, so what pip resolves is the wheel's own
+    requirements against what Colab has installed: the resolution
+    test_the_student_package_resolves_against_colabs_pins_without_upgrading_them makes."""
+    source = _colab_cell(student_wheel.parent / CHAPTER)
+    assert _run_cell(source, tmp_path, colab=False, monkeypatch=monkeypatch) == []
+    published = release.published_wheel_base(CHAPTER)
+    assert published == f"https://github.com/transformer-book/transformer-book/raw/student/book/{CHAPTER}/"
+    assert _run_cell(source, tmp_path, colab=True, monkeypatch=monkeypatch) == \
+        [("pip", f"install --quiet {published}{student_wheel.name}")]
+    shutil.copy(student_wheel, tmp_path / student_wheel.name)  # uploaded beside the notebook
+    assert _run_cell(source, tmp_path, colab=True, monkeypatch=monkeypatch) == \
+        [("pip", f"install --quiet {student_wheel.name}")]
+
+
+def test_a_book_without_a_published_branch_still_installs_the_uploaded_wheel(small_book, tmp_path, monkeypatch):
+    assert release.published_wheel_base(CHAPTER, small_book) == ""  # no _config.yml beside it
+    release.release_chapter(CHAPTER, tmp_path / "out", book=small_book)
+    source = _colab_cell(tmp_path / "out" / CHAPTER)
+    (tmp_path / "colab").mkdir()
+    (wheel,) = _run_cell(source, tmp_path / "colab", colab=True, monkeypatch=monkeypatch)
+    assert wheel[1].startswith("install --quiet transformer_book_student-") and "://" not in wheel[1]

@@ -12,25 +12,18 @@ import jsonschema
 import nbformat
 import pytest
 
-from autograder import prairielearn
-from autograder.bench import make_book
-from autograder.cli import main
+from autograder import gradescope, prairielearn
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import fixtures  # noqa: E402
-
-CHAPTER = "04_self_attention"
-STUB = '''def self_attention(x, W_q, W_k, W_v):
-    raise NotImplementedError()
-'''
+import platform_fixtures  # noqa: E402
+from platform_fixtures import CHAPTER, STUB, exercise_points  # noqa: E402
 
 
 def _validate(data: dict) -> None:
-    schema = json.loads(prairielearn.SCHEMA_PATH.read_text(encoding="utf-8"))
-    jsonschema.Draft7Validator.check_schema(schema)
-    jsonschema.validate(data, schema, cls=jsonschema.Draft7Validator)
+    platform_fixtures.validate(prairielearn.SCHEMA_PATH, data)
 
 
 def test_the_schema_refuses_what_prairielearn_would():
@@ -51,11 +44,7 @@ def test_the_schema_refuses_what_prairielearn_would():
 
 @pytest.fixture(scope="module")
 def question(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pl")
-    book = make_book(root, [CHAPTER])
-    out = root / "question"
-    assert main(["prairielearn", CHAPTER, "--out", str(out), "--book", str(book), "--seed", "5"]) == 0
-    return out, book
+    return platform_fixtures.build("prairielearn", tmp_path_factory.mktemp("pl"), "question")
 
 
 def test_the_question_folder(question):
@@ -93,8 +82,7 @@ def test_run_grades_correct_partial_and_missing_uploads(question, tmp_path, need
     out, book = question
     root = _grade_root(tmp_path, out)
     source = nbformat.read(str(book / CHAPTER / f"{CHAPTER}.ipynb"), as_version=4)
-    points = {c.metadata.nbgrader["grade_id"][5:]: c.metadata.nbgrader["points"] for c in source.cells
-              if c.metadata.get("nbgrader", {}).get("grade")}
+    points = exercise_points(source)
 
     correct = _run(root, fixtures.reference_submission(source))
     assert correct["gradable"] is True and correct["score"] == 1.0
@@ -121,3 +109,31 @@ def test_paths_are_configurable(question, tmp_path):
     data = json.loads(elsewhere.read_text())
     _validate(data)
     assert data["gradable"] is False and data["format_errors"] == ["no files were submitted"]
+
+
+@pytest.mark.parametrize("config, error", [
+    (None, "cannot read the grader's configuration"),
+    ("[1, 2]", "expected a JSON object, got list"),
+    ('{"seed": 5}', 'expected "chapter": a chapter id'),
+    ('{"chapter": "../etc", "seed": 5}', 'expected "chapter": a chapter id'),
+    ('{"chapter": "%s", "seed": "5"}' % CHAPTER, 'expected "seed": a whole number'),
+    ('{"chapter": "05_masked_attention", "seed": 5}', "no source notebook"),
+])
+def test_both_adapters_load_their_package_one_way_and_name_what_is_wrong(question, tmp_path, config, error):
+    """A damaged package is the instructor's to mend: both adapters refuse it alike, naming its file."""
+    out, _ = question
+    good = gradescope.load_grader_config(out / "tests", prairielearn.CONFIG)
+    assert (good.chapter, good.config["seed"]) == (CHAPTER, 5)
+    assert good.source == out / "tests" / "book" / CHAPTER / f"{CHAPTER}.ipynb"
+    for folder, name in ((tmp_path / "grade" / "tests", prairielearn.CONFIG),
+                         (tmp_path / "autograder" / "source", gradescope.CONFIG)):
+        shutil.copytree(out / "tests" / "book", folder / "book")
+        if config is not None:
+            (folder / name).write_text(config, encoding="utf-8")
+        with pytest.raises(ValueError, match=error) as caught:
+            gradescope.load_grader_config(folder, name)
+        assert str(folder / name) in str(caught.value)
+    with pytest.raises(ValueError, match=error):
+        prairielearn.run(tmp_path / "grade")
+    with pytest.raises(ValueError, match=error):
+        gradescope.run(tmp_path / "autograder")
