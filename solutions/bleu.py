@@ -65,36 +65,37 @@ def bootstrap_bleu(stats, resamples):
 
     Args:
         stats: the counts of the ``N`` test sentences, one row each, as
-            :func:`sentence_statistics` returns them: ``[m_1 … m_K, t_1 … t_K, c, r]``.
-        resamples: ``S`` test sets, one row each, of sentence indices into ``stats``;
-            an index may appear several times (the sentence then counts several times)
-            or not at all.
+            :func:`sentence_statistics` returns them:
+            ``[m_1 … m_K, t_1 … t_K, c, r]``.
+        resamples: ``S`` test sets, one row each, of sentence indices into
+            ``stats``; an index may appear several times (the sentence then
+            counts several times) or not at all.
 
     Shape:
         stats: ``(N, 2K + 2)``; resamples: ``(S, M)``; output: ``(S,)``.
 
     Returns:
-        A float64 array: for each row of ``resamples``, the counts of its sentences
-        summed (``M_n``, ``T_n``, ``C``, ``R``) and BLEU computed from the sums,
-        ``100 · BP · exp((1/K) Σ_n log(M_n / T_n))``, with ``BP = 1`` if ``C > R``, else
-        ``exp(1 - R / C)``; 0 when some ``M_n`` is 0 (or ``C`` is 0).
+        A float64 array: for each row of ``resamples``, BLEU of the counts of
+        its sentences summed (``M_n``, ``T_n``, ``C``, ``R``):
+        ``100 · BP · exp((1/K) Σ_n log(M_n / T_n))``, ``BP = 1`` if
+        ``C > R``, else ``exp(1 - R / C)``; 0 when some ``M_n`` is 0 or
+        ``C`` is 0.
     """
     stats = np.asarray(stats, dtype=np.float64)
     resamples = np.asarray(resamples)
     if stats.ndim != 2 or stats.shape[1] < 4 or stats.shape[1] % 2:
-        raise ValueError(f"stats must be (N, 2K + 2) counts, got shape {stats.shape}")
-    if resamples.ndim != 2 or not np.issubdtype(resamples.dtype, np.integer):
-        raise ValueError(f"resamples must be a 2-D array of sentence indices, got {resamples.dtype} "
-                         f"{resamples.shape}")
-    order = (stats.shape[1] - 2) // 2
-    sums = stats[resamples].sum(axis=1)  # (S, 2K + 2): a repeated index counts again
-    matches, totals = sums[:, :order], sums[:, order:2 * order]
-    hyp_len, ref_len = sums[:, -2], sums[:, -1]
+        raise ValueError(f"stats must be (N, 2K + 2), got {stats.shape}")
+    if resamples.ndim != 2 or resamples.dtype.kind not in "iu":
+        raise ValueError("resamples must be a 2-D array of sentence indices, "
+                         f"got {resamples.dtype} {resamples.shape}")
+    k = (stats.shape[1] - 2) // 2
+    sums = stats[resamples].sum(axis=1)  # (S, 2K + 2): repeats count again
     scores = np.zeros(len(sums))
-    for row in range(len(sums)):
-        if hyp_len[row] == 0 or matches[row].min() == 0:
+    for s, row in enumerate(sums):
+        matches, totals, c, r = row[:k], row[k:2 * k], row[-2], row[-1]
+        if c == 0 or matches.min() == 0:
             continue  # no smoothing: log 0 makes the score 0
-        log_mean = sum(math.log(m / t) for m, t in zip(matches[row], totals[row])) / order
-        penalty = 1.0 if hyp_len[row] > ref_len[row] else math.exp(1 - ref_len[row] / hyp_len[row])
-        scores[row] = 100 * penalty * math.exp(log_mean)
+        log_mean = np.mean(np.log(matches / totals))
+        penalty = 1.0 if c > r else math.exp(1 - r / c)
+        scores[s] = 100 * penalty * math.exp(log_mean)
     return scores
