@@ -29,7 +29,7 @@ def _bootstrap_layout() -> Diagram:
     pairs = d.tensor("pairs", "N sentences", "other", word="hypothesis, reference", cx=150, top=20)
     count = d.operation("count once per sentence", cx=150, after=pairs)
     stats = d.tensor("stats", "(N, 2K + 2)", "other", word="counts", cx=150, after=count, min_width=150)
-    stats_note = d.note(["row i: m_1 … m_K, t_1 … t_K,", "c, r of sentence i"], x=stats.left, top=stats.bottom + 6)
+    stats_note = d.note(["row i: m_1 … m_K,", "t_1 … t_K, c, r"], x=stats.left, top=stats.bottom + 6)
 
     draw = d.operation("draw N indices with replacement", cx=430, top=count.top)
     resamples = d.tensor("resamples", "(S, N)", "masks", word="indices", cx=430, after=draw, min_width=150)
