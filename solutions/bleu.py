@@ -61,35 +61,35 @@ def sentence_statistics(hypotheses, references, max_order=4, tokenize=str.split)
 
 
 def bootstrap_bleu(stats, resamples):
-    """Corpus BLEU of each resampled test set, from the sentences' counts.
+    """Corpus BLEU of each resampled test set, from the counts.
 
     Args:
-        stats: the counts of the ``N`` test sentences, one row each, as
-            :func:`sentence_statistics` returns them:
+        stats: the counts of the ``N`` test sentences, one row each,
+            as :func:`sentence_statistics` returns them:
             ``[m_1 … m_K, t_1 … t_K, c, r]``.
-        resamples: ``S`` test sets, one row each, of sentence indices into
-            ``stats``; an index may appear several times (the sentence then
-            counts several times) or not at all.
+        resamples: ``S`` test sets, one row each, of sentence indices
+            into ``stats``; an index may appear several times (the
+            sentence then counts several times) or not at all.
 
     Shape:
         stats: ``(N, 2K + 2)``; resamples: ``(S, M)``; output: ``(S,)``.
 
     Returns:
-        A float64 array: for each row of ``resamples``, BLEU of the counts of
-        its sentences summed (``M_n``, ``T_n``, ``C``, ``R``):
+        A float64 array: for each row of ``resamples``, BLEU of the
+        counts of its sentences summed (``M_n``, ``T_n``, ``C``, ``R``):
         ``100 · BP · exp((1/K) Σ_n log(M_n / T_n))``, ``BP = 1`` if
-        ``C > R``, else ``exp(1 - R / C)``; 0 when some ``M_n`` is 0 or
-        ``C`` is 0.
+        ``C > R``, else ``exp(1 - R / C)``; 0 when some ``M_n`` is 0
+        or ``C`` is 0.
     """
     stats = np.asarray(stats, dtype=np.float64)
     resamples = np.asarray(resamples)
     if stats.ndim != 2 or stats.shape[1] < 4 or stats.shape[1] % 2:
-        raise ValueError(f"stats must be (N, 2K + 2), got {stats.shape}")
+        raise ValueError(f"stats must be (N, 2K + 2): {stats.shape}")
     if resamples.ndim != 2 or resamples.dtype.kind not in "iu":
-        raise ValueError("resamples must be a 2-D array of sentence indices, "
+        raise ValueError("resamples must be a 2-D array of indices, "
                          f"got {resamples.dtype} {resamples.shape}")
     k = (stats.shape[1] - 2) // 2
-    sums = stats[resamples].sum(axis=1)  # (S, 2K + 2): repeats count again
+    sums = stats[resamples].sum(axis=1)  # (S, 2K + 2), repeats again
     scores = np.zeros(len(sums))
     for s, row in enumerate(sums):
         matches, totals, c, r = row[:k], row[k:2 * k], row[-2], row[-1]
