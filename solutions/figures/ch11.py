@@ -21,7 +21,7 @@ def _bootstrap_layout() -> Diagram:
               "per sentence holding the clipped n-gram matches m_1 to m_K, the hypothesis n-grams "
               "t_1 to t_K, and the two lengths c and r. Beside it, resamples of shape (S, N): S rows "
               "of sentence indices drawn with replacement, so a sentence may appear twice or not at "
-              "all. Indexing the table with the resamples and summing over the sentences gives the "
+              "all. Summing, for each resample, the rows of the sentences it names (a row as often as its index appears) gives the "
               "summed counts of every resampled test set, shape (S, 2K + 2); BLEU computed from each "
               "row gives S scores, shape (S,), whose spread (for example the 2.5th and 97.5th "
               "percentiles) is the uncertainty the test set's size leaves in the score."),
@@ -37,7 +37,7 @@ def _bootstrap_layout() -> Diagram:
 
     top = stats_note.bottom + GAP + 4
     column = (stats.right + resamples.left) / 2  # the summed flow runs between the two inputs
-    gather = d.operation("stats[resamples].sum(axis=1)", cx=column, top=top)
+    gather = d.operation("sum each resample's rows", cx=column, top=top)
     d.arrow((stats.right, stats.cy), (column - 12, stats.cy), (column - 12, gather.top))
     d.arrow((resamples.left, resamples.cy), (column + 12, resamples.cy), (column + 12, gather.top))
     sums = d.tensor("sums", "(S, 2K + 2)", "other", word="one test set per row", cx=column, after=gather,
