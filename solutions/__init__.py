@@ -6,7 +6,7 @@ name, so ``from solutions import MultiHeadAttention`` works in every chapter:
 * chapters 1–10, the reference (what the exercises ask for and the model built from
   it): ``rnn`` · ``tokens`` · ``embeddings`` · ``positional`` · ``attention`` ·
   ``multihead`` · ``fused`` · ``masking`` · ``layers`` · ``decoder`` · ``model`` ·
-  ``training`` · ``kv_cache`` · ``decoding``;
+  ``training`` · ``kv_cache`` · ``decoding`` · ``bleu`` (chapter 11);
 * ``solutions.figures``: the book's diagrams and plots (never imported here);
 * ``solutions.app``: the practitioner's application, which imports the reference and is
   never imported by it: ``data`` (the synthetic task, corpora, tokenizers, batching),
@@ -36,6 +36,7 @@ from .training import make_decoder_io, noam_lr, label_smoothed_cross_entropy, la
 from .kv_cache import IncrementalDecoder  # chapter 10
 from .decoding import greedy_decode, beam_search  # chapter 10
 from .translation import translate  # chapter 10 (not an exercise)
+from .bleu import sentence_statistics, bootstrap_bleu  # chapter 11
 
 __all__ = [
     "rnn_forward", "hidden_state_jacobian_norms", "additive_attention", "PAD_ID", "SOS_ID",
@@ -47,5 +48,5 @@ __all__ = [
     "EncoderLayer", "DecoderLayer", "Transformer", "TransformerConfig", "ConfigError", "count_parameters",
     "PAPER_CONFIGS", "PAPER_VOCAB_SIZE", "PAPER_PARAMETERS", "paper_parameter_count", "make_decoder_io", "noam_lr",
     "label_smoothed_cross_entropy", "label_smoothing_floor", "IncrementalDecoder", "greedy_decode", "beam_search",
-    "translate",
+    "translate", "sentence_statistics", "bootstrap_bleu",
 ]

@@ -17,7 +17,7 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["plot_attention", "plot_heads", "plot_mask", "show_explorer", "STATIC_ENV_VAR"]
+__all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_mask", "show_explorer", "STATIC_ENV_VAR"]
 
 #: Environment variable the book build sets to "1": explorers render a static figure.
 STATIC_ENV_VAR = "TRANSFORMER_BOOK_STATIC"
@@ -203,6 +203,85 @@ def plot_heads(weights, query_tokens=None, key_tokens=None, titles=None):
             ax.set_xlabel("")
         ax.set_title(str(titles[head]), fontsize=10)
     fig.colorbar(image, ax=list(fig.axes), fraction=0.02, pad=0.02)
+    return fig
+
+
+def _numbers(ax, matrix, cmap, rows=None, cols=None, title=""):
+    """Draw a small matrix as a grid of its values (3 decimals), tinted by ``cmap`` (its
+    darkest tint at 1.6 times the largest value, so every number stays readable)."""
+    n_rows, n_cols = matrix.shape
+    top = 1.6 * max(1.0, float(matrix.max()))
+    ax.imshow(matrix, cmap=cmap, vmin=min(0.0, float(matrix.min())), vmax=top, aspect="equal",
+              interpolation="nearest")
+    for i in range(n_rows):
+        for j in range(n_cols):
+            value = matrix[i, j]
+            text = f"{value:.0f}" if value == round(value) else f"{value:.3f}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8.5, color="#1a1a1a")
+    ax.set_xticks(range(n_cols))
+    ax.set_xticklabels([str(c) for c in (cols if cols is not None else range(n_cols))], fontsize=8)
+    ax.set_yticks(range(n_rows))
+    ax.set_yticklabels(rows if rows is not None else [str(i) for i in range(n_rows)], fontsize=9)
+    ax.tick_params(length=0)
+    ax.set_title(title, fontsize=9.5)
+
+
+def plot_head_steps(heads, tokens, merged=None, merged_title="concatenated"):
+    """Draw multi-head attention step by step with its numbers: per head, the features it
+    sees, its attention weights and its output; then the heads' outputs side by side.
+
+    One row per head, read left to right: the slice of the input the head projects
+    (here its queries, keys and values), the weights ``softmax(Q Kᵀ / √d_k)`` (queries on
+    the rows, keys on the columns, as :func:`plot_attention`) and the output
+    ``weights @ V``. ``merged``, when given, is drawn on the right beside the heads it
+    concatenates. Colours follow the book's roles: values green, weights purple.
+
+    Args:
+        heads: a list of dicts, one per row, with keys ``"title"``, ``"input"`` ``(T, d)``,
+            ``"weights"`` ``(T, T)`` and ``"output"`` ``(T, d_v)`` (arrays or tensors);
+            optional ``"features"``, the ``d`` column labels of the input and the output
+            (the model features a head's slice holds; default 0, 1, …), and ``"merge"``
+            (bool, default True), whether the row's output is part of ``merged``.
+        tokens: the ``T`` token labels of the rows.
+        merged: optional ``(T, D)`` concatenation of the merged rows' outputs.
+        merged_title: the title above ``merged``.
+
+    Returns:
+        matplotlib.figure.Figure: three Axes per row, then one for ``merged``.
+
+    Raises:
+        ValueError: when a matrix's rows do not match ``tokens`` or ``heads`` is empty.
+
+    Paper: "Attention Is All You Need", section 3.2.2 and its Figure 2 (right).
+    """
+    if not heads:
+        raise ValueError("heads must hold at least one row")
+    tokens = [str(t) for t in tokens]
+    rows = []
+    for row in heads:
+        mats = [_to_numpy(row[key], key).astype(float) for key in ("input", "weights", "output")]
+        for key, mat in zip(("input", "weights", "output"), mats):
+            if mat.ndim != 2 or mat.shape[0] != len(tokens):
+                raise ValueError(f"{row.get('title', 'a head')}: {key} must have {len(tokens)} rows, "
+                                 f"got shape {mat.shape}")
+        features = row.get("features", range(mats[0].shape[1]))
+        rows.append((row["title"], mats, row.get("merge", True), list(features)))
+    n = len(rows)
+    width = [1.3, 1.3, 1.3] + ([1.9] if merged is not None else [])
+    fig = plt.figure(figsize=(2.5 * sum(width), 1.55 * n + 0.5), layout="constrained")
+    grid = fig.add_gridspec(n, len(width), width_ratios=width)
+    steps = ("the features it sees", "weights: softmax(Q Kᵀ / √d_k)", "output: weights @ V")
+    for r, (title, (inp, w, out), _, features) in enumerate(rows):
+        columns = (features, tokens, features if out.shape[1] == len(features) else None)
+        for c, (mat, cmap) in enumerate(((inp, "Greys"), (w, "Purples"), (out, "Greens"))):
+            ax = fig.add_subplot(grid[r, c])
+            _numbers(ax, mat, cmap, rows=tokens if c == 0 else [""] * len(tokens), cols=columns[c],
+                     title=f"{title}: {steps[c]}" if c == 0 else steps[c])
+    if merged is not None:
+        merged = _to_numpy(merged, "merged").astype(float)
+        which = [r for r, row in enumerate(rows) if row[2]]
+        ax = fig.add_subplot(grid[min(which):max(which) + 1, len(width) - 1])
+        _numbers(ax, merged, "Greens", rows=tokens, title=merged_title)
     return fig
 
 

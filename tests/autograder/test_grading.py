@@ -132,7 +132,7 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
     import nbformat
 
     books = _chapter_notebooks()
-    assert len(books) == 10, f"found {len(books)} chapter notebooks with checks, expected 10"
+    assert len(books) == 11, f"found {len(books)} chapter notebooks with checks, expected 11"
     jobs = []
     for path in books:
         blank = fixtures.blank_submission(nbformat.read(str(path), as_version=4))

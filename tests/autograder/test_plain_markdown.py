@@ -334,7 +334,7 @@ def released(tmp_path_factory):
 
 def test_the_real_chapters_are_released_in_plain_markdown(released):
     bib = read_bibtex(BOOK / "references.bib")
-    assert len(released) == 10
+    assert len(released) == 11
     for chapter, path in released.items():
         source = nbformat.read(str(BOOK / chapter / f"{chapter}.ipynb"), as_version=4)
         nb = nbformat.read(str(path), as_version=4)

@@ -2,7 +2,7 @@
 only that chapter's student wheel (:mod:`student_env`), from a folder outside the
 repository, as Jupyter runs it (a kernel of that venv).
 
-One release of all ten chapters (one wheel per chapter); one venv for the whole
+One release of all eleven chapters (one wheel per chapter); one venv for the whole
 module, the next chapter's wheel installed over the last one, as the README tells a
 student. Each chapter executes once per ``make test``, in the book build; here the
 released notebook executes only where it differs from that build:

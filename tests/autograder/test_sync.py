@@ -80,7 +80,7 @@ def test_free_form_solution_cells_are_left_alone(tmp_path):
 
 def test_committed_chapter_notebooks_are_in_sync():
     """CI's drift check: every chapter notebook equals what `solutions` generates."""
-    assert len(sync.chapter_notebooks()) == 10, "the drift check must see all ten chapters"
+    assert len(sync.chapter_notebooks()) == 11, "the drift check must see all eleven chapters"
     result = subprocess.run(
         [sys.executable, "-m", "autograder.sync", "--check"], capture_output=True, text=True
     )

@@ -20,7 +20,7 @@ TOC_NUMBERS = {cs.chapter_number(p) for p in TOC_CHAPTERS}
 
 
 def _chapter_params():
-    assert len(TOC_CHAPTERS) == 10, f"_toc.yml lists {len(TOC_CHAPTERS)} chapters, the book has 10"
+    assert len(TOC_CHAPTERS) == 11, f"_toc.yml lists {len(TOC_CHAPTERS)} chapters, the book has 11"
     return [pytest.param(p, rule, id=f"{p.stem}-{rule.replace(' ', '_')}")
             for p in TOC_CHAPTERS for rule in cs.RULES]
 

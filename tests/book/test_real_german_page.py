@@ -1,4 +1,4 @@
-"""The page "Translating real German" (book/real_german/translating_real_german.ipynb).
+"""The page "Translating real German" (book/11_real_german/11_real_german.ipynb).
 
 Its numbers come from ``multi30k_results.json``, written by a Multi30k run that lands
 separately. The page must build before the file exists (saying what is missing) and show
@@ -21,7 +21,7 @@ from book_helpers import ROOT
 
 matplotlib.use("Agg")
 
-PAGE = ROOT / "book" / "real_german" / "translating_real_german.ipynb"
+PAGE = ROOT / "book" / "11_real_german" / "11_real_german.ipynb"
 RESULTS = PAGE.with_name("multi30k_results.json")  # the run the prose describes
 LEVERS = PAGE.with_name("multi30k_levers.json")  # the runs that chose the preset
 SAMPLE = ROOT / "tests" / "book" / "fixtures" / "multi30k_results_sample.json"
@@ -47,7 +47,7 @@ def _joined(printed):
 def test_the_page_follows_chapter_10_in_the_toc():
     toc = (ROOT / "_toc.yml").read_text(encoding="utf-8").splitlines()
     files = [line.split("file:")[1].strip() for line in toc if "file:" in line]
-    assert files.index("book/real_german/translating_real_german") == \
+    assert files.index("book/11_real_german/11_real_german") == \
         files.index("book/10_inference/10_inference") + 1
 
 

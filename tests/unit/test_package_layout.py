@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "solutions"
 CHAPTER = {
     "rnn": 1, "tokens": 2, "embeddings": 2, "positional": 3, "attention": 4, "multihead": 5, "fused": 5,
     "masking": 6, "layers": 7, "decoder": 8, "model": 8, "training": 9, "kv_cache": 10, "decoding": 10, "translation": 10,
+    "bleu": 11,
 }
 #: The practitioner's application, ``solutions/app/``: imports the reference, never imported by it.
 APPLICATION = {"data", "evaluation", "summary", "trainer", "distributed", "bench", "profiling", "export", "inference",

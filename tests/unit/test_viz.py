@@ -79,6 +79,27 @@ def test_plot_heads_one_map_per_head_with_shared_scale():
         assert ax.get_images()[0].get_clim() == maps[0].get_images()[0].get_clim()
 
 
+def test_plot_head_steps_draws_each_step_with_its_numbers_and_the_merge_beside():
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    w = _random_weights(3, 3)
+    heads = [{"title": "h1", "input": x, "weights": w, "output": w @ x},
+             {"title": "h2", "input": torch.tensor(x), "weights": w, "output": w @ x, "features": [2, 3]}]
+    fig = viz.plot_head_steps(heads, ["a", "b", "c"], merged=np.hstack([w @ x, w @ x]))
+    assert len(fig.axes) == 3 * 2 + 1
+    weights_ax, second_input = fig.axes[1], fig.axes[3]
+    assert [t.get_text() for t in weights_ax.get_xticklabels()] == ["a", "b", "c"]  # keys on the columns
+    assert [t.get_text() for t in second_input.get_xticklabels()] == ["2", "3"]  # the head's own features
+    assert f"{w[0, 0]:.3f}" in [t.get_text() for t in weights_ax.texts]
+
+
+def test_plot_head_steps_rejects_a_matrix_of_other_rows():
+    with pytest.raises(ValueError, match="h1: weights must have 3 rows"):
+        viz.plot_head_steps([{"title": "h1", "input": np.eye(3), "weights": np.eye(2), "output": np.eye(3)}],
+                            ["a", "b", "c"])
+    with pytest.raises(ValueError, match="at least one row"):
+        viz.plot_head_steps([], ["a"])
+
+
 def test_plot_heads_accepts_batch_of_one_and_rejects_bad_titles():
     fig = viz.plot_heads(torch.softmax(torch.randn(1, 2, 3, 3), dim=-1))
     assert [ax.get_title() for ax in fig.axes if ax.get_images()] == ["head 0", "head 1"]

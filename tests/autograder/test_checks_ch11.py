@@ -1,0 +1,177 @@
+"""Tests of the chapter 11 check (``bootstrap_bleu``): plausible wrong answers are rejected
+with a hint that names the mistake and lose only the part that states their rule, valid
+answers in other styles earn full marks, and the chapter's own notebook is graded through
+the real sandboxed grader (the reference and fresh hidden inputs: test_checks_registry.py)."""
+import functools
+import math
+
+import numpy as np
+import sacrebleu
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+import check_helpers
+import solutions
+from autograder.checks import get_exercise
+from check_helpers import accepted, assert_full_marks, grade_in_sandbox, one_torch_thread  # noqa: F401
+
+rejected = functools.partial(check_helpers.rejected, seed=11)
+partly = functools.partial(check_helpers.partly, seed=11)
+
+SUMS, PENALTY, ZERO = get_exercise("bootstrap_bleu").parts
+ALL = {SUMS, PENALTY, ZERO}
+
+
+def make_bleu(per_sentence=False, unique=False, mean="geometric", scale=100.0, penalty="right", smooth=False):
+    """A loop-style answer with one switch per plausible mistake."""
+    def bleu_of(sums, order):
+        m, t, c, r = sums[:order], sums[order:2 * order], sums[-2], sums[-1]
+        if c == 0:
+            return 0.0
+        if min(m) == 0:
+            if not smooth:
+                return 0.0
+            m = [x if x > 0 else 1e-9 for x in m]
+        p = [a / b for a, b in zip(m, t)]
+        bp = {"right": 1.0 if c > r else math.exp(1 - r / c),
+              "inverted": 1.0 if c > r else math.exp(1 - c / r),
+              "always": math.exp(1 - r / c)}[penalty]
+        if mean == "arithmetic":
+            return scale * bp * sum(p) / order
+        return scale * bp * math.exp(sum(math.log(x) for x in p) / order)
+
+    def bootstrap_bleu(stats, resamples):
+        stats = np.asarray(stats, dtype=float)
+        order = (stats.shape[1] - 2) // 2
+        out = []
+        for row in resamples:
+            rows = sorted(set(row.tolist())) if unique else row
+            if per_sentence:
+                out.append(float(np.mean([bleu_of(stats[i], order) for i in rows])))
+            else:
+                out.append(bleu_of(stats[rows].sum(axis=0), order))
+        return np.array(out)
+
+    return bootstrap_bleu
+
+
+# --------------------------------------------------------------------------- wrong answers
+
+
+def test_the_mean_of_sentence_scores_is_rejected_and_loses_only_the_sums():
+    rejected("bootstrap_bleu", make_bleu(per_sentence=True), "not the mean of the sentences' scores")
+    partly("bootstrap_bleu", make_bleu(per_sentence=True), {PENALTY, ZERO}, {SUMS})
+
+
+def test_counting_a_repeated_sentence_once_loses_only_the_sums():
+    rejected("bootstrap_bleu", make_bleu(unique=True), "a sentence drawn twice counts twice")
+    partly("bootstrap_bleu", make_bleu(unique=True), {PENALTY, ZERO}, {SUMS})
+
+
+def test_an_arithmetic_mean_of_the_precisions_is_rejected():
+    rejected("bootstrap_bleu", make_bleu(mean="arithmetic"), "geometric mean")
+
+
+def test_a_score_between_0_and_1_is_rejected():
+    rejected("bootstrap_bleu", make_bleu(scale=1.0), "multiply by 100")
+
+
+def test_an_inverted_penalty_loses_only_the_penalty():
+    rejected("bootstrap_bleu", make_bleu(penalty="inverted"), "not exp(1 - C / R)")
+    partly("bootstrap_bleu", make_bleu(penalty="inverted"), {SUMS, ZERO}, {PENALTY})
+
+
+def test_a_penalty_for_long_output_loses_only_the_penalty():
+    rejected("bootstrap_bleu", make_bleu(penalty="always"), "the penalty is 1")
+    partly("bootstrap_bleu", make_bleu(penalty="always"), {SUMS, ZERO}, {PENALTY})
+
+
+def test_smoothing_a_zero_count_loses_only_the_zero_part():
+    rejected("bootstrap_bleu", make_bleu(smooth=True), "no smoothing")
+    partly("bootstrap_bleu", make_bleu(smooth=True), {SUMS, PENALTY}, {ZERO})
+
+
+def test_the_wrong_shape_is_named():
+    def one_number(stats, resamples):
+        return float(solutions.bootstrap_bleu(stats, resamples).mean())
+
+    rejected("bootstrap_bleu", one_number, "one score per resample", any_word=True)
+
+
+def test_the_visible_check_rejects_every_mutant_the_hidden_one_does():
+    for wrong in (make_bleu(per_sentence=True), make_bleu(unique=True), make_bleu(penalty="inverted"),
+                  make_bleu(penalty="always"), make_bleu(smooth=True), make_bleu(mean="arithmetic")):
+        rejected("bootstrap_bleu", wrong, hidden=False)
+
+
+# --------------------------------------------------------------------------- right answers, other styles
+
+
+def test_the_loop_answer_passes():
+    accepted("bootstrap_bleu", make_bleu())
+
+
+def test_a_vectorised_numpy_answer_passes():
+    def bootstrap_bleu(stats, resamples):
+        stats = np.asarray(stats, dtype=np.float64)
+        k = (stats.shape[1] - 2) // 2
+        sums = stats[resamples].sum(axis=1)
+        m, t, c, r = sums[:, :k], sums[:, k:2 * k], sums[:, -2], sums[:, -1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_mean = np.log(m / t).mean(axis=1)
+            bp = np.where(c > r, 1.0, np.exp(1 - r / c))
+            score = 100 * bp * np.exp(log_mean)
+        return np.where((m.min(axis=1) > 0) & (c > 0), score, 0.0)
+
+    accepted("bootstrap_bleu", bootstrap_bleu)
+
+
+def test_an_answer_through_sacrebleus_formula_passes():
+    def bootstrap_bleu(stats, resamples):
+        k = (len(stats[0]) - 2) // 2
+        out = []
+        for row in resamples:
+            s = np.asarray(stats)[row].sum(axis=0)
+            out.append(sacrebleu.BLEU.compute_bleu(s[:k].tolist(), s[k:2 * k].tolist(), int(s[-2]), int(s[-1]),
+                                                   smooth_method="none", max_ngram_order=k).score)
+        return np.array(out)
+
+    accepted("bootstrap_bleu", bootstrap_bleu)
+
+
+def test_the_identity_resample_is_sacrebleus_corpus_score():
+    """The reference's two functions together give sacreBLEU's default score (13a tokens)."""
+    tokenizer = Tokenizer13a()
+    hyps = ["A dog runs in the snow.", "Two men are talking.", "A woman sits on a red bench."]
+    refs = ["A dog is running in the snow.", "Two men talk.", "A woman is sitting on a bench."]
+    stats = solutions.sentence_statistics(hyps, refs, tokenize=lambda s: tokenizer(s).split())
+    score = solutions.bootstrap_bleu(stats, np.arange(3)[None])[0]
+    assert math.isclose(score, sacrebleu.corpus_bleu(hyps, [refs], smooth_method="none").score, rel_tol=1e-12)
+
+
+# --------------------------------------------------------------------------- the real grading path
+
+SOLUTION = '''
+def bootstrap_bleu(stats, resamples):
+    stats = np.asarray(stats, dtype=np.float64)
+    k = (stats.shape[1] - 2) // 2
+    scores = []
+    for row in resamples:
+        s = stats[row].sum(axis=0)
+        if s[-2] == 0 or s[:k].min() == 0:
+            scores.append(0.0)
+            continue
+        bp = 1.0 if s[-2] > s[-1] else math.exp(1 - s[-1] / s[-2])
+        scores.append(100 * bp * math.exp(np.mean(np.log(s[:k] / s[k:2 * k]))))
+    return np.array(scores)
+'''
+
+WRONG = SOLUTION.replace("stats[row].sum(axis=0)", "stats[np.unique(row)].sum(axis=0)")
+
+
+def test_the_sandboxed_grader_gives_full_marks_and_charges_a_mistake_to_its_part(tmp_path):
+    assert_full_marks(grade_in_sandbox("11_real_german", tmp_path / "right", bootstrap_bleu=SOLUTION),
+                      {"bootstrap_bleu": 4})
+    wrong = grade_in_sandbox("11_real_german", tmp_path / "wrong", bootstrap_bleu=WRONG)["bootstrap_bleu"]
+    assert (wrong.status, wrong.score) == ("partial", 2), wrong
+    assert {p["name"]: p["score"] for p in wrong.parts} == {SUMS: 0, PENALTY: 1, ZERO: 1}
+    assert "counts twice" in wrong.reason
