@@ -12,23 +12,26 @@ from solutions.app.inference import (CUDAGraphStep, StaticIncrementalDecoder, ba
 from solutions.decoding import beam_search, greedy_decode
 from solutions.kv_cache import IncrementalDecoder
 from solutions.translation import translate
+from test_kv_cache import _model, _source as _kv_source
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _model(norm_first, seed=0, vocab=23, dtype=torch.float64):
-    torch.manual_seed(seed)
-    model = Transformer(vocab, vocab, d_model=32, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
-                        d_ff=48, dropout=0.1, max_len=64, norm_first=norm_first)
-    return model.to(dtype).eval()
-
-
-def _source(batch=5, length=9, vocab=23, seed=1):
-    src = torch.randint(4, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
-    src[1, 5:] = 0  # sources of different lengths
-    src[3, 2:] = 0
+def _source(batch=5, length=9, seed=1):
+    """test_kv_cache's sources, and one more of a third length."""
+    src = _kv_source(batch=batch, length=length, seed=seed)
     src[4, 7:] = 0
     return src
+
+
+class Words:
+    """A toy tokenizer: ids 4.. for words (hashed), the specials dropped when decoding."""
+
+    def encode(self, sentence):
+        return [4 + (sum(map(ord, word)) % 19) for word in sentence.split()]
+
+    def decode(self, ids):
+        return " ".join(str(i) for i in ids if i not in (0, 1, 2))
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -71,15 +74,7 @@ def test_static_greedy_gives_greedy_decode_s_tokens(norm_first, seed, check_ever
 
 
 def test_translate_with_the_static_decoder_gives_the_same_translations():
-    model = _model(True, seed=3, dtype=torch.float32)
-
-    class Words:  # ids 4.. for words, 3 for unknown
-        def encode(self, sentence):
-            return [4 + (sum(map(ord, word)) % 19) for word in sentence.split()]
-
-        def decode(self, ids):
-            return " ".join(str(i) for i in ids if i not in (0, 1, 2))
-
+    model = _model(True, seed=3).float()
     sentences = ["a b c", "ein kurzer satz", "x", "ein viel längerer satz mit mehr wörtern als die anderen", "d e"]
     plain = translate(model, sentences, Words(), Words(), max_len=12, batch_size=2)
     static = translate(model, sentences, Words(), Words(), max_len=12, batch_size=2, greedy=static_greedy_decode)
@@ -127,15 +122,7 @@ def test_batch_beam_search_gives_beam_search_s_hypothesis_for_every_sentence(nor
 
 
 def test_translate_with_the_batched_beam_gives_the_same_translations():
-    model = _model(True, seed=5, dtype=torch.float32)
-
-    class Words:
-        def encode(self, sentence):
-            return [4 + (sum(map(ord, word)) % 19) for word in sentence.split()]
-
-        def decode(self, ids):
-            return " ".join(str(i) for i in ids if i not in (0, 1, 2))
-
+    model = _model(True, seed=5).float()
     sentences = ["a b c", "ein kurzer satz", "x", "ein viel längerer satz mit mehr wörtern als die anderen", "d e",
                  "noch einer", "und der letzte satz hier"]
     one_by_one = translate(model, sentences, Words(), Words(), beam_size=3, max_len=9, length_penalty=0.6)
