@@ -20,7 +20,7 @@ __all__ = ["translate"]
 
 
 def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_len=None,
-              batch_size=64, device=None, length_penalty=0.6, use_cache=True, greedy=None):
+              batch_size=64, device=None, length_penalty=0.6, use_cache=True, greedy=None, beam=None):
     """Translate strings with a trained model: tokenize, decode, detokenize.
 
     Args:
@@ -29,10 +29,10 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
         src_tokenizer, tgt_tokenizer: objects with ``encode(str) -> list[int]`` /
             ``decode(list[int]) -> str`` (see :mod:`solutions.app.data`).
         beam_size: 1 = batched greedy decoding with the key/value cache;
-            more = :func:`beam_search` sentence by sentence.
+            more = :func:`beam_search` sentence by sentence (or ``beam``, batched).
         max_len: most new tokens; default: source length + 50 (the paper's rule),
             capped by the model's positional table.
-        batch_size: sentences decoded together by greedy decoding.
+        batch_size: sentences decoded together by greedy decoding (and by ``beam``).
         device: where to run (default: the model's device).
         length_penalty: ``alpha`` of :func:`beam_search`'s length penalty (beam only).
         use_cache: greedy decoding with the key/value cache (False: recompute every
@@ -43,6 +43,10 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
             (``None``: ``greedy_decode``), e.g. the CUDA path
             :func:`solutions.app.inference.static_greedy_decode`; ``use_cache`` does
             not apply to it.
+        beam: a function with ``beam_search``'s arguments that decodes a batch of
+            sentences (``src (N, T_src)``, ``max_len`` one per sentence) and returns one
+            token list per sentence, e.g. :func:`solutions.app.inference.batch_beam_search`;
+            ``None``: ``beam_search``, one sentence at a time.
 
     Returns:
         A list of target strings, in the order of ``sentences`` (they are decoded
@@ -61,8 +65,9 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
     greedy = greedy_decode if greedy is None else greedy
     encoded = [src_tokenizer.encode(s) or [3] for s in sentences]
     order = sorted(range(len(sentences)), key=lambda i: len(encoded[i]))
-    for start in range(0, len(order), batch_size if beam_size == 1 else 1):
-        chunk = order[start:start + (batch_size if beam_size == 1 else 1)]
+    chunk_size = batch_size if beam_size == 1 or beam is not None else 1
+    for start in range(0, len(order), chunk_size):
+        chunk = order[start:start + chunk_size]
         longest = max(len(encoded[i]) for i in chunk)
         src = torch.zeros(len(chunk), longest, dtype=torch.long)  # (B, T_src), <pad> = 0
         for row, i in enumerate(chunk):
@@ -74,6 +79,10 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
             ys = greedy(model, src, src_mask, steps, **cache)
             for row, i in enumerate(chunk):
                 outputs[i] = tgt_tokenizer.decode(ys[row, 1:].tolist())
+        elif beam is not None:  # each sentence its own limit, as when it is decoded alone
+            limits = [min(max_len if max_len is not None else len(encoded[i]) + 50, limit) for i in chunk]
+            for i, ids in zip(chunk, beam(model, src, src_mask, beam_size, limits, length_penalty=length_penalty)):
+                outputs[i] = tgt_tokenizer.decode(ids[1:])
         else:
             ids = beam_search(model, src, src_mask, beam_size, steps, length_penalty=length_penalty)
             outputs[chunk[0]] = tgt_tokenizer.decode(ids[1:])

@@ -54,7 +54,7 @@ from ..positional import PositionalEncoding
 from ..translation import translate
 from .data import build_tokenizer, read_parallel
 from .export import CTranslate2Translator, ctranslate2_available, export_ctranslate2
-from .inference import greedy_decoder_for, static_greedy_decode
+from .inference import batch_beam_search, greedy_decoder_for, static_greedy_decode
 from .trainer import PRESETS, load_checkpoint, model_from_checkpoint, resolve_device
 
 __all__ = ["TorchTransformerBaseline", "random_batch", "bench_training_step", "bench_kv_cache", "bench_translation",
@@ -347,11 +347,13 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
                            device="cpu", clock="wall"):
     """Sentences per second of :func:`~solutions.translation.translate`, the way ``translate`` runs.
 
-    Three passes over the same sentences: greedy in length-sorted batches of ``batch``
+    Four passes over the same sentences: greedy in length-sorted batches of ``batch``
     with the key/value cache (the CLI's: on CUDA the fixed-shape cache as a CUDA graph),
-    the same without the cache, and beam search (beam
-    ``beam_size``, one sentence at a time). Greedy with and without the cache give the
-    same translations (checked).
+    the same without the cache, beam search (beam ``beam_size``) one sentence at a time
+    (chapter 10's ``beam_search``), and the same in batches of ``batch`` sentences
+    (:func:`~solutions.app.inference.batch_beam_search`, the CLI's). Greedy with and
+    without the cache give the same translations (checked); ``beam_same`` is the
+    fraction of equal beam translations.
 
     Args:
         checkpoint: a checkpoint or export of ``train``; default: an untrained model of the
@@ -383,12 +385,13 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
         max_len = 24 if max_len is None else max_len
     timed = {}
     outputs = {}
-    for name, beam, cache in (("greedy_cached", 1, True), ("greedy_uncached", 1, False), ("beam", beam_size, True)):
+    runs = (("greedy_cached", 1, True, {"greedy": greedy_decoder_for(device)}), ("greedy_uncached", 1, False, {}),
+            ("beam", beam_size, True, {}), ("beam_batched", beam_size, True, {"beam": batch_beam_search}))
+    for name, beam, cache, decoders in runs:
         _sync(device)
         start = now()
         outputs[name] = translate(model, texts, src_tok, tgt_tok, beam_size=beam, max_len=max_len,
-                                  batch_size=batch, device=device, use_cache=cache,
-                                  greedy=greedy_decoder_for(device) if cache and beam == 1 else None)
+                                  batch_size=batch, device=device, use_cache=cache, **decoders)
         _sync(device)
         timed[name] = len(texts) / max(now() - start, 1e-9)
     return {"sentences": len(texts), "corpus": corpus or "generated (Multi30k test 2016 word counts)",
@@ -396,8 +399,10 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
             "greedy_cached_sentences_per_s": timed["greedy_cached"],
             "greedy_uncached_sentences_per_s": timed["greedy_uncached"],
             "cache_ratio": timed["greedy_cached"] / timed["greedy_uncached"],
-            "beam_sentences_per_s": timed["beam"],
-            "same_translations": outputs["greedy_cached"] == outputs["greedy_uncached"]}
+            "beam_sentences_per_s": timed["beam"], "beam_batched_sentences_per_s": timed["beam_batched"],
+            "beam_batch_ratio": timed["beam_batched"] / timed["beam"],
+            "same_translations": outputs["greedy_cached"] == outputs["greedy_uncached"],
+            "beam_same": sum(a == b for a, b in zip(outputs["beam"], outputs["beam_batched"])) / len(texts)}
 
 
 def bench_ctranslate2(checkpoint=None, corpus=None, sentences=1000, beam_size=4, batch=64, max_len=None,
@@ -586,6 +591,8 @@ def _run(quick, device, json_path, clock, out, checkpoint=None, corpus=None, sen
     out(f"  greedy, batches of {user['batch']}, no cache:        {user['greedy_uncached_sentences_per_s']:8.1f} sentences/s"
         f"  (cache {user['cache_ratio']:.2f}x, same translations: {user['same_translations']})")
     out(f"  beam {user['beam_size']}, one sentence at a time:     {user['beam_sentences_per_s']:8.1f} sentences/s")
+    out(f"  beam {user['beam_size']}, batches of {user['batch']}:            {user['beam_batched_sentences_per_s']:8.1f} "
+        f"sentences/s  (batched {user['beam_batch_ratio']:.2f}x, same translations: {100 * user['beam_same']:.1f} %)")
     if device.type == "cpu":
         engine = bench_ctranslate2(checkpoint, corpus, sentences or (16 if quick else 1000), clock=clock,
                                    max_len=None if checkpoint or not quick else 6)

@@ -531,6 +531,9 @@ def _train(args):
                                           other_data=other_data, **changes)
     else:
         trainer = Trainer(config, train_pairs, valid_pairs, out_dir=args.out, started=started)
+    from .inference import decoders_for
+
+    trainer.translate_options = decoders_for(trainer.device)  # batched beam search; on CUDA, CUDA graphs
     context = trainer.context
     if context.is_main and not args.quiet:
         from ..model import count_parameters
@@ -629,7 +632,7 @@ def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentence
     ``label`` names a sentence in the warning: "argument", "FILE line", "<stdin> line" ...
     """
     from ..translation import translate
-    from .inference import greedy_decoder_for
+    from .inference import decoders_for
 
     limit = model.positional.pe.size(0)  # the longest source the encoder can place
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
@@ -644,7 +647,7 @@ def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentence
         translated = translate(model, [sentences[i] for i in todo], _TruncatingTokenizer(src_tokenizer, limit),
                                tgt_tokenizer, beam_size=args.beam, max_len=args.max_len,
                                batch_size=args.batch_size, device=device, length_penalty=args.length_penalty,
-                               greedy=greedy_decoder_for(device))
+                               **decoders_for(device))
         for i, line in zip(todo, translated):
             outputs[i] = line
     return outputs

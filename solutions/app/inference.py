@@ -16,18 +16,26 @@ that cache was slower than recomputing every prefix (0.80x on an H100, README). 
 - :func:`static_greedy_decode` is :func:`~solutions.decoding.greedy_decode` on them (the
   same tokens), and checks whether every sentence has ended only every few steps (each
   check waits for the GPU).
+- :func:`batch_beam_search` is :func:`~solutions.decoding.beam_search` for many sentences
+  at once: the beams of every sentence are one batch, and one transfer per step brings
+  every sentence's best candidates to the host (chapter 10's ``beam_search`` decodes one
+  sentence, its beams a batch of at most ``beam_size`` rows).
 
-:func:`greedy_decoder_for` picks it on CUDA for :func:`~solutions.translation.translate`
-(``greedy=``), as ``translate`` and ``evaluate`` on the command line and ``bench`` do.
+:func:`decoders_for` picks them for :func:`~solutions.translation.translate` (``greedy=``,
+``beam=``): the batched beam search everywhere, the static greedy decoder on CUDA; the
+command line (``translate``, ``evaluate``, ``train``'s evaluations) and ``bench`` use it.
 
 Paper: section 3.2.3 (auto-regressive decoding).
 """
 import torch
+import torch.nn.functional as F
 
 from ..kv_cache import IncrementalDecoder
+from ..masking import causal_mask
 from ..multihead import split_heads
 
-__all__ = ["StaticIncrementalDecoder", "CUDAGraphStep", "static_greedy_decode", "greedy_decoder_for"]
+__all__ = ["StaticIncrementalDecoder", "CUDAGraphStep", "static_greedy_decode", "greedy_decoder_for",
+           "batch_beam_search", "decoders_for"]
 
 
 class StaticIncrementalDecoder(IncrementalDecoder):
@@ -207,3 +215,123 @@ def greedy_decoder_for(device):
     :func:`static_greedy_decode` (with CUDA graphs) on CUDA, ``None`` (its own, the growing
     cache, which costs least on a CPU) elsewhere."""
     return static_greedy_decode if torch.device(device).type == "cuda" else None
+
+
+def batch_beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, length_penalty=0.6):
+    """:func:`~solutions.decoding.beam_search` for a batch of sentences: the same rules, one batch.
+
+    Every sentence keeps its own beams, finished hypotheses and stopping rule, exactly as
+    ``beam_search`` does for it alone: at every step its live prefixes (at most
+    ``beam_size``) are extended by every token, the ``2 * beam_size`` best extensions
+    are examined in order, one ending in ``<eos>`` among the first ``beam_size`` finishes
+    (score ``log_prob / ((5 + len) / 6) ** length_penalty``), the others refill the beam;
+    it stops when ``beam_size`` hypotheses have finished, or after its ``max_len`` new
+    tokens. The live prefixes of all sentences run through the decoder as one batch, and
+    one transfer per step brings every sentence's candidates to the host. A sentence
+    gets ``beam_search``'s translation (its source padded to the batch's longest can
+    move the last bits of float sums, as in batched greedy decoding).
+
+    Args:
+        model: a Transformer with ``encode``, ``decode`` and ``project`` (in eval mode).
+        src: the source ids, padded with 0.
+        src_mask: bool, True = may attend, e.g. ``padding_mask(src)``.
+        beam_size: prefixes kept per sentence.
+        max_len: the most new tokens: one int, or one per sentence.
+        sos_id, eos_id, length_penalty: as for ``beam_search``.
+
+    Shape:
+        src: ``(N, T_src)``; src_mask: broadcastable to ``(N, 1, 1, T_src)``.
+
+    Returns:
+        ``list[list[int]]``: per sentence, its best hypothesis (``<sos>`` first, ``<eos>``
+        last unless it ran out of ``max_len``).
+    """
+    if src.dim() != 2:
+        raise ValueError(f"src must have shape (N, T_src), got {tuple(src.shape)}")
+    count = src.size(0)
+    limits = [max_len] * count if isinstance(max_len, int) else list(max_len)
+    if len(limits) != count:
+        raise ValueError(f"expected one max_len per sentence ({count}), got {len(limits)}")
+    if beam_size < 1 or min(limits, default=1) < 1:
+        raise ValueError(f"beam_size and max_len must be >= 1, got {beam_size} and {min(limits)}")
+    device = src.device
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)  # (N, T_src, d_model)
+        prefixes = torch.full((count, 1), sos_id, dtype=torch.long, device=device)  # (R, t): live rows
+        owners = list(range(count))  # the sentence of each live row; a sentence's rows are contiguous
+        scores = torch.zeros(count, device=device)  # (R,) summed log probabilities
+        finished = [[] for _ in range(count)]  # per sentence: (normalised score, token list)
+        for step in range(1, max(limits) + 1):
+            index = torch.tensor(owners, device=device)  # (R,)
+            mask = None if src_mask is None else src_mask.index_select(0, index) if src_mask.size(0) > 1 \
+                else src_mask.expand(len(owners), *src_mask.shape[1:])
+            hidden = model.decode(prefixes, memory.index_select(0, index), mask,
+                                  causal_mask(prefixes.size(1)).to(device))  # (R, t, d_model)
+            log_probs = F.log_softmax(model.project(hidden[:, -1:])[:, 0].float(), dim=-1)  # (R, V)
+            vocab_size = log_probs.size(-1)
+            candidates = scores[:, None] + log_probs  # (R, V)
+            # Each sentence's rows side by side: (S, k_max * V), -inf where a sentence has fewer rows.
+            sentences = list(dict.fromkeys(owners))  # live sentences, in row order
+            starts, rows_of = {}, {}
+            for row, owner in enumerate(owners):
+                starts.setdefault(owner, row)
+                rows_of[owner] = rows_of.get(owner, 0) + 1
+            k_max = max(rows_of.values())
+            slot = torch.tensor([sentences.index(o) * k_max + row - starts[o] for row, o in enumerate(owners)],
+                                device=device)  # (R,)
+            table = candidates.new_full((len(sentences) * k_max, vocab_size), float("-inf"))
+            table.index_copy_(0, slot, candidates)
+            table = table.reshape(len(sentences), k_max * vocab_size)  # (S, k_max * V)
+            top_scores, top_index = table.topk(min(2 * beam_size, table.size(1)), dim=-1)  # (S, 2k)
+            top_scores, top_index = top_scores.tolist(), top_index.tolist()
+            keep_rows, keep_tokens, keep_scores, keep_owners = [], [], [], []
+            for position, owner in enumerate(sentences):
+                k = rows_of[owner]
+                rows, tokens, kept = [], [], []
+                # beam_search's candidates are the topk of its k * V: the first min(2 * beam_size, k * V) here.
+                for rank, (score, flat) in enumerate(zip(top_scores[position][:min(2 * beam_size, k * vocab_size)],
+                                                         top_index[position])):
+                    row, token = divmod(flat, vocab_size)
+                    if token == eos_id:
+                        if rank < beam_size:
+                            penalty = ((5 + step) / 6) ** length_penalty
+                            finished[owner].append((score / penalty,
+                                                    prefixes[starts[owner] + row].tolist() + [eos_id]))
+                    elif len(rows) < beam_size:
+                        rows.append(starts[owner] + row)
+                        tokens.append(token)
+                        kept.append(score)
+                if len(finished[owner]) >= beam_size or not rows:
+                    continue  # this sentence is done
+                keep_rows += rows
+                keep_tokens += tokens
+                keep_scores += kept
+                keep_owners += [owner] * len(rows)
+            if not keep_rows:
+                break
+            rows = torch.tensor(keep_rows, device=device)
+            prefixes = torch.cat([prefixes.index_select(0, rows), torch.tensor(keep_tokens, device=device)[:, None]],
+                                 dim=1)  # (R', t + 1)
+            scores = torch.tensor(keep_scores, device=device)  # (R',)
+            owners = keep_owners
+            # A sentence at its max_len: its live prefixes compete as they are (beam_search's for-else).
+            ending = {o for o in owners if limits[o] == step}
+            if ending:
+                live = prefixes.tolist()
+                penalty_of = {o: ((5 + limits[o]) / 6) ** length_penalty for o in ending}
+                for row, owner in enumerate(owners):
+                    if owner in ending:
+                        finished[owner].append((keep_scores[row] / penalty_of[owner], live[row]))
+                stay = [row for row, owner in enumerate(owners) if owner not in ending]
+                if not stay:
+                    break
+                index = torch.tensor(stay, device=device)
+                prefixes, scores = prefixes.index_select(0, index), scores.index_select(0, index)
+                owners = [owners[row] for row in stay]
+    return [max(hypotheses, key=lambda item: item[0])[1] for hypotheses in finished]
+
+
+def decoders_for(device):
+    """The decoders :func:`~solutions.translation.translate` should use on ``device``, as its keyword
+    arguments: ``{"greedy": static_greedy_decode or None, "beam": batch_beam_search}``."""
+    return {"greedy": greedy_decoder_for(device), "beam": batch_beam_search}

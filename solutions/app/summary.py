@@ -110,10 +110,13 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
-def score_translations(model, src_tokenizer, tgt_tokenizer, pairs, beam_size, length_penalty, device):
-    """Decode ``pairs``' sources with ``beam_size``; BLEU (strict and the tutorial's), exact match, hypotheses."""
+def score_translations(model, src_tokenizer, tgt_tokenizer, pairs, beam_size, length_penalty, device, options=None):
+    """Decode ``pairs``' sources with ``beam_size``; BLEU (strict and the tutorial's), exact match, hypotheses.
+
+    ``options``: more keyword arguments of :func:`~solutions.translation.translate` (its decoders).
+    """
     hypotheses = translate(model, [s for s, _ in pairs], src_tokenizer, tgt_tokenizer,
-                           beam_size=beam_size, length_penalty=length_penalty, device=device)
+                           beam_size=beam_size, length_penalty=length_penalty, device=device, **(options or {}))
     references = [t for _, t in pairs]
     strict = CorpusBLEU()
     bleu = strict(hypotheses, references)

@@ -32,6 +32,7 @@ preset on a laptop CPU to the paper's ``base`` model on several GPUs:
 
 Paper: section 5 (Training) and Table 3 (the base configuration).
 """
+import collections
 import dataclasses
 import logging
 import math
@@ -540,6 +541,9 @@ class Trainer:
         self.planned_steps = None  # the last step of the "linear" schedule, once planned
         self.final_sentences = 0  # sentences the caller will decode with the beam after train() (reserved time)
         self._timing = {"step": None, "eval": None, "beam_sentence": None}
+        # Keyword arguments of every translate() call (the decoders: translate's greedy= and beam=);
+        # the command line sets solutions.app.inference.decoders_for(device).
+        self.translate_options = {}
         self._snapshots = []  # weights at the last `average_last` epoch ends (CPU copies)
         self.stop_reason = None
         self.clock, self._clock_start = clock, clock() if started is None else started
@@ -709,6 +713,7 @@ class Trainer:
                           "last_time": now, "last_step": self.step, "last_tokens": self.tokens_seen, "busy": 0.0,
                           "run_busy": 0.0}
         measure_from = self.step + 3  # the first steps are slower (allocation); time the ones after
+        recent = collections.deque(maxlen=200)  # seconds of the last timed steps
         self.stop_reason = None
         while self.epoch < epochs and (max_steps is None or self.step < max_steps):
             self.sampler.set_epoch(self.epoch)
@@ -730,7 +735,10 @@ class Trainer:
                 seconds = self.clock() - clock_start
                 if self.step > measure_from:
                     self._progress["run_busy"] += seconds
-                    self._timing["step"] = self._progress["run_busy"] / (self.step - measure_from)
+                    # The mean of the last steps: on a GPU the first hundred or so (new shapes, allocator
+                    # growth) are several times slower than the rest, and would shrink every later plan.
+                    recent.append(seconds)
+                    self._timing["step"] = sum(recent) / len(recent)
                 self.batch_in_epoch += 1
                 if self.budget is not None and self.step >= measure_from + 20 and (
                         self.planned_steps is None or self.step % max(20, len(batches) // 4) == 0):
@@ -811,7 +819,7 @@ class Trainer:
             return
         start = self.clock()
         translate(self.model, chosen, self.src_tokenizer, self.tgt_tokenizer, beam_size=self.config.beam_size,
-                  length_penalty=self.config.length_penalty, device=self.device)
+                  length_penalty=self.config.length_penalty, device=self.device, **self.translate_options)
         self._timing["beam_sentence"] = (self.clock() - start) / len(chosen)
 
     def _reserve(self):
@@ -1024,7 +1032,7 @@ class Trainer:
                 final[name] = final["test"]
             elif pairs:
                 final[name] = score_translations(self.model, self.src_tokenizer, self.tgt_tokenizer, pairs, beam_size,
-                                                 self.config.length_penalty, self.device)
+                                                 self.config.length_penalty, self.device, self.translate_options)
         test = {}
         if test_pairs:
             test = self.evaluate(test_pairs, max_sentences=0)  # loss and accuracy; BLEU with the final decoding
@@ -1091,7 +1099,7 @@ class Trainer:
             if max_sentences:
                 chosen = data.pairs[:max_sentences]
                 hypotheses = translate(self.model, [s for s, _ in chosen], self.src_tokenizer,
-                                       self.tgt_tokenizer, device=self.device)
+                                       self.tgt_tokenizer, device=self.device, **self.translate_options)
                 references = [t for _, t in chosen]
                 # Both sides as text (translate() detokenises); whitespace runs do not count.
                 same = sum(h.split() == r.split() for h, r in zip(hypotheses, references))

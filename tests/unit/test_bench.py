@@ -75,10 +75,13 @@ def test_user_translation_bench_reads_a_corpus_and_compares_the_cache(tmp_path):
     result = bench_user_translation(corpus=str(corpus), sentences=5, max_len=4, beam_size=2)
     assert result["sentences"] == 5 and result["corpus"] == str(corpus) and result["checkpoint"] is None
     assert result["same_translations"] is True
-    for name in ("greedy_cached", "greedy_uncached", "beam"):
+    for name in ("greedy_cached", "greedy_uncached", "beam", "beam_batched"):
         assert result[f"{name}_sentences_per_s"] > 0
     assert result["cache_ratio"] == pytest.approx(result["greedy_cached_sentences_per_s"]
                                                   / result["greedy_uncached_sentences_per_s"])
+    assert result["beam_batch_ratio"] == pytest.approx(result["beam_batched_sentences_per_s"]
+                                                       / result["beam_sentences_per_s"])
+    assert result["beam_same"] == 1.0  # the batched beam search gives chapter 10's translations
 
 
 def test_bench_refuses_a_missing_translation_corpus(tmp_path, capsys):

@@ -7,28 +7,31 @@ import pytest
 import torch
 
 from solutions import Transformer, padding_mask
-from solutions.app.inference import (CUDAGraphStep, StaticIncrementalDecoder, greedy_decoder_for,
-                                     static_greedy_decode)
-from solutions.decoding import greedy_decode
+from solutions.app.inference import (CUDAGraphStep, StaticIncrementalDecoder, batch_beam_search, decoders_for,
+                                     greedy_decoder_for, static_greedy_decode)
+from solutions.decoding import beam_search, greedy_decode
 from solutions.kv_cache import IncrementalDecoder
 from solutions.translation import translate
+from test_kv_cache import _model, _source as _kv_source
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _model(norm_first, seed=0, vocab=23, dtype=torch.float64):
-    torch.manual_seed(seed)
-    model = Transformer(vocab, vocab, d_model=32, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
-                        d_ff=48, dropout=0.1, max_len=64, norm_first=norm_first)
-    return model.to(dtype).eval()
-
-
-def _source(batch=5, length=9, vocab=23, seed=1):
-    src = torch.randint(4, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
-    src[1, 5:] = 0  # sources of different lengths
-    src[3, 2:] = 0
+def _source(batch=5, length=9, seed=1):
+    """test_kv_cache's sources, and one more of a third length."""
+    src = _kv_source(batch=batch, length=length, seed=seed)
     src[4, 7:] = 0
     return src
+
+
+class Words:
+    """A toy tokenizer: ids 4.. for words (hashed), the specials dropped when decoding."""
+
+    def encode(self, sentence):
+        return [4 + (sum(map(ord, word)) % 19) for word in sentence.split()]
+
+    def decode(self, ids):
+        return " ".join(str(i) for i in ids if i not in (0, 1, 2))
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -71,15 +74,7 @@ def test_static_greedy_gives_greedy_decode_s_tokens(norm_first, seed, check_ever
 
 
 def test_translate_with_the_static_decoder_gives_the_same_translations():
-    model = _model(True, seed=3, dtype=torch.float32)
-
-    class Words:  # ids 4.. for words, 3 for unknown
-        def encode(self, sentence):
-            return [4 + (sum(map(ord, word)) % 19) for word in sentence.split()]
-
-        def decode(self, ids):
-            return " ".join(str(i) for i in ids if i not in (0, 1, 2))
-
+    model = _model(True, seed=3).float()
     sentences = ["a b c", "ein kurzer satz", "x", "ein viel längerer satz mit mehr wörtern als die anderen", "d e"]
     plain = translate(model, sentences, Words(), Words(), max_len=12, batch_size=2)
     static = translate(model, sentences, Words(), Words(), max_len=12, batch_size=2, greedy=static_greedy_decode)
@@ -102,3 +97,38 @@ def test_the_static_path_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="check_every must be >= 1"):
         static_greedy_decode(model, src, src_mask, 4, check_every=0)
     assert greedy_decoder_for("cpu") is None and greedy_decoder_for("cuda:0") is static_greedy_decode
+
+
+# -- beam search over a batch of sentences ---------------------------------------------------------
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("beam_size, alpha", [(1, 0.6), (2, 0.0), (4, 0.6), (5, 1.0)])
+def test_batch_beam_search_gives_beam_search_s_hypothesis_for_every_sentence(norm_first, beam_size, alpha):
+    model = _model(norm_first, seed=4)
+    src = _source(batch=6, length=9, seed=20)
+    src[5, 6:] = 0
+    mask = padding_mask(src)
+    # As <eos>, a token greedy decoding produces early in one sentence: hypotheses finish at different steps.
+    eos = int(greedy_decode(model, src, mask, max_len=12, eos_id=99)[2, 2])
+    limits = [10, 3, 12, 1, 7, 10]  # each sentence its own max_len (translate: its length + 50)
+    got = batch_beam_search(model, src, mask, beam_size, limits, eos_id=eos, length_penalty=alpha)
+    expected = []
+    for row, limit in enumerate(limits):
+        length = int(mask[row].sum())
+        one = src[row:row + 1, :length]  # the sentence alone, unpadded: what translate gives beam_search
+        expected.append(beam_search(model, one, padding_mask(one), beam_size, limit, eos_id=eos,
+                                    length_penalty=alpha))
+    assert got == expected
+    assert any(h[-1] == eos for h in expected) and any(h[-1] != eos for h in expected)  # both endings occur
+
+
+def test_translate_with_the_batched_beam_gives_the_same_translations():
+    model = _model(True, seed=5).float()
+    sentences = ["a b c", "ein kurzer satz", "x", "ein viel längerer satz mit mehr wörtern als die anderen", "d e",
+                 "noch einer", "und der letzte satz hier"]
+    one_by_one = translate(model, sentences, Words(), Words(), beam_size=3, max_len=9, length_penalty=0.6)
+    batched = translate(model, sentences, Words(), Words(), beam_size=3, max_len=9, length_penalty=0.6,
+                        batch_size=4, beam=batch_beam_search)
+    assert batched == one_by_one and len(set(one_by_one)) > 1
+    assert decoders_for("cpu") == {"greedy": None, "beam": batch_beam_search}
+    with pytest.raises(ValueError, match="one max_len per sentence"):
+        batch_beam_search(model, _source(), padding_mask(_source()), 2, [3, 4])
