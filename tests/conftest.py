@@ -77,6 +77,14 @@ _GROUP_MARK = re.compile(r"""pytest\.mark\.xdist_group\(\s*(?:name\s*=\s*)?["'](
 _MODULE_FIXTURE = re.compile(r"""@pytest\.fixture\(\s*scope\s*=\s*["'](?:module|session)["']""")
 
 
+# The units of work that take longest, sent out before all others so that none starts
+# late and runs alone at the end (the last clean-clone run, 2 workers): the book build and
+# the tests that read it (201 s to build, 70 s in test_every_page_offline alone), every
+# chapter released (41 s) and run in a student venv (22-61 s a chapter), every wheel
+# object tried against every part (247 s in one test).
+LONGEST_UNITS = (BOOK_GROUP, "releases", "tests/autograder/test_wheel_answers.py::")
+
+
 def _worker_groups(rootpath) -> dict[str, str]:
     """Test modules (node-id prefixes) whose tests run on one worker, and their group.
 
@@ -118,9 +126,10 @@ def pytest_xdist_make_scheduler(config, log):
     9.2 and pytest-xdist 3.8, its groups are not formed: xdist renames ``item._nodeid``,
     which pytest 9 no longer reads; hence the markers are read from the modules' source.)
 
-    Groups go out first, largest first (xdist's ``--loadscope-reorder``, on by default),
-    then the other tests one by one in collection order, each to the first worker that is
-    free.
+    The longest units go out first (:data:`LONGEST_UNITS`), then the other groups, those
+    with the most tests first (xdist's ``--loadscope-reorder``, on by default), then the
+    other tests one by one in collection order, each to the first worker that is free:
+    what is left at the end is short, and both workers finish together.
     """
     if config.getvalue("dist") not in ("load", "loadgroup"):
         return None
@@ -134,6 +143,12 @@ def pytest_xdist_make_scheduler(config, log):
             if nodeid.startswith(prefixes):
                 return groups[nodeid.split("::", 1)[0] + "::"]
             return nodeid
+
+        def _assign_work_unit(self, node):
+            for scope in reversed(LONGEST_UNITS):  # to the front of the queue, in this order
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     return GroupsOnOneWorker(config, log)
 
