@@ -133,7 +133,7 @@ def pytest_xdist_make_scheduler(config, log):
     """
     if config.getvalue("dist") not in ("load", "loadgroup"):
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    from xdist.scheduler import LoadScopeScheduling  # here: pytest-xdist is needed only under -n
 
     groups = _worker_groups(config.rootpath)
     prefixes = tuple(groups)
