@@ -90,7 +90,9 @@ book: venv vendor
 # in cells removed from the pages), which the tests that need the build share
 # (tests/book/test_executed_chapters.py asserts on its execution, and that the answered
 # release is the code it ran). tests/conftest.py sends every test module that reads the
-# build to one worker, which builds first; the other worker runs the rest meanwhile. The
+# build to one worker, which builds first; the other worker runs the rest meanwhile. A
+# module with a module- or session-scoped fixture also goes whole to one worker, so its
+# fixture (a graded class, the release of every chapter) is built once per run. The
 # release runs execute only what differs from the build: each chapter's blank release,
 # in the student's venv. The session ends with the count of executions per chapter
 # (tests/notebook_runs.py keeps each executed notebook, with its cell timings, under

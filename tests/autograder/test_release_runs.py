@@ -35,9 +35,10 @@ from student_env import filled, install, kernel_spec, make_env, nbgrader_meta
 
 from autograder.book import chapter_ids
 from autograder.checks import exercises_of
-from autograder.release import release
 
-pytestmark = pytest.mark.slow
+# One worker releases the ten chapters (``released_chapters``, about 40 s, shared with
+# test_student_release.py) and runs them in its venv.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("releases")]
 #: Chapters whose released notebook cannot run whole yet, and why. Strict: the day one
 #: runs, the test fails until its line goes. Empty: chapter 6's demonstrations before
 #: exercise 6.4 take the fused attention path, chapter 10's training cell validates by
@@ -50,10 +51,9 @@ CELL_TIMEOUT_S = 900  # as the book build: chapter 9 trains a small model
 
 
 @pytest.fixture(scope="module")
-def classroom(tmp_path_factory):
+def classroom(released_chapters, tmp_path_factory):
     """The release of every chapter and one student venv with a Jupyter kernel spec."""
-    out = tmp_path_factory.mktemp("release")
-    done = release(out, CHAPTER_IDS, package=True)
+    out, done = released_chapters
     python, _, work, env = make_env(tmp_path_factory.mktemp("student"))
     jupyter = kernel_spec(tmp_path_factory.mktemp("jupyter"), python, env)
     saved = os.environ.get("JUPYTER_PATH")

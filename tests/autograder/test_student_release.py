@@ -35,7 +35,8 @@ from autograder.student.hints import withhold_helpers
 from autograder.sync import BEGIN, END, solution_cell_source
 from student_env import filled, make_env
 
-pytestmark = pytest.mark.slow  # builds student wheels and venvs
+# builds student wheels and venvs; shares ``released_chapters`` with test_release_runs.py, on one worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("releases")]
 REPO = Path(__file__).resolve().parents[2]
 CHAPTER = "04_self_attention"
 
@@ -402,32 +403,30 @@ print(report.score, report.reason())
 """
 
 
-def test_a_hint_that_needs_an_answer_is_replayed_from_the_release(tmp_path):
+def test_a_hint_that_needs_an_answer_is_replayed_from_the_release(released_chapters, tmp_path):
     """Chapter 1's Jacobian hints compare the answer with the norms computed several wrong
     ways by a helper that computes the answer too: the package holds that helper's
     results on the visible cases, not its code, and the hint still names the mistake."""
-    out = tmp_path / "release"
-    done = release(out, ["01_rnn_limitations"], package=True)
-    assert "_jacobian_norms" in done.package.withheld_helpers["ch01_rnn_limitations"]
-    assert done.package.replayed_calls > 0
-    with zipfile.ZipFile(done.package.wheel) as zf:
+    package = released_chapters[1].packages["01_rnn_limitations"]
+    assert "_jacobian_norms" in package.withheld_helpers["ch01_rnn_limitations"]
+    assert package.replayed_calls > 0
+    with zipfile.ZipFile(package.wheel) as zf:
         module = zf.read("autograder/checks/ch01_rnn_limitations.py").decode()
     assert "return _replay('ch01_rnn_limitations._jacobian_norms'" in module
-    python, _, work, env = _make_env(done.package.wheel, tmp_path)
+    python, _, work, env = _make_env(package.wheel, tmp_path)
     proc = _run(python, ["-c", WRONG_NORMS], work, env)
     assert proc.returncode == 0, proc.stderr
     assert "Frobenius norm" in proc.stdout and "ord=2" in proc.stdout, proc.stdout
 
 
-def test_every_chapter_gets_its_own_package_and_an_unservable_chapter_fails(tmp_path):
-    """Chapters 2, 6, 8, 9 and 10 in one release: one wheel each, none warns (chapter 9's
-    trainer and translations ship as parts, with shims and a greedy stand-in). A
-    chapter whose cells use a module that cannot ship is a ReleaseError naming it."""
+def test_every_chapter_gets_its_own_package_and_an_unservable_chapter_fails(released_chapters, tmp_path):
+    """Every chapter in one release: one wheel each, none warns (chapter 9's trainer and
+    translations ship as parts, with shims and a greedy stand-in). A chapter whose cells
+    use a module that cannot ship is a ReleaseError naming it."""
     from autograder.release import ReleaseError
 
-    chapters = ["02_tokens_and_embeddings", "06_masking", "08_transformer", "09_training", "10_inference"]
-    done = release(tmp_path / "out", chapters, package=True)
-    assert list(done.packages) == chapters
+    done = released_chapters[1]
+    assert list(done.packages) == chapter_ids()
     for chapter, pkg in done.packages.items():
         assert pkg.chapters == [chapter] and pkg.warnings == []
         assert pkg.wheel.name == f"transformer_book_student-0.1.0+ch{chapter[:2]}-py3-none-any.whl"
