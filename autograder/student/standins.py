@@ -16,10 +16,15 @@ Nothing here is graded, and nothing here is the reference: the exercises' answer
 are in ``solutions``; ``tests/autograder/test_student_release.py`` checks that these
 agree with them.
 
-A stand-in whose chapter calls it only with fixed arguments ships as **recorded
-outputs**, not code (:data:`RECORDED`): the package holds what it returned for those
-arguments and refuses any other call, so it cannot pass the later chapter's hidden
-checks (``tests/autograder/test_wheel_answers.py``).
+No stand-in earns a part of the later chapter's hidden checks
+(``tests/autograder/test_wheel_answers.py``). One whose chapter calls it only with fixed
+arguments ships as **recorded outputs**, not code (:data:`RECORDED`): the package holds
+what it returned for those arguments and refuses any other call. One called with
+arguments the chapter cannot fix serves only the chapter's use: ``self_attention``
+returns chapter 3's output without chapter 4's weights, ``masked_softmax`` takes the
+``(B, h, T_q, T_k)`` scores of chapter 5's ``MultiHeadAttention`` only. Chapter 9's
+``greedy_decode`` still decodes any model (its translations come from the student's own
+training) and is the one stand-in that earns parts of chapter 10's check.
 """
 from __future__ import annotations
 
