@@ -55,6 +55,7 @@ neither ``pip`` nor ``setuptools``.
 from __future__ import annotations
 
 import ast
+import inspect
 import io
 import json
 import re
@@ -497,36 +498,66 @@ def _check_modules(chapters: list[str]) -> list[Path]:
 #: The recorded outputs of the stand-ins of :data:`~autograder.student.standins.RECORDED`.
 RECORDED_FILE = "solutions/_standins_recorded.npz"
 
+def call_key(name, args):
+    """The text that names a call of ``name`` with ``args`` among recorded outputs: an
+    array or tensor by its kind, dtype, shape and values, anything else by its ``repr``."""
+    def plain(value):
+        kind = "tensor" if hasattr(value, "detach") else "array" if isinstance(value, np.ndarray) else ""
+        if not kind:
+            return repr(value)
+        value = value.detach().cpu().numpy() if kind == "tensor" else value
+        return f"{kind}({value.dtype}, {value.shape}, {value.tolist()!r})"
+
+    return f"{name}({', '.join(plain(a) for a in args)})"
+
+
 _RECORDED_LOOKUP = '''
+
+{call_key}
 
 def _recorded(name, args):
     """What stand-in ``name`` returned at release for ``args``: a later chapter's exercise
     ships here as recorded outputs for this chapter's own calls, not as code."""
     import pathlib
 
-    key = f"{name}{tuple(args)!r}"
+    key = call_key(name, args)
     with np.load(pathlib.Path(__file__).with_name("_standins_recorded.npz"), allow_pickle=False) as data:
         if key not in data.files:
-            raise LookupError(f"{name} is a later chapter's exercise: this package holds its outputs only for "
-                              f"the calls this chapter makes, not {key}")
-        return data[key]
+            raise LookupError(f"{{name}} is a later chapter's exercise: this package holds its outputs only for "
+                              f"the calls this chapter makes, not {{key}}")
+        value = data[key]
+        return torch.from_numpy(value) if "torch:" + key in data.files else value
 '''
 
 
 def _recorded_standin(node: ast.FunctionDef) -> str:
-    """A stand-in's replacement: its signature, and a lookup of its recorded outputs."""
+    """A stand-in's replacement: its signature (defaults kept), and a lookup of its
+    recorded outputs for every argument."""
     params = [a.arg for a in node.args.args]
-    return (f"def {node.name}({', '.join(params)}):\n"
+    return (f"def {node.name}({ast.unparse(node.args)}):\n"
             f'    """Recorded outputs of a later chapter\'s exercise, for this chapter\'s calls only (no code)."""\n'
             f"    return _recorded({node.name!r}, ({', '.join(params)}{',' if len(params) == 1 else ''}))\n")
 
 
 def recorded_outputs(names: list[str]) -> dict[str, np.ndarray]:
-    """The outputs of every recorded stand-in among ``names`` for its calls (key: ``name(args)``)."""
+    """The outputs of every recorded stand-in among ``names`` for its calls (key:
+    :func:`call_key` of every argument, defaults included; a key ``torch:<key>`` marks an
+    output that is a tensor)."""
     from . import standins  # imports torch: only when a package holds a stand-in
 
-    return {f"{name}{tuple(args)!r}": np.asarray(getattr(standins, name)(*args))
-            for name in names if name in standins.RECORDED for args in standins.RECORDED[name]}
+    recorded = {}
+    for name in names:
+        function = getattr(standins, name)
+        for args in standins.RECORDED.get(name, ()):
+            bound = inspect.signature(function).bind(*args)
+            bound.apply_defaults()
+            key = call_key(name, tuple(bound.arguments.values()))
+            value = function(*args)
+            if hasattr(value, "detach"):
+                recorded["torch:" + key] = np.zeros(())
+                value = value.detach().cpu().numpy()
+            recorded[key] = np.asarray(value)
+    return recorded
 
 
 def _standin_sources(names: list[str]) -> str:
@@ -550,7 +581,7 @@ def _standin_sources(names: list[str]) -> str:
             todo += [n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name) and n.id in defs]
     funcs = [_recorded_standin(n) if n.name in RECORDED else _segment(text, n)
              for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
-    lookup = _RECORDED_LOOKUP if wanted & set(RECORDED) else ""
+    lookup = _RECORDED_LOOKUP.format(call_key=inspect.getsource(call_key)) if wanted & set(RECORDED) else ""
     return (f"{doc}\n" + "\n".join(imports) + f"\n\n__all__ = {sorted(names)!r}\n{lookup}\n\n"
             + "\n\n\n".join(funcs) + "\n")
 

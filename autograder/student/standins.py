@@ -16,10 +16,15 @@ Nothing here is graded, and nothing here is the reference: the exercises' answer
 are in ``solutions``; ``tests/autograder/test_student_release.py`` checks that these
 agree with them.
 
-A stand-in whose chapter calls it only with fixed arguments ships as **recorded
-outputs**, not code (:data:`RECORDED`): the package holds what it returned for those
-arguments and refuses any other call, so it cannot pass the later chapter's hidden
-checks (``tests/autograder/test_wheel_answers.py``).
+No stand-in earns a part of the later chapter's hidden checks
+(``tests/autograder/test_wheel_answers.py``). One whose chapter calls it only with fixed
+arguments ships as **recorded outputs**, not code (:data:`RECORDED`): the package holds
+what it returned for those arguments and refuses any other call. One called with
+arguments the chapter cannot fix serves only the chapter's use: ``self_attention``
+returns chapter 3's output without chapter 4's weights, ``masked_softmax`` takes the
+``(B, h, T_q, T_k)`` scores of chapter 5's ``MultiHeadAttention`` only. Chapter 9's
+``greedy_decode`` still decodes any model (its translations come from the student's own
+training) and is the one stand-in that earns parts of chapter 10's check.
 """
 from __future__ import annotations
 
@@ -31,8 +36,14 @@ __all__ = ["sinusoidal_positional_encoding", "self_attention", "padding_mask", "
            "greedy_decode"]
 
 #: Stand-ins shipped as recorded outputs: name -> the positional arguments of every call
-#: the chapters that use it make (chapter 2 draws one table, 64 positions × 512).
-RECORDED = {"sinusoidal_positional_encoding": [(64, 512)]}
+#: the chapters that use it make (chapter 2 draws one table, 64 positions × 512; chapter 5
+#: masks the padded sentence of its cross-attention demo, and its causal demos are 5 and
+#: 10 tokens long).
+RECORDED = {
+    "sinusoidal_positional_encoding": [(64, 512)],
+    "padding_mask": [(torch.tensor([[5, 6, 7, 8, 9, 10, 11], [5, 6, 7, 8, 9, 0, 0]]),)],
+    "causal_mask": [(5,), (10,)],
+}
 
 
 def sinusoidal_positional_encoding(max_len, d_model):
@@ -50,36 +61,51 @@ def sinusoidal_positional_encoding(max_len, d_model):
 
 
 def self_attention(x, W_q, W_k, W_v):
-    """Stand-in for chapter 4's numpy self-attention, through torch's fused kernel:
-    attending over the identity matrix returns the attention weights themselves.
+    """Stand-in for chapter 4's numpy self-attention, for chapter 3's cells, which read
+    its output only: torch's fused attention over the three projections. The weights are
+    chapter 4's to compute, so this returns ``None`` in their place (and earns nothing on
+    chapter 4's check, which grades the output and the weights together).
 
     Shape:
-        x: ``(..., n, d_model)``; output ``(..., n, d_v)``, weights ``(..., n, n)``.
+        x: ``(..., n, d_model)``; output ``(..., n, d_v)`` float64.
+
+    Returns:
+        ``(output, None)``.
     """
     inputs = torch.from_numpy(np.asarray(x, dtype=np.float64))
     queries, keys, values = (inputs @ torch.from_numpy(np.asarray(W, dtype=np.float64)) for W in (W_q, W_k, W_v))
-    identity = torch.eye(keys.shape[-2], dtype=keys.dtype).expand(*keys.shape[:-1], keys.shape[-2])
-    weights = F.scaled_dot_product_attention(queries, keys, identity)  # (..., n, n)
-    return (weights @ values).numpy(), weights.numpy()
+    return F.scaled_dot_product_attention(queries, keys, values).numpy(), None
 
 
 def padding_mask(ids, pad_id=0):
     """Stand-in for chapter 6's padding mask: ``(B, T)`` ids to ``(B, 1, 1, T)`` bool,
-    True (may attend) where the token is not ``pad_id``."""
+    True (may attend) where the token is not ``pad_id``. Shipped as recorded outputs
+    (:data:`RECORDED`)."""
     batch, length = ids.shape
     return torch.ne(ids, pad_id).reshape(batch, 1, 1, length)
 
 
 def causal_mask(size):
     """Stand-in for chapter 6's look-ahead mask: ``(1, 1, size, size)`` bool, True on
-    and below the diagonal (True = may attend)."""
+    and below the diagonal (True = may attend). Shipped as recorded outputs (:data:`RECORDED`)."""
     rows = torch.arange(size)
     return (rows[None, :] <= rows[:, None]).reshape(1, 1, size, size)
 
 
 def masked_softmax(scores, mask):
-    """Stand-in for chapter 6's masked softmax (values only): masked keys get weight 0,
-    a row whose keys are all masked gets zeros (its gradient is not defined here)."""
+    """Stand-in for chapter 6's masked softmax, for the one call chapter 5 makes: inside
+    ``MultiHeadAttention``, on the heads' scores ``(B, h, T_q, T_k)`` (values only:
+    masked keys get weight 0, a query whose keys are all masked gets zeros). Any other
+    shape is refused: the general function, its input checks and its gradients are
+    chapter 6's exercise.
+
+    Shape:
+        scores: ``(B, h, T_q, T_k)``; mask: bool broadcastable to it, True = may attend,
+        or None; output: like ``scores``.
+    """
+    if scores.dim() != 4:
+        raise ValueError(f"this is chapter 5's stand-in for masked_softmax: it takes MultiHeadAttention's "
+                         f"scores (B, h, T_q, T_k), not {tuple(scores.shape)} (chapter 6 writes the general one)")
     if mask is None:
         return F.softmax(scores, dim=-1)
     blocked = torch.full_like(scores, float("-inf"))

@@ -181,13 +181,20 @@ def test_standins_agree_with_the_references_they_replace():
     table = standins.sinusoidal_positional_encoding(40, 12)
     assert np.allclose(table, solutions.sinusoidal_positional_encoding(40, 12))
     x, weights = rng.normal(size=(2, 5, 8)), [rng.normal(size=(8, 4)) for _ in range(3)]
-    for got, want in zip(standins.self_attention(x, *weights), solutions.self_attention(x, *weights)):
-        assert np.allclose(got, want)
+    output, weights_out = standins.self_attention(x, *weights)
+    assert np.allclose(output, solutions.self_attention(x, *weights)[0]) and weights_out is None  # chapter 3 reads the output
     ids = torch.tensor([[5, 6, 0], [7, 0, 0]])
     assert torch.equal(standins.padding_mask(ids), solutions.padding_mask(ids))
     assert torch.equal(standins.causal_mask(5), solutions.causal_mask(5))
     scores, mask = torch.randn(2, 1, 3, 3), solutions.padding_mask(torch.tensor([[5, 6, 0], [0, 0, 0]]))
     assert torch.allclose(standins.masked_softmax(scores, mask), solutions.masked_softmax(scores, mask))
+    assert torch.equal(standins.masked_softmax(scores, None), solutions.masked_softmax(scores, None))
+    with pytest.raises(ValueError, match=r"MultiHeadAttention's scores \(B, h, T_q, T_k\)"):
+        standins.masked_softmax(scores[0, 0], mask[0, 0, 0])  # chapter 6's own cases, 2-D: not served
+    for name, calls in standins.RECORDED.items():  # the recorded stand-ins: the reference's values
+        for args in calls:
+            got, want = getattr(standins, name)(*args), getattr(solutions, name)(*args)
+            assert np.allclose(np.asarray(got), np.asarray(want)) and type(got) is type(want), (name, args)
 
 
 @pytest.mark.parametrize("eos_bias", [2.0, 2.5])

@@ -13,54 +13,88 @@ import ast
 
 import numpy as np
 import pytest
+import torch
 
 import wheel_audit
 from autograder.book import BOOK, chapter_ids
 from autograder.student.hints import withhold_helpers
 from autograder.student.package import RECORDED_FILE, package_files
 
-# Stand-ins a chapter still needs as code (its cells call them with arguments that depend
-# on the student's own work, so recorded outputs cannot serve), each with the parts of the
-# later chapter's hidden checks it earns. Any other object that earns a part fails the test.
+# Stand-ins a chapter still needs as code that earn parts of a later chapter's hidden
+# checks, each with that exercise. Any other object that earns a part fails the test.
+# Chapter 9's translations decode the student's own trained model (arguments no recording
+# can foresee) with chapter 10's greedy search, the exercise itself.
 STILL_CODE = {
-    ("03_positional_encoding", "solutions._standins.self_attention", "self_attention"),
-    ("05_multi_head_attention", "solutions._standins.causal_mask", "causal_mask"),
-    ("05_multi_head_attention", "solutions._standins.padding_mask", "padding_mask"),
-    ("05_multi_head_attention", "solutions._standins.masked_softmax", "masked_softmax"),
     ("09_training", "solutions._standins.greedy_decode", "greedy_decode"),
 }
 
 
+class _Built(dict):
+    """Chapter -> what ``make(chapter)`` gives, made at the first use and kept (a test
+    that needs one chapter's package does not pay for the others)."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, chapter):
+        self[chapter] = value = self.make(chapter)
+        return value
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    """One intra-op thread for the whole file, the module-scoped fixtures included: the
+    packages' recorded results and the audit run thousands of tiny torch calls, which
+    extra threads only slow down on a shared machine (tests/conftest.py's
+    ``one_torch_thread``, for the module's scope)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def packages(_one_torch_thread):
+    """Every chapter's student package, built once for the file: chapter -> (files, info)."""
+    return _Built(lambda chapter: package_files([chapter], BOOK))
+
+
+@pytest.fixture(scope="module")
+def wheels(packages, tmp_path_factory):
+    """Every chapter's wheel imported once (under ``wheel_<chapter>``): chapter -> its objects."""
+    root = tmp_path_factory.mktemp("wheels")
+    return _Built(lambda chapter: wheel_audit.load_wheel(chapter, BOOK, root, packages[chapter][0]))
+
+
 @pytest.mark.slow
-def test_no_object_of_any_wheel_earns_a_part_of_its_chapter_or_a_later_one(tmp_path, monkeypatch):
+def test_no_object_of_any_wheel_earns_a_part_of_its_chapter_or_a_later_one(wheels, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.chdir(tmp_path)
-    found = wheel_audit.audit(chapter_ids(BOOK), BOOK, tmp_path / "wheels")
+    found = wheel_audit.audit(chapter_ids(BOOK), BOOK, tmp_path / "wheels", wheels=wheels)
     unexpected = [e for e in found if (e.chapter, e.source, e.exercise) not in STILL_CODE]
     assert unexpected == [], unexpected
 
 
-def test_a_blank_answer_and_a_copied_check_helper_earn_nothing_beyond_it(tmp_path):
+def test_a_blank_answer_and_a_copied_check_helper_earn_nothing_beyond_it(wheels):
     """The audit itself: the reference earns every part, the chapter 4 wheel's check helpers none."""
     import solutions
     from autograder.checks.base import get_exercise
-    from autograder.checks.base import draw_cases, make_rng
 
     softmax = get_exercise("softmax")
-    cases = draw_cases(softmax, make_rng(True, 1), True)
+    cases = list(wheel_audit.hidden_cases("softmax", 1))
     assert wheel_audit.earned_parts(softmax, solutions.softmax, cases) == set(softmax.parts)
     assert wheel_audit.earned_parts(softmax, wheel_audit._blank(softmax), cases) == set()
-    objects = dict(wheel_audit.load_wheel("04_self_attention", BOOK, tmp_path))
-    helper = objects["autograder.checks.ch04_self_attention._softmax"]
+    helper = dict(wheels["04_self_attention"])["autograder.checks.ch04_self_attention._softmax"]
     assert wheel_audit.earned_parts(softmax, helper, cases) == set()  # a replay: no recorded result for these
 
 
 @pytest.fixture(scope="module")
-def shipped_checks():
+def shipped_checks(packages):
     """Every chapter's shipped check modules: (chapter, module name) -> text."""
     texts = {}
     for chapter in chapter_ids(BOOK):
-        files, _ = package_files([chapter], BOOK)
+        files, _ = packages[chapter]
         for name, data in files.items():
             if name.startswith("autograder/checks/ch") and name.endswith(".py"):
                 texts[(chapter, name)] = data.decode("utf-8")
@@ -93,11 +127,11 @@ def test_helpers_outside_the_verdict_are_withheld_whatever_their_lines():
     compile(out, "<withheld>", "exec")
 
 
-def test_a_recorded_stand_in_serves_its_chapters_calls_and_no_other(tmp_path):
-    files, info = package_files(["02_tokens_and_embeddings"], BOOK)
+def test_a_recorded_stand_in_serves_its_chapters_calls_and_no_other(packages, wheels):
+    files, info = packages["02_tokens_and_embeddings"]
     assert "sinusoidal_positional_encoding" in info.standins and RECORDED_FILE in files
     assert "np.exp(1j" not in files["solutions/_standins.py"].decode()  # no code computes the table
-    objects = dict(wheel_audit.load_wheel("02_tokens_and_embeddings", BOOK, tmp_path))
+    objects = dict(wheels["02_tokens_and_embeddings"])
     table = objects["solutions._standins.sinusoidal_positional_encoding"]
     import solutions
 

@@ -17,18 +17,21 @@ repository's; the hidden cases come from the repository's checks.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from autograder.checks import exercises_of
-from autograder.checks.base import draw_cases, make_rng, run_cases
+from autograder.checks.base import ADVICE, draw_cases, get_exercise, make_rng, public_labels, run_cases
+from autograder.wire import Tensor
 from autograder.student.package import SHIPPED, package_files
 
 # Seconds one object may spend on one exercise's hidden cases (a training loop given
@@ -50,10 +53,12 @@ class Earned:
     parts: tuple[str, ...]
 
 
-def load_wheel(chapter: str, book: Path, root: Path) -> list[tuple[str, object]]:
-    """Import the student package of ``chapter`` under ``wheel_<chapter>`` in ``root``;
-    return ``(module.name, object)`` for every function and class its modules define."""
-    files, _ = package_files([chapter], book)
+def load_wheel(chapter: str, book: Path, root: Path, files: dict[str, bytes] | None = None) -> list[tuple[str, object]]:
+    """Import the student package of ``chapter`` (``files``, as :func:`package_files`
+    builds them, or built here) under ``wheel_<chapter>`` in ``root``; return
+    ``(module.name, object)`` for every function and class its modules define."""
+    if files is None:
+        files, _ = package_files([chapter], book)
     package = "wheel_" + chapter.replace("-", "_")
     base = root / package
     for name, data in files.items():
@@ -83,10 +88,15 @@ def load_wheel(chapter: str, book: Path, root: Path) -> list[tuple[str, object]]
 
 
 class _Guard(Exception):
-    pass
+    """Raised into the running case when the guard's time is up (the runner records it as
+    the case's error, so the case fails); :data:`_GUARD` then stops the object's other cases."""
+
+
+_GUARD = {"fired": False}
 
 
 def _alarm(signum, frame):
+    _GUARD["fired"] = True
     raise _Guard()
 
 
@@ -107,21 +117,70 @@ def _fits(obj, exercise) -> bool:
     return True
 
 
-def earned_parts(exercise, obj, cases) -> set[str]:
-    """The parts ``obj`` earns on ``cases`` (nothing when it runs past the guard)."""
+def _size(value) -> int:
+    """How many numbers ``value`` (a case argument) holds: what running it costs, roughly."""
+    if isinstance(value, Tensor):
+        return int(value.value.size)
+    if isinstance(value, np.ndarray):
+        return int(value.size)
+    if isinstance(value, (list, tuple)):
+        return sum(_size(v) for v in value) + len(value)
+    if isinstance(value, dict):
+        return sum(_size(v) for v in value.values()) + len(value)
+    return 1
+
+
+def cost(case) -> int:
+    """A case's rough cost: the numbers in its arguments, its constructor's and its state."""
+    return _size(case.args) + _size(case.kwargs or {}) + _size(case.init or {}) + _size(case.state or {})
+
+
+def part_cases(exercise, cases) -> dict[str, list]:
+    """``cases`` grouped by the part each counts for, the cheapest first in each part;
+    advice cases (they earn nothing) are left out."""
+    grouped: dict[str, list] = {}
+    for case in cases:
+        part = exercise.part_of(case)
+        if part != ADVICE:
+            grouped.setdefault(part, []).append(case)
+    return {part: sorted(group, key=cost) for part, group in grouped.items()}
+
+
+def earned_parts(exercise, obj, cases, skip: frozenset[str] | set[str] = frozenset()) -> set[str]:
+    """The parts ``obj`` earns on ``cases``, but those in ``skip`` (not tried).
+
+    A part is earned when every one of its cases passes (:func:`autograder.checks.base.evaluate`),
+    so each part's cases run one at a time, the cheapest first, and the part is given up at
+    its first failing case: the verdict is the one all the cases together give. The parts
+    whose cases all passed before ``obj`` ran past the guard count as earned."""
+    earned: set[str] = set()
+    _GUARD["fired"] = False
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(GUARD_SECONDS)
     try:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
-            report = run_cases(exercise, obj, cases, hidden=True)
+            for part, group in part_cases(exercise, cases).items():
+                if part in skip:
+                    continue
+                for case in group:
+                    try:
+                        report = run_cases(exercise, obj, [case], hidden=True)
+                    except _Guard:
+                        raise
+                    except Exception:  # noqa: BLE001 - an object that breaks the check earns nothing
+                        break
+                    if _GUARD["fired"] or part not in {p.name for p in report.parts if p.earned}:
+                        break
+                else:
+                    earned.add(part)
+                if _GUARD["fired"]:
+                    break
     except _Guard:
-        return set()
-    except Exception:  # noqa: BLE001 - an object that breaks the check earns nothing
-        return set()
+        pass
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-    return {p.name for p in report.parts if p.earned}
+    return earned
 
 
 def _blank(exercise, error: type = NotImplementedError):
@@ -151,21 +210,36 @@ def trivial_parts(exercise, cases) -> set[str]:
     return earned_parts(exercise, _blank(exercise), cases) | earned_parts(exercise, _blank(exercise, ValueError), cases)
 
 
-def audit(chapters: list[str], book: Path, root: Path, seed: int = 36, report=None) -> list[Earned]:
+@functools.lru_cache(maxsize=None)
+def hidden_cases(name: str, seed: int = 36) -> tuple:
+    """The hidden cases of the registered exercise ``name`` drawn with ``seed`` (drawn once).
+
+    The labels a hidden report may quote (:func:`public_labels`, three more draws, cached
+    by the checks) are drawn here too, outside any object's guard: drawn inside it, a
+    slow draw (chapter 10's models) would run into the guard, stay uncached, and stop every
+    object in turn."""
+    exercise = get_exercise(name)
+    public_labels(exercise)
+    return tuple(draw_cases(exercise, make_rng(True, seed), True))
+
+
+def audit(chapters: list[str], book: Path, root: Path, seed: int = 36, report=None,
+          wheels: Mapping[str, list[tuple[str, object]]] | None = None) -> list[Earned]:
     """Every part that an object of a chapter's wheel earns on the hidden checks of that
     chapter or a later one, beyond what a blank answer earns (``report``: called with
-    each as it is found)."""
+    each as it is found; ``wheels``: the chapters' objects as :func:`load_wheel` returns
+    them, where already loaded). The parts a blank answer earns are not tried."""
     exercises = {c: list(exercises_of(c)) for c in chapters}
-    cases = {e.name: draw_cases(e, make_rng(True, seed), True) for c in chapters for e in exercises[c]}
+    cases = {e.name: list(hidden_cases(e.name, seed)) for c in chapters for e in exercises[c]}
     blank = {e.name: trivial_parts(e, cases[e.name]) for c in chapters for e in exercises[c]}
     found = []
     for i, chapter in enumerate(chapters):
-        objects = load_wheel(chapter, book, root)
+        objects = wheels[chapter] if wheels is not None else load_wheel(chapter, book, root)
         for exercise in [e for c in chapters[i:] for e in exercises[c]]:
             for source, obj in objects:
                 if not _fits(obj, exercise):
                     continue
-                extra = earned_parts(exercise, obj, cases[exercise.name]) - blank[exercise.name]
+                extra = earned_parts(exercise, obj, cases[exercise.name], skip=blank[exercise.name])
                 if extra:
                     found.append(Earned(chapter, source, exercise.name, tuple(sorted(extra))))
                     if report is not None:
