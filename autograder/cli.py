@@ -710,8 +710,8 @@ def _term_parsers(sub) -> None:
     p.add_argument("--chapter", required=True, help="the chapter id")
     p.add_argument("--to", help="the page (default: SUBMITTED/../similarity/<chapter>.html)")
     p.add_argument("--threshold", type=float, default=0.6, help="the pair score flagged, a share (default 0.6)")
-    p.add_argument("--min-tokens", type=int, default=60,
-                   help="an exercise where either student wrote fewer tokens is left out (default 60)")
+    p.add_argument("--min-tokens", type=int, default=64,
+                   help="an exercise where either student wrote fewer tokens is left out (default 64)")
     p.add_argument("--top", type=int, default=20, help="pairs listed on the page (default 20)")
     _book_option(p)
     p.set_defaults(func=cmd_similarity)

@@ -25,6 +25,7 @@ page states these numbers. A flag is a reason to read the two notebooks, not a v
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ class Settings:
     noise: int = 20
     guarantee: int = 25
     threshold: float = 0.6
-    min_tokens: int = 60
+    min_tokens: int = 64
     min_total: int = 120
     max_share: float = 0.5
 
@@ -138,8 +139,34 @@ def stub_cells(chapter: str, book: Path) -> dict[str, str]:
             if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
 
 
+def _stable_kgram_hashes(string: str, k: int):
+    """The hash of every ``k``-character window of ``string``, the same in every process.
+
+    copydetect hashes its k-grams with Python's ``hash``, which is salted per process
+    (``PYTHONHASHSEED``): the winnowed fingerprints, and so the matched and written token
+    counts, changed from one run to the next, and an exercise near ``min_tokens`` was
+    counted in one run and left out in the next. BLAKE2b's first 8 bytes, as a signed
+    64-bit integer (copydetect's hashes are int64), are the same everywhere.
+    """
+    import numpy as np
+
+    return np.array([int.from_bytes(hashlib.blake2b(string[i:i + k].encode("utf-8", "surrogatepass"),
+                                                    digest_size=8).digest(), "little", signed=True)
+                     for i in range(len(string) - k + 1)], dtype=np.int64)
+
+
+def _copydetect():
+    """copydetect (the optional similarity dependency, only for this command), hashing
+    with :func:`_stable_kgram_hashes` (its fingerprints read ``utils.hashed_kgrams``)."""
+    import copydetect
+    from copydetect import utils
+
+    utils.hashed_kgrams = _stable_kgram_hashes
+    return copydetect
+
+
 def _fingerprint(code: str, settings: Settings, boilerplate):
-    from copydetect import CodeFingerprint  # the optional similarity dependency, only for this command
+    CodeFingerprint = _copydetect().CodeFingerprint
 
     return CodeFingerprint("answer.py", settings.noise, settings.guarantee - settings.noise + 1,
                            boilerplate=boilerplate, fp=io.StringIO(code))
@@ -150,9 +177,7 @@ def _all_hashes(code: str, settings: Settings):
     computes the hashes of a boilerplate file."""
     import numpy as np
 
-    from copydetect import CodeFingerprint
-
-    fp = CodeFingerprint("stub.py", settings.noise, 1, fp=io.StringIO(code))
+    fp = _copydetect().CodeFingerprint("stub.py", settings.noise, 1, fp=io.StringIO(code))
     return np.array(sorted(fp.hashes), dtype=np.int64)
 
 
@@ -179,7 +204,7 @@ def compare_class(answers: dict[str, dict[str, str]], stubs: dict[str, str], cha
     """
     import numpy as np
 
-    from copydetect import compare_files
+    compare_files = _copydetect().compare_files
 
     students = sorted(answers)
     prints: dict[str, dict[str, object]] = {s: {} for s in students}

@@ -64,7 +64,7 @@ def student_notebook(released: Path, cells: dict) -> nbformat.NotebookNode:
 
 
 def earned_by_part(name: str, parts_line: str) -> dict[str, bool]:
-    """``{part: earned}`` from the check's ``parts`` line (``name s/p · name s/p``), read
+    """``{part: earned}`` from the check's ``parts_line`` (``name s/p · name s/p``), read
     by the registered part names (a name may hold the " · " that joins them)."""
     earned = {}
     for part, points in get_exercise(name).parts.items():
@@ -146,11 +146,11 @@ def assert_check_and_grade_agree(chapter, released, python, work, env):
             assert local[name]["score"] == 0.0 and "not implemented yet" in local[name]["message"], local[name]
             continue
         assert lost_indices(name, grade_earned) == fair, (name, score)
-        assert lost_indices(name, earned_by_part(name, local[name]["parts"])) == fair, (name, local[name])
+        assert lost_indices(name, earned_by_part(name, local[name]["parts_line"])) == fair, (name, local[name])
         assert local[name]["score"] == score.score, (name, local[name], score)
         assert len(fair) < len(everything)
         if fair:  # what ``check`` prints: the same parts, earned and lost
-            assert f"{name}: {local[name]['parts']}" in proc.stdout, proc.stdout
+            assert f"{name}: {local[name]['parts_line']}" in proc.stdout, proc.stdout
 
 
 @pytest.mark.slow

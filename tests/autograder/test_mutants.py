@@ -407,6 +407,16 @@ def greedy_decode(model, src, src_mask, max_len, sos_id=1, eos_id=2, pad_id=0):
                 break
     return ys
 ''',
+    "bootstrap_bleu": '''
+def bootstrap_bleu(stats, resamples):  # every resample at once: an (S, M, 2K + 2) gather, then sums
+    stats = np.asarray(stats, dtype=np.float64)
+    k = (stats.shape[1] - 2) // 2
+    sums = stats[resamples].sum(axis=1)
+    m, t, c, r = sums[:, :k], sums[:, k:2 * k], sums[:, -2], sums[:, -1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        score = 100 * np.where(c > r, 1.0, np.exp(1 - r / c)) * np.exp(np.log(m / t).mean(axis=1))
+    return np.where((m.min(axis=1) > 0) & (c > 0), score, 0.0)
+''',
     "beam_search": '''
 def beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, length_penalty=0.6):
     with torch.no_grad():  # plain lists of (tokens, score), sorted in Python

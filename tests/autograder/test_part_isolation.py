@@ -15,6 +15,7 @@ graded through the real sandboxed grader (``grade``), the path a class takes.
 """
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -372,6 +373,43 @@ class MultiHeadAttentionMinusInf(solutions.MultiHeadAttention):
         return self.w_o(solutions.merge_heads(self.attn_weights @ v))
 
 
+def _bleu_of_sums(s, k, inverted=False, smooth=False):
+    """Corpus BLEU of one resample's summed counts, with a switch per mistake of the rows below."""
+    m, t, c, r = s[:k], s[k:2 * k], s[-2], s[-1]
+    if c == 0:
+        return 0.0
+    if m.min() == 0:
+        if not smooth:
+            return 0.0
+        m = np.where(m > 0, m, 1e-9)
+    bp = 1.0 if c > r else (math.exp(1 - c / r) if inverted else math.exp(1 - r / c))
+    return 100 * bp * math.exp(np.mean(np.log(m / t)))
+
+
+def bootstrap_bleu_sentence_mean(stats, resamples):
+    stats = np.asarray(stats, dtype=np.float64)
+    k = (stats.shape[1] - 2) // 2
+    return np.array([np.mean([_bleu_of_sums(stats[i], k) for i in row]) for row in resamples])
+
+
+def bootstrap_bleu_inverted_penalty(stats, resamples):
+    stats = np.asarray(stats, dtype=np.float64)
+    k = (stats.shape[1] - 2) // 2
+    return np.array([_bleu_of_sums(stats[row].sum(axis=0), k, inverted=True) for row in resamples])
+
+
+def bootstrap_bleu_smoothed(stats, resamples):
+    stats = np.asarray(stats, dtype=np.float64)
+    k = (stats.shape[1] - 2) // 2
+    return np.array([_bleu_of_sums(stats[row].sum(axis=0), k, smooth=True) for row in resamples])
+
+
+# Their notebook cells (the sandboxed rounds of test_mutants.py): the helper and the answer.
+for _mutant in (bootstrap_bleu_sentence_mean, bootstrap_bleu_inverted_penalty, bootstrap_bleu_smoothed):
+    _mutant.cell = (inspect.getsource(_bleu_of_sums) + "\n\n"
+                    + inspect.getsource(_mutant).replace(f"def {_mutant.__name__}(", "def bootstrap_bleu(", 1))
+
+
 BROKEN = [
     ("rnn_forward", 1, rnn_forward_zero_h0, "you started from zeros"),
     ("learn_bpe", 0, learn_bpe_per_word, "weighted by how often each word occurs"),
@@ -431,6 +469,9 @@ BROKEN = [
     ("label_smoothing_floor", 1, margin_without_the_labels_share, "its target is 1 - ε + ε / V"),
     ("label_smoothing_floor", 2, floor_nan_at_zero, "0 · log 0 is 0"),
     ("label_smoothing_floor", 3, floor_without_checks, "check the arguments first"),
+    ("bootstrap_bleu", 0, bootstrap_bleu_sentence_mean, "not the mean of the sentences' scores"),
+    ("bootstrap_bleu", 1, bootstrap_bleu_inverted_penalty, "not exp(1 - C / R)"),
+    ("bootstrap_bleu", 2, bootstrap_bleu_smoothed, "no smoothing"),
     ("count_parameters", 1, count_parameters_with_frozen, "count the tensors of model.parameters()"),
     ("self_attention", 1, self_attention_plain_transpose, "leading batch axes"),
     ("PositionwiseFeedForward", 1, FeedForwardDropoutAlwaysOn, "dropout is on in eval mode"),

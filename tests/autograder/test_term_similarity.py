@@ -214,3 +214,18 @@ def test_similarity_command(submitted, tmp_path, capsys):
     assert dest.is_file()
     code = main(["similarity", str(submitted), "--chapter", CH, "--to", str(dest), "--threshold", "1.5"])
     assert code == 2
+
+
+def test_the_fingerprints_are_the_same_in_every_process():
+    """copydetect hashes with Python's per-process salted ``hash``: the counts of a pair
+    moved between runs (an exercise near ``min_tokens`` counted in one, not the next)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from autograder.similarity import Settings, _fingerprint\n"
+            "print(sorted(int(h) for h in _fingerprint('def softmax(x):\\n    e = x - x.max()\\n    return e', "
+            "Settings(), None).hashes))")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(runs) == 1 and runs != {"[]\n"}, runs
