@@ -22,7 +22,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from imports import imported_names
+from autograder.fingerprint import imported_names
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "autograder"

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from imports import imported_names
+from autograder.fingerprint import imported_names
 
 PACKAGE = Path(__file__).resolve().parents[2] / "solutions"
 
