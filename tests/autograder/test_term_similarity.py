@@ -3,6 +3,9 @@ wrote the short canonical answer are not flagged; the released stub never counts
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -219,10 +222,6 @@ def test_similarity_command(submitted, tmp_path, capsys):
 def test_the_fingerprints_are_the_same_in_every_process():
     """copydetect hashes with Python's per-process salted ``hash``: the counts of a pair
     moved between runs (an exercise near ``min_tokens`` counted in one, not the next)."""
-    import os
-    import subprocess
-    import sys
-
     code = ("from autograder.similarity import Settings, _fingerprint\n"
             "print(sorted(int(h) for h in _fingerprint('def softmax(x):\\n    e = x - x.max()\\n    return e', "
             "Settings(), None).hashes))")
