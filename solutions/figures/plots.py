@@ -208,10 +208,12 @@ def plot_heads(weights, query_tokens=None, key_tokens=None, titles=None):
 
 def _numbers(ax, matrix, cmap, rows=None, cols=None, title=""):
     """Draw a small matrix as a grid of its values (3 decimals), tinted by ``cmap`` (its
-    darkest tint at 1.6 times the largest value, so every number stays readable)."""
+    darkest tint at 1.6 times the largest value, so every number stays readable). The cells
+    take the Axes' shape (``aspect="auto"``): square cells as tall as a row of the figure
+    are narrower than "0.452", and neighbouring numbers ran into each other."""
     n_rows, n_cols = matrix.shape
     top = 1.6 * max(1.0, float(matrix.max()))
-    ax.imshow(matrix, cmap=cmap, vmin=min(0.0, float(matrix.min())), vmax=top, aspect="equal",
+    ax.imshow(matrix, cmap=cmap, vmin=min(0.0, float(matrix.min())), vmax=top, aspect="auto",
               interpolation="nearest")
     for i in range(n_rows):
         for j in range(n_cols):

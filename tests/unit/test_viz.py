@@ -92,6 +92,25 @@ def test_plot_head_steps_draws_each_step_with_its_numbers_and_the_merge_beside()
     assert f"{w[0, 0]:.3f}" in [t.get_text() for t in weights_ax.texts]
 
 
+def test_plot_head_steps_keeps_a_gap_between_neighbouring_numbers():
+    """Figure 5.1's shapes (inputs of 4 and 2 features, 3 tokens): between two numbers of a
+    row stands at least a text height of white (square cells as tall as a figure row left
+    half of one, and scaled to the book's column "0.452 0.274" read "0.4520.274")."""
+    x = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0]])
+    w = _random_weights(3, 3)
+    heads = [{"title": "one head", "input": x, "weights": w, "output": w @ x},
+             {"title": "head 1", "input": x[:, :2], "weights": w, "output": w @ x[:, :2]},
+             {"title": "head 2", "input": x[:, 2:], "weights": w, "output": w @ x[:, 2:], "features": [2, 3]}]
+    fig = viz.plot_head_steps(heads, ["cats", "chase", "mice"], merged=np.hstack([w @ x[:, :2], w @ x[:, 2:]]))
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    for ax in fig.axes:
+        boxes = [t.get_window_extent(renderer) for t in ax.texts]
+        for a in boxes:
+            right = [b.x0 - a.x1 for b in boxes if b.x0 > a.x1 and abs(b.y0 - a.y0) < 1]
+            assert not right or min(right) >= a.height, (ax.get_title(), min(right) / a.height)
+
+
 def test_plot_head_steps_rejects_a_matrix_of_other_rows():
     with pytest.raises(ValueError, match="h1: weights must have 3 rows"):
         viz.plot_head_steps([{"title": "h1", "input": np.eye(3), "weights": np.eye(2), "output": np.eye(3)}],
