@@ -13,6 +13,8 @@ from walls import WALL_SKIP
 
 
 NBVAL_OPTION = "--run-nbval"
+#: Whether this pytest process owns the session's ledger of notebook executions (``notebook_runs``).
+OWNS_LEDGER = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser):
@@ -25,8 +27,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "nbval_execution: executes a chapter under nbval; runs only "
                                        f"with {NBVAL_OPTION} (make nbval)")
-    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist): a fresh count
-        notebook_runs.reset_ledger()
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist): a fresh count,
+        config.stash[OWNS_LEDGER] = notebook_runs.start_session()  # unless a test started this pytest
 
 
 def on_ci() -> bool:
@@ -59,7 +61,7 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_terminal_summary(terminalreporter, config):
     """Print how many times each chapter notebook executed in this run (book build and tests together)."""
-    if hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput") or not config.stash.get(OWNS_LEDGER, False):
         return
     counts = notebook_runs.executions()
     if counts:

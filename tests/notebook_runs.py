@@ -34,8 +34,8 @@ from nbclient.client import timestamp
 from nbclient.exceptions import CellExecutionComplete, CellTimeoutError
 from nbclient.util import ensure_async
 
-__all__ = ["SLICE_S", "KEPT", "LEDGER", "SlicedClient", "execute", "cell_seconds", "slowest_cells", "record",
-           "executions", "reset_ledger"]
+__all__ = ["SLICE_S", "KEPT", "LEDGER", "SESSION_ENV", "SlicedClient", "execute", "cell_seconds", "slowest_cells",
+           "record", "executions", "reset_ledger", "start_session"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Longest single wait on a kernel channel: a reply that has arrived is read within this.
@@ -44,6 +44,9 @@ SLICE_S = 0.5
 KEPT = Path(os.environ.get("TEST_EXECUTIONS_DIR") or ROOT / "_build" / "test-executions")
 #: One JSON line per notebook execution of this test session.
 LEDGER = KEPT / "ledger.jsonl"
+#: Set by the process that owns the session's ledger; its xdist workers, and any pytest a test
+#: starts (``test_container_mode`` runs ``test_cheats.py`` in a pytest of its own), inherit it.
+SESSION_ENV = "NOTEBOOK_RUNS_SESSION"
 
 
 class SlicedClient(NotebookClient):
@@ -186,8 +189,28 @@ def record(chapter: str | None, how: str, seconds: float) -> None:
 
 
 def reset_ledger() -> None:
-    """Start the session's ledger empty (the controller does this once, at configure)."""
+    """Empty the session's ledger."""
     LEDGER.unlink(missing_ok=True)
+
+
+def start_session() -> bool:
+    """Begin the test session's ledger here, unless this process runs inside a session already.
+
+    The outermost pytest (the xdist controller, or a run without xdist) empties the ledger
+    and marks the environment (:data:`SESSION_ENV`). A pytest that a test starts inherits
+    the mark and leaves the ledger as it is: what it executes is added to the outer
+    session's count, which it would otherwise wipe (the container-mode attack suite's
+    pytest, started late in ``make test``, emptied the ledger of the whole run, and the
+    summary of executions per chapter was never printed).
+
+    Returns:
+        True when this process owns the ledger (and prints the session's summary).
+    """
+    if os.environ.get(SESSION_ENV):
+        return False
+    os.environ[SESSION_ENV] = str(os.getpid())
+    reset_ledger()
+    return True
 
 
 def executions() -> Counter:

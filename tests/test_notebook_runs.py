@@ -4,7 +4,8 @@
   ``SLICE_S`` seconds, a reply is taken as soon as a slice sees it, and past the
   cell's deadline the cell fails as under nbclient (``CellTimeoutError``).
 * A real execution is kept with its cell timings and counted in the session's ledger;
-  a failing one says where it was kept.
+  a failing one says where it was kept; a pytest that a test starts adds to that ledger
+  and never empties it.
 * Under ``CI=true`` a skip through ``walls.cannot_start`` is a failure naming the wall;
   without it, a skip.
 """
@@ -133,6 +134,18 @@ def test_a_failing_execution_says_where_it_was_kept(kept, tmp_path):
     assert "slowest cells: cell 1 (" in said
     assert nbformat.read(str(kept / "fixture" / "fails.ipynb"), as_version=4).cells[0].outputs[0]["text"] == "ran\n"
     assert notebook_runs.executions() == {}  # a fixture notebook is no chapter
+
+
+def test_a_pytest_started_by_a_test_adds_to_the_session_ledger_and_never_empties_it(kept, monkeypatch):
+    monkeypatch.setenv(notebook_runs.SESSION_ENV, "outer")
+    monkeypatch.delenv(notebook_runs.SESSION_ENV)  # restored after the test, whatever this test sets
+    notebook_runs.record("01_rnn_limitations", "book build", 1.0)  # left by an earlier session
+    assert notebook_runs.start_session() is True  # the outermost pytest: a fresh count, and the mark
+    assert notebook_runs.executions() == {}
+    notebook_runs.record("01_rnn_limitations", "book build", 1.0)
+    assert notebook_runs.start_session() is False  # a pytest a test starts inherits the mark
+    notebook_runs.record("01_rnn_limitations", "release-blank/01_rnn_limitations", 1.0)
+    assert notebook_runs.executions() == {"01_rnn_limitations": 2}
 
 
 WALL_TEST = """
