@@ -2,8 +2,6 @@
 worker, walls that must start under ``CI=true``, and the count of notebook executions."""
 import os
 import random
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,89 +68,24 @@ def pytest_terminal_summary(terminalreporter, config):
             terminalreporter.write_line(f"{chapter}: {count}")
 
 
-BOOK_GROUP = "the built book"
-# A module's ``pytestmark = ...`` statement (its first line and the indented lines after it),
-# and the name of an ``xdist_group`` marker in it.
-_PYTESTMARK = re.compile(r"^pytestmark\s*=.*(?:\n[ \t)\]].*)*", re.M)
-_GROUP_MARK = re.compile(r"""pytest\.mark\.xdist_group\(\s*(?:name\s*=\s*)?["']([^"']+)["']""")
-# A fixture that lives as long as its module (or the session) defined in the module itself.
-_MODULE_FIXTURE = re.compile(r"""@pytest\.fixture\(\s*scope\s*=\s*["'](?:module|session)["']""")
-
-
-# The units of work that take longest, sent out before all others so that none starts
-# late and runs alone at the end (the last clean-clone run, 2 workers): the book build and
-# the tests that read it (201 s to build, 70 s in test_every_page_offline alone), every
-# chapter released (41 s) and run in a student venv (22-61 s a chapter), every wheel
-# object tried against every part (247 s in one test).
-LONGEST_UNITS = (BOOK_GROUP, "releases", "tests/autograder/test_wheel_answers.py::")
-
-
-def _worker_groups(rootpath) -> dict[str, str]:
-    """Test modules (node-id prefixes) whose tests run on one worker, and their group.
-
-    * the modules that read the built book (they use ``built_book``): one group;
-    * a module whose ``pytestmark`` holds ``pytest.mark.xdist_group(name)``: group
-      ``name``, with every other module so marked (modules sharing a session fixture of a
-      conftest, as ``released_chapters``);
-    * a module that defines a module- or session-scoped fixture: a group of its own, so
-      that fixture (a class graded, chapters released, a model trained) is built once per
-      run instead of once on every worker that gets one of the module's tests.
-
-    Every other test is a unit of its own, free to go to any worker.
-    """
-    groups = {}
-    for path in sorted(Path(rootpath, "tests").rglob("test_*.py")):
-        text = path.read_text(encoding="utf-8")
-        prefix = path.relative_to(rootpath).as_posix() + "::"
-        if "built_book" in text:
-            groups[prefix] = BOOK_GROUP
-        elif (statement := _PYTESTMARK.search(text)) and (mark := _GROUP_MARK.search(statement.group())):
-            groups[prefix] = mark.group(1)
-        elif _MODULE_FIXTURE.search(text):
-            groups[prefix] = prefix
-    return groups
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under pytest-xdist (``-n``, ``--dist load``): each group of :func:`_worker_groups` on one worker.
+    """Under pytest-xdist (``-n``, ``--dist load``): the units and the order of ``tests/scheduling.py``.
 
     The book is built once per run, under a file lock (``book_helpers.ensure_book_built``),
-    and that build is each chapter's one execution. Sending every test that reads the
-    build (the modules that use the ``built_book`` fixture) to one worker lets it build
-    and then read the build, while the other workers run the rest of the suite instead
-    of waiting on the lock. A module with a module-scoped fixture goes whole to one worker
-    too: under ``load`` each worker that got one of its tests built that fixture again (the
-    attack class of ``test_cheats.py``, about 100 s, was graded twice). (``--dist
-    loadgroup`` with ``xdist_group`` markers should group modules, but here, with pytest
-    9.2 and pytest-xdist 3.8, its groups are not formed: xdist renames ``item._nodeid``,
-    which pytest 9 no longer reads; hence the markers are read from the modules' source.)
-
-    The longest units go out first (:data:`LONGEST_UNITS`), then the other groups, those
-    with the most tests first (xdist's ``--loadscope-reorder``, on by default), then the
-    other tests one by one in collection order, each to the first worker that is free:
-    what is left at the end is short, and both workers finish together.
+    and that build is each chapter's one execution: every module that reads the build
+    goes to one worker, which builds and then reads it while the other runs the rest. A
+    module with a module-scoped fixture goes whole to one worker too (under plain ``load``
+    each worker that got one of its tests built that fixture again: the attack class of
+    ``test_cheats.py``, about 100 s, was graded twice). The longest units go out first,
+    then those holding a ``slow`` test, and the short tests last, so both workers finish
+    together.
     """
     if config.getvalue("dist") not in ("load", "loadgroup"):
         return None
-    from xdist.scheduler import LoadScopeScheduling  # here: pytest-xdist is needed only under -n
+    import scheduling  # here: it imports pytest-xdist, which only a run under -n needs
 
-    groups = _worker_groups(config.rootpath)
-    prefixes = tuple(groups)
-
-    class GroupsOnOneWorker(LoadScopeScheduling):
-        def _split_scope(self, nodeid):
-            if nodeid.startswith(prefixes):
-                return groups[nodeid.split("::", 1)[0] + "::"]
-            return nodeid
-
-        def _assign_work_unit(self, node):
-            for scope in reversed(LONGEST_UNITS):  # to the front of the queue, in this order
-                if scope in self.workqueue:
-                    self.workqueue.move_to_end(scope, last=False)
-            super()._assign_work_unit(node)
-
-    return GroupsOnOneWorker(config, log)
+    return scheduling.GroupsOnOneWorker(config, log)
 
 
 def pytest_collection_modifyitems(config, items):

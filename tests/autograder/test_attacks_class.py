@@ -37,6 +37,8 @@ from autograder import batch, feedback, grading, gradebook, report, submissions,
 from autograder.bench import make_source_notebook
 from autograder.text import FORMULA_STARTS, csv_cell, csv_text, csv_uncell
 
+pytestmark = pytest.mark.slow  # its module fixture grades the attacked class in the sandbox (26-30 s)
+
 CH = "04_self_attention"
 HONEST = "honest_café"  # UTF-8 on disk
 LATIN_TWIN = b"honest_caf\xe9"  # the same display name in Latin-1 bytes

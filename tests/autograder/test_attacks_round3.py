@@ -29,6 +29,8 @@ from autograder.text import safe_text
 from test_attacks_class import CH, _book, _put, _quick_grade, _rows, _source
 from test_shard import _merged_tree
 
+pytestmark = pytest.mark.slow  # its module fixture grades a class in the sandbox (23-35 s)
+
 SURROGATE = "caf" + chr(0xDCFF)
 CONTROLS = "\x1b[2J\x07\u202e"
 CELL_RAISES = f"raise ValueError({SURROGATE + CONTROLS!r})\ndef softmax(x, axis=-1):\n    return x"

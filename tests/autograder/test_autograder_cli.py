@@ -55,6 +55,7 @@ def test_grade_rejects_bad_input_with_exit_status_2(tmp_path, book, capsys):
     assert "jobs must be at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 28 s in a clean clone
 def test_check_prints_a_table_and_an_exit_status(tmp_path, book):
     source = nbformat.read(str(book / CHAPTER / f"{CHAPTER}.ipynb"), as_version=4)
     blank = tmp_path / f"{CHAPTER}.ipynb"
@@ -122,6 +123,7 @@ def test_bench_quick_runs_both_graders():
     assert "totals equal to nbgrader's on 2 of 2 submissions" in proc.stdout
 
 
+@pytest.mark.slow  # grades in the sandbox: 21-29 s in the clean clones
 def test_limit_options_reach_the_sandbox_limits(tmp_path, book, monkeypatch, capsys):
     """``--memory``, ``--disk`` and ``--processes`` of ``grade`` and ``check`` reach
     the :class:`~autograder.sandbox.Limits` of every sandbox run; ``autograde``

@@ -30,6 +30,8 @@ from autograder.book import chapter_ids
 from autograder.release import student_version
 from autograder.report import summarise
 
+pytestmark = pytest.mark.slow  # an nbgrader course autograded (its fixture: 33 s and more)
+
 REPO = Path(__file__).resolve().parents[2]
 CH = "01_rnn_limitations"
 RESTARTS_FROM_H0 = '''import numpy as np

@@ -25,6 +25,8 @@ import fixtures
 from autograder import course as course_module
 from autograder.course import autograde, load_course
 
+pytestmark = pytest.mark.slow  # nbgrader's formgrader executes the submissions
+
 REPO = Path(__file__).resolve().parents[2]
 CH = "01_rnn_limitations"
 SLOW_DEMOS = ("FlopCounterMode", "SOS, FIRST_SYMBOL", "with torch.no_grad()", "gradient_norms(",

@@ -257,6 +257,7 @@ def _offline_layout(book: Path, tmp_path: Path, *options: str, path_prefix: Path
     return root, env, setup
 
 
+@pytest.mark.slow  # runs setup.sh and grades
 def test_engine_only_grades_without_a_sandbox_and_says_so(small_book, tmp_path, capsys):
     root, env, setup = _offline_layout(small_book, tmp_path, "--isolation", "engine-only", "--memory", "600M")
     assert "isolation engine-only" in capsys.readouterr().out

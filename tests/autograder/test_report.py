@@ -85,6 +85,7 @@ def checked_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidd
 # --------------------------------------------------------------------------- the console summary
 
 
+@pytest.mark.slow  # grades a class in the sandbox
 def test_grade_prints_a_summary_naming_each_problem(tmp_path, needs_sandbox, capsys):
     book = make_book(tmp_path, [CH4, CH5])
     source4 = nbformat.read(str(book / CH4 / f"{CH4}.ipynb"), as_version=4)

@@ -22,6 +22,7 @@ def test_every_chapter_is_found():
     assert [p.stem[:2] for p in CHAPTERS] == [f"{n:02d}" for n in range(1, 12)]
 
 
+@pytest.mark.slow  # a sandbox run per chapter
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_setup_cell_runs_against_the_stripped_library(notebook, tmp_path):
     nb = nbformat.read(str(notebook), as_version=4)

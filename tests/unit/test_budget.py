@@ -93,6 +93,7 @@ def _tiny_config(**changes):
     return PRESETS["tiny"].replace(**settings)
 
 
+@pytest.mark.slow  # trains: 25-30 s in the clean clones
 def test_trainer_plans_its_steps_for_the_budget_and_stops_inside_it():
     pairs = _pairs()
     clock = FakeClock(tick=0.25)

@@ -17,7 +17,7 @@ from solutions.app.data import make_synthetic_splits
 from solutions.app.trainer import PRESETS, Trainer, load_checkpoint, model_from_checkpoint
 from solutions.translation import translate
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]  # trains two models
 
 if os.environ.get("CI") == "true":
     import ctranslate2  # noqa: F401  (CI installs requirements.txt: a missing engine is a failure there)
