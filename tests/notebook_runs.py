@@ -12,6 +12,11 @@ Every test that executes a notebook in a kernel goes through :func:`execute`:
   (``metadata.execution``), is written under :data:`KEPT` (``_build/test-executions/``,
   or ``$TEST_EXECUTIONS_DIR``) even when the run fails or times out, and
   :func:`slowest_cells` names the cells that took the time.
+* **The book build too.** The build that ``book_helpers.ensure_book_built`` runs
+  (``tests/book/sliced_jupyter_book.py``) executes each chapter through
+  :func:`execute_for_jupyter_cache`: the same slices, and the chapter kept under
+  ``KEPT/book-build/`` with its cell timings (the cache and the pages get the notebook
+  as nbclient writes it).
 * **Counted.** Each execution adds a line to the run's ledger (:func:`record`); the
   book build adds one per chapter it executed (``book_helpers.ensure_book_built``), and
   the session's summary prints the executions per chapter (``tests/conftest.py``), so
@@ -20,6 +25,7 @@ Every test that executes a notebook in a kernel goes through :func:`execute`:
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import time
@@ -34,8 +40,8 @@ from nbclient.client import timestamp
 from nbclient.exceptions import CellExecutionComplete, CellTimeoutError
 from nbclient.util import ensure_async
 
-__all__ = ["SLICE_S", "KEPT", "LEDGER", "SESSION_ENV", "SlicedClient", "execute", "cell_seconds", "slowest_cells",
-           "record", "executions", "reset_ledger", "start_session"]
+__all__ = ["SLICE_S", "KEPT", "LEDGER", "SESSION_ENV", "SlicedClient", "execute", "execute_for_jupyter_cache",
+           "cell_seconds", "slowest_cells", "record", "executions", "reset_ledger", "start_session"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Longest single wait on a kernel channel: a reply that has arrived is read within this.
@@ -173,6 +179,39 @@ def execute(nb, *, label: str, chapter: str | None, kernel_name: str, cwd: Path,
         record(chapter, label, time.monotonic() - started)
     _keep(nb, kept)
     return nb
+
+
+def execute_for_jupyter_cache(nb, cwd: str | None = None, km=None, **kwargs):
+    """``nbclient.execute`` as jupyter-cache calls it (myst-nb's cached execution), run by
+    :class:`SlicedClient` and kept.
+
+    The executed notebook is kept at ``KEPT/book-build/<folder>.ipynb`` (the folder it ran
+    in: a chapter's own) with every cell's timings, even when a cell fails or times out.
+    ``nb`` itself gets the timings only where ``record_timing`` asks for them, as under
+    nbclient: the cache and the built pages are what they were.
+
+    Args:
+        nb: the notebook, executed in place.
+        cwd: the folder the kernel runs in.
+        km: a kernel manager (nbclient's ``km``).
+        **kwargs: the other options of :class:`~nbclient.NotebookClient` (``timeout``,
+            ``allow_errors``, ``record_timing``, ...).
+
+    Returns:
+        ``nb``, executed.
+    """
+    record_timing = kwargs.pop("record_timing", False)
+    timed_before = {i for i, cell in enumerate(nb.cells) if "execution" in cell.get("metadata", {})}
+    resources = {"metadata": {"path": cwd}} if cwd is not None else {}
+    client = SlicedClient(nb, km=km, resources=resources, record_timing=True, **kwargs)
+    try:
+        return client.execute()
+    finally:
+        _keep(copy.deepcopy(nb), KEPT / "book-build" / f"{Path(cwd or os.getcwd()).name}.ipynb")
+        if not record_timing:
+            for i, cell in enumerate(nb.cells):
+                if i not in timed_before:
+                    cell.get("metadata", {}).pop("execution", None)
 
 
 def _keep(nb, path: Path) -> None:

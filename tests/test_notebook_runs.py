@@ -6,15 +6,20 @@
 * A real execution is kept with its cell timings and counted in the session's ledger;
   a failing one says where it was kept; a pytest that a test starts adds to that ledger
   and never empties it.
+* The book build's executions (jupyter-cache's, under ``tests/book/sliced_jupyter_book.py``)
+  are sliced and kept with their timings too, and cached as nbclient writes them.
 * Under ``CI=true`` a skip through ``walls.cannot_start`` is a failure naming the wall;
   without it, a skip.
 """
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+from pathlib import Path
 from queue import Empty
 
+import jupyter_cache.executors.utils as jupyter_cache_execution
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -146,6 +151,27 @@ def test_a_pytest_started_by_a_test_adds_to_the_session_ledger_and_never_empties
     assert notebook_runs.start_session() is False  # a pytest a test starts inherits the mark
     notebook_runs.record("01_rnn_limitations", "release-blank/01_rnn_limitations", 1.0)
     assert notebook_runs.executions() == {"01_rnn_limitations": 2}
+
+
+@pytest.mark.slow
+def test_the_book_builds_execution_is_kept_with_its_timings_and_cached_as_nbclient_writes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_EXECUTIONS_DIR", str(tmp_path / "kept"))
+    monkeypatch.setattr(jupyter_cache_execution, "executenb", jupyter_cache_execution.executenb)  # restored after
+    spec = importlib.util.spec_from_file_location(
+        "sliced_jupyter_book", Path(notebook_runs.ROOT, "tests", "book", "sliced_jupyter_book.py"))
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    launcher.install()
+    folder = tmp_path / "99_fixture"
+    folder.mkdir()
+    nb = new_notebook(cells=[new_code_cell("import time\ntime.sleep(0.2)\nprint('slept')"),
+                             new_code_cell("raise ValueError('boom')")])
+    # what myst-nb's cached execution calls
+    result = jupyter_cache_execution.single_nb_execution(nb, cwd=str(folder), timeout=60, allow_errors=False)
+    assert "boom" in str(result.err) and nb.cells[0].outputs[0]["text"] == "slept\n"
+    assert all("execution" not in cell.metadata for cell in nb.cells)  # the cache gets what nbclient writes
+    saved = nbformat.read(str(tmp_path / "kept" / "book-build" / "99_fixture.ipynb"), as_version=4)
+    assert dict(cell_seconds(saved))[0] >= 0.2 and "boom" in saved.cells[1].outputs[0]["evalue"]
 
 
 WALL_TEST = """

@@ -21,6 +21,7 @@ JUPYTER_CACHE = ROOT / "_build" / ".jupyter_cache"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXT_DIR = ROOT / "book" / "_ext"
 VENDOR = ROOT / "book" / "_vendor"
+SLICED_JUPYTER_BOOK = Path(__file__).resolve().parent / "sliced_jupyter_book.py"
 
 # Files whose change makes the built book out of date.
 _SOURCE_GLOBS = ("_config.yml", "_toc.yml", "book/**/*", "solutions/**/*.py", "autograder/**/*.py")
@@ -97,9 +98,10 @@ def ensure_book_built():
             env = dict(os.environ, BOOK_EDITION="web", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
             start = time.monotonic()
             started_at = datetime.now(timezone.utc).replace(tzinfo=None)  # jupyter-cache stores naive UTC
+            # jupyter-book, its executions waited on in slices and kept with their cell timings
             result = subprocess.run(
-                [jupyter_book(), "build", str(ROOT), "-W", "-n", "--keep-going", "--builder", "html"],
-                cwd=ROOT, env=env, capture_output=True, text=True)
+                [sys.executable, str(SLICED_JUPYTER_BOOK), "build", str(ROOT), "-W", "-n", "--keep-going",
+                 "--builder", "html"], cwd=ROOT, env=env, capture_output=True, text=True)
             if result.returncode != 0:
                 (HTML / ".book-edition").unlink(missing_ok=True)  # never "fresh" after a failure
                 log = (result.stdout + result.stderr)[-8000:]
