@@ -89,14 +89,16 @@ book: venv vendor
 # Each chapter executes once per run: in the strict book build (hidden checks included,
 # in cells removed from the pages), which the tests that need the build share
 # (tests/book/test_executed_chapters.py asserts on its execution, and that the answered
-# release is the code it ran). tests/conftest.py sends every test module that reads the
+# release is the code it ran). tests/scheduling.py sends every test module that reads the
 # build to one worker, which builds first; the other worker runs the rest meanwhile. A
 # module with a module- or session-scoped fixture also goes whole to one worker, so its
-# fixture (a graded class, the release of every chapter) is built once per run. The
-# release runs execute only what differs from the build: each chapter's blank release,
-# in the student's venv. The session ends with the count of executions per chapter
-# (tests/notebook_runs.py keeps each executed notebook, with its cell timings, under
-# _build/test-executions/). Under CI=true a wall that cannot start fails its tests.
+# fixture (a graded class, the release of every chapter) is built once per run; the
+# longest units go out first, then those holding a test marked slow, the short tests
+# last. The release runs execute only what differs from the build: each chapter's blank
+# release, in the student's venv. Every execution, the build's included, waits on its
+# kernel in short slices and is kept with its cell timings under _build/test-executions/
+# (tests/notebook_runs.py); the session ends with the count of executions per chapter.
+# Under CI=true a wall that cannot start fails its tests.
 test: venv sysdeps vendor
 	$(PY) -m pytest -n $(JOBS) --durations=25 $(PYTEST_ARGS)
 
