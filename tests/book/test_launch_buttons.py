@@ -26,6 +26,8 @@ from autograder.cli import main
 from autograder.release import leaked_lines
 from book_helpers import ROOT
 
+pytestmark = pytest.mark.slow  # its module fixture releases two chapters with their wheels
+
 CHAPTERS = ["04_self_attention", "10_inference"]
 
 
