@@ -154,6 +154,7 @@ def test_a_pytest_started_by_a_test_adds_to_the_session_ledger_and_never_empties
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:'BaseCommand' is deprecated:DeprecationWarning")  # jupyter-book's, on import
 def test_the_book_builds_execution_is_kept_with_its_timings_and_cached_as_nbclient_writes_it(tmp_path, monkeypatch):
     monkeypatch.setenv("TEST_EXECUTIONS_DIR", str(tmp_path / "kept"))
     monkeypatch.setattr(jupyter_cache_execution, "executenb", jupyter_cache_execution.executenb)  # restored after
