@@ -515,10 +515,12 @@ def _notebooks(root: Path):
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory, needs_sandbox):
+def graded(tmp_path_factory, needs_sandbox, request):
     """Grade every attack submission once (two at a time); return
     ``{attack: (scores by exercise, attacked exercise)}``, the sentinels' digests
-    before and after, and the unsafe controls' scores."""
+    before and after, and the unsafe controls' scores (graded only where their test
+    runs: the container-mode run of this module deselects it, since without the
+    sandbox both modes run the same plain subprocess)."""
     root = tmp_path_factory.mktemp("cheats")
     sentinels = _sentinels(root / "host")
     before = {k: file_digest(p) for k, p in sentinels.items()}
@@ -532,7 +534,9 @@ def graded(tmp_path_factory, needs_sandbox):
             sub = fixtures.write_notebook(fixtures.submission_with(nb, **{target: source}),
                                           root / "submitted" / name / f"{chapter}.ipynb")
             jobs[name] = (src_path, sub, target, True)
-        for name in UNSAFE_CONTROLS:
+        controls = any(item.originalname == "test_the_same_attacks_work_without_the_sandbox"
+                       for item in request.session.items)
+        for name in UNSAFE_CONTROLS if controls else ():
             src_path, sub, target, _ = jobs[name]
             jobs["unsafe:" + name] = (src_path, sub, target, False)
 

@@ -161,6 +161,7 @@ def test_cases_arrive_through_the_pipe(tmp_path, container):
 # The tests of the two suites written for bubblewrap's mounts (/job, /lib-grading, a
 # nested user namespace, a tmpfs output folder, an empty capability set); their
 # container forms are above, and the README lists what the container mode does not cover.
+# And the unsafe controls, which use no isolation at all: run once, in the bubblewrap run.
 BUBBLEWRAP_LAYOUT = [
     "test_sandbox.py::test_runs_unprivileged_without_capabilities",
     "test_sandbox.py::test_filesystem_is_read_only_except_out_and_tmp",
@@ -171,6 +172,8 @@ BUBBLEWRAP_LAYOUT = [
     "test_cheats.py::test_patching_and_hooks_earn_nothing[forge_result_files]",
     "test_cheats.py::test_cases_are_out_of_reach_before_and_outside_their_check",
     "test_cheats.py::test_the_case_search_finds_case_files_where_there_are_some",
+    # the controls graded without any sandbox: the same plain subprocess in both modes
+    "test_cheats.py::test_the_same_attacks_work_without_the_sandbox",
 ]
 
 
