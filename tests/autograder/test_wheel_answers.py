@@ -20,15 +20,6 @@ from autograder.book import BOOK, chapter_ids
 from autograder.student.hints import withhold_helpers
 from autograder.student.package import RECORDED_FILE, package_files
 
-# Stand-ins a chapter still needs as code that earn parts of a later chapter's hidden
-# checks, each with that exercise. Any other object that earns a part fails the test.
-# Chapter 9's translations decode the student's own trained model (arguments no recording
-# can foresee) with chapter 10's greedy search, the exercise itself.
-STILL_CODE = {
-    ("09_training", "solutions._standins.greedy_decode", "greedy_decode"),
-}
-
-
 class _Built(dict):
     """Chapter -> what ``make(chapter)`` gives, made at the first use and kept (a test
     that needs one chapter's package does not pay for the others)."""
@@ -72,8 +63,7 @@ def test_no_object_of_any_wheel_earns_a_part_of_its_chapter_or_a_later_one(wheel
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.chdir(tmp_path)
     found = wheel_audit.audit(chapter_ids(BOOK), BOOK, tmp_path / "wheels", wheels=wheels)
-    unexpected = [e for e in found if (e.chapter, e.source, e.exercise) not in STILL_CODE]
-    assert unexpected == [], unexpected
+    assert found == [], found
 
 
 def test_a_blank_answer_and_a_copied_check_helper_earn_nothing_beyond_it(wheels):
