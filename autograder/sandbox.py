@@ -1072,14 +1072,14 @@ class ReferenceCalls:
         """Why a call is refused, or ``None``: it is a call of one of :attr:`names` with
         plain data within every bound."""
         kind, name, body, npz = frame
-        if kind != "call" or name not in self.names:
-            return "not one of this regrade's references"
-        self.calls += 1
+        self.calls += 1  # every frame counts, refused or not
         self.bytes_in += len(body) + len(npz)
         if self.calls > self.MAX_CALLS:
             return f"more than {self.MAX_CALLS} calls in one run"
         if self.bytes_in > self.MAX_BYTES:
             return f"more than {self.MAX_BYTES // MiB} MB of arguments in one run"
+        if kind != "call" or name not in self.names:
+            return "not one of this regrade's references"
         try:
             data, arrays = wire.load_body(body, npz, self.MAX_FRAME_BYTES)
             if len(arrays) > self.MAX_ARRAYS:
