@@ -7,7 +7,8 @@ source notebook (keyed on its own: ``source_sha256``) and the run's settings (ke
 their own: :meth:`autograder.grading.RunSettings.options`):
 
 * **the judging code** of ``autograder``: :mod:`autograder.grading`, the program inside
-  the sandbox (:mod:`autograder.runner`, the stub package it sees), every module of
+  the sandbox (:mod:`autograder.runner`, the stub package it sees, and the references' program
+  of a regrade, :mod:`autograder.oracle`), every module of
   ``autograder/checks`` (they register themselves when ``load_all`` imports them by
   name, so all are roots), and every module these import, followed with :mod:`ast`
   through module-level and function-level imports alike (the sandbox, its walls,
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The packages whose imports are followed.
 _PACKAGES = ("autograder", "solutions")
 #: Where judging starts: files relative to the repository root, and folders all of whose modules are roots.
-_ROOT_FILES = ("autograder/grading.py", "autograder/runner.py", "autograder/stub/__init__.py")
+_ROOT_FILES = ("autograder/grading.py", "autograder/runner.py", "autograder/oracle.py", "autograder/stub/__init__.py")
 _ROOT_FOLDERS = ("autograder/checks",)
 #: Parts of ``solutions`` that hold no answer and judge nothing.
 _NOT_REFERENCE = ("figures",)

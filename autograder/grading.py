@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import io
 import json
 import logging
 import math
@@ -59,7 +58,6 @@ import shutil
 import signal
 import tempfile
 import time
-import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,9 +68,11 @@ import numpy as np
 from .checks import load_all
 from .checks.base import (Exercise, Report, Result, charged_once, dependency_note, dependency_unchanged_note, draw_cases,
                           evaluate, get_exercise, make_rng, own_code_message)
-from .sandbox import Limits, RunOutcome, build_library, case_frame, check_sandbox, limits_for, run_job
+from .sandbox import (Limits, ReferenceCalls, RunOutcome, build_library, case_frame, check_sandbox, limits_for,
+                      reference_library, run_job)
 from .text import safe_text
 from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook
+from .wire import WireError, check_encoded, load_body
 from .withhold import defined_names
 
 __all__ = ["CellScore", "RunSettings", "STATUSES", "grade_submission", "detect_chapter", "wrong_chapter"]
@@ -83,8 +83,6 @@ STATUSES = ("passed", "partial", "failed", "error", "missing", "timeout", "cheat
 
 # Largest result bundle (json + npz, uncompressed) read back from the sandbox.
 MAX_RESULT_BYTES = 128 * 2**20
-_MAX_DEPTH = 64
-_MAX_NODES = 200_000
 
 
 @dataclass(frozen=True)
@@ -357,82 +355,21 @@ class _Tampered(ValueError):
 
 
 def _load_frame(body: bytes, npz: bytes) -> tuple[Any, dict]:
-    """Decode one result frame: plain JSON and an ``.npz`` read without pickle, with
-    its uncompressed size checked first (no zip bomb)."""
+    """Decode one result frame (:func:`autograder.wire.load_body` within
+    :data:`MAX_RESULT_BYTES`)."""
     try:
-        with zipfile.ZipFile(io.BytesIO(npz)) as zf:
-            unpacked = sum(info.file_size for info in zf.infolist())
-            if any(info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) for info in zf.infolist()):
-                raise _Tampered("an array file in a compression the runner never uses")
-    except _Tampered:
-        raise
-    except Exception as exc:  # noqa: BLE001 - whatever the archive is, it is not the runner's
-        raise _Tampered(f"an unreadable array file ({type(exc).__name__})") from None
-    if len(body) + unpacked > MAX_RESULT_BYTES:
-        raise _Tampered(f"a result over the {MAX_RESULT_BYTES / 2**20:.0f} MB limit")
-    try:
-        data = json.loads(body.decode("utf-8"))
-        with np.load(io.BytesIO(npz), allow_pickle=False) as arrays:
-            return data, {k: arrays[k] for k in arrays.files}
-    except Exception as exc:  # noqa: BLE001 - any archive the runner could not have written
-        # (an unknown compression method raises NotImplementedError, for one)
-        raise _Tampered(f"an unreadable result ({type(exc).__name__})") from None
+        return load_body(body, npz, MAX_RESULT_BYTES)
+    except WireError as exc:
+        raise _Tampered(str(exc)) from None
 
 
-def _check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None = None) -> None:
-    """Admit only what :func:`autograder.wire.encode` produces for results."""
-    budget = budget if budget is not None else [_MAX_NODES]
-    budget[0] -= 1
-    if budget[0] < 0 or depth > _MAX_DEPTH:
-        raise _Tampered("a result nested too deeply or too large")
-    if value is None or isinstance(value, (bool, int, str)):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise _Tampered("a raw non-finite float")
-        return
-    if isinstance(value, list):
-        for v in value:
-            _check_encoded(v, arrays, depth + 1, budget)
-        return
-    if not isinstance(value, dict):
-        raise _Tampered(f"a value of JSON type {type(value).__name__}")
-    keys = set(value)
-    if keys == {"__float__"}:
-        try:
-            f = float(value["__float__"])
-        except (TypeError, ValueError):
-            raise _Tampered("a malformed float") from None
-        if math.isfinite(f):
-            raise _Tampered("a finite float in non-finite form")
-        return
-    if keys == {"__ndarray__"} or keys in ({"__tensor__", "dtype"}, {"__tensor__", "requires_grad"}, {"__tensor__"}):
-        key = value.get("__ndarray__", value.get("__tensor__"))
-        if not isinstance(key, str) or key not in arrays:
-            raise _Tampered("a reference to a missing array")
-        arr = arrays[key]
-        if arr.dtype.kind not in "biufc" or arr.dtype.hasobject:
-            raise _Tampered("an array of a dtype that is not numbers")
-        if "dtype" in value:
-            label = value["dtype"]
-            if not isinstance(label, str) or not (label == str(arr.dtype) or (label == "bfloat16" and arr.dtype == np.float32)):
-                raise _Tampered("a tensor whose dtype label disagrees with its data")
-        return
-    if keys == {"__tuple__"} and isinstance(value["__tuple__"], list):
-        _check_encoded(value["__tuple__"], arrays, depth + 1, budget)
-        return
-    if keys == {"__dict__"} and isinstance(value["__dict__"], list):
-        for item in value["__dict__"]:
-            if (
-                not isinstance(item, list)
-                or len(item) != 2
-                or not isinstance(item[0], (str, int))
-                or isinstance(item[0], bool)
-            ):
-                raise _Tampered("a malformed dict entry")
-            _check_encoded(item[1], arrays, depth + 1, budget)
-        return
-    raise _Tampered("an encoded value with keys the runner never writes")
+def _check_encoded(value: Any, arrays: dict) -> None:
+    """Admit only what :func:`autograder.wire.encode` produces for results
+    (:func:`autograder.wire.check_encoded`)."""
+    try:
+        check_encoded(value, arrays)
+    except WireError as exc:
+        raise _Tampered(str(exc)) from None
 
 
 _RESULT_KEYS = {"value", "attrs", "probes", "grads", "args_after", "raised"}
@@ -609,9 +546,11 @@ def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
 
 
 def _write_job(job_dir: Path, setup: list[str], pending: list[_Graded],
-               context: list[tuple[str, str]] = ()) -> list[tuple[str, bytes]]:
-    """Write a job: the setup, then ``context`` cells (``(name, source)``: only
-    executed), then the ``pending`` cells, each followed by its cases.
+               context: list[dict] = ()) -> list[tuple[str, bytes]]:
+    """Write a job: the setup, then ``context`` cells (``{"exercise", "source"}``: only
+    executed; ``{"exercise", "reference": True}``: the name bound to the reference's
+    stand-in, :class:`autograder.runner.Reference`), then the ``pending`` cells, each
+    followed by its cases.
 
     Returns the cases as ``(grade_id, frame bytes)`` per pending cell, for the
     cases pipe (:func:`autograder.sandbox.run_job`): they are never written to
@@ -621,7 +560,7 @@ def _write_job(job_dir: Path, setup: list[str], pending: list[_Graded],
     (job_dir / "out").mkdir()
     job = {
         "setup": setup,
-        "cells": [{"context": True, "exercise": name, "source": source} for name, source in context]
+        "cells": [{"context": True, **cell} for cell in context]
         + [{"grade_id": g.name, "exercise": g.name, "source": g.source} for g in pending],
     }
     (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
@@ -741,13 +680,16 @@ def grade_submission(
                 if attempt == 1:
                     _warn_about_setup(source_nb, outcome)
                 pending = _collect(pending, outcome, run_limits)
+            references_lib = None
             for g, failing in _regrades(graded):
                 run_limits = clock.limits(limits)
                 if run_limits is None:
                     break  # the first grades stand: a regrade can only add points
                 attempt += 1
+                if references_lib is None and any(_across_the_wall(d) for d in failing):
+                    references_lib = reference_library(scratch / "references-lib")
                 _regrade(g, failing, graded, setup, scratch / f"job{attempt}", lib_dir, run_limits, sandbox,
-                         clock)
+                         clock, references_lib)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return [g.result for g in graded]
@@ -798,10 +740,10 @@ class _Budget:
         return dataclasses.replace(limits, wall_seconds=left, cpu_seconds=max(1, math.ceil(left)))
 
     def run(self, job_dir: Path, lib_dir: Path, limits: Limits, sandbox: bool,
-            cases: list[tuple[str, bytes]]) -> RunOutcome:
+            cases: list[tuple[str, bytes]], reference_fds: tuple[int, int] | None = None) -> RunOutcome:
         start = time.monotonic()
         try:
-            return run_job(job_dir, lib_dir, limits, sandbox=sandbox, cases=cases)
+            return run_job(job_dir, lib_dir, limits, sandbox=sandbox, cases=cases, reference_fds=reference_fds)
         finally:
             self.used += time.monotonic() - start
 
@@ -810,37 +752,104 @@ class _Budget:
                 "(endless loops?)")
 
 
+#: Function exercises whose arguments cannot cross the wall as data (``greedy_decode``
+#: takes a model): a regrade that needs their reference is verdict-only, as for a class.
+_NOT_DATA = frozenset({"greedy_decode"})
+
+
+def _across_the_wall(name: str) -> bool:
+    """Whether the reference of exercise ``name`` can be called from outside the
+    student's process in a regrade (:class:`~autograder.sandbox.ReferenceCalls`): a
+    function exercise whose arguments and results are data. A class exercise (a module
+    the student's code builds, trains and calls), or a function taking one, cannot."""
+    try:
+        exercise = get_exercise(name)
+    except ValueError:
+        return False
+    return exercise.kind == "function" and name not in _NOT_DATA
+
+
 def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[str], job_dir: Path,
-             lib_dir: Path, limits: Limits, sandbox: bool, clock: "_Budget") -> None:
+             lib_dir: Path, limits: Limits, sandbox: bool, clock: "_Budget", references_lib: Path | None) -> None:
     """Grade ``g`` again with the references of ``failing`` in place of those
     answers; keep the better grade, with a note that names what was replaced.
 
-    The sandbox of this run holds the references of ``failing`` (as context
-    cells), never the reference of ``g`` itself, which is the one graded here.
-    Every other earlier answer is the student's own.
+    No reference a graded cell can read is in its process (issue 36): a failing
+    function exercise's name is bound there to a stand-in whose calls run the
+    reference in a sandbox of its own (:class:`~autograder.sandbox.ReferenceCalls`),
+    and the regrade is judged and reported like any run. A failing class exercise
+    (or a function taking a model) cannot be called across the wall — the student's
+    module builds it, trains its parameters and calls it with callables — so its
+    reference source is a context cell, and that regrade is **verdict-only**
+    (:func:`_verdict_only`): of its run the grader keeps each part's points and
+    nothing else, no text, value or note the cell could have written the reference
+    into. Every other earlier answer is the student's own; the reference of ``g``
+    itself is never there.
     """
     import solutions
 
     from .sync import solution_cell_source
 
-    context = []
+    context: list[dict] = []
+    remote = {h for h in failing if _across_the_wall(h)}
     for h in graded:
         if h is g:
             break
-        if h.name in failing:
-            context.append((h.name, solution_cell_source(getattr(solutions, h.name))))
+        if h.name in remote:
+            context.append({"exercise": h.name, "reference": True})
+        elif h.name in failing:
+            context.append({"exercise": h.name, "source": solution_cell_source(getattr(solutions, h.name))})
         elif h.source is not None:
-            context.append((h.name, h.source))
+            context.append({"exercise": h.name, "source": h.source})
     first = g.result
     bundles = _write_job(job_dir, setup, [g], context)
-    outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles)
+    if remote:
+        with ReferenceCalls(remote, references_lib, job_dir.with_name(job_dir.name + "-references"), limits,
+                            sandbox) as calls:
+            outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles, calls.child_fds)
+    else:
+        outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles)
     _collect([g], outcome, limits)
+    if len(remote) < len(failing):
+        g.result = _verdict_only(first, g.result)
     used = sorted(_names_in(g.source))
     unchanged = dependency_unchanged_note(g.name, used, failing)  # the prompts promise a note either way
     g.result = charged_once(first, g.result, one_line(dependency_note(g.name, used, failing)),
                             one_line(unchanged) if unchanged else None)
     if g.result is not first and g.result.status not in ("passed", "cheat"):
         g.result.reason = f"{g.result.notes[0]}. {g.result.reason}"  # both one line already, neither cut
+
+
+def _verdict_only(first: CellScore, regraded: CellScore) -> CellScore:
+    """The grade of a regrade whose run held a reference's source: each part's points
+    from ``regraded``, every word from ``first`` (the run of the student's own code,
+    which held no reference) or the grader's.
+
+    A part the regrade earned has no message; a part it missed keeps ``first``'s message
+    and hint; the notes are ``first``'s. A regrade the grader caught tampering
+    (``cheat``: its reason is the grader's words) stands as it is; one with no parts
+    judged (an error, a timeout) scores nothing, so ``first`` stays
+    (:func:`~autograder.checks.base.charged_once`).
+    """
+    if regraded.status == "cheat":
+        return regraded
+    own = {p["name"]: p for p in first.parts}
+    if not regraded.parts or set(own) != {p["name"] for p in regraded.parts}:
+        return dataclasses.replace(regraded, score=0.0, status="failed", reason=first.reason, parts=[],
+                                   notes=list(first.notes))
+    parts = []
+    for p in regraded.parts:
+        earned = p["score"] >= p["points"]
+        parts.append({"name": p["name"], "points": p["points"], "score": p["score"],
+                      "message": "" if earned else own[p["name"]]["message"],
+                      "hint": "" if earned else own[p["name"]].get("hint", "")})
+    score = sum(p["score"] for p in parts)
+    passed = score >= regraded.max_score
+    missed = [p["message"] for p in parts if p["message"]]
+    return CellScore(exercise=regraded.exercise, grade_id=regraded.grade_id, score=score,
+                     max_score=regraded.max_score, status="passed" if passed else ("partial" if score else "failed"),
+                     reason="" if passed else one_line("; ".join(missed) or first.reason, 420 * max(1, len(parts))),
+                     parts=parts, notes=list(first.notes))
 
 
 def _syntax_error(source: str | None) -> str:

@@ -32,6 +32,7 @@ Result (a dict)::
 """
 from __future__ import annotations
 
+import builtins
 import io
 import json
 import os
@@ -42,9 +43,9 @@ from typing import Any
 import numpy as np
 
 # Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds wire.py.
-from autograder.wire import decode, dump_bundle, encode, load_bundle, read_frame, write_frame
+from autograder.wire import decode, dump_bundle, encode, load_body, load_bundle, read_frame, write_frame
 
-__all__ = ["run_case", "load_state", "main"]
+__all__ = ["run_case", "load_state", "Reference", "main"]
 
 
 def _torch():
@@ -221,6 +222,117 @@ def _backward(value, args, weight_data, arrays, out_arrays) -> dict:
     return grads
 
 
+# --------------------------------------------------------------------------- a regrade's references
+
+
+class _Channel:
+    """The runner's ends of the reference pipes (``--reference-fds OUT IN``): one call
+    frame out, one answer frame back, in turn."""
+
+    # The largest answer read back (the trusted relay admits no more).
+    MAX_ANSWER_BYTES = 64 * 2**20
+
+    def __init__(self, out, answers):
+        self.out, self.answers = out, answers
+
+    def ask(self, name: str, request: dict, arrays: dict, field: str):
+        """Send one call; return the answer's ``field`` decoded, or raise what the reference raised."""
+        if self.out is None:
+            raise RuntimeError(f"the reference {name} cannot be reached in this run")
+        write_frame(self.out, name, request, arrays, kind="call")
+        frame, _ = read_frame(self.answers, self.MAX_ANSWER_BYTES)
+        if frame is None or frame[0] != "answer" or frame[1] != name:
+            raise RuntimeError(f"the reference {name} is no longer reachable in this run")
+        data, received = load_body(frame[2], frame[3], self.MAX_ANSWER_BYTES)
+        raised = data.get("raised") if isinstance(data, dict) else None
+        if raised is not None:
+            cls = getattr(builtins, str(raised.get("type")), None)
+            if not (isinstance(cls, type) and issubclass(cls, Exception)):
+                cls = RuntimeError
+            raise cls(str(raised.get("message", "")))
+        if not isinstance(data, dict) or field not in data:
+            raise RuntimeError(f"the reference {name} sent no {field}")
+        return decode(data[field], received)
+
+
+class Reference:
+    """What a regrade's cells see in place of a failing earlier *function* exercise: a
+    callable that holds only its name and the pipes to the trusted side, never the
+    reference. Each call sends its arguments (data: numbers, strings, containers,
+    arrays, tensors) in a ``call`` frame; the reference runs in a sandbox of its own
+    (:mod:`autograder.oracle`) and its result comes back. When a positional tensor
+    argument requires gradients (a student's module training through it), the call
+    goes through an autograd function whose backward asks for the vector-Jacobian
+    product the same way.
+
+    Args:
+        name: the exercise (``softmax``).
+        channel: the pipes (:class:`_Channel`).
+    """
+
+    def __init__(self, name: str, channel: _Channel):
+        self.__name__ = self.__qualname__ = name
+        self._channel = channel
+
+    def __repr__(self) -> str:
+        return f"<the reference {self.__name__}, run outside this process>"
+
+    def __call__(self, *args, **kwargs):
+        wrt = _requiring_grad(args)
+        if wrt:
+            return _remote_function().apply(self, args, kwargs, wrt, *[args[i] for i in wrt])
+        return self._ask(args, kwargs)
+
+    def _ask(self, args, kwargs, wrt=None, grads=None):
+        arrays: dict = {}
+        request = {"args": encode(list(args), arrays), "kwargs": encode(dict(kwargs), arrays)}
+        if wrt is not None:
+            request.update(wrt=list(wrt), grads=encode(list(grads), arrays))
+        return self._channel.ask(self.__name__, request, arrays, "grads" if wrt is not None else "value")
+
+
+def _requiring_grad(args) -> list[int]:
+    """The positions of the arguments that are tensors requiring gradients, while
+    gradients are recorded."""
+    if "torch" not in sys.modules:
+        return []
+    torch = sys.modules["torch"]
+    if not torch.is_grad_enabled():
+        return []
+    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+
+
+_REMOTE_FUNCTION = None
+
+
+def _remote_function():
+    """The autograd function of a :class:`Reference` call whose arguments require
+    gradients: forward and backward both run outside this process."""
+    global _REMOTE_FUNCTION
+    if _REMOTE_FUNCTION is not None:
+        return _REMOTE_FUNCTION
+    torch = _torch()
+
+    class RemoteReference(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, reference, args, kwargs, wrt, *tensors):
+            detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+            value = reference._ask(detached, kwargs)
+            ctx.reference, ctx.args, ctx.kwargs, ctx.wrt = reference, detached, kwargs, wrt
+            outputs = list(value) if isinstance(value, (tuple, list)) else [value]
+            ctx.mark_non_differentiable(*[o for o in outputs if isinstance(o, torch.Tensor)
+                                          and not o.is_floating_point()])
+            return tuple(outputs) if isinstance(value, (tuple, list)) else value
+
+        @staticmethod
+        def backward(ctx, *grads):
+            got = ctx.reference._ask(ctx.args, ctx.kwargs, ctx.wrt, grads)
+            return (None, None, None, None, *got)
+
+    _REMOTE_FUNCTION = RemoteReference
+    return _REMOTE_FUNCTION
+
+
 # --------------------------------------------------------------------------- sandbox entry
 
 
@@ -229,8 +341,10 @@ def main(argv: list[str] | None = None) -> int:
 
     ``JOB_DIR/job.json`` holds ``{"setup": [source, ...], "cells": [{"grade_id",
     "exercise", "source"}, ...]}`` (a cell with ``"context": true`` is only
-    executed: it defines what later cells call, and is not graded). Runs the setup
-    cells, then each solution cell followed at once by its cases.
+    executed: it defines what later cells call, and is not graded; one with
+    ``"reference": true`` too binds its exercise to a :class:`Reference`, whose calls
+    go out on ``--reference-fds OUT IN``). Runs the setup cells, then each solution
+    cell followed at once by its cases.
 
     With ``--result-fd N`` each cell's bundle goes, as a :func:`write_frame`
     frame, to the inherited pipe ``N``: once the trusted reader has a frame, no
@@ -258,6 +372,11 @@ def main(argv: list[str] | None = None) -> int:
         del argv[i : i + 2]
         if result_stream is None:
             raise SystemExit("runner.py: --cases-fd needs --result-fd (the cases are asked for on the result pipe)")
+    channel = _Channel(None, None)
+    if "--reference-fds" in argv:
+        i = argv.index("--reference-fds")
+        channel = _Channel(os.fdopen(int(argv[i + 1]), "wb"), os.fdopen(int(argv[i + 2]), "rb"))
+        del argv[i : i + 3]
     job_dir = argv[0]
     with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as fh:
         job = json.load(fh)
@@ -270,9 +389,14 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException as exc:  # noqa: BLE001
             print(f"setup cell {i} raised {type(exc).__name__}: {_safe_str(exc)}", file=sys.stderr)
     for cell in job["cells"]:
+        if cell.get("context") and cell.get("reference"):
+            # A failing earlier function exercise in a regrade: its name calls the
+            # reference, which runs outside this process (:class:`Reference`).
+            namespace[cell["exercise"]] = Reference(cell["exercise"], channel)
+            continue
         if cell.get("context"):
             # A cell that only defines what a graded cell calls (an earlier answer,
-            # or an earlier exercise's reference in place of a failing answer): it
+            # or an earlier class exercise's reference in a verdict-only regrade): it
             # is not graded here, sends no frame, and its errors are not reported.
             try:
                 exec(compile(cell["source"], f"<context cell {cell.get('exercise', '')}>", "exec"), namespace)

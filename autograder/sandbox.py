@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import io
+import json
 import logging
 import math
 import os
@@ -72,6 +73,8 @@ __all__ = [
     "case_frame",
     "SANDBOX_JOB_DIR",
     "SANDBOX_LIB_DIR",
+    "ReferenceCalls",
+    "reference_library",
 ]
 
 log = logging.getLogger(__name__)
@@ -632,7 +635,8 @@ def _scratch_size(path: Path, cap_files: int = 10_000) -> int:
 
 def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandbox: bool = True,
             result_pipe: bool = True, cases: list[tuple[str, bytes]] | None = None,
-            isolation: str | None = None, script: str = "runner.py") -> RunOutcome:
+            isolation: str | None = None, script: str = "runner.py",
+            reference_fds: tuple[int, int] | None = None) -> RunOutcome:
     """Run ``python runner.py JOB_DIR`` on a prepared job, sandboxed, and wait for it.
 
     Args:
@@ -654,6 +658,9 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
             (``AUTOGRADER_ISOLATION``, ``auto``: bubblewrap where it starts).
         script: the program of ``lib_dir`` to run in place of ``runner.py``, with
             the same arguments (``executor.py``: :mod:`autograder.executor`).
+        reference_fds: ``(out, in)``, the child's ends of a regrade's reference pipes
+            (:class:`ReferenceCalls`), handed to it as ``--reference-fds OUT IN`` and
+            closed here once it holds them.
 
     Returns:
         A :class:`RunOutcome`.
@@ -679,7 +686,9 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
     pipe_args = ["--result-fd", str(write_fd)] if result_pipe else []
     if cases is not None:
         pipe_args += ["--cases-fd", str(cases_read)]
-    child_fds = tuple(fd for fd in (write_fd, cases_read) if fd is not None)
+    if reference_fds is not None:
+        pipe_args += ["--reference-fds", *(str(fd) for fd in reference_fds)]
+    child_fds = tuple(fd for fd in (write_fd, cases_read, *(reference_fds or ())) if fd is not None)
     mode = None
     if sandbox:
         from .isolation import current_isolation
@@ -929,3 +938,210 @@ def _exit_status(code: int, sandbox: bool) -> tuple[int | None, int | None]:
     if sandbox and code > 128 and code - 128 < 65:
         return None, code - 128
     return code, None
+
+
+# --------------------------------------------------------------------------- a regrade's references
+
+
+class ReferenceCalls:
+    """Relay a regrade's calls of failing earlier *function* exercises to their
+    references, which run in a sandbox of their own (:mod:`autograder.oracle`), never in
+    the student's process (issue 36: a reference the graded cell can read, it can send
+    out through its feedback, a file or shared memory).
+
+    The student's run gets the ends ``child_fds`` (``--reference-fds``): the names of the
+    failing exercises are bound there to :class:`autograder.runner.Reference` stand-ins,
+    which write a ``call`` frame and read an ``answer``. A thread here reads each call,
+    admits it and forwards it to the references' sandbox, then admits its answer and
+    sends it back. Why a sandbox of its own, not this process: a call's arguments are the
+    student's (``causal_mask(10**9)``), and a reference run on them here could take the
+    grader's memory or time, and with it the class; there it runs under the regrade's own
+    limits, as an unprivileged uid with no network, and can only die. The references'
+    library holds ``solutions`` whole and no student code, so nothing there can read it
+    out; the student's run holds no reference, so nothing there can either.
+
+    Bounds, so that a cell calling a stand-in a million times costs only its own grade:
+    at most :data:`MAX_CALLS` calls and :data:`MAX_BYTES` bytes each way per run, each
+    call and answer at most :data:`MAX_FRAME_BYTES` (JSON at most :data:`MAX_JSON_BYTES`,
+    :data:`MAX_ARRAYS` arrays) and plain data only (:func:`autograder.wire.check_encoded`:
+    no object factory, whose building would run code in the references' sandbox); a call
+    past a bound is answered with a refusal, in the grader's words, which the stand-in
+    raises. The regrade's wall-clock limit bounds the rest: both sandboxes get the run's
+    limits and start together.
+
+    Args:
+        names: the exercises whose references may be called (each a ``solutions`` name).
+        lib_dir: the references' library (:func:`build_library` with nothing withheld,
+            plus ``oracle.py``: :func:`reference_library`).
+        job_dir: an empty folder for the references' run.
+        limits: the regrade's limits (both sandboxes get them).
+        sandbox, isolation: as in :func:`run_job`.
+
+    Use as a context manager around the student's run::
+
+        with ReferenceCalls({"softmax"}, lib, job, limits) as calls:
+            run_job(..., reference_fds=calls.child_fds)
+    """
+
+    MAX_CALLS = 20_000
+    MAX_BYTES = 512 * MiB
+    MAX_FRAME_BYTES = 64 * MiB
+    MAX_JSON_BYTES = 1 * MiB
+    MAX_ARRAYS = 64
+
+    def __init__(self, names: set[str], lib_dir: Path, job_dir: Path, limits: Limits, sandbox: bool = True,
+                 isolation: str | None = None):
+        self.names = frozenset(names)
+        self.lib_dir, self.job_dir, self.limits = Path(lib_dir), Path(job_dir), limits
+        self.sandbox, self.isolation = sandbox, isolation
+        self.calls = self.bytes_in = self.bytes_out = 0
+        self.refused: str | None = None  # the first refusal, for the grader's log
+        self.worker_outcome: RunOutcome | None = None
+
+    def __enter__(self) -> "ReferenceCalls":
+        calls_read, calls_write = os.pipe()  # student -> here
+        answers_read, answers_write = os.pipe()  # here -> student
+        #: The student's run's ends, ``(out, in)``: :func:`run_job` closes them once it started.
+        self.child_fds = (calls_write, answers_read)
+        self.from_student = os.fdopen(calls_read, "rb")
+        self.to_student = os.fdopen(answers_write, "wb")
+        to_worker_read, to_worker_write = os.pipe()
+        from_worker_read, from_worker_write = os.pipe()
+        self.to_worker = os.fdopen(to_worker_write, "wb")
+        self.from_worker = os.fdopen(from_worker_read, "rb")
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        self.worker = threading.Thread(target=self._run_worker, args=((from_worker_write, to_worker_read),),
+                                       daemon=True)
+        self.worker.start()
+        self.relay = threading.Thread(target=self._relay, daemon=True)
+        self.relay.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for fd in self.child_fds:  # when the student's run never started, its ends are still ours
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.relay.join(timeout=self.limits.wall_seconds + 30)
+        for stream in (self.to_worker, self.from_student, self.to_student):
+            try:
+                stream.close()  # the references' sandbox reads the end of its calls and exits
+            except OSError:
+                pass
+        self.worker.join(timeout=self.limits.wall_seconds + 30)
+        try:
+            self.from_worker.close()
+        except OSError:
+            pass
+        if self.refused:
+            log.info("a regrade's reference calls were refused: %s", self.refused)
+
+    def _run_worker(self, fds: tuple[int, int]) -> None:
+        try:
+            self.worker_outcome = run_job(self.job_dir, self.lib_dir, self.limits, sandbox=self.sandbox,
+                                          result_pipe=False, isolation=self.isolation, script="oracle.py",
+                                          reference_fds=fds)
+        except Exception as exc:  # noqa: BLE001 - no references: every call is refused, the first grade stands
+            log.warning("the references' sandbox of a regrade did not start: %s", exc)
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        finally:
+            try:
+                self.from_worker.close()  # a relay waiting for an answer reads the end
+            except OSError:
+                pass
+
+    def _refuse(self, name: str, why: str) -> None:
+        """Answer a call with a refusal in the grader's words (the stand-in raises it)."""
+        self.refused = self.refused or why
+        data = {"raised": {"type": "RuntimeError", "message": f"the reference {name} was not called: {why}"}}
+        buf = io.BytesIO()
+        wire.write_frame(buf, name, data, {}, kind="answer")
+        self.to_student.write(buf.getvalue())
+        self.to_student.flush()
+
+    def _send(self, name: str, body: bytes, npz: bytes) -> None:
+        self.to_student.write(_frame_bytes("answer", name, body, npz))
+        self.to_student.flush()
+
+    def _admit(self, frame: tuple) -> str | None:
+        """Why a call is refused, or ``None``: it is a call of one of :attr:`names` with
+        plain data within every bound."""
+        kind, name, body, npz = frame
+        self.calls += 1  # every frame counts, refused or not
+        self.bytes_in += len(body) + len(npz)
+        if self.calls > self.MAX_CALLS:
+            return f"more than {self.MAX_CALLS} calls in one run"
+        if self.bytes_in > self.MAX_BYTES:
+            return f"more than {self.MAX_BYTES // MiB} MB of arguments in one run"
+        if kind != "call" or name not in self.names:
+            return "not one of this regrade's references"
+        try:
+            data, arrays = wire.load_body(body, npz, self.MAX_FRAME_BYTES)
+            if len(arrays) > self.MAX_ARRAYS:
+                raise wire.WireError(f"more than {self.MAX_ARRAYS} arrays in one call")
+            if not isinstance(data, dict) or not set(data) <= {"args", "kwargs", "wrt", "grads"}:
+                raise wire.WireError("a call that is not the stand-in's")
+            wrt = data.get("wrt")
+            if wrt is not None and not (isinstance(wrt, list) and all(type(i) is int for i in wrt)):
+                raise wire.WireError("a call that is not the stand-in's")
+            wire.check_encoded([data.get(key) for key in ("args", "kwargs", "grads")], arrays)
+            if any(a.size > wire.MAX_RESULT_ELEMENTS for a in arrays.values()):
+                raise wire.WireError("an array larger than any exercise's")
+        except wire.WireError as exc:
+            return str(exc)
+        return None
+
+    def _relay(self) -> None:
+        worker_alive = True
+        while True:
+            try:
+                frame, _ = wire.read_frame(self.from_student, self.MAX_FRAME_BYTES, self.MAX_JSON_BYTES)
+            except (OSError, ValueError):
+                return
+            if frame is None:
+                return  # the run ended (or broke the framing: it then waits for nothing)
+            try:
+                refusal = self._admit(frame)
+                if refusal is None and not worker_alive:
+                    refusal = "the reference's sandbox stopped"
+                if refusal is not None:
+                    self._refuse(frame[1], refusal)
+                    continue
+                kind, name, body, npz = frame
+                try:
+                    self.to_worker.write(_frame_bytes("call", name, body, npz))
+                    self.to_worker.flush()
+                    answer, _ = wire.read_frame(self.from_worker, self.MAX_FRAME_BYTES, self.MAX_JSON_BYTES)
+                except (OSError, ValueError):
+                    answer = None
+                if answer is None or answer[:2] != ("answer", name):
+                    worker_alive = False
+                    self._refuse(name, "the reference's sandbox stopped (its limits, or the arguments)")
+                    continue
+                self.bytes_out += len(answer[2]) + len(answer[3])
+                if self.bytes_out > self.MAX_BYTES:
+                    self._refuse(name, f"more than {self.MAX_BYTES // MiB} MB of results in one run")
+                    continue
+                self._send(name, answer[2], answer[3])
+            except (OSError, ValueError):
+                return  # the student's run is gone: nothing waits for an answer
+
+
+def _frame_bytes(kind: str, name: str, body: bytes, npz: bytes) -> bytes:
+    """A frame of :func:`autograder.wire.write_frame` around an admitted body, as it came."""
+    header = {"grade_id": name, "kind": kind, "json": len(body), "npz": len(npz)}
+    return json.dumps(header).encode("utf-8") + b"\n" + body + npz
+
+
+def reference_library(dest: Path, solutions_dir: Path = SOLUTIONS_DIR) -> Path:
+    """The library of the references' sandbox (:class:`ReferenceCalls`): ``solutions``
+    whole (no student code runs there), the wire format and ``oracle.py``."""
+    build_library(dest, set(), solutions_dir)
+    shutil.copyfile(AUTOGRADER_DIR / "oracle.py", dest / "oracle.py")
+    (dest / "oracle.py").chmod(0o644)
+    return dest

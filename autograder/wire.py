@@ -5,8 +5,10 @@ Everything that crosses the wall is *data*: a JSON document plus arrays in one
 values into that data and back (numbers, strings, containers, numpy arrays, torch
 tensors; :class:`Tensor` and :class:`Obj` mark inputs that must arrive as a tensor or
 as an object built from a trusted factory); :func:`write_frame` / :func:`read_frames`
-carry it over a pipe as frames (``start``, ``cases``, ``result``), and
-:func:`dump_bundle` / :func:`load_bundle` as files.
+carry it over a pipe as frames (``start``, ``cases``, ``result``; ``call`` and ``answer``
+for a regrade's references, :mod:`autograder.oracle`), and :func:`dump_bundle` /
+:func:`load_bundle` as files. What comes back from the sandbox is admitted by
+:func:`load_body` and :func:`check_encoded` before anything decodes it.
 
 Both sides speak it: the runner inside the sandbox (:mod:`autograder.runner`), and the
 trusted grader, the checks and the student package's stored expectations outside. So
@@ -21,12 +23,13 @@ import io
 import json
 import math
 import os
+import zipfile
 from typing import Any
 
 import numpy as np
 
 __all__ = ["MAX_RESULT_ELEMENTS", "Tensor", "Obj", "encode", "decode", "dump_bundle", "load_bundle", "FRAME_KINDS",
-           "write_frame", "read_frames", "read_frame"]
+           "write_frame", "read_frames", "read_frame", "WireError", "load_body", "check_encoded"]
 
 # Largest array the runner accepts back from a student's object (elements).
 MAX_RESULT_ELEMENTS = 5_000_000
@@ -254,7 +257,7 @@ def load_bundle(path_stem: str, max_bytes: int = 256 * 2**20):
     return data, arrays
 
 
-FRAME_KINDS = ("start", "cases", "result")
+FRAME_KINDS = ("start", "cases", "result", "call", "answer")
 
 
 def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.ndarray] | None = None,
@@ -266,7 +269,9 @@ def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.nd
     graded cell, ``start`` (about to execute that cell), ``cases`` (the cell is
     defined: send its cases; no body) and ``result`` (its bundle follows); the
     trusted side answers a ``cases`` frame with one ``cases`` frame carrying the
-    case specs (:func:`autograder.sandbox.run_job`).
+    case specs (:func:`autograder.sandbox.run_job`). In a regrade, a ``call`` frame
+    asks for a reference's result and an ``answer`` frame carries it
+    (:class:`autograder.sandbox.ReferenceCalls`); ``grade_id`` then names the exercise.
 
     Args:
         stream: a binary stream.
@@ -348,3 +353,114 @@ def read_frame(stream, max_frame_bytes: int, max_json_bytes: int | None = None):
     if len(body) != n_json or len(npz) != n_npz:
         return None, "a truncated result frame"
     return (kind, grade_id, body, npz), None
+
+
+# --------------------------------------------------------------------------- admitting what comes back
+
+
+class WireError(ValueError):
+    """Data that :func:`encode` and :func:`write_frame` never produce: the reason is
+    the reader's own words, never a quote of what it read."""
+
+
+#: The deepest nesting and the most values :func:`check_encoded` admits.
+MAX_DEPTH = 64
+MAX_NODES = 200_000
+
+
+def load_body(body: bytes, npz: bytes, max_bytes: int) -> tuple[Any, dict]:
+    """Decode a frame's body: plain JSON and an ``.npz`` read without pickle, with its
+    uncompressed size checked first (no zip bomb).
+
+    Args:
+        body, npz: the frame's two parts, as :func:`read_frame` returns them.
+        max_bytes: the most bytes of JSON plus uncompressed arrays admitted.
+
+    Returns:
+        ``(data, arrays)``.
+
+    Raises:
+        WireError: an archive or a document :func:`write_frame` could not have written,
+            or one over ``max_bytes``.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(npz)) as zf:
+            unpacked = sum(info.file_size for info in zf.infolist())
+            if any(info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) for info in zf.infolist()):
+                raise WireError("an array file in a compression the runner never uses")
+    except WireError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the archive is, it is not the runner's
+        raise WireError(f"an unreadable array file ({type(exc).__name__})") from None
+    if len(body) + unpacked > max_bytes:
+        raise WireError(f"a result over the {max_bytes / 2**20:.0f} MB limit")
+    try:
+        data = json.loads(body.decode("utf-8"))
+        with np.load(io.BytesIO(npz), allow_pickle=False) as arrays:
+            return data, {k: arrays[k] for k in arrays.files}
+    except Exception as exc:  # noqa: BLE001 - any archive the runner could not have written
+        # (an unknown compression method raises NotImplementedError, for one)
+        raise WireError(f"an unreadable result ({type(exc).__name__})") from None
+
+
+def check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None = None) -> None:
+    """Admit only what :func:`encode` produces for plain data: numbers, strings, lists,
+    tuples, dicts and numeric arrays; no :class:`Obj` factory (which would run code
+    where it is decoded), no structured dtype, no dtype label that disagrees with its
+    array, at most :data:`MAX_DEPTH` deep and :data:`MAX_NODES` values.
+
+    Raises:
+        WireError: anything else.
+    """
+    budget = budget if budget is not None else [MAX_NODES]
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DEPTH:
+        raise WireError("a result nested too deeply or too large")
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise WireError("a raw non-finite float")
+        return
+    if isinstance(value, list):
+        for v in value:
+            check_encoded(v, arrays, depth + 1, budget)
+        return
+    if not isinstance(value, dict):
+        raise WireError(f"a value of JSON type {type(value).__name__}")
+    keys = set(value)
+    if keys == {"__float__"}:
+        try:
+            f = float(value["__float__"])
+        except (TypeError, ValueError):
+            raise WireError("a malformed float") from None
+        if math.isfinite(f):
+            raise WireError("a finite float in non-finite form")
+        return
+    if keys == {"__ndarray__"} or keys in ({"__tensor__", "dtype"}, {"__tensor__", "requires_grad"}, {"__tensor__"}):
+        key = value.get("__ndarray__", value.get("__tensor__"))
+        if not isinstance(key, str) or key not in arrays:
+            raise WireError("a reference to a missing array")
+        arr = arrays[key]
+        if arr.dtype.kind not in "biufc" or arr.dtype.hasobject:
+            raise WireError("an array of a dtype that is not numbers")
+        if "dtype" in value:
+            label = value["dtype"]
+            if not isinstance(label, str) or not (label == str(arr.dtype) or (label == "bfloat16" and arr.dtype == np.float32)):
+                raise WireError("a tensor whose dtype label disagrees with its data")
+        return
+    if keys == {"__tuple__"} and isinstance(value["__tuple__"], list):
+        check_encoded(value["__tuple__"], arrays, depth + 1, budget)
+        return
+    if keys == {"__dict__"} and isinstance(value["__dict__"], list):
+        for item in value["__dict__"]:
+            if (
+                not isinstance(item, list)
+                or len(item) != 2
+                or not isinstance(item[0], (str, int))
+                or isinstance(item[0], bool)
+            ):
+                raise WireError("a malformed dict entry")
+            check_encoded(item[1], arrays, depth + 1, budget)
+        return
+    raise WireError("an encoded value with keys the runner never writes")

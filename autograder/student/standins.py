@@ -22,9 +22,9 @@ arguments ships as **recorded outputs**, not code (:data:`RECORDED`): the packag
 what it returned for those arguments and refuses any other call. One called with
 arguments the chapter cannot fix serves only the chapter's use: ``self_attention``
 returns chapter 3's output without chapter 4's weights, ``masked_softmax`` takes the
-``(B, h, T_q, T_k)`` scores of chapter 5's ``MultiHeadAttention`` only. Chapter 9's
-``greedy_decode`` still decodes any model (its translations come from the student's own
-training) and is the one stand-in that earns parts of chapter 10's check.
+``(B, h, T_q, T_k)`` scores of chapter 5's ``MultiHeadAttention`` only, and chapter 9's
+``greedy_decode`` decodes the student's own trained model, but only as ``translate`` calls
+it (the book's ids, the source length + 50 steps), none of the calls chapter 10's check makes.
 """
 from __future__ import annotations
 
@@ -113,17 +113,36 @@ def masked_softmax(scores, mask):
     return torch.nan_to_num(weights, nan=0.0)
 
 
+def translation_steps(model, src) -> int:
+    """The ``max_len`` that :func:`solutions.translation.translate` passes to greedy
+    decoding: the source length + 50 (the paper's rule), capped by the model's positional
+    table (``model.positional.pe``)."""
+    return min(src.shape[1] + 50, model.positional.pe.size(0) - 1)
+
+
 def greedy_decode(model, src, src_mask, max_len, sos_id=1, eos_id=2, pad_id=0, use_cache=False):
-    """Stand-in for chapter 10's greedy decoding, for chapter 9's translations: the whole
-    model (``model(src, prefix, src_mask, look_ahead)``) runs on the prefix at every step,
-    the source re-encoded each time (``use_cache`` is accepted and ignored: the tokens are
-    the same either way).
+    """Stand-in for chapter 10's greedy decoding, for chapter 9's translations only: the
+    calls ``translate`` makes (the book's ids ``<sos>=1``, ``<eos>=2``, ``<pad>=0`` and
+    ``max_len`` = the source length + 50 within the positional table,
+    :func:`translation_steps`). The whole model (``model(src, prefix, src_mask,
+    look_ahead)``) runs on the prefix at every step, the source re-encoded each time
+    (``use_cache`` is accepted and ignored: the tokens are the same either way).
+
+    Any other call is refused: decoding with other ids or another length is chapter 10's
+    exercise, whose check decides exactly those rules (its cases decode at most 10 tokens
+    with tables of 64 positions), so this earns none of its parts.
 
     Shape:
         src: ``(B, T_src)``; output ``(B, T)`` long, ``T <= max_len + 1``: ``<sos>``, then
         the arg-max tokens, ``pad_id`` after a sentence's ``<eos>``.
+
+    Raises:
+        ValueError: a call ``translate`` does not make.
     """
     del use_cache
+    if (sos_id, eos_id, pad_id) != (1, 2, 0) or max_len != translation_steps(model, src):
+        raise ValueError("this is chapter 9's stand-in for greedy_decode: it decodes translate()'s calls only "
+                         "(the book's special ids, max_len = the source length + 50); chapter 10 writes greedy_decode")
     prefix = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)
     ended = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     with torch.no_grad():

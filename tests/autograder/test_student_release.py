@@ -201,8 +201,10 @@ def test_standins_agree_with_the_references_they_replace():
 def test_the_greedy_decoding_stand_in_gives_the_reference_tokens(eos_bias):
     """Chapter 9's translations run on a stand-in of chapter 10's ``greedy_decode``: the
     same tokens as the reference (with and without its cache), padding after ``<eos>``
-    and the early stop included. With an ``<eos>`` bias of 2.0 two sentences end at
-    different steps and two run to ``max_len``; with 2.5 all end and decoding stops early."""
+    and the early stop included, on the calls ``translate`` makes (``max_len`` = the
+    source length + 50 within the positional table). With an ``<eos>`` bias of 2.0 two
+    sentences end at different steps and two run to ``max_len``; with 2.5 all end and
+    decoding stops early. Any other call, as chapter 10's check makes, is refused."""
     torch.manual_seed(0)
     model = solutions.Transformer(11, 13, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
                                   d_ff=32, dropout=0.0, max_len=32).eval()
@@ -210,16 +212,19 @@ def test_the_greedy_decoding_stand_in_gives_the_reference_tokens(eos_bias):
         model.generator.bias[2] += eos_bias
     src = torch.tensor([[4, 5, 6, 7, 0], [8, 9, 0, 0, 0], [10, 4, 4, 5, 6], [3, 0, 0, 0, 0]])
     src_mask = solutions.padding_mask(src)
-    got = standins.greedy_decode(model, src, src_mask, 9)
+    steps = standins.translation_steps(model, src)
+    assert steps == 31  # min(5 + 50, 32 - 1): the positional table caps it
+    got = standins.greedy_decode(model, src, src_mask, steps)
     for use_cache in (False, True):
-        assert torch.equal(got, solutions.greedy_decode(model, src, src_mask, 9, use_cache=use_cache))
+        assert torch.equal(got, solutions.greedy_decode(model, src, src_mask, steps, use_cache=use_cache))
     ended = (got == 2).any(dim=1)
     if eos_bias == 2.0:  # the case decides the padding rule and the length
-        assert ended.tolist() == [False, True, False, True] and got.shape == (4, 10), got
+        assert ended.tolist() == [False, True, False, True] and got.shape == (4, steps + 1), got
     else:
-        assert bool(ended.all()) and got.shape[1] < 10, got
-    assert torch.equal(standins.greedy_decode(model, src, src_mask, 2, sos_id=3, eos_id=4, pad_id=5),
-                       solutions.greedy_decode(model, src, src_mask, 2, sos_id=3, eos_id=4, pad_id=5))
+        assert bool(ended.all()) and got.shape[1] < steps + 1, got
+    for call in (dict(max_len=9), dict(max_len=steps, sos_id=3, eos_id=4, pad_id=5)):
+        with pytest.raises(ValueError, match="chapter 9's stand-in"):
+            standins.greedy_decode(model, src, src_mask, **call)
 
 
 def test_the_setup_cell_names_the_wheel_of_its_chapter(monkeypatch):
