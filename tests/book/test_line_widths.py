@@ -17,8 +17,11 @@ fast and runs without a build):
 Not checked here: the generated solution cells. ``python -m autograder.sync`` writes
 them from ``solutions/`` (ARCHITECTURE.md §1), so their width is the package's;
 :func:`test_generated_solution_cells_fit_the_folded_column` records that gap.
-The printed output's width is checked on the executed chapters
-(``test_executed_chapters.py``).
+The printed output (what a cell writes to stdout or stderr, and a plain-text result)
+is checked on the build's execution of each chapter
+(:func:`test_every_printed_line_fits_the_column`, which needs the built book): at
+most :data:`CODE_COLUMN` characters a line too, the output box being as wide as the
+code box.
 """
 from __future__ import annotations
 
@@ -26,12 +29,15 @@ import json
 
 import pytest
 
-from book_helpers import load_extension, toc_chapters
+from book_helpers import ROOT, executed_notebook, load_extension, toc_chapters
 
 CODE_COLUMN = 74
 FOLDED_COLUMN = 72
 
 RENDER = load_extension("nbgrader_render")
+# An output holding one of these is drawn as a picture or HTML, not as its text.
+RICH = ("image/png", "image/svg+xml", "text/html", "application/vnd.jupyter.widget-view+json")
+REMOVED = ("remove-cell", "remove-output")
 
 # Cells left as they are, by chapter and the cell's first line: chapter 9's greedy-
 # decoding demonstration is being rewritten for issue 36 (a stand-in of chapter 10's
@@ -126,3 +132,71 @@ def test_generated_solution_cells_fit_the_folded_column(path):
             if cell["metadata"].get("nbgrader", {}).get("solution")
             for line in "".join(cell["source"]).split("\n") if len(line) > FOLDED_COLUMN]
     assert not wide, f"{path.name}: solution-cell lines past the folded column: {wide}"
+
+
+def printed_too_wide(cells):
+    """``(cell index, width, line)`` of every printed line past the column.
+
+    Args:
+        cells: the code and markdown cells of an executed notebook (dicts with
+            ``outputs``); cells the page removes (hidden checks, ``remove-cell`` or
+            ``remove-output`` tags) are skipped.
+
+    Returns:
+        list of tuples: a stream's lines (split at ``\\n`` and ``\\r``) and the text of
+        a result that has no picture or HTML beside it.
+    """
+    wide = []
+    for index, cell in enumerate(cells):
+        metadata = cell.get("metadata", {})
+        if cell.get("cell_type") != "code" or RENDER.HIDDEN_CELL_KEY in metadata:
+            continue
+        if set(REMOVED) & set(metadata.get("tags", [])):
+            continue
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                text = out.get("text", "")
+            elif "data" in out and not set(RICH) & set(out["data"]):
+                text = out["data"].get("text/plain", "")
+            else:
+                continue
+            text = text if isinstance(text, str) else "".join(text)
+            for line in text.replace("\r", "\n").split("\n"):
+                if len(line) > CODE_COLUMN:
+                    wide.append((index, len(line), line))
+    return wide
+
+
+def test_a_long_printed_line_is_found_and_a_picture_is_not():
+    long_line = "loss " * 20
+    cells = [
+        {"cell_type": "code", "metadata": {}, "outputs": [
+            {"output_type": "stream", "name": "stdout", "text": "short\n" + long_line + "\n"}]},
+        {"cell_type": "code", "metadata": {}, "outputs": [
+            {"output_type": "display_data", "data": {"image/png": "...", "text/plain": long_line}}]},
+        {"cell_type": "code", "metadata": {"tags": ["remove-output"]}, "outputs": [
+            {"output_type": "stream", "name": "stdout", "text": long_line}]},
+        {"cell_type": "code", "metadata": {}, "outputs": [
+            {"output_type": "execute_result", "data": {"text/plain": ["(1, ", long_line, ")"]}},
+            {"output_type": "stream", "name": "stderr", "text": "10%|#\r" + long_line}]},
+    ]
+    assert [(index, width) for index, width, _ in printed_too_wide(cells)] == [
+        (0, len(long_line)), (3, len(long_line) + 5), (3, len(long_line))]
+
+
+# Chapters whose printed lines were rewrapped and measured on an execution. Chapters
+# 1-10 print lines wider than the column too (measured last on 2026-11-28 only for
+# their code); a chapter joins this list when its prints are rewrapped.
+PRINTS_WRAPPED = ("11_real_german",)
+
+
+@pytest.mark.book
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in _chapters() if p.values[0].stem in PRINTS_WRAPPED])
+def test_every_printed_line_fits_the_column(built_book, path):
+    executed = executed_notebook(path, render_module=RENDER)
+    assert executed is not None, (f"{path.relative_to(ROOT)}: the build's jupyter-cache holds no "
+                                  "execution of the current source")
+    wide = printed_too_wide(executed.cells)
+    assert not wide, f"{path.name}: {len(wide)} printed line(s) past the column:\n" + "\n".join(
+        f"  cell [{index}]: {width} characters: {line[:60]}…" for index, width, line in wide)
