@@ -17,6 +17,7 @@ import html
 import json
 from pathlib import Path
 
+from .scores import ExerciseScore
 from .text import score_text
 from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted
 
@@ -100,31 +101,31 @@ def duration_text(seconds: float) -> str:
     return text or f"{secs} s"
 
 
-def _hand_lines(s: dict) -> list[str]:
+def _hand_lines(s: ExerciseScore) -> list[str]:
     """What a grader changed on one exercise, as HTML paragraphs (escaped)."""
     e = html.escape
     lines = []
-    if s.get("manual_score") is not None:
-        lines.append(f'<p class="hand">Graded by hand: {score_text(s["manual_score"])} / {score_text(s["max_score"])} points '
-                     f"(the checks gave {score_text(s.get('auto_score', 0) or 0)}).</p>")
-    if s.get("extra_credit"):
-        lines.append(f'<p class="hand">Extra credit: {score_text(s["extra_credit"])} point(s).</p>')
-    if s.get("comment"):
-        lines.append(f'<p class="hand">Grader\'s comment: {e(s["comment"])}</p>')
+    if s.manual_score is not None:
+        lines.append(f'<p class="hand">Graded by hand: {score_text(s.manual_score)} / {score_text(s.max_score)} points '
+                     f"(the checks gave {score_text(s.checks_score)}).</p>")
+    if s.extra_credit:
+        lines.append(f'<p class="hand">Extra credit: {score_text(s.extra_credit)} point(s).</p>')
+    if s.comment:
+        lines.append(f'<p class="hand">Grader\'s comment: {e(s.comment)}</p>')
     return lines
 
 
-def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[str, list[str]],
+def render_feedback(student: str, chapter: str, scores: list[ExerciseScore], code: dict[str, list[str]],
                     status: str, *, late_seconds: float = 0.0, penalty: float = 0.0) -> str:
     """The feedback page of one submission.
 
     Args:
         student: the student id.
         chapter: the chapter (assignment) id.
-        scores: one dict per graded cell (the fields of ``CellScore``; ``score`` is
-            the final one, and the optional ``auto_score``, ``manual_score``,
-            ``extra_credit`` and ``comment`` say what a grader changed by hand,
-            see :func:`autograder.batch.with_hand_grades`).
+        scores: one :class:`~autograder.scores.ExerciseScore` per graded cell (``score``
+            is the final one; ``auto_score``, ``manual_score``, ``extra_credit`` and
+            ``comment`` say what a grader changed by hand, see
+            :func:`autograder.batch.with_hand_grades`).
         code: the submission's code cells by grade_id (:func:`student_code`).
         status: the submission's overall status (``complete``, ``incomplete``, …).
         late_seconds: how late the submission was (0: on time).
@@ -134,9 +135,9 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
         The HTML text (deterministic for the same inputs).
     """
     e = html.escape
-    raw = sum(s["score"] for s in scores)
+    raw = sum(s.score for s in scores)
     total = max(0.0, raw - penalty)
-    max_total = sum(s["max_score"] for s in scores)
+    max_total = sum(s.max_score for s in scores)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -150,35 +151,35 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
     ]
     for s in scores:
         parts.append(
-            f'<tr><td><a href="#{e(s["exercise"])}">{e(s["exercise"])}</a></td>'
-            f"<td>{score_text(s['score'])} / {score_text(s['max_score'])}</td>"
-            f'<td class="{e(s["status"])}">{e(STATUS_WORDS.get(s["status"], s["status"]))}</td>'
-            f"<td>{e(s['reason'])}</td></tr>"
+            f'<tr><td><a href="#{e(s.exercise)}">{e(s.exercise)}</a></td>'
+            f"<td>{score_text(s.score)} / {score_text(s.max_score)}</td>"
+            f'<td class="{e(s.status)}">{e(STATUS_WORDS.get(s.status, s.status))}</td>'
+            f"<td>{e(s.reason)}</td></tr>"
         )
     parts.append("</tbody></table>")
     budget = [MAX_SHOWN_CHARS]  # characters of code the page may still show
     for s in scores:
-        cells = code.get(s["exercise"], [])
-        parts.append(f'<section id="{e(s["exercise"])}"><h2>{e(s["exercise"])}</h2>')
+        cells = code.get(s.exercise, [])
+        parts.append(f'<section id="{e(s.exercise)}"><h2>{e(s.exercise)}</h2>')
         parts.append(
-            f'<p class="{e(s["status"])}">{e(STATUS_WORDS.get(s["status"], s["status"]))}, '
-            f"{score_text(s['score'])} / {score_text(s['max_score'])} points.</p>"
+            f'<p class="{e(s.status)}">{e(STATUS_WORDS.get(s.status, s.status))}, '
+            f"{score_text(s.score)} / {score_text(s.max_score)} points.</p>"
         )
-        graded_parts = s.get("parts") or []
+        graded_parts = s.parts
         if graded_parts:
             parts.append("<table><thead><tr><th>graded part</th><th>points</th><th>what the check found</th>"
                          "</tr></thead><tbody>")
             for p in graded_parts:
-                earned = p["score"] >= p["points"]
+                earned = p.score >= p.points
                 parts.append(
-                    f'<tr><td>{e(p["name"])}</td><td class="{"earned" if earned else "missed"}">'
-                    f"{score_text(p['score'])} / {score_text(p['points'])}</td>"
-                    f"<td>{'ok' if earned else e(p.get('message') or 'failed')}</td></tr>"
+                    f'<tr><td>{e(p.name)}</td><td class="{"earned" if earned else "missed"}">'
+                    f"{score_text(p.score)} / {score_text(p.points)}</td>"
+                    f"<td>{'ok' if earned else e(p.message or 'failed')}</td></tr>"
                 )
             parts.append("</tbody></table>")
-        elif s["reason"]:
-            parts.append(f"<p>{e(s['reason'])}</p>")
-        for note in s.get("notes") or []:
+        elif s.reason:
+            parts.append(f"<p>{e(s.reason)}</p>")
+        for note in s.notes:
             parts.append(f'<p class="note">Note: {e(note)}</p>')
         parts.extend(_hand_lines(s))
         if not cells:

@@ -47,7 +47,8 @@ from .regrades import read_log
 from .pagestyle import BLUE, CSS, INK, escape, inline_svg, new_figure, style_axes
 from .feedback import STATUS_WORDS, duration_text
 from .journal import submission_status, write_atomic
-from .results import RESULTS_FILE, ClassResults, ExerciseScore, ResultsError, SubmissionGrade
+from .results import RESULTS_FILE, ClassResults, ResultsError, SubmissionGrade
+from .scores import ExerciseScore, Status
 from .term_plots import chapter_section, term_page
 from .text import csv_text, safe_text
 
@@ -116,23 +117,23 @@ def summarise(batch_report, out: Path | None = None) -> str:
             continue
         if status == "invalid":
             counts["invalid"] += 1
-            invalid.append(f"{who}: {_safe(g.scores[0]['reason'])}")
+            invalid.append(f"{who}: {_safe(g.scores[0].reason)}")
             continue
         if status == "not submitted":
             counts["not submitted"] += 1
             continue
         if status == "cheat":
             counts["flagged"] += 1
-            cells = [s for s in g.scores if s["status"] == "cheat"]
-            flagged.append(f"{who} {cells[0]['exercise']}: {_safe(cells[0]['reason'])}")
-        slow = [s for s in g.scores if s["status"] == "timeout"]
+            cells = [s for s in g.scores if s.status == Status.CHEAT]
+            flagged.append(f"{who} {cells[0].exercise}: {_safe(cells[0].reason)}")
+        slow = [s for s in g.scores if s.status == Status.TIMEOUT]
         if slow:
             counts["timed out"] += 1
-            timed_out.append(f"{who} {', '.join(s['exercise'] for s in slow)}: {_safe(slow[0]['reason'])}")
-        broken = [s for s in g.scores if s["status"] == "error"]
+            timed_out.append(f"{who} {', '.join(s.exercise for s in slow)}: {_safe(slow[0].reason)}")
+        broken = [s for s in g.scores if s.status == Status.ERROR]
         if broken:
             counts["errors"] += 1
-            errors.append(f"{who} {', '.join(s['exercise'] for s in broken)}: {_safe(broken[0]['reason'])}")
+            errors.append(f"{who} {', '.join(s.exercise for s in broken)}: {_safe(broken[0].reason)}")
         if status in ("complete", "incomplete"):
             counts[status] += 1
     lines = [

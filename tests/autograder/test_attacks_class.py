@@ -311,7 +311,8 @@ def test_a_failure_at_any_step_of_one_student_stays_in_that_students_rows(small_
     else:
         inject(monkeypatch)
     out = tmp_path / "out"
-    batch.grade_class(root / "submitted", out, book=book, seed=5, progress=False, grade_fn=grade_fn,
+    batch.grade_class(root / "submitted", out, book=book, settings=grading.RunSettings(seed=5), progress=False,
+                      grade_fn=grade_fn,
                       gradebook=batch.GradebookTarget(duedate="2026-11-21 00:00:00 UTC"))
     scores = _rows(out / "scores.csv")
     grades = {r["student_id"]: r for r in _rows(out / "grades.csv")}
@@ -365,8 +366,8 @@ def attacked_class(tmp_path_factory):
     runs = {}
     for sub in ("alone", "all"):
         out = root / f"out_{sub}"
-        runs[sub] = batch.grade_class(root / sub, out, book=book, seed=3, progress=False,
-                                      settings=grading.RunSettings(timeout=60.0),
+        runs[sub] = batch.grade_class(root / sub, out, book=book, progress=False,
+                                      settings=grading.RunSettings(timeout=60.0, seed=3),
                                       gradebook=target)
         report.class_report(out)
     return root, runs

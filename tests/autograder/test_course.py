@@ -26,6 +26,7 @@ import pytest
 import fixtures
 from autograder.cli import main
 from autograder.course import autograde, load_course
+from autograder.grading import RunSettings
 from autograder.book import chapter_ids
 from autograder.release import student_version
 from autograder.report import summarise
@@ -90,7 +91,7 @@ def graded(tmp_path_factory, needs_sandbox):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(batch, "grader_fingerprint", lambda: "pinned for test_course")
         root = make_course(tmp_path_factory.mktemp("course") / "course")
-        yield root, autograde(CH, course=root, seed=11, progress=False, execute=False)
+        yield root, autograde(CH, course=root, settings=RunSettings(seed=11), progress=False, execute=False)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 import fixtures
 from autograder import report
 from autograder.batch import GRADE_COLUMNS, SCORE_COLUMNS, BatchReport, grade_class
-from autograder.grading import detect_chapter, wrong_chapter
+from autograder.grading import RunSettings, detect_chapter, wrong_chapter
 from autograder.fingerprint import grader_fingerprint
 from autograder.journal import Graded
 from autograder.results import ClassResults, ExerciseScore, PartScore, SubmissionGrade
@@ -216,7 +216,8 @@ def graded_class(tmp_path_factory):
         nb = fixtures.submission_with(source, softmax=softmax) if softmax else source
         fixtures.write_notebook(nb, root / "submitted" / student / CH4 / f"{CH4}.ipynb")
     out = root / "out"
-    grade_class(root / "submitted", out, book=book, seed=11, progress=False, grade_fn=checked_grade)
+    grade_class(root / "submitted", out, book=book, settings=RunSettings(seed=11), progress=False,
+                grade_fn=checked_grade)
     return out
 
 
