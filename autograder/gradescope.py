@@ -151,13 +151,14 @@ PYTHONPATH="$SOURCE" exec "$PY" -m autograder.gradescope run --root "$ROOT"
 
 
 def _package_files(root: Path) -> list[Path]:
-    """The files of ``autograder`` and ``solutions`` that grading needs (no caches)."""
+    """The files of ``autograder`` and ``solutions`` that grading needs (no caches; the pages'
+    templates, ``autograder/templates/*.html``, included)."""
     files = []
     for package in ("autograder", "solutions"):
         for path in sorted((root / package).rglob("*")):
             rel = path.relative_to(root)
             if path.is_file() and "__pycache__" not in rel.parts and "deploy" not in rel.parts \
-                    and path.suffix in (".py", ".json", ".txt", ".typed", ".npz", ".cfg", ".toml"):
+                    and path.suffix in (".py", ".json", ".txt", ".typed", ".npz", ".cfg", ".toml", ".html"):
                 files.append(path)
     return files
 
