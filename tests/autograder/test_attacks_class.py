@@ -35,6 +35,7 @@ import fixtures
 from walls import cannot_start
 from autograder import batch, feedback, grading, gradebook, report, submissions, untrusted
 from autograder.bench import make_source_notebook
+from autograder.scores import ExerciseScore, Status
 from autograder.text import FORMULA_STARTS, csv_cell, csv_text, csv_uncell
 
 CH = "04_self_attention"
@@ -200,8 +201,7 @@ def test_the_feedback_page_reads_no_more_than_grading_and_caps_the_code(tmp_path
     assert batch.MAX_NOTEBOOK_BYTES == untrusted.MAX_NOTEBOOK_BYTES
     assert feedback.student_code(huge) == {} and feedback.student_code(huge, 50 * 2**20) == {}
     code = {"softmax": ["'" * (2 * 2**20)] + ["pass"] * 40}
-    rows = [{"exercise": "softmax", "grade_id": "test_softmax", "score": 0.0, "max_score": 1.0,
-             "status": "failed", "reason": "r"}]
+    rows = [ExerciseScore("s", CH, "softmax", 0.0, 1.0, Status.FAILED, "r", grade_id="test_softmax")]
     page = feedback.render_feedback("s", CH, rows, code, "incomplete")
     assert len(page) < 2 * feedback.MAX_SHOWN_CHARS * 6 + 20_000  # escaped code within the cap, plus the page
     assert "more characters not shown" in page and "36 more cells with this exercise's id are not shown" in page
@@ -242,11 +242,9 @@ def _quick_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidde
     tests = [(c.metadata.nbgrader["grade_id"], float(c.metadata.nbgrader["points"])) for c in src.cells
              if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
     if submission_nb is None:
-        return [{"exercise": g[5:], "grade_id": g, "score": 0.0, "max_score": p, "status": "missing",
-                 "reason": "no submission"} for g, p in tests]
+        return [grading.CellScore(g[5:], g, 0.0, p, "missing", "no submission") for g, p in tests]
     untrusted.read_notebook(Path(submission_nb))
-    return [{"exercise": g[5:], "grade_id": g, "score": p, "max_score": p, "status": "passed", "reason": ""}
-            for g, p in tests]
+    return [grading.CellScore(g[5:], g, p, p, "passed", "") for g, p in tests]
 
 
 VICTIM = "mallory"
