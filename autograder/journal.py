@@ -30,7 +30,8 @@ from .scores import ExerciseScore, ScoreError, Status
 from .submissions import Submission
 
 __all__ = ["JOURNAL_VERSION", "SEED_VARIABLE", "SeedError", "JournalError", "Graded", "JournalEntry",
-           "submission_seed", "submission_status", "journal_seed", "stored_seed", "seed_digest", "hidden_seed", "entry_text", "parse_entry",
+           "submission_seed", "submission_status", "journal_seed", "stored_seed", "seed_digest", "hidden_seed",
+           "entry_text", "parse_entry",
            "read_journal", "read_journal_entry", "write_journal", "write_atomic"]
 
 # 4: the scores are ExerciseScore records (student, chapter, status among scores.Status);
@@ -47,7 +48,7 @@ class JournalError(ValueError):
 @dataclass
 class Graded:
     """The journaled result of one submission: one :class:`~autograder.scores.ExerciseScore`
-    per graded cell, as the checks gave it (no hand grade: :attr:`ExerciseScore.unjudged`)."""
+    per graded cell, as the checks gave it (hand grades are the gradebook's: ``batch.with_hand_grades``)."""
 
     submission: Submission
     scores: list[ExerciseScore]

@@ -13,7 +13,7 @@ it for the journal and for ``results.json`` alike; a record of the wrong shape r
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -107,12 +107,6 @@ class ExerciseScore:
         return cls(student=student, chapter=chapter, exercise=str(cell.exercise), grade_id=str(cell.grade_id),
                    score=float(cell.score), max_score=float(cell.max_score), status=_status(cell.status),
                    reason=_one_line(cell.reason), parts=parts, notes=[_one_line(n) for n in (cell.notes or [])])
-
-    @property
-    def unjudged(self) -> "ExerciseScore":
-        """This score as the checks gave it: nothing a grader changed by hand."""
-        return replace(self, score=self.checks_score, auto_score=None, manual_score=None, extra_credit=None,
-                       comment="")
 
     @property
     def checks_score(self) -> float:
