@@ -37,7 +37,7 @@ import multiprocessing
 import os
 import shutil
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -47,8 +47,8 @@ from .fingerprint import grader_fingerprint
 from .journal import (Graded, JournalError, journal_seed, read_journal, read_journal_entry, submission_seed,
                       submission_status, write_atomic, write_journal)
 from .submissions import Submission, file_sha256, find_submissions
-from .results import (RESULTS_FILE, ClassResults, ExerciseScore, PartScore, SubmissionGrade, begin_run, end_run,
-                      parts_line)
+from .results import RESULTS_FILE, ClassResults, SubmissionGrade, begin_run, end_run
+from .scores import ExerciseScore, Status
 from .text import csv_cell, csv_text
 from .untrusted import MAX_NOTEBOOK_BYTES, problem_text
 
@@ -108,8 +108,8 @@ class BatchReport:
         """``(student, chapter) -> (score, max_score)``."""
         return {
             (g.submission.student, g.submission.chapter): (
-                sum(s["score"] for s in g.scores),
-                sum(s["max_score"] for s in g.scores),
+                sum(s.score for s in g.scores),
+                sum(s.max_score for s in g.scores),
             )
             for g in self.results
         }
@@ -132,32 +132,6 @@ def _default_grade_fn() -> GradeFn:
     from .grading import grade_submission
 
     return grade_submission
-
-
-def as_dicts(scores) -> list[dict]:
-    rows = []
-    for s in scores:
-        d = asdict(s) if not isinstance(s, dict) else dict(s)
-        rows.append({
-            "exercise": str(d["exercise"]),
-            "grade_id": str(d["grade_id"]),
-            "score": float(d["score"]),
-            "max_score": float(d["max_score"]),
-            "status": str(d["status"]),
-            "reason": " ".join(str(d.get("reason") or "").split()),
-            "parts": [{"name": str(p["name"]), "points": float(p["points"]), "score": float(p["score"]),
-                       "message": " ".join(str(p.get("message") or "").split()),
-                       # the check's own hint, kept apart from the message (report.diagnosis_key)
-                       "hint": " ".join(str(p.get("hint") or "").split())}
-                      for p in (d.get("parts") or [])],
-            "notes": [" ".join(str(n).split()) for n in (d.get("notes") or [])],
-        })
-    return rows
-
-
-def parts_text(row: dict) -> str:
-    """``name score/points · ...`` of a score row's parts (for ``scores.csv``)."""
-    return parts_line([PartScore(p["name"], p["score"], p["points"]) for p in row.get("parts") or []])
 
 
 def journal_key(submission_sha256: str | None, source_sha256: str, seed: int | None, grader: str,
@@ -187,6 +161,7 @@ class GradingTask:
     Attributes:
         source: the chapter's source notebook.
         path: the submitted notebook (``None``: nothing was submitted).
+        student: the student id.
         chapter: the chapter id.
         seed: the submission's seed of the hidden cases (:func:`~autograder.journal.submission_seed`).
         settings: how it is run and limited, the run's one :class:`~autograder.grading.RunSettings`.
@@ -194,17 +169,20 @@ class GradingTask:
 
     source: str
     path: str | None
+    student: str
     chapter: str
     seed: int
     settings: RunSettings
 
-    def run(self, grade_fn: GradeFn) -> list[dict]:
-        """Grade it with ``grade_fn`` (:func:`autograder.grading.grade_submission`'s signature)."""
-        return as_dicts(grade_fn(Path(self.source), Path(self.path) if self.path else None, chapter=self.chapter,
-                                 settings=self.settings, hidden=True, seed=self.seed))
+    def run(self, grade_fn: GradeFn) -> list[ExerciseScore]:
+        """Grade it with ``grade_fn`` (:func:`autograder.grading.grade_submission`'s signature):
+        one :class:`~autograder.scores.ExerciseScore` per judged cell."""
+        cells = grade_fn(Path(self.source), Path(self.path) if self.path else None, chapter=self.chapter,
+                         settings=self.settings, hidden=True, seed=self.seed)
+        return [ExerciseScore.judged(cell, self.student, self.chapter) for cell in cells]
 
 
-def _grade_task(task: GradingTask) -> list[dict]:
+def _grade_task(task: GradingTask) -> list[ExerciseScore]:
     """Worker entry: grade one submission; never raises for the submission's sake."""
     return task.run(_worker_grade_fn or _default_grade_fn())
 
@@ -220,26 +198,24 @@ def _init_worker(grade_fn: GradeFn | None, threads: int) -> None:
         pass
 
 
-def failed_rows(source: Path, reason: str, status: str = "error") -> list[dict]:
-    """Every test cell of ``source`` at 0 with ``reason`` (the grader itself failed
-    on a submission: ``error``; nothing in the folder could be graded: ``invalid``)."""
+def failed_scores(source: Path, reason: str, status: Status = Status.ERROR, *, student: str,
+                  chapter: str) -> list[ExerciseScore]:
+    """Every test cell of ``source`` at 0 with ``reason``, for ``student``'s ``chapter`` (the
+    grader itself failed on a submission: ``error``; nothing in the folder could be graded:
+    ``invalid``)."""
     import nbformat
 
     nb = nbformat.read(str(source), as_version=4)
-    rows = []
+    scores = []
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("grade") and cell.cell_type == "code":
             grade_id = meta.get("grade_id", "")
-            rows.append({
-                "exercise": grade_id[5:] if grade_id.startswith("test_") else grade_id,
-                "grade_id": grade_id,
-                "score": 0.0,
-                "max_score": float(meta.get("points", 0)),
-                "status": status,
-                "reason": reason,
-            })
-    return rows
+            scores.append(ExerciseScore(
+                student=student, chapter=chapter, exercise=grade_id[5:] if grade_id.startswith("test_") else grade_id,
+                grade_id=grade_id, score=0.0, max_score=float(meta.get("points", 0)), status=Status(status),
+                reason=reason))
+    return scores
 
 
 def grade_class(
@@ -250,7 +226,6 @@ def grade_class(
     flat: str | None = None,
     jobs: int = 1,
     settings: RunSettings = RunSettings(),
-    seed: int | None = None,
     force: bool = False,
     book: Path = BOOK,
     progress: bool | None = None,
@@ -268,10 +243,10 @@ def grade_class(
         flat: the chapter of a flat folder of ``<student>.ipynb``.
         jobs: submissions graded at the same time (worker processes).
         settings: how each submission is run and limited (timeout, budget, limits,
-            sandbox): one :class:`~autograder.grading.RunSettings` for the whole run,
-            recorded in every journal key.
-        seed: base seed of the hidden checks (default: the one stored in ``out``,
-            else a fresh random one, stored for resuming).
+            sandbox), recorded in every journal key, and the base seed of the hidden
+            checks (``settings.seed``; ``None``: the one stored in ``out``, else a fresh
+            random one, stored for resuming): one :class:`~autograder.grading.RunSettings`
+            for the whole run.
         force: regrade every submission, ignoring the journal.
         book: the folder of the source notebooks.
         progress: show a tqdm bar (default: when stderr is a terminal).
@@ -304,7 +279,7 @@ def grade_class(
         if unknown:
             raise ValueError(f"no submission of student(s) {', '.join(unknown)} under {submitted}")
     begin_run(out, "grade")  # cleared once every report is written: a stopped run is never read as current
-    base_seed = journal_seed(out, seed)
+    base_seed = journal_seed(out, settings.seed)
     sources = {c: source_notebook(c, book) for c in wanted}
     source_hash = {c: file_sha256(p) for c, p in sources.items()}
     fingerprint = grader_fingerprint() if grade_fn is None else "custom"
@@ -312,12 +287,12 @@ def grade_class(
     results: dict[Submission, Graded] = {}
     todo: list[tuple[Submission, dict, GradingTask]] = []
 
-    def finish(sub: Submission, key: dict, rows: list[dict]) -> None:
+    def finish(sub: Submission, key: dict, scores: list[ExerciseScore]) -> None:
         try:
-            real = wrong_chapter(sub.path, sub.chapter, [r["status"] for r in rows])
+            real = wrong_chapter(sub.path, sub.chapter, [s.status for s in scores])
         except Exception:  # noqa: BLE001 - reading the notebook again is only for naming its chapter
             real = None
-        graded = Graded(sub, rows, key, wrong_chapter=real)
+        graded = Graded(sub, scores, key, wrong_chapter=real)
         try:
             write_journal(out, graded)
         except Exception as exc:  # noqa: BLE001 - graded all the same; a rerun grades it again
@@ -341,13 +316,15 @@ def grade_class(
         # a shard's entries then differ only in what each student handed in (merge_shards).
         unrun = journal_key(None, source_hash[sub.chapter], None, fingerprint, settings)
         if sub.problem:  # nothing to run: every exercise 0, with what was found instead
-            finish(sub, unrun, failed_rows(sources[sub.chapter], sub.problem, "invalid"))
+            finish(sub, unrun, failed_scores(sources[sub.chapter], sub.problem, Status.INVALID, student=sub.student,
+                                             chapter=sub.chapter))
             continue
         try:
             sub_digest = file_sha256(sub.path)
         except Exception as exc:  # noqa: BLE001 - reading the notebook is this student's step
-            finish(sub, unrun, failed_rows(sources[sub.chapter], "the notebook could not be read "
-                                           f"({problem_text(exc)})", "invalid"))
+            finish(sub, unrun, failed_scores(sources[sub.chapter], "the notebook could not be read "
+                                             f"({problem_text(exc)})", Status.INVALID, student=sub.student,
+                                             chapter=sub.chapter))
             continue
         sub_seed = submission_seed(base_seed, sub.student, sub.chapter, str(sub_digest))
         key = journal_key(sub_digest, source_hash[sub.chapter], sub_seed, fingerprint, settings)
@@ -359,7 +336,7 @@ def grade_class(
             results[sub] = Graded(sub, cached.scores, key, reused=True, wrong_chapter=cached.wrong_chapter)
             continue
         todo.append((sub, key, GradingTask(str(sources[sub.chapter]), str(sub.path) if sub.path else None,
-                                           sub.chapter, sub_seed, settings)))
+                                           sub.student, sub.chapter, sub_seed, settings)))
 
     bar = tqdm(total=len(todo), desc="grading", unit="nb", disable=(not sys.stderr.isatty()) if progress is None else not progress)
     try:
@@ -367,10 +344,11 @@ def grade_class(
             fn = grade_fn or _default_grade_fn()
             for sub, key, task in todo:
                 try:
-                    rows = task.run(fn)
+                    scores = task.run(fn)
                 except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
-                    rows = failed_rows(sources[sub.chapter], f"the grader failed: {problem_text(exc)}")
-                finish(sub, key, rows)
+                    scores = failed_scores(sources[sub.chapter], f"the grader failed: {problem_text(exc)}",
+                                           student=sub.student, chapter=sub.chapter)
+                finish(sub, key, scores)
                 bar.update(1)
         else:
             threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -389,10 +367,11 @@ def grade_class(
                     for future in done:
                         sub, key = futures[future]
                         try:
-                            rows = future.result()
+                            scores = future.result()
                         except Exception as exc:  # noqa: BLE001
-                            rows = failed_rows(sources[sub.chapter], f"the grader failed: {problem_text(exc)}")
-                        finish(sub, key, rows)
+                            scores = failed_scores(sources[sub.chapter], f"the grader failed: {problem_text(exc)}",
+                                                   student=sub.student, chapter=sub.chapter)
+                        finish(sub, key, scores)
                         bar.update(1)
             except BaseException:
                 # Interrupted (Ctrl-C, or a signal to this process alone): stop now. What finished is
@@ -426,22 +405,22 @@ def _write_csv(path: Path, columns: list[str], rows: list[list]) -> None:
     write_atomic(path, csv_text(columns, rows))
 
 
-def with_hand_grades(graded: Graded, recorded) -> list[dict]:
-    """The score rows of ``graded`` as the gradebook holds them now: ``score`` is
+def with_hand_grades(graded: Graded, recorded) -> list[ExerciseScore]:
+    """The scores of ``graded`` as the gradebook holds them now: ``score`` is
     nbgrader's ``Grade.score`` (manual score if a grader gave one, plus extra
-    credit); ``auto_score``, ``manual_score``, ``extra_credit`` and ``comment``
-    (the grader's) are added. ``recorded`` is the submission's
+    credit); ``auto_score`` is the checks', and ``manual_score``, ``extra_credit`` and
+    ``comment`` (the grader's) are filled in. ``recorded`` is the submission's
     :class:`autograder.gradebook.Recorded`, or ``None`` (nothing recorded)."""
-    rows = []
+    scores = []
     for s in graded.scores:
-        row = dict(s, auto_score=s["score"], manual_score=None, extra_credit=None, comment="")
-        held = recorded.grades.get(s["grade_id"]) if recorded is not None else None
+        held = recorded.grades.get(s.grade_id) if recorded is not None else None
+        s = replace(s, auto_score=s.score, manual_score=None, extra_credit=None, comment="")
         if held is not None:
-            row.update(manual_score=held["manual_score"], extra_credit=held["extra_credit"], score=held["score"])
+            s = replace(s, manual_score=held["manual_score"], extra_credit=held["extra_credit"], score=held["score"])
         if recorded is not None:
-            row["comment"] = recorded.comments.get(s["exercise"], "")
-        rows.append(row)
-    return rows
+            s = replace(s, comment=recorded.comments.get(s.exercise, ""))
+        scores.append(s)
+    return scores
 
 
 def _problems(graded: Graded, held) -> list[str]:
@@ -450,23 +429,20 @@ def _problems(graded: Graded, held) -> list[str]:
     return [*graded.submission.notes, *graded.problems, *(held.problems if held is not None else [])]
 
 
-def _with_problems(rows: list[dict], problems: list[str]) -> list[dict]:
-    """``rows`` with ``problems`` in front of each row's reason."""
+def _with_problems(scores: list[ExerciseScore], problems: list[str]) -> list[ExerciseScore]:
+    """``scores`` with ``problems`` in front of each one's reason."""
     if not problems:
-        return rows
-    return [dict(r, reason="; ".join([*problems, *([r["reason"]] if r["reason"] else [])])) for r in rows]
+        return scores
+    return [replace(s, reason="; ".join([*problems, *([s.reason] if s.reason else [])])) for s in scores]
 
 
-def _exercise_score(g: Graded, row: dict) -> ExerciseScore:
-    """One row of ``shown`` (a score with hand grades and problems) as a typed result."""
+def _exercise_score(g: Graded, shown: ExerciseScore) -> ExerciseScore:
+    """One score of ``shown`` (with hand grades and problems) as ``results.json`` holds it
+    for ``g``'s submission: its numbers as floats, the grader's comment on one line."""
     sub = g.submission
-    return ExerciseScore(
-        student=sub.student, chapter=sub.chapter, exercise=row["exercise"], grade_id=row["grade_id"],
-        score=float(row["score"]), max_score=float(row["max_score"]), status=row["status"], reason=row["reason"],
-        parts=[PartScore(p["name"], float(p["score"]), float(p["points"]), p.get("message") or "", p.get("hint") or "")
-               for p in row.get("parts") or []],
-        notes=list(row.get("notes") or []), auto_score=float(row["auto_score"]), manual_score=row["manual_score"],
-        extra_credit=row["extra_credit"], comment=" ".join(row["comment"].split()))
+    return replace(shown, student=sub.student, chapter=sub.chapter, score=float(shown.score),
+                   max_score=float(shown.max_score), auto_score=float(shown.checks_score),
+                   comment=" ".join(shown.comment.split()))
 
 
 def _submission_grade(g: Graded, exercises: list[ExerciseScore], held) -> SubmissionGrade:
@@ -483,12 +459,12 @@ def _submission_grade(g: Graded, exercises: list[ExerciseScore], held) -> Submis
         wrong_chapter=g.wrong_chapter)
 
 
-def _write_feedback(page: Path, g: Graded, rows: list[dict], held) -> None:
+def _write_feedback(page: Path, g: Graded, scores: list[ExerciseScore], held) -> None:
     """Write one feedback page (only when its text changed)."""
     from .feedback import render_feedback, student_code
 
     sub = g.submission
-    html = render_feedback(sub.student, sub.chapter, rows, student_code(sub.path, MAX_NOTEBOOK_BYTES),
+    html = render_feedback(sub.student, sub.chapter, scores, student_code(sub.path, MAX_NOTEBOOK_BYTES),
                            submission_status(g), late_seconds=held.late_seconds if held is not None else 0.0,
                            penalty=held.penalty if held is not None else 0.0)
     if not page.is_file() or page.read_text(encoding="utf-8") != html:
@@ -510,17 +486,16 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
                                extensions=None if target.extensions is None else list(target.extensions),
                                late_days=target.late_days)
 
-    shown: dict[int, list[dict]] = {}  # per result: its rows with hand grades and its problems
+    shown: dict[int, list[ExerciseScore]] = {}  # per result: its scores with hand grades and its problems
     for i, g in enumerate(results):
         sub = g.submission
         held = recorded.get((sub.student, sub.chapter))
         try:
             shown[i] = _with_problems(with_hand_grades(g, held), _problems(g, held))
-        except Exception as exc:  # noqa: BLE001 - a journal entry of another version, say
-            shown[i] = _with_problems(failed_rows(sources[sub.chapter], "the results could not be read "
-                                                   f"({problem_text(exc)})"), _problems(g, None))
-            for row in shown[i]:
-                row.update(parts=[], notes=[], auto_score=0.0, manual_score=None, extra_credit=None, comment="")
+        except Exception as exc:  # noqa: BLE001 - this submission's scores only
+            failed = failed_scores(sources[sub.chapter], f"the results could not be read ({problem_text(exc)})",
+                                   student=sub.student, chapter=sub.chapter)
+            shown[i] = _with_problems([replace(s, auto_score=0.0) for s in failed], _problems(g, None))
 
     feedback = out / "feedback"
     for i, g in enumerate(results):
@@ -539,14 +514,13 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
     for i, g in enumerate(results):
         held = recorded.get((g.submission.student, g.submission.chapter))
         try:
-            exercises = [_exercise_score(g, row) for row in shown[i]]
+            exercises = [_exercise_score(g, s) for s in shown[i]]
             line = _submission_grade(g, exercises, held)
         except Exception as exc:  # noqa: BLE001 - one student's rows, written with the reason
             sub = g.submission
             reason = f"the rows could not be written ({problem_text(exc)})"
-            exercises = [ExerciseScore(sub.student, sub.chapter, str(row.get("exercise", "")), 0.0,
-                                       float(row.get("max_score", 0) or 0), "error", reason, auto_score=0.0,
-                                       grade_id=str(row.get("grade_id", ""))) for row in shown[i]]
+            exercises = [ExerciseScore(sub.student, sub.chapter, s.exercise, 0.0, float(s.max_score or 0),
+                                       Status.ERROR, reason, auto_score=0.0, grade_id=s.grade_id) for s in shown[i]]
             line = SubmissionGrade(sub.student, sub.chapter, "invalid", max_score=sum(e.max_score for e in exercises))
         class_results.exercises += exercises
         class_results.submissions.append(line)

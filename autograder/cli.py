@@ -163,7 +163,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return 2
     options = dict(
         chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, settings=_run_settings(args, sandbox),
-        seed=args.seed, force=args.force, progress=None if not args.no_progress else False,
+        force=args.force, progress=None if not args.no_progress else False,
         book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate, **late_policy),
     )
     from .regrades import snapshot
@@ -297,7 +297,7 @@ def cmd_autograde(args: argparse.Namespace) -> int:
     try:
         done = autograde(args.assignment, course=args.course, students=args.student or None, force=args.force,
                          duedate=args.duedate, out=Path(args.out) if args.out else None, jobs=args.jobs,
-                         settings=_run_settings(args, sandbox), seed=args.seed,
+                         settings=_run_settings(args, sandbox),
                          progress=None if not args.no_progress else False, execute=not args.no_execute,
                          **late_policy)
     except ValueError as exc:
@@ -323,7 +323,7 @@ def cmd_autograde(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .batch import as_dicts
+    from .scores import ExerciseScore
     from .text import check_report
     from .checks import exercises_of
     from .grading import grade_submission
@@ -351,22 +351,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     sandbox = _sandbox_available()
     if not sandbox:
         print("(no sandbox available: your code runs as a plain subprocess)", file=sys.stderr)
-    rows = as_dicts(grade_submission(source, path, chapter=chapter, settings=_run_settings(args, sandbox),
-                                     hidden=False, seed=args.seed))
+    cells = grade_submission(source, path, chapter=chapter, settings=_run_settings(args, sandbox), hidden=False,
+                             seed=args.seed)
+    scores = [ExerciseScore.judged(cell, "", chapter) for cell in cells]
     print(f"{path.name}: chapter {chapter}, visible checks\n")
-    text, status = check_report([_check_row(r) for r in rows])
+    text, status = check_report([_check_row(s) for s in scores])
     print(text)
     return status
 
 
-def _check_row(row: dict) -> dict:
-    """A graded row (:func:`autograder.batch.as_dicts`) as :func:`autograder.text.check_report` reads it:
+def _check_row(score) -> dict:
+    """An :class:`~autograder.scores.ExerciseScore` as :func:`autograder.text.check_report` reads it:
     the reason, then the diagnosis of every missed part; the notes (advice included)."""
-    from .batch import parts_text
+    from .scores import parts_line
 
-    missed = [f"{p['name']}: {p['message']}" for p in row["parts"] if p["score"] < p["points"] and p["message"]]
-    message = "\n".join(([row["reason"]] if row["reason"] else []) + missed)
-    return {**row, "message": message, "parts_line": parts_text(row), "advice": []}
+    missed = [f"{p.name}: {p.message}" for p in score.parts if p.score < p.points and p.message]
+    message = "\n".join(([score.reason] if score.reason else []) + missed)
+    return {**score.to_dict(), "message": message, "parts_line": parts_line(score.parts), "advice": []}
 
 
 # --------------------------------------------------------------------------- selftest
@@ -400,18 +401,18 @@ def selftest(jobs: int = 1, timeout: float = 120.0, chapters: list[str] | None =
         lines = []
         for g in report.results:
             sub = g.submission
-            total = sum(s["score"] for s in g.scores)
-            max_total = sum(s["max_score"] for s in g.scores)
+            total = sum(s.score for s in g.scores)
+            max_total = sum(s.max_score for s in g.scores)
             want = max_total if sub.student == "reference" else 0.0
             ok = abs(total - want) < 1e-9 and max_total > 0
             lines.append(f"{'ok  ' if ok else 'FAIL'} {sub.student:<9} {sub.chapter:<28} {total:g}/{max_total:g}"
                          f" (want {want:g})")
             if not ok:
                 for s in g.scores:
-                    bad = (s["status"] != "passed") if sub.student == "reference" else (s["score"] != 0)
+                    bad = (s.status != "passed") if sub.student == "reference" else (s.score != 0)
                     if bad:
-                        problems.append(f"  {sub.student}/{sub.chapter} {s['grade_id']}: {s['score']:g}/"
-                                        f"{s['max_score']:g} {s['status']}: {s['reason']}")
+                        problems.append(f"  {sub.student}/{sub.chapter} {s.grade_id}: {s.score:g}/"
+                                        f"{s.max_score:g} {s.status}: {s.reason}")
                 if max_total == 0:
                     problems.append(f"  {sub.chapter}: no graded cells (0 points in the source notebook)")
         text = "\n".join(lines + (["", "problems:"] + problems if problems else []))
@@ -774,11 +775,14 @@ def _count(text: str) -> int:
 
 def _run_settings(args: argparse.Namespace, sandbox: bool):
     """The run's one :class:`~autograder.grading.RunSettings`, from ``--timeout``,
-    ``--budget``, ``--memory``, ``--disk``, ``--processes`` and the sandbox chosen."""
+    ``--budget``, ``--memory``, ``--disk``, ``--processes``, the sandbox chosen and the
+    secret seed (``--seed-file``, ``AUTOGRADER_SEED``: :func:`main` reads it; ``check``'s
+    visible cases take none)."""
     from .grading import RunSettings
 
     return RunSettings(timeout=args.timeout, budget=args.budget, memory=args.memory, disk=args.disk,
-                       processes=args.processes, sandbox=sandbox)
+                       processes=args.processes, sandbox=sandbox,
+                       seed=args.seed if hasattr(args, "seed_file") else None)
 
 
 def _class_run_options(parser: argparse.ArgumentParser) -> None:

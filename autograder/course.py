@@ -48,6 +48,7 @@ from .grading import RunSettings
 from .outputs import execute_for_display
 from .journal import Graded
 from .release import student_version
+from .scores import ExerciseScore, Status
 from .feedback import STATUS_WORDS
 from .extensions import parse_duedate
 from .text import score_text
@@ -154,27 +155,27 @@ def load_course(root: Path | str | None = None) -> Course:
 # --------------------------------------------------------------------------- autograded notebooks
 
 
-def verdict_text(row: dict) -> str:
+def verdict_text(row: ExerciseScore) -> str:
     """A test cell's printed verdict from its score row (as the visible ``check``
     prints it): the verdict line, notes, then each graded part with its hint."""
-    passed = row["status"] == "passed"
-    head = f"{'✓' if passed else '✗'} {row['exercise']}: {score_text(row['score'])}/{score_text(row['max_score'])} points"
+    passed = row.status == "passed"
+    head = f"{'✓' if passed else '✗'} {row.exercise}: {score_text(row.score)}/{score_text(row.max_score)} points"
     if not passed:
-        head += f" ({STATUS_WORDS.get(row['status'], row['status'])})"
+        head += f" ({STATUS_WORDS.get(row.status, row.status.value)})"
     lines = [head]
-    lines += [f"  note: {n}" for n in row.get("notes") or []]
-    parts = row.get("parts") or []
+    lines += [f"  note: {n}" for n in row.notes]
+    parts = row.parts
     for p in parts:
-        earned = p["score"] >= p["points"]
-        lines.append(f"  {'✓' if earned else '✗'} {p['name']} ({score_text(p['score'])}/{score_text(p['points'])})")
+        earned = p.score >= p.points
+        lines.append(f"  {'✓' if earned else '✗'} {p.name} ({score_text(p.score)}/{score_text(p.points)})")
         if not earned:
-            lines += ["      " + ln for ln in str(p.get("message") or "failed").splitlines()]
-    if not parts and row.get("reason"):
-        lines.append("  " + row["reason"])
+            lines += ["      " + ln for ln in str(p.message or "failed").splitlines()]
+    if not parts and row.reason:
+        lines.append("  " + row.reason)
     return "\n".join(lines)
 
 
-def test_cell_outputs(row: dict, execution_count: int) -> list:
+def test_cell_outputs(row: ExerciseScore, execution_count: int) -> list:
     """The outputs nbgrader's autograde would leave on a test cell with this grade.
 
     nbgrader reads a test cell's grade from its outputs (``nbgrader.utils.determine_grade``):
@@ -184,14 +185,14 @@ def test_cell_outputs(row: dict, execution_count: int) -> list:
     error (its traceback the verdict), which the formgrader shows as a failed test.
     """
     text = verdict_text(row)
-    if row["score"] >= row["max_score"] and row["status"] == "passed":
+    if row.score >= row.max_score and row.status == "passed":
         return [new_output("stream", name="stdout", text=text + "\n")]
-    if row["score"] > 0:
+    if row.score > 0:
         return [new_output("stream", name="stdout", text=text + "\n"),
-                new_output("execute_result", data={"text/plain": score_text(row["score"])}, metadata={},
+                new_output("execute_result", data={"text/plain": score_text(row.score)}, metadata={},
                            execution_count=execution_count)]
     first = text.splitlines()[0]
-    return [new_output("error", ename=ERROR_NAMES.get(row["status"], "CheckFailure"), evalue=first,
+    return [new_output("error", ename=ERROR_NAMES.get(row.status, "CheckFailure"), evalue=first,
                        traceback=text.splitlines())]
 
 
@@ -292,7 +293,7 @@ def autograded_notebook(graded: Graded, source: Path, db_url: str, config=None, 
     if execute is not None or executed is not None:
         with _NBGRADER:
             nb = _limit_outputs(nb, resources, config)
-    rows = {r["grade_id"]: r for r in graded.scores}
+    rows = {r.grade_id: r for r in graded.scores}
     count = 0
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -304,8 +305,8 @@ def autograded_notebook(graded: Graded, source: Path, db_url: str, config=None, 
         meta = cell.metadata.nbgrader
         row = rows.get(meta.get("grade_id"))
         if row is None:  # never full marks for a cell the grader did not score
-            row = {"exercise": meta.get("grade_id", ""), "score": 0.0, "max_score": float(meta.get("points", 0)),
-                   "status": "error", "reason": "this test cell was not graded", "parts": [], "notes": []}
+            row = ExerciseScore(graded.submission.student, graded.submission.chapter, meta.get("grade_id", ""), 0.0,
+                                float(meta.get("points", 0)), Status.ERROR, "this test cell was not graded")
         cell.outputs = test_cell_outputs(row, count)
     return nb
 
@@ -411,7 +412,7 @@ class CourseReport:
 
 def autograde(assignment: str, *, course: Path | str | None = None, students: list[str] | None = None,
               force: bool = False, duedate=None, out: Path | None = None, jobs: int = 1,
-              settings: RunSettings = RunSettings(), seed: int | None = None,
+              settings: RunSettings = RunSettings(),
               progress: bool | None = None, grade_fn=None, extensions=None,
               late_days: int | None = None, execute: bool = True) -> CourseReport:
     """Autograde one assignment of an nbgrader course (``nbgrader autograde ASSIGNMENT``).
@@ -425,9 +426,9 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
             ``"2026-11-20 17:00:00 UTC"``); default: the one the gradebook has.
         out: where ``grades.csv``, ``scores.csv``, ``feedback/`` and the journal go
             (default: ``<course>/grades/<assignment>``).
-        jobs, settings, seed, progress, grade_fn: as for :func:`autograder.batch.grade_class`
+        jobs, settings, progress, grade_fn: as for :func:`autograder.batch.grade_class`
             (``settings``: ``--timeout``, ``--budget``, ``--memory``, ``--disk``,
-            ``--processes`` and the sandbox).
+            ``--processes``, the sandbox and the secret seed).
         extensions, late_days: per-student extensions and the late-day budget, set as
             nbgrader extensions in the course's gradebook (:mod:`autograder.extensions`).
         execute: execute each changed submission's code cells once more, in the
@@ -456,7 +457,7 @@ def autograde(assignment: str, *, course: Path | str | None = None, students: li
     target = GradebookTarget(url=c.db_url, course_id=c.course_id, duedate=duedate, config=c.config,
                              extensions=None if extensions is None else tuple(extensions), late_days=late_days)
     report = grade_class(c.submitted_root, out, chapters=[assignment], students=students, force=force, jobs=jobs,
-                         settings=settings, seed=seed, book=c.source_root, progress=progress,
+                         settings=settings, book=c.source_root, progress=progress,
                          grade_fn=grade_fn, gradebook=target)
     written = write_autograded(c, assignment, report.results, source, settings if execute else None, jobs=jobs)
     return CourseReport(report, c, written)

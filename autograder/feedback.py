@@ -5,7 +5,9 @@ summary (with the late penalty, if any), then per exercise its status, score, th
 check's diagnosis, what a grader changed by hand (score, extra credit, comment)
 and the student's own code for that exercise. It is built from the grading results and
 the submission only, so it can never show a hidden test or the reference answer.
-Everything the student wrote is HTML-escaped. The submission is read within
+The page is the template ``autograder/templates/feedback.html`` (:data:`TEMPLATE`), to
+restyle as nbgrader's and Sphinx's users do; every value it shows is HTML-escaped
+(:func:`autograder.pagestyle.render_page`), everything the student wrote included. The submission is read within
 grading's own bound (:data:`autograder.untrusted.MAX_NOTEBOOK_BYTES`), and the page
 shows at most :data:`MAX_SHOWN_CELLS` cells of one exercise and
 :data:`MAX_SHOWN_CHARS` characters of code in all, so a page stays small
@@ -13,14 +15,17 @@ whatever the notebook holds.
 """
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 
-from .text import score_text
+from .pagestyle import Markup, render_page
+from .scores import ExerciseScore
 from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted
 
-__all__ = ["student_code", "render_feedback", "MAX_SHOWN_CHARS", "MAX_SHOWN_CELLS"]
+__all__ = ["student_code", "render_feedback", "MAX_SHOWN_CHARS", "MAX_SHOWN_CELLS", "TEMPLATE"]
+
+# The page's template (autograder/templates/; rendered by autograder.pagestyle.render_page).
+TEMPLATE = "feedback.html"
 
 # The code a feedback page shows: at most this many characters in all (a chapter's
 # answers are a few kB) and this many cells with one exercise's id.
@@ -100,31 +105,17 @@ def duration_text(seconds: float) -> str:
     return text or f"{secs} s"
 
 
-def _hand_lines(s: dict) -> list[str]:
-    """What a grader changed on one exercise, as HTML paragraphs (escaped)."""
-    e = html.escape
-    lines = []
-    if s.get("manual_score") is not None:
-        lines.append(f'<p class="hand">Graded by hand: {score_text(s["manual_score"])} / {score_text(s["max_score"])} points '
-                     f"(the checks gave {score_text(s.get('auto_score', 0) or 0)}).</p>")
-    if s.get("extra_credit"):
-        lines.append(f'<p class="hand">Extra credit: {score_text(s["extra_credit"])} point(s).</p>')
-    if s.get("comment"):
-        lines.append(f'<p class="hand">Grader\'s comment: {e(s["comment"])}</p>')
-    return lines
-
-
-def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[str, list[str]],
+def render_feedback(student: str, chapter: str, scores: list[ExerciseScore], code: dict[str, list[str]],
                     status: str, *, late_seconds: float = 0.0, penalty: float = 0.0) -> str:
     """The feedback page of one submission.
 
     Args:
         student: the student id.
         chapter: the chapter (assignment) id.
-        scores: one dict per graded cell (the fields of ``CellScore``; ``score`` is
-            the final one, and the optional ``auto_score``, ``manual_score``,
-            ``extra_credit`` and ``comment`` say what a grader changed by hand,
-            see :func:`autograder.batch.with_hand_grades`).
+        scores: one :class:`~autograder.scores.ExerciseScore` per graded cell (``score``
+            is the final one; ``auto_score``, ``manual_score``, ``extra_credit`` and
+            ``comment`` say what a grader changed by hand, see
+            :func:`autograder.batch.with_hand_grades`).
         code: the submission's code cells by grade_id (:func:`student_code`).
         status: the submission's overall status (``complete``, ``incomplete``, …).
         late_seconds: how late the submission was (0: on time).
@@ -133,67 +124,19 @@ def render_feedback(student: str, chapter: str, scores: list[dict], code: dict[s
     Returns:
         The HTML text (deterministic for the same inputs).
     """
-    e = html.escape
-    raw = sum(s["score"] for s in scores)
-    total = max(0.0, raw - penalty)
-    max_total = sum(s["max_score"] for s in scores)
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{e(chapter)} feedback for {e(student)}</title>",
-        f"<style>{CSS}</style></head><body>",
-        f"<h1>{e(chapter)}</h1>",
-        f"<p>Student <b>{e(student)}</b>: <b>{score_text(total)} / {score_text(max_total)}</b> points ({e(status)}).</p>",
-        *([f'<p class="late">Submitted {duration_text(late_seconds)} after the due date: late penalty '
-           f"{score_text(penalty)} point(s), taken off the {score_text(raw)} earned.</p>"] if late_seconds > 0 else []),
-        "<table><thead><tr><th>exercise</th><th>points</th><th>status</th><th>message</th></tr></thead><tbody>",
-    ]
+    raw = sum(s.score for s in scores)
+    budget = MAX_SHOWN_CHARS  # characters of code the page may still show, in notebook order
+    exercises = []
     for s in scores:
-        parts.append(
-            f'<tr><td><a href="#{e(s["exercise"])}">{e(s["exercise"])}</a></td>'
-            f"<td>{score_text(s['score'])} / {score_text(s['max_score'])}</td>"
-            f'<td class="{e(s["status"])}">{e(STATUS_WORDS.get(s["status"], s["status"]))}</td>'
-            f"<td>{e(s['reason'])}</td></tr>"
-        )
-    parts.append("</tbody></table>")
-    budget = [MAX_SHOWN_CHARS]  # characters of code the page may still show
-    for s in scores:
-        cells = code.get(s["exercise"], [])
-        parts.append(f'<section id="{e(s["exercise"])}"><h2>{e(s["exercise"])}</h2>')
-        parts.append(
-            f'<p class="{e(s["status"])}">{e(STATUS_WORDS.get(s["status"], s["status"]))}, '
-            f"{score_text(s['score'])} / {score_text(s['max_score'])} points.</p>"
-        )
-        graded_parts = s.get("parts") or []
-        if graded_parts:
-            parts.append("<table><thead><tr><th>graded part</th><th>points</th><th>what the check found</th>"
-                         "</tr></thead><tbody>")
-            for p in graded_parts:
-                earned = p["score"] >= p["points"]
-                parts.append(
-                    f'<tr><td>{e(p["name"])}</td><td class="{"earned" if earned else "missed"}">'
-                    f"{score_text(p['score'])} / {score_text(p['points'])}</td>"
-                    f"<td>{'ok' if earned else e(p.get('message') or 'failed')}</td></tr>"
-                )
-            parts.append("</tbody></table>")
-        elif s["reason"]:
-            parts.append(f"<p>{e(s['reason'])}</p>")
-        for note in s.get("notes") or []:
-            parts.append(f'<p class="note">Note: {e(note)}</p>')
-        parts.extend(_hand_lines(s))
-        if not cells:
-            parts.append("<p><i>No cell for this exercise was found in your notebook.</i></p>")
-        for i, source in enumerate(cells[:MAX_SHOWN_CELLS]):
-            if len(cells) > 1:
-                parts.append(f"<p>Your cell {i + 1} of {len(cells)} with this exercise's id:</p>")
-            else:
-                parts.append("<p>Your code:</p>")
-            shown, budget[0] = source[:max(0, budget[0])], budget[0] - len(source)
-            cut = f"\n… ({len(source) - len(shown):,} more characters not shown)" if len(shown) < len(source) else ""
-            parts.append(f"<pre><code>{e(shown)}{cut}</code></pre>")
-        if len(cells) > MAX_SHOWN_CELLS:
-            parts.append(f"<p><i>{len(cells) - MAX_SHOWN_CELLS} more cells with this exercise's id are not "
-                         "shown.</i></p>")
-        parts.append("</section>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+        cells = code.get(s.exercise, [])
+        shown = []
+        for source in cells[:MAX_SHOWN_CELLS]:
+            text, budget = source[:max(0, budget)], budget - len(source)
+            cut = f"\n… ({len(source) - len(text):,} more characters not shown)" if len(text) < len(source) else ""
+            shown.append({"shown": text, "cut": cut})
+        exercises.append({"score": s, "word": STATUS_WORDS.get(s.status, s.status), "cells": shown,
+                          "count": len(cells)})
+    return render_page(TEMPLATE, css=Markup(CSS), chapter=chapter, student=student, status=status,
+                       total=max(0.0, raw - penalty), max_total=sum(s.max_score for s in scores), raw=raw,
+                       late_seconds=late_seconds, late=duration_text(late_seconds), penalty=penalty,
+                       exercises=exercises)

@@ -242,17 +242,17 @@ def _record_submission(gb, graded: "Graded", problems: list[str]) -> None:
         problems.append(note)
     gb.update_or_create_student(sub.student)
     gb.update_or_create_submission(sub.chapter, sub.student, **({"timestamp": when} if when is not None else {}))
-    for row in graded.scores:
+    for score in graded.scores:
         try:
-            grade = gb.find_grade(row["grade_id"], sub.chapter, sub.chapter, sub.student)
+            grade = gb.find_grade(score.grade_id, sub.chapter, sub.chapter, sub.student)
         except MissingEntry:  # not a grade cell of the source notebook
             continue
         # Only the auto fields: a grader's manual_score / extra_credit stay as they are.
-        grade.auto_score = float(row["score"])
+        grade.auto_score = float(score.score)
         grade.needs_manual_grade = grade.manual_score is not None
-        verdict = row["status"] + (f": {row['reason']}" if row["reason"] else "")
+        verdict = score.status.value + (f": {score.reason}" if score.reason else "")
         try:
-            comment = gb.find_comment(row["exercise"], sub.chapter, sub.chapter, sub.student)
+            comment = gb.find_comment(score.exercise, sub.chapter, sub.chapter, sub.student)
         except MissingEntry:  # no solution cell of that name
             continue
         comment.auto_comment = verdict  # the manual_comment is the grader's, never touched

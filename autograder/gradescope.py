@@ -64,7 +64,8 @@ from pathlib import Path
 import nbformat
 
 from .book import BOOK
-from .text import safe_text
+from .scores import ExerciseScore, PartScore, Status
+from .text import safe_text, score_text
 
 __all__ = ["VISIBILITIES", "ISOLATIONS", "ENGINE_ONLY", "GRADER_REQUIREMENTS", "build_zip", "chapter_points",
            "results_json", "run", "main", "SCHEMA_PATH", "grade_upload", "GraderConfig", "load_grader_config",
@@ -150,13 +151,14 @@ PYTHONPATH="$SOURCE" exec "$PY" -m autograder.gradescope run --root "$ROOT"
 
 
 def _package_files(root: Path) -> list[Path]:
-    """The files of ``autograder`` and ``solutions`` that grading needs (no caches)."""
+    """The files of ``autograder`` and ``solutions`` that grading needs (no caches; the pages'
+    templates, ``autograder/templates/*.html``, included)."""
     files = []
     for package in ("autograder", "solutions"):
         for path in sorted((root / package).rglob("*")):
             rel = path.relative_to(root)
             if path.is_file() and "__pycache__" not in rel.parts and "deploy" not in rel.parts \
-                    and path.suffix in (".py", ".json", ".txt", ".typed", ".npz", ".cfg", ".toml"):
+                    and path.suffix in (".py", ".json", ".txt", ".typed", ".npz", ".cfg", ".toml", ".html"):
                 files.append(path)
     return files
 
@@ -238,24 +240,22 @@ def build_zip(chapter: str, out: Path, *, book: Path = BOOK, seed: int | None = 
 # --------------------------------------------------------------------------- results.json
 
 
-def _part_output(row: dict, part: dict, first: bool) -> str:
-    from .text import score_text
-
-    mark = "✓" if part["score"] >= part["points"] else "✗"
-    lines = [f"{mark} {part['name']} ({score_text(part['score'])}/{score_text(part['points'])})"]
-    if part.get("message"):
-        lines.append(part["message"])
+def _part_output(score: ExerciseScore, part: PartScore, first: bool) -> str:
+    mark = "✓" if part.score >= part.points else "✗"
+    lines = [f"{mark} {part.name} ({score_text(part.score)}/{score_text(part.points)})"]
+    if part.message:
+        lines.append(part.message)
     if first:
-        lines += [f"note: {n}" for n in row.get("notes") or []]
+        lines += [f"note: {n}" for n in score.notes]
     return "\n".join(lines)[:MAX_OUTPUT]
 
 
-def results_json(rows: list[dict], *, chapter: str, visibility: str = "after_due_date", isolation: str = "",
+def results_json(rows: list[ExerciseScore], *, chapter: str, visibility: str = "after_due_date", isolation: str = "",
                  execution_time: float | None = None, notice: str = "") -> dict:
     """Gradescope's ``results.json`` for the score rows of one submission.
 
     Args:
-        rows: :func:`autograder.batch.as_dicts` of the graded cells.
+        rows: the :class:`~autograder.scores.ExerciseScore` of each graded cell.
         chapter: the chapter id (in the overall output).
         visibility: of each test (the parts' messages come from the hidden cases).
         isolation: how the student's code was kept apart (``extra_data``, for the instructor;
@@ -269,36 +269,34 @@ def results_json(rows: list[dict], *, chapter: str, visibility: str = "after_due
         ``output`` (the total, visible at once: Gradescope shows no score while any
         test is not yet visible), ``stdout_visibility`` ``hidden``.
     """
-    from .text import score_text
-
     tests = []
     for number, row in enumerate(rows, start=1):
-        parts = row.get("parts") or []
-        fits = parts and abs(sum(p["points"] for p in parts) - row["max_score"]) < 1e-9 \
-            and abs(sum(p["score"] for p in parts) - row["score"]) < 1e-9
+        parts = row.parts
+        fits = parts and abs(sum(p.points for p in parts) - row.max_score) < 1e-9 \
+            and abs(sum(p.score for p in parts) - row.score) < 1e-9
         if fits:
             for i, part in enumerate(parts, start=1):
                 tests.append({
-                    "name": f"{row['exercise']}: {part['name']}", "number": f"{number}.{i}",
-                    "score": float(part["score"]), "max_score": float(part["points"]),
-                    "status": "passed" if part["score"] >= part["points"] else "failed",
+                    "name": f"{row.exercise}: {part.name}", "number": f"{number}.{i}",
+                    "score": float(part.score), "max_score": float(part.points),
+                    "status": "passed" if part.score >= part.points else "failed",
                     "output": _part_output(row, part, i == 1), "output_format": "text", "name_format": "text",
-                    "tags": [row["exercise"]], "visibility": visibility,
+                    "tags": [row.exercise], "visibility": visibility,
                 })
         else:
-            text = row.get("reason") or ("passed" if row["status"] == "passed" else row["status"])
-            notes = [f"note: {n}" for n in row.get("notes") or []]
+            text = row.reason or row.status.value
+            notes = [f"note: {n}" for n in row.notes]
             tests.append({
-                "name": row["exercise"], "number": str(number), "score": float(row["score"]),
-                "max_score": float(row["max_score"]),
-                "status": "passed" if row["score"] >= row["max_score"] > 0 else "failed",
-                "output": "\n".join([f"{row['status']}: {text}", *notes])[:MAX_OUTPUT],
-                "output_format": "text", "name_format": "text", "tags": [row["exercise"]],
+                "name": row.exercise, "number": str(number), "score": float(row.score),
+                "max_score": float(row.max_score),
+                "status": "passed" if row.score >= row.max_score > 0 else "failed",
+                "output": "\n".join([f"{row.status.value}: {text}", *notes])[:MAX_OUTPUT],
+                "output_format": "text", "name_format": "text", "tags": [row.exercise],
                 "visibility": visibility,
             })
-    score = sum(r["score"] for r in rows)
-    max_score = sum(r["max_score"] for r in rows)
-    passed = sum(r["status"] == "passed" for r in rows)
+    score = sum(r.score for r in rows)
+    max_score = sum(r.max_score for r in rows)
+    passed = sum(r.status == Status.PASSED for r in rows)
     summary = (f"{chapter}: {score_text(score)}/{score_text(max_score)} points, {passed} of {len(rows)} exercises "
                "pass every check (the hidden checks included).")
     if visibility != "visible":
@@ -407,7 +405,7 @@ def load_grader_config(folder: Path, name: str) -> GraderConfig:
     return GraderConfig(config, chapter, source)
 
 
-def write_results(path: Path, data: dict, rows: list[dict]) -> None:
+def write_results(path: Path, data: dict, rows: list[ExerciseScore]) -> None:
     """Write a platform's ``results.json`` atomically (text a JSON file can hold), then
     print each exercise's line for the instructor's log (students never see stdout)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -416,24 +414,24 @@ def write_results(path: Path, data: dict, rows: list[dict]) -> None:
                    errors="backslashreplace")
     os.replace(tmp, path)
     for row in rows:
-        print(f"{row['exercise']}: {row['score']:g}/{row['max_score']:g} {row['status']} {row['reason']}")
+        print(f"{row.exercise}: {row.score:g}/{row.max_score:g} {row.status.value} {row.reason}")
 
 
 def grade_upload(source: Path, folder: Path, chapter: str, config: dict, *,
-                 student: str) -> tuple[list[dict], str, str]:
+                 student: str) -> tuple[list[ExerciseScore], str, str]:
     """Grade the notebook a student uploaded into ``folder``, as ``grade`` does (the hidden
     checks, student code isolated): the core shared by the Gradescope and PrairieLearn adapters.
 
     Returns:
-        ``(rows, notice, isolation)``: :func:`autograder.batch.as_dicts` rows (every exercise
-        at 0 with the reason when no notebook or the grader failed), a line about what was
+        ``(rows, notice, isolation)``: an :class:`~autograder.scores.ExerciseScore` per graded cell
+        (every exercise at 0 with the reason when no notebook or the grader failed), a line about what was
         found instead of the notebook ("" when it was), and the isolation used. Never raises
         for the submission's sake (a grader failure's traceback goes to stdout).
 
     ``config`` is the zip's (or the course's) configuration: ``seed``, ``timeout``,
     ``memory`` and ``isolation`` (:func:`_isolation`).
     """
-    from .batch import as_dicts, failed_rows
+    from .batch import failed_scores
     from .journal import submission_seed
     from .submissions import file_sha256
     from .grading import RunSettings, grade_submission
@@ -444,16 +442,15 @@ def grade_upload(source: Path, folder: Path, chapter: str, config: dict, *,
         isolation = _isolation(config)
         print(f"isolation: {isolation}")
         digest = file_sha256(path) if path is not None else None
-        seed = submission_seed(int(config["seed"]), student, chapter, str(digest))
         settings = RunSettings(timeout=float(config.get("timeout", 120)), memory=config.get("memory"),
-                               sandbox=isolation != ENGINE_ONLY)
-        rows = as_dicts(grade_submission(source, path, chapter=chapter, settings=settings, hidden=True, seed=seed))
+                               sandbox=isolation != ENGINE_ONLY, seed=int(config["seed"]))
+        rows = [ExerciseScore.judged(cell, student, chapter) for cell in
+                grade_submission(source, path, chapter=chapter, settings=settings, hidden=True,
+                                 seed=submission_seed(settings.seed, student, chapter, str(digest)))]
     except Exception as exc:  # noqa: BLE001 - the student still gets a result
         traceback.print_exc(file=sys.stdout)
-        rows = failed_rows(source, f"the grader failed: {type(exc).__name__}; your instructor can see why")
-        for r in rows:
-            r.setdefault("parts", [])
-            r.setdefault("notes", [])
+        rows = failed_scores(source, f"the grader failed: {type(exc).__name__}; your instructor can see why",
+                             student=student, chapter=chapter)
     return rows, notice, isolation
 
 

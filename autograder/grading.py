@@ -99,9 +99,14 @@ class RunSettings:
             processes and threads); ``None`` keeps the default of
             :func:`~autograder.sandbox.limits_for`.
         sandbox: ``False`` runs student code in a plain subprocess (NOT tamper-proof).
+        seed: the run's secret base seed of the hidden cases (``--seed-file`` or
+            ``AUTOGRADER_SEED``; ``None``: the one kept in the output folder, else a fresh
+            one). A secret: ``repr`` leaves it out and :meth:`options` too (a journal key
+            holds each submission's own seed, :func:`autograder.journal.submission_seed`).
 
     Raises:
-        ValueError: a value that is not positive (naming the option).
+        ValueError: a value that is not positive (naming the option), a seed that is not
+            a whole number.
     """
 
     timeout: float = 120.0
@@ -110,6 +115,7 @@ class RunSettings:
     disk: int | None = None
     processes: int | None = None
     sandbox: bool = True
+    seed: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
@@ -121,6 +127,8 @@ class RunSettings:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 unit = "processes" if name == "processes" else "bytes"
                 raise ValueError(f"{name} must be a positive whole number ({unit}), got {value!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed must be a whole number, got a {type(self.seed).__name__}")
 
     def options(self) -> dict:
         """The settings as entries of a journal key (:func:`autograder.batch.journal_key`):

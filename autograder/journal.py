@@ -1,8 +1,9 @@
 """The journal of a batch: one result per submission, on disk, written as soon as it is graded.
 
-``OUT/.journal/<student>/<chapter>.json`` holds a submission's rows (one dict per
-graded cell, the fields of :class:`autograder.grading.CellScore`) and what grading
-found about the notebook itself (``wrong_chapter``: the chapter it really holds),
+``OUT/.journal/<student>/<chapter>.json`` holds a submission's scores (one
+:class:`~autograder.scores.ExerciseScore` per graded cell, as the checks gave it, written
+and read with its one codec, :meth:`~autograder.scores.ExerciseScore.to_dict`) and what
+grading found about the notebook itself (``wrong_chapter``: the chapter it really holds),
 under a key: the SHA-256 of the submission and of the source notebook, the grader
 (:func:`autograder.fingerprint.grader_fingerprint`: the code and reference that judge),
 the seed and the run's settings. One pair of functions writes and reads an
@@ -25,15 +26,18 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .scores import ExerciseScore, ScoreError, Status
 from .submissions import Submission
 
 __all__ = ["JOURNAL_VERSION", "SEED_VARIABLE", "SeedError", "JournalError", "Graded", "JournalEntry",
-           "submission_seed", "submission_status", "journal_seed", "hidden_seed", "entry_text", "parse_entry",
+           "submission_seed", "submission_status", "journal_seed", "stored_seed", "seed_digest", "hidden_seed",
+           "entry_text", "parse_entry",
            "read_journal", "read_journal_entry", "write_journal", "write_atomic"]
 
+# 4: the scores are ExerciseScore records (student, chapter, status among scores.Status);
 # 3: the chapter a notebook of another chapter holds (wrong_chapter), found while grading;
 # 2: scores carry their parts and notes.
-JOURNAL_VERSION = 3
+JOURNAL_VERSION = 4
 
 
 class JournalError(ValueError):
@@ -43,11 +47,11 @@ class JournalError(ValueError):
 
 @dataclass
 class Graded:
-    """The journaled result of one submission: one dict per graded cell
-    (the fields of :class:`autograder.grading.CellScore`)."""
+    """The journaled result of one submission: one :class:`~autograder.scores.ExerciseScore`
+    per graded cell, as the checks gave it (hand grades are the gradebook's: ``batch.with_hand_grades``)."""
 
     submission: Submission
-    scores: list[dict]
+    scores: list[ExerciseScore]
     key: dict = field(default_factory=dict)
     reused: bool = False
     problems: list[str] = field(default_factory=list)  # a step of this run that failed for it (journal, …)
@@ -59,26 +63,26 @@ def submission_status(graded: Graded) -> str:
     """One word for a student × chapter: ``not submitted``, ``invalid`` (nothing
     could be read), ``cheat`` (a tampering attempt was caught), ``complete`` (every
     check passed) or ``incomplete``."""
-    statuses = [s["status"] for s in graded.scores]
+    statuses = [s.status for s in graded.scores]
     if graded.submission.problem:
         return "invalid"
     if graded.submission.path is None:
         return "not submitted"
-    if statuses and all(s == "invalid" for s in statuses):
+    if statuses and all(s == Status.INVALID for s in statuses):
         return "invalid"
-    if "cheat" in statuses:
+    if Status.CHEAT in statuses:
         return "cheat"
-    if statuses and all(s == "passed" for s in statuses):
+    if statuses and all(s == Status.PASSED for s in statuses):
         return "complete"
     return "incomplete"
 
 
 @dataclass(frozen=True)
 class JournalEntry:
-    """What a journal entry holds: the graded cells' rows, the key they were graded
+    """What a journal entry holds: the graded cells' scores, the key they were graded
     under, and the chapter the notebook really holds when it is another one."""
 
-    scores: list[dict]
+    scores: list[ExerciseScore]
     key: dict
     wrong_chapter: str | None = None
 
@@ -120,7 +124,7 @@ def entry_text(graded: Graded) -> str:
         "student": sub.student,
         "chapter": sub.chapter,
         "key": graded.key,
-        "scores": graded.scores,
+        "scores": [s.to_dict() for s in graded.scores],
         "wrong_chapter": graded.wrong_chapter,
     }
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
@@ -131,7 +135,7 @@ def parse_entry(text: str, where: str = "a journal entry") -> JournalEntry:
 
     Raises:
         JournalError: not JSON, of another :data:`JOURNAL_VERSION`, or a field missing
-            or of the wrong type (the message names ``where``).
+            or of the wrong type, a score among them (the message names ``where``).
     """
     try:
         data = json.loads(text)
@@ -142,10 +146,12 @@ def parse_entry(text: str, where: str = "a journal entry") -> JournalEntry:
         raise JournalError(f"{where} is of journal version {found!r}, this grader reads version "
                            f"{JOURNAL_VERSION}: its submission is graded again")
     scores, key, wrong = data.get("scores"), data.get("key"), data.get("wrong_chapter")
-    if (not isinstance(scores, list) or not all(isinstance(s, dict) for s in scores)
-            or not isinstance(key, dict) or not (wrong is None or isinstance(wrong, str))):
+    if not isinstance(scores, list) or not isinstance(key, dict) or not (wrong is None or isinstance(wrong, str)):
         raise JournalError(f"{where}: its scores, key or wrong_chapter are missing or of the wrong type")
-    return JournalEntry(scores, key, wrong)
+    try:
+        return JournalEntry([ExerciseScore.from_dict(s) for s in scores], key, wrong)
+    except ScoreError as exc:
+        raise JournalError(f"{where}: {exc}") from None
 
 
 def read_journal_entry(out: Path, sub: Submission) -> JournalEntry | None:
@@ -179,18 +185,37 @@ def write_journal(out: Path, graded: Graded) -> None:
     write_atomic(_journal_path(out, graded.submission), entry_text(graded))
 
 
-def journal_seed(out: Path, seed: int | None) -> int:
-    """``seed`` if given, else the one this OUT folder used before, else a fresh one."""
+def _seed_path(out: Path) -> Path:
     # A dot name: student folders never start with a dot (hidden ones are skipped),
     # so no student (not even one called "seed.json") shares this path.
-    path = out / ".journal" / ".seed.json"
+    return Path(out) / ".journal" / ".seed.json"
+
+
+def stored_seed(out: Path) -> int | None:
+    """The base seed the run into ``out`` used (``None``: none kept, or unreadable)."""
+    try:
+        return int(json.loads(_seed_path(out).read_text(encoding="utf-8"))["seed"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def journal_seed(out: Path, seed: int | None) -> int:
+    """``seed`` if given, else the one this OUT folder used before, else a fresh one
+    (kept in ``out`` for resuming, readable by its owner only)."""
     if seed is None:
-        try:
-            return int(json.loads(path.read_text(encoding="utf-8"))["seed"])
-        except (OSError, ValueError, KeyError, TypeError):
-            seed = secrets.randbits(31)
+        seed = stored_seed(out)
+    if seed is None:
+        seed = secrets.randbits(31)
+    path = _seed_path(out)
     write_atomic(path, json.dumps({"seed": int(seed)}) + "\n")
+    path.chmod(0o600)
     return int(seed)
+
+
+def seed_digest(seed: int) -> str:
+    """What a file others read may hold of a base seed (a shard's manifest): a digest that
+    tells two seeds apart and gives neither away."""
+    return hashlib.sha256(f"autograder base seed:{int(seed)}".encode()).hexdigest()
 
 
 # Where a grading run finds its secret base seed when no --seed-file is given.

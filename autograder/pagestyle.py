@@ -1,16 +1,36 @@
-"""The instructor pages' shared look: escaping, the stylesheet, and matplotlib figures as inline SVG.
+"""The pages' shared look: templates, escaping, the stylesheet, and matplotlib figures as inline SVG.
 
-The class report (:mod:`autograder.report`) and its term pages (:mod:`autograder.term_plots`)
-draw with these helpers, so every page escapes the same way and every figure is a
-self-contained ``<svg>`` (text drawn as paths, no fonts, no request outside the page).
+The feedback pages (:mod:`autograder.feedback`) and the class report (:mod:`autograder.report`)
+are Jinja2 templates, ``autograder/templates/*.html`` (package data, shipped in the Gradescope
+zip too), rendered by :func:`render_page`; the term pages (:mod:`autograder.term_plots`) draw
+with the helpers below. Every page escapes the same way and every figure is a self-contained
+``<svg>`` (text drawn as paths, no fonts, no request outside the page).
+
+Escaping. The templates' environment autoescapes, and every ``{{ value }}`` is first passed
+through :func:`escape` (the environment's ``finalize``), which marks it as HTML: so each value
+is escaped once, as :func:`html.escape` does it (``'`` as ``&#x27;``, ``"`` as ``&quot;``:
+the pages' bytes before the templates), and a template that bypassed ``finalize`` would
+still meet Jinja2's own autoescape. Only values that already are HTML (:class:`Markup`:
+figures, the stylesheet, a fragment built from escaped parts) pass unchanged.
 """
 from __future__ import annotations
 
+import functools
 import html
 import io
 import re
+from pathlib import Path
 
-__all__ = ["BLUE", "INK", "MUTED", "CSS", "escape", "new_figure", "style_axes", "inline_svg"]
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
+
+from .text import score_text
+
+__all__ = ["BLUE", "INK", "MUTED", "CSS", "TEMPLATES", "Markup", "escape", "render_page", "new_figure", "style_axes",
+           "inline_svg"]
+
+# The pages' templates (package data: pyproject's [tool.setuptools.package-data], the Gradescope zip).
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 BLUE, INK, MUTED = "#0072b2", "#222222", "#666666"
 
@@ -68,3 +88,28 @@ details summary { cursor: pointer; color: #555; } .muted { color: #666; } .earne
 def escape(text) -> str:
     """``text`` (any value) escaped for HTML text and attribute values."""
     return html.escape(str(text), quote=True)
+
+
+def _finalize(value) -> Markup:
+    """Every ``{{ value }}`` of a template: HTML already (``__html__``) as it is, else escaped."""
+    if hasattr(value, "__html__"):
+        return Markup(value)
+    return Markup(escape(value))
+
+
+@functools.cache
+def _environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, finalize=_finalize,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["points"] = score_text  # 1.5, 2 (no ".0"): the CSVs' and the console's numbers
+    return env
+
+
+def render_page(name: str, **context) -> str:
+    """Render ``autograder/templates/<name>`` with ``context`` (every value escaped: see above).
+
+    Raises:
+        jinja2.TemplateNotFound: no such template; jinja2.UndefinedError: the template
+            reads a name ``context`` does not give.
+    """
+    return _environment().get_template(name).render(**context)

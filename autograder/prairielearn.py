@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .book import BOOK
 from .gradescope import grade_upload, load_grader_config, write_results
+from .scores import ExerciseScore, Status
 from .text import score_text
 
 __all__ = ["SCHEMA_PATH", "CONFIG", "results_json", "run", "build_question", "validate_results", "main"]
@@ -43,12 +44,12 @@ MAX_TEXT = 20_000
 DEFAULT_IMAGE = "transformer-book/autograder:latest"
 
 
-def results_json(rows: list[dict], *, chapter: str, notice: str = "", isolation: str = "",
+def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", isolation: str = "",
                  execution_time: float | None = None) -> dict:
     """PrairieLearn's ``results.json`` for the score rows of one submission.
 
     Args:
-        rows: :func:`autograder.batch.as_dicts` rows.
+        rows: the :class:`~autograder.scores.ExerciseScore` of each graded cell.
         chapter: the chapter id.
         notice: why there is nothing to grade (no notebook, several): the result is not gradable.
         isolation, execution_time: for the output (the instructor's view).
@@ -57,26 +58,26 @@ def results_json(rows: list[dict], *, chapter: str, notice: str = "", isolation:
         return {"gradable": False, "format_errors": [notice], "message": notice}
     tests = []
     for row in rows:
-        parts = row.get("parts") or []
-        fits = parts and abs(sum(p["points"] for p in parts) - row["max_score"]) < 1e-9 \
-            and abs(sum(p["score"] for p in parts) - row["score"]) < 1e-9
+        parts = row.parts
+        fits = parts and abs(sum(p.points for p in parts) - row.max_score) < 1e-9 \
+            and abs(sum(p.score for p in parts) - row.score) < 1e-9
         if fits:
             for i, part in enumerate(parts):
-                notes = "\n".join(f"note: {n}" for n in row.get("notes") or []) if i == 0 else ""
-                tests.append({"name": f"{row['exercise']}: {part['name']}", "description": row["exercise"],
-                              "points": float(part["score"]), "max_points": float(part["points"]),
-                              "message": (part.get("message") or ("passed" if part["score"] >= part["points"]
+                notes = "\n".join(f"note: {n}" for n in row.notes) if i == 0 else ""
+                tests.append({"name": f"{row.exercise}: {part.name}", "description": row.exercise,
+                              "points": float(part.score), "max_points": float(part.points),
+                              "message": (part.message or ("passed" if part.score >= part.points
                                                                   else "failed"))[:MAX_TEXT],
                               "output": notes[:MAX_TEXT]})
         else:
-            tests.append({"name": row["exercise"], "description": row["exercise"], "points": float(row["score"]),
-                          "max_points": float(row["max_score"]),
-                          "message": (f"{row['status']}: {row['reason']}" if row.get("reason")
-                                      else row["status"])[:MAX_TEXT],
-                          "output": "\n".join(f"note: {n}" for n in row.get("notes") or [])[:MAX_TEXT]})
-    score = sum(r["score"] for r in rows)
-    max_score = sum(r["max_score"] for r in rows)
-    passed = sum(r["status"] == "passed" for r in rows)
+            tests.append({"name": row.exercise, "description": row.exercise, "points": float(row.score),
+                          "max_points": float(row.max_score),
+                          "message": (f"{row.status.value}: {row.reason}" if row.reason
+                                      else row.status.value)[:MAX_TEXT],
+                          "output": "\n".join(f"note: {n}" for n in row.notes)[:MAX_TEXT]})
+    score = sum(r.score for r in rows)
+    max_score = sum(r.max_score for r in rows)
+    passed = sum(r.status == Status.PASSED for r in rows)
     message = (f"{chapter}: {score_text(score)}/{score_text(max_score)} points, {passed} of {len(rows)} exercises "
                "pass every check (the hidden checks included).")
     output = "\n".join(x for x in (notice, f"isolation: {isolation}" if isolation else "",

@@ -44,10 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .regrades import read_log
-from .pagestyle import BLUE, CSS, INK, escape, inline_svg, new_figure, style_axes
+from .pagestyle import BLUE, CSS, INK, Markup, escape, inline_svg, new_figure, render_page, style_axes
 from .feedback import STATUS_WORDS, duration_text
 from .journal import submission_status, write_atomic
-from .results import RESULTS_FILE, ClassResults, ExerciseScore, ResultsError, SubmissionGrade
+from .results import RESULTS_FILE, ClassResults, ResultsError, SubmissionGrade
+from .scores import ExerciseScore, Status
 from .term_plots import chapter_section, term_page
 from .text import csv_text, safe_text
 
@@ -60,6 +61,9 @@ __all__ = [
     "class_report",
 ]
 
+# The report's pages (autograder/templates/; rendered by autograder.pagestyle.render_page).
+CHAPTER_TEMPLATE = "report_chapter.html"
+INDEX_TEMPLATE = "report_index.html"
 # How many submissions each category of the console summary names before "… and N more".
 NAMED_PER_CATEGORY = 10
 # How many diagnoses the class report lists per chapter.
@@ -116,23 +120,23 @@ def summarise(batch_report, out: Path | None = None) -> str:
             continue
         if status == "invalid":
             counts["invalid"] += 1
-            invalid.append(f"{who}: {_safe(g.scores[0]['reason'])}")
+            invalid.append(f"{who}: {_safe(g.scores[0].reason)}")
             continue
         if status == "not submitted":
             counts["not submitted"] += 1
             continue
         if status == "cheat":
             counts["flagged"] += 1
-            cells = [s for s in g.scores if s["status"] == "cheat"]
-            flagged.append(f"{who} {cells[0]['exercise']}: {_safe(cells[0]['reason'])}")
-        slow = [s for s in g.scores if s["status"] == "timeout"]
+            cells = [s for s in g.scores if s.status == Status.CHEAT]
+            flagged.append(f"{who} {cells[0].exercise}: {_safe(cells[0].reason)}")
+        slow = [s for s in g.scores if s.status == Status.TIMEOUT]
         if slow:
             counts["timed out"] += 1
-            timed_out.append(f"{who} {', '.join(s['exercise'] for s in slow)}: {_safe(slow[0]['reason'])}")
-        broken = [s for s in g.scores if s["status"] == "error"]
+            timed_out.append(f"{who} {', '.join(s.exercise for s in slow)}: {_safe(slow[0].reason)}")
+        broken = [s for s in g.scores if s.status == Status.ERROR]
         if broken:
             counts["errors"] += 1
-            errors.append(f"{who} {', '.join(s['exercise'] for s in broken)}: {_safe(broken[0]['reason'])}")
+            errors.append(f"{who} {', '.join(s.exercise for s in broken)}: {_safe(broken[0].reason)}")
         if status in ("complete", "incomplete"):
             counts[status] += 1
     lines = [
@@ -489,121 +493,79 @@ def parts_svg(summary: ChapterSummary) -> str:
 # --------------------------------------------------------------------------- HTML and CSV
 
 
-def _code_spans(text: str) -> str:
+def _code_spans(text: str) -> Markup:
     """Escaped text whose `backquoted` names are shown as code."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text)))
 
 
 def _pct(share: float) -> str:
     return f"{100 * share:.0f}%"
 
 
-def _bar(share: float) -> str:
+def _bar(share: float) -> Markup:
     """A share as a bar in a grey track of fixed width, so that bars line up and compare."""
-    return f'<span class="track"><span class="bar" style="width:{100 * share:.1f}%"></span></span>'
+    return Markup(f'<span class="track"><span class="bar" style="width:{100 * share:.1f}%"></span></span>')
 
 
 # ``grades.csv``'s status words as the students' table shows them.
 STATUS_SHOWN = {"cheat": "flagged (tampering caught)", "invalid": "invalid (unreadable)"}
 
 
-def _where(d: Diagnosis) -> str:
+def _where(d: Diagnosis) -> Markup:
     """A diagnosis's exercise as a page shows it (a whole-notebook diagnosis has none)."""
-    return f"<code>{escape(d.exercise)}</code>" if d.exercise else '<span class="muted">whole notebook</span>'
+    return Markup(f"<code>{escape(d.exercise)}</code>" if d.exercise else '<span class="muted">whole notebook</span>')
 
 
 def render_html(summary: ChapterSummary, source: str, extra: str = "") -> str:
-    """The class report page of one chapter (self-contained: no script, no link);
-    ``extra`` (HTML) goes before the students' table (:func:`autograder.term_plots.chapter_section`)."""
+    """The class report page of one chapter (self-contained: no script, no link), the template
+    :data:`CHAPTER_TEMPLATE`; ``extra`` (HTML) goes before the students' table
+    (:func:`autograder.term_plots.chapter_section`)."""
     s = summary
     n = len(s.students)
     scores = [t for t, _ in s.totals.values()]
     mean = statistics.fmean(scores) if scores else 0.0
     median = statistics.median(scores) if scores else 0.0
-    full = sum(1 for t, m in s.totals.values() if m > 0 and t >= m - 1e-9)
     by_hand = sum(1 for st in s.students if any("by hand" in a for a in s.adjusted.get(st, [])))
     late = sum(1 for st in s.students if any(a.endswith("point(s) off") for a in s.adjusted.get(st, [])))
-    adjustments = [f"{by_hand} graded by hand" if by_hand else "", f"{late} late" if late else ""]
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>Class report: {escape(s.chapter)}</title>",
-        f"<style>{CSS}</style></head><body>",
-        f"<h1>Class report: {escape(s.chapter)}</h1>",
-        f'<p class="lead">{n} student(s) submitted'
-        + (f", {len(s.not_submitted)} did not" if s.not_submitted else "")
-        + f". Mean {mean:.3g} of {s.max_score:g} points, median {median:.3g}; "
-          f"{full} with full marks.</p>",
-        '<p class="lead">Points are final scores, as <code>nbgrader export</code> gives them: hand grades and '
-        "late penalties included" + (f" ({', '.join(a for a in adjustments if a)})" if by_hand or late else "")
-        + ". The parts and the mistakes below are the checks' own verdicts.</p>",
-    ]
-    out.append("<h2>Most frequent mistakes</h2>")
+    adjustments = ", ".join(a for a in (f"{by_hand} graded by hand" if by_hand else "",
+                                        f"{late} late" if late else "") if a)
     top = s.diagnoses[:TOP_DIAGNOSES]
-    if not top:
-        out.append("<p>Every submitted answer earned every part.</p>")
-    else:
-        for d in [d for d in top if not d.not_attempted][:3]:
-            out.append(f'<p class="headline"><b>{_pct(s.share(len(d.students)))}</b> · '
-                       f"{_where(d)}: {_code_spans(d.text)}</p>")
-        out.append('<table><thead><tr><th>students</th><th>exercise</th><th>diagnosis</th></tr></thead><tbody>')
-        for d in top:
-            share = s.share(len(d.students))
-            if d.not_attempted:
-                kind = ' <span class="muted">(the released stub, left as it was)</span>'
-            elif d.not_judged:
-                kind = (f' <span class="muted">(no check judged the answer: '
-                        f"{escape(STATUS_WORDS.get(d.not_judged, d.not_judged))})</span>")
-            elif not d.recognised:
-                kind = ' <span class="muted">(what differs; no known mistake matched)</span>'
-            else:
-                kind = ""
-            out.append(
-                f'<tr><td class="num">{_bar(share)}'
-                f"{_pct(share)} ({len(d.students)}/{n})</td><td>{_where(d)}</td>"
-                f"<td>{_code_spans(d.text)}{kind}<details><summary>who</summary>"
-                f"{escape(', '.join(d.students))}</details></td></tr>")
-        out.append("</tbody></table>")
-        if len(s.diagnoses) > len(top):
-            out.append(f'<p class="muted">{len(s.diagnoses) - len(top)} rarer diagnoses are in the CSV.</p>')
-    out.append("<h2>Score distribution</h2>")
-    out.append(histogram_svg(s) if n else "<p>No submission.</p>")
-    out.append("<h2>Graded parts: who earned them</h2>")
-    if s.parts:
-        out.append(parts_svg(s))
-        out.append('<table><thead><tr><th>exercise</th><th>part</th><th>points</th><th>earned by</th>'
-                   "</tr></thead><tbody>")
-        for p in s.parts:
-            share = s.share(p.earned)
-            out.append(f"<tr><td><code>{escape(p.exercise)}</code></td><td>{escape(p.name)}</td>"
-                       f'<td class="num">{p.points:g}</td><td class="num">'
-                       f'{_bar(share)}{_pct(share)} '
-                       f"({p.earned}/{p.of})</td></tr>")
-        out.append("</tbody></table>")
-    else:
-        out.append("<p>No answer of this chapter could be judged part by part.</p>")
-    out.append(extra)
-    out.append("<h2>Students</h2>")
+
+    def diagnosis(d: Diagnosis) -> dict:
+        share = s.share(len(d.students))
+        if d.not_attempted:
+            kind = Markup(' <span class="muted">(the released stub, left as it was)</span>')
+        elif d.not_judged:
+            kind = Markup(f' <span class="muted">(no check judged the answer: '
+                          f"{escape(STATUS_WORDS.get(d.not_judged, d.not_judged))})</span>")
+        elif not d.recognised:
+            kind = Markup(' <span class="muted">(what differs; no known mistake matched)</span>')
+        else:
+            kind = ""
+        return {"pct": _pct(share), "bar": _bar(share), "count": len(d.students), "where": _where(d),
+                "text": _code_spans(d.text), "kind": kind, "students": ", ".join(d.students)}
+
     any_adjusted = any(s.adjusted.get(st) for st in s.students)
-    out.append('<table><thead><tr><th>student</th><th>points</th><th>status</th><th>parts the checks marked '
-               "missed</th>" + ("<th>hand grades, late penalty</th>" if any_adjusted else "")
-               + "</tr></thead><tbody>")
+    students = []
     for student in sorted(s.students, key=lambda st: (s.totals[st][0], st)):
         score, max_score = s.totals[student]
-        missed = escape("; ".join(s.missed[student])) if s.missed[student] else '<span class="earned">none</span>'
         status = s.status.get(student) or ""
-        extra = f"<td>{escape('; '.join(s.adjusted.get(student, [])))}</td>" if any_adjusted else ""
-        out.append(f'<tr><td>{escape(student)}</td><td class="num">{score:g}/{max_score:g}</td>'
-                   f"<td>{escape(STATUS_SHOWN.get(status, status))}</td><td>{missed}</td>{extra}</tr>")
-    out.append("</tbody></table>")
-    if s.not_submitted:
-        out.append(f'<p class="muted">Not submitted: {escape(", ".join(s.not_submitted))}.</p>')
-    out.append(f'<p class="muted">Made by <code>python -m autograder report</code> from {escape(source)}. '
-               "Shares are of the students who submitted; each student counts once per exercise and "
-               "mistake.</p>")
-    out.append("</body></html>\n")
-    return "\n".join(out)
+        students.append({"name": student, "points": f"{score:g}/{max_score:g}",
+                         "status": STATUS_SHOWN.get(status, status),
+                         "missed": "; ".join(s.missed[student]) if s.missed[student]
+                         else Markup('<span class="earned">none</span>'),
+                         "adjusted": "; ".join(s.adjusted.get(student, []))})
+    return render_page(
+        CHAPTER_TEMPLATE, css=Markup(CSS), chapter=s.chapter, n=n, not_submitted=s.not_submitted,
+        mean=f"{mean:.3g}", max_score=f"{s.max_score:g}", median=f"{median:.3g}",
+        full=sum(1 for t, m in s.totals.values() if m > 0 and t >= m - 1e-9), adjustments=adjustments,
+        top=[diagnosis(d) for d in top], headlines=[diagnosis(d) for d in top if not d.not_attempted][:3],
+        rarer=len(s.diagnoses) - len(top),
+        histogram=Markup(histogram_svg(s) if n else "<p>No submission.</p>"),
+        parts_figure=Markup(parts_svg(s)) if s.parts else "",
+        parts=[{"exercise": p.exercise, "name": p.name, "points": f"{p.points:g}", "bar": _bar(s.share(p.earned)),
+                "pct": _pct(s.share(p.earned)), "earned": p.earned, "of": p.of} for p in s.parts],
+        extra=Markup(extra), any_adjusted=any_adjusted, students=students, source=source)
 
 
 CSV_COLUMNS = ["section", "exercise", "item", "points", "students", "of", "share", "key"]
@@ -626,21 +588,17 @@ def render_csv(summary: ChapterSummary) -> str:
 
 
 def _index_html(summaries: list[ChapterSummary]) -> str:
+    """The report's index page (:data:`INDEX_TEMPLATE`): each chapter, its mean and most frequent mistake."""
     rows = []
     for s in summaries:
         scores = [t for t, _ in s.totals.values()]
         mean = statistics.fmean(scores) if scores else 0.0
         top = next((d for d in s.diagnoses if not d.not_attempted), None)
-        mistake = f"{_pct(s.share(len(top.students)))} · {_where(top)}: {_code_spans(top.text)}" if top else "none"
-        rows.append(f'<tr><td><a href="{escape(s.chapter)}.html">{escape(s.chapter)}</a></td>'
-                    f'<td class="num">{len(s.students)}</td><td class="num">{mean:.3g}/{s.max_score:g}</td>'
-                    f"<td>{mistake}</td></tr>")
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>Class report</title>",
-        f"<style>{CSS}</style></head><body>", "<h1>Class report</h1>",
-        '<p class="lead"><a href="term.html">The term</a>: each student and each graded part across the chapters.</p>',
-        "<table><thead><tr><th>chapter</th><th>submitted</th><th>mean</th><th>most frequent mistake</th>"
-        "</tr></thead><tbody>", *rows, "</tbody></table></body></html>\n"])
+        mistake = (Markup(f"{_pct(s.share(len(top.students)))} · {_where(top)}: {_code_spans(top.text)}")
+                   if top else "none")
+        rows.append({"chapter": s.chapter, "submitted": len(s.students), "mean": f"{mean:.3g}/{s.max_score:g}",
+                     "mistake": mistake})
+    return render_page(INDEX_TEMPLATE, css=Markup(CSS), rows=rows)
 
 
 def class_report(out: Path, dest: Path | None = None, roster=None) -> list[Path]:

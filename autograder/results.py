@@ -7,8 +7,12 @@ writes it to ``OUT/results.json``. Everything else is a view of it: ``scores.csv
 the class report (:func:`autograder.report.load_rows` reads this file, never the CSVs).
 Messages are kept whole: every part's message and the check's own hint, apart.
 
-Layout of ``results.json``: ``{"version": 1, "exercises": [...], "submissions": [...]}``,
-one object per :class:`ExerciseScore` and :class:`SubmissionGrade`, with their fields.
+Layout of ``results.json``: ``{"version": 2, "exercises": [...], "submissions": [...]}``,
+one object per :class:`~autograder.scores.ExerciseScore` (its one codec,
+:meth:`~autograder.scores.ExerciseScore.to_dict`, the journal's too) and per
+:class:`SubmissionGrade`, with their fields. ``ExerciseScore``, ``PartScore`` and
+``parts_line`` are :mod:`autograder.scores`' own, named here too for the views that read
+a run's results.
 
 A run that writes results (``grade``, ``merge``) marks its folder first
 (:func:`begin_run`, ``OUT/.run-unfinished.json``) and clears the mark once every
@@ -24,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .journal import write_atomic
+from .scores import ExerciseScore, PartScore, ScoreError, parts_line
 from .text import score_text
 
 __all__ = ["RESULTS_FILE", "RESULTS_VERSION", "RUN_MARKER", "ResultsError", "begin_run", "end_run", "unfinished_run", "PartScore", "ExerciseScore", "SubmissionGrade",
@@ -64,46 +69,6 @@ def unfinished_run(out: Path) -> str | None:
 
 
 @dataclass
-class PartScore:
-    """One graded part of one exercise (``message`` and ``hint`` empty when earned)."""
-
-    name: str
-    score: float
-    points: float
-    message: str = ""
-    hint: str = ""  # the check's own hint, never text the answer wrote (report.diagnosis_key)
-
-    @property
-    def earned(self) -> bool:
-        return self.points > 0 and self.score >= self.points - 1e-9
-
-
-@dataclass
-class ExerciseScore:
-    """One student × exercise: a row of ``scores.csv``.
-
-    ``score`` is the final one (nbgrader's ``Grade.score``: a grader's manual score, when
-    there is one, plus extra credit); ``auto_score`` is what the checks gave (``None``:
-    the same as ``score``).
-    """
-
-    student: str
-    chapter: str
-    exercise: str
-    score: float
-    max_score: float
-    status: str  # passed, partial, failed, error, timeout, invalid, cheat
-    reason: str
-    parts: list[PartScore] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    auto_score: float | None = None
-    grade_id: str = ""
-    manual_score: float | None = None
-    extra_credit: float | None = None
-    comment: str = ""  # the grader's comment on the exercise
-
-
-@dataclass
 class SubmissionGrade:
     """One student × chapter: a row of ``grades.csv``."""
 
@@ -121,11 +86,6 @@ class SubmissionGrade:
     # The chapter the notebook really holds when none of this one's exercises was found in it
     # and its cells are another chapter's (found while grading: autograder.grading.wrong_chapter).
     wrong_chapter: str | None = None
-
-
-def parts_line(parts: list[PartScore]) -> str:
-    """``values 2/2 · any axis 0/1``: the ``parts`` column of ``scores.csv``."""
-    return " · ".join(f"{p.name} {score_text(p.score)}/{score_text(p.points)}" for p in parts)
 
 
 def _optional(x) -> str:
@@ -154,7 +114,7 @@ class ClassResults:
                 for s in self.submissions]
 
     def to_json(self) -> str:
-        data = {"version": RESULTS_VERSION, "exercises": [asdict(e) for e in self.exercises],
+        data = {"version": RESULTS_VERSION, "exercises": [e.to_dict() for e in self.exercises],
                 "submissions": [asdict(s) for s in self.submissions]}
         return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
 
@@ -174,10 +134,9 @@ class ClassResults:
             raise ResultsError(f"{where} is of version {found!r}, this grader reads version {RESULTS_VERSION}: "
                                "grade again (unchanged work comes from the journal)")
         try:
-            exercises = [ExerciseScore(**dict(e, parts=[PartScore(**p) for p in e["parts"]]))
-                         for e in data["exercises"]]
+            exercises = [ExerciseScore.from_dict(e) for e in data["exercises"]]
             submissions = [SubmissionGrade(**s) for s in data["submissions"]]
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ScoreError) as exc:
             raise ResultsError(f"{where}: a record cannot be read ({type(exc).__name__}: {exc})") from None
         return cls(exercises, submissions)
 

@@ -9,8 +9,9 @@ writes ``OUT_I/shard.json`` last, once every one of its submissions is journaled
 * ``shard``: ``{"index": I, "count": N}``;
 * ``class``: every student found under ``SUBMITTED`` when the shard ran (the roster),
   the graded chapters, ``flat``, and the absolute ``submitted`` folder;
-* ``settings``: the base seed and the options that reach a grade (timeout, budget,
-  limits, sandbox, isolation, due date);
+* ``settings``: the base seed's digest (:func:`autograder.journal.seed_digest`: the seed
+  itself stays in the shard's journal, readable by its owner only) and the options that
+  reach a grade (timeout, budget, limits, sandbox, isolation, due date);
 * ``code``: the grader's fingerprint (:func:`autograder.fingerprint.grader_fingerprint`,
   the checks, the reference and the code that judges: the ``grader`` of every journal
   key) and the SHA-256 of each chapter's source notebook;
@@ -41,6 +42,8 @@ from pathlib import Path
 
 from .book import BOOK
 from .fingerprint import ROOT, grader_fingerprint
+from .grading import RunSettings
+from .journal import seed_digest
 from .results import begin_run, end_run
 
 __all__ = [
@@ -56,7 +59,9 @@ __all__ = [
 ]
 
 SHARD_FILE = "shard.json"
-SHARD_FORMAT = 3  # 3: the grader is the journal's fingerprint; 2: every submission journaled, its timestamp.txt
+# 4: the seed's digest, not the seed; 3: the grader is the journal's fingerprint; 2: every submission journaled,
+# its timestamp.txt
+SHARD_FORMAT = 4
 # Where an engine puts a job's index (``--shard auto/N``), first found wins.
 INDEX_VARIABLES = ("JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID", "AUTOGRADER_SHARD_INDEX")
 
@@ -147,18 +152,20 @@ def _write_json(path: Path, data: dict) -> None:
     write_atomic(path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-def grade_shard(submitted: Path, out: Path, shard: Shard, *, seed: int | None, chapters: list[str] | None = None,
-                flat: str | None = None, book: Path = BOOK, isolation: str | None = None, **options):
+def grade_shard(submitted: Path, out: Path, shard: Shard, *, settings: RunSettings,
+                chapters: list[str] | None = None, flat: str | None = None, book: Path = BOOK,
+                isolation: str | None = None, **options):
     """Grade shard ``shard`` of the class under ``submitted`` into ``out``.
 
     Args:
         submitted, out, chapters, flat, book: as :func:`autograder.batch.grade_class`.
         shard: which part (:func:`parse_shard`).
-        seed: the base seed of the hidden checks, the same for every shard (required:
-            shards graded with different seeds would draw different hidden cases).
-        isolation: how student code was kept apart (recorded; ``None``: from ``options``).
-        options: the other keyword arguments of ``grade_class`` (settings, jobs, force,
-            progress, gradebook, grade_fn).
+        settings: the run's :class:`~autograder.grading.RunSettings`, the same for every
+            shard; its ``seed`` is required (shards graded with different seeds would draw
+            different hidden cases).
+        isolation: how student code was kept apart (recorded; ``None``: from ``settings``).
+        options: the other keyword arguments of ``grade_class`` (jobs, force, progress,
+            gradebook, grade_fn).
 
     Returns:
         The shard's :class:`autograder.batch.BatchReport` (its own students only).
@@ -166,7 +173,7 @@ def grade_shard(submitted: Path, out: Path, shard: Shard, *, seed: int | None, c
     from .batch import BatchReport, grade_class
     from .submissions import find_submissions
 
-    if seed is None:
+    if settings.seed is None:
         raise ShardError("--shard needs the base seed, the same for every shard (--seed-file PATH, mode 600, or "
                          "AUTOGRADER_SEED): each shard must draw the same hidden cases as one run over the whole "
                          "class")
@@ -178,7 +185,7 @@ def grade_shard(submitted: Path, out: Path, shard: Shard, *, seed: int | None, c
     roster = sorted({s.student for s in subs})
     mine = [s for s in roster if shard_of(s, shard.count) == shard.index]
     report = grade_class(submitted, out, chapters=wanted if flat is None else None, flat=flat, book=book,
-                         seed=seed, students=mine, **options)
+                         settings=settings, students=mine, **options)
     own = set(mine)
     results = [g for g in report.results if g.submission.student in own]
     sources = {c: (Path(book) / c / f"{c}.ipynb") for c in wanted}
@@ -190,8 +197,8 @@ def grade_shard(submitted: Path, out: Path, shard: Shard, *, seed: int | None, c
         "class": {"submitted": str(Path(submitted).resolve()), "chapters": wanted, "flat": flat,
                   "roster": roster},
         "settings": {
-            "seed": int(seed),
-            "isolation": isolation or ("bubblewrap" if getattr(options.get("settings"), "sandbox", True) else "none"),
+            "seed_sha256": seed_digest(settings.seed),
+            "isolation": isolation or ("bubblewrap" if settings.sandbox else "none"),
             "duedate": None if duedate is None else str(duedate),
         },
         "code": code_digests(sources),
@@ -220,7 +227,7 @@ def read_shard(out: Path) -> dict:
         raise ShardError(f"{path}: not a shard manifest of format {SHARD_FORMAT} (written by another version?)")
     try:
         index, count = int(data["shard"]["index"]), int(data["shard"]["count"])
-        data["class"]["roster"], data["class"]["chapters"], data["settings"]["seed"], data["code"]["grader"]
+        data["class"]["roster"], data["class"]["chapters"], data["settings"]["seed_sha256"], data["code"]["grader"]
         list(data["graded"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ShardError(f"{path}: incomplete shard manifest ({type(exc).__name__}: {exc})") from None
@@ -279,7 +286,7 @@ def check_compatible(manifests: list[tuple[Path, dict]], current_code: dict | No
                          f"{manifests[0][1]['code']['grader'][:12]}…) than this merge's "
                          f"({current_code['grader'][:12]}…); merge with the repository version that graded them")
     same_settings = "grade every shard with the same options (--seed, --timeout, limits, isolation, --duedate)"
-    _same(manifests, "seed", lambda m: m["settings"]["seed"], same_settings)
+    _same(manifests, "seed", lambda m: m["settings"]["seed_sha256"], same_settings)
     # The isolation may differ from node to node (it decides how student code is walled off, not
     # the grade); the merged output records every mode used.
     _same(manifests, "settings", lambda m: {k: v for k, v in m["settings"].items() if k != "isolation"},
@@ -400,12 +407,16 @@ def merge_shards(shards: list[Path], out: Path, *, submitted: Path | None = None
                              f"changed after shard {k}/{count} graded it ({_short(entry.get('timestamp'))} then, "
                              f"{_short(sub.timestamp)} now: it decides the late penalty); rerun shard {k}/{count}")
         results.append(journal.Graded(sub, kept.scores, kept.key, wrong_chapter=kept.wrong_chapter))
+    seed = journal.stored_seed(manifests[0][0])
+    if seed is None or journal.seed_digest(seed) != first["settings"]["seed_sha256"]:
+        raise ShardError(f"cannot merge: {manifests[0][0]}'s journal does not keep the seed its {SHARD_FILE} names; "
+                         "rerun that shard")
     out.mkdir(parents=True, exist_ok=True)
     (out / SHARD_FILE).unlink(missing_ok=True)
     begin_run(out, "merge")
     for graded in results:
         journal.write_journal(out, graded)
-    journal.journal_seed(out, first["settings"]["seed"])
+    journal.journal_seed(out, seed)
     duedate = first["settings"].get("duedate")
     target = gradebook or batch.GradebookTarget(duedate=duedate)
     batch.write_reports(out, results, sources, target)

@@ -35,6 +35,7 @@ import fixtures
 from walls import cannot_start
 from autograder import batch, feedback, grading, gradebook, report, submissions, untrusted
 from autograder.bench import make_source_notebook
+from autograder.scores import ExerciseScore, Status
 from autograder.text import FORMULA_STARTS, csv_cell, csv_text, csv_uncell
 
 pytestmark = pytest.mark.slow  # its module fixture grades the attacked class in the sandbox (26-30 s)
@@ -202,8 +203,7 @@ def test_the_feedback_page_reads_no_more_than_grading_and_caps_the_code(tmp_path
     assert batch.MAX_NOTEBOOK_BYTES == untrusted.MAX_NOTEBOOK_BYTES
     assert feedback.student_code(huge) == {} and feedback.student_code(huge, 50 * 2**20) == {}
     code = {"softmax": ["'" * (2 * 2**20)] + ["pass"] * 40}
-    rows = [{"exercise": "softmax", "grade_id": "test_softmax", "score": 0.0, "max_score": 1.0,
-             "status": "failed", "reason": "r"}]
+    rows = [ExerciseScore("s", CH, "softmax", 0.0, 1.0, Status.FAILED, "r", grade_id="test_softmax")]
     page = feedback.render_feedback("s", CH, rows, code, "incomplete")
     assert len(page) < 2 * feedback.MAX_SHOWN_CHARS * 6 + 20_000  # escaped code within the cap, plus the page
     assert "more characters not shown" in page and "36 more cells with this exercise's id are not shown" in page
@@ -244,11 +244,9 @@ def _quick_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidde
     tests = [(c.metadata.nbgrader["grade_id"], float(c.metadata.nbgrader["points"])) for c in src.cells
              if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
     if submission_nb is None:
-        return [{"exercise": g[5:], "grade_id": g, "score": 0.0, "max_score": p, "status": "missing",
-                 "reason": "no submission"} for g, p in tests]
+        return [grading.CellScore(g[5:], g, 0.0, p, "missing", "no submission") for g, p in tests]
     untrusted.read_notebook(Path(submission_nb))
-    return [{"exercise": g[5:], "grade_id": g, "score": p, "max_score": p, "status": "passed", "reason": ""}
-            for g, p in tests]
+    return [grading.CellScore(g[5:], g, p, p, "passed", "") for g, p in tests]
 
 
 VICTIM = "mallory"
@@ -313,7 +311,8 @@ def test_a_failure_at_any_step_of_one_student_stays_in_that_students_rows(small_
     else:
         inject(monkeypatch)
     out = tmp_path / "out"
-    batch.grade_class(root / "submitted", out, book=book, seed=5, progress=False, grade_fn=grade_fn,
+    batch.grade_class(root / "submitted", out, book=book, settings=grading.RunSettings(seed=5), progress=False,
+                      grade_fn=grade_fn,
                       gradebook=batch.GradebookTarget(duedate="2026-11-21 00:00:00 UTC"))
     scores = _rows(out / "scores.csv")
     grades = {r["student_id"]: r for r in _rows(out / "grades.csv")}
@@ -367,8 +366,8 @@ def attacked_class(tmp_path_factory):
     runs = {}
     for sub in ("alone", "all"):
         out = root / f"out_{sub}"
-        runs[sub] = batch.grade_class(root / sub, out, book=book, seed=3, progress=False,
-                                      settings=grading.RunSettings(timeout=60.0),
+        runs[sub] = batch.grade_class(root / sub, out, book=book, progress=False,
+                                      settings=grading.RunSettings(timeout=60.0, seed=3),
                                       gradebook=target)
         report.class_report(out)
     return root, runs

@@ -86,12 +86,12 @@ def attacked(tmp_path_factory):
     _students(root, source, "alone", attackers=False)
     _students(root, source, "all", attackers=True)
     target = batch.GradebookTarget(duedate=DUE)
-    settings = grading.RunSettings(timeout=60.0)
-    runs = {sub: batch.grade_class(root / sub, root / f"out_{sub}", book=book, seed=3, progress=False,
+    settings = grading.RunSettings(timeout=60.0, seed=3)
+    runs = {sub: batch.grade_class(root / sub, root / f"out_{sub}", book=book, progress=False,
                                    settings=settings, gradebook=target) for sub in ("alone", "all")}
     outs = [root / f"shard{i}" for i in range(3)]
     for i, out in enumerate(outs):
-        shard.grade_shard(root / "all", out, shard.Shard(i, 3), seed=3, book=book, progress=False,
+        shard.grade_shard(root / "all", out, shard.Shard(i, 3), book=book, progress=False,
                           settings=settings, gradebook=target)
     runs["merged"] = shard.merge_shards(outs, root / "out_merged", book=book)
     return root, book, runs, outs
@@ -181,7 +181,8 @@ def test_a_run_that_stops_leaves_no_result_shown_as_current(tmp_path, monkeypatc
     book = _book(tmp_path)
     _put(tmp_path / "submitted", "ann", _source(book), stamp=STAMP)
     out = tmp_path / "out"
-    batch.grade_class(tmp_path / "submitted", out, book=book, seed=1, progress=False, grade_fn=_quick_grade)
+    batch.grade_class(tmp_path / "submitted", out, book=book, settings=grading.RunSettings(seed=1), progress=False,
+                      grade_fn=_quick_grade)
     assert report.load_rows(out)[0]  # a finished run: read as current
 
     def crash(*args, **kwargs):
@@ -189,13 +190,15 @@ def test_a_run_that_stops_leaves_no_result_shown_as_current(tmp_path, monkeypatc
 
     monkeypatch.setattr(batch, "write_reports", crash)
     with pytest.raises(RuntimeError, match="injected"):
-        batch.grade_class(tmp_path / "submitted", out, book=book, seed=1, progress=False, grade_fn=_quick_grade,
+        batch.grade_class(tmp_path / "submitted", out, book=book, settings=grading.RunSettings(seed=1),
+                          progress=False, grade_fn=_quick_grade,
                           force=True)
     assert (out / "results.json").is_file()  # the earlier run's, still there ...
     with pytest.raises(report.ReportError, match=r"\(grade, started .*\) did not finish"):
         report.load_rows(out)  # ... and never presented as this run's
     monkeypatch.undo()
-    batch.grade_class(tmp_path / "submitted", out, book=book, seed=1, progress=False, grade_fn=_quick_grade)
+    batch.grade_class(tmp_path / "submitted", out, book=book, settings=grading.RunSettings(seed=1), progress=False,
+                      grade_fn=_quick_grade)
     assert report.load_rows(out)[0] and not (out / RUN_MARKER).exists()
 
 
@@ -256,7 +259,8 @@ def test_a_timestamp_changed_between_shard_and_merge_is_refused(tmp_path):
         _put(tmp_path / "submitted", name, source, stamp="2026-11-24 10:00:00 UTC")
     outs = [tmp_path / f"shard{i}" for i in range(2)]
     for i, out in enumerate(outs):
-        shard.grade_shard(tmp_path / "submitted", out, shard.Shard(i, 2), seed=3, book=book, progress=False,
+        shard.grade_shard(tmp_path / "submitted", out, shard.Shard(i, 2), settings=grading.RunSettings(seed=3),
+                          book=book, progress=False,
                           grade_fn=_quick_grade, gradebook=batch.GradebookTarget(duedate=DUE))
     entries = {e["student"]: e for o in outs for e in shard.read_shard(o)["graded"]}
     assert entries["bob"]["timestamp"] == "2026-11-24 10:00:00 UTC"

@@ -83,7 +83,8 @@ def course(tmp_path_factory):
 
 def _grade(submitted, out, book, **kwargs):
     kwargs.setdefault("grade_fn", scripted_grade)
-    return batch.grade_class(submitted, out, book=book, seed=7, progress=False, **kwargs)
+    kwargs.setdefault("settings", RunSettings(seed=7))
+    return batch.grade_class(submitted, out, book=book, progress=False, **kwargs)
 
 
 def _read(path: Path) -> list[dict]:
@@ -298,13 +299,14 @@ faulthandler.register(signal.SIGUSR1, file=open({diag!r}, "a"), all_threads=True
 sys.path.insert(0, {here!r})
 from pathlib import Path
 from autograder import batch
+from autograder.grading import RunSettings
 from test_batch import scripted_grade
 
 def on_graded(graded):
     if {elsewhere!r}:  # the pool's threads exist now: the kernel gives them the signal, not this thread
         signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})
 
-batch.grade_class(Path({sub!r}), Path({out!r}), book=Path({book!r}), seed=7, progress=False,
+batch.grade_class(Path({sub!r}), Path({out!r}), book=Path({book!r}), settings=RunSettings(seed=7), progress=False,
                   jobs={jobs}, grade_fn=scripted_grade, on_graded=on_graded)
 """
 
@@ -437,12 +439,13 @@ def test_a_journal_entry_of_another_version_is_graded_again_never_dropped(tmp_pa
     before = (out / "grades.csv").read_bytes()
     old = out / ".journal" / "student001" / f"{CHAPTERS[0]}.json"
     data = json.loads(old.read_text(encoding="utf-8"))
-    data["version"] = 2  # as the grader before wrong_chapter wrote it
-    del data["wrong_chapter"]
+    # as the grader before typed scores wrote it (version 3): a dict row per cell, CellScore's fields
+    cell_fields = ("exercise", "grade_id", "score", "max_score", "status", "reason", "parts", "notes")
+    data.update(version=3, scores=[{k: s[k] for k in cell_fields} for s in data["scores"]])
     old.write_text(json.dumps(data), encoding="utf-8")
     sub = next(g.submission for g in first.results
                if (g.submission.student, g.submission.chapter) == ("student001", CHAPTERS[0]))
-    with pytest.raises(journal.JournalError, match="journal version 2, this grader reads version 3"):
+    with pytest.raises(journal.JournalError, match="journal version 3, this grader reads version 4"):
         journal.read_journal_entry(out, sub)
     # Grading another student: student001's old entry is neither reused nor dropped from the reports,
     # it is graded again (student002's unchanged work comes from the journal).
@@ -531,3 +534,22 @@ def test_limit_options_reach_the_grader_and_key_the_journal_only_when_set(tmp_pa
     for bad in (dict(memory=0), dict(disk=-1), dict(processes=2.5), dict(memory="2G")):
         with pytest.raises(ValueError, match="must be a positive whole number"):
             RunSettings(**bad)  # refused where the run's settings are made, before any grading
+
+
+def test_the_seed_is_a_run_setting_that_no_file_or_repr_shows(tmp_path, course):
+    """The secret base seed travels in RunSettings, whole, and shows nowhere: not in its repr,
+    not in a journal key (each submission's own seed is), not in the reports; OUT keeps it
+    for resuming in a file only its owner reads."""
+    root, book = course
+    secret = 918273645
+    settings = RunSettings(timeout=30.0, seed=secret)
+    assert str(secret) not in repr(settings) and "seed" not in settings.options()
+    with pytest.raises(ValueError, match="seed must be a whole number, got a str"):
+        RunSettings(seed="918273645")
+    out = tmp_path / "out"
+    _grade(root / "submitted", out, book, chapters=[CHAPTERS[0]], settings=settings)
+    shown = [p for p in out.rglob("*") if p.is_file() and p.name not in (".seed.json", "gradebook.db")
+             and str(secret) in p.read_text(encoding="utf-8", errors="replace")]
+    assert shown == []
+    kept = out / ".journal" / ".seed.json"
+    assert journal.stored_seed(out) == secret and kept.stat().st_mode & 0o077 == 0

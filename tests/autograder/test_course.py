@@ -26,8 +26,10 @@ import pytest
 import fixtures
 from autograder.cli import main
 from autograder.course import autograde, load_course
+from autograder.grading import RunSettings
 from autograder.book import chapter_ids
 from autograder.release import student_version
+from autograder.scores import ExerciseScore, Status
 from autograder.report import summarise
 
 pytestmark = pytest.mark.slow  # an nbgrader course autograded (its fixture: 33 s and more)
@@ -92,7 +94,7 @@ def graded(tmp_path_factory, needs_sandbox):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(batch, "grader_fingerprint", lambda: "pinned for test_course")
         root = make_course(tmp_path_factory.mktemp("course") / "course")
-        yield root, autograde(CH, course=root, seed=11, progress=False, execute=False)
+        yield root, autograde(CH, course=root, settings=RunSettings(seed=11), progress=False, execute=False)
 
 
 @pytest.fixture
@@ -208,8 +210,7 @@ def test_an_unreadable_submission_is_autograded_as_the_released_notebook(course)
     broken = course / "submitted" / "dan" / CH / f"{CH}.ipynb"
     broken.parent.mkdir(parents=True)
     broken.write_text("{ not json", encoding="utf-8")
-    rows = [{"exercise": n, "grade_id": "test_" + n, "score": 0.0, "max_score": 4.0, "status": "invalid",
-             "reason": "the notebook cannot be read", "parts": [], "notes": []}
+    rows = [ExerciseScore("dan", CH, n, 0.0, 4.0, Status.INVALID, "the notebook cannot be read", grade_id="test_" + n)
             for n in ("rnn_forward", "hidden_state_jacobian_norms")]
     source = course / "source" / CH / f"{CH}.ipynb"
     nb = autograded_notebook(Graded(Submission("dan", CH, broken), rows), source, load_course(course).db_url)

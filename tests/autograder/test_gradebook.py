@@ -9,6 +9,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.journal import Graded
+from autograder.scores import ExerciseScore, Status
 from autograder.submissions import Submission
 from autograder.bench import make_book
 from autograder.gradebook import alembic_on_path, db_url, write_gradebook
@@ -33,9 +34,9 @@ def _graded(source: Path, student: str, passed: set[str], path: Path | None = Pa
     rows = []
     for grade_id, points in _tests(source):
         ok = grade_id in passed
-        rows.append({"exercise": grade_id[5:], "grade_id": grade_id, "score": points if ok else 0.0,
-                     "max_score": points, "status": "passed" if ok else "failed",
-                     "reason": "" if ok else "the output has the wrong values"})
+        rows.append(ExerciseScore(student, CHAPTER, grade_id[5:], points if ok else 0.0, points,
+                                  Status.PASSED if ok else Status.FAILED,
+                                  "" if ok else "the output has the wrong values", grade_id=grade_id))
     return Graded(Submission(student, CHAPTER, path, timestamp), rows)
 
 

@@ -26,6 +26,7 @@ import pytest
 
 from autograder import gradescope
 from autograder.cli import main
+from autograder.scores import ExerciseScore, PartScore, Status
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -65,12 +66,12 @@ def test_the_schema_refuses_what_gradescope_would():
 
 
 def test_results_json_has_a_test_per_part_and_hides_stdout():
-    rows = [{"exercise": "softmax", "grade_id": "test_softmax", "score": 1.0, "max_score": 2.0, "status": "partial",
-             "reason": "", "notes": ["a wider dtype is fine"],
-             "parts": [{"name": "values", "points": 1.0, "score": 1.0, "message": ""},
-                       {"name": "any axis", "points": 1.0, "score": 0.0, "message": "hidden case 2 of 4: wrong axis"}]},
-            {"exercise": "self_attention", "grade_id": "test_self_attention", "score": 0.0, "max_score": 3.0,
-             "status": "missing", "reason": "no cell with this exercise's id", "notes": [], "parts": []}]
+    rows = [ExerciseScore("ann", CHAPTER, "softmax", 1.0, 2.0, Status.PARTIAL, "", grade_id="test_softmax",
+                          notes=["a wider dtype is fine"],
+                          parts=[PartScore("values", 1.0, 1.0), PartScore("any axis", 0.0, 1.0,
+                                                                          "hidden case 2 of 4: wrong axis")]),
+            ExerciseScore("ann", CHAPTER, "self_attention", 0.0, 3.0, Status.MISSING,
+                          "no cell with this exercise's id", grade_id="test_self_attention")]
     data = gradescope.results_json(rows, chapter=CHAPTER, isolation="bubblewrap", execution_time=3.2)
     _validate(data)
     assert data["score"] == 1.0 and data["stdout_visibility"] == "hidden" and data["execution_time"] == 3

@@ -355,15 +355,15 @@ def test_hidden_inputs_never_reach_the_feedback(tmp_path, needs_sandbox):
     fixtures.write_notebook(fixtures.reference_submission(nb),
                             tmp_path / "submitted" / "alice" / "04_self_attention" / "04_self_attention.ipynb")
     out = tmp_path / "out"
-    report = grade_class(tmp_path / "submitted", out, book=book, seed=9, progress=False)
+    report = grade_class(tmp_path / "submitted", out, book=book, settings=RunSettings(seed=9), progress=False)
     totals = report.totals()
     assert totals[("alice", "04_self_attention")] == (6.0, 6.0)
-    rows = {g.submission.student: {r["exercise"]: r for r in g.scores} for g in report.results}["mallory"]
-    assert rows["softmax"]["score"] == 0 and "its message is not shown" in rows["softmax"]["reason"]
-    assert "an exception of the answer's own class" in rows["softmax"]["reason"]
-    assert rows["scaled_dot_product_attention"]["status"] == "error"
-    assert "RuntimeError" in rows["scaled_dot_product_attention"]["reason"]
-    assert "not shown" in rows["scaled_dot_product_attention"]["reason"]
+    rows = {g.submission.student: {r.exercise: r for r in g.scores} for g in report.results}["mallory"]
+    assert rows["softmax"].score == 0 and "its message is not shown" in rows["softmax"].reason
+    assert "an exception of the answer's own class" in rows["softmax"].reason
+    assert rows["scaled_dot_product_attention"].status == "error"
+    assert "RuntimeError" in rows["scaled_dot_product_attention"].reason
+    assert "not shown" in rows["scaled_dot_product_attention"].reason
     written = _all_text(out)
     assert (out / "scores.csv").is_file() and (out / "gradebook.db").is_file()
     assert list((out / "feedback").rglob("*.html"))
@@ -682,18 +682,18 @@ def test_returned_hidden_inputs_never_reach_the_feedback(tmp_path, needs_sandbox
     fixtures.write_notebook(fixtures.reference_submission(ch02),
                             submitted / "alice" / "02_tokens_and_embeddings" / "02_tokens_and_embeddings.ipynb")
     out = tmp_path / "out"
-    report = grade_class(submitted, out, book=book, seed=9, progress=False)
+    report = grade_class(submitted, out, book=book, settings=RunSettings(seed=9), progress=False)
     alice = report.totals()[("alice", "02_tokens_and_embeddings")]
     assert alice[0] == alice[1] > 0
     rows = {}
     for g in report.results:
         if g.submission.student == "mallory":
-            rows.update({r["exercise"]: r for r in g.scores})
-    assert rows["build_vocab"]["score"] == 0 and "unexpected" in rows["build_vocab"]["reason"]
+            rows.update({r.exercise: r for r in g.scores})
+    assert rows["build_vocab"].score == 0 and "unexpected" in rows["build_vocab"].reason
     bpe = rows["learn_bpe"]
-    assert bpe["score"] < bpe["max_score"] and "its inputs not shown" in bpe["reason"], bpe
+    assert bpe.score < bpe.max_score and "its inputs not shown" in bpe.reason, bpe
     soft = rows["softmax"]
-    assert soft["score"] == 0 and "entries differ, the largest error" in soft["reason"], soft
+    assert soft.score == 0 and "entries differ, the largest error" in soft.reason, soft
     written = _all_text(out)
     assert (out / "scores.csv").is_file() and (out / "gradebook.db").is_file()
     assert list((out / "feedback").rglob("*.html"))

@@ -17,16 +17,24 @@ from pathlib import Path
 import pytest
 
 from autograder import fingerprint, journal
+from autograder.scores import ExerciseScore, PartScore, Status
 from autograder.submissions import Submission
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _graded(tmp_path: Path, wrong: str | None = None) -> journal.Graded:
-    rows = [{"exercise": "softmax", "grade_id": "test_softmax", "score": 0.0, "max_score": 2.0, "status": "missing",
-             "reason": "no cell with this exercise's id", "parts": [], "notes": []}]
+    rows = [ExerciseScore("ann", "04_self_attention", "softmax", 0.0, 2.0, Status.PARTIAL, "", grade_id="test_softmax",
+                          parts=[PartScore("values", 0.0, 1.0, "wrong <b>values</b>", "normalise over the last axis"),
+                                 PartScore("shape", 1.0, 1.0)], notes=["advice (no points): a note"])]
     sub = Submission("ann", "04_self_attention", tmp_path / "ann.ipynb")
     return journal.Graded(sub, rows, {"submission_sha256": "ab" * 32, "grader": "g"}, wrong_chapter=wrong)
+
+
+# One score as the journal writes it (ExerciseScore.to_dict), for the malformed variants below.
+_RECORD = {"student": "ann", "chapter": "04_self_attention", "exercise": "softmax", "score": 0.0, "max_score": 2.0,
+           "status": "failed", "reason": "", "parts": [], "notes": [], "auto_score": None, "grade_id": "test_softmax",
+           "manual_score": None, "extra_credit": None, "comment": ""}
 
 
 def test_an_entry_reads_back_as_it_was_written(tmp_path):
@@ -34,6 +42,9 @@ def test_an_entry_reads_back_as_it_was_written(tmp_path):
     journal.write_journal(tmp_path, graded)
     entry = journal.read_journal_entry(tmp_path, graded.submission)
     assert entry == journal.JournalEntry(graded.scores, graded.key, "05_multi_head_attention")
+    score = entry.scores[0]
+    assert isinstance(score, ExerciseScore) and score.status is Status.PARTIAL  # typed, not a dict row
+    assert score.parts[0] == PartScore("values", 0.0, 1.0, "wrong <b>values</b>", "normalise over the last axis")
     assert journal.read_journal(tmp_path, graded.submission, graded.key) == entry
     assert journal.read_journal(tmp_path, graded.submission, dict(graded.key, grader="other")) is None
     assert journal.read_journal_entry(tmp_path, Submission("bob", "04_self_attention", None)) is None
@@ -41,10 +52,18 @@ def test_an_entry_reads_back_as_it_was_written(tmp_path):
 
 @pytest.mark.parametrize("text, words", [
     ("{ not json", "is not JSON"),
-    (json.dumps({"version": 2, "scores": [], "key": {}}), "journal version 2, this grader reads version 3"),
+    (json.dumps({"version": 3, "scores": [], "key": {}}), "journal version 3, this grader reads version 4"),
     (json.dumps([1, 2]), "journal version 'list'"),
-    (json.dumps({"version": 3, "scores": "all passed", "key": {}}), "of the wrong type"),
-    (json.dumps({"version": 3, "scores": [], "key": {}, "wrong_chapter": 5}), "of the wrong type"),
+    (json.dumps({"version": 4, "scores": "all passed", "key": {}}), "of the wrong type"),
+    (json.dumps({"version": 4, "scores": [], "key": {}, "wrong_chapter": 5}), "of the wrong type"),
+    # a version-3 row (a CellScore's fields) under version 4: no student, no chapter
+    (json.dumps({"version": 4, "key": {}, "scores": [{"exercise": "softmax", "grade_id": "test_softmax", "score": 0.0,
+                                                      "max_score": 2.0, "status": "missing", "reason": "",
+                                                      "parts": [], "notes": []}]}), "cannot be read"),
+    (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"status": "great"}]}), "status 'great' is none of"),
+    (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"score": "2"}]}), "must be numbers"),
+    (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"parts": [{"name": "values"}]}]}), "cannot be read"),
+    (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"notes": "one"}]}), "notes must be a list"),
 ])
 def test_an_entry_of_another_version_or_shape_is_refused_by_name(tmp_path, text, words):
     graded = _graded(tmp_path)

@@ -24,6 +24,7 @@ import pytest
 import fixtures
 from autograder import course as course_module
 from autograder.course import autograde, load_course
+from autograder.grading import RunSettings
 
 pytestmark = pytest.mark.slow  # nbgrader's formgrader executes the submissions
 
@@ -64,7 +65,7 @@ def executed(tmp_path_factory, needs_sandbox):
         folder = root / "submitted" / student / CH
         fixtures.write_notebook(nb, folder / f"{CH}.ipynb")
         (folder / "timestamp.txt").write_text(STAMP + "\n", encoding="utf-8")
-    autograde(CH, course=root, seed=11, progress=False, jobs=2)  # the two executions at once
+    autograde(CH, course=root, settings=RunSettings(seed=11), progress=False, jobs=2)  # the two executions at once
     return root
 
 
@@ -142,9 +143,10 @@ def test_an_unchanged_submission_is_not_executed_again(executed, tmp_path, monke
         raise AssertionError("an unchanged submission was executed again")
 
     monkeypatch.setattr(course_module, "execute_for_display", refuse)
-    autograde(CH, course=root, seed=11, progress=False)
+    autograde(CH, course=root, settings=RunSettings(seed=11), progress=False)
     assert path.read_bytes() == before
-    autograde(CH, course=root, seed=11, progress=False, execute=False)  # --no-execute: no outputs but the verdicts
+    autograde(CH, course=root, settings=RunSettings(seed=11), progress=False,
+              execute=False)  # --no-execute: no outputs but the verdicts
     nb = nbformat.read(str(path), as_version=4)
     assert all(not c.outputs for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {})
                .get("grade"))

@@ -23,10 +23,11 @@ import pytest
 import fixtures
 from autograder import report
 from autograder.batch import GRADE_COLUMNS, SCORE_COLUMNS, BatchReport, grade_class
-from autograder.grading import detect_chapter, wrong_chapter
+from autograder.grading import CellScore, RunSettings, detect_chapter, wrong_chapter
 from autograder.fingerprint import grader_fingerprint
 from autograder.journal import Graded
-from autograder.results import ClassResults, ExerciseScore, PartScore, SubmissionGrade
+from autograder.results import ClassResults, SubmissionGrade
+from autograder.scores import ExerciseScore, PartScore, Status
 from autograder.submissions import Submission
 from autograder.text import csv_text
 from autograder.bench import make_book, make_source_notebook
@@ -55,7 +56,7 @@ def _one_line(text: str, limit: int = 400) -> str:
 def checked_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None):
     """Grade a (trusted, test-made) submission in this process with the real checks:
     the setup cell and every solution cell in one namespace, then ``check_report``
-    per test cell; rows with the fields of ``grading.CellScore``."""
+    per test cell; one ``grading.CellScore`` per test cell, as ``grade_submission`` returns them."""
     source = nbformat.read(str(source_nb), as_version=4)
     submission = nbformat.read(str(submission_nb), as_version=4)
     namespace: dict = {}
@@ -70,15 +71,15 @@ def checked_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidd
             continue
         name = meta["grade_id"][len("test_"):]
         r = check_report(name, namespace[name], hidden=hidden, seed=seed)
-        rows.append({
-            "exercise": name, "grade_id": meta["grade_id"], "score": r.score, "max_score": float(meta["points"]),
-            "status": "passed" if r.passed else ("partial" if r.score > 0 else "failed"),
-            "reason": "" if r.passed else _one_line(r.reason()),
-            "parts": [{"name": p.name, "points": p.points, "score": p.score,
-                       "message": "" if p.earned else (p.message or ""),
-                       "hint": "" if p.earned else (p.hint or "")} for p in r.parts],
-            "notes": list(r.notes) + ["advice (no points): " + a for a in r.advice],
-        })
+        rows.append(CellScore(
+            exercise=name, grade_id=meta["grade_id"], score=r.score, max_score=float(meta["points"]),
+            status="passed" if r.passed else ("partial" if r.score > 0 else "failed"),
+            reason="" if r.passed else _one_line(r.reason()),
+            parts=[{"name": p.name, "points": p.points, "score": p.score,
+                    "message": "" if p.earned else (p.message or ""),
+                    "hint": "" if p.earned else (p.hint or "")} for p in r.parts],
+            notes=list(r.notes) + ["advice (no points): " + a for a in r.advice],
+        ))
     return rows
 
 
@@ -133,8 +134,8 @@ def test_grade_prints_a_summary_naming_each_problem(tmp_path, needs_sandbox, cap
 
 
 def _graded(student: str, chapter: str, statuses: list[str], reason: str = "why", path: bool = True) -> Graded:
-    rows = [{"exercise": f"ex{i}", "grade_id": f"test_ex{i}", "score": 1.0 if s == "passed" else 0.0,
-             "max_score": 1.0, "status": s, "reason": "" if s == "passed" else reason, "parts": [], "notes": []}
+    rows = [ExerciseScore(student, chapter, f"ex{i}", 1.0 if s == "passed" else 0.0, 1.0, Status(s),
+                          "" if s == "passed" else reason, grade_id=f"test_ex{i}")
             for i, s in enumerate(statuses)]
     return Graded(Submission(student, chapter, Path(f"/nowhere/{student}.ipynb") if path else None), rows)
 
@@ -217,7 +218,8 @@ def graded_class(tmp_path_factory):
         nb = fixtures.submission_with(source, softmax=softmax) if softmax else source
         fixtures.write_notebook(nb, root / "submitted" / student / CH4 / f"{CH4}.ipynb")
     out = root / "out"
-    grade_class(root / "submitted", out, book=book, seed=11, progress=False, grade_fn=checked_grade)
+    grade_class(root / "submitted", out, book=book, settings=RunSettings(seed=11), progress=False,
+                grade_fn=checked_grade)
     return out
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import batch, shard, submissions
+from autograder import batch, journal, shard, submissions
 from autograder.fingerprint import grader_fingerprint
 from autograder.grading import RunSettings
 from autograder.bench import make_book, make_class, make_submission
@@ -42,10 +42,11 @@ import sys
 sys.path.insert(0, {here!r})
 from pathlib import Path
 from autograder import shard
+from autograder.grading import RunSettings
 from test_batch import scripted_grade
 
-shard.grade_shard(Path({sub!r}), Path({out!r}), shard.parse_shard({spec!r}), seed={seed}, book=Path({book!r}),
-                  progress=False, grade_fn=scripted_grade)
+shard.grade_shard(Path({sub!r}), Path({out!r}), shard.parse_shard({spec!r}), settings=RunSettings(seed={seed}),
+                  book=Path({book!r}), progress=False, grade_fn=scripted_grade)
 """
 
 
@@ -71,7 +72,8 @@ def _finish(proc: subprocess.Popen) -> None:
 def _shards(course, tmp_path: Path, n: int, name: str = "shard") -> list[Path]:
     outs = [tmp_path / f"{name}{i}" for i in range(n)]
     for i, out in enumerate(outs):
-        shard.grade_shard(course[0] / "submitted", out, shard.Shard(i, n), seed=SEED, book=course[1],
+        shard.grade_shard(course[0] / "submitted", out, shard.Shard(i, n), settings=RunSettings(seed=SEED),
+                          book=course[1],
                           progress=False, grade_fn=scripted_grade)
     return outs
 
@@ -85,7 +87,7 @@ def _merged_tree(out: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def single(course, tmp_path_factory):
     out = tmp_path_factory.mktemp("single") / "out"
-    batch.grade_class(course[0] / "submitted", out, book=course[1], seed=SEED, progress=False,
+    batch.grade_class(course[0] / "submitted", out, book=course[1], settings=RunSettings(seed=SEED), progress=False,
                       grade_fn=scripted_grade)
     return out
 
@@ -120,7 +122,8 @@ def test_a_students_shard_depends_on_the_student_not_the_list():
 
 def test_grade_shard_needs_a_seed(course, tmp_path):
     with pytest.raises(shard.ShardError, match="--seed"):
-        shard.grade_shard(course[0] / "submitted", tmp_path / "o", shard.Shard(0, 2), seed=None, book=course[1],
+        shard.grade_shard(course[0] / "submitted", tmp_path / "o", shard.Shard(0, 2),
+                          settings=RunSettings(seed=None), book=course[1],
                           grade_fn=scripted_grade, progress=False)
 
 
@@ -165,12 +168,14 @@ def test_shards_as_processes_killed_and_rerun_merge_to_the_single_run(course, si
     assert _merged_tree(merged) == _merged_tree(single)
     assert _gradebook_rows(merged / "gradebook.db") == _gradebook_rows(single / "gradebook.db")
     # Merging again (after rerunning a shard that had already finished) gives the same files.
-    shard.grade_shard(course[0] / "submitted", outs[1], shard.Shard(1, n), seed=SEED, book=course[1],
+    shard.grade_shard(course[0] / "submitted", outs[1], shard.Shard(1, n), settings=RunSettings(seed=SEED),
+                      book=course[1],
                       progress=False, grade_fn=scripted_grade)
     shard.merge_shards(outs, merged, book=course[1])
     assert _merged_tree(merged) == _merged_tree(single)
     # `grade` into the merged folder with the same seed finds every submission in the journal.
-    again = batch.grade_class(course[0] / "submitted", merged, book=course[1], seed=SEED, progress=False,
+    again = batch.grade_class(course[0] / "submitted", merged, book=course[1], settings=RunSettings(seed=SEED),
+                              progress=False,
                               grade_fn=scripted_grade)
     assert again.graded == 0
 
@@ -182,7 +187,8 @@ def test_the_manifest_records_what_was_graded_and_with_what(course, tmp_path):
     for i, m in enumerate(manifests):
         assert m["class"]["roster"] == students
         assert m["class"]["chapters"] == CHAPTERS
-        assert m["settings"]["seed"] == SEED
+        assert m["settings"]["seed_sha256"] == journal.seed_digest(SEED)  # the digest: the seed is a secret
+        assert str(SEED) not in json.dumps(m["settings"])
         mine = sorted({e["student"] for e in m["graded"]})
         assert mine == [s for s in students if shard.shard_of(s, 2) == i]
         for e in m["graded"]:
@@ -230,7 +236,8 @@ def test_merge_refuses_shards_that_do_not_fit_together(course, tmp_path):
         with pytest.raises(shard.ShardError, match=words):
             shard.merge_shards([outs[0], outs[1], copy], merged, book=course[1])
     other_seed = tmp_path / "other-seed"
-    shard.grade_shard(course[0] / "submitted", other_seed, shard.Shard(2, 3), seed=SEED + 1, book=course[1],
+    shard.grade_shard(course[0] / "submitted", other_seed, shard.Shard(2, 3), settings=RunSettings(seed=SEED + 1),
+                      book=course[1],
                       progress=False, grade_fn=scripted_grade)
     with pytest.raises(shard.ShardError, match="differ in seed"):
         shard.merge_shards([outs[0], outs[1], other_seed], merged, book=course[1])
@@ -240,8 +247,8 @@ def test_merge_refuses_shards_that_do_not_fit_together(course, tmp_path):
     shard.merge_shards([outs[0], outs[1], other_node], tmp_path / "mixed", book=course[1])
     assert shard.isolation_of([outs[0], other_node]) == "mixed: bubblewrap, container"
     other_timeout = tmp_path / "other-timeout"
-    shard.grade_shard(course[0] / "submitted", other_timeout, shard.Shard(2, 3), seed=SEED, book=course[1],
-                      progress=False, grade_fn=scripted_grade, settings=RunSettings(timeout=30.0))
+    shard.grade_shard(course[0] / "submitted", other_timeout, shard.Shard(2, 3), book=course[1],
+                      progress=False, grade_fn=scripted_grade, settings=RunSettings(timeout=30.0, seed=SEED))
     with pytest.raises(shard.ShardError, match="grading options"):
         shard.merge_shards([outs[0], outs[1], other_timeout], merged, book=course[1])
     # This merge's own code differs from the shards' (they all agree among themselves).
@@ -260,7 +267,8 @@ def test_a_late_student_is_refused_until_its_shard_is_rerun(course, tmp_path):
     outs = [tmp_path / f"shard{i}" for i in range(n)]
 
     def run(i):
-        shard.grade_shard(submitted, outs[i], shard.Shard(i, n), seed=SEED, book=book, progress=False,
+        shard.grade_shard(submitted, outs[i], shard.Shard(i, n), settings=RunSettings(seed=SEED), book=book,
+                          progress=False,
                           grade_fn=scripted_grade)
 
     late = next(f"late{i}" for i in range(100) if shard.shard_of(f"late{i}", n) == 0)
@@ -278,7 +286,8 @@ def test_a_late_student_is_refused_until_its_shard_is_rerun(course, tmp_path):
     report = shard.merge_shards(outs, tmp_path / "merged", book=book)
     assert late in {g.submission.student for g in report.results}
     single = tmp_path / "single"
-    batch.grade_class(submitted, single, book=book, seed=SEED, progress=False, grade_fn=scripted_grade)
+    batch.grade_class(submitted, single, book=book, settings=RunSettings(seed=SEED), progress=False,
+                      grade_fn=scripted_grade)
     assert _merged_tree(tmp_path / "merged") == _merged_tree(single)
     # A submission changed after its shard graded it is refused too.
     victim = next(p for p in sorted(submitted.glob("*/*/*.ipynb")))

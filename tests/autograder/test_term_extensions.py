@@ -10,7 +10,7 @@ import pytest
 from autograder import batch
 from autograder.cli import main
 from autograder.extensions import Extension, ExtensionsError, open_extensions, read_extensions
-from autograder.grading import CellScore
+from autograder.grading import CellScore, RunSettings
 from autograder.regrades import diff, read_log, render_html
 from autograder.results import ClassResults
 
@@ -70,7 +70,7 @@ def _grade(sub, out, book, chapter, extensions, late_days, **kwargs):
 
     config = Config()
     config.LateSubmissionPlugin.penalty_method = "zero"
-    return batch.grade_class(sub, out, book=book, seed=3, progress=False, grade_fn=full_marks,
+    return batch.grade_class(sub, out, book=book, settings=RunSettings(seed=3), progress=False, grade_fn=full_marks,
                              chapters=[chapter] if chapter else None,
                              gradebook=batch.GradebookTarget(duedate=DUE[chapter] if chapter else None, config=config,
                                                              extensions=tuple(extensions), late_days=late_days),
