@@ -46,6 +46,9 @@ RUN python -m venv "$VIRTUAL_ENV" \
     && pip install --no-cache-dir -r /tmp/torch.txt ${TORCH_INDEX:+--index-url "$TORCH_INDEX"} \
     && pip install --no-cache-dir -r requirements-grader.txt \
     && rm /tmp/torch.txt
+# `grade` and `merge` write the class's gradebook.db, nbgrader's database (the Gradescope
+# zip grades one upload and does without it): the same pin as requirements.txt.
+RUN pip install --no-cache-dir nbgrader==0.9.6
 
 COPY autograder/ autograder/
 COPY solutions/ solutions/

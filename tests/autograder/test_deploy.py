@@ -295,6 +295,9 @@ def test_the_image_is_the_grader_every_engine_uses():
     for name in ("kubernetes-indexed-job.yaml", "kubernetes-merge-job.yaml"):
         assert "image: transformer-book-grader:" in (DEPLOY / name).read_text(encoding="utf-8")
     assert "docker build" in SLURM.read_text(encoding="utf-8")
+    # grade and merge write nbgrader's gradebook.db: the image has the book's nbgrader
+    (pin,) = re.findall(r"^nbgrader==\S+$", (ROOT / "requirements.txt").read_text(encoding="utf-8"), re.M)
+    assert f"pip install --no-cache-dir {pin}\n" in text
 
 
 def test_every_engine_names_the_same_image():
