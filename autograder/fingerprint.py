@@ -29,7 +29,7 @@ import functools
 import hashlib
 from pathlib import Path
 
-__all__ = ["ROOT", "imported_names", "judging_files", "grader_fingerprint"]
+__all__ = ["ROOT", "imported_names", "import_closure", "judging_files", "grader_fingerprint"]
 
 #: The repository: its ``autograder`` and ``solutions`` packages.
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,6 +102,31 @@ def _parsed_imports(root: Path, path: Path, mtime_ns: int, size: int) -> frozens
     return frozenset(found)
 
 
+def import_closure(roots, root: Path = ROOT, stop=frozenset()) -> set[Path]:
+    """The files of ``autograder`` and ``solutions`` that ``roots`` import, directly or
+    not, anywhere in their code (:func:`imported_names`), with the ``__init__`` of every
+    package on the way; the roots included.
+
+    Args:
+        roots: the ``.py`` files to start from.
+        root: the repository (the folder of the two packages).
+        stop: files that are kept out, and whose own imports are not followed.
+
+    Returns:
+        The files, as paths under ``root``.
+    """
+    root = Path(root)
+    todo = [Path(p) for p in roots]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen or path in stop or "__pycache__" in path.parts:
+            continue
+        seen.add(path)
+        todo += [p for p in _imports(root, path) if p not in seen]
+    return seen
+
+
 def judging_files(root: Path = ROOT) -> list[Path]:
     """Every file whose bytes can change a grade (see the module's docstring), sorted.
 
@@ -113,17 +138,10 @@ def judging_files(root: Path = ROOT) -> list[Path]:
         the reference files of ``solutions``, as paths under ``root``.
     """
     root = Path(root)
-    todo = [root / f for f in _ROOT_FILES if (root / f).is_file()]
+    roots = [root / f for f in _ROOT_FILES if (root / f).is_file()]
     for folder in _ROOT_FOLDERS:
-        todo += sorted((root / folder).rglob("*.py"))
-    seen: set[Path] = set()
-    while todo:
-        path = todo.pop()
-        if path in seen or "__pycache__" in path.parts:
-            continue
-        seen.add(path)
-        todo += [p for p in _imports(root, path) if p not in seen]
-    code = {p for p in seen if p.relative_to(root).parts[0] == "autograder"}
+        roots += sorted((root / folder).rglob("*.py"))
+    code = {p for p in import_closure(roots, root) if p.relative_to(root).parts[0] == "autograder"}
     solutions = root / "solutions"
     reference = {p for p in solutions.rglob("*")
                  if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")

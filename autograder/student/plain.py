@@ -33,11 +33,13 @@ from __future__ import annotations
 import copy
 import html
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from pybtex.database import Person, parse_string
+from pybtex.exceptions import PybtexError
+from pybtex.richtext import Text
 
 __all__ = [
     "BibEntry",
@@ -66,133 +68,40 @@ MYST_LEFTOVER = re.compile(
 
 # --------------------------------------------------------------------------- BibTeX
 
-# LaTeX accent commands and the Unicode combining character each one puts on its letter.
-_ACCENTS = {
-    '"': "\u0308", "'": "\u0301", "`": "\u0300", "^": "\u0302", "~": "\u0303",
-    "=": "\u0304", ".": "\u0307", "u": "\u0306", "v": "\u030c", "H": "\u030b",
-    "c": "\u0327", "k": "\u0328", "r": "\u030a", "d": "\u0323", "b": "\u0331",
-}
-# LaTeX commands that stand for a letter or a sign.
-_LETTERS = {
-    "L": "Ł", "l": "ł", "O": "Ø", "o": "ø", "ss": "ß", "ae": "æ", "AE": "Æ", "oe": "œ",
-    "OE": "Œ", "aa": "å", "AA": "Å", "i": "ı", "j": "ȷ", "&": "&", "%": "%", "_": "_",
-    "$": "$", "#": "#", "{": "{", "}": "}", "textendash": "–", "textemdash": "—",
-    "textquoteright": "’", "textquoteleft": "‘", "textasciitilde": "~", "S": "§",
-}
-_MONTHS = {m: m.capitalize() for m in
-           ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")}
-
 
 def latex_to_text(value: str) -> str:
-    """The plain Unicode text of a BibTeX field value.
-
-    Accents (``{\\"e}``, ``\\"{e}``, ``\\'e``, ``\\c{c}``), letters (``{\\L}``, ``\\ss``),
-    escaped specials (``\\&``), dashes (``--``, ``---``), ``~`` and the braces that protect
-    capitals (``{RNN}``) are resolved; whitespace is collapsed.
+    """The plain Unicode text of a BibTeX field value (pybtex's LaTeX reader): accents
+    (``{\\"e}``, ``\\"{e}``, ``\\'e``, ``\\c{c}``), letters (``{\\L}``, ``\\ss``), escaped
+    specials (``\\&``), dashes (``--``, ``---``), ``~`` and the braces that protect capitals
+    (``{RNN}``) are resolved; whitespace is collapsed.
 
     Raises:
         ValueError: on a LaTeX command it does not know (it would print as garbage).
     """
-    out: list[str] = []
-    i, n = 0, len(value)
-    while i < n:
-        ch = value[i]
-        if ch == "\\":
-            m = re.compile(r"\\([A-Za-z]+|.)").match(value, i)
-            name = m.group(1)
-            i = m.end()
-            if name.isalpha():  # a control word swallows the spaces after it, as in TeX
-                while i < n and value[i] in " \t\n":
-                    i += 1
-            if name in _ACCENTS and (not name.isalpha() or len(name) == 1):
-                # the accented letter: \"e, \"{e}, \c{c}, \"{\i}
-                letter_m = re.compile(r"\{(\\[A-Za-z]+|[^{}])\}|(\\[A-Za-z]+)|([A-Za-z])").match(value, i)
-                if not letter_m:
-                    raise ValueError(f"a LaTeX accent \\{name} without a letter in {value!r}")
-                letter = next(g for g in letter_m.groups() if g)
-                if letter.startswith("\\"):
-                    letter = {"\\i": "i", "\\j": "j"}.get(letter, _LETTERS.get(letter[1:], letter))
-                i = letter_m.end()
-                out.append(unicodedata.normalize("NFC", letter + _ACCENTS[name]))
-            elif name in _LETTERS:
-                out.append(_LETTERS[name])
-            elif name == "\\":
-                out.append(" ")
-            else:
-                raise ValueError(f"unknown LaTeX command \\{name} in BibTeX value {value!r}")
-        elif ch in "{}":
-            i += 1
-        elif ch == "~":
-            out.append("\u00a0")
-            i += 1
-        elif value.startswith("---", i):
-            out.append("—")
-            i += 3
-        elif value.startswith("--", i):
-            out.append("–")
-            i += 2
-        else:
-            out.append(ch)
-            i += 1
-    return re.sub(r"[ \t\r\n]+", " ", "".join(out)).strip(" ")
+    text = Text.from_latex(value).render_as("text")
+    unknown = re.search(r"\\([A-Za-z]+|.)", text)
+    if unknown:
+        raise ValueError(f"unknown LaTeX command \\{unknown.group(1)} in BibTeX value {value!r}")
+    return re.sub(r"[ \t\r\n]+", " ", text).strip(" ")
 
 
-def _split_top(text: str, sep: re.Pattern) -> list[str]:
-    """``text`` split at the matches of ``sep`` that lie outside braces."""
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(text):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-        elif depth == 0:
-            m = sep.match(text, i)
-            if m and m.end() > i:
-                parts.append(text[start:i])
-                start = i = m.end()
-                continue
-        i += 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts]
-
-
-_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
-_COMMA = re.compile(r",")
-_SPACE = re.compile(r"\s+")
-
-
-def _starts_lower(word: str) -> bool:
-    """BibTeX's test for a *von* word: its first letter at brace depth 0 is lower case."""
-    depth = 0
-    for ch in word:
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-        elif ch.isalpha() and depth == 0:
-            return ch.islower()
-    return False
+def _name_parts(person: Person) -> tuple[str, str]:
+    """``(last, first)`` of a pybtex person, in plain text; *last* keeps its *von* and *Jr* parts."""
+    last = " ".join(person.prelast_names + person.last_names)
+    if person.lineage_names:
+        last += ", " + " ".join(person.lineage_names)
+    return latex_to_text(last), latex_to_text(" ".join(person.first_names + person.middle_names))
 
 
 def parse_name(name: str) -> tuple[str, str]:
     """``(last, first)`` of one BibTeX name, in plain text; *last* keeps its *von* part
     and *Jr* part (``van Merriënboer``).
 
-    Both forms are read: ``von Last, First`` (also ``von Last, Jr, First``) and
-    ``First von Last``. A braced group (``{Google Brain Team}``) is one word.
+    Both forms are read (by pybtex, as BibTeX reads them): ``von Last, First`` (also
+    ``von Last, Jr, First``) and ``First von Last``. A braced group (``{Google Brain
+    Team}``) is one word.
     """
-    parts = _split_top(name, _COMMA)
-    if len(parts) >= 2:
-        last = parts[0] if len(parts) == 2 else f"{parts[0]}, {parts[1]}"
-        first = parts[-1]
-    else:
-        words = [w for w in _split_top(name, _SPACE) if w]
-        if len(words) == 1:
-            return latex_to_text(words[0]), ""
-        # von starts at the first lower-case word before the last word
-        von = next((k for k, w in enumerate(words[:-1]) if _starts_lower(w)), len(words) - 1)
-        first, last = " ".join(words[:von]), " ".join(words[von:])
-    return latex_to_text(last), latex_to_text(first)
+    return _name_parts(Person(name))
 
 
 @dataclass
@@ -217,119 +126,33 @@ class BibEntry:
         return " and ".join(lasts)
 
 
-def _bib_value(text: str, i: int, strings: dict[str, str], where: str) -> tuple[str, int]:
-    """Read one field value at ``text[i]`` (``{…}``, ``"…"``, a number, a macro, and
-    ``#`` concatenations); return it raw (LaTeX kept) and the index after it."""
-    pieces = []
-    while True:
-        while i < len(text) and text[i].isspace():
-            i += 1
-        if i >= len(text):
-            raise ValueError(f"{where}: the file ends inside a field value")
-        ch = text[i]
-        if ch in "{\"":
-            close = "}" if ch == "{" else '"'
-            depth, j = 0, i + 1
-            while j < len(text):
-                c = text[j]
-                if c == "\\":
-                    j += 2
-                    continue
-                if c == "{":
-                    depth += 1
-                elif c == "}" and (depth > 0 or close == '"'):
-                    depth -= 1
-                elif c == close and depth == 0:
-                    break
-                j += 1
-            else:
-                raise ValueError(f"{where}: unbalanced {ch} in a field value")
-            pieces.append(text[i + 1:j])
-            i = j + 1
-        else:
-            m = re.compile(r"[\w.:-]+").match(text, i)
-            if not m:
-                raise ValueError(f"{where}: expected a value at {text[i:i + 30]!r}")
-            word = m.group(0)
-            i = m.end()
-            if word.isdigit():
-                pieces.append(word)
-            elif word.lower() in strings:
-                pieces.append(strings[word.lower()])
-            elif word.lower() in _MONTHS:
-                pieces.append(_MONTHS[word.lower()])
-            else:
-                raise ValueError(f"{where}: undefined BibTeX macro {word!r}")
-        while i < len(text) and text[i].isspace():
-            i += 1
-        if i < len(text) and text[i] == "#":
-            i += 1
-            continue
-        return "".join(pieces), i
+def parse_bibtex(text: str, source: str = "BibTeX") -> dict[str, BibEntry]:
+    """The entries of a BibTeX file, by key (read by pybtex, strictly).
 
-
-def parse_bibtex(text: str) -> dict[str, BibEntry]:
-    """The entries of a BibTeX file, by key.
-
-    Reads ``@type{key, name = value, …}`` (or with parentheses), values in braces,
-    quotes, numbers or ``@string`` macros joined with ``#``; ``@comment`` and
-    ``@preamble`` are skipped, as is any text outside an entry (``%`` lines).
+    Args:
+        text: the file's text: ``@type{key, name = value, …}`` (or with parentheses),
+            values in braces, quotes, numbers or ``@string`` macros joined with ``#``;
+            ``@comment``, ``@preamble`` and text outside an entry are skipped.
+        source: what to name in an error (the file).
 
     Raises:
         ValueError: a malformed entry, an undefined macro, a duplicate key.
     """
-    entries: dict[str, BibEntry] = {}
-    strings: dict[str, str] = {}
-    i = 0
-    at = re.compile(r"@\s*(\w+)\s*([{(])")
-    while True:
-        m = at.search(text, i)
-        if not m:
-            return entries
-        kind, opener = m.group(1).lower(), m.group(2)
-        closer = "}" if opener == "{" else ")"
-        i = m.end()
-        line = text.count("\n", 0, m.start()) + 1
-        where = f"line {line}: @{kind}"
-        if kind in ("comment", "preamble"):
-            _, i = _bib_value(text, m.end() - 1, strings, where) if opener == "{" else (None, text.index(")", i) + 1)
-            continue
-        key = None
-        if kind != "string":
-            km = re.compile(r"\s*([^,\s{}()]+)\s*,").match(text, i)
-            if not km:
-                raise ValueError(f"{where}: expected 'key,' after @{kind}{opener}")
-            key, i = km.group(1), km.end()
-        fields: dict[str, str] = {}
-        while True:
-            fm = re.compile(r"\s*(?:([\w.:-]+)\s*=|(" + re.escape(closer) + r"))").match(text, i)
-            if not fm:
-                raise ValueError(f"{where} {key or ''}: expected 'name =' or '{closer}' at {text[i:i + 30]!r}")
-            if fm.group(2):
-                i = fm.end()
-                break
-            name = fm.group(1).lower()
-            value, i = _bib_value(text, fm.end(), strings, f"{where} {key or ''}, field {name}")
-            fields[name] = value
-            cm = re.compile(r"\s*,").match(text, i)
-            if cm:
-                i = cm.end()
-        if kind == "string":
-            strings.update(fields)
-            continue
-        if key in entries:
-            raise ValueError(f"{where}: duplicate BibTeX key {key!r}")
-        authors = [parse_name(a) for a in _split_top(fields.get("author", ""), _AND) if a]
-        plain = {name: latex_to_text(value) for name, value in fields.items() if name != "author"}
-        entries[key] = BibEntry(key, kind, plain, authors)
+    try:
+        data = parse_string(text, "bibtex")
+    except PybtexError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+    entries = {}
+    for key, entry in data.entries.items():
+        authors = [_name_parts(person) for person in entry.persons.get("author", [])]
+        fields = {name.lower(): latex_to_text(value) for name, value in entry.fields.items()}
+        entries[key] = BibEntry(key, entry.type.lower(), fields, authors)
+    return entries
 
 
 def read_bibtex(path: Path) -> dict[str, BibEntry]:
     """:func:`parse_bibtex` of the file at ``path``."""
-    try:
-        return parse_bibtex(Path(path).read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    return parse_bibtex(Path(path).read_text(encoding="utf-8"), source=str(path))
 
 
 # --------------------------------------------------------------------------- citations

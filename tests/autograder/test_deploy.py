@@ -295,3 +295,25 @@ def test_the_image_is_the_grader_every_engine_uses():
     for name in ("kubernetes-indexed-job.yaml", "kubernetes-merge-job.yaml"):
         assert "image: transformer-book-grader:" in (DEPLOY / name).read_text(encoding="utf-8")
     assert "docker build" in SLURM.read_text(encoding="utf-8")
+    # grade and merge write nbgrader's gradebook.db: the image has the book's nbgrader
+    (pin,) = re.findall(r"^nbgrader==\S+$", (ROOT / "requirements.txt").read_text(encoding="utf-8"), re.M)
+    assert f"pip install --no-cache-dir {pin}\n" in text
+
+
+def test_every_engine_names_the_same_image():
+    """One image: the tag the Dockerfile's header builds is the one the Kubernetes Jobs run,
+    the Slurm script's podman form names, Apptainer's .sif is built from, the README's
+    build line makes and .ci/image-check builds and grades with."""
+    header = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    (image,) = set(re.findall(r"^#\s+docker build -t (\S+) \.$", header, re.M))
+    assert re.fullmatch(r"transformer-book-grader:[\w.-]+", image)
+    assert f"apptainer build grader.sif docker-daemon://{image}" in header
+    for name in ("kubernetes-indexed-job.yaml", "kubernetes-merge-job.yaml"):
+        images = {c["image"] for d in _docs(name) if d["kind"] == "Job"
+                  for c in d["spec"]["template"]["spec"]["containers"] + d["spec"]["template"]["spec"].get(
+                      "initContainers", [])}
+        assert images == {image}, name
+    slurm = SLURM.read_text(encoding="utf-8")
+    assert f"RUNTIME=podman IMAGE={image} " in slurm and "RUNTIME=apptainer IMAGE=/shared/grader.sif " in slurm
+    assert f"docker build -t {image} ." in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"IMAGE=${{IMAGE:-{image}}}" in (ROOT / ".ci" / "image-check").read_text(encoding="utf-8")

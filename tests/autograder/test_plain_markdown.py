@@ -240,7 +240,7 @@ def test_names_and_latex():
     assert latex_to_text(r"R{\'e}, Fran\c{c}ois \& K\"{o}pf~et~al. --- {\"\i}") == "Ré, François & Köpf\u00a0et\u00a0al. — ï"
     with pytest.raises(ValueError, match="unknown LaTeX command"):
         latex_to_text(r"\emph{x}")
-    with pytest.raises(ValueError, match="undefined BibTeX macro"):
+    with pytest.raises(ValueError, match="undefined"):
         parse_bibtex("@misc{k, title = undefinedmacro}")
 
 

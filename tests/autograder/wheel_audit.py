@@ -29,17 +29,19 @@ from pathlib import Path
 
 import numpy as np
 
+from autograder.book import chapter_ids
 from autograder.checks import exercises_of
 from autograder.checks.base import ADVICE, draw_cases, get_exercise, make_rng, public_labels, run_cases
 from autograder.wire import Tensor
-from autograder.student.package import SHIPPED, package_files
+from autograder.student.package import check_modules, package_files, shipped_modules
 
 # Seconds one object may spend on one exercise's hidden cases (a training loop given
 # random arguments is stopped, not waited for): a guard, not a measurement.
 GUARD_SECONDS = 5
 # The grading framework a wheel ships unchanged from this repository (the repository's own
 # checks run on it; it computes no exercise) and the figure helpers (they draw): not tried.
-FRAMEWORK = tuple(f"autograder.{rel[:-3].replace('/', '.')}." for rel in SHIPPED) + ("solutions.figures.",)
+FRAMEWORK = tuple(f"autograder.{rel[:-3].replace('/', '.')}."
+                  for rel in shipped_modules(check_modules(chapter_ids()))) + ("solutions.figures.",)
 FRAMEWORK_NAMES = {"autograder.check", "autograder.require_chapter"}  # the package's own entry points
 
 
