@@ -806,8 +806,14 @@ class PositionalEncoding(nn.Module):
 
 # Mistakes that cost more than one part, as notebook cells, for the sandboxed rounds of
 # test_mutants: (exercise, cell, the parts it loses, words of the feedback naming it).
+COSINE_TYPO = '''
+def cosine_similarity(a, b):
+    return float(np.dot(a, b) / (np.linalg.nrom(a) * np.linalg.norm(b)))
+'''
+
 SLIPS = [
     ("PositionalEncoding", POSITIONAL_ENCODING_TYPO, (1, 2), "'PositionalEncoding' object has no attribute 'dropuot'"),
+    ("cosine_similarity", COSINE_TYPO, (0, 1), "module 'numpy.linalg' has no attribute 'nrom'"),
 ]
 
 
@@ -829,8 +835,7 @@ def test_a_typo_in_forward_keeps_the_part_that_only_builds_the_module():
 def test_hidden_feedback_shows_pythons_message_on_a_slip_but_not_the_answers_own_text():
     """``np.linalg.nrom`` is Python's message about a name: shown for hidden cases. A
     message the answer wrote itself (here quoting its input) is not."""
-    def cosine_typo(a, b):
-        return float(np.dot(a, b) / (np.linalg.nrom(a) * np.linalg.norm(b)))
+    cosine_typo = notebook_namespace({"np": np}, COSINE_TYPO)["cosine_similarity"]
 
     def cosine_leaks(a, b):
         raise TypeError(f"{np.asarray(a).tolist()}")
