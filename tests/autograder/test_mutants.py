@@ -15,7 +15,11 @@ the visible check, a hidden draw and the student package's stored check; the loc
 check's points equal the grader's on the reference, the blank stub and each style; and,
 through the real sandboxed grader (``grade_submission``, one notebook per round: round
 *k* holds every exercise's *k*-th mutant, the styles fill a round of their own), each
-mutant loses exactly its part with feedback naming the mistake, each style full marks.
+mutant loses exactly its part with feedback naming the mistake and none of the words
+``NOT_SAID`` lists for it, each slip of ``SLIPS`` (a typo costing several parts) exactly
+its parts, each style full marks. Every mutant is a cell a notebook can hold: the ones
+built from the reference carry their cell (``reference_with``), so none is judged in
+process only.
 """
 from __future__ import annotations
 
