@@ -21,8 +21,9 @@ def softmax(x, axis=-1):
     ``exp`` never overflows, even for scores of 1e4.
 
     Args:
-        x: array-like of scores; integer input is converted to float64,
-            float input keeps its dtype.
+        x: array-like of scores; integer input gives float64 (float32 is
+            accepted too), float input keeps its dtype (a wider float dtype is
+            accepted too).
         axis: the axis that sums to one (default: the last one).
 
     Shape:

@@ -75,7 +75,8 @@ def bootstrap_bleu(stats, resamples):
         stats: ``(N, 2K + 2)``; resamples: ``(S, M)``; output: ``(S,)``.
 
     Returns:
-        A float64 array: for each row of ``resamples``, BLEU of the
+        A float array (float64 or float32: either is correct): for each
+        row of ``resamples``, BLEU of the
         counts of its sentences summed (``M_n``, ``T_n``, ``C``, ``R``):
         ``100 · BP · exp((1/K) Σ_n log(M_n / T_n))``, ``BP = 1`` if
         ``C > R``, else ``exp(1 - R / C)``; 0 when some ``M_n`` is 0

@@ -39,7 +39,8 @@ class DecoderLayer(nn.Module):
     Attributes:
         self_attn, cross_attn (:class:`MultiHeadAttention`), feed_forward
         (:class:`PositionwiseFeedForward`), norm1, norm2, norm3 (``nn.LayerNorm``),
-        dropout1, dropout2, dropout3 (``nn.Dropout``), norm_first.
+        dropout1, dropout2, dropout3 (``nn.Dropout``; how the dropout is held is
+        not graded), norm_first.
         ``state_dict`` keys, exactly: ``self_attn.w_{q,k,v,o}.{weight,bias}``,
         ``cross_attn.w_{q,k,v,o}.{weight,bias}``,
         ``feed_forward.linear1.weight``, ``feed_forward.linear1.bias``,

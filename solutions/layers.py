@@ -65,7 +65,7 @@ class PositionwiseFeedForward(nn.Module):
     Attributes:
         linear1: ``nn.Linear(d_model, d_ff)``.
         linear2: ``nn.Linear(d_ff, d_model)``.
-        dropout: ``nn.Dropout``.
+        dropout: ``nn.Dropout`` (functional dropout is fine too: not graded).
 
     Shape:
         x: ``(B, T, d_model)``; output: ``(B, T, d_model)``.
@@ -94,7 +94,7 @@ class ResidualSublayer(nn.Module):
 
     Attributes:
         norm: ``nn.LayerNorm(d_model)`` (eps 1e-5).
-        dropout: ``nn.Dropout``.
+        dropout: ``nn.Dropout`` (functional dropout is fine too: not graded).
         norm_first: the flag above.
 
     Shape:
@@ -134,7 +134,8 @@ class EncoderLayer(nn.Module):
     Attributes:
         self_attn (:class:`MultiHeadAttention`), feed_forward
         (:class:`PositionwiseFeedForward`), norm1, norm2 (``nn.LayerNorm``),
-        dropout1, dropout2 (``nn.Dropout``), norm_first.
+        dropout1, dropout2 (``nn.Dropout``; how the dropout is held is not
+        graded), norm_first.
         ``state_dict`` keys, exactly: ``self_attn.w_q.weight``, ``self_attn.w_q.bias``,
         ``self_attn.w_k.weight``, ``self_attn.w_k.bias``, ``self_attn.w_v.weight``,
         ``self_attn.w_v.bias``, ``self_attn.w_o.weight``, ``self_attn.w_o.bias``,

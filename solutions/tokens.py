@@ -184,7 +184,8 @@ def one_hot(ids, vocab_size):
         vocab_size: the number of columns.
 
     Shape:
-        output: ``(len(ids), vocab_size)``, float64.
+        output: ``(len(ids), vocab_size)``, floats (float64, numpy's default,
+        or float32: either is correct).
 
     Returns:
         np.ndarray of zeros and ones.

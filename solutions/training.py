@@ -102,8 +102,9 @@ def label_smoothed_cross_entropy(logits, labels, smoothing=0.1, pad_id=0):
         logits: ``(B, T, V)``; labels: ``(B, T)``; output: scalar.
 
     Returns:
-        The mean loss over the non-pad positions (a 0-dim tensor, float32 for
-        half-precision logits, else the logits' dtype). When every label is
+        The mean loss over the non-pad positions: a 0-dim float tensor in the
+        logits' dtype, float32 for half-precision logits (a wider float dtype is
+        accepted too). When every label is
         ``pad_id`` the loss is 0 (``F.cross_entropy`` gives NaN there).
 
     Paper: section 5.4 ("Label Smoothing ... epsilon_ls = 0.1").

@@ -125,6 +125,17 @@ def test_a_vectorised_numpy_answer_passes():
     accepted("bootstrap_bleu", bootstrap_bleu)
 
 
+def test_a_float32_array_passes_and_a_wrong_float32_one_still_fails():
+    """The prompt asks for "a float array": from integer counts float32 is as right as
+    float64 (the dtype rule of EXERCISES.md), compared at float32's tolerance; a float32
+    answer with a mistake still loses its part."""
+    def in_float32(answer):
+        return lambda stats, resamples: np.asarray(answer(stats, resamples), dtype=np.float32)
+
+    accepted("bootstrap_bleu", in_float32(solutions.bootstrap_bleu))
+    partly("bootstrap_bleu", in_float32(make_bleu(penalty="inverted")), [SUMS, ZERO], [PENALTY], "not exp(1 - C / R)")
+
+
 def test_an_answer_through_sacrebleus_formula_passes():
     def bootstrap_bleu(stats, resamples):
         k = (len(stats[0]) - 2) // 2

@@ -15,7 +15,11 @@ the visible check, a hidden draw and the student package's stored check; the loc
 check's points equal the grader's on the reference, the blank stub and each style; and,
 through the real sandboxed grader (``grade_submission``, one notebook per round: round
 *k* holds every exercise's *k*-th mutant, the styles fill a round of their own), each
-mutant loses exactly its part with feedback naming the mistake, each style full marks.
+mutant loses exactly its part with feedback naming the mistake and none of the words
+``NOT_SAID`` lists for it, each slip of ``SLIPS`` (a typo costing several parts) exactly
+its parts, each style full marks. Every mutant is a cell a notebook can hold: the ones
+built from the reference carry their cell (``reference_with``), so none is judged in
+process only.
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ import solutions
 from autograder.checks import exercises_of, get_exercise, load_all
 from autograder.checks.base import check_report
 from check_helpers import notebook_namespace, one_torch_thread, stored_checks  # noqa: F401 (autouse fixture)
-from test_part_isolation import BROKEN, ENCODER_LAYER_WITHOUT_MASK, part
+from test_part_isolation import BROKEN, ENCODER_LAYER_WITHOUT_MASK, NOT_SAID, SLIPS, part
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 CHAPTERS = sorted({get_exercise(n).chapter for n in load_all()})
@@ -526,53 +530,64 @@ def _withheld_reference(name: str, chapter_nb) -> str:
 
 def mutant_cell(name: str, answer, chapter_nb) -> str | None:
     """``answer`` (a function or class of ``BROKEN``) as the notebook cell of exercise
-    ``name``, or ``None`` when it is built by a factory (a closure over test helpers
-    that no cell can hold: those rows are judged in process only). An answer written
-    with the checks' own helpers may carry its cell as ``answer.cell``."""
-    if isinstance(getattr(answer, "cell", None), str):
-        return answer.cell
-    try:
-        source = textwrap.dedent(inspect.getsource(answer))
-    except (OSError, TypeError):
-        return None
+    ``name``: its ``.cell`` when it carries one (a mutant written as a cell, e.g. an edit of
+    the reference's cell), else its source, renamed ``name``. A reference it calls
+    (``solutions.<exercise of this chapter>``, withheld from the chapter's sandbox) comes
+    with it as ``_reference_<exercise>``, the source notebook's own cell. ``None`` for a
+    closure or an answer written with the checks' own helpers, which no cell can hold."""
+    source = getattr(answer, "cell", None)
     own = getattr(answer, "__name__", "")
-    if not re.match(rf"(def|class) {re.escape(own)}\b", source) or answer.__qualname__ != own:
-        return None  # a closure or a method of a factory
+    if not isinstance(source, str):
+        try:
+            source = textwrap.dedent(inspect.getsource(answer))
+        except (OSError, TypeError):
+            return None
+        if not re.match(rf"(def|class) {re.escape(own)}\b", source) or answer.__qualname__ != own:
+            return None  # a closure or a method of a factory
+        if re.search(r"\b(_bpe|_merge|greedy_variant|beam_variant)\b", source):
+            return None  # written with the checks' own helpers
     withheld = {ex.name for ex in exercises_of(get_exercise(name).chapter)}
     prelude = []
-    for used in sorted(set(re.findall(r"solutions\.(\w+)", source)) & withheld):
+    for used in sorted(set(re.findall(r"\bsolutions\.(\w+)\b(?!\.)", source)) & withheld):
         prelude.append(_withheld_reference(used, chapter_nb))
         source = source.replace(f"solutions.{used}", f"_reference_{used}")
     source = re.sub(rf"^(def|class) {re.escape(own)}\b", rf"\1 {name}", source, count=1, flags=re.M)
-    if re.search(r"\b(_bpe|_merge|greedy_variant|beam_variant)\b", source):
-        return None  # written with the checks' own helpers
     return "\n\n".join(prelude + [source])
 
 
-def sandbox_rounds(chapter: str) -> tuple[list[dict], list[tuple]]:
+def sandbox_rounds(chapter: str) -> tuple[list[dict], list[tuple], list[tuple]]:
     """The notebooks that grade ``chapter``'s mutants and styles: round 0 holds every
-    style, round *k* every exercise's *k*-th mutant (the reference where it has fewer).
-    Returns the rounds (``{exercise: cell}``) and the rows each round asserts:
-    ``(round, exercise, part lost or None for full marks, words naming the mistake)``,
-    and the mutants left to the in-process test (``(exercise, answer name)``)."""
+    style, round *k* every exercise's *k*-th mutant of ``BROKEN`` then ``SLIPS`` (the
+    reference where it has fewer).
+
+    Returns the rounds (``{exercise: cell}``), the rows each round asserts: ``(round,
+    exercise, parts lost (empty for full marks), words naming the mistake, words that must
+    not be said)``, and the mutants no cell can hold (``(exercise, answer name)``), which
+    the in-process test judges alone."""
     nb = nbformat.read(str(BOOK / chapter / f"{chapter}.ipynb"), as_version=4)
     names = [ex.name for ex in exercises_of(chapter)]
     rounds: list[dict] = [{n: STYLES[n] for n in names}]
-    rows: list[tuple] = [(0, n, None, None) for n in names]
+    rows: list[tuple] = [(0, n, set(), "", ()) for n in names]
     left_out = []
     by_exercise: dict[str, int] = {}
-    for name, index, answer, mistake in BROKEN:
-        if name not in names:
-            continue
-        cell = mutant_cell(name, answer, nb)
-        if cell is None:
-            left_out.append((name, getattr(answer, "__name__", "?")))
-            continue
+
+    def add(name, cell, lost, said, not_said):
         k = by_exercise[name] = by_exercise.get(name, 0) + 1
         while len(rounds) <= k:
             rounds.append({})
         rounds[k][name] = cell
-        rows.append((k, name, part(name, index), mistake))
+        rows.append((k, name, lost, said, not_said))
+
+    for name, index, answer, mistake in BROKEN:
+        if name in names:
+            cell = mutant_cell(name, answer, nb)
+            if cell is None:
+                left_out.append((name, getattr(answer, "__name__", "?")))
+            else:
+                add(name, cell, {part(name, index)}, mistake, NOT_SAID.get(answer, ()))
+    for name, cell, indices, mistake in SLIPS:
+        if name in names:
+            add(name, cell, {part(name, i) for i in indices}, mistake, ())
     return rounds, rows, left_out
 
 
@@ -602,11 +617,13 @@ def grade_round(chapter: str, folder: Path, cells: dict) -> dict:
     return {s.exercise: s for s in grade_submission(source_path, submitted, seed=7)}
 
 
-def test_the_sandbox_rounds_hold_nearly_every_mutant():
-    """Only mutants built by factories over test helpers stay out of the sandbox."""
+def test_the_sandbox_rounds_hold_every_mutant():
+    """Every mutant is a cell a notebook can hold, so the sandboxed grader judges each one
+    (a factory's closure or an answer over the checks' helpers needs its ``.cell``)."""
     left = [row for chapter in CHAPTERS for row in sandbox_rounds(chapter)[2]]
-    assert len(left) <= 11, left
-    assert {n for n, _ in left} <= {"greedy_decode", "beam_search", "DecoderLayer"}, left
+    assert left == [], left
+    rows = [row for chapter in CHAPTERS for row in sandbox_rounds(chapter)[1] if row[2]]
+    assert len(rows) == len(BROKEN) + len(SLIPS)
 
 
 @pytest.mark.slow
@@ -617,12 +634,13 @@ def test_the_sandboxed_grader_rejects_each_mutant_and_accepts_each_style(chapter
     mistake; every style earns full marks."""
     rounds, rows, _ = sandbox_rounds(chapter)
     graded = [grade_round(chapter, tmp_path / f"round{k}", cells) for k, cells in enumerate(rounds)]
-    for k, name, lost_part, mistake in rows:
+    for k, name, want, mistake, not_said in rows:
         score = graded[k][name]
-        if lost_part is None:
+        if not want:
             assert score.status == "passed" and score.score == score.max_score, score
             continue
         lost = {p["name"] for p in score.parts if p["score"] < p["points"]}
-        assert lost == {lost_part}, (k, name, score)
-        feedback = " ".join([score.reason] + [p["hint"] + " " + p["message"] for p in score.parts])
+        assert lost == want, (k, name, score)
+        feedback = " ".join([score.reason] + [p["hint"] + " " + p["message"] for p in score.parts] + score.notes)
         assert mistake in feedback, (k, name, mistake, score)
+        assert not [w for w in not_said if w in feedback], (k, name, not_said, score)
