@@ -136,13 +136,21 @@ def decode_case(data: dict, arrays) -> Case:
 
 
 def encode_result(result: Result, arrays: dict[str, np.ndarray]) -> dict:
-    """A reference :class:`Result` as data."""
+    """A reference :class:`Result` as data.
+
+    An error the reference raised is kept by type, message and phase, without its
+    traceback: the traceback quotes the reference's source lines and the absolute path
+    of the checkout that made the release, and no judgment reads it (the student's own
+    traceback is what :func:`autograder.checks.base` inspects)."""
+    raised = result.raised
+    if raised:
+        raised = {key: value for key, value in raised.items() if key != "traceback"}
     return {"value": encode_value(result.value, arrays),
             "attrs": encode_value(dict(result.attrs), arrays),
             "probes": encode_value(dict(result.probes), arrays),
             "grads": encode_value(dict(result.grads), arrays),
             "args_after": encode_value(dict(result.args_after), arrays),
-            "raised": encode_value(result.raised, arrays)}
+            "raised": encode_value(raised, arrays)}
 
 
 def decode_result(data: dict, arrays) -> Result:
