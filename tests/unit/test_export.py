@@ -12,9 +12,11 @@ import os
 import pytest
 import torch
 
+from solutions.app.checkpoint import load_checkpoint, model_from_checkpoint
 from solutions.app.cli import main
-from solutions.app.data import make_synthetic_splits
-from solutions.app.trainer import PRESETS, Trainer, load_checkpoint, model_from_checkpoint
+from solutions.app.config import PRESETS
+from solutions.app.synthetic import make_synthetic_splits
+from solutions.app.trainer import Trainer
 from solutions.translation import translate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
