@@ -9,7 +9,7 @@ It imports the reference (``solutions``, chapters 1–10) and is never imported 
   (learning-rate schedules, the time budget), ``checkpoint`` (checkpoint files, exports,
   exact resume), ``evaluation`` (BLEU, validation, the end of training), ``summary``
   (the final decoding, the results files, ``RunSummary``) and ``trainer`` (``Trainer``:
-  the loop and the whole run);
+  the loop and the whole run), ``device`` (the run's device, native bfloat16);
 * ``inference``, ``export``: fast decoders, and the CTranslate2 export;
 * ``distributed``: ``torchrun`` and ``torch.distributed`` (several GPUs);
 * ``bench``: the speed benchmarks (``python -m solutions bench``);

@@ -55,10 +55,10 @@ from ..translation import translate
 from .checkpoint import load_checkpoint, model_from_checkpoint
 from .config import PRESETS
 from .corpus import read_parallel
+from .device import resolve_device
 from .export import CTranslate2Translator, ctranslate2_available, export_ctranslate2
 from .inference import batch_beam_search, greedy_decoder_for, static_greedy_decode
 from .tokenizer import build_tokenizer
-from .trainer import resolve_device
 
 __all__ = ["TorchTransformerBaseline", "random_batch", "bench_training_step", "bench_kv_cache", "bench_translation",
            "bench_ctranslate2", "bench_base_mfu",

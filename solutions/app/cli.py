@@ -40,6 +40,7 @@ from .checkpoint import EXPORT_FORMAT, CheckpointError, export_checkpoint, load_
     stored_config
 from .config import PRESETS
 from .corpus import file_sha256, read_parallel, split_pairs
+from .device import resolve_device
 from .distributed import cleanup_distributed
 from .evaluation import CorpusBLEU
 from .export import ctranslate2_available, export_ctranslate2
@@ -47,7 +48,7 @@ from .inference import decoders_for
 from .profiling import format_profile, profile_training_step
 from .summary import TUTORIAL_METRIC
 from .synthetic import make_synthetic_splits
-from .trainer import Trainer, resolve_device
+from .trainer import Trainer
 
 __all__ = ["main", "build_parser"]
 

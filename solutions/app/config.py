@@ -161,7 +161,8 @@ class TrainConfig:
         if model is None:
             model = flat
         elif flat:
-            raise ConfigError(f"a stored config has model fields both nested and flat: {sorted(flat)}", tuple(sorted(flat)))
+            raise ConfigError(f"a stored config has model fields both nested and flat: {sorted(flat)}",
+                              tuple(sorted(flat)))
         return cls(model=TransformerConfig(**model), **stored)
 
     def fixed_on_resume(self):
@@ -236,5 +237,6 @@ def book_checkpoint(name="checkpoint.pt"):
 
     Without the variable, ``runs/`` beside the ``solutions`` package (the repository's root).
     """
-    package_parent = Path(__file__).resolve().parents[__name__.count(".")]  # solutions/app/config.py -> the folder holding solutions/
+    # solutions/app/config.py -> the folder that holds solutions/
+    package_parent = Path(__file__).resolve().parents[__name__.count(".")]
     return Path(os.environ.get("TRANSFORMER_BOOK_RUNS", package_parent / "runs")) / "book" / "09_training" / name

@@ -6,7 +6,8 @@ Two schedules (``TrainConfig.schedule``): ``"noam"``, the paper's warm-up then
 step. With ``TrainConfig.time_budget`` a run plans itself: :class:`TimeBudget` turns
 the measured seconds per step and per evaluation into the last step that fits, and
 :class:`BudgetMixin` is the :class:`~solutions.app.trainer.Trainer`'s part that
-measures, reserves time for the end of the run, re-plans and says when to stop.
+measures, reserves time for the end of the run, re-plans, says when to stop and logs
+the progress line with its ETA.
 """
 import time
 
@@ -101,12 +102,14 @@ def format_duration(seconds):
 
 
 class BudgetMixin:
-    """The :class:`~solutions.app.trainer.Trainer`'s schedule and time budget.
+    """The :class:`~solutions.app.trainer.Trainer`'s schedule, time budget and progress line.
 
     Reads the trainer's ``config``, ``budget`` (a :class:`TimeBudget` or ``None``),
     ``sampler`` (steps per epoch), ``step`` and its measured times ``_timing``
     (``{"step", "eval", "beam_sentence"}`` seconds); sets ``planned_steps`` and
-    :attr:`~solutions.app.trainer.Trainer.stop_reason`.
+    :attr:`~solutions.app.trainer.Trainer.stop_reason`. The progress line off a terminal
+    (step of the planned steps, loss, tokens per second, ETA, budget left) reads the
+    loop's ``_progress`` counters.
     """
 
     def _learning_rate(self, step):
@@ -192,3 +195,21 @@ class BudgetMixin:
         self._log(f"time budget: {format_duration(self.budget.left())} left, not enough for beam search over "
                   f"{self.final_sentences} sentences; the final translations are greedy")
         return 1
+
+    def _log_progress(self, loss, lr):
+        """Log the progress line of :meth:`train` when ``progress_seconds`` or ``progress_steps`` have passed."""
+        state, now = self._progress, time.perf_counter()
+        seconds, steps = self.config.progress_seconds, self.config.progress_steps
+        due_by_time = seconds is not None and now - state["last_time"] >= seconds
+        due_by_steps = steps is not None and self.step - state["last_step"] >= steps
+        if not (due_by_time or due_by_steps):
+            return
+        tokens_per_s = (self.tokens_seen - state["last_tokens"]) / max(state["busy"], 1e-9)
+        elapsed = now - state["run_start"]
+        done = self.step - state["first_step"]
+        remaining = max(0, state["planned"] - self.step)
+        eta = format_duration(elapsed / done * remaining) if done else "?"
+        left = f" left {format_duration(self.budget.left())}" if self.budget is not None else ""
+        self._log(f"step {self.step}/{state['planned']} epoch {self.epoch + 1}/{state['epochs']} loss {loss:.3f} "
+                  f"lr {lr:.2e} {tokens_per_s:.0f} tok/s elapsed {format_duration(elapsed)} ETA {eta}{left}")
+        state.update(last_time=now, last_step=self.step, last_tokens=self.tokens_seen, busy=0.0)

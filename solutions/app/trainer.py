@@ -17,7 +17,7 @@ preset on a laptop CPU to the paper's ``base`` model on several GPUs:
   steps with the step, loss, tokens per second and the ETA (on a terminal, a tqdm bar);
 - ``device="auto" | "cpu" | "cuda"``; ``bf16=True`` runs the forward pass under
   ``torch.autocast(dtype=torch.bfloat16)`` on CUDA and on a CPU with native bfloat16
-  arithmetic (AVX512-BF16 or AMX; :func:`cpu_has_bf16`: about 1.5 times the steps per
+  arithmetic (AVX512-BF16 or AMX; :func:`~solutions.app.device.cpu_has_bf16`: about 1.5 times the steps per
   second of float32 on 2 cores of an AMD EPYC with AVX512-BF16; the weights, the
   optimizer and the loss stay float32); on a CPU without it the switch warns and is
   ignored (emulated bfloat16 is slower than float32). ``compile=True`` uses
@@ -51,36 +51,16 @@ from ..tokens import PAD_ID
 from .batching import BucketBatchSampler, TranslationDataset, collate_batch
 from .checkpoint import CheckpointMixin
 from .config import TrainConfig
+from .device import cpu_has_bf16, resolve_device
 from .distributed import all_reduce_sum, setup_distributed
 from .evaluation import CorpusBLEU, EvaluationMixin
-from .schedule import BudgetMixin, TimeBudget, format_duration
+from .schedule import BudgetMixin, TimeBudget
 from .summary import LoadSampler, end_of_run
 from .tokenizer import build_tokenizer
 
-__all__ = ["Trainer", "resolve_device", "cpu_has_bf16"]
+__all__ = ["Trainer"]
 
 logger = logging.getLogger("solutions.app.trainer")
-
-
-def cpu_has_bf16():
-    """True when this CPU computes bfloat16 natively (AVX512-BF16 or AMX), as oneDNN reports it."""
-    try:
-        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):  # a torch build without oneDNN
-        return False
-
-
-def resolve_device(name):
-    """``"auto"`` → ``"cuda"`` when available, else ``"cpu"``; checks that CUDA exists when asked."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} requested but CUDA is not available (torch.cuda.is_available() is False)")
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {name!r}")
-    return device
-
 
 
 class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
@@ -396,24 +376,6 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
                 self._measure_beam()  # every epoch: an untrained model's translations run to the length limit
             if self._timing["step"] is not None:
                 self._plan()
-
-    def _log_progress(self, loss, lr):
-        """Log the progress line of :meth:`train` when ``progress_seconds`` or ``progress_steps`` have passed."""
-        state, now = self._progress, time.perf_counter()
-        seconds, steps = self.config.progress_seconds, self.config.progress_steps
-        due_by_time = seconds is not None and now - state["last_time"] >= seconds
-        due_by_steps = steps is not None and self.step - state["last_step"] >= steps
-        if not (due_by_time or due_by_steps):
-            return
-        tokens_per_s = (self.tokens_seen - state["last_tokens"]) / max(state["busy"], 1e-9)
-        elapsed = now - state["run_start"]
-        done = self.step - state["first_step"]
-        remaining = max(0, state["planned"] - self.step)
-        eta = format_duration(elapsed / done * remaining) if done else "?"
-        left = f" left {format_duration(self.budget.left())}" if self.budget is not None else ""
-        self._log(f"step {self.step}/{state['planned']} epoch {self.epoch + 1}/{state['epochs']} loss {loss:.3f} "
-                  f"lr {lr:.2e} {tokens_per_s:.0f} tok/s elapsed {format_duration(elapsed)} ETA {eta}{left}")
-        state.update(last_time=now, last_step=self.step, last_tokens=self.tokens_seen, busy=0.0)
 
     # -- the whole run --------------------------------------------------------------------------
     def fit(self, test_pairs=(), max_steps=None, data_identity=None, command="", preset=None, skipped_lines=None):

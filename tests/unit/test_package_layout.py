@@ -62,8 +62,8 @@ def test_every_module_has_a_place():
     assert top == set(CHAPTER) | ENTRY, "a new module of solutions/ needs a chapter (or belongs in solutions/app/)"
     application = {p.stem for p in (PACKAGE / "app").glob("*.py")} - {"__init__"}
     assert application == set(APPLICATION), (
-        f"solutions/app/ and ARCHITECTURE.md's table differ: modules without a row {sorted(application - set(APPLICATION))}, "
-        f"rows without a module {sorted(set(APPLICATION) - application)}")
+        f"solutions/app/ and ARCHITECTURE.md's table differ: modules without a row "
+        f"{sorted(application - set(APPLICATION))}, rows without a module {sorted(set(APPLICATION) - application)}")
     subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert subpackages == SUBPACKAGES, "a new subpackage of solutions/ needs a place here"
 
