@@ -123,8 +123,6 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
                           "would emulate it, slower than float32: ignored", stacklevel=2)
         use_compile = self._cuda_only_switch("compile", config.compile)
         self.out_dir = out_dir
-        if config.schedule not in ("noam", "linear"):
-            raise ValueError(f"schedule must be 'noam' or 'linear', got {config.schedule!r}")
         clock = clock or time.monotonic
         # The budget starts before the tokenizers are trained: they are part of the run.
         self.budget = TimeBudget(config.time_budget, clock, started) if config.time_budget else None
@@ -137,9 +135,7 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
         self.clock, self._clock_start = clock, clock() if started is None else started
         self.epoch_log = []  # one row per evaluated epoch: epoch, step, minutes (wall), train and valid loss, BLEU
         self._epoch_loss = [0.0, 0]
-        if config.threads is not None:
-            if isinstance(config.threads, bool) or not isinstance(config.threads, int) or config.threads < 1:
-                raise ValueError(f"threads must be a positive int or None, got {config.threads!r}")
+        if config.threads is not None:  # checked by TrainConfig, like every field
             torch.set_num_threads(config.threads)
         self._seed(config.seed)
 
