@@ -9,8 +9,9 @@ name, so ``from solutions import MultiHeadAttention`` works in every chapter:
   ``training`` · ``kv_cache`` · ``decoding`` · ``bleu`` (chapter 11);
 * ``solutions.figures``: the book's diagrams and plots (never imported here);
 * ``solutions.app``: the practitioner's application, which imports the reference and is
-  never imported by it: ``data`` (the synthetic task, corpora, tokenizers, batching),
-  ``trainer``, ``distributed``, ``bench``, ``cli`` (``python -m solutions``). Import them
+  never imported by it: the data (``synthetic``, ``corpus``, ``tokenizer``, ``batching``),
+  the training (``config``, ``schedule``, ``checkpoint``, ``evaluation``, ``summary``,
+  ``trainer``), ``distributed``, ``bench``, ``cli`` (``python -m solutions``). Import them
   by their module (``from solutions.app.trainer import Trainer``); ``import solutions``
   stays cheap (torch and numpy, no sacreBLEU, tqdm or tokenizers).
 """

@@ -100,7 +100,7 @@ def learn_bpe(corpus, num_merges):
     This is the teaching version: it recounts every pair at every merge, so its cost
     is about ``num_merges × (symbols in the distinct words)``, fine for the book's
     corpora (thousands of words, hundreds of merges) and slow for a real one. For a
-    real corpus use ``solutions.app.data.BPETokenizer`` (Hugging Face ``tokenizers``,
+    real corpus use ``solutions.app.tokenizer.BPETokenizer`` (Hugging Face ``tokenizers``,
     which updates the pair counts incrementally).
 
     Args:

@@ -27,7 +27,7 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
         model: a trained :class:`~solutions.model.Transformer` (set to eval mode here).
         sentences: a list of source strings.
         src_tokenizer, tgt_tokenizer: objects with ``encode(str) -> list[int]`` /
-            ``decode(list[int]) -> str`` (see :mod:`solutions.app.data`).
+            ``decode(list[int]) -> str`` (see :mod:`solutions.app.tokenizer`).
         beam_size: 1 = batched greedy decoding with the key/value cache;
             more = :func:`beam_search` sentence by sentence (or ``beam``, batched).
         max_len: most new tokens; default: source length + 50 (the paper's rule),

@@ -52,10 +52,13 @@ from ..masking import decoder_mask, padding_mask
 from ..model import PAPER_CONFIGS, Transformer, TransformerConfig, count_parameters
 from ..positional import PositionalEncoding
 from ..translation import translate
-from .data import build_tokenizer, read_parallel
+from .checkpoint import load_checkpoint, model_from_checkpoint
+from .config import PRESETS
+from .corpus import read_parallel
+from .device import resolve_device
 from .export import CTranslate2Translator, ctranslate2_available, export_ctranslate2
 from .inference import batch_beam_search, greedy_decoder_for, static_greedy_decode
-from .trainer import PRESETS, load_checkpoint, model_from_checkpoint, resolve_device
+from .tokenizer import build_tokenizer
 
 __all__ = ["TorchTransformerBaseline", "random_batch", "bench_training_step", "bench_kv_cache", "bench_translation",
            "bench_ctranslate2", "bench_base_mfu",

@@ -30,6 +30,26 @@ import sys
 import time
 import zipfile
 
+import torch
+from sacrebleu.metrics import BLEU
+
+from ..model import ConfigError, count_parameters
+from ..translation import translate
+from .bench import run_benchmarks
+from .checkpoint import EXPORT_FORMAT, CheckpointError, export_checkpoint, load_checkpoint, model_from_checkpoint, \
+    stored_config
+from .config import PRESETS
+from .corpus import file_sha256, read_parallel, split_pairs
+from .device import resolve_device
+from .distributed import cleanup_distributed
+from .evaluation import CorpusBLEU
+from .export import ctranslate2_available, export_ctranslate2
+from .inference import decoders_for
+from .profiling import format_profile, profile_training_step
+from .summary import TUTORIAL_METRIC
+from .synthetic import make_synthetic_splits
+from .trainer import Trainer
+
 __all__ = ["main", "build_parser"]
 
 
@@ -230,8 +250,6 @@ def _positive(name, value):
 
 def _load_checkpoint_for_user(option, path, missing="no such file"):
     """The checkpoint's state, or a :class:`UsageError` naming the file (never a torch traceback)."""
-    from .trainer import CheckpointError, load_checkpoint
-
     if not os.path.isfile(path):
         raise UsageError(f"{option}: {missing}: {path}")
     problem = (f"{option}: {path} is not a readable checkpoint of this package "
@@ -265,8 +283,6 @@ _SKIPPED = {}  # option -> lines left out by the last _read_corpus (for results.
 
 def _read_corpus(option, spec, on_bad_line):
     """``(pairs, files)``: the pairs of a CORPUS and ``[{"path", "sha256"}]`` of its file(s)."""
-    from .data import file_sha256, read_parallel
-
     files = _corpus_files(option, spec)
     try:
         pairs, bad_lines = read_parallel(*files, on_bad_line=on_bad_line)
@@ -314,8 +330,6 @@ def _load_data(args, state=None):
     ``state`` is the checkpoint of ``--resume``: without data options a synthetic run
     is regenerated as it was; a run on files needs its files again.
     """
-    from .data import make_synthetic_splits, split_pairs
-
     if args.data_dir is not None:
         if args.data is not None or args.train is not None or args.valid is not None or args.test is not None:
             raise UsageError("give --data-dir, or --data, or --train [--valid] [--test]; not two of them")
@@ -440,8 +454,6 @@ def _check_train_flags(args):
 
 def _check_resume_model(args, stored):
     """Refuse model flags (or a --preset) that differ from the checkpoint's model: one line naming them."""
-    from .trainer import PRESETS
-
     wanted = {}
     if args.preset is not None:
         wanted = {name: (f"--preset {args.preset}", value)
@@ -472,9 +484,6 @@ def _model_error(args, error):
 
 
 def _train(args):
-    from ..model import ConfigError
-    from .trainer import EXPORT_FORMAT, PRESETS, Trainer, TrainConfig
-
     started = time.monotonic()  # the time budget covers everything from here: data, tokenizer, training, test
     _check_train_flags(args)
     no_budget = args.time_budget is not None and args.time_budget.strip().lower() == "none"
@@ -509,7 +518,7 @@ def _train(args):
         changes["max_steps"] = None  # --epochs alone: the new total, not capped by a stored --max-steps
     if args.progress_steps is not None and args.progress_seconds is None:
         changes["progress_seconds"] = None  # every N steps, not also every 30 s
-    base = TrainConfig.from_dict(state["config"]) if state is not None else PRESETS[args.preset or "tiny"]
+    base = stored_config(state) if state is not None else PRESETS[args.preset or "tiny"]
     if args.bpe_vocab_size is not None and (args.tokenizer or base.tokenizer) != "bpe":
         raise UsageError("--bpe-vocab-size applies to --tokenizer bpe only"
                          + (" (the checkpoint's tokenizer is word level)" if state is not None else ""))
@@ -526,22 +535,12 @@ def _train(args):
     if other_data and not args.allow_other_data:
         raise UsageError(f"--resume: {args.resume} was trained on {_describe_data(state.get('data'))}, not on "
                          f"{_describe_data(identity)}; give the same data (or --allow-other-data)")
+    # The decoders: batched beam search; on CUDA, greedy decoding replayed from CUDA graphs.
     if state is not None:
         trainer = Trainer.from_checkpoint(args.resume, train_pairs, valid_pairs, out_dir=args.out, started=started,
-                                          other_data=other_data, **changes)
+                                          other_data=other_data, decoders=decoders_for, **changes)
     else:
-        trainer = Trainer(config, train_pairs, valid_pairs, out_dir=args.out, started=started)
-    from .inference import decoders_for
-
-    trainer.translate_options = decoders_for(trainer.device)  # batched beam search; on CUDA, CUDA graphs
-    context = trainer.context
-    if context.is_main and not args.quiet:
-        from ..model import count_parameters
-
-        logging.getLogger("solutions.app.trainer").info(
-            "training %s parameters on %d pairs (%s, %d process%s), batches of %d",
-            f"{count_parameters(trainer.model):,}", len(trainer.train_data), trainer.device,
-            context.world_size, "es" if context.world_size > 1 else "", trainer.config.batch_size)
+        trainer = Trainer(config, train_pairs, valid_pairs, out_dir=args.out, decoders=decoders_for, started=started)
     # --max-steps alone: the new total number of steps, not capped by a stored (or preset) epoch count.
     summary = trainer.fit(test_pairs, max_steps=args.max_steps if args.epochs is None else None, data_identity=identity,
                           command="python -m solutions " + " ".join(shlex.quote(a) for a in getattr(args, "argv", [])
@@ -554,8 +553,6 @@ def _train(args):
                   f"{len(trainer.sampler)} steps of the first epoch: best.pt holds the model as it is now "
                   "(give a larger --time-budget for a useful model)")
         print(json.dumps(summary.as_dict()))
-    from .distributed import cleanup_distributed
-
     cleanup_distributed()
     return 0
 
@@ -609,13 +606,9 @@ class _TruncatingTokenizer:
 
 def _load_model(args):
     """``(model, src_tokenizer, tgt_tokenizer, device)`` from ``args.checkpoint`` (a checkpoint or an export)."""
-    from .trainer import model_from_checkpoint, resolve_device
-
     state = _load_checkpoint_for_user("--checkpoint", args.checkpoint)
     device = resolve_device(args.device)
     if args.threads is not None:
-        import torch
-
         torch.set_num_threads(args.threads)
     model, src_tokenizer, tgt_tokenizer, config = model_from_checkpoint(state, device=device)
     # The decoding the run chose (and measured its test score with), unless given.
@@ -631,9 +624,6 @@ def _translate_lines(args, model, src_tokenizer, tgt_tokenizer, device, sentence
 
     ``label`` names a sentence in the warning: "argument", "FILE line", "<stdin> line" ...
     """
-    from ..translation import translate
-    from .inference import decoders_for
-
     limit = model.positional.pe.size(0)  # the longest source the encoder can place
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
     too_long = [i + 1 for i in todo if len(src_tokenizer.encode(sentences[i])) > limit]
@@ -680,9 +670,6 @@ def _translate(args):
 
 
 def _evaluate(args):
-    from .summary import TUTORIAL_METRIC
-    from .trainer import CorpusBLEU
-
     _check_decoding_flags(args)
     pairs, files = _read_corpus("--test", args.test, args.on_bad_line)
     model, src_tokenizer, tgt_tokenizer, device = _load_model(args)
@@ -691,8 +678,6 @@ def _evaluate(args):
     references = [t for _, t in pairs]
     if args.output is not None:
         _write_lines(args.output, hypotheses)
-    from sacrebleu.metrics import BLEU
-
     scorer = CorpusBLEU()
     bleu = scorer(hypotheses, references)
     tutorial = BLEU(lowercase=True, tokenize="13a", force=True).corpus_score(hypotheses, [references]).score
@@ -706,9 +691,6 @@ def _evaluate(args):
 
 
 def _export(args):
-    from ..model import count_parameters
-    from .trainer import export_checkpoint, model_from_checkpoint
-
     state = _load_checkpoint_for_user("CKPT", args.checkpoint)
     if args.format == "ctranslate2":
         return _export_ctranslate2(args, state)
@@ -725,8 +707,6 @@ def _export(args):
 
 
 def _export_ctranslate2(args, state):
-    from .export import ctranslate2_available, export_ctranslate2
-
     if not ctranslate2_available():
         raise UsageError("--format ctranslate2 needs the ctranslate2 package: pip install ctranslate2 "
                          "(or pip install 'transformer-book[ctranslate2]')")
@@ -746,8 +726,6 @@ def _export_ctranslate2(args, state):
 
 
 def _bench(args):
-    from .bench import run_benchmarks
-
     _positive("--threads", args.threads)
     _positive("--sentences", args.sentences)
     if args.checkpoint is not None:
@@ -755,8 +733,6 @@ def _bench(args):
     if args.translation_corpus is not None and not os.path.isfile(args.translation_corpus):
         raise UsageError(f"--translation-corpus: no such file: {args.translation_corpus}")
     if args.profile is not None:
-        from .profiling import format_profile, profile_training_step
-
         result = profile_training_step(args.profile, steps=2 if args.quick else 5, threads=args.threads)
         for line in format_profile(result):
             print(line)
@@ -769,8 +745,6 @@ def _bench(args):
 
 def main(argv=None):
     """Entry point of ``transformer`` and ``python -m solutions``; returns the exit status."""
-    from .trainer import CheckpointError
-
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)

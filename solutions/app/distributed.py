@@ -6,7 +6,7 @@ each. :func:`setup_distributed` reads them and joins the process group (NCCL on
 GPUs, gloo on CPUs); the trainer then wraps the model in
 ``DistributedDataParallel`` (gradients are averaged across processes after every
 backward pass), gives each process its share of every global batch
-(:class:`~solutions.app.data.BucketBatchSampler` with ``num_replicas``/``rank``) and
+(:class:`~solutions.app.batching.BucketBatchSampler` with ``num_replicas``/``rank``) and
 lets only rank 0 log and save checkpoints. A single process without those
 variables runs unchanged.
 

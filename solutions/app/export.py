@@ -30,8 +30,8 @@ import os
 import numpy as np
 
 from ..tokens import EOS_ID, SOS_ID, SPECIALS, UNK_ID
-from .data import BPETokenizer, tokenizer_from_state
-from .trainer import load_checkpoint, model_from_checkpoint
+from .checkpoint import load_checkpoint, model_from_checkpoint
+from .tokenizer import BPETokenizer, tokenizer_from_state
 
 __all__ = ["CTRANSLATE2_TOKENIZER_FILE", "ctranslate2_available", "export_ctranslate2", "CTranslate2Translator"]
 

@@ -3,8 +3,8 @@
 :meth:`~solutions.app.trainer.Trainer.fit` trains, averages, decodes the validation and test
 sets and writes ``history.json``, ``results.json`` (schema 1, the README's "Train on your
 own corpus") and ``test_translations.jsonl`` (every test sentence's greedy and beam
-translation, :func:`write_translations`; results.json names it with its SHA-256) through
-this module, then returns a :class:`RunSummary`, which the CLI prints as one JSON line.
+translation, :func:`write_translations`; results.json names it with its SHA-256) with
+:func:`end_of_run`, then returns a :class:`RunSummary`, which the CLI prints as one JSON line.
 
 Paper: section 6.1 (beam search and BLEU on the test set after training).
 """
@@ -24,7 +24,7 @@ from ..translation import translate
 from .evaluation import CorpusBLEU
 
 __all__ = ["RunSummary", "RESULTS_SCHEMA", "TUTORIAL_METRIC", "LoadSampler", "score_translations",
-           "results_document", "write_translations", "TRANSLATIONS_FILE", "cpu_name"]
+           "results_document", "end_of_run", "write_translations", "TRANSLATIONS_FILE", "cpu_name"]
 
 RESULTS_SCHEMA = 1
 TRANSLATIONS_FILE = "test_translations.jsonl"
@@ -188,6 +188,69 @@ def results_document(trainer, final, finish, test_pairs, wall_seconds, load, com
         results["examples"] = [{"source": s, "reference": t, "hypothesis": h}
                                for (s, t), h in zip(test_pairs[:8], hypotheses[:8])]
     return results
+
+
+def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipped_lines=None):
+    """The end of a run after :meth:`~solutions.app.trainer.Trainer.finish`: the final decoding and the results files.
+
+    The validation pairs are translated greedily and the test pairs with the run's decoding
+    (:meth:`~solutions.app.trainer.Trainer.final_beam_size`), and greedily too (decoded once
+    when the run's decoding is greedy); the test pairs' loss and accuracy are measured.
+    With an ``out_dir`` the trainer's folder gets ``history.json``, ``results.json`` and
+    ``test_translations.jsonl`` (:func:`write_translations`).
+
+    Args:
+        trainer: the :class:`~solutions.app.trainer.Trainer` whose run ends (main process).
+        finish: what :meth:`~solutions.app.trainer.Trainer.finish` returned.
+        test_pairs: the held-out ``(source, target)`` pairs (a list; may be empty).
+        load: the run's :class:`LoadSampler` (stopped here).
+        command, preset, skipped_lines: recorded in ``results.json``.
+
+    Returns:
+        The :class:`RunSummary`.
+    """
+    final = {}
+    # Validation with greedy decoding (as chosen during the run: quick); the test with the run's decoding.
+    # The test set greedily too (the translations file keeps both): decoded once when the run's decoding is greedy.
+    for name, pairs, beam_size in (("valid", trainer.valid_data.pairs, 1),
+                                   ("test", test_pairs, trainer.final_beam_size()), ("test_greedy", test_pairs, 1)):
+        if name == "test_greedy" and final.get("test", {}).get("beam_size") == 1:
+            final[name] = final["test"]
+        elif pairs:
+            final[name] = score_translations(trainer.model, trainer.src_tokenizer, trainer.tgt_tokenizer, pairs,
+                                             beam_size, trainer.config.length_penalty, trainer.device,
+                                             trainer.translate_options)
+    test = {}
+    if test_pairs:
+        test = trainer.evaluate(test_pairs, max_sentences=0)  # loss and accuracy; BLEU with the final decoding
+        test.update(bleu=final["test"]["bleu"], exact_match=final["test"]["exact_match"])
+    signature = trainer.bleu.signature or final.get("test", {}).get("signature")
+    results_path = wall_minutes = best = translations_path = None
+    checkpoint = os.path.join(trainer.out_dir, "checkpoint.pt") if trainer.out_dir is not None else None
+    if trainer.out_dir is not None:
+        best = os.path.join(trainer.out_dir, "best.pt")
+        best = best if os.path.isfile(best) else None
+        write_json(os.path.join(trainer.out_dir, "history.json"),
+                   {"history": trainer.history, "test": test, "data": trainer.data_identity,
+                    "bleu_signature": signature}, indent=1)
+        translations = None
+        if test_pairs:
+            translations_path = os.path.join(trainer.out_dir, TRANSLATIONS_FILE)
+            translations = write_translations(translations_path, test_pairs, final["test_greedy"]["hypotheses"],
+                                              final["test"]["hypotheses"], final["test"]["beam_size"],
+                                              trainer.config.length_penalty)
+        results = results_document(trainer, final, finish, test_pairs, trainer.wall_seconds(), load.stop(),
+                                   command=command, preset=preset, skipped_lines=skipped_lines,
+                                   translations=translations)
+        results_path = os.path.join(trainer.out_dir, "results.json")
+        write_json(results_path, results, indent=1, ensure_ascii=False)
+        wall_minutes = results["wall_minutes"]
+    else:
+        load.stop()
+    return RunSummary(checkpoint=checkpoint, steps=trainer.step, epochs=trainer.epoch, best=best,
+                      best_valid_bleu=trainer.best_bleu, test=test, bleu_signature=signature,
+                      stopped=trainer.stop_reason, results=results_path, wall_minutes=wall_minutes,
+                      translations=translations_path)
 
 
 def write_translations(path, pairs, greedy, beam, beam_size, length_penalty):

@@ -137,7 +137,7 @@ def test_chapter_9_translates_with_its_greedy_decode_stand_in(monkeypatch):
     import solutions
     from autograder.student import standins
     from solutions import translation
-    from solutions.app.data import build_tokenizer
+    from solutions.app.tokenizer import build_tokenizer
 
     pairs = [("the cat sat", "le chat"), ("a dog", "un chien est la"), ("the dog sat on a cat", "le chien")]
     src_tokenizer = build_tokenizer((s for s, _ in pairs), "word")

@@ -39,16 +39,6 @@ RENDER = load_extension("nbgrader_render")
 RICH = ("image/png", "image/svg+xml", "text/html", "application/vnd.jupyter.widget-view+json")
 REMOVED = ("remove-cell", "remove-output")
 
-# Cells left as they are, by chapter and the cell's first line: chapter 9's greedy-
-# decoding demonstration is being rewritten for issue 36 (a stand-in of chapter 10's
-# exercise must not earn its points); it is rewrapped when that change lands. A cell
-# whose first line no longer starts as written here is checked again.
-NOT_YET = {
-    "09_training": ("from solutions.app.data import synthetic_lexicon",
-                    "CHECKPOINT = book_checkpoint()  # runs/book/09_training/checkpoint.pt"),
-}
-
-
 def _chapters():
     return [pytest.param(path, id=path.stem) for path in toc_chapters()]
 
@@ -93,7 +83,7 @@ def _report(path, wide):
 @pytest.mark.parametrize("path", _chapters())
 def test_every_shown_code_line_fits_the_column(path):
     notebook = json.loads(path.read_text(encoding="utf-8"))
-    wide = too_wide(notebook, skip=NOT_YET.get(path.stem, ()))
+    wide = too_wide(notebook, skip=())
     assert not wide, _report(path, wide)
 
 

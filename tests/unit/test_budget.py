@@ -9,9 +9,11 @@ import os
 
 import pytest
 
+from solutions.app.checkpoint import EXPORT_FORMAT, load_checkpoint, model_from_checkpoint
 from solutions.app.cli import UsageError, main, parse_duration
-from solutions.app.trainer import (EXPORT_FORMAT, PRESETS, TimeBudget, Trainer, load_checkpoint, model_from_checkpoint,
-                               warmup_linear_decay)
+from solutions.app.config import PRESETS
+from solutions.app.schedule import TimeBudget, warmup_linear_decay
+from solutions.app.trainer import Trainer
 
 TINY_TSV = os.path.join(os.path.dirname(__file__), "..", "data", "tiny_parallel.tsv")
 
@@ -80,7 +82,7 @@ def test_parse_duration_refuses_what_is_not_a_duration(text):
 
 
 def _pairs():
-    from solutions.app.data import read_parallel
+    from solutions.app.corpus import read_parallel
 
     return read_parallel(TINY_TSV)[0]
 

@@ -120,7 +120,7 @@ TRAIN_FLAGS = ["--preset", "tiny", "--device", "cpu", "--quiet", "--batch-size",
 
 @pytest.fixture(scope="module")
 def splits():
-    from solutions.app.data import make_synthetic_splits
+    from solutions.app.synthetic import make_synthetic_splits
 
     return make_synthetic_splits(40, 6, 6, seed=3)
 
@@ -183,7 +183,7 @@ def file_run(tmp_path_factory, splits):
 
 
 def test_train_valid_test_files_and_best_checkpoint(file_run, capsys):
-    from solutions.app.trainer import load_checkpoint
+    from solutions.app.checkpoint import load_checkpoint
 
     folder, specs = file_run
     state = load_checkpoint(folder / "run" / "checkpoint.pt")
@@ -227,7 +227,7 @@ def test_resume_refuses_missing_or_other_data(file_run, tmp_path, splits, capsys
 
 
 def test_max_steps_and_epochs_on_resume_are_the_new_totals(tmp_path, splits, capsys):
-    from solutions.app.trainer import load_checkpoint
+    from solutions.app.checkpoint import load_checkpoint
 
     corpus = _write_corpus(tmp_path, splits[0], "train")  # 40 pairs: about 4-5 batches of 8 an epoch
     out = tmp_path / "run"
@@ -324,7 +324,7 @@ SIZE_FLAGS = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "24"
 
 def test_model_flags_reach_the_model_and_the_checkpoint(tmp_path, splits, capsys):
     from solutions.model import Transformer, count_parameters
-    from solutions.app.trainer import load_checkpoint, model_from_checkpoint
+    from solutions.app.checkpoint import load_checkpoint, model_from_checkpoint
 
     out = tmp_path / "run"
     flags = ["--train", _write_corpus(tmp_path, splits[0], "train"), "--out", str(out)] + TRAIN_FLAGS
@@ -362,7 +362,7 @@ def test_model_flags_reach_the_model_and_the_checkpoint(tmp_path, splits, capsys
 
 
 def test_shared_vocab_flag_trains_one_bpe_vocabulary_with_tied_embeddings(tmp_path, splits, capsys):
-    from solutions.app.trainer import load_checkpoint, model_from_checkpoint
+    from solutions.app.checkpoint import load_checkpoint, model_from_checkpoint
 
     out = tmp_path / "run"
     assert main(["train", "--train", _write_corpus(tmp_path, splits[0], "train"), "--max-steps", "2",
@@ -427,7 +427,8 @@ def punctuated_run(tmp_path_factory):
     Built with Trainer, as 'train' would, but with a short warm-up (100 steps) that no preset has,
     so that 600 steps (200 epochs) reach 12/12 exact matches with both of ATen's CPU kernel sets (AVX2 and
     AVX-512: their float sums differ, and at 120 epochs the AVX-512 run stopped at 10/12)."""
-    from solutions.app.trainer import PRESETS, Trainer
+    from solutions.app.config import PRESETS
+    from solutions.app.trainer import Trainer
 
     out = tmp_path_factory.mktemp("punctuated")
     config = PRESETS["tiny"].replace(

@@ -1,21 +1,14 @@
-"""Tests of solutions.app.data: the synthetic task, the TSV reader, tokenizers and batching."""
+"""Tests of the application's data: the synthetic task, the corpus reader, tokenizers and batching
+(solutions.app.synthetic, corpus, tokenizer, batching)."""
 from pathlib import Path
 
 import pytest
 import torch
 
-from solutions.app.data import (
-    BPETokenizer,
-    BucketBatchSampler,
-    TranslationDataset,
-    WordTokenizer,
-    collate_batch,
-    make_synthetic_splits,
-    read_tsv,
-    synthetic_lexicon,
-    tokenizer_from_state,
-    translate_synthetic,
-)
+from solutions.app.batching import BucketBatchSampler, TranslationDataset, collate_batch
+from solutions.app.corpus import read_tsv
+from solutions.app.synthetic import make_synthetic_splits, synthetic_lexicon, translate_synthetic
+from solutions.app.tokenizer import BPETokenizer, WordTokenizer, tokenizer_from_state
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "tiny_parallel.tsv"
 
@@ -168,15 +161,15 @@ def test_unshuffled_sampler_keeps_order():
 
 
 def test_module_docstring_examples_are_exact():
-    import solutions.app.data
+    import solutions.app.synthetic
 
     for source in ("the old dog sees a red cat", "two children like the car near the big house"):
         target = translate_synthetic(source)
-        assert f"    {source}\n    → {target}\n" in solutions.app.data.__doc__
+        assert f"    {source}\n    → {target}\n" in solutions.app.synthetic.__doc__
 
 
 def test_read_parallel_names_file_line_and_problem(tmp_path):
-    from solutions.app.data import read_parallel
+    from solutions.app.corpus import read_parallel
 
     cases = {
         "tab inside a field": (b"a b\tc d\nthe\tdog\tsees\tle cane\n", ":2: expected 'source<TAB>target'"),
@@ -203,7 +196,7 @@ def test_read_parallel_names_file_line_and_problem(tmp_path):
 
 
 def test_read_parallel_plain_text_pair(tmp_path):
-    from solutions.app.data import read_parallel
+    from solutions.app.corpus import read_parallel
 
     src, tgt = tmp_path / "train.src", tmp_path / "train.tgt"
     # A BOM, CRLF ends, a line blank on both sides (skipped), '#' kept as text, an empty target.
@@ -225,7 +218,7 @@ def test_read_parallel_plain_text_pair(tmp_path):
 def test_file_sha256_is_the_content_fingerprint(tmp_path):
     import hashlib
 
-    from solutions.app.data import file_sha256
+    from solutions.app.corpus import file_sha256
 
     path = tmp_path / "f.txt"
     path.write_bytes(b"x" * 3_000_001)
@@ -268,7 +261,7 @@ def test_bpe_splits_punctuation_and_decodes_to_the_original_text():
 
 
 def test_bleu_of_a_round_trip_is_100_on_detokenised_text():
-    from solutions.app.trainer import CorpusBLEU
+    from solutions.app.evaluation import CorpusBLEU
 
     tok = BPETokenizer.train(PUNCTUATED * 2, vocab_size=90)
     hypotheses = [tok.decode(tok.encode(sentence)) for sentence in PUNCTUATED]

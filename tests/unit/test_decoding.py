@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from solutions import Transformer, padding_mask
-from solutions.app.data import WordTokenizer
+from solutions.app.tokenizer import WordTokenizer
 from solutions.decoding import beam_search, greedy_decode
 from solutions.translation import translate
 

@@ -6,9 +6,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from solutions.app.data import make_synthetic_splits
+from solutions.app.config import TrainConfig
 from solutions.app.distributed import DistributedContext, cleanup_distributed, setup_distributed
-from solutions.app.trainer import Trainer, TrainConfig
+from solutions.app.synthetic import make_synthetic_splits
+from solutions.app.trainer import Trainer
 from solutions.model import TransformerConfig
 
 

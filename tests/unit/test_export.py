@@ -12,9 +12,11 @@ import os
 import pytest
 import torch
 
+from solutions.app.checkpoint import load_checkpoint, model_from_checkpoint
 from solutions.app.cli import main
-from solutions.app.data import make_synthetic_splits
-from solutions.app.trainer import PRESETS, Trainer, load_checkpoint, model_from_checkpoint
+from solutions.app.config import PRESETS
+from solutions.app.synthetic import make_synthetic_splits
+from solutions.app.trainer import Trainer
 from solutions.translation import translate
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]  # trains two models
@@ -99,8 +101,8 @@ def test_a_directory_without_our_tokenizers_is_refused(tmp_path):
 
 
 def test_without_ctranslate2_the_export_names_the_package(checkpoint, tmp_path, capsys, monkeypatch):
-    import solutions.app.export as export
+    import solutions.app.cli as cli
 
-    monkeypatch.setattr(export, "ctranslate2_available", lambda: False)
+    monkeypatch.setattr(cli, "ctranslate2_available", lambda: False)  # the name the command line asks
     assert main(["export", str(checkpoint), "--format", "ctranslate2", "--output", str(tmp_path / "x")]) == 2
     assert "pip install ctranslate2" in capsys.readouterr().err

@@ -8,9 +8,11 @@ import torch
 from solutions import Transformer, TransformerConfig, padding_mask
 from solutions.app.bench import bench_base_mfu, bench_kv_cache, bench_training_step
 from solutions.app.inference import static_greedy_decode
-from solutions.app.data import make_synthetic_splits
+from solutions.app.synthetic import make_synthetic_splits
 from solutions.decoding import greedy_decode
-from solutions.app.trainer import Trainer, TrainConfig, model_from_checkpoint
+from solutions.app.checkpoint import model_from_checkpoint
+from solutions.app.config import TrainConfig
+from solutions.app.trainer import Trainer
 
 pytestmark = pytest.mark.gpu
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,15 @@ from autograder.fingerprint import imported_names
 
 PACKAGE = Path(__file__).resolve().parents[2] / "solutions"
 
+
+def _application_floors(architecture: Path) -> dict[str, int]:
+    """``{module: floor}`` of the application's table in ARCHITECTURE.md (rows ``| 3 | `checkpoint` | ... |``)."""
+    text = architecture.read_text(encoding="utf-8")
+    table = text.split("<!-- app-modules: begin -->")[1].split("<!-- app-modules: end -->")[0]
+    rows = [re.match(r"\|\s*(\d+)\s*\|\s*`(\w+)`\s*\|", line) for line in table.splitlines()]
+    return {row.group(2): int(row.group(1)) for row in rows if row}
+
+
 #: The chapter each reference module belongs to: the latest chapter whose material it holds.
 CHAPTER = {
     "rnn": 1, "tokens": 2, "embeddings": 2, "positional": 3, "attention": 4, "multihead": 5, "fused": 5,
@@ -24,8 +34,8 @@ CHAPTER = {
     "bleu": 11,
 }
 #: The practitioner's application, ``solutions/app/``: imports the reference, never imported by it.
-APPLICATION = {"data", "evaluation", "summary", "trainer", "distributed", "bench", "profiling", "export", "inference",
-               "cli"}
+#: ``{module: floor}``, read from ARCHITECTURE.md's table (between the ``app-modules`` markers).
+APPLICATION = _application_floors(PACKAGE.parent / "ARCHITECTURE.md")
 #: Top-level modules that are neither reference nor application: ``python -m solutions``'s thin entry.
 ENTRY = {"__main__"}
 #: The one import against the reading order, kept on purpose: chapter 5's MultiHeadAttention
@@ -51,7 +61,9 @@ def test_every_module_has_a_place():
     top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
     assert top == set(CHAPTER) | ENTRY, "a new module of solutions/ needs a chapter (or belongs in solutions/app/)"
     application = {p.stem for p in (PACKAGE / "app").glob("*.py")} - {"__init__"}
-    assert application == APPLICATION, "a new module of solutions/app/ needs a place in APPLICATION"
+    assert application == set(APPLICATION), (
+        f"solutions/app/ and ARCHITECTURE.md's table differ: modules without a row "
+        f"{sorted(application - set(APPLICATION))}, rows without a module {sorted(set(APPLICATION) - application)}")
     subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert subpackages == SUBPACKAGES, "a new subpackage of solutions/ needs a place here"
 
@@ -62,6 +74,9 @@ def test_the_application_imports_the_reference_and_itself_only():
             assert not target.startswith("figures"), f"solutions.app.{module} imports the figures ({target})"
             if target.startswith("app."):
                 assert target.split(".")[1] in APPLICATION, f"solutions.app.{module} imports {target}"
+                assert APPLICATION[target.split(".")[1]] < APPLICATION[module], (
+                    f"solutions.app.{module} (floor {APPLICATION[module]}) imports {target} (floor "
+                    f"{APPLICATION[target.split('.')[1]]}): a module imports only lower floors (ARCHITECTURE.md §5)")
             else:
                 assert target in CHAPTER, f"solutions.app.{module} imports solutions.{target}, which is no reference module"
     assert _imports(PACKAGE / "app" / "__init__.py") == set(), "solutions.app's __init__ imports nothing"

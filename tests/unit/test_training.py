@@ -1,4 +1,5 @@
-"""Tests of solutions.training (chapter 9 objects) and solutions.app.trainer (the loop, checkpoints)."""
+"""Tests of solutions.training (chapter 9 objects) and the application's training (solutions.app.trainer:
+the loop; config, schedule, checkpoint, evaluation)."""
 import dataclasses
 import math
 import random
@@ -9,8 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from solutions.app import trainer as trainer_module
-from solutions.app.data import make_synthetic_splits
-from solutions.app.trainer import PRESETS, CheckpointError, Trainer, TrainConfig, load_checkpoint, model_from_checkpoint
+from solutions.app.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint, stored_config
+from solutions.app.config import PRESETS, TrainConfig
+from solutions.app.synthetic import make_synthetic_splits
+from solutions.app.trainer import Trainer
 from solutions.model import ConfigError, TransformerConfig
 from solutions.training import label_smoothed_cross_entropy, make_decoder_io, noam_lr
 
@@ -178,8 +181,12 @@ def _flat(config):
 def test_a_checkpoint_of_the_old_flat_config_still_loads(splits, tmp_path):
     train, valid, _ = splits
     assert TrainConfig.from_dict(_flat(SMALL)) == SMALL == TrainConfig.from_dict(dataclasses.asdict(SMALL))
-    with pytest.raises(CheckpointError, match="both nested and flat"):
-        TrainConfig.from_dict({**dataclasses.asdict(SMALL), "d_model": 32})
+    mixed = {**dataclasses.asdict(SMALL), "d_model": 32}
+    with pytest.raises(ConfigError, match="both nested and flat") as raised:
+        TrainConfig.from_dict(mixed)
+    assert raised.value.fields == ("d_model",)
+    with pytest.raises(CheckpointError, match="the checkpoint's config: .*both nested and flat"):
+        stored_config({"config": mixed})  # how every reader of a checkpoint sees it
     trainer = Trainer(SMALL, train, valid)
     trainer.train(max_steps=2)
     state = trainer.state_dict()
@@ -275,7 +282,7 @@ def test_a_train_config_accepts_the_edges_that_mean_something():
 def test_corpus_bleu_is_sacrebleu_and_warns_once(caplog):
     import sacrebleu
 
-    from solutions.app.trainer import CorpusBLEU
+    from solutions.app.evaluation import CorpusBLEU
 
     references = [f"the dog number {i} sees the cat." for i in range(120)]
     hypotheses = [f"the dog number {i} sees a cat ." for i in range(120)]  # ends in " .": looks tokenised
@@ -333,7 +340,7 @@ def test_progress_lines_off_a_terminal(splits, caplog):
 
 def test_export_is_smaller_translates_the_same_and_cannot_be_resumed(splits, tmp_path):
     from solutions.translation import translate
-    from solutions.app.trainer import export_checkpoint
+    from solutions.app.checkpoint import export_checkpoint
 
     train, valid, _ = splits
     trainer = Trainer(SMALL, train, valid, out_dir=tmp_path)

@@ -11,10 +11,11 @@ import os
 import pytest
 
 from solutions.app.cli import main
-from solutions.app.data import read_parallel
+from solutions.app.config import PRESETS
+from solutions.app.corpus import read_parallel
 from solutions.app.evaluation import CorpusBLEU
 from solutions.app.summary import TRANSLATIONS_FILE, write_translations
-from solutions.app.trainer import PRESETS, Trainer
+from solutions.app.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import solutions  # noqa: E402
-from solutions.app.data import WordTokenizer  # noqa: E402
+from solutions.app.tokenizer import WordTokenizer  # noqa: E402
 from explorer_helpers import explorer_namespace  # noqa: E402
 
 SOURCES = ["the old dog sees a red cat", "two children like the car near the big house"]
