@@ -181,7 +181,9 @@ def results_document(trainer, final, finish, test_pairs, wall_seconds, load, com
         "time_budget_minutes": round(config.time_budget / 60, 2) if config.time_budget else None,
         "machine": {"cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                     else os.cpu_count(), "threads": torch.get_num_threads(),
-                    "torch": torch.__version__, "python": platform.python_version(), "load": load},
+                    "torch": torch.__version__, "python": platform.python_version(), "load": load,
+                    # what the forward pass ran in: settings.training.bf16 is what was asked for
+                    "autocast": "bfloat16" if trainer.use_bf16 else "float32"},
     }
     if "test" in final:
         hypotheses = final["test"]["hypotheses"]

@@ -15,6 +15,7 @@ from solutions.app.config import PRESETS
 from solutions.app.corpus import read_parallel
 from solutions.app.evaluation import CorpusBLEU
 from solutions.app.summary import TRANSLATIONS_FILE, write_translations
+from solutions.app import trainer as trainer_module
 from solutions.app.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -100,6 +101,21 @@ def test_a_greedy_run_decodes_the_test_set_once_and_time_budget_none_lifts_the_p
     rows = _read_lines(out / TRANSLATIONS_FILE)
     assert [row["greedy"] for row in rows] == [row["beam"] for row in rows]
     assert [(row["source"], row["reference"]) for row in rows] == test_pairs
+
+
+def test_results_say_what_the_forward_pass_ran_in_not_only_what_was_asked(tmp_path, monkeypatch, capsys):
+    """``--bf16`` on a CPU without native bfloat16 is ignored with a warning; results.json
+    keeps the request (settings) and says the run was float32 (machine.autocast)."""
+    monkeypatch.setattr(trainer_module, "cpu_has_bf16", lambda: False)
+    folder, _ = _corpus_dir(tmp_path)
+    out = tmp_path / "run"
+    argv = ["train", "--preset", "tiny", "--data-dir", str(folder), "--max-steps", "2", "--batch-size", "8",
+            "--bf16", "--device", "cpu", "--seed", "1", "--out", str(out)] + TINY_MODEL
+    with pytest.warns(UserWarning, match="bf16=True needs CUDA"):
+        assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["settings"]["training"]["bf16"] is True
+    assert results["machine"]["autocast"] == "float32"
 
 
 def test_time_budget_refuses_what_is_neither_a_duration_nor_none(tmp_path, capsys):
