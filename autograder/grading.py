@@ -814,7 +814,7 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     if remote:
         with ReferenceCalls(remote, references_lib, job_dir.with_name(job_dir.name + "-references"), limits,
                             sandbox) as calls:
-            outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles, calls.child_fds)
+            outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles, calls.hand_over())
     else:
         outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles)
     _collect([g], outcome, limits)

@@ -980,7 +980,7 @@ class ReferenceCalls:
     Use as a context manager around the student's run::
 
         with ReferenceCalls({"softmax"}, lib, job, limits) as calls:
-            run_job(..., reference_fds=calls.child_fds)
+            run_job(..., reference_fds=calls.hand_over())
     """
 
     MAX_CALLS = 20_000
@@ -1017,8 +1017,18 @@ class ReferenceCalls:
         self.relay.start()
         return self
 
+    def hand_over(self) -> tuple[int, int]:
+        """The student's run's ends, given to :func:`run_job`, which closes them.
+
+        After this, :meth:`__exit__` never closes them: closing a descriptor twice can
+        close a file another thread has opened under the same number since (a class graded
+        with ``--jobs`` runs in threads). Ends handed over to a run that never starts stay
+        open until the grader exits (two descriptors)."""
+        fds, self.child_fds = self.child_fds, ()
+        return fds
+
     def __exit__(self, *exc_info) -> None:
-        for fd in self.child_fds:  # when the student's run never started, its ends are still ours
+        for fd in self.child_fds:  # not handed over: the student's run never got them, they are ours
             try:
                 os.close(fd)
             except OSError:
@@ -1043,12 +1053,9 @@ class ReferenceCalls:
                                           result_pipe=False, isolation=self.isolation, script="oracle.py",
                                           reference_fds=fds)
         except Exception as exc:  # noqa: BLE001 - no references: every call is refused, the first grade stands
+            # run_job owns fds (it closes them when it starts the run): closing them here
+            # again could close another thread's file under a reused number.
             log.warning("the references' sandbox of a regrade did not start: %s", exc)
-            for fd in fds:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
         finally:
             try:
                 self.from_worker.close()  # a relay waiting for an answer reads the end

@@ -91,6 +91,11 @@ class ExerciseScore:
     extra_credit: float | None = None
     comment: str = ""  # the grader's comment on the exercise
 
+    def __post_init__(self):
+        # The status is a Status whatever was passed: a word ("partial") is read as one
+        # (a ScoreError names a word that is none), so every view can rely on .value.
+        self.status = _status(self.status)
+
     @classmethod
     def judged(cls, cell: Any, student: str, chapter: str) -> "ExerciseScore":
         """The score of one judged test cell (a :class:`autograder.grading.CellScore`,

@@ -250,8 +250,8 @@ def test_the_setup_cell_names_the_wheel_of_its_chapter(monkeypatch):
     for notebook in sorted(BOOK.glob("[0-9]*/[0-9]*.ipynb")):
         setup = next(c for c in nbformat.read(str(notebook), as_version=4).cells if c.cell_type == "code")
         lines = setup.source.splitlines()
-        guard = lines.index(f'require_chapter("{notebook.stem}")  # the student package installed must be this '
-                            "chapter's")
+        guard = lines.index(f'require_chapter("{notebook.stem}")')
+        assert lines[guard - 1] == "# the student package installed must be this chapter's", notebook.stem
         assert guard < lines.index("import solutions"), f"{notebook.stem}: the guard must come before solutions"
 
 
