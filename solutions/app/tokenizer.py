@@ -12,6 +12,25 @@ from ..tokens import EOS_ID, PAD_ID, SOS_ID, SPECIALS, build_vocab, encode
 __all__ = ["WordTokenizer", "BPETokenizer", "build_tokenizer", "tokenizer_from_state"]
 
 
+
+def content_ids(ids):
+    """The ids a tokenizer decodes: up to the first ``<eos>``, without ``<pad>`` and ``<sos>``.
+
+    Args:
+        ids: token ids (ints or 0-d tensors).
+
+    Returns:
+        A list of ints.
+    """
+    kept = []
+    for index in ids:
+        index = int(index)
+        if index == EOS_ID:
+            break
+        if index not in (PAD_ID, SOS_ID):
+            kept.append(index)
+    return kept
+
 class WordTokenizer:
     """Whitespace tokens to ids with a fixed vocabulary (chapter 2's ``build_vocab``/``encode``).
 
@@ -43,15 +62,7 @@ class WordTokenizer:
         return encode(sentence, self.vocab)
 
     def decode(self, ids):
-        words = []
-        for index in ids:
-            index = int(index)
-            if index == EOS_ID:
-                break
-            if index in (PAD_ID, SOS_ID):
-                continue
-            words.append(self.itos.get(index, "<unk>"))
-        return " ".join(words)
+        return " ".join(self.itos.get(index, "<unk>") for index in content_ids(ids))
 
     def __len__(self):
         return len(self.vocab)
@@ -112,14 +123,7 @@ class BPETokenizer:
         return self.tokenizer.encode(sentence).ids
 
     def decode(self, ids):
-        kept = []
-        for index in ids:
-            index = int(index)
-            if index == EOS_ID:
-                break
-            if index not in (PAD_ID, SOS_ID):
-                kept.append(index)
-        return self.tokenizer.decode(kept, skip_special_tokens=False)
+        return self.tokenizer.decode(content_ids(ids), skip_special_tokens=False)
 
     def __len__(self):
         return self.tokenizer.get_vocab_size()
