@@ -166,15 +166,9 @@ def test_a_long_printed_line_is_found_and_a_picture_is_not():
         (0, len(long_line)), (3, len(long_line) + 5), (3, len(long_line))]
 
 
-# Chapters whose printed lines were measured on an execution and fit. Chapters 1-10
-# have not been measured yet (some print lines wider than the column); a chapter
-# joins this list once its prints are rewrapped and its build passes this test.
-PRINTS_WRAPPED = ("11_real_german",)
-
-
 @pytest.mark.book
 @pytest.mark.slow
-@pytest.mark.parametrize("path", [p for p in _chapters() if p.values[0].stem in PRINTS_WRAPPED])
+@pytest.mark.parametrize("path", _chapters())
 def test_every_printed_line_fits_the_column(built_book, path):
     executed = executed_notebook(path, render_module=RENDER)
     assert executed is not None, (f"{path.relative_to(ROOT)}: the build's jupyter-cache holds no "
