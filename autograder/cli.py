@@ -953,9 +953,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--students", type=int, default=10, help="students in the synthetic class (default 10)")
     p.add_argument("--jobs", type=int, nargs="*", default=None,
                    help="--jobs values to measure (default 1, 2, 4, ... up to every core)")
-    p.add_argument("--shards", type=int, default=2,
+    p.add_argument("--shards", type=int, default=None,
                    help="processes of the sharded run (grade --shard i/N + merge) against one --jobs N run "
-                        "(default 2; 0: none)")
+                        "(default 2, none with --quick; 0: none)")
     p.add_argument("--chapters", nargs="*")
     p.add_argument("--quick", action="store_true", help="tiny run that proves the benchmark works")
     p.set_defaults(func=cmd_bench)
