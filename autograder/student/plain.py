@@ -643,6 +643,7 @@ def _without_code(text: str) -> str:
 def _plain_markdown_preprocessor():
     """The :class:`PlainMarkdown` nbgrader preprocessor class (made on first use, so
     that this module does not import nbgrader)."""
+    # nbgrader and traitlets (heavy) when the preprocessor is first made (docstring)
     from nbgrader.preprocessors import NbGraderPreprocessor
     from traitlets import Unicode
 
