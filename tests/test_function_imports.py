@@ -33,18 +33,19 @@ def _own_line_comments(source: str, comments: set[int]) -> set[int]:
 
 
 def _bodies(tree: ast.AST):
-    """Every statement list inside a function (its body and the bodies of its if/try/with/for)."""
-    for function in ast.walk(tree):
-        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for node in ast.walk(function):
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                statements = getattr(node, field, None)
+    """Every statement list inside a function: its body, and the bodies of its if/for/while/
+    with/try/except/match blocks and of what it defines (one walk of the tree)."""
+    def visit(node: ast.AST, in_function: bool):
+        in_function = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if in_function:
+            for name in ("body", "orelse", "finalbody"):
+                statements = getattr(node, name, None)
                 if isinstance(statements, list) and statements and isinstance(statements[0], ast.stmt):
                     yield statements
-                if field == "handlers" and isinstance(statements, list):
-                    for handler in statements:
-                        yield handler.body
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child, in_function)
+
+    yield from visit(tree, False)
 
 
 def undocumented_function_imports(path: Path, root: Path = ROOT) -> list[str]:
