@@ -237,6 +237,7 @@ class PositionalEncodingCheck(Exercise):
         return None
 
     def diagnose(self, case, got, want):
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
 
         if "buffer_names" in want.probes:  # the structure cases

@@ -101,6 +101,7 @@ def ffn_state(rng, prefix, d_model, d_ff):
 
 
 def _torch_state(state, prefix=""):
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
     return {k[len(prefix):]: torch.from_numpy(np.asarray(v)) for k, v in state.items() if k.startswith(prefix)}
@@ -108,6 +109,7 @@ def _torch_state(state, prefix=""):
 
 def reference_mha(state, prefix, d_model, num_heads):
     """The trusted multi-head attention of chapter 5 with the case's weights."""
+    # the references when a case runs (trusted side only; they import torch)
     import solutions
 
     module = solutions.MultiHeadAttention(d_model, num_heads)
@@ -116,6 +118,7 @@ def reference_mha(state, prefix, d_model, num_heads):
 
 
 def reference_layer_norm(state, prefix, x):
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch.nn.functional as F
 
     w = _torch_state(state, prefix)
@@ -123,6 +126,7 @@ def reference_layer_norm(state, prefix, x):
 
 
 def reference_ffn(state, prefix, x, activation="relu"):
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch.nn.functional as F
 
     w = _torch_state(state, prefix)
@@ -134,6 +138,7 @@ def reference_ffn(state, prefix, x, activation="relu"):
 def encoder_layer_variant(case, *, swap_norms=False, flip_norm_first=False, residual=True, mask="right",
                           norm_residual=False, activation="relu"):
     """A trusted encoder layer computed from the case's state, with switches for the mistakes."""
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
     init, state = case.init, case.state
@@ -368,6 +373,7 @@ class PositionwiseFeedForwardCheck(Exercise):
             "nn.Linear(d_ff, d_model) (keys linear1.weight, linear1.bias, linear2.weight, linear2.bias)."))
 
     def diagnose(self, case, got, want):
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
         import torch.nn.functional as F
 
@@ -387,6 +393,7 @@ class PositionwiseFeedForwardCheck(Exercise):
 
         def after_init():
             torch.manual_seed(case.seed)
+            # the references when a case runs (trusted side only; they import torch)
             import solutions
 
             solutions.PositionwiseFeedForward(case.init["d_model"], case.init["d_ff"])  # same RNG draws
@@ -480,6 +487,7 @@ class ResidualSublayerCheck(Exercise):
             "the only parameters are those of self.norm = nn.LayerNorm(d_model) (keys norm.weight, norm.bias)."))
 
     def diagnose(self, case, got, want):
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
         import torch.nn.functional as F
 

@@ -42,6 +42,7 @@ import warnings
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from ..fused import fuse_attention
@@ -163,8 +164,6 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
         fuse_attention(self.model)  # SDPA with packed projections
         self.train_model = self.model
         if self.context.enabled:
-            from torch.nn.parallel import DistributedDataParallel
-
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DistributedDataParallel(self.model, device_ids=device_ids)
         if use_compile:
