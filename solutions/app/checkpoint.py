@@ -21,8 +21,7 @@ import random
 import numpy as np
 import torch
 
-from ..fused import fuse_attention
-from ..model import ConfigError
+from ..configuration import ConfigError
 from .config import TrainConfig
 from .tokenizer import tokenizer_from_state
 
@@ -99,8 +98,8 @@ def model_from_checkpoint(path_or_state, device="cpu"):
     """Rebuild the trained model and its tokenizers from a checkpoint or an export (for translation).
 
     Returns:
-        ``(model, src_tokenizer, tgt_tokenizer, config)``; the model is in eval mode
-        with the fused attention path on.
+        ``(model, src_tokenizer, tgt_tokenizer, config)``; the model is in eval mode, built
+        as the stored ``config.model`` says (``attention="fused"``, the default: the fast path).
 
     Raises:
         CheckpointError: when the stored weights do not fit the stored config.
@@ -114,7 +113,6 @@ def model_from_checkpoint(path_or_state, device="cpu"):
         model.load_state_dict(state["model"])
     except RuntimeError as error:
         raise CheckpointError(f"the checkpoint's weights do not match its config: {str(error).splitlines()[0]}") from error
-    fuse_attention(model)  # SDPA with packed projections
     return model.to(device).eval(), src_tokenizer, tgt_tokenizer, config
 
 

@@ -33,7 +33,8 @@ import zipfile
 import torch
 from sacrebleu.metrics import BLEU
 
-from ..model import ConfigError, count_parameters
+from ..configuration import ConfigError
+from ..model import count_parameters
 from ..translation import translate
 from .bench import run_benchmarks
 from .checkpoint import EXPORT_FORMAT, CheckpointError, export_checkpoint, load_checkpoint, model_from_checkpoint, \
@@ -470,7 +471,7 @@ def _check_resume_model(args, stored):
 
 
 def _model_error(args, error):
-    """The :class:`~solutions.model.ConfigError` of the model the flags ask for, as a usage
+    """The :class:`~solutions.configuration.ConfigError` of the model the flags ask for, as a usage
     error naming the flags that set the fields at fault (or the preset, or the checkpoint)."""
     typed = {field: flag for field, (flag, _) in _requested_model(args).items()}
     if args.dropout is not None:

@@ -44,7 +44,6 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..fused import fuse_attention
 from ..masking import decoder_mask, padding_mask
 from ..model import count_parameters
 from ..tokens import PAD_ID
@@ -159,8 +158,8 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
             bucket_size=config.bucket_size, num_replicas=self.context.world_size, rank=self.context.rank,
         )
 
+        # config.model.attention chooses the attention class (default "fused": SDPA with packed projections)
         self.model = config.model.build(len(src_tokenizer), len(tgt_tokenizer)).to(self.device)
-        fuse_attention(self.model)  # SDPA with packed projections
         self.train_model = self.model
         if self.context.enabled:
             from torch.nn.parallel import DistributedDataParallel

@@ -14,7 +14,7 @@ from solutions.app.checkpoint import CheckpointError, load_checkpoint, model_fro
 from solutions.app.config import PRESETS, TrainConfig
 from solutions.app.synthetic import make_synthetic_splits
 from solutions.app.trainer import Trainer
-from solutions.model import ConfigError, TransformerConfig
+from solutions.configuration import ConfigError, TransformerConfig
 from solutions.training import label_smoothed_cross_entropy, make_decoder_io, noam_lr
 
 
