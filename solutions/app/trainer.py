@@ -20,7 +20,6 @@ Paper: section 5 (Training) and Table 3 (the base configuration).
 import collections
 import logging
 import math
-import os
 import random
 import sys
 import time

@@ -10,10 +10,12 @@ import os
 import pytest
 
 from solutions.app.checkpoint import EXPORT_FORMAT, load_checkpoint, model_from_checkpoint
-from solutions.app.cli import UsageError, main, parse_duration
+from solutions.app.cli import main
 from solutions.app.config import PRESETS
 from solutions.app.schedule import TimeBudget, warmup_linear_decay
+from solutions.app.train_command import parse_duration
 from solutions.app.trainer import Trainer
+from solutions.app.usage import UsageError
 
 TINY_TSV = os.path.join(os.path.dirname(__file__), "..", "data", "tiny_parallel.tsv")
 
