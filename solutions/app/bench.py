@@ -169,7 +169,8 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
     def ours(fused):
         torch.manual_seed(0)
         # The fast path (SDPA, packed projections), or SDPA alone with chapter 5's separate projections.
-        model = _sizes(d_model, num_heads, num_layers, d_ff, dropout, "fused" if fused else "readable").build(vocab, vocab)
+        attention = "fused" if fused else "readable"
+        model = _sizes(d_model, num_heads, num_layers, d_ff, dropout, attention).build(vocab, vocab)
         return model if fused else model.set_fused(True)
 
     torch.manual_seed(0)

@@ -165,7 +165,8 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
                                           fused=self.device.type == "cuda")
         # LambdaLR counts from 0; the schedules count steps from 1.
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda index: self.plan.learning_rate(index + 1))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
+                                                           lambda index: self.plan.learning_rate(index + 1))
         self.step = 0
         self.epoch = 0
         self.batch_in_epoch = 0

@@ -180,7 +180,8 @@ def test_use_fused_attention_puts_fused_modules_that_hold_the_same_parameters():
     assert all(type(m) is FusedMultiHeadAttention and not m.need_weights for m in fused)  # on the fast path
     assert all(type(m) is MultiHeadAttention for m in readable)  # no live object changed its class
     for old, new in zip(readable, fused):  # the same submodules, so the same parameter tensors
-        assert new is not old and all(getattr(new, n) is getattr(old, n) for n in ("w_q", "w_k", "w_v", "w_o", "dropout"))
+        assert new is not old
+        assert all(getattr(new, n) is getattr(old, n) for n in ("w_q", "w_k", "w_v", "w_o", "dropout"))
     after = model.state_dict()
     assert list(after) == list(before) and all(torch.equal(after[k], before[k]) for k in before)
     assert {id(p) for group in optimizer.param_groups for p in group["params"]} == {id(p) for p in model.parameters()}
