@@ -6,12 +6,12 @@ module, apart from the chapter 7 building blocks in ``layers.py``, so that gradi
 chapter 8 can withhold this answer while chapter 7's stay importable.
 
 The layers build chapter 5's :class:`~solutions.multihead.MultiHeadAttention`, as the
-book's notebooks do. The trainer and the benchmarks call
-``solutions.fused.fuse_attention(model)``, the one switch of the fast path, which turns
-each of them into a :class:`~solutions.fused.FusedMultiHeadAttention` on its
-``scaled_dot_product_attention`` path (the same parameters, the class visibly changed):
-the self-attention ``Q, K, V`` come from one matrix product and the cross-attention
-``K, V`` from one.
+book's notebooks do. A model built by ``TransformerConfig(attention="fused").build(...)``
+(the one switch of the fast path, :mod:`solutions.configuration`; the trainer and the
+benchmarks build that way) holds a :class:`~solutions.fused.FusedMultiHeadAttention` in
+their place, with the same parameters, on its ``scaled_dot_product_attention`` path: the
+self-attention ``Q, K, V`` come from one matrix product and the cross-attention ``K, V``
+from one.
 """
 from torch import nn
 
