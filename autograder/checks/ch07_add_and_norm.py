@@ -16,8 +16,10 @@ belongs to one, so that a mistake costs the part it is about: a ``layer_norm`` c
 accepts every way of breaking the rules of the *other* parts (the unbiased variance,
 ε added to the standard deviation, γ and β swapped: :meth:`LayerNorm.tolerated`), so
 the unbiased variance costs the normalisation part alone and ε's placement the ε part
-alone; the class checks keep post-norm, pre-norm, masks and dropout in separate cases. ``layer_norm``'s shape-mismatch case is advice:
-the contract names no error for it. ``EncoderLayer`` may build on the student's
+alone; the feed-forward's dropout cases accept another activation (GELU, none:
+:meth:`PositionwiseFeedForwardCheck.tolerated`), so a forgotten ReLU costs the first
+part alone; the class checks keep post-norm, pre-norm, masks and dropout in separate
+cases. ``layer_norm``'s shape-mismatch case is advice: the contract names no error for it. ``EncoderLayer`` may build on the student's
 ``PositionwiseFeedForward`` (and ``ResidualSublayer``): ``uses`` lets a wrong one be
 replaced by its reference (one mistake charged once).
 """
@@ -129,6 +131,37 @@ def reference_ffn(state, prefix, x, activation="relu"):
     act = {"relu": F.relu, "gelu": F.gelu, "none": lambda t: t}[activation]
     h = act(x @ w["linear1.weight"].T + w["linear1.bias"])
     return h @ w["linear2.weight"].T + w["linear2.bias"]
+
+
+# The activation rules of the feed-forward's first part, as the ways it can be broken
+# (:meth:`PositionwiseFeedForwardCheck.tolerated`): GELU, no activation, a ReLU after
+# linear2 too. The dropout part's cases accept each, so a missing ReLU costs the
+# feed-forward part alone.
+_FFN_ACTIVATIONS = ("gelu", "none", "relu_after_too")
+
+
+def ffn_activation_variant(state, x, d_model, d_ff, dropout, train, seed, activation):
+    """The feed-forward of the case's state with the activation ``activation`` (one of
+    :data:`_FFN_ACTIVATIONS`) and the reference's dropout: after the activation, drawn as
+    the module's would be (``seed``, then the construction's draws), in training only.
+
+    Returns a float32 array of ``x``'s shape."""
+    import torch
+    import torch.nn.functional as F
+
+    import solutions
+
+    w = _torch_state(state)
+    x = torch.from_numpy(np.asarray(x, dtype=np.float32))
+    torch.manual_seed(seed)
+    solutions.PositionwiseFeedForward(d_model, d_ff)  # the construction's draws, as in the runner
+    with torch.no_grad():
+        h = x @ w["linear1.weight"].T + w["linear1.bias"]
+        h = {"gelu": F.gelu, "none": lambda t: t, "relu_after_too": F.relu}[activation](h)
+        if train and dropout > 0:
+            h = F.dropout(h, dropout)
+        out = h @ w["linear2.weight"].T + w["linear2.bias"]
+        return (F.relu(out) if activation == "relu_after_too" else out).numpy()
 
 
 def encoder_layer_variant(case, *, swap_norms=False, flip_norm_first=False, residual=True, mask="right",
@@ -361,6 +394,19 @@ class PositionwiseFeedForwardCheck(Exercise):
         cases.append(_ffn_case(rng, 3, 4, 6, 24, dropout=p, train=True, part=dropout,
                                label=f"train mode, dropout={p}: one dropout after the ReLU"))
         return cases
+
+    def tolerated(self, case, want):
+        """The dropout part's cases accept the feed-forward with another activation (GELU,
+        none, a ReLU after linear2 too): the activation is the rule of the first part,
+        which states it, so a forgotten ReLU is not charged again to the dropout."""
+        w = _array(want.value)
+        if self.part_of(case) != list(self.parts)[1] or w is None or case.expect_error or not case.args:
+            return []
+        init = case.init
+        return [dataclasses.replace(want, value=Tensor(ffn_activation_variant(
+                    case.state, _array(case.args[0]), init["d_model"], init["d_ff"], init.get("dropout", 0.0),
+                    bool(case.train), case.seed, activation).astype(w.dtype)))
+                for activation in _FFN_ACTIVATIONS]
 
     def raised_hint(self, case, got):
         return load_state_hint(case, got, (

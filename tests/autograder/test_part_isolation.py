@@ -302,6 +302,23 @@ class FeedForwardDropoutAlwaysOn(solutions.PositionwiseFeedForward):
         return self.linear2(torch.nn.functional.dropout(torch.relu(self.linear1(x)), p, training=True))
 
 
+# The ReLU forgotten, as a notebook cell (the sandboxed rounds) and a class: the dropout
+# part's cases hold the activation fixed, so only the first part is lost.
+FFN_WITHOUT_RELU = '''
+class PositionwiseFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(self.linear1(x)))  # the ReLU forgotten
+'''
+FeedForwardWithoutReLU = notebook_namespace({"nn": nn, "torch": torch}, FFN_WITHOUT_RELU)["PositionwiseFeedForward"]
+FeedForwardWithoutReLU.cell, FeedForwardWithoutReLU.label = FFN_WITHOUT_RELU, "FeedForwardWithoutReLU"
+
+
 class ResidualDropoutAfterTheSum(solutions.ResidualSublayer):
     """Dropout on the residual sum instead of on the sub-layer's output."""
 
@@ -540,6 +557,7 @@ BROKEN = [
     ("count_parameters", 1, count_parameters_with_frozen, "count the tensors of model.parameters()"),
     ("self_attention", 1, self_attention_plain_transpose, "leading batch axes"),
     ("PositionwiseFeedForward", 1, FeedForwardDropoutAlwaysOn, "dropout is on in eval mode"),
+    ("PositionwiseFeedForward", 0, FeedForwardWithoutReLU, "the ReLU between the two linear layers is missing"),
     ("ResidualSublayer", 2, ResidualDropoutAfterTheSum, "dropout goes on the sub-layer's output only"),
     ("EncoderLayer", 2, EncoderLayerWithoutMask, "the src_mask was ignored"),
     ("hidden_state_jacobian_norms", 2, jacobian_norms_reversed_product, "multiplied in the wrong order"),
