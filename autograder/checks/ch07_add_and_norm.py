@@ -19,9 +19,10 @@ the unbiased variance costs the normalisation part alone and ε's placement the 
 alone; the feed-forward's dropout cases accept another activation (GELU, none:
 :meth:`PositionwiseFeedForwardCheck.tolerated`), so a forgotten ReLU costs the first
 part alone; the class checks keep post-norm, pre-norm, masks and dropout in separate
-cases. ``layer_norm``'s shape-mismatch case is advice: the contract names no error for it. ``EncoderLayer`` may build on the student's
-``PositionwiseFeedForward`` (and ``ResidualSublayer``): ``uses`` lets a wrong one be
-replaced by its reference (one mistake charged once).
+cases. ``layer_norm``'s shape-mismatch case is advice: the contract names no error for
+it. ``EncoderLayer`` may build on the student's ``PositionwiseFeedForward`` (and
+``ResidualSublayer``): ``uses`` lets a wrong one be replaced by its reference (one
+mistake charged once).
 """
 from __future__ import annotations
 
