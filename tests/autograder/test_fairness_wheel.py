@@ -1,12 +1,15 @@
 """A student's unfinished or wrong notebook scores the same, part by part, in the
 student package's ``check`` and in the grade (issue 38).
 
-Two notebooks a class hands in, as students write them into the released notebook:
+Three notebooks a class hands in, as students write them into the released notebook:
 
 * chapter 9 half done: 9.1 blank, ``noam_lr`` with the warm-up exponent -0.5, 9.3
   written, 9.4 blank;
 * chapter 7 with one wrong answer: ``layer_norm`` with the unbiased variance, the rest
-  right.
+  right;
+* chapter 4 from an earlier release (its setup cell imports a module that has moved
+  since, a locked cell's points edited) with one wrong answer: ``self_attention`` with
+  ``k.T``, right for 2-D inputs only.
 
 Each is checked from the released wheel in a fresh environment (``python -m autograder
 check``, and the JSON rows of the same run), and graded by ``grade_submission`` in the
@@ -38,10 +41,18 @@ from test_part_isolation import BROKEN, LAYER_NORM_UNBIASED, NOAM_WARMUP_HALF, p
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 
+SELF_ATTENTION_2D_ONLY = '''
+def self_attention(x, W_q, W_k, W_v):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v
+    weights = softmax(q @ k.T / np.sqrt(q.shape[-1]), axis=-1)  # k.T: right for a 2-D x only
+    return weights @ v, weights
+'''
+
 # chapter -> {exercise: its cell's source, or None for the released stub left as it is}
 NOTEBOOKS = {
     "09_training": {"make_decoder_io": None, "noam_lr": NOAM_WARMUP_HALF, "label_smoothing_floor": None},
     "07_add_and_norm": {"layer_norm": LAYER_NORM_UNBIASED},
+    "04_self_attention": {"self_attention": SELF_ATTENTION_2D_ONLY},
 }
 # what the grade must give (written down before grading): exercise -> parts lost (indices)
 FAIR = {
@@ -49,7 +60,22 @@ FAIR = {
                     "label_smoothing_floor": "all"},
     "07_add_and_norm": {"layer_norm": {0}, "PositionwiseFeedForward": set(), "ResidualSublayer": set(),
                         "EncoderLayer": set()},
+    "04_self_attention": {"softmax": set(), "scaled_dot_product_attention": set(), "self_attention": {1}},
 }
+# Notebooks handed out by an earlier release: the setup cell imports a module since moved
+# and a locked test cell's points were edited. ``check`` runs the wheel's own copy of the
+# released locked cells, as grading restores them, so it scores the notebook as the grade.
+EARLIER_RELEASE = {"04_self_attention"}
+
+
+def as_from_an_earlier_release(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """``nb`` with last release's setup cell (``import solutions.data``, a module that has
+    moved to ``solutions.app.data``) and 99 points on its first test cell."""
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    code[0].source = "import solutions.data  # last release's module, moved since\n" + code[0].source
+    test_cell = next(c for c in code if nbgrader_meta(c).get("grade") and not nbgrader_meta(c).get("solution"))
+    test_cell.metadata["nbgrader"]["points"] = 99
+    return nb
 
 
 def student_notebook(released: Path, cells: dict) -> nbformat.NotebookNode:
@@ -138,7 +164,8 @@ def assert_check_and_grade_agree(chapter, released, python, work, env):
     """``NOTEBOOKS[chapter]`` checked from the wheel and graded: the same parts and points
     per exercise, at the fair score of ``FAIR``."""
     path = work / f"{chapter} (1).ipynb"
-    nbformat.write(student_notebook(released, NOTEBOOKS[chapter]), str(path))
+    nb = student_notebook(released, NOTEBOOKS[chapter])
+    nbformat.write(as_from_an_earlier_release(nb) if chapter in EARLIER_RELEASE else nb, str(path))
     proc = subprocess.run([str(python), "-m", "autograder", "check", path.name], cwd=work, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # not every visible check passes
@@ -163,6 +190,7 @@ def assert_check_and_grade_agree(chapter, released, python, work, env):
         assert len(fair) < len(everything)
         if fair:  # what ``check`` prints: the same parts, earned and lost
             assert f"{name}: {local[name]['parts_line']}" in proc.stdout, proc.stdout
+    assert "/99" not in proc.stdout and "ModuleNotFoundError" not in proc.stdout, proc.stdout
 
 
 @pytest.mark.slow
