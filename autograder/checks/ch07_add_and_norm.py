@@ -204,6 +204,10 @@ def _ln_variant(x, gamma, beta, eps, *, ddof=0, eps_outside=False, axis=-1, affi
         return z * beta + gamma
     if affine == "none":
         return z
+    if affine == "scale_only":
+        return z * gamma
+    if affine == "shift_only":
+        return z + beta
     return z * gamma + beta
 
 
@@ -211,13 +215,14 @@ def _ln_variant(x, gamma, beta, eps, *, ddof=0, eps_outside=False, axis=-1, affi
 # (the normalisation part), where ε goes (the ε part), how γ and β are applied (the
 # γ and β part). A case of one part accepts every way of breaking the *other* parts'
 # rules (:meth:`LayerNorm.tolerated`): an answer with the unbiased variance keeps the
-# γ and β, ε and shape parts; one with ε added to the standard deviation keeps the
+# γ and β, ε and shape parts; one that forgets β (or γ) keeps every part but γ and β's; one with ε added to the standard deviation keeps the
 # normalisation, γ and β and shape parts (the ~1e-5 that ε makes at variance 1 is
 # not charged to them).
 _LN_RULES = {
     "variance": [dict(ddof=0), dict(ddof=1)],
     "eps": [dict(eps_rule="inside"), dict(eps_rule="outside"), dict(eps_rule="missing"), dict(eps_rule="fixed")],
-    "affine": [dict(affine="right"), dict(affine="swapped"), dict(affine="none")],
+    "affine": [dict(affine="right"), dict(affine="swapped"), dict(affine="none"), dict(affine="scale_only"),
+               dict(affine="shift_only")],
 }
 
 
@@ -332,6 +337,10 @@ class LayerNorm(Exercise):
              _ln_variant(x, gamma, beta, eps, affine="swapped")),
             ("gamma and beta are not applied: multiply by gamma, then add beta.",
              _ln_variant(x, gamma, beta, eps, affine="none")),
+            ("beta is not added: the result is normalised * gamma + beta.",
+             _ln_variant(x, gamma, beta, eps, affine="scale_only")),
+            ("gamma is not applied: the result is normalised * gamma + beta.",
+             _ln_variant(x, gamma, beta, eps, affine="shift_only")),
         ]
         if x.ndim >= 2:
             try:

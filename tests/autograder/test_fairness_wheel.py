@@ -112,7 +112,7 @@ def lost_indices(name: str, earned: dict[str, bool]) -> set[int]:
 WHEEL_ROWS = {
     "07_add_and_norm": [("layer_norm", "layer_norm_unbiased"), ("layer_norm", "layer_norm_eps_on_std"),
                         ("layer_norm", "layer_norm_gamma_beta_swapped"),
-                        ("PositionwiseFeedForward", "FeedForwardWithoutReLU")],
+                        ("layer_norm", "layer_norm_without_beta"), ("PositionwiseFeedForward", "FeedForwardWithoutReLU")],
     "09_training": [("noam_lr", "noam_warmup_exponent_half"), ("noam_lr", "noam_warmup_branch_only")],
     "03_positional_encoding": [("relative_position_matrix", "relative_position_minus_k")],
 }

@@ -219,6 +219,15 @@ def sinusoidal_without_odd_check(max_len, d_model):
     return pe
 
 
+def sinusoidal_sin_cos_swapped(max_len, d_model):
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    angle = np.arange(max_len)[:, None] / 10000 ** (np.arange(0, d_model, 2) / d_model)
+    pe = np.zeros((max_len, d_model))
+    pe[:, 0::2], pe[:, 1::2] = np.cos(angle), np.sin(angle)  # cos on the even columns
+    return pe
+
+
 class PositionalEncodingWithoutLengthCheck(solutions.PositionalEncoding):
     def forward(self, x):
         return self.dropout(x + self.pe[: x.size(1)])
@@ -404,6 +413,11 @@ def layer_norm_gamma_beta_swapped(x, gamma, beta, eps=1e-5):
     return solutions.layer_norm(x, beta, gamma, eps)
 
 
+def layer_norm_without_beta(x, gamma, beta, eps=1e-5):
+    mean = x.mean(axis=-1, keepdims=True)
+    return gamma * (x - mean) / np.sqrt(x.var(axis=-1, keepdims=True) + eps)  # β forgotten
+
+
 def layer_norm_axis_one(x, gamma, beta, eps=1e-5):
     """Written for matrices: axis=1 is the last axis of a (T, d) input only."""
     mean = x.mean(axis=1, keepdims=True)
@@ -530,6 +544,7 @@ BROKEN = [
     ("bpe_tokenize", 1, bpe_first_occurrence_only, "to every occurrence in the word"),
     ("bpe_tokenize", 2, bpe_string_replace, "string replacement merges across symbol boundaries"),
     ("sinusoidal_positional_encoding", 3, sinusoidal_without_odd_check, "check d_model % 2"),
+    ("sinusoidal_positional_encoding", 1, sinusoidal_sin_cos_swapped, "sin and cos are swapped"),
     ("PositionalEncoding", 3, PositionalEncodingWithoutLengthCheck, "compare x.size(1) with the table's length"),
     ("scaled_dot_product_attention", 2, sdpa_naive_softmax, "subtract each row's maximum"),
     ("scaled_dot_product_attention", 1, sdpa_plain_transpose, "leading batch axes"),
@@ -540,6 +555,7 @@ BROKEN = [
     ("layer_norm", 0, layer_norm_unbiased, "you used the unbiased variance"),
     ("layer_norm", 1, layer_norm_gamma_beta_swapped, "gamma and beta are swapped"),
     ("layer_norm", 3, layer_norm_axis_one, "you normalised over axis 1"),
+    ("layer_norm", 1, layer_norm_without_beta, "beta is not added"),
     ("relative_position_matrix", 0, relative_position_minus_k, "it rotates by -k"),
     ("noam_lr", 0, noam_warmup_exponent_half, "not warmup_steps**-0.5"),
     ("noam_lr", 1, noam_warmup_branch_only, "the smaller of step**-0.5 and"),
