@@ -18,8 +18,9 @@ accepts every way of breaking the rules of the *other* parts (the unbiased varia
 the unbiased variance costs the normalisation part alone and ε's placement the ε part
 alone; the feed-forward's dropout cases accept another activation (GELU, none:
 :meth:`PositionwiseFeedForwardCheck.tolerated`), so a forgotten ReLU costs the first
-part alone; the class checks keep post-norm, pre-norm, masks and dropout in separate
-cases. ``layer_norm``'s shape-mismatch case is advice: the contract names no error for
+part alone, and ``ResidualSublayer``'s dropout cases accept a broken post-norm formula
+(:meth:`ResidualSublayerCheck.tolerated`); the class checks keep post-norm, pre-norm,
+masks and dropout in separate cases. ``layer_norm``'s shape-mismatch case is advice: the contract names no error for
 it. ``EncoderLayer`` may build on the student's ``PositionwiseFeedForward`` (and
 ``ResidualSublayer``): ``uses`` lets a wrong one be replaced by its reference (one
 mistake charged once).
@@ -488,6 +489,42 @@ def _residual_case(rng, batch, length, d_model, *, norm_first, label, part, drop
                 probes=("state_dict_keys", "type:norm"), label=label, part=part, rtol=1e-4, atol=1e-5)
 
 
+# The post-norm part's rule broken the ways a student breaks it (pre-norm's formula, no
+# residual, no norm): the dropout part's cases (post-norm, train mode) accept each
+# (:meth:`ResidualSublayerCheck.tolerated`), so such a mistake costs the post-norm part
+# alone.
+_POST_NORM_FORMS = ("pre_norm", "no_residual", "no_norm")
+
+
+def residual_form_variant(state, sublayer_state, x, d_model, dropout, train, seed, form):
+    """The sub-layer wrapper of the case's state in the form ``form`` (one of
+    :data:`_POST_NORM_FORMS`), its dropout on the sub-layer's output drawn as the
+    module's would be (``seed``, then the sub-layer's construction), in training only.
+
+    Returns a float32 array of ``x``'s shape."""
+    import torch
+    import torch.nn.functional as F
+
+    lin = _torch_state(sublayer_state)
+    x = torch.from_numpy(np.asarray(x, dtype=np.float32))
+
+    def sub(t):
+        return t @ lin["weight"].T + lin["bias"]
+
+    def drop(t):
+        if not (train and dropout > 0):
+            return t
+        torch.manual_seed(seed)
+        torch.nn.Linear(d_model, d_model)  # the sub-layer's construction draws, as in the runner
+        return F.dropout(t, dropout)
+
+    with torch.no_grad():
+        norm = functools.partial(reference_layer_norm, state, "norm.")
+        out = {"pre_norm": lambda: x + drop(sub(norm(x))), "no_residual": lambda: norm(drop(sub(x))),
+               "no_norm": lambda: x + drop(sub(x))}[form]()
+        return out.numpy()
+
+
 @register
 class ResidualSublayerCheck(Exercise):
     """``ResidualSublayer(d_model, dropout=0.0, norm_first=False)``: Add & Norm around a sub-layer."""
@@ -530,6 +567,19 @@ class ResidualSublayerCheck(Exercise):
         cases.append(_residual_case(rng, 3, 4, 6, norm_first=False, dropout=p, train=True, part=dropout,
                                     label=f"train mode, dropout={p} on the sub-layer's output, post-norm"))
         return cases
+
+    def tolerated(self, case, want):
+        """The dropout part's cases (post-norm, train mode) accept the post-norm formula
+        broken (pre-norm's formula, no residual, no norm): the post-norm part states it, so
+        such a mistake is not charged again to the dropout."""
+        w = _array(want.value)
+        if self.part_of(case) != list(self.parts)[2] or w is None or case.expect_error or len(case.args) < 2:
+            return []
+        init = case.init
+        return [dataclasses.replace(want, value=Tensor(residual_form_variant(
+                    case.state, case.args[1].state, _array(case.args[0]), init["d_model"], init.get("dropout", 0.0),
+                    bool(case.train), case.seed, form).astype(w.dtype)))
+                for form in _POST_NORM_FORMS]
 
     def raised_hint(self, case, got):
         return load_state_hint(case, got, (
