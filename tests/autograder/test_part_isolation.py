@@ -624,6 +624,23 @@ def test_breaking_one_rule_loses_only_its_part(name, index, answer, mistake):
     assert not [w for w in not_said if w in text], f"the student package's check says {not_said}\n{text}"
 
 
+def noam_over_d_model(step, d_model, warmup_steps, factor=1.0):
+    if step < 1:
+        raise ValueError("step must be >= 1")
+    return factor / d_model * min(step ** -0.5, step * warmup_steps ** -1.5)  # 1/d_model, not d_model**-0.5
+
+
+def test_a_rule_two_parts_state_costs_those_two_and_no_more():
+    """d_model**-0.5 is in the rule of both branches' parts ("warm-up: d_model^-0.5 · …",
+    "after warm-up: d_model^-0.5 · …"): 1/d_model loses those two; the factor part's
+    cases accept it (the factor still doubles the rate) and the named error is kept."""
+    want = {part("noam_lr", 0), part("noam_lr", 1)}
+    for hidden, seed in [(False, None)] + [(True, s) for s in HIDDEN_SEEDS]:
+        lost, text = lost_parts("noam_lr", noam_over_d_model, hidden, seed)
+        assert lost == want, text
+        assert "not 1/d_model" in text, text
+
+
 def test_masked_softmax_without_mask_none_loses_no_part_and_gets_advice():
     for hidden, seed in [(False, None)] + [(True, s) for s in HIDDEN_SEEDS]:
         report = check_report("masked_softmax", masked_softmax_without_none, hidden=hidden, seed=seed)
