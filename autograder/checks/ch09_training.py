@@ -399,6 +399,22 @@ class LabelSmoothedCrossEntropy(Exercise):
                                 label="gradients of the smoothed loss (smoothing 0.2)"))
         return cases
 
+    def tolerated(self, case, want):
+        """The cases of every part but the mean's accept the loss divided by all positions,
+        pads included (the sum over the non-pad tokens / B·T), with its gradient: which
+        positions the mean counts is the rule of "mean cross-entropy over the non-pad
+        tokens", which states it, so that mistake is not charged again to the smoothing,
+        the pad_id argument or the gradient."""
+        w = _array(want.value)
+        if self.part_of(case) == list(self.parts)[0] or w is None or case.expect_error or len(case.args) < 2:
+            return []
+        labels = _array(case.args[1])
+        ratio = float((labels != case.kwargs.get("pad_id", 0)).sum()) / labels.size
+        if ratio == 1.0:
+            return []
+        grads = {k: Tensor((_array(v) * ratio).astype(_array(v).dtype)) for k, v in want.grads.items()}
+        return [dataclasses.replace(want, value=Tensor(np.asarray(w * ratio, dtype=w.dtype)), grads=grads)]
+
     def diagnose(self, case, got, want):
         import torch
 

@@ -263,6 +263,13 @@ def label_smoothing_default_pad(logits, labels, smoothing=0.1, pad_id=0):
     return solutions.label_smoothed_cross_entropy(logits, labels, smoothing, 0)
 
 
+def label_smoothing_mean_over_all_positions(logits, labels, smoothing=0.1, pad_id=0):
+    V = logits.size(-1)
+    per_token = torch.nn.functional.cross_entropy(logits.reshape(-1, V), labels.reshape(-1),
+                                                  label_smoothing=smoothing, ignore_index=pad_id, reduction="none")
+    return per_token.sum() / labels.numel()  # the pads count in the denominator
+
+
 def label_smoothing_ignored(logits, labels, smoothing=0.1, pad_id=0):
     return solutions.label_smoothed_cross_entropy(logits, labels, 0.0, pad_id)
 
@@ -572,6 +579,7 @@ BROKEN = [
     ("MultiHeadAttention", 2, MultiHeadAttentionInvertedMask, "mask polarity inverted"),
     ("label_smoothed_cross_entropy", 2, label_smoothing_default_pad, "use the pad_id argument"),
     ("label_smoothed_cross_entropy", 1, label_smoothing_ignored, "the smoothing is missing"),
+    ("label_smoothed_cross_entropy", 0, label_smoothing_mean_over_all_positions, "pads are counted in the mean"),
     ("label_smoothing_floor", 0, floor_of_the_label_term, "not the label's term alone"),
     ("label_smoothing_floor", 1, margin_without_the_labels_share, "its target is 1 - ε + ε / V"),
     ("label_smoothing_floor", 2, floor_nan_at_zero, "0 · log 0 is 0"),
