@@ -74,33 +74,17 @@ def noam_lr(step, d_model, warmup_steps, factor=1.0):
     return factor * d_model ** -0.5 * step * warmup_steps ** -1.5
 '''
 
-MHA_MINUS_INF = '''
-class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model, num_heads, dropout=0.0):
-        super().__init__()
-        self.num_heads = num_heads
-        self.w_q, self.w_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-        self.w_v, self.w_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.attn_weights = None
-
-    def forward(self, query, key, value, mask=None):
-        q = split_heads(self.w_q(query), self.num_heads)
-        k = split_heads(self.w_k(key), self.num_heads)
-        v = split_heads(self.w_v(value), self.num_heads)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        self.attn_weights = torch.softmax(scores, dim=-1)
-        return self.w_o(merge_heads(self.dropout(self.attn_weights) @ v))
-'''
+MHA_MINUS_INF = MHA_CALLING_HEADS.replace(
+    "        self.attn_weights = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask)\n",
+    "        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
+    "        if mask is not None:\n"
+    '            scores = scores.masked_fill(~mask, float("-inf"))\n'
+    "        self.attn_weights = torch.softmax(scores, dim=-1)\n")
 
 # True = blocked (torch.nn.MultiheadAttention's convention): NaN rows where every key is allowed.
 MHA_INVERTED_MASK = MHA_MINUS_INF.replace("masked_fill(~mask,", "masked_fill(mask,")
 
-MHA_TRANPOSE = MHA_MINUS_INF.replace("k.transpose(-2, -1)", "k.tranpose(-2, -1)").replace(
-    'scores.masked_fill(~mask, float("-inf"))', "scores.masked_fill(~mask, torch.finfo(scores.dtype).min)").replace(
-    "torch.softmax(scores, dim=-1)", "masked_softmax(scores, mask)")
+MHA_TRANPOSE = MHA_CALLING_HEADS.replace("k.transpose(-2, -1)", "k.tranpose(-2, -1)")
 
 # torch.wher in the mask's branch only: the cases without a mask never reach it.
 MHA_WHER = MHA_MINUS_INF.replace(
@@ -117,7 +101,7 @@ def split_heads(x, num_heads):
 
 MHA_CALLING_HEADS_TYPO = MHA_CALLING_HEADS.replace("self.dropout(self.attn", "self.dropuot(self.attn")
 
-assert MHA_INVERTED_MASK.count("masked_fill(mask,") == 1
+assert "-inf" in MHA_MINUS_INF and MHA_INVERTED_MASK.count("masked_fill(mask,") == 1
 for _variant in (MHA_TRANPOSE, MHA_WHER, MHA_CALLING_HEADS_TYPO):
     assert _variant.count("tranpose") + _variant.count("wher(") + _variant.count("dropuot") == 1, _variant
 

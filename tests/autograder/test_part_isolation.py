@@ -318,19 +318,23 @@ class FeedForwardDropoutAlwaysOn(solutions.PositionwiseFeedForward):
         return self.linear2(torch.nn.functional.dropout(torch.relu(self.linear1(x)), p, training=True))
 
 
-# The ReLU forgotten, as a notebook cell (the sandboxed rounds) and a class: the dropout
-# part's cases hold the activation fixed, so only the first part is lost.
-FFN_WITHOUT_RELU = '''
+# Two mistakes in the feed-forward, as notebook cells: the dropout forgotten, and (the
+# sandboxed rounds, a class of BROKEN) the ReLU forgotten, which the dropout part's cases
+# hold fixed, so only the first part is lost.
+FFN_WITHOUT_DROPOUT = '''
 class PositionwiseFeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
-        return self.linear2(self.dropout(self.linear1(x)))  # the ReLU forgotten
+        return self.linear2(torch.relu(self.linear1(x)))  # dropout forgotten
 '''
+
+FFN_WITHOUT_RELU = FFN_WITHOUT_DROPOUT.replace("self.linear2(torch.relu(self.linear1(x)))  # dropout forgotten",
+                                               "self.linear2(self.dropout(self.linear1(x)))  # the ReLU forgotten")
+assert FFN_WITHOUT_RELU != FFN_WITHOUT_DROPOUT
 FeedForwardWithoutReLU = notebook_namespace({"nn": nn, "torch": torch}, FFN_WITHOUT_RELU)["PositionwiseFeedForward"]
 FeedForwardWithoutReLU.cell, FeedForwardWithoutReLU.label = FFN_WITHOUT_RELU, "FeedForwardWithoutReLU"
 
@@ -1022,17 +1026,6 @@ def test_the_stored_visible_checks_hold_the_hidden_probes(tmp_path):
     assert "a query whose keys are all masked (its weights must be 0, not NaN)" in labels
     assert "cross-attention with a random (B, h, T_q, T_k) per head mask" in labels
 
-
-FFN_WITHOUT_DROPOUT = '''
-class PositionwiseFeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__()
-        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        return self.linear2(torch.relu(self.linear1(x)))  # dropout forgotten
-'''
 
 ENCODER_LAYER_WITHOUT_MASK = '''
 class EncoderLayer(nn.Module):
