@@ -41,36 +41,43 @@ class Transformer(nn.Module):
         num_encoder_layers: encoder layers N (base 6).
         num_decoder_layers: decoder layers N (base 6).
         d_ff: feed-forward inner width (base 2048).
-        dropout: ``P_drop`` (base 0.1): embeddings + positions, sub-layer outputs,
-            attention weights, inside the feed-forward network.
+        dropout: ``P_drop`` (base 0.1): embeddings + positions,
+            sub-layer outputs, attention weights, inside the
+            feed-forward network.
         max_len: longest sequence the positional encoding covers.
-        share_embeddings: tie the source embedding, the target embedding and the
-            output projection to one matrix (the paper, section 3.4, with a shared
-            BPE vocabulary); needs ``src_vocab_size == tgt_vocab_size``.
-        norm_first: False = post-norm (the paper); True = pre-norm, which adds a
-            final LayerNorm after each stack (``encoder_norm``, ``decoder_norm``).
+        share_embeddings: tie the source embedding, the target embedding
+            and the output projection to one matrix (the paper, section
+            3.4, with a shared BPE vocabulary); needs
+            ``src_vocab_size == tgt_vocab_size``.
+        norm_first: False = post-norm (the paper); True = pre-norm,
+            which adds a final LayerNorm after each stack
+            (``encoder_norm``, ``decoder_norm``).
 
     Attributes:
         src_embed, tgt_embed (:class:`TokenEmbedding`), positional
         (:class:`PositionalEncoding`), encoder_layers, decoder_layers
-        (``nn.ModuleList`` of :class:`EncoderLayer` / :class:`DecoderLayer`),
-        generator (``nn.Linear(d_model, tgt_vocab_size)``), and for
-        ``norm_first=True`` encoder_norm, decoder_norm (``nn.LayerNorm``).
+        (``nn.ModuleList`` of :class:`EncoderLayer` /
+        :class:`DecoderLayer`), generator
+        (``nn.Linear(d_model, tgt_vocab_size)``), and for
+        ``norm_first=True`` encoder_norm, decoder_norm
+        (``nn.LayerNorm``).
 
-    The initialisation is not graded. Here every weight matrix (every parameter with
-    more than one dimension) is initialised Xavier-uniform (Glorot & Bengio, 2010). The
-    paper does not say how it initialised; this is the practice of the Annotated
-    Transformer and of ``torch.nn.Transformer``. Biases keep PyTorch's defaults and
+    The initialisation is not graded. Here every weight matrix (every
+    parameter with more than one dimension) is initialised
+    Xavier-uniform (Glorot & Bengio, 2010). The paper does not say how
+    it initialised; this is the practice of the Annotated Transformer
+    and of ``torch.nn.Transformer``. Biases keep PyTorch's defaults and
     LayerNorms start as the identity (γ = 1, β = 0).
 
     Attention starts on the readable path (weights kept for plotting).
 
     Shape:
         src: ``(B, T_src)`` LongTensor; tgt: ``(B, T_tgt)`` LongTensor
-        src_mask: bool, True = may attend, broadcastable to ``(B, 1, 1, T_src)``
+        src_mask: bool, True = may attend, broadcastable to
+        ``(B, 1, 1, T_src)``
         (or ``(B, 1, T_src, T_src)``), e.g. ``padding_mask(src)``
-        tgt_mask: bool, True = may attend, broadcastable to ``(B, 1, T_tgt, T_tgt)``,
-        e.g. ``decoder_mask(tgt)``
+        tgt_mask: bool, True = may attend, broadcastable to
+        ``(B, 1, T_tgt, T_tgt)``, e.g. ``decoder_mask(tgt)``
         output: logits ``(B, T_tgt, tgt_vocab_size)``
 
     Paper: section 3, figure 1, Table 3 (configurations).
@@ -93,17 +100,29 @@ class Transformer(nn.Module):
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(
-                "share_embeddings=True needs one shared vocabulary, got "
-                f"src_vocab_size = {src_vocab_size} and tgt_vocab_size = {tgt_vocab_size}"
+                "share_embeddings=True needs one shared vocabulary, "
+                "got "
+                f"src_vocab_size = {src_vocab_size} and "
+                f"tgt_vocab_size = {tgt_vocab_size}"
             )
         self.src_embed = TokenEmbedding(src_vocab_size, d_model)
         self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model)
         self.positional = PositionalEncoding(d_model, max_len, dropout)
         self.encoder_layers = nn.ModuleList(
-            [EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_encoder_layers)]
+            [
+                EncoderLayer(
+                    d_model, num_heads, d_ff, dropout, norm_first
+                )
+                for _ in range(num_encoder_layers)
+            ]
         )
         self.decoder_layers = nn.ModuleList(
-            [DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_decoder_layers)]
+            [
+                DecoderLayer(
+                    d_model, num_heads, d_ff, dropout, norm_first
+                )
+                for _ in range(num_decoder_layers)
+            ]
         )
         self.norm_first = norm_first
         if norm_first:
@@ -114,15 +133,21 @@ class Transformer(nn.Module):
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
         if share_embeddings:
-            self.tgt_embed.embedding.weight = self.src_embed.embedding.weight
+            self.tgt_embed.embedding.weight = (
+                self.src_embed.embedding.weight
+            )
             self.generator.weight = self.src_embed.embedding.weight
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         memory = self.encode(src, src_mask)  # (B, T_src, d_model)
-        return self.project(self.decode(tgt, memory, src_mask, tgt_mask))  # (B, T_tgt, V_tgt)
+        # (B, T_tgt, V_tgt)
+        return self.project(
+            self.decode(tgt, memory, src_mask, tgt_mask)
+        )
 
     def encode(self, src, src_mask=None):
-        """Encoder stack: ``src (B, T_src)`` → ``memory (B, T_src, d_model)``."""
+        """Encoder stack: ``src (B, T_src)`` →
+        ``memory (B, T_src, d_model)``."""
         x = self.positional(self.src_embed(src))  # (B, T_src, d_model)
         for layer in self.encoder_layers:
             x = layer(x, src_mask)
@@ -131,7 +156,8 @@ class Transformer(nn.Module):
         return x
 
     def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
-        """Decoder stack: ``tgt (B, T_tgt)`` and ``memory`` → ``hidden (B, T_tgt, d_model)``."""
+        """Decoder stack: ``tgt (B, T_tgt)`` and ``memory`` →
+        ``hidden (B, T_tgt, d_model)``."""
         x = self.positional(self.tgt_embed(tgt))  # (B, T_tgt, d_model)
         for layer in self.decoder_layers:
             x = layer(x, memory, src_mask, tgt_mask)
@@ -140,7 +166,8 @@ class Transformer(nn.Module):
         return x
 
     def project(self, hidden):
-        """Output projection: ``hidden (B, T, d_model)`` → ``logits (B, T, tgt_vocab_size)``."""
+        """Output projection: ``hidden (B, T, d_model)`` →
+        ``logits (B, T, tgt_vocab_size)``."""
         return self.generator(hidden)
 
 
@@ -253,20 +280,25 @@ class TransformerConfig:
 
 
 def count_parameters(model):
-    """Number of trainable parameters; a tensor shared by several modules counts once.
+    """Number of trainable parameters; a tensor shared by several
+    modules counts once.
 
     Args:
         model: any ``nn.Module``.
 
     Returns:
-        ``int``: the total number of elements of the distinct parameters with
-        ``requires_grad=True``.
+        ``int``: the total number of elements of the distinct parameters
+        with ``requires_grad=True``.
 
     Paper: Table 3 (the "params" column).
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    unique = {id(p): p for p in model.parameters() if p.requires_grad}  # tied weights once
+        raise TypeError(
+            "model must be a torch.nn.Module, got "
+            f"{type(model).__name__}"
+        )
+    # tied weights once
+    unique = {id(p): p for p in model.parameters() if p.requires_grad}
     return sum(p.numel() for p in unique.values())
 
 

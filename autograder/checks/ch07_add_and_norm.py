@@ -683,7 +683,7 @@ class EncoderLayerCheck(Exercise):
     kind = "class"
     what = "post- and pre-norm encoder layers with padding masks, exact state_dict keys, gradients"
     parts = {
-        "post-norm (the paper): self-attention and FFN, each with Add & Norm": 2,
+        "post-norm (the paper): self-attention, FFN, each with Add & Norm": 2,
         "pre-norm (norm_first=True)": 1,
         "the src_mask reaches the self-attention": 1,
     }

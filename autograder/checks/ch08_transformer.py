@@ -129,7 +129,7 @@ class DecoderLayerCheck(Exercise):
     what = ("masked self-attention, cross-attention over memory with src_mask, FFN; post- and pre-norm, "
             "T_tgt ≠ T_src, exact state_dict keys, gradients to x and memory")
     parts = {
-        "post-norm (the paper): self-attention, cross-attention over memory, FFN": 2,
+        "post-norm (the paper): self-attention, cross-attention, FFN": 2,
         "pre-norm (norm_first=True)": 1,
         "the causal tgt_mask in the self-attention": 1,
         "the src_mask in the cross-attention": 1,
@@ -508,7 +508,7 @@ class CountParameters(Exercise):
     what = "elements of the distinct trainable parameters: tied weights once, frozen ones and buffers not at all"
     parts = {
         "the elements of every parameter, as an int": 2,
-        "only distinct trainable tensors: frozen ones, buffers and tied copies left out": 1,
+        "each trainable tensor once: no frozen ones, buffers, tied copies": 1,
     }
 
     def cases(self, rng, hidden):
