@@ -174,11 +174,12 @@ def decoder_layer(self_mask="tgt_mask", cross_mask="src_mask"):
 GREEDY_MISTAKES = {
     "first position": [("logits = model.project(hidden[:, -1:])[:, 0]", "logits = model.project(hidden[:, :1])[:, 0]")],
     "without <sos>": [("    return ys\n", "    return ys[:, 1:]  # <sos> dropped\n")],
-    "no padding after <eos>": [(".argmax(dim=-1).masked_fill(finished, pad_id)", ".argmax(dim=-1)")],
+    "no padding after <eos>": [(".argmax(dim=-1).masked_fill(\n                finished, pad_id\n            )",
+                                ".argmax(dim=-1)")],
     "stops at the first <eos>": [("if bool(finished.all()):", "if bool(finished.any()):")],
     "never stops early": [("            if bool(finished.all()):\n                break\n", "")],
-    "default ids": [("torch.full((batch, 1), sos_id,", "torch.full((batch, 1), 1,"),
-                    (".masked_fill(finished, pad_id)", ".masked_fill(finished, 0)"),
+    "default ids": [("(batch, 1), sos_id, dtype", "(batch, 1), 1, dtype"),
+                    ("finished, pad_id\n            )", "finished, 0\n            )"),
                     ("(next_token == eos_id)", "(next_token == 2)")],
 }
 
@@ -772,8 +773,8 @@ LEARN_BPE_PER_WORD = solution_cell_source(solutions.learn_bpe).replace(
 # for the sandboxed grading of test_mutants.
 learn_bpe_per_word.cell = LEARN_BPE_PER_WORD
 learn_bpe_largest_tie.cell = solution_cell_source(solutions.learn_bpe).replace(
-    "best = min(pair_counts, key=lambda pair: (-pair_counts[pair], pair))",
-    "best = max(pair_counts, key=lambda pair: (pair_counts[pair], pair))  # ties: the largest pair")
+    "best = min(\n            pair_counts, key=lambda pair: (-pair_counts[pair], pair)\n        )",
+    "best = max(  # ties: the largest pair\n            pair_counts, key=lambda pair: (pair_counts[pair], pair)\n        )")
 learn_bpe_never_stops.cell = solution_cell_source(solutions.learn_bpe).replace(
     "        if not pair_counts:\n            break\n",
     "        if not pair_counts:\n            merges.append((\"?\", \"?\"))  # a made-up merge\n            continue\n")
