@@ -4,20 +4,21 @@ An answer that lost points and calls a failing earlier exercise is graded again 
 reference in that one's place. Before, the reference's source went into the regrade's
 job as a context cell, run in the student's own process: the graded cell read it
 (``/job/job.json``, ``inspect``, ``globals()``, ``dis``, ``co_consts``) and sent it out in
-its exception text. Now:
-
-* a failing *function* exercise is a stand-in there (``runner.Reference``) whose calls
-  run the reference in a sandbox of its own (``sandbox.ReferenceCalls``): the attacker
-  below searches every place it could be and finds nothing, so it keeps the full marks it
-  would lose on finding it, and the honest student beside it is graded as before;
-* a failing *class* exercise (the student's module builds and trains it) is still
-  present in the regrade, which is therefore verdict-only (``grading._verdict_only``):
-  the attacker below does find it, and of that run only each part's points come back,
-  no word of it.
+its exception text. Now a failing *function* exercise is a stand-in there
+(``runner.Reference``) and a failing *class* exercise a module stand-in
+(``runner.module_stand_in``: the reference's parameters as tensors, its ``forward`` run
+outside), whose calls run the reference in a sandbox of its own
+(``sandbox.ReferenceCalls``, ``oracle.py``). The attackers below search every place it
+could be — the job file, globals, every function, class, frame, closure and module in
+the heap (``inspect``, ``dis``, code constants), ``linecache`` — find nothing, and so
+keep the full marks they would lose on finding it; the honest student beside each is
+graded as before, with the same page.
 
 Every field of the grade (reason, parts, hints, notes: what ``scores.csv``, the feedback
 page and ``results.json`` are made of) and every file left in the scratch folder is
-searched for the reference's code lines.
+searched for the reference's code lines. The relay's own bounds (which calls it admits,
+what answers it lets into the student's process, who closes the pipes, what the
+references' start costs the budget) are tested without a sandbox below.
 """
 from __future__ import annotations
 
@@ -63,7 +64,10 @@ def _lines(source: str) -> set[str]:
 
 # Everything a cell can reach in its process, as text: the job file, every function
 # and class named after the earlier exercise (in globals or anywhere in the heap) read
-# with inspect, dis and its code constants, and the lines linecache holds.
+# with inspect, dis and its code constants; every function in the heap whose code is
+# not the installed libraries' (the runner, the stub, the cells: where a reference's
+# code would be), its closure, and every frame's names; every module whose name holds
+# "solutions"; and the lines linecache holds.
 HUNT = '''
 import dis as _dis, gc as _gc, inspect as _inspect, json as _json, linecache as _linecache, os as _os, sys as _sys
 
@@ -77,10 +81,16 @@ def _hunt(name):
     read(lambda: open(_os.path.join(_sys.argv[1], "job.json"), encoding="utf-8").read())
     read(lambda: _json.dumps(sorted(globals())))
     objects = [globals().get(name)]
+    libraries = tuple({_sys.prefix, _sys.base_prefix, _sys.exec_prefix})
     for o in _gc.get_objects():
         try:
             if getattr(o, "__name__", None) == name and callable(o):
                 objects.append(o)
+            code = getattr(o, "__code__", None)
+            if code is not None and not code.co_filename.startswith(libraries):
+                objects.append(o)
+                for cell in o.__closure__ or ():
+                    read(lambda: repr(cell.cell_contents))
         except BaseException:
             pass
     for obj in objects:
@@ -89,6 +99,14 @@ def _hunt(name):
             read(lambda: _dis.Bytecode(target).dis())
             read(lambda: repr(target.__code__.co_consts) + repr(target.__code__.co_names))
             read(lambda: repr(vars(target)))
+    for frame in _sys._current_frames().values():
+        while frame is not None:
+            read(lambda: repr(sorted(frame.f_locals)) + frame.f_code.co_filename)
+            read(lambda: _inspect.getsource(frame.f_code))
+            frame = frame.f_back
+    for module_name, module in list(_sys.modules.items()):
+        if "solutions" in module_name:
+            read(lambda: _inspect.getsource(module))
     read(lambda: "".join(line for lines in _linecache.cache.values() for line in lines[2]))
     text = "\\n".join(found)
     print(text)
@@ -192,8 +210,8 @@ class PositionwiseFeedForward(nn.Module):
 
 def _encoder_attacker(markers: set[str]) -> str:
     """A right EncoderLayer that hunts for the reference PositionwiseFeedForward and, on
-    finding a line of it, raises it in every case with a src_mask (one part of three), so
-    that its regrade still scores more than its first grade and would be kept."""
+    finding a line of it, raises it in every case with a src_mask (one part of three):
+    full marks prove it found nothing."""
     return HUNT + f"""
 _FOUND = _hunt("PositionwiseFeedForward")
 _MARKERS = [m[::-1] for m in {sorted(m[::-1] for m in markers)!r}]  # reversed: not found in this cell itself
@@ -211,7 +229,7 @@ class EncoderLayer(_Honest):
 
 
 @pytest.mark.slow
-def test_a_class_reference_regrade_returns_only_its_verdict(tmp_path, needs_sandbox):
+def test_a_class_reference_runs_outside_the_graded_process(tmp_path, needs_sandbox):
     # Graded with the visible cases (hidden=False), where a case's exception text is shown
     # whole: the widest channel there is (a hidden set withholds it anyway).
     hidden = False
@@ -224,19 +242,17 @@ def test_a_class_reference_regrade_returns_only_its_verdict(tmp_path, needs_sand
     honest = _graded(source, tmp_path, "honest", hidden=hidden, PositionwiseFeedForward=WRONG_FFN)
     attacker = _graded(source, tmp_path, "attacker", hidden=hidden, PositionwiseFeedForward=WRONG_FFN,
                        EncoderLayer=_encoder_attacker(markers))
-    layer = honest["EncoderLayer"]
-    assert (layer.status, layer.score) == ("passed", layer.max_score), layer  # one mistake charged once
-    assert "graded with the reference `PositionwiseFeedForward` in its place" in layer.notes[0]
-    layer = attacker["EncoderLayer"]
-    # It found the reference (the src_mask part is lost: a verdict, one bit a part) and
-    # kept the points of the other parts, but not one word of what it raised came back.
-    assert layer.score == layer.max_score - 1 and layer.status == "partial", layer
-    assert [p["score"] for p in layer.parts if "src_mask" in p["name"]] == [0]
-    assert "graded with the reference `PositionwiseFeedForward` in its place" in layer.notes[0]
     for scores in (honest, attacker):
+        layer = scores["EncoderLayer"]
+        # One mistake charged once, through the module stand-in: its parameters loaded from
+        # the case's state, its forward and gradients computed outside the process.
+        assert (layer.status, layer.score) == ("passed", layer.max_score), layer
+        assert "graded with the reference `PositionwiseFeedForward` in its place" in layer.notes[0]
+        assert scores["PositionwiseFeedForward"].score < scores["PositionwiseFeedForward"].max_score
         for score in scores.values():
             assert not [m for m in markers if m in _text(score)], score
             assert "the reference: " not in _text(score)
+    assert _text(honest["EncoderLayer"]) == _text(attacker["EncoderLayer"])
 
 
 def _relay(tmp_path, names=("softmax",)) -> sandbox.ReferenceCalls:
