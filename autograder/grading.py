@@ -556,8 +556,9 @@ def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
 def _write_job(job_dir: Path, setup: list[str], pending: list[_Graded],
                context: list[dict] = ()) -> list[tuple[str, bytes]]:
     """Write a job: the setup, then ``context`` cells (``{"exercise", "source"}``: only
-    executed; ``{"exercise", "reference": True}``: the name bound to the reference's
-    stand-in, :class:`autograder.runner.Reference`), then the ``pending`` cells, each
+    executed; ``{"exercise", "reference": "function" | "class"}``: the name bound to the
+    reference's stand-in, :class:`autograder.runner.Reference` or
+    :func:`autograder.runner.module_stand_in`), then the ``pending`` cells, each
     followed by its cases.
 
     Returns the cases as ``(grade_id, frame bytes)`` per pending cell, for the
