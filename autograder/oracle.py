@@ -36,26 +36,24 @@ that nested ``call`` is answered first). Gradients flow back through it with a s
 its positional tensor arguments.
 
 Like :mod:`autograder.runner`, this file is standalone (the standard library, numpy,
-torch lazily, ``solutions`` and the wire format), because it runs in the sandbox's
-library: ``python oracle.py JOB_DIR --reference-fds OUT IN``.
+torch lazily, ``solutions``, the wire format and the runner's :func:`~autograder.runner.delegated`),
+because it runs in the sandbox's library: ``python oracle.py JOB_DIR --reference-fds OUT IN``.
 """
 from __future__ import annotations
 
-import builtins
 import os
 import sys
 from typing import Any
 
-# Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds wire.py.
+# Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds
+# wire.py and, in the references' library, runner.py (:func:`autograder.sandbox.reference_library`).
+from autograder.runner import MAX_NESTING, delegated, differentiable, reraise, weighted_backward
 from autograder.wire import WireError, check_encoded, decode, encode, load_body, read_frame, write_frame
 
 __all__ = ["Oracle", "main"]
 
 #: The largest call or return read (JSON and uncompressed arrays): the relay admits no more.
 MAX_CALL_BYTES = 64 * 2**20
-
-#: How deeply calls and callbacks may nest (the student's side keeps the same bound).
-MAX_NESTING = 16
 
 
 def _torch():
@@ -65,29 +63,11 @@ def _torch():
     return torch
 
 
-def _differentiable(value) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
-
-
-def _outputs(value) -> list:
-    """The parts of a result, in order: one value, or a tuple/list of them."""
-    return list(value) if isinstance(value, (tuple, list)) else [value]
-
-
 def _plain(value) -> bool:
     """A value a module stand-in mirrors as an attribute: a number, string, flag or a tuple of them."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
     return isinstance(value, tuple) and len(value) <= 16 and all(isinstance(v, (bool, int, float, str)) for v in value)
-
-
-def _backward(outputs: list, weights: list) -> None:
-    """Accumulate the gradients of ``sum(weights[k] * outputs[k])``."""
-    torch = _torch()
-    pairs = [(o, w) for o, w in zip(outputs, weights) if w is not None and _differentiable(o) and o.requires_grad]
-    if pairs:
-        torch.autograd.backward([o for o, _ in pairs], [w.to(o.dtype) for o, w in pairs])
 
 
 class _Callback:
@@ -99,8 +79,8 @@ class _Callback:
     def __call__(self, *args, **kwargs):
         torch = sys.modules.get("torch")
         if self.grad and torch is not None and torch.is_grad_enabled() and any(
-                _differentiable(a) and a.requires_grad for a in args):
-            return _callback_function().apply(self, args, kwargs, *[a for a in args if _differentiable(a)])
+                differentiable(a) and a.requires_grad for a in args):
+            return delegated(_CallerSide(self, args, kwargs), [a for a in args if differentiable(a)])
         return self.ask(args, kwargs)[0]
 
     def ask(self, args, kwargs, grad: bool = False):
@@ -122,33 +102,22 @@ class _Callback:
         return list(decode(data["grads"], received))
 
 
-_CALLBACK_FUNCTION = None
+class _CallerSide:
+    """A callback through which gradients flow (:func:`autograder.runner.delegated`): its
+    forward and its backward both run in the caller's process, which keeps its graph."""
 
+    def __init__(self, callback: _Callback, args, kwargs):
+        self.callback, self.args, self.kwargs = callback, list(args), kwargs
+        self.label = f"the callable passed to the reference {callback.name}"
 
-def _callback_function():
-    """The autograd function of a callback whose tensor arguments require gradients:
-    its forward and its backward both run in the caller's process."""
-    global _CALLBACK_FUNCTION
-    if _CALLBACK_FUNCTION is not None:
-        return _CALLBACK_FUNCTION
-    torch = _torch()
+    def forward(self):
+        torch = _torch()
+        value, self.call = self.callback.ask([a.detach() if isinstance(a, torch.Tensor) else a for a in self.args],
+                                             self.kwargs, grad=True)
+        return value
 
-    class CallerSide(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, callback, args, kwargs, *tensors):
-            value, ctx.call = callback.ask([a.detach() if isinstance(a, torch.Tensor) else a for a in args],
-                                           kwargs, grad=True)
-            ctx.callback = callback
-            outputs = _outputs(value)
-            ctx.mark_non_differentiable(*[o for o in outputs if isinstance(o, torch.Tensor) and not _differentiable(o)])
-            return tuple(outputs) if isinstance(value, (tuple, list)) else value
-
-        @staticmethod
-        def backward(ctx, *grads):
-            return (None, None, None, *ctx.callback.vjp(ctx.call, grads))
-
-    _CALLBACK_FUNCTION = CallerSide
-    return _CALLBACK_FUNCTION
+    def backward(self, grads) -> list:
+        return self.callback.vjp(self.call, grads)
 
 
 class Oracle:
@@ -221,12 +190,8 @@ class Oracle:
             raise RuntimeError("the callable's return is not a dict")
         check_encoded(data.get("value"), received)
         check_encoded(data.get("grads"), received)
-        raised = data.get("raised")
-        if isinstance(raised, dict):
-            cls = getattr(builtins, str(raised.get("type")), None)
-            if not (isinstance(cls, type) and issubclass(cls, Exception)):
-                cls = RuntimeError
-            raise cls(str(raised.get("message", ""))[:2000])
+        if isinstance(data.get("raised"), dict):
+            reraise(data["raised"])
         return data, received
 
     def _decode_call(self, name: str, request: dict, arrays: dict) -> tuple[list, dict]:
@@ -311,8 +276,8 @@ class Oracle:
         for leaf in leaves:
             leaf.grad = None
         with torch.enable_grad():
-            outputs = _outputs(target(*args, **kwargs))
-        _backward(outputs, decode(request.get("grads", []), arrays))
+            value = target(*args, **kwargs)
+        weighted_backward(value, decode(request.get("grads", []), arrays))
         return [leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in leaves]
 
 

@@ -45,7 +45,8 @@ import numpy as np
 # Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds wire.py.
 from autograder.wire import decode, dump_bundle, encode, load_body, load_bundle, read_frame, write_frame
 
-__all__ = ["run_case", "load_state", "Reference", "module_stand_in", "main"]
+__all__ = ["run_case", "load_state", "Reference", "module_stand_in", "delegated", "differentiable",
+           "weighted_backward", "reraise", "main"]
 
 
 def _torch():
@@ -229,10 +230,29 @@ def _backward(value, args, weight_data, arrays, out_arrays) -> dict:
 MAX_NESTING = 16
 
 
-def _differentiable(value) -> bool:
+def differentiable(value) -> bool:
     """Whether ``value`` is a tensor gradients can flow through (floating or complex)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
+
+
+def weighted_backward(value, weights: list) -> None:
+    """Accumulate the gradients of ``sum(weights[k] * outputs[k])``, where ``value`` is one
+    output or a tuple or list of them (a weight of ``None``, or an output no gradient
+    reaches, is left out)."""
+    outputs = list(value) if isinstance(value, (tuple, list)) else [value]
+    pairs = [(o, w) for o, w in zip(outputs, weights) if w is not None and differentiable(o) and o.requires_grad]
+    if pairs:
+        _torch().autograd.backward([o for o, _ in pairs], [w.to(o.dtype) for o, w in pairs])
+
+
+def reraise(raised: dict, limit: int = 2000):
+    """Raise what the other side of the wall reported (``{"type", "message"}``): the
+    built-in exception class of that name, else ``RuntimeError``."""
+    cls = getattr(builtins, str(raised.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls = RuntimeError
+    raise cls(str(raised.get("message", ""))[:limit])
 
 
 def _raised(exc: BaseException) -> dict:
@@ -258,7 +278,7 @@ class _Callbacks:
     def marker(self, value, arrays):
         """The :func:`autograder.wire.encode` extension of a call: a callable becomes
         ``{"__callback__": n}``; every other value is left to ``encode``."""
-        if not callable(value) or isinstance(value, (np.ndarray, np.generic)) or _differentiable(value):
+        if not callable(value) or isinstance(value, (np.ndarray, np.generic)) or differentiable(value):
             return NotImplemented
         self.functions.append(value)
         return {"__callback__": len(self.functions) - 1}
@@ -276,7 +296,7 @@ class _Callbacks:
             kwargs = decode(request.get("kwargs", {"__dict__": []}), arrays)
             if request.get("grad"):
                 torch = _torch()
-                args = [a.detach().requires_grad_(True) if _differentiable(a) else a for a in args]
+                args = [a.detach().requires_grad_(True) if differentiable(a) else a for a in args]
                 with torch.enable_grad():
                     value = self.functions[index](*args, **kwargs)
                 self.graphs.append((args, value))
@@ -291,13 +311,8 @@ class _Callbacks:
         if type(call) is not int or not 0 <= call < len(self.graphs):
             raise RuntimeError("a gradient of no callback of this call")
         inputs, value = self.graphs[call]
-        outputs = list(value) if isinstance(value, (tuple, list)) else [value]
-        weights = decode(request.get("grads", []), arrays)
-        pairs = [(o, w) for o, w in zip(outputs, weights)
-                 if w is not None and _differentiable(o) and o.requires_grad]
-        if pairs:
-            torch.autograd.backward([o for o, _ in pairs], [w.to(o.dtype) for o, w in pairs])
-        return [a.grad if a.grad is not None else torch.zeros_like(a) for a in inputs if _differentiable(a)]
+        weighted_backward(value, decode(request.get("grads", []), arrays))
+        return [a.grad if a.grad is not None else torch.zeros_like(a) for a in inputs if differentiable(a)]
 
 
 class _Channel:
@@ -336,11 +351,8 @@ class _Channel:
         finally:
             self.depth -= 1
         raised = data.get("raised") if isinstance(data, dict) else None
-        if raised is not None:
-            cls = getattr(builtins, str(raised.get("type")), None)
-            if not (isinstance(cls, type) and issubclass(cls, Exception)):
-                cls = RuntimeError
-            raise cls(str(raised.get("message", "")))
+        if isinstance(raised, dict):
+            reraise(raised)
         if not isinstance(data, dict):
             raise RuntimeError(f"the reference {name} sent no answer")
         return data, received
@@ -357,6 +369,7 @@ class _RemoteCall:
         self.args, self.kwargs, self.state = list(args), dict(kwargs), state
         self.callbacks = _Callbacks()
         self.wrt: list = []
+        self.label = f"the reference {name}"
 
     def differentiable(self) -> list:
         """The tensors gradients may flow back to (``self.wrt`` names them): positional and
@@ -365,7 +378,7 @@ class _RemoteCall:
         for where, items in (("arg", enumerate(self.args)), ("kwarg", self.kwargs.items()),
                              ("state", (self.state or {}).items())):
             for key, value in items:
-                if _differentiable(value) and value.requires_grad:
+                if differentiable(value) and value.requires_grad:
                     self.wrt.append([where, key])
                     tensors.append(value)
         return tensors
@@ -405,6 +418,15 @@ class _RemoteCall:
             raise RuntimeError(f"the reference {self.name} sent no gradients")
         return list(decode(data["grads"], received))
 
+    def forward(self):
+        """:func:`delegated`'s forward: the value, from the generator state kept for the backward."""
+        self.rng = _torch().get_rng_state()
+        return self.value()
+
+    def backward(self, grads) -> list:
+        """:func:`delegated`'s backward."""
+        return self.grads(grads, self.rng)
+
 
 def _remote(call: _RemoteCall):
     """The result of ``call``: through an autograd function when gradients may flow back
@@ -416,7 +438,7 @@ def _remote(call: _RemoteCall):
     tensors = call.differentiable()
     if not tensors:
         return call.value()
-    return _remote_function().apply(call, *tensors)
+    return delegated(call, tensors)
 
 
 class Reference:
@@ -542,36 +564,45 @@ class _ModuleCall(_RemoteCall):
         return request
 
 
-_REMOTE_FUNCTION = None
+def delegated(job, tensors: list):
+    """``job``'s result through an autograd function whose forward and backward run
+    elsewhere: ``job.forward()`` gives the value (a tensor, or a tuple or list of values),
+    ``job.backward(grads)`` the gradients of ``tensors`` (one per tensor) from the
+    gradients of the outputs. The stand-ins here send both outside the student's process;
+    the references' sandbox sends a callback's back to it (:mod:`autograder.oracle`).
+    Differentiating it twice (``create_graph=True``) raises, naming ``job.label``: no
+    exercise needs it (EXERCISES.md)."""
+    return _delegated_function().apply(job, *tensors)
 
 
-def _remote_function():
-    """The autograd function of a stand-in's call whose tensors require gradients: the
-    forward and the backward both run outside this process. Differentiating it twice
-    (``create_graph=True``) raises: no exercise needs it (EXERCISES.md)."""
-    global _REMOTE_FUNCTION
-    if _REMOTE_FUNCTION is not None:
-        return _REMOTE_FUNCTION
+_DELEGATED = None
+
+
+def _delegated_function():
+    global _DELEGATED
+    if _DELEGATED is not None:
+        return _DELEGATED
     torch = _torch()
 
-    class RemoteReference(torch.autograd.Function):
+    class Delegated(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, call, *tensors):
-            ctx.call, ctx.rng = call, torch.get_rng_state()
-            value = call.value()
+        def forward(ctx, job, *tensors):
+            ctx.job = job
+            value = job.forward()
             outputs = list(value) if isinstance(value, (tuple, list)) else [value]
-            ctx.mark_non_differentiable(*[o for o in outputs if isinstance(o, torch.Tensor) and not _differentiable(o)])
+            ctx.mark_non_differentiable(*[o for o in outputs if isinstance(o, torch.Tensor) and not differentiable(o)])
             return tuple(outputs) if isinstance(value, (tuple, list)) else value
 
         @staticmethod
         def backward(ctx, *grads):
             if torch.is_grad_enabled():
-                raise RuntimeError(f"the reference {ctx.call.name} runs outside this process in a regrade: its "
-                                   "gradient cannot be differentiated again (create_graph=True); no exercise needs it")
-            return (None, *ctx.call.grads(grads, ctx.rng))
+                raise RuntimeError(f"{ctx.job.label} runs on the other side of the grading sandbox's wall in a "
+                                   "regrade: its gradient cannot be differentiated again (create_graph=True); "
+                                   "no exercise needs it")
+            return (None, *ctx.job.backward(grads))
 
-    _REMOTE_FUNCTION = RemoteReference
-    return _REMOTE_FUNCTION
+    _DELEGATED = Delegated
+    return _DELEGATED
 
 
 # --------------------------------------------------------------------------- sandbox entry

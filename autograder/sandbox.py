@@ -759,7 +759,8 @@ def _start_run(job_dir: Path, lib_dir: Path, limits: Limits, sandbox: bool, resu
         elif sandbox:
             bwrap = bwrap_path()
             if bwrap is None:
-                raise RuntimeError("bubblewrap (bwrap) is not installed: install it, or grade with sandbox=False (unsafe)")
+                raise RuntimeError("bubblewrap (bwrap) is not installed: install it, or grade with sandbox=False "
+                                   "(unsafe)")
             inner = [python, "-s", "-B", f"{SANDBOX_LIB_DIR}/{script}", SANDBOX_JOB_DIR, *pipe_args]
             command = [bwrap, *_bwrap_args(job_dir, lib_dir, limits, out_on_host=not result_pipe)]
             for key, value in _environment(SANDBOX_LIB_DIR).items():
@@ -1442,8 +1443,10 @@ def _frame_bytes(kind: str, name: str, body: bytes, npz: bytes) -> bytes:
 
 def reference_library(dest: Path, solutions_dir: Path = SOLUTIONS_DIR) -> Path:
     """The library of the references' sandbox (:class:`ReferenceCalls`): ``solutions``
-    whole (no student code runs there), the wire format and ``oracle.py``."""
+    whole (no student code runs there), the wire format, ``oracle.py`` and, beside the
+    wire format in the stub package, the runner it borrows its autograd function from."""
     build_library(dest, set(), solutions_dir)
-    shutil.copyfile(AUTOGRADER_DIR / "oracle.py", dest / "oracle.py")
-    (dest / "oracle.py").chmod(0o644)
+    for source, target in (("oracle.py", "oracle.py"), ("runner.py", "autograder/runner.py")):
+        shutil.copyfile(AUTOGRADER_DIR / source, dest / target)
+        (dest / target).chmod(0o644)
     return dest
