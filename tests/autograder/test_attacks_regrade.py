@@ -531,3 +531,26 @@ def test_the_references_start_is_not_charged_to_the_budget(tmp_path, monkeypatch
         assert (scores[name].status, scores[name].score) == ("passed", scores[name].max_score), scores[name]
         assert "graded with the reference `softmax` in its place" in scores[name].notes[0]
     assert now[0] == 2e6  # two regrades, each with its references' start
+
+
+@pytest.mark.slow
+def test_the_hunt_finds_a_reference_that_is_in_the_process(tmp_path):
+    """The control of the attackers above: in a process that holds the reference as a
+    regrade held it before (its source a context cell of ``job.json``, run in the
+    process), the same hunt finds its lines, so finding nothing in a regrade means there
+    was nothing to find."""
+    import subprocess
+    import sys
+
+    markers = _code_lines(solutions.PositionwiseFeedForward) - _code_lines(solutions.EncoderLayer)
+    cell = {"exercise": "PositionwiseFeedForward", "context": True,
+            "source": inspect.getsource(solutions.PositionwiseFeedForward)}
+    (tmp_path / "job.json").write_text(json.dumps({"setup": [], "cells": [cell]}), encoding="utf-8")
+    program = (HUNT + "\nimport json\nimport torch.nn.functional as F\nfrom torch import nn\n"
+               "with open(_os.path.join(_sys.argv[1], 'job.json'), encoding='utf-8') as fh:\n"
+               "    exec(compile(json.load(fh)['cells'][0]['source'], '<context cell>', 'exec'))\n"
+               "_hunt('PositionwiseFeedForward')\n")
+    done = subprocess.run([sys.executable, "-c", program, str(tmp_path)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [m for m in markers if m in done.stdout], done.stdout[-2000:]
