@@ -555,8 +555,9 @@ def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
 def _write_job(job_dir: Path, setup: list[str], pending: list[_Graded],
                context: list[dict] = ()) -> list[tuple[str, bytes]]:
     """Write a job: the setup, then ``context`` cells (``{"exercise", "source"}``: only
-    executed; ``{"exercise", "reference": True}``: the name bound to the reference's
-    stand-in, :class:`autograder.runner.Reference`), then the ``pending`` cells, each
+    executed; ``{"exercise", "reference": "function" | "class"}``: the name bound to the
+    reference's stand-in, :class:`autograder.runner.Reference` or
+    :func:`autograder.runner.module_stand_in`), then the ``pending`` cells, each
     followed by its cases.
 
     Returns the cases as ``(grade_id, frame bytes)`` per pending cell, for the
@@ -730,6 +731,8 @@ class _Budget:
 
     # A run shorter than this cannot even start Python and torch: not worth starting.
     MIN_RUN_SECONDS = 1.0
+    #: The clock the budget is measured with (a test gives it a fake one).
+    clock = staticmethod(time.monotonic)
 
     def __init__(self, seconds: float):
         if not seconds > 0:
@@ -748,11 +751,11 @@ class _Budget:
 
     def run(self, job_dir: Path, lib_dir: Path, limits: Limits, sandbox: bool,
             cases: list[tuple[str, bytes]], reference_fds: tuple[int, int] | None = None) -> RunOutcome:
-        start = time.monotonic()
+        start = self.clock()
         try:
             return run_job(job_dir, lib_dir, limits, sandbox=sandbox, cases=cases, reference_fds=reference_fds)
         finally:
-            self.used += time.monotonic() - start
+            self.used += self.clock() - start
 
     def spent_reason(self) -> str:
         return (f"not run: the submission used up its time budget of {self.total:g} s in earlier cells "
@@ -760,20 +763,21 @@ class _Budget:
 
 
 #: Function exercises whose arguments cannot cross the wall as data (``greedy_decode``
-#: takes a model): a regrade that needs their reference is verdict-only, as for a class.
+#: takes a model, whose methods it calls): a regrade that needs their reference is verdict-only.
 _NOT_DATA = frozenset({"greedy_decode"})
 
 
 def _across_the_wall(name: str) -> bool:
     """Whether the reference of exercise ``name`` can be called from outside the
     student's process in a regrade (:class:`~autograder.sandbox.ReferenceCalls`): a
-    function exercise whose arguments and results are data. A class exercise (a module
-    the student's code builds, trains and calls), or a function taking one, cannot."""
+    function exercise whose arguments and results are data (a callable argument is
+    called back), or a class exercise, whose stand-in holds the reference's parameters
+    as data and runs its ``forward`` outside. A function taking a model cannot."""
     try:
         exercise = get_exercise(name)
     except ValueError:
         return False
-    return exercise.kind == "function" and name not in _NOT_DATA
+    return exercise.kind in ("function", "class") and name not in _NOT_DATA
 
 
 def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[str], job_dir: Path,
@@ -782,16 +786,18 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     answers; keep the better grade, with a note that names what was replaced.
 
     No reference a graded cell can read is in its process (issue 36): a failing
-    function exercise's name is bound there to a stand-in whose calls run the
-    reference in a sandbox of its own (:class:`~autograder.sandbox.ReferenceCalls`),
-    and the regrade is judged and reported like any run. A failing class exercise
-    (or a function taking a model) cannot be called across the wall — the student's
-    module builds it, trains its parameters and calls it with callables — so its
-    reference source is a context cell, and that regrade is **verdict-only**
-    (:func:`_verdict_only`): of its run the grader keeps each part's points and
-    nothing else, no text, value or note the cell could have written the reference
-    into. Every other earlier answer is the student's own; the reference of ``g``
-    itself is never there.
+    function or class exercise's name is bound there to a stand-in (a function, or a
+    module holding the reference's parameters as data) whose calls run the reference in
+    a sandbox of its own (:class:`~autograder.sandbox.ReferenceCalls`), started before
+    the student's run so that its start is not charged to the budget; the regrade is
+    judged and reported like any run. A failing function taking a model
+    (``greedy_decode``, which calls the model's methods) cannot be called across the
+    wall, so its reference source is a context cell, and that regrade is
+    **verdict-only** (:func:`_verdict_only`): of its run the grader keeps each part's
+    points and nothing else, no text, value or note the cell could have written the
+    reference into. Every other earlier answer is the student's own; the reference of
+    ``g`` itself is never there. If the references' sandbox does not start, the first
+    grade stands.
     """
     # a regrade only: the references (torch) and sync (nbformat) load when one runs
     import solutions
@@ -804,7 +810,7 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
         if h is g:
             break
         if h.name in remote:
-            context.append({"exercise": h.name, "reference": True})
+            context.append({"exercise": h.name, "reference": h.exercise.kind})
         elif h.name in failing:
             context.append({"exercise": h.name, "source": solution_cell_source(getattr(solutions, h.name))})
         elif h.source is not None:
@@ -814,6 +820,9 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     if remote:
         with ReferenceCalls(remote, references_lib, job_dir.with_name(job_dir.name + "-references"), limits,
                             sandbox) as calls:
+            # The references' start is not charged to the student's budget: the run starts after it.
+            if not calls.wait_ready():
+                return  # no references: the first grade stands
             outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles, calls.hand_over())
     else:
         outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles)

@@ -1,28 +1,43 @@
 """Run a failing earlier exercise's reference for a regrade: the program inside its own sandbox.
 
-When an answer lost points and calls an earlier *function* exercise of its chapter that
-fell short, the grader grades it again with the reference in place of that earlier
-answer ("one mistake charged once", EXERCISES.md). The reference never enters the
-student's process: there the name is bound to a stand-in (:class:`autograder.runner.Reference`)
-that sends each call's arguments as data, and this program, in a sandbox of its own that
-holds no student code, calls the reference on them and sends the result back. The
-trusted grader relays the frames between the two and admits only plain data either way
+When an answer lost points and uses an earlier exercise of its chapter that fell short,
+the grader grades it again with the reference in place of that earlier answer ("one
+mistake charged once", EXERCISES.md). The reference never enters the student's process:
+there the name is bound to a stand-in (:class:`autograder.runner.Reference` for a
+function, :func:`autograder.runner.module_stand_in` for a class) that sends each call as
+data, and this program, in a sandbox of its own that holds no student code, runs the
+reference on it and sends the result back. The trusted grader relays the frames between
+the two and admits only plain data either way, each answer checked against its call
 (:class:`autograder.sandbox.ReferenceCalls`).
 
 Frames (:mod:`autograder.wire`, ``grade_id`` = the exercise's name)::
 
-    call    {"args": [...], "kwargs": {...}}                       -> answer {"value": ...}
-    call    {"args", "kwargs", "wrt": [i, ...], "grads": [...]}    -> answer {"grads": [...]}
-    any     something the reference raised                          -> answer {"raised": {"type", "message"}}
+    ready    (once, when the references are imported: the regrade's clock may start)
+    call     {"args", "kwargs"[, "rng"]}                         -> answer {"value"[, "rng"]}
+    call     {"args", "kwargs", "rng", "wrt", "grads"}           -> answer {"grads": [...]}
+    call     {"op": "new", "init", "rng"}                        -> answer {"state", "parameters", "modules", "rng"}
+    call     {"op": "call", "method", "init", "state", "training",
+              "args", "kwargs", "rng"[, "wrt", "grads"]}         -> answer {"value", "rng"} or {"grads"}
+    any      something the reference raised                       -> answer {"raised": {"type", "message"}}
 
-A call with ``wrt`` asks for a vector-Jacobian product: the gradients, with respect to
-the positional tensor arguments at ``wrt``, of ``sum(grads[k] * outputs[k])``, which is
-what the stand-in's ``backward`` needs when a student's module trains through the
-reference (a tensor output, or a tuple of them).
+``rng`` is the caller's torch generator state: the reference runs from it, and the
+answer's ``rng`` is where it left it, so dropout draws as it would in one process. A
+call with ``wrt`` asks for a vector-Jacobian product: the gradients of
+``sum(grads[k] * outputs[k])`` with respect to the tensors ``wrt`` names (``["arg", i]``,
+``["kwarg", name]``, ``["state", parameter]``), the reference run again from ``rng``.
+A class reference is built afresh for every call from its constructor's arguments and
+loaded with the caller's state: this program keeps nothing between calls.
+
+A callable the caller passes (``ResidualSublayer``'s ``sublayer``) arrives as
+``{"__callback__": n}``: calling it sends a ``callback`` frame ``{"id", "args", "kwargs",
+"grad"}`` and waits for the ``return`` frame (meanwhile the callable may call a stand-in:
+that nested ``call`` is answered first). Gradients flow back through it with a second
+``callback`` frame ``{"id", "call", "grads"}``, whose ``return`` holds the gradients of
+its positional tensor arguments.
 
 Like :mod:`autograder.runner`, this file is standalone (the standard library, numpy,
-torch lazily, ``solutions`` and the wire format), because it runs in the sandbox's
-library: ``python oracle.py JOB_DIR --reference-fds OUT IN``.
+torch lazily, ``solutions``, the wire format and the runner's :func:`~autograder.runner.delegated`),
+because it runs in the sandbox's library: ``python oracle.py JOB_DIR --reference-fds OUT IN``.
 """
 from __future__ import annotations
 
@@ -30,12 +45,14 @@ import os
 import sys
 from typing import Any
 
-# Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds wire.py.
+# Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds
+# wire.py and, in the references' library, runner.py (:func:`autograder.sandbox.reference_library`).
+from autograder.runner import MAX_NESTING, delegated, differentiable, reraise, weighted_backward
 from autograder.wire import WireError, check_encoded, decode, encode, load_body, read_frame, write_frame
 
-__all__ = ["answer", "main"]
+__all__ = ["Oracle", "main"]
 
-#: The largest call read (JSON and uncompressed arrays): the relay admits no more.
+#: The largest call or return read (JSON and uncompressed arrays): the relay admits no more.
 MAX_CALL_BYTES = 64 * 2**20
 
 
@@ -47,51 +64,231 @@ def _torch():
     return torch
 
 
-def _outputs(value) -> list:
-    """The tensors of a reference's result, in order: one tensor, or a tuple/list of them."""
-    return list(value) if isinstance(value, (tuple, list)) else [value]
+def _plain(value) -> bool:
+    """A value a module stand-in mirrors as an attribute: a number, string, flag or a tuple of them."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, tuple) and len(value) <= 16 and all(isinstance(v, (bool, int, float, str)) for v in value)
 
 
-def answer(reference, request: dict, arrays: dict) -> tuple[dict, dict]:
-    """Call ``reference`` as ``request`` asks and encode what it gives.
+class _Callback:
+    """A callable the caller kept (``{"__callback__": n}``): calling it asks the caller to run it."""
+
+    def __init__(self, oracle: "Oracle", name: str, index: int, grad: bool):
+        self.oracle, self.name, self.index, self.grad = oracle, name, index, grad
+
+    def __call__(self, *args, **kwargs):
+        torch = sys.modules.get("torch")
+        if self.grad and torch is not None and torch.is_grad_enabled() and any(
+                differentiable(a) and a.requires_grad for a in args):
+            return delegated(_CallerSide(self, args, kwargs), [a for a in args if differentiable(a)])
+        return self.ask(args, kwargs)[0]
+
+    def ask(self, args, kwargs, grad: bool = False):
+        """``(value, call)``: the callable's result and, with ``grad``, the number the caller keeps its graph under."""
+        arrays: dict = {}
+        request = {"id": self.index, "args": encode(list(args), arrays), "kwargs": encode(dict(kwargs), arrays),
+                   "grad": grad}
+        data, received = self.oracle.callback(self.name, request, arrays)
+        if "value" not in data:
+            raise RuntimeError("the callable sent no value")
+        return decode(data["value"], received), data.get("call")
+
+    def vjp(self, call: int, grads) -> list:
+        arrays: dict = {}
+        data, received = self.oracle.callback(self.name, {"id": self.index, "call": call,
+                                                          "grads": encode(list(grads), arrays)}, arrays)
+        if "grads" not in data:
+            raise RuntimeError("the callable sent no gradients")
+        return list(decode(data["grads"], received))
+
+
+class _CallerSide:
+    """A callback through which gradients flow (:func:`autograder.runner.delegated`): its
+    forward and its backward both run in the caller's process, which keeps its graph."""
+
+    def __init__(self, callback: _Callback, args, kwargs):
+        self.callback, self.args, self.kwargs = callback, list(args), kwargs
+        self.label = f"the callable passed to the reference {callback.name}"
+
+    def forward(self):
+        torch = _torch()
+        value, self.call = self.callback.ask([a.detach() if isinstance(a, torch.Tensor) else a for a in self.args],
+                                             self.kwargs, grad=True)
+        return value
+
+    def backward(self, grads) -> list:
+        return self.callback.vjp(self.call, grads)
+
+
+class Oracle:
+    """The references' side of the pipes: answers each ``call`` frame read from ``calls``
+    on ``out`` (:meth:`serve`), and asks the caller to run its callables (:meth:`callback`).
 
     Args:
-        reference: the reference function (``solutions.<name>``).
-        request: a ``call`` frame's data (see the module docstring), already admitted by
-            :func:`autograder.wire.check_encoded`.
-        arrays: the frame's arrays.
-
-    Returns:
-        ``(data, arrays)`` of the ``answer`` frame: ``{"value"}``, ``{"grads"}`` or ``{"raised"}``.
+        out, calls: binary streams (the answers out, the calls in).
+        references: the module holding the references (``solutions``).
     """
-    out_arrays: dict = {}
-    try:
-        args = list(decode(request.get("args", []), arrays))
-        kwargs = decode(request.get("kwargs", {"__dict__": []}), arrays)
-        wrt = request.get("wrt")
-        if wrt is None:
-            return {"value": encode(reference(*args, **kwargs), out_arrays)}, out_arrays
+
+    def __init__(self, out, calls, references):
+        self.out, self.calls, self.references = out, calls, references
+        self.depth = 0
+
+    def serve(self) -> int:
+        """Answer calls until the end of ``calls``; the exit status (1: a broken stream)."""
+        write_frame(self.out, "", kind="ready")
+        while True:
+            frame, problem = read_frame(self.calls, MAX_CALL_BYTES)
+            if frame is None:
+                return 0 if problem is None else 1
+            self.handle(frame)
+
+    def handle(self, frame: tuple) -> None:
+        """Answer one ``call`` frame (anything else is answered with a refusal)."""
+        kind, name, body, npz = frame
+        reference = getattr(self.references, name, None) if kind == "call" else None
+        if reference is None or not callable(reference):
+            data, arrays = {"raised": {"type": "RuntimeError", "message": "not a reference of this regrade"}}, {}
+        else:
+            try:
+                request, received = load_body(body, npz, MAX_CALL_BYTES)
+                if not isinstance(request, dict):
+                    raise WireError("a call that is not a dict")
+                marks: list = []
+                check_encoded([request.get(key) for key in ("args", "kwargs")], received, callbacks=marks)
+                check_encoded([request.get(key) for key in ("grads", "init", "state", "rng", "training")], received)
+                data, arrays = self.answer(name, reference, request, received)
+            except WireError as exc:
+                data, arrays = {"raised": {"type": "RuntimeError", "message": str(exc)}}, {}
+        try:
+            write_frame(self.out, name, data, arrays, kind="answer")
+        except (TypeError, ValueError):  # a value encode refuses: an answer the stand-in can read instead
+            write_frame(self.out, name, {"raised": {"type": "RuntimeError", "message": "an unencodable result"}}, {},
+                        kind="answer")
+
+    def callback(self, name: str, request: dict, arrays: dict) -> tuple[dict, dict]:
+        """Ask the caller to run one of its callables; return the ``return`` frame's body.
+        A ``call`` that arrives first (the callable calling a stand-in) is answered first."""
+        if self.depth >= MAX_NESTING:
+            raise RecursionError(f"callbacks nested more than {MAX_NESTING} deep")
+        self.depth += 1
+        try:
+            write_frame(self.out, name, request, arrays, kind="callback")
+            while True:
+                frame, _ = read_frame(self.calls, MAX_CALL_BYTES)
+                if frame is None:
+                    raise RuntimeError("the caller is gone")
+                if frame[0] == "call":
+                    self.handle(frame)
+                    continue
+                if frame[0] != "return" or frame[1] != name:
+                    raise RuntimeError("the caller broke the protocol of a callback")
+                data, received = load_body(frame[2], frame[3], MAX_CALL_BYTES)
+                break
+        finally:
+            self.depth -= 1
+        if not isinstance(data, dict):
+            raise RuntimeError("the callable's return is not a dict")
+        check_encoded(data.get("value"), received)
+        check_encoded(data.get("grads"), received)
+        if isinstance(data.get("raised"), dict):
+            reraise(data["raised"])
+        return data, received
+
+    def _decode_call(self, name: str, request: dict, arrays: dict) -> tuple[list, dict]:
+        grad = request.get("wrt") is not None
+        marker = (lambda data, _arrays: _Callback(self, name, data["__callback__"], grad)
+                  if set(data) == {"__callback__"} else NotImplemented)
+        args = list(decode(request.get("args", []), arrays, extension=marker))
+        kwargs = decode(request.get("kwargs", {"__dict__": []}), arrays, extension=marker)
+        return args, kwargs
+
+    def answer(self, name: str, reference, request: dict, arrays: dict) -> tuple[dict, dict]:
+        """Run ``reference`` as ``request`` asks; ``(data, arrays)`` of the ``answer`` frame."""
+        out_arrays: dict = {}
+        torch = None
+        try:
+            rng = decode(request["rng"], arrays) if request.get("rng") is not None else None
+            if rng is not None:
+                torch = _torch()
+                torch.set_rng_state(rng)
+            op = request.get("op")
+            if op == "new":
+                init = decode(request.get("init", {"__dict__": []}), arrays)
+                module = reference(*init["args"], **init["kwargs"])
+                state = module.state_dict()
+                parameters = [n for n, _ in module.named_parameters()]
+                modules = [[path, {k: v for k, v in vars(m).items()
+                                   if not k.startswith("_") and k != "training" and _plain(v)}]
+                           for path, m in module.named_modules()]
+                data = {"state": encode(dict(state), out_arrays), "parameters": encode(parameters, out_arrays),
+                        "modules": encode(modules, out_arrays)}
+            else:
+                target, inputs = self._target(reference, request, arrays)
+                args, kwargs = self._decode_call(name, request, arrays)
+                wrt = request.get("wrt")
+                if wrt is None:
+                    data = {"value": encode(target(*args, **kwargs), out_arrays)}
+                else:
+                    data = {"grads": encode(self._grads(target, inputs, args, kwargs, wrt, request, arrays),
+                                            out_arrays)}
+            if torch is not None and "grads" not in data:
+                data["rng"] = encode(torch.get_rng_state(), out_arrays)
+            return data, out_arrays
+        except Exception as exc:  # noqa: BLE001 - the reference refusing the student's arguments is an answer
+            return {"raised": {"type": type(exc).__name__, "message": str(exc)[:2000]}}, {}
+
+    @staticmethod
+    def _target(reference, request: dict, arrays: dict):
+        """What the call runs (the function, or the rebuilt module's method) and the
+        module's parameters and buffers by name (``{}`` for a function)."""
+        if request.get("op") != "call":
+            return reference, {}
         torch = _torch()
-        for i in wrt:
-            args[i] = args[i].detach().clone().requires_grad_(True)
-        outputs = _outputs(reference(*args, **kwargs))
-        weights = decode(request.get("grads", []), arrays)
-        pairs = [(o, w) for o, w in zip(outputs, weights)
-                 if w is not None and isinstance(o, torch.Tensor) and o.requires_grad]
-        if pairs:
-            torch.autograd.backward([o for o, _ in pairs], [w.to(o.dtype) for o, w in pairs])
-        grads = [args[i].grad if args[i].grad is not None else torch.zeros_like(args[i]) for i in wrt]
-        return {"grads": encode(grads, out_arrays)}, out_arrays
-    except Exception as exc:  # noqa: BLE001 - the reference refusing the student's arguments is an answer
-        return {"raised": {"type": type(exc).__name__, "message": str(exc)[:2000]}}, {}
+        init = decode(request.get("init", {"__dict__": []}), arrays)
+        with torch.random.fork_rng():  # building it draws initial weights the state then replaces
+            module = reference(*init["args"], **init["kwargs"])
+        module.load_state_dict(decode(request.get("state", {"__dict__": []}), arrays), strict=True)
+        training = decode(request.get("training", {"__dict__": []}), arrays)
+        for path, sub in module.named_modules():
+            sub.training = bool(training.get(path, False))
+        method = request.get("method", "forward")
+        if method != "forward":
+            raise RuntimeError("only forward runs outside the student's process")
+        inputs = dict(module.named_parameters())
+        inputs.update(module.named_buffers())
+        return module, inputs
+
+    @staticmethod
+    def _grads(target, inputs: dict, args: list, kwargs: dict, wrt, request: dict, arrays: dict) -> list:
+        torch = _torch()
+        leaves = []
+        for where, key in wrt:
+            if where == "arg":
+                args[key] = args[key].detach().clone().requires_grad_(True)
+                leaves.append(args[key])
+            elif where == "kwarg":
+                kwargs[key] = kwargs[key].detach().clone().requires_grad_(True)
+                leaves.append(kwargs[key])
+            elif where == "state":
+                leaves.append(inputs[key])
+            else:
+                raise ValueError("a gradient asked for with respect to nothing of the call")
+        for leaf in leaves:
+            leaf.grad = None
+        with torch.enable_grad():
+            value = target(*args, **kwargs)
+        weighted_backward(value, decode(request.get("grads", []), arrays))
+        return [leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in leaves]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Sandbox entry point: ``python oracle.py JOB_DIR --reference-fds OUT IN``.
 
-    Reads ``call`` frames from the inherited pipe ``IN`` until it ends and writes one
-    ``answer`` frame per call to ``OUT``. The job folder is not read: the program holds
-    nothing but the references (the library's ``solutions``, whole) and what it is sent.
+    Imports the references, says ``ready``, then reads ``call`` frames from the inherited
+    pipe ``IN`` until it ends and writes one ``answer`` frame per call to ``OUT``. The job
+    folder is not read: the program holds nothing but the references (the library's
+    ``solutions``, whole) and what it is sent.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--reference-fds" not in argv:
@@ -101,28 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     calls = os.fdopen(int(argv[i + 2]), "rb")
     import solutions  # the whole reference: no student code runs in this process
 
-    while True:
-        frame, problem = read_frame(calls, MAX_CALL_BYTES)
-        if frame is None:
-            return 0 if problem is None else 1
-        kind, name, body, npz = frame
-        reference = getattr(solutions, name, None) if kind == "call" else None
-        if not callable(reference):
-            data, arrays = {"raised": {"type": "RuntimeError", "message": "not a reference of this regrade"}}, {}
-        else:
-            try:
-                request, received = load_body(body, npz, MAX_CALL_BYTES)
-                if not isinstance(request, dict):
-                    raise WireError("a call that is not a dict")
-                check_encoded([request.get(key) for key in ("args", "kwargs", "grads")], received)
-                data, arrays = answer(reference, request, received)
-            except WireError as exc:
-                data, arrays = {"raised": {"type": "RuntimeError", "message": str(exc)}}, {}
-        try:
-            write_frame(out, name, data, arrays, kind="answer")
-        except (TypeError, ValueError):  # a value encode refuses: an answer the stand-in can read instead
-            write_frame(out, name, {"raised": {"type": "RuntimeError", "message": "an unencodable result"}}, {},
-                        kind="answer")
+    return Oracle(out, calls, solutions).serve()
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through the sandbox tests

@@ -45,7 +45,8 @@ import numpy as np
 # Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds wire.py.
 from autograder.wire import decode, dump_bundle, encode, load_body, load_bundle, read_frame, write_frame
 
-__all__ = ["run_case", "load_state", "Reference", "main"]
+__all__ = ["run_case", "load_state", "Reference", "module_stand_in", "delegated", "differentiable",
+           "weighted_backward", "reraise", "main"]
 
 
 def _torch():
@@ -225,46 +226,230 @@ def _backward(value, args, weight_data, arrays, out_arrays) -> dict:
 
 # --------------------------------------------------------------------------- a regrade's references
 
+#: How deeply calls of stand-ins and callbacks of their callables may nest in one run
+#: (a ``ResidualSublayer`` stand-in calling back a sub-layer that calls a stand-in ...).
+MAX_NESTING = 16
+
+
+def differentiable(value) -> bool:
+    """Whether ``value`` is a tensor gradients can flow through (floating or complex)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
+
+
+def weighted_backward(value, weights: list) -> None:
+    """Accumulate the gradients of ``sum(weights[k] * outputs[k])``, where ``value`` is one
+    output or a tuple or list of them (a weight of ``None``, or an output no gradient
+    reaches, is left out)."""
+    outputs = list(value) if isinstance(value, (tuple, list)) else [value]
+    pairs = [(o, w) for o, w in zip(outputs, weights) if w is not None and differentiable(o) and o.requires_grad]
+    if pairs:
+        _torch().autograd.backward([o for o, _ in pairs], [w.to(o.dtype) for o, w in pairs])
+
+
+def reraise(raised: dict, limit: int = 2000):
+    """Raise what the other side of the wall reported (``{"type", "message"}``): the
+    built-in exception class of that name, else ``RuntimeError``."""
+    cls = getattr(builtins, str(raised.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls = RuntimeError
+    raise cls(str(raised.get("message", ""))[:limit])
+
+
+def _raised(exc: BaseException) -> dict:
+    return {"raised": {"type": type(exc).__name__, "message": _safe_str(exc)[:2000]}}
+
+
+class _Callbacks:
+    """The callables passed in one call of a stand-in (``ResidualSublayer``'s ``sublayer``).
+    They stay here, in the student's process: the reference, outside it, calls them back
+    with ``callback`` frames, and each runs here on what the reference passes it.
+
+    A callback asked for with ``grad`` keeps its graph (its inputs become leaves that
+    require gradients), so that a later ``callback`` frame naming that ``call`` gets the
+    vector-Jacobian product back: the gradients of ``sum(grads[k] * outputs[k])`` with
+    respect to its positional tensor inputs. The student's own parameters used by the
+    callable get their gradients on the way, as they would in one process.
+    """
+
+    def __init__(self):
+        self.functions: list = []
+        self.graphs: list = []
+
+    def marker(self, value, arrays):
+        """The :func:`autograder.wire.encode` extension of a call: a callable becomes
+        ``{"__callback__": n}``; every other value is left to ``encode``."""
+        if not callable(value) or isinstance(value, (np.ndarray, np.generic)) or differentiable(value):
+            return NotImplemented
+        self.functions.append(value)
+        return {"__callback__": len(self.functions) - 1}
+
+    def serve(self, request, arrays) -> tuple[dict, dict]:
+        """Run one callback (or its vector-Jacobian product); returns the ``return`` frame's body."""
+        out_arrays: dict = {}
+        try:
+            index = request.get("id") if isinstance(request, dict) else None
+            if type(index) is not int or not 0 <= index < len(self.functions):
+                raise RuntimeError("a callback of no callable passed in this call")
+            if "call" in request:
+                return {"grads": encode(self._vjp(request, arrays), out_arrays)}, out_arrays
+            args = list(decode(request.get("args", []), arrays))
+            kwargs = decode(request.get("kwargs", {"__dict__": []}), arrays)
+            if request.get("grad"):
+                torch = _torch()
+                args = [a.detach().requires_grad_(True) if differentiable(a) else a for a in args]
+                with torch.enable_grad():
+                    value = self.functions[index](*args, **kwargs)
+                self.graphs.append((args, value))
+                return {"value": encode(value, out_arrays), "call": len(self.graphs) - 1}, out_arrays
+            return {"value": encode(self.functions[index](*args, **kwargs), out_arrays)}, out_arrays
+        except Exception as exc:  # noqa: BLE001 - the student's callable raising is the reference's problem to report
+            return _raised(exc), {}
+
+    def _vjp(self, request, arrays) -> list:
+        torch = _torch()
+        call = request.get("call")
+        if type(call) is not int or not 0 <= call < len(self.graphs):
+            raise RuntimeError("a gradient of no callback of this call")
+        inputs, value = self.graphs[call]
+        weighted_backward(value, decode(request.get("grads", []), arrays))
+        return [a.grad if a.grad is not None else torch.zeros_like(a) for a in inputs if differentiable(a)]
+
 
 class _Channel:
-    """The runner's ends of the reference pipes (``--reference-fds OUT IN``): one call
-    frame out, one answer frame back, in turn."""
+    """The runner's ends of the reference pipes (``--reference-fds OUT IN``).
+
+    A call goes out as a ``call`` frame and its ``answer`` comes back. Meanwhile the
+    reference may call a callable of the call back (``callback`` frames, answered with
+    ``return`` frames by :class:`_Callbacks`), and that callable may itself call a
+    stand-in (a nested ``call``), at most :data:`MAX_NESTING` deep."""
 
     # The largest answer read back (the trusted relay admits no more).
     MAX_ANSWER_BYTES = 64 * 2**20
 
     def __init__(self, out, answers):
         self.out, self.answers = out, answers
+        self.depth = 0
 
-    def ask(self, name: str, request: dict, arrays: dict, field: str):
-        """Send one call; return the answer's ``field`` decoded, or raise what the reference raised."""
+    def ask(self, name: str, request: dict, arrays: dict, callbacks: _Callbacks | None = None) -> tuple[dict, dict]:
+        """Send one call; return the answer's ``(data, arrays)``, or raise what the reference raised."""
         if self.out is None:
             raise RuntimeError(f"the reference {name} cannot be reached in this run")
-        write_frame(self.out, name, request, arrays, kind="call")
-        frame, _ = read_frame(self.answers, self.MAX_ANSWER_BYTES)
-        if frame is None or frame[0] != "answer" or frame[1] != name:
-            raise RuntimeError(f"the reference {name} is no longer reachable in this run")
-        data, received = load_body(frame[2], frame[3], self.MAX_ANSWER_BYTES)
+        if self.depth >= MAX_NESTING:
+            raise RecursionError(f"the reference {name} was called more than {MAX_NESTING} calls deep")
+        self.depth += 1
+        try:
+            write_frame(self.out, name, request, arrays, kind="call")
+            while True:
+                frame, _ = read_frame(self.answers, self.MAX_ANSWER_BYTES)
+                if frame is None or frame[1] != name or frame[0] not in ("answer", "callback"):
+                    raise RuntimeError(f"the reference {name} is no longer reachable in this run")
+                data, received = load_body(frame[2], frame[3], self.MAX_ANSWER_BYTES)
+                if frame[0] == "answer":
+                    break
+                reply, reply_arrays = (callbacks or _Callbacks()).serve(data, received)
+                write_frame(self.out, name, reply, reply_arrays, kind="return")
+        finally:
+            self.depth -= 1
         raised = data.get("raised") if isinstance(data, dict) else None
-        if raised is not None:
-            cls = getattr(builtins, str(raised.get("type")), None)
-            if not (isinstance(cls, type) and issubclass(cls, Exception)):
-                cls = RuntimeError
-            raise cls(str(raised.get("message", "")))
-        if not isinstance(data, dict) or field not in data:
-            raise RuntimeError(f"the reference {name} sent no {field}")
-        return decode(data[field], received)
+        if isinstance(raised, dict):
+            reraise(raised)
+        if not isinstance(data, dict):
+            raise RuntimeError(f"the reference {name} sent no answer")
+        return data, received
+
+
+class _RemoteCall:
+    """One call of a reference outside this process: its name, what the call is (a
+    function's arguments; a module's constructor arguments, state and method) and the
+    callables it passes. :meth:`value` asks for the result, :meth:`grads` for the
+    vector-Jacobian product with respect to the tensors at ``wrt``."""
+
+    def __init__(self, channel: _Channel, name: str, base: dict, args, kwargs, state: dict | None = None):
+        self.channel, self.name, self.base = channel, name, base
+        self.args, self.kwargs, self.state = list(args), dict(kwargs), state
+        self.callbacks = _Callbacks()
+        self.wrt: list = []
+        self.label = f"the reference {name}"
+
+    def differentiable(self) -> list:
+        """The tensors gradients may flow back to (``self.wrt`` names them): positional and
+        keyword tensor arguments and the module's parameters that require gradients."""
+        tensors = []
+        for where, items in (("arg", enumerate(self.args)), ("kwarg", self.kwargs.items()),
+                             ("state", (self.state or {}).items())):
+            for key, value in items:
+                if differentiable(value) and value.requires_grad:
+                    self.wrt.append([where, key])
+                    tensors.append(value)
+        return tensors
+
+    def _request(self, arrays: dict, rng=None, grads=None) -> dict:
+        request = dict(self.base)
+        request["args"] = encode(self.args, arrays, extension=self.callbacks.marker)
+        request["kwargs"] = encode(self.kwargs, arrays, extension=self.callbacks.marker)
+        if self.state is not None:
+            request["state"] = encode(self.state, arrays)
+        if rng is not None:
+            request["rng"] = encode(rng, arrays)
+        if grads is not None:
+            request.update(wrt=self.wrt, grads=encode(list(grads), arrays))
+        return request
+
+    def value(self):
+        """The reference's result; the torch generator continues where the reference left it."""
+        torch = sys.modules.get("torch")
+        arrays: dict = {}
+        rng = torch.get_rng_state() if torch is not None else None
+        self.callbacks = _Callbacks()
+        data, received = self.channel.ask(self.name, self._request(arrays, rng), arrays, self.callbacks)
+        if "value" not in data:
+            raise RuntimeError(f"the reference {self.name} sent no value")
+        if rng is not None and "rng" in data:
+            torch.set_rng_state(decode(data["rng"], received))
+        return decode(data["value"], received)
+
+    def grads(self, grads, rng) -> list:
+        """The gradients for the tensors at ``wrt``: the reference runs again from the
+        generator state ``rng`` its forward started from, then backward."""
+        arrays: dict = {}
+        self.callbacks = _Callbacks()
+        data, received = self.channel.ask(self.name, self._request(arrays, rng, grads), arrays, self.callbacks)
+        if "grads" not in data:
+            raise RuntimeError(f"the reference {self.name} sent no gradients")
+        return list(decode(data["grads"], received))
+
+    def forward(self):
+        """:func:`delegated`'s forward: the value, from the generator state kept for the backward."""
+        self.rng = _torch().get_rng_state()
+        return self.value()
+
+    def backward(self, grads) -> list:
+        """:func:`delegated`'s backward."""
+        return self.grads(grads, self.rng)
+
+
+def _remote(call: _RemoteCall):
+    """The result of ``call``: through an autograd function when gradients may flow back
+    to one of its tensors (a student's module training through the reference), else a
+    plain call."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.is_grad_enabled():
+        return call.value()
+    tensors = call.differentiable()
+    if not tensors:
+        return call.value()
+    return delegated(call, tensors)
 
 
 class Reference:
     """What a regrade's cells see in place of a failing earlier *function* exercise: a
     callable that holds only its name and the pipes to the trusted side, never the
     reference. Each call sends its arguments (data: numbers, strings, containers,
-    arrays, tensors) in a ``call`` frame; the reference runs in a sandbox of its own
-    (:mod:`autograder.oracle`) and its result comes back. When a positional tensor
-    argument requires gradients (a student's module training through it), the call
-    goes through an autograd function whose backward asks for the vector-Jacobian
-    product the same way.
+    arrays, tensors; a callable stays here and is called back) in a ``call`` frame; the
+    reference runs in a sandbox of its own (:mod:`autograder.oracle`) and its result
+    comes back. Gradients flow back through it to every tensor argument, positional or
+    keyword, that requires them.
 
     Args:
         name: the exercise (``softmax``).
@@ -278,60 +463,147 @@ class Reference:
     def __repr__(self) -> str:
         return f"<the reference {self.__name__}, run outside this process>"
 
+    def __deepcopy__(self, memo):
+        return self
+
     def __call__(self, *args, **kwargs):
-        wrt = _requiring_grad(args)
-        if wrt:
-            return _remote_function().apply(self, args, kwargs, wrt, *[args[i] for i in wrt])
-        return self._ask(args, kwargs)
-
-    def _ask(self, args, kwargs, wrt=None, grads=None):
-        arrays: dict = {}
-        request = {"args": encode(list(args), arrays), "kwargs": encode(dict(kwargs), arrays)}
-        if wrt is not None:
-            request.update(wrt=list(wrt), grads=encode(list(grads), arrays))
-        return self._channel.ask(self.__name__, request, arrays, "grads" if wrt is not None else "value")
+        return _remote(_RemoteCall(self._channel, self.__name__, {}, args, kwargs))
 
 
-def _requiring_grad(args) -> list[int]:
-    """The positions of the arguments that are tensors requiring gradients, while
-    gradients are recorded."""
-    if "torch" not in sys.modules:
-        return []
-    torch = sys.modules["torch"]
-    if not torch.is_grad_enabled():
-        return []
-    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+class _Remote:
+    """What a module stand-in holds of its reference: the name, the pipes and its
+    constructor's arguments; one object shared by copies (``copy.deepcopy`` of a layer)."""
+
+    def __init__(self, name: str, channel: _Channel, args: list, kwargs: dict):
+        self.name, self.channel, self.args, self.kwargs = name, channel, args, kwargs
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __repr__(self) -> str:
+        return f"<the reference {self.name}, run outside this process>"
 
 
-_REMOTE_FUNCTION = None
+def module_stand_in(name: str, channel: _Channel) -> type:
+    """What a regrade's cells see in place of a failing earlier *class* exercise: a
+    ``torch.nn.Module`` class named ``name`` whose instances hold the reference's
+    parameters and buffers (data: the student's module loads, trains and reads them as
+    tensors) and its submodules' names, never its code.
 
-
-def _remote_function():
-    """The autograd function of a :class:`Reference` call whose arguments require
-    gradients: forward and backward both run outside this process."""
-    global _REMOTE_FUNCTION
-    if _REMOTE_FUNCTION is not None:
-        return _REMOTE_FUNCTION
+    Building one asks the references' sandbox to build the reference from the same
+    arguments and the same torch generator state, and takes its state, structure and
+    plain attributes (numbers, strings, flags) from it. Each ``forward`` sends the
+    arguments, the current parameters and buffers, each submodule's training flag and
+    the generator state; the reference runs there and its result comes back, with the
+    generator where it left it, so dropout draws as it would in one process. Gradients
+    flow back to the arguments and to the parameters that require them (the reference
+    runs again from the same generator state, then backward); a callable argument
+    (``ResidualSublayer``'s ``sublayer``) stays here and is called back. The submodules
+    are plain ``nn.Module`` containers of those tensors: only the stand-in itself runs.
+    """
     torch = _torch()
 
-    class RemoteReference(torch.autograd.Function):
+    class StandIn(torch.nn.Module):
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+            self._reference = _Remote(name, channel, list(args), dict(kwargs))
+            arrays: dict = {}
+            rng = torch.get_rng_state()
+            request = {"op": "new", "init": encode({"args": list(args), "kwargs": dict(kwargs)}, arrays),
+                       "rng": encode(rng, arrays)}
+            data, received = channel.ask(name, request, arrays)
+            try:
+                modules = decode(data["modules"], received)
+                state = decode(data["state"], received)
+                parameters = set(decode(data["parameters"], received))
+                for path, attributes in modules:
+                    if path:
+                        parent, _, child = path.rpartition(".")
+                        self.get_submodule(parent).add_module(child, torch.nn.Module())
+                    target = self.get_submodule(path)
+                    for key, value in attributes.items():
+                        if not hasattr(type(target), key):
+                            setattr(target, key, value)
+                for key, tensor in state.items():
+                    owner, _, attr = key.rpartition(".")
+                    module = self.get_submodule(owner)
+                    if key in parameters:
+                        module.register_parameter(attr, torch.nn.Parameter(tensor))
+                    else:
+                        module.register_buffer(attr, tensor)
+                torch.set_rng_state(decode(data["rng"], received))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise RuntimeError(f"the reference {name} sent a module this stand-in cannot hold") from exc
+
+        def forward(self, *args, **kwargs):
+            remote = self._reference
+            base = {"op": "call", "method": "forward",
+                    "training": encode({path: module.training for path, module in self.named_modules()}, {})}
+            state = dict(self.named_parameters())
+            state.update(self.named_buffers())
+            return _remote(_ModuleCall(remote, base, args, kwargs, state))
+
+        def __repr__(self) -> str:
+            return f"{name}(<the reference, run outside this process>)"
+
+    StandIn.__name__ = StandIn.__qualname__ = name
+    StandIn.__module__ = "__main__"
+    return StandIn
+
+
+class _ModuleCall(_RemoteCall):
+    """A module stand-in's call: its constructor's arguments travel with it (encoded with
+    the call's arrays), so the references' sandbox can build the reference again."""
+
+    def __init__(self, remote: _Remote, base: dict, args, kwargs, state: dict):
+        super().__init__(remote.channel, remote.name, base, args, kwargs, state)
+        self.remote = remote
+
+    def _request(self, arrays: dict, rng=None, grads=None) -> dict:
+        request = super()._request(arrays, rng, grads)
+        request["init"] = encode({"args": self.remote.args, "kwargs": self.remote.kwargs}, arrays)
+        return request
+
+
+def delegated(job, tensors: list):
+    """``job``'s result through an autograd function whose forward and backward run
+    elsewhere: ``job.forward()`` gives the value (a tensor, or a tuple or list of values),
+    ``job.backward(grads)`` the gradients of ``tensors`` (one per tensor) from the
+    gradients of the outputs. The stand-ins here send both outside the student's process;
+    the references' sandbox sends a callback's back to it (:mod:`autograder.oracle`).
+    Differentiating it twice (``create_graph=True``) raises, naming ``job.label``: no
+    exercise needs it (EXERCISES.md)."""
+    return _delegated_function().apply(job, *tensors)
+
+
+_DELEGATED = None
+
+
+def _delegated_function():
+    global _DELEGATED
+    if _DELEGATED is not None:
+        return _DELEGATED
+    torch = _torch()
+
+    class Delegated(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, reference, args, kwargs, wrt, *tensors):
-            detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-            value = reference._ask(detached, kwargs)
-            ctx.reference, ctx.args, ctx.kwargs, ctx.wrt = reference, detached, kwargs, wrt
+        def forward(ctx, job, *tensors):
+            ctx.job = job
+            value = job.forward()
             outputs = list(value) if isinstance(value, (tuple, list)) else [value]
-            ctx.mark_non_differentiable(*[o for o in outputs if isinstance(o, torch.Tensor)
-                                          and not o.is_floating_point()])
+            ctx.mark_non_differentiable(*[o for o in outputs if isinstance(o, torch.Tensor) and not differentiable(o)])
             return tuple(outputs) if isinstance(value, (tuple, list)) else value
 
         @staticmethod
         def backward(ctx, *grads):
-            got = ctx.reference._ask(ctx.args, ctx.kwargs, ctx.wrt, grads)
-            return (None, None, None, None, *got)
+            if torch.is_grad_enabled():
+                raise RuntimeError(f"{ctx.job.label} runs on the other side of the grading sandbox's wall in a "
+                                   "regrade: its gradient cannot be differentiated again (create_graph=True); "
+                                   "no exercise needs it")
+            return (None, *ctx.job.backward(grads))
 
-    _REMOTE_FUNCTION = RemoteReference
-    return _REMOTE_FUNCTION
+    _DELEGATED = Delegated
+    return _DELEGATED
 
 
 # --------------------------------------------------------------------------- sandbox entry
@@ -343,8 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     ``JOB_DIR/job.json`` holds ``{"setup": [source, ...], "cells": [{"grade_id",
     "exercise", "source"}, ...]}`` (a cell with ``"context": true`` is only
     executed: it defines what later cells call, and is not graded; one with
-    ``"reference": true`` too binds its exercise to a :class:`Reference`, whose calls
-    go out on ``--reference-fds OUT IN``). Runs the setup cells, then each solution
+    ``"reference": "function"`` or ``"class"`` too binds its exercise to a
+    :class:`Reference` or a :func:`module_stand_in`, whose calls go out on
+    ``--reference-fds OUT IN``). Runs the setup cells, then each solution
     cell followed at once by its cases.
 
     With ``--result-fd N`` each cell's bundle goes, as a :func:`write_frame`
@@ -391,13 +664,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"setup cell {i} raised {type(exc).__name__}: {_safe_str(exc)}", file=sys.stderr)
     for cell in job["cells"]:
         if cell.get("context") and cell.get("reference"):
-            # A failing earlier function exercise in a regrade: its name calls the
-            # reference, which runs outside this process (:class:`Reference`).
-            namespace[cell["exercise"]] = Reference(cell["exercise"], channel)
+            # A failing earlier exercise in a regrade: its name calls the reference, which
+            # runs outside this process (:class:`Reference`, :func:`module_stand_in`).
+            name = cell["exercise"]
+            if cell["reference"] == "class":
+                try:
+                    namespace[name] = module_stand_in(name, channel)
+                except ImportError:  # no torch: no module could be built either
+                    pass
+            else:
+                namespace[name] = Reference(name, channel)
             continue
         if cell.get("context"):
-            # A cell that only defines what a graded cell calls (an earlier answer,
-            # or an earlier class exercise's reference in a verdict-only regrade): it
+            # A cell that only defines what a graded cell calls (an earlier answer, or
+            # the reference of a function taking a model, greedy_decode, in a
+            # verdict-only regrade): it
             # is not graded here, sends no frame, and its errors are not reported.
             try:
                 exec(compile(cell["source"], f"<context cell {cell.get('exercise', '')}>", "exec"), namespace)

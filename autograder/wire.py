@@ -258,7 +258,7 @@ def load_bundle(path_stem: str, max_bytes: int = 256 * 2**20):
     return data, arrays
 
 
-FRAME_KINDS = ("start", "cases", "result", "call", "answer")
+FRAME_KINDS = ("start", "cases", "result", "call", "answer", "callback", "return", "ready")
 
 
 def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.ndarray] | None = None,
@@ -271,8 +271,11 @@ def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.nd
     defined: send its cases; no body) and ``result`` (its bundle follows); the
     trusted side answers a ``cases`` frame with one ``cases`` frame carrying the
     case specs (:func:`autograder.sandbox.run_job`). In a regrade, a ``call`` frame
-    asks for a reference's result and an ``answer`` frame carries it
-    (:class:`autograder.sandbox.ReferenceCalls`); ``grade_id`` then names the exercise.
+    asks for a reference's result and an ``answer`` frame carries it; before the answer,
+    a ``callback`` frame asks the caller to run a callable argument of the call and a
+    ``return`` frame carries its result; ``ready`` says the references' sandbox has
+    started (:class:`autograder.sandbox.ReferenceCalls`, :mod:`autograder.oracle`);
+    ``grade_id`` then names the exercise.
 
     Args:
         stream: a binary stream.
@@ -280,13 +283,13 @@ def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.nd
         data, arrays: the frame's body (JSON-able data and its arrays).
         start: the same as ``kind="start"``.
         kind: one of :data:`FRAME_KINDS` (default ``"result"``, or ``"start"``
-            with ``start``). A ``start`` frame, or a ``cases`` request without
-            ``data``, has no body.
+            with ``start``). A ``start`` or ``ready`` frame, or a ``cases`` request
+            without ``data``, has no body.
     """
     kind = kind or ("start" if start else "result")
     if kind not in FRAME_KINDS:
         raise ValueError(f"frame kind must be one of {FRAME_KINDS}, got {kind!r}")
-    if kind == "start" or (kind == "cases" and data is None):
+    if kind in ("start", "ready") or (kind == "cases" and data is None):
         body = npz = b""
     else:
         buf = io.BytesIO()
@@ -404,11 +407,19 @@ def load_body(body: bytes, npz: bytes, max_bytes: int) -> tuple[Any, dict]:
         raise WireError(f"an unreadable result ({type(exc).__name__})") from None
 
 
-def check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None = None) -> None:
+def check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None = None,
+                  callbacks: list | None = None) -> None:
     """Admit only what :func:`encode` produces for plain data: numbers, strings, lists,
     tuples, dicts and numeric arrays; no :class:`Obj` factory (which would run code
     where it is decoded), no structured dtype, no dtype label that disagrees with its
     array, at most :data:`MAX_DEPTH` deep and :data:`MAX_NODES` values.
+
+    Args:
+        value, arrays: the encoded data and its arrays.
+        callbacks: where a regrade's call may pass a callable (``ResidualSublayer``'s
+            ``sublayer``, which stays in the caller's process: :mod:`autograder.oracle`),
+            a list that receives the number of each ``{"__callback__": n}`` marker; by
+            default such a marker is refused like any other unknown value.
 
     Raises:
         WireError: anything else.
@@ -425,11 +436,15 @@ def check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None 
         return
     if isinstance(value, list):
         for v in value:
-            check_encoded(v, arrays, depth + 1, budget)
+            check_encoded(v, arrays, depth + 1, budget, callbacks)
         return
     if not isinstance(value, dict):
         raise WireError(f"a value of JSON type {type(value).__name__}")
     keys = set(value)
+    if callbacks is not None and keys == {"__callback__"} and type(value["__callback__"]) is int \
+            and 0 <= value["__callback__"] < MAX_NODES:
+        callbacks.append(value["__callback__"])
+        return
     if keys == {"__float__"}:
         try:
             f = float(value["__float__"])
@@ -451,7 +466,7 @@ def check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None 
                 raise WireError("a tensor whose dtype label disagrees with its data")
         return
     if keys == {"__tuple__"} and isinstance(value["__tuple__"], list):
-        check_encoded(value["__tuple__"], arrays, depth + 1, budget)
+        check_encoded(value["__tuple__"], arrays, depth + 1, budget, callbacks)
         return
     if keys == {"__dict__"} and isinstance(value["__dict__"], list):
         for item in value["__dict__"]:
@@ -462,6 +477,6 @@ def check_encoded(value: Any, arrays: dict, depth: int = 0, budget: list | None 
                 or isinstance(item[0], bool)
             ):
                 raise WireError("a malformed dict entry")
-            check_encoded(item[1], arrays, depth + 1, budget)
+            check_encoded(item[1], arrays, depth + 1, budget, callbacks)
         return
     raise WireError("an encoded value with keys the runner never writes")

@@ -152,6 +152,7 @@ def ffn_activation_variant(state, x, d_model, d_ff, dropout, train, seed, activa
     the module's would be (``seed``, then the construction's draws), in training only.
 
     Returns a float32 array of ``x``'s shape."""
+    # torch and the reference when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
     import torch.nn.functional as F
 
@@ -509,6 +510,7 @@ def residual_form_variant(state, sublayer_state, x, d_model, dropout, train, see
     module's would be (``seed``, then the sub-layer's construction), in training only.
 
     Returns a float32 array of ``x``'s shape."""
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
     import torch.nn.functional as F
 

@@ -4,20 +4,21 @@ An answer that lost points and calls a failing earlier exercise is graded again 
 reference in that one's place. Before, the reference's source went into the regrade's
 job as a context cell, run in the student's own process: the graded cell read it
 (``/job/job.json``, ``inspect``, ``globals()``, ``dis``, ``co_consts``) and sent it out in
-its exception text. Now:
-
-* a failing *function* exercise is a stand-in there (``runner.Reference``) whose calls
-  run the reference in a sandbox of its own (``sandbox.ReferenceCalls``): the attacker
-  below searches every place it could be and finds nothing, so it keeps the full marks it
-  would lose on finding it, and the honest student beside it is graded as before;
-* a failing *class* exercise (the student's module builds and trains it) is still
-  present in the regrade, which is therefore verdict-only (``grading._verdict_only``):
-  the attacker below does find it, and of that run only each part's points come back,
-  no word of it.
+its exception text. Now a failing *function* exercise is a stand-in there
+(``runner.Reference``) and a failing *class* exercise a module stand-in
+(``runner.module_stand_in``: the reference's parameters as tensors, its ``forward`` run
+outside), whose calls run the reference in a sandbox of its own
+(``sandbox.ReferenceCalls``, ``oracle.py``). The attackers below search every place it
+could be — the job file, globals, every function, class, frame, closure and module in
+the heap (``inspect``, ``dis``, code constants), ``linecache`` — find nothing, and so
+keep the full marks they would lose on finding it; the honest student beside each is
+graded as before, with the same page.
 
 Every field of the grade (reason, parts, hints, notes: what ``scores.csv``, the feedback
 page and ``results.json`` are made of) and every file left in the scratch folder is
-searched for the reference's code lines.
+searched for the reference's code lines. The relay's own bounds (which calls it admits,
+what answers it lets into the student's process, who closes the pipes, what the
+references' start costs the budget) are tested without a sandbox below.
 """
 from __future__ import annotations
 
@@ -63,7 +64,10 @@ def _lines(source: str) -> set[str]:
 
 # Everything a cell can reach in its process, as text: the job file, every function
 # and class named after the earlier exercise (in globals or anywhere in the heap) read
-# with inspect, dis and its code constants, and the lines linecache holds.
+# with inspect, dis and its code constants; every function in the heap whose code is
+# not the installed libraries' (the runner, the stub, the cells: where a reference's
+# code would be), its closure, and every frame's names; every module whose name holds
+# "solutions"; and the lines linecache holds.
 HUNT = '''
 import dis as _dis, gc as _gc, inspect as _inspect, json as _json, linecache as _linecache, os as _os, sys as _sys
 
@@ -77,10 +81,16 @@ def _hunt(name):
     read(lambda: open(_os.path.join(_sys.argv[1], "job.json"), encoding="utf-8").read())
     read(lambda: _json.dumps(sorted(globals())))
     objects = [globals().get(name)]
+    libraries = tuple({_sys.prefix, _sys.base_prefix, _sys.exec_prefix})
     for o in _gc.get_objects():
         try:
             if getattr(o, "__name__", None) == name and callable(o):
                 objects.append(o)
+            code = getattr(o, "__code__", None)
+            if code is not None and not code.co_filename.startswith(libraries):
+                objects.append(o)
+                for cell in o.__closure__ or ():
+                    read(lambda: repr(cell.cell_contents))
         except BaseException:
             pass
     for obj in objects:
@@ -89,6 +99,14 @@ def _hunt(name):
             read(lambda: _dis.Bytecode(target).dis())
             read(lambda: repr(target.__code__.co_consts) + repr(target.__code__.co_names))
             read(lambda: repr(vars(target)))
+    for frame in _sys._current_frames().values():
+        while frame is not None:
+            read(lambda: repr(sorted(frame.f_locals)) + frame.f_code.co_filename)
+            read(lambda: _inspect.getsource(frame.f_code))
+            frame = frame.f_back
+    for module_name, module in list(_sys.modules.items()):
+        if "solutions" in module_name:
+            read(lambda: _inspect.getsource(module))
     read(lambda: "".join(line for lines in _linecache.cache.values() for line in lines[2]))
     text = "\\n".join(found)
     print(text)
@@ -192,8 +210,8 @@ class PositionwiseFeedForward(nn.Module):
 
 def _encoder_attacker(markers: set[str]) -> str:
     """A right EncoderLayer that hunts for the reference PositionwiseFeedForward and, on
-    finding a line of it, raises it in every case with a src_mask (one part of three), so
-    that its regrade still scores more than its first grade and would be kept."""
+    finding a line of it, raises it in every case with a src_mask (one part of three):
+    full marks prove it found nothing."""
     return HUNT + f"""
 _FOUND = _hunt("PositionwiseFeedForward")
 _MARKERS = [m[::-1] for m in {sorted(m[::-1] for m in markers)!r}]  # reversed: not found in this cell itself
@@ -211,7 +229,7 @@ class EncoderLayer(_Honest):
 
 
 @pytest.mark.slow
-def test_a_class_reference_regrade_returns_only_its_verdict(tmp_path, needs_sandbox):
+def test_a_class_reference_runs_outside_the_graded_process(tmp_path, needs_sandbox):
     # Graded with the visible cases (hidden=False), where a case's exception text is shown
     # whole: the widest channel there is (a hidden set withholds it anyway).
     hidden = False
@@ -224,19 +242,17 @@ def test_a_class_reference_regrade_returns_only_its_verdict(tmp_path, needs_sand
     honest = _graded(source, tmp_path, "honest", hidden=hidden, PositionwiseFeedForward=WRONG_FFN)
     attacker = _graded(source, tmp_path, "attacker", hidden=hidden, PositionwiseFeedForward=WRONG_FFN,
                        EncoderLayer=_encoder_attacker(markers))
-    layer = honest["EncoderLayer"]
-    assert (layer.status, layer.score) == ("passed", layer.max_score), layer  # one mistake charged once
-    assert "graded with the reference `PositionwiseFeedForward` in its place" in layer.notes[0]
-    layer = attacker["EncoderLayer"]
-    # It found the reference (the src_mask part is lost: a verdict, one bit a part) and
-    # kept the points of the other parts, but not one word of what it raised came back.
-    assert layer.score == layer.max_score - 1 and layer.status == "partial", layer
-    assert [p["score"] for p in layer.parts if "src_mask" in p["name"]] == [0]
-    assert "graded with the reference `PositionwiseFeedForward` in its place" in layer.notes[0]
     for scores in (honest, attacker):
+        layer = scores["EncoderLayer"]
+        # One mistake charged once, through the module stand-in: its parameters loaded from
+        # the case's state, its forward and gradients computed outside the process.
+        assert (layer.status, layer.score) == ("passed", layer.max_score), layer
+        assert "graded with the reference `PositionwiseFeedForward` in its place" in layer.notes[0]
+        assert scores["PositionwiseFeedForward"].score < scores["PositionwiseFeedForward"].max_score
         for score in scores.values():
             assert not [m for m in markers if m in _text(score)], score
             assert "the reference: " not in _text(score)
+    assert _text(honest["EncoderLayer"]) == _text(attacker["EncoderLayer"])
 
 
 def _relay(tmp_path, names=("softmax",)) -> sandbox.ReferenceCalls:
@@ -282,3 +298,259 @@ def test_the_relay_admits_only_plain_calls_of_the_regrades_references(tmp_path):
         assert refused["raised"]["message"].startswith("the reference softmax was not called")
         refused = _call(calls, "softmax", {"args": encode([x], arrays), "kwargs": {"__dict__": []}}, arrays)
         assert f"more than {calls.MAX_CALLS} calls" in refused["raised"]["message"]
+
+
+# --------------------------------------------------------------------------- the stand-ins, without a sandbox
+
+
+@pytest.fixture
+def channel(tmp_path):
+    """A relay to a references' process (a plain subprocess: the protocol, not the wall,
+    is tested here) and the student's side of it, in this process."""
+    import os
+
+    from autograder import runner
+
+    calls = _relay(tmp_path, ("split_heads", "PositionwiseFeedForward", "ResidualSublayer"))
+    with calls:
+        assert calls.wait_ready()
+        out, back = calls.hand_over()
+        side = runner._Channel(os.fdopen(out, "wb"), os.fdopen(back, "rb"))
+        try:
+            yield side
+        finally:
+            side.out.close()
+            side.answers.close()
+    assert calls.refused is None, calls.refused
+
+
+def test_a_module_stand_in_is_the_reference_forward_gradients_and_dropout_included(channel):
+    """The stand-in of a class builds from the same generator state as the reference (same
+    initial weights, the generator left where the reference leaves it), runs forward in
+    training mode with the same dropout draws, and gives the same gradients to its input
+    and to its parameters; a callable argument runs in this process, gradients through it
+    reach the callable's own parameters, and it may call a stand-in itself."""
+    import torch
+
+    from autograder import runner
+
+    FFN = runner.module_stand_in("PositionwiseFeedForward", channel)
+    torch.manual_seed(0)
+    stand_in, after_stand_in = FFN(8, 16, 0.5), torch.randn(3)
+    torch.manual_seed(0)
+    reference, after_reference = solutions.PositionwiseFeedForward(8, 16, 0.5), torch.randn(3)
+    assert type(stand_in).__name__ == "PositionwiseFeedForward"
+    assert list(stand_in.state_dict()) == list(reference.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(stand_in.state_dict().values(), reference.state_dict().values()))
+    assert torch.equal(after_stand_in, after_reference)
+    assert not [line for line in _code_lines(solutions.PositionwiseFeedForward) if line in repr(vars(stand_in))]
+
+    x = torch.randn(2, 4, 8, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    torch.manual_seed(1)
+    got = stand_in(x)  # training mode: dropout 0.5
+    torch.manual_seed(1)
+    want = reference(x_ref)
+    assert torch.equal(got, want)
+    (got * 2).sum().backward()
+    (want * 2).sum().backward()
+    assert torch.allclose(x.grad, x_ref.grad)
+    for (name, p), q in zip(stand_in.named_parameters(), reference.parameters()):
+        assert torch.allclose(p.grad, q.grad), name
+
+    stand_in.eval()
+    reference.eval()
+    Residual = runner.module_stand_in("ResidualSublayer", channel)
+    for norm_first in (False, True):
+        torch.manual_seed(2)
+        residual, linear = Residual(8, 0.0, norm_first), torch.nn.Linear(8, 8)
+        torch.manual_seed(2)
+        residual_ref, linear_ref = solutions.ResidualSublayer(8, 0.0, norm_first), torch.nn.Linear(8, 8)
+        x = torch.randn(2, 3, 8, requires_grad=True)
+        x_ref = x.detach().clone().requires_grad_(True)
+        got = residual(x, lambda h: stand_in(linear(h)))  # the callable calls a stand-in: nested
+        want = residual_ref(x_ref, lambda h: reference(linear_ref(h)))
+        assert torch.allclose(got, want, atol=1e-6)
+        (got * 3).sum().backward()
+        (want * 3).sum().backward()
+        assert torch.allclose(x.grad, x_ref.grad, atol=1e-5)
+        assert torch.allclose(linear.weight.grad, linear_ref.weight.grad, atol=1e-5)  # through the callback
+
+
+def test_a_function_stand_in_carries_keyword_gradients_and_refuses_a_second_derivative(channel):
+    import torch
+
+    from autograder import runner
+
+    split_heads = runner.Reference("split_heads", channel)
+    weight = torch.arange(2.0)[None, :, None, None]
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    (split_heads(x=x, num_heads=2) * weight).sum().backward()  # the tensor by keyword
+    (solutions.split_heads(x_ref, 2) * weight).sum().backward()
+    assert torch.allclose(x.grad, x_ref.grad) and x.grad.abs().sum() > 0
+    # A second derivative: the contract never asks for one, and the stand-in says so.
+    z = torch.randn(1, 1, 4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        torch.autograd.grad((split_heads(z, 2) ** 2).sum(), z, create_graph=True)
+    (first,) = torch.autograd.grad((split_heads(z, 2) ** 2).sum(), z)  # a first derivative still is
+    assert torch.allclose(first, 2 * z)
+
+
+class _ScriptedWorker(sandbox.ReferenceCalls):
+    """A relay whose references' side is a script (a thread here): it says ready, then
+    answers each call with the next of :attr:`answers`, as raw frames."""
+
+    answers: list = []
+
+    def _run_worker(self, fds):
+        import io
+        import os
+
+        from autograder.wire import read_frame
+
+        out, calls = os.fdopen(fds[0], "wb"), os.fdopen(fds[1], "rb")
+        with out, calls:
+            write_frame(out, "", kind="ready")
+            for kind, data, arrays in self.answers:
+                frame, _ = read_frame(calls, 2**26)
+                if frame is None:
+                    return
+                buf = io.BytesIO()
+                write_frame(buf, frame[1], data, arrays, kind=kind)
+                out.write(buf.getvalue())
+                out.flush()
+            read_frame(calls, 2**26)
+
+
+def _asked(tmp_path, request: dict, arrays: dict, *answers) -> dict:
+    """What the student's side gets for ``request`` when the references send ``answers``."""
+    calls = _ScriptedWorker({"split_heads"}, tmp_path / "lib", tmp_path / "references", sandbox.Limits(), sandbox=False)
+    calls.answers = list(answers)
+    with calls:
+        assert calls.wait_ready()
+        return _call(calls, "split_heads", request, arrays)
+
+
+def test_an_answer_enters_the_students_process_only_as_its_call_allows(tmp_path):
+    """The relay holds each answer against its call: the keys that call can have, plain
+    data, gradients of the shape and dtype of the tensors asked about, a generator state
+    of the size sent, a refusal of a known exception class. Anything else is replaced by
+    the grader's refusal, and the references' side is not asked again."""
+    import numpy as np
+
+    from autograder.wire import encode
+
+    arrays: dict = {}
+    x = np.zeros((2, 3, 4), np.float32)
+    rng = np.zeros(5056, np.uint8)
+    call = {"args": encode([x, 2], arrays), "kwargs": {"__dict__": []}, "rng": encode(rng, arrays)}
+    grads_call = dict(call, wrt=[["arg", 0]], grads=encode([np.ones((2, 2, 3, 2), np.float32)], arrays))
+    good_value = ("answer", {"value": {"__ndarray__": "v"}, "rng": {"__ndarray__": "r"}},
+                  {"v": np.ones((2, 2, 3, 2), np.float32), "r": rng})
+    assert set(_asked(tmp_path / "good", call, arrays, good_value)) == {"value", "rng"}
+    good_grads = ("answer", {"grads": [{"__ndarray__": "g"}]}, {"g": np.ones((2, 3, 4), np.float32)})
+    assert set(_asked(tmp_path / "grads", grads_call, arrays, good_grads)) == {"grads"}
+    raised = ("answer", {"raised": {"type": "ValueError", "message": "d_model must divide"}}, {})
+    assert _asked(tmp_path / "raised", call, arrays, raised)["raised"]["type"] == "ValueError"
+    bad = {
+        "gradients of another shape": (grads_call, ("answer", {"grads": [{"__ndarray__": "g"}]},
+                                                    {"g": np.ones((9, 9), np.float32)})),
+        "gradients of another dtype": (grads_call, ("answer", {"grads": [{"__ndarray__": "g"}]},
+                                                    {"g": np.ones((2, 3, 4), np.float64)})),
+        "a value for a gradient call": (grads_call, good_value),
+        "an object factory": (call, ("answer", {"value": {"__obj__": "torch.nn.Linear", "init": {}, "state": {}},
+                                                "rng": {"__ndarray__": "r"}}, {"r": rng})),
+        "a generator state of another size": (call, ("answer", {"value": 1, "rng": {"__ndarray__": "r"}},
+                                                     {"r": np.zeros(7, np.uint8)})),
+        "no generator state": (call, ("answer", {"value": 1}, {})),
+        "a key of no answer": (call, ("answer", {"value": 1, "rng": {"__ndarray__": "r"}, "source": "def"},
+                                      {"r": rng})),
+        "an exception class that is not one": (call, ("answer", {"raised": {"type": "SystemExit", "message": ""}}, {})),
+        "a callback of nothing the call passed": (call, ("callback", {"id": 0, "args": [], "kwargs": {"__dict__": []},
+                                                                       "grad": False}, {})),
+        "an answer for another name": (call, ("result", {"value": 1}, {})),
+    }
+    for what, (request, answer) in bad.items():
+        got = _asked(tmp_path / what.replace(" ", "-"), request, arrays, answer, good_value)
+        assert got.keys() == {"raised"}, what
+        assert got["raised"]["message"].startswith("the reference split_heads was not called: the reference's "
+                                                   "sandbox stopped"), (what, got)
+
+
+def _open_fds() -> set[int]:
+    import os
+
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_run_job_closes_the_references_ends_when_the_run_never_starts(tmp_path, monkeypatch):
+    """The ends handed to a run belong to ``run_job`` from its first line: a run that never
+    starts (no bubblewrap; options that cannot go together) leaves no descriptor open, nor
+    does a relay whose ends were never handed over."""
+    import os
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "job.json").write_text('{"setup": [], "cells": []}')
+    before = _open_fds()
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
+    with pytest.raises(RuntimeError, match="bubblewrap"):
+        sandbox.run_job(job, tmp_path, sandbox.Limits(), isolation="bubblewrap", reference_fds=os.pipe())
+    with pytest.raises(ValueError, match="beside the result pipe"):
+        sandbox.run_job(job, tmp_path, sandbox.Limits(), sandbox=False, result_pipe=False, cases=[],
+                        reference_fds=os.pipe())
+    calls = _ScriptedWorker(set(), tmp_path / "lib", tmp_path / "references", sandbox.Limits(), sandbox=False)
+    with calls:
+        assert calls.wait_ready()  # never handed over: the relay closes them
+    assert _open_fds() == before
+
+
+@pytest.mark.slow
+def test_the_references_start_is_not_charged_to_the_budget(tmp_path, monkeypatch, needs_sandbox):
+    """A regrade's references start before the student's run, off its clock. With a fake
+    clock that takes a million seconds for each start, the two regrades of chapter 4 (the
+    attention with the reference softmax, then self-attention with it) both happen: a
+    start charged to the budget would have spent it on the first."""
+    from autograder import grading
+
+    now = [0.0]
+    monkeypatch.setattr(grading._Budget, "clock", staticmethod(lambda: now[0]))
+    start_worker = sandbox.ReferenceCalls._run_worker
+
+    def slow_start(self, fds):
+        now[0] += 1e6  # the references' start, by the budget's clock
+        start_worker(self, fds)
+
+    monkeypatch.setattr(sandbox.ReferenceCalls, "_run_worker", slow_start)
+    keep = ["softmax", "scaled_dot_product_attention", "self_attention"]
+    source = _trimmed_source("04_self_attention", keep, tmp_path)
+    wrong_everywhere = "def softmax(x, axis=-1):\n    return np.exp(x) / np.exp(x).sum()  # over every axis\n"
+    scores = _graded(source, tmp_path, "student", hidden=False, softmax=wrong_everywhere)
+    for name in ("scaled_dot_product_attention", "self_attention"):
+        assert (scores[name].status, scores[name].score) == ("passed", scores[name].max_score), scores[name]
+        assert "graded with the reference `softmax` in its place" in scores[name].notes[0]
+    assert now[0] == 2e6  # two regrades, each with its references' start
+
+
+@pytest.mark.slow
+def test_the_hunt_finds_a_reference_that_is_in_the_process(tmp_path):
+    """The control of the attackers above: in a process that holds the reference as a
+    regrade held it before (its source a context cell of ``job.json``, run in the
+    process), the same hunt finds its lines, so finding nothing in a regrade means there
+    was nothing to find."""
+    import subprocess
+    import sys
+
+    markers = _code_lines(solutions.PositionwiseFeedForward) - _code_lines(solutions.EncoderLayer)
+    cell = {"exercise": "PositionwiseFeedForward", "context": True,
+            "source": inspect.getsource(solutions.PositionwiseFeedForward)}
+    (tmp_path / "job.json").write_text(json.dumps({"setup": [], "cells": [cell]}), encoding="utf-8")
+    program = (HUNT + "\nimport json\nimport torch.nn.functional as F\nfrom torch import nn\n"
+               "with open(_os.path.join(_sys.argv[1], 'job.json'), encoding='utf-8') as fh:\n"
+               "    exec(compile(json.load(fh)['cells'][0]['source'], '<context cell>', 'exec'))\n"
+               "_hunt('PositionwiseFeedForward')\n")
+    done = subprocess.run([sys.executable, "-c", program, str(tmp_path)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [m for m in markers if m in done.stdout], done.stdout[-2000:]

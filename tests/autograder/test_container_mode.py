@@ -193,3 +193,20 @@ def test_the_attack_suite_in_container_mode(container, suite):
                            *deselect], cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and " failed" not in done.stdout
+
+
+@pytest.mark.slow
+def test_a_regrade_with_its_references_sandbox_in_container_mode(container):
+    """A regrade's references run in a sandbox of their own, in the container mode too: the
+    attacker of ``test_attacks_regrade.py`` whose chapter-7 ``EncoderLayer`` is regraded
+    with the reference ``PositionwiseFeedForward`` (a module stand-in: its forward and
+    gradients run in the references' sandbox, a separate uid under Landlock) hunts through
+    its process for the reference, finds nothing and keeps full marks, and the honest
+    student beside it gets the same page."""
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=str(REPO), **{isolation.ENV: "container"})
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                           str(here / "test_attacks_regrade.py"), "-k", "class_reference_runs_outside"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout, done.stdout[-2000:]
