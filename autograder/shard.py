@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .book import BOOK
+from .files import write_atomic
 from .fingerprint import ROOT, grader_fingerprint
 from .grading import RunSettings
 from .journal import seed_digest
@@ -147,8 +148,6 @@ def code_digests(sources: dict[str, Path], root: Path = ROOT) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    from .journal import write_atomic
-
     write_atomic(path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
 

@@ -231,7 +231,7 @@ def test_a_class_reference_regrade_returns_only_its_verdict(tmp_path, needs_sand
     # It found the reference (the src_mask part is lost: a verdict, one bit a part) and
     # kept the points of the other parts, but not one word of what it raised came back.
     assert layer.score == layer.max_score - 1 and layer.status == "partial", layer
-    assert [p["score"] for p in layer.parts if "src_mask" in p["name"]] == [0]
+    assert [p.score for p in layer.parts if "src_mask" in p.name] == [0]
     assert "graded with the reference `PositionwiseFeedForward` in its place" in layer.notes[0]
     for scores in (honest, attacker):
         for score in scores.values():
