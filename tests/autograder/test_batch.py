@@ -442,7 +442,7 @@ def test_a_journal_entry_of_another_version_is_graded_again_never_dropped(tmp_pa
     before = (out / "grades.csv").read_bytes()
     old = out / ".journal" / "student001" / f"{CHAPTERS[0]}.json"
     data = json.loads(old.read_text(encoding="utf-8"))
-    # as the grader before typed scores wrote it (version 3): a dict row per cell, CellScore's fields
+    # as the grader before typed scores wrote it (version 3): a dict row per cell, the fields grading's old CellScore had
     cell_fields = ("exercise", "grade_id", "score", "max_score", "status", "reason", "parts", "notes")
     data.update(version=3, scores=[{k: s[k] for k in cell_fields} for s in data["scores"]])
     old.write_text(json.dumps(data), encoding="utf-8")

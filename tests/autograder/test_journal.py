@@ -57,7 +57,7 @@ def test_an_entry_reads_back_as_it_was_written(tmp_path):
     (json.dumps([1, 2]), "journal version 'list'"),
     (json.dumps({"version": 4, "scores": "all passed", "key": {}}), "of the wrong type"),
     (json.dumps({"version": 4, "scores": [], "key": {}, "wrong_chapter": 5}), "of the wrong type"),
-    # a version-3 row (a CellScore's fields) under version 4: no student, no chapter
+    # a version-3 row (the fields grading's old CellScore had) under version 4: no student, no chapter
     (json.dumps({"version": 4, "key": {}, "scores": [{"exercise": "softmax", "grade_id": "test_softmax", "score": 0.0,
                                                       "max_score": 2.0, "status": "missing", "reason": "",
                                                       "parts": [], "notes": []}]}), "cannot be read"),
