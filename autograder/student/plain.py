@@ -273,40 +273,33 @@ class Label:
     referenced: bool = False
 
 
-_TARGET = re.compile(r"^[ \t]*\(([^()\s]+)\)=[ \t]*$", re.MULTILINE)
-_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)[ \t#]*$")
-_FIG_NAME = re.compile(r"^[ \t]*:name:[ \t]*(\S+)[ \t]*$", re.MULTILINE)
 _LINK_TARGET = re.compile(r"\]\([^)\s]*#([^)\s]+)\)")
 _REF_TARGET = re.compile(r"\{(?:ref|numref)\}`(?:[^`<]*<([^`>]+)>|([^`<>]+))`")
 
 
 def _labels_of(text: str, document: str, notebook: bool) -> list[Label]:
+    """The labels ``text`` defines, in order: each ``(label)=`` target (titled by the heading
+    that follows it, else by its name) and each directive's ``:name:`` (titled by the first
+    paragraph of its content: a figure's caption), in directives within directives too."""
     labels = []
-    lines = text.splitlines()
-    for k, line in enumerate(lines):
-        m = _TARGET.match(line)
-        if m:
-            following = next((ln for ln in lines[k + 1:] if ln.strip() and not _TARGET.match(ln)), "")
-            heading = _HEADING.match(following)
-            title = heading.group(1) if heading else m.group(1)
-            labels.append(Label(m.group(1), title, document, notebook))
-            continue
-        m = _FIG_NAME.match(line)
-        if m:
-            # the caption: the first paragraph after the options of this figure
-            rest = lines[k + 1:]
-            while rest and re.match(r"^[ \t]*:[\w-]+:", rest[0]):
-                rest = rest[1:]
-            caption = []
-            for ln in rest:
-                if not ln.strip():
-                    if caption:
+    tokens = _MARKDOWN.parse(text)
+    for i, token in enumerate(tokens):
+        if token.type == "myst_target":
+            j = next((j for j in range(i + 1, len(tokens))
+                      if tokens[j].nesting >= 0 and tokens[j].type != "myst_target"), None)
+            heading = j is not None and tokens[j].type == "heading_open"  # its text is the next token's
+            labels.append(Label(token.content, tokens[j + 1].content if heading else token.content, document,
+                                notebook))
+        elif token.type in ("fence", "colon_fence") and _DIRECTIVE_INFO.match(token.info):
+            options, content = _split_options(token.content.split("\n"))
+            if options.get("name"):
+                caption = []
+                for line in content:
+                    if not line.strip():
                         break
-                    continue
-                if re.match(r"^[ \t]*:{3,}[ \t]*$", ln):
-                    break
-                caption.append(ln.strip())
-            labels.append(Label(m.group(1), " ".join(caption) or m.group(1), document, notebook))
+                    caption.append(line.strip())
+                labels.append(Label(options["name"], " ".join(caption) or options["name"], document, notebook))
+            labels += _labels_of("\n".join(content), document, notebook)
     return labels
 
 
