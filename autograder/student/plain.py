@@ -338,8 +338,11 @@ _ADMONITIONS = {"admonition", "note", "tip", "hint", "important", "warning", "ca
                 "attention", "danger", "error", "seealso"}
 # CommonMark with MyST's block syntax: ``:::`` fences and ``(label)=`` targets (mdit-py-plugins,
 # the parser MyST itself is built on), so that what is a fence, where it closes and what is
-# a target is decided as Jupyter Book decides it.
-_MARKDOWN = MarkdownIt("commonmark").use(colon_fence_plugin).use(myst_block_plugin)
+# a target is decided as Jupyter Book decides it. Blocks only: the inline parse (which
+# would split every paragraph into tokens no rule here reads) is off.
+_MARKDOWN = MarkdownIt("commonmark").use(colon_fence_plugin).use(myst_block_plugin).disable(["inline", "text_join"])
+# A line that could open one of them: text without any is not parsed at all (most cells).
+_MAY_OPEN = re.compile(r"^[ \t]*(?:`{3,}|~{3,}|:{3,}|\(.*\)=)", re.MULTILINE)
 _DIRECTIVE_INFO = re.compile(r"^\s*\{(?P<name>[^}\s]+)\}\s*(?P<arg>.*?)\s*$")
 _OPTION = re.compile(r"^:(?P<key>[\w-]+):\s*(?P<value>.*?)\s*$")
 _ROLE_OR_CODE = re.compile(r"(?:\{(?P<role>[A-Za-z][\w:.+-]*)\})?(?P<ticks>`+)")
@@ -422,8 +425,11 @@ def _myst_blocks(lines: list[str]) -> list[tuple[int, int, Any]]:
 
     A fence counts only when its opening line starts with it (after spaces): one behind a
     block quote's ``>`` or a list marker stays text, as do the fences inside a fence."""
+    text = "\n".join(lines)
+    if not _MAY_OPEN.search(text):
+        return []
     found = []
-    for token in _MARKDOWN.parse("\n".join(lines)):
+    for token in _MARKDOWN.parse(text):
         if token.map is None or token.type not in ("fence", "colon_fence", "myst_target"):
             continue
         start, end = token.map
