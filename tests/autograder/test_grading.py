@@ -150,7 +150,7 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
     def short(s, kind):
         # Only what lost (or wrongly earned) points, so a failure names its cause
         # instead of being cut off in the middle of a long repr.
-        parts = [p for p in s.parts if p.get("score") != (p.get("points") if kind == "reference" else 0)]
+        parts = [p for p in s.parts if p.score != (p.points if kind == "reference" else 0)]
         return (s.exercise, s.status, s.score, s.max_score, s.reason, parts, s.notes)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
