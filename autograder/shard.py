@@ -40,12 +40,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import batch, journal, submissions
+from .batch import BatchReport, grade_class
 from .book import BOOK
 from .files import write_atomic
 from .fingerprint import ROOT, grader_fingerprint
 from .grading import RunSettings
-from .journal import seed_digest
+from .journal import seed_digest, write_atomic
 from .results import begin_run, end_run
+from .submissions import find_submissions
 
 __all__ = [
     "SHARD_FILE",
@@ -169,9 +172,6 @@ def grade_shard(submitted: Path, out: Path, shard: Shard, *, settings: RunSettin
     Returns:
         The shard's :class:`autograder.batch.BatchReport` (its own students only).
     """
-    from .batch import BatchReport, grade_class
-    from .submissions import find_submissions
-
     if settings.seed is None:
         raise ShardError("--shard needs the base seed, the same for every shard (--seed-file PATH, mode 600, or "
                          "AUTOGRADER_SEED): each shard must draw the same hidden cases as one run over the whole "
@@ -346,8 +346,6 @@ def merge_shards(shards: list[Path], out: Path, *, submitted: Path | None = None
         A :class:`autograder.batch.BatchReport` of the whole class. Raises
         :class:`ShardError` with the reason when the shards cannot be merged.
     """
-    from . import batch, journal, submissions
-
     out = Path(out).resolve()
     folders = [Path(s) for s in shards]
     if any(f.resolve() == out for f in folders):
