@@ -48,11 +48,12 @@ from .book import BOOK, source_notebook
 from .extensions import parse_duedate
 from .grading import RunSettings, grade_submission, wrong_chapter
 from .fingerprint import grader_fingerprint
+from .files import write_atomic
 from .journal import (Graded, JournalError, journal_seed, read_journal, read_journal_entry, submission_seed,
-                      submission_status, write_atomic, write_journal)
+                      submission_status, write_journal)
 from .submissions import Submission, file_sha256, find_submissions
 from .results import RESULTS_FILE, ClassResults, SubmissionGrade, begin_run, end_run
-from .scores import ExerciseScore, Status
+from .scores import ExerciseScore, Status, SubmissionStatus
 from .text import csv_cell, csv_text
 from .untrusted import MAX_NOTEBOOK_BYTES, problem_text
 
@@ -178,10 +179,9 @@ class GradingTask:
 
     def run(self, grade_fn: GradeFn) -> list[ExerciseScore]:
         """Grade it with ``grade_fn`` (:func:`autograder.grading.grade_submission`'s signature):
-        one :class:`~autograder.scores.ExerciseScore` per judged cell."""
-        cells = grade_fn(Path(self.source), Path(self.path) if self.path else None, chapter=self.chapter,
-                         settings=self.settings, hidden=True, seed=self.seed)
-        return [ExerciseScore.judged(cell, self.student, self.chapter) for cell in cells]
+        one :class:`~autograder.scores.ExerciseScore` per judged cell, the student's."""
+        return grade_fn(Path(self.source), Path(self.path) if self.path else None, chapter=self.chapter,
+                        settings=self.settings, hidden=True, seed=self.seed, student=self.student)
 
 
 def _grade_task(task: GradingTask) -> list[ExerciseScore]:
@@ -520,7 +520,8 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
             reason = f"the rows could not be written ({problem_text(exc)})"
             exercises = [ExerciseScore(sub.student, sub.chapter, s.exercise, 0.0, float(s.max_score or 0),
                                        Status.ERROR, reason, auto_score=0.0, grade_id=s.grade_id) for s in shown[i]]
-            line = SubmissionGrade(sub.student, sub.chapter, "invalid", max_score=sum(e.max_score for e in exercises))
+            line = SubmissionGrade(sub.student, sub.chapter, SubmissionStatus.INVALID,
+                                   max_score=sum(e.max_score for e in exercises))
         class_results.exercises += exercises
         class_results.submissions.append(line)
     class_results.write(out)

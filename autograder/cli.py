@@ -351,7 +351,6 @@ def cmd_autograde(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-    from .scores import ExerciseScore
     from .text import check_report
     from .checks import exercises_of
     from .grading import grade_submission
@@ -379,9 +378,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     sandbox = _sandbox_available()
     if not sandbox:
         print("(no sandbox available: your code runs as a plain subprocess)", file=sys.stderr)
-    cells = grade_submission(source, path, chapter=chapter, settings=_run_settings(args, sandbox), hidden=False,
-                             seed=args.seed)
-    scores = [ExerciseScore.judged(cell, "", chapter) for cell in cells]
+    scores = grade_submission(source, path, chapter=chapter, settings=_run_settings(args, sandbox), hidden=False,
+                              seed=args.seed)
     print(f"{path.name}: chapter {chapter}, visible checks\n")
     text, status = check_report([_check_row(s) for s in scores])
     print(text)
@@ -408,6 +406,7 @@ def selftest(jobs: int = 1, timeout: float = 120.0, chapters: list[str] | None =
     zero) through the same pipeline as ``grade``; return ``(ok, report)``."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .batch import grade_class
+    from .scores import Status
     from .grading import RunSettings
     from .book import BOOK, chapter_ids, source_notebook
     from .release import release
@@ -439,7 +438,7 @@ def selftest(jobs: int = 1, timeout: float = 120.0, chapters: list[str] | None =
                          f" (want {want:g})")
             if not ok:
                 for s in g.scores:
-                    bad = (s.status != "passed") if sub.student == "reference" else (s.score != 0)
+                    bad = (s.status != Status.PASSED) if sub.student == "reference" else (s.score != 0)
                     if bad:
                         problems.append(f"  {sub.student}/{sub.chapter} {s.grade_id}: {s.score:g}/"
                                         f"{s.max_score:g} {s.status}: {s.reason}")

@@ -61,12 +61,12 @@ DEFAULT_STRUCTURE = os.path.join("{nbgrader_step}", "{student_id}", "{assignment
 
 # The exception name a test cell that earned nothing shows, by grading status.
 ERROR_NAMES = {
-    "failed": "CheckFailure",
-    "error": "GradingError",
-    "missing": "MissingAnswer",
-    "timeout": "TimeoutError",
-    "cheat": "TamperingDetected",
-    "invalid": "InvalidNotebook",
+    Status.FAILED: "CheckFailure",
+    Status.ERROR: "GradingError",
+    Status.MISSING: "MissingAnswer",
+    Status.TIMEOUT: "TimeoutError",
+    Status.CHEAT: "TamperingDetected",
+    Status.INVALID: "InvalidNotebook",
 }
 
 
@@ -158,7 +158,7 @@ def load_course(root: Path | str | None = None) -> Course:
 def verdict_text(row: ExerciseScore) -> str:
     """A test cell's printed verdict from its score row (as the visible ``check``
     prints it): the verdict line, notes, then each graded part with its hint."""
-    passed = row.status == "passed"
+    passed = row.status == Status.PASSED
     head = f"{'✓' if passed else '✗'} {row.exercise}: {score_text(row.score)}/{score_text(row.max_score)} points"
     if not passed:
         head += f" ({STATUS_WORDS.get(row.status, row.status.value)})"
@@ -185,7 +185,7 @@ def test_cell_outputs(row: ExerciseScore, execution_count: int) -> list:
     error (its traceback the verdict), which the formgrader shows as a failed test.
     """
     text = verdict_text(row)
-    if row.score >= row.max_score and row.status == "passed":
+    if row.score >= row.max_score and row.status == Status.PASSED:
         return [new_output("stream", name="stdout", text=text + "\n")]
     if row.score > 0:
         return [new_output("stream", name="stdout", text=text + "\n"),

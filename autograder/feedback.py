@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from .pagestyle import Markup, render_page
-from .scores import ExerciseScore
+from .scores import ExerciseScore, Status, SubmissionStatus
 from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted
 
 __all__ = ["student_code", "render_feedback", "MAX_SHOWN_CHARS", "MAX_SHOWN_CELLS", "TEMPLATE"]
@@ -33,14 +33,14 @@ MAX_SHOWN_CHARS = 64 * 2**10
 MAX_SHOWN_CELLS = 5
 
 STATUS_WORDS = {
-    "passed": "passed",
-    "partial": "partly passed",
-    "failed": "failed",
-    "error": "error",
-    "missing": "missing",
-    "timeout": "timed out",
-    "cheat": "tampering detected",
-    "invalid": "not gradable",
+    Status.PASSED: "passed",
+    Status.PARTIAL: "partly passed",
+    Status.FAILED: "failed",
+    Status.ERROR: "error",
+    Status.MISSING: "missing",
+    Status.TIMEOUT: "timed out",
+    Status.CHEAT: "tampering detected",
+    Status.INVALID: "not gradable",
 }
 
 CSS = """
@@ -106,7 +106,7 @@ def duration_text(seconds: float) -> str:
 
 
 def render_feedback(student: str, chapter: str, scores: list[ExerciseScore], code: dict[str, list[str]],
-                    status: str, *, late_seconds: float = 0.0, penalty: float = 0.0) -> str:
+                    status: SubmissionStatus, *, late_seconds: float = 0.0, penalty: float = 0.0) -> str:
     """The feedback page of one submission.
 
     Args:

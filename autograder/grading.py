@@ -71,16 +71,15 @@ from .checks.base import (Exercise, Report, Result, charged_once, dependency_not
                           evaluate, get_exercise, make_rng, own_code_message)
 from .sandbox import (Limits, ReferenceCalls, RunOutcome, build_library, case_frame, check_sandbox, limits_for,
                       reference_library, run_job)
+from .scores import ExerciseScore, PartScore, Status, single_line
 from .text import safe_text
 from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook
 from .wire import WireError, check_encoded, load_body
 from .withhold import defined_names
 
-__all__ = ["CellScore", "RunSettings", "STATUSES", "grade_submission", "detect_chapter", "wrong_chapter"]
+__all__ = ["RunSettings", "grade_submission", "detect_chapter", "wrong_chapter"]
 
 log = logging.getLogger(__name__)
-
-STATUSES = ("passed", "partial", "failed", "error", "missing", "timeout", "cheat", "invalid")
 
 # Largest result bundle (json + npz, uncompressed) read back from the sandbox.
 MAX_RESULT_BYTES = 128 * 2**20
@@ -141,32 +140,6 @@ class RunSettings:
                 **{name: value for name, value in given.items() if value is not None}}
 
 
-@dataclass
-class CellScore:
-    """The grade of one test cell.
-
-    Attributes:
-        exercise: the contract name, e.g. ``"softmax"``.
-        grade_id: the test cell's grade_id, e.g. ``"test_softmax"``.
-        score: points earned: the sum of the earned parts' points.
-        max_score: the SOURCE notebook's test cell ``points``.
-        status: one of :data:`STATUSES` (``partial``: some parts earned).
-        reason: one readable line; ``""`` when passed.
-        parts: one dict per graded part, ``{"name", "points", "score", "message"}``
-            (empty when the cell could not be judged at all).
-        notes: remarks on a correct answer and advice worth no points.
-    """
-
-    exercise: str
-    grade_id: str
-    score: float
-    max_score: float
-    status: str
-    reason: str
-    parts: list = field(default_factory=list)
-    notes: list = field(default_factory=list)
-
-
 # --------------------------------------------------------------------------- which chapter a notebook holds
 
 
@@ -200,7 +173,7 @@ def detect_chapter(path: Path | None) -> str | None:
     return sorted(c for c, n in votes.items() if n == best)[0]
 
 
-def wrong_chapter(path: Path | None, chapter: str, statuses: list[str]) -> str | None:
+def wrong_chapter(path: Path | None, chapter: str, statuses: list[Status]) -> str | None:
     """The chapter a submission really holds, when it is another one: read while grading
     (the notebook that was graded, as data) and recorded with the grade, so that every
     view of the results (the console summary, the class report) reads it, never the
@@ -209,13 +182,13 @@ def wrong_chapter(path: Path | None, chapter: str, statuses: list[str]) -> str |
     Args:
         path: the graded notebook (``None``: nothing was submitted).
         chapter: the chapter it was graded as.
-        statuses: its cells' statuses (:data:`STATUSES`).
+        statuses: its cells' statuses.
 
     Returns:
         The other chapter's id when none of ``chapter``'s exercises was found in the
         notebook (every status ``missing``) and its cells are that chapter's; else ``None``.
     """
-    if path is None or not statuses or any(s != "missing" for s in statuses):
+    if path is None or not statuses or any(s != Status.MISSING for s in statuses):
         return None
     real = detect_chapter(path)
     return real if real and real != chapter else None
@@ -251,37 +224,43 @@ class _Graded:
     source: str | None = None
     cases: list = field(default_factory=list)
     hidden: bool = False  # the cases carry hidden inputs (fresh, randomised)
-    result: CellScore | None = None
+    # the judgment: student and chapter are filled in when grade_submission hands it over
+    result: ExerciseScore | None = None
 
-    def settle(self, status: str, reason: str = "", passed: bool = False) -> None:
-        self.result = CellScore(
-            exercise=self.name,
-            grade_id=self.grade_id,
-            score=self.points if passed else 0.0,
-            max_score=self.points,
-            status=status,
-            reason=one_line(reason),
-        )
+    def settle(self, status: Status, reason: str = "", passed: bool = False) -> None:
+        self.result = ExerciseScore(student="", chapter="", exercise=self.name, grade_id=self.grade_id,
+                                    score=float(self.points) if passed else 0.0, max_score=float(self.points),
+                                    status=status, reason=one_line(reason))
 
     def settle_report(self, report: Report) -> None:
         """Settle from a judged report: partial credit by parts."""
-        score = report.score
-        status = "passed" if report.passed else ("partial" if score > 0 else "failed")
-        self.result = CellScore(
-            exercise=self.name,
-            grade_id=self.grade_id,
-            score=score,
-            max_score=self.points,
-            status=status,
+        score = float(report.score)
+        self.result = ExerciseScore(
+            student="", chapter="", exercise=self.name, grade_id=self.grade_id, score=score,
+            max_score=float(self.points), status=_status_of(score, report.passed),
             # every missed part's message whole (each is cut at 400 characters, as in ``parts``)
             reason="" if report.passed else one_line(report.reason(), 420 * max(1, len(report.parts))),
-            parts=[{"name": p.name, "points": p.points, "score": p.score,
-                    "message": one_line(p.message) if p.message and not p.earned else "",
-                    # the check's own hint, apart from text the answer wrote (report.diagnosis_key)
-                    "hint": one_line(p.hint) if p.hint and not p.earned else ""}
+            parts=[PartScore(p.name, float(p.score), float(p.points),
+                             one_line(p.message) if p.message and not p.earned else "",
+                             # the check's own hint, apart from text the answer wrote (report.diagnosis_key)
+                             one_line(p.hint) if p.hint and not p.earned else "")
                    for p in report.parts],
             notes=[one_line(n) for n in report.notes] + [one_line("advice (no points): " + a) for a in report.advice],
         )
+
+
+def _status_of(score: float, passed: bool) -> Status:
+    """``passed``, else ``partial`` when some points were earned, else ``failed``."""
+    return Status.PASSED if passed else (Status.PARTIAL if score > 0 else Status.FAILED)
+
+
+def _handed_over(score: ExerciseScore, student: str, chapter: str) -> ExerciseScore:
+    """The score of one cell as :func:`grade_submission` returns it: ``student``'s, of
+    ``chapter``, every message on one line with single spaces (as the journal keeps it)."""
+    return dataclasses.replace(
+        score, student=student, chapter=chapter, reason=single_line(score.reason),
+        parts=[dataclasses.replace(p, message=single_line(p.message), hint=single_line(p.hint)) for p in score.parts],
+        notes=[single_line(n) for n in score.notes])
 
 
 def _read_source(source_nb: Path) -> tuple[list[str], list[_Graded]]:
@@ -311,7 +290,7 @@ def _match_submission(graded: list[_Graded], submission_nb: Path | None) -> None
     """Take each exercise's solution source from the submission, or settle it."""
     if submission_nb is None:
         for g in graded:
-            g.settle("missing", "no submission")
+            g.settle(Status.MISSING, "no submission")
         return
     try:
         nb = read_notebook(submission_nb)
@@ -322,28 +301,28 @@ def _match_submission(graded: list[_Graded], submission_nb: Path | None) -> None
                 by_id.setdefault(grade_id, []).append(cell)
     except NotebookError as exc:
         for g in graded:
-            g.settle("invalid", f"unreadable submission: {exc}")
+            g.settle(Status.INVALID, f"unreadable submission: {exc}")
         return
     for g in graded:
         cells = by_id.get(g.name, [])
         if not cells:
-            g.settle("missing", f"no solution cell with grade_id {g.name!r} (was it deleted?)")
+            g.settle(Status.MISSING, f"no solution cell with grade_id {g.name!r} (was it deleted?)")
             continue
         if len(cells) > 1:
-            g.settle("invalid", f"{len(cells)} cells have grade_id {g.name!r}: a solution cell was duplicated")
+            g.settle(Status.INVALID, f"{len(cells)} cells have grade_id {g.name!r}: a solution cell was duplicated")
             continue
         cell = cells[0]
         if cell.get("cell_type") != "code":
-            g.settle("invalid", f"the solution cell {g.name!r} was changed into a {cell.get('cell_type')!r} cell")
+            g.settle(Status.INVALID, f"the solution cell {g.name!r} was changed into a {cell.get('cell_type')!r} cell")
             continue
         changed = _metadata_change(g.solution_meta, _nbgrader(cell))
         if changed:
-            g.settle("invalid", f"the nbgrader metadata of solution cell {g.name!r} was changed ({changed})")
+            g.settle(Status.INVALID, f"the nbgrader metadata of solution cell {g.name!r} was changed ({changed})")
             continue
         try:
             g.source = _source(cell)
         except NotebookError as exc:
-            g.settle("invalid", f"solution cell {g.name!r}: {exc}")
+            g.settle(Status.INVALID, f"solution cell {g.name!r}: {exc}")
 
 
 def _metadata_change(source: dict, submitted: dict) -> str:
@@ -480,22 +459,22 @@ def _judge(g: _Graded, cell_error: dict | None, results: list[Result]) -> None:
     if cell_error is not None:
         kind, message = cell_error["type"], cell_error["message"]
         if kind == "SystemExit":
-            g.settle("cheat", "the cell ends the kernel (sys.exit / SystemExit) when it runs")
+            g.settle(Status.CHEAT, "the cell ends the kernel (sys.exit / SystemExit) when it runs")
         elif kind == "SyntaxError" and (where := _syntax_error(g.source)):
-            g.settle("error", f"the cell raised SyntaxError when it ran: {where}")
+            g.settle(Status.ERROR, f"the cell raised SyntaxError when it ran: {where}")
         elif kind == "NameError" and (message.startswith("the cell does not define") or (
                 isinstance(message, _Withheld) and _lacks(_top_level_names(g.source), g.name))):
-            g.settle("error", f"the cell does not define {g.name!r} — keep the def/class line of the exercise")
+            g.settle(Status.ERROR, f"the cell does not define {g.name!r} — keep the def/class line of the exercise")
         elif isinstance(message, _Withheld):
-            g.settle("error", f"the cell raised {kind} when it ran (its message is not shown: hidden inputs were in "
+            g.settle(Status.ERROR, f"the cell raised {kind} when it ran (its message is not shown: hidden inputs were in "
                               "the sandbox; run the cell in your notebook to read it)")
         else:
-            g.settle("error", f"the cell raised {kind} when it ran: {message}")
+            g.settle(Status.ERROR, f"the cell raised {kind} when it ran: {message}")
         return
     for case, got in zip(g.cases, results):
         if got.raised is not None and got.raised.get("type") == "SystemExit":
             where = f" ({case.label})" if case.label else ""
-            g.settle("cheat", f"the code calls sys.exit() while being checked{where}")
+            g.settle(Status.CHEAT, f"the code calls sys.exit() while being checked{where}")
             return
     try:
         # A hidden set is judged under the checks' one redaction rule: no message
@@ -503,7 +482,7 @@ def _judge(g: _Graded, cell_error: dict | None, results: list[Result]) -> None:
         report = evaluate(g.exercise, results, g.cases, g.points, hidden=g.hidden)
     except Exception as exc:  # noqa: BLE001 - odd data must not stop the batch
         said = "" if g.hidden else f": {exc}"
-        g.settle("failed", f"the results could not be judged ({type(exc).__name__}{said})")
+        g.settle(Status.FAILED, f"the results could not be judged ({type(exc).__name__}{said})")
         return
     g.settle_report(report)
 
@@ -514,15 +493,15 @@ _SELF_INFLICTED = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
                    signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGPIPE}
 
 
-def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
+def _death(outcome: RunOutcome, limits: Limits) -> tuple[Status, str]:
     """``(status, reason)`` for the cell that was running when the runner stopped."""
     if outcome.memory_exceeded:
-        return "error", (f"used more than {limits.run_memory_bytes / 2**30:g} GiB of memory, the --memory limit "
+        return Status.ERROR, (f"used more than {limits.run_memory_bytes / 2**30:g} GiB of memory, the --memory limit "
                          "(counting memory held in files: memfd, /dev/shm, /tmp); the kernel was stopped")
     if outcome.timed_out:
-        return "timeout", f"did not finish within {round(limits.wall_seconds, 1):g} s (an endless loop?)"
+        return Status.TIMEOUT, f"did not finish within {round(limits.wall_seconds, 1):g} s (an endless loop?)"
     if outcome.overflow:
-        return "error", (f"wrote more than {limits.scratch_bytes / 2**20:.0f} MB of files, the --disk limit; the "
+        return Status.ERROR, (f"wrote more than {limits.scratch_bytes / 2**20:.0f} MB of files, the --disk limit; the "
                          "kernel was stopped")
     if outcome.signal is not None:
         try:
@@ -530,21 +509,22 @@ def _death(outcome: RunOutcome, limits: Limits) -> tuple[str, str]:
         except ValueError:
             name = f"signal {outcome.signal}"
         if outcome.signal == signal.SIGXCPU:
-            return "timeout", f"used more than {limits.cpu_seconds} s of CPU time; the kernel was stopped"
+            return Status.TIMEOUT, f"used more than {limits.cpu_seconds} s of CPU time; the kernel was stopped"
         if outcome.signal == signal.SIGXFSZ:
-            return "error", f"wrote a file over {limits.file_bytes / 2**20:.0f} MB; the kernel was stopped"
+            return Status.ERROR, f"wrote a file over {limits.file_bytes / 2**20:.0f} MB; the kernel was stopped"
         if outcome.signal == signal.SIGINT or "KeyboardInterrupt" in outcome.stderr:
-            return "cheat", "the kernel was interrupted (KeyboardInterrupt) by the cell's own code"
+            return Status.CHEAT, "the kernel was interrupted (KeyboardInterrupt) by the cell's own code"
         if outcome.signal in _SELF_INFLICTED:
-            return "cheat", f"the kernel was killed ({name}) while running this cell: the code killed its own kernel"
-        return "error", f"the kernel crashed ({name}) while running this cell"
+            return Status.CHEAT, (f"the kernel was killed ({name}) while running this cell: the code killed its "
+                                  "own kernel")
+        return Status.ERROR, f"the kernel crashed ({name}) while running this cell"
     if "KeyboardInterrupt" in outcome.stderr:
-        return "cheat", "the kernel was interrupted (KeyboardInterrupt) by the cell's own code"
+        return Status.CHEAT, "the kernel was interrupted (KeyboardInterrupt) by the cell's own code"
     # The runner reports every error of a cell's code in the cell's result and never
     # exits on its own before the last cell: an exit with no result, whatever it
     # printed first (a traceback can be faked), is the cell's code ending the kernel.
     # The reason is the grader's own words: nothing the submission wrote.
-    return "cheat", (f"the kernel exited (status {outcome.returncode}) while running this cell, before the "
+    return Status.CHEAT, (f"the kernel exited (status {outcome.returncode}) while running this cell, before the "
                      "runner sent its result: the cell's code ended it (os._exit, sys.exit in a thread, a "
                      "closed result pipe)")
 
@@ -584,14 +564,14 @@ def _make_cases(g: _Graded, hidden: bool, seed: int | None) -> None:
     try:
         g.exercise = get_exercise(g.name)
     except ValueError as exc:
-        g.settle("error", f"cannot grade: {exc}")
+        g.settle(Status.ERROR, f"cannot grade: {exc}")
         return
     try:
         # hidden=True: the exercise's full set (its visible cases and the randomised
         # hidden ones, fresh unless seeded); hidden=False: the visible check's set.
         cases = draw_cases(g.exercise, make_rng(hidden, seed), hidden)
     except Exception as exc:  # noqa: BLE001 - an instructor-side bug, reported per cell
-        g.settle("error", f"cannot make the cases of {g.name}: {type(exc).__name__}: {exc}")
+        g.settle(Status.ERROR, f"cannot make the cases of {g.name}: {type(exc).__name__}: {exc}")
         return
     g.cases, g.hidden = cases, hidden
 
@@ -606,7 +586,8 @@ def grade_submission(
     seed: int | None = None,
     limits: Limits | None = None,
     scratch_dir: Path | None = None,
-) -> list[CellScore]:
+    student: str = "",
+) -> list[ExerciseScore]:
     """Grade one submission against its source notebook, without trusting it.
 
     Runs the submission's solution cells (only those, matched by ``grade_id``) after
@@ -635,10 +616,12 @@ def grade_submission(
             ``settings.timeout``); when given, its ``wall_seconds`` wins over the timeout.
         scratch_dir: where to make the job folders (default: the system temp dir);
             removed afterwards.
+        student: the student the scores are of (``""``: nobody's, as for ``check``).
 
     Returns:
-        One :class:`CellScore` per graded test cell of the source notebook, in
-        notebook order. Never raises for a bad submission.
+        One :class:`~autograder.scores.ExerciseScore` per graded test cell of the source
+        notebook, in notebook order, ``student``'s for ``chapter``: the typed score every
+        view reads, made here where the cell is judged. Never raises for a bad submission.
 
     Raises:
         ValueError: the *source* notebook is not usable (an instructor error).
@@ -679,7 +662,7 @@ def grade_submission(
                 run_limits = clock.limits(limits)
                 if run_limits is None:
                     for g in pending:
-                        g.settle("timeout", clock.spent_reason())
+                        g.settle(Status.TIMEOUT, clock.spent_reason())
                     break
                 attempt += 1
                 job_dir = scratch / f"job{attempt}"
@@ -700,7 +683,7 @@ def grade_submission(
                          clock, references_lib)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    return [g.result for g in graded]
+    return [_handed_over(g.result, student, chapter) for g in graded]
 
 
 # --------------------------------------------------------------------------- one mistake charged once
@@ -718,7 +701,7 @@ def _regrades(graded: list[_Graded]):
     for i, g in enumerate(graded):
         if g.exercise is None or g.source is None or g.result is None:
             continue
-        if g.result.status not in ("failed", "partial") or not g.exercise.uses:
+        if g.result.status not in (Status.FAILED, Status.PARTIAL) or not g.exercise.uses:
             continue
         earlier = {h.name: h for h in graded[:i]}
         failing = [d for d in g.exercise.uses if d in earlier and _falls_short(earlier[d])]
@@ -833,11 +816,11 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     unchanged = dependency_unchanged_note(g.name, used, failing)  # the prompts promise a note either way
     g.result = charged_once(first, g.result, one_line(dependency_note(g.name, used, failing)),
                             one_line(unchanged) if unchanged else None)
-    if g.result is not first and g.result.status not in ("passed", "cheat"):
+    if g.result is not first and g.result.status not in (Status.PASSED, Status.CHEAT):
         g.result.reason = f"{g.result.notes[0]}. {g.result.reason}"  # both one line already, neither cut
 
 
-def _verdict_only(first: CellScore, regraded: CellScore) -> CellScore:
+def _verdict_only(first: ExerciseScore, regraded: ExerciseScore) -> ExerciseScore:
     """The grade of a regrade whose run held a reference's source: each part's points
     from ``regraded``, every word from ``first`` (the run of the student's own code,
     which held no reference) or the grader's.
@@ -848,25 +831,20 @@ def _verdict_only(first: CellScore, regraded: CellScore) -> CellScore:
     judged (an error, a timeout) scores nothing, so ``first`` stays
     (:func:`~autograder.checks.base.charged_once`).
     """
-    if regraded.status == "cheat":
+    if regraded.status == Status.CHEAT:
         return regraded
-    own = {p["name"]: p for p in first.parts}
-    if not regraded.parts or set(own) != {p["name"] for p in regraded.parts}:
-        return dataclasses.replace(regraded, score=0.0, status="failed", reason=first.reason, parts=[],
+    own = {p.name: p for p in first.parts}
+    if not regraded.parts or set(own) != {p.name for p in regraded.parts}:
+        return dataclasses.replace(regraded, score=0.0, status=Status.FAILED, reason=first.reason, parts=[],
                                    notes=list(first.notes))
-    parts = []
-    for p in regraded.parts:
-        earned = p["score"] >= p["points"]
-        parts.append({"name": p["name"], "points": p["points"], "score": p["score"],
-                      "message": "" if earned else own[p["name"]]["message"],
-                      "hint": "" if earned else own[p["name"]].get("hint", "")})
-    score = sum(p["score"] for p in parts)
+    parts = [dataclasses.replace(p, message="", hint="") if p.score >= p.points
+             else dataclasses.replace(p, message=own[p.name].message, hint=own[p.name].hint) for p in regraded.parts]
+    score = sum(p.score for p in parts)
     passed = score >= regraded.max_score
-    missed = [p["message"] for p in parts if p["message"]]
-    return CellScore(exercise=regraded.exercise, grade_id=regraded.grade_id, score=score,
-                     max_score=regraded.max_score, status="passed" if passed else ("partial" if score else "failed"),
-                     reason="" if passed else one_line("; ".join(missed) or first.reason, 420 * max(1, len(parts))),
-                     parts=parts, notes=list(first.notes))
+    missed = [p.message for p in parts if p.message]
+    return dataclasses.replace(
+        regraded, score=score, status=_status_of(score, passed), parts=parts, notes=list(first.notes),
+        reason="" if passed else one_line("; ".join(missed) or first.reason, 420 * max(1, len(parts))))
 
 
 def _syntax_error(source: str | None) -> str:
@@ -984,7 +962,7 @@ def _collect(pending: list[_Graded], outcome: RunOutcome, limits: Limits) -> lis
     again: list[_Graded] = []
     for i, g in enumerate(pending):
         if i in blamed:
-            g.settle("cheat", blamed[i])
+            g.settle(Status.CHEAT, blamed[i])
             if i not in accepted:
                 return again + pending[i + 1:]
             continue
@@ -1003,7 +981,7 @@ def _collect(pending: list[_Graded], outcome: RunOutcome, limits: Limits) -> lis
             cell_error, results = _decode_report(report, arrays, g.name,
                                                  withhold=_hidden_inputs_before(pending, outcome, at))
         except _Tampered as exc:
-            g.settle("cheat", f"the result of {g.name} was tampered with ({exc})")
+            g.settle(Status.CHEAT, f"the result of {g.name} was tampered with ({exc})")
             continue
         _judge(g, cell_error, results)
     return again

@@ -13,7 +13,7 @@ entry (:func:`entry_text`, :func:`parse_entry`), with its version
 run resumes where it stopped and a regrade of unchanged work is a no-op. Every file
 the batch writes from it (gradebook rows, CSVs, feedback pages) is rebuilt from the
 journal, so the same results always give the same files. Entries are written
-atomically (:func:`write_atomic`): a run stopped mid-write leaves the previous entry
+atomically (:func:`autograder.files.write_atomic`): a run stopped mid-write leaves the previous entry
 or none, never half of one.
 """
 from __future__ import annotations
@@ -26,13 +26,14 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .scores import ExerciseScore, ScoreError, Status
+from .files import write_atomic
+from .scores import ExerciseScore, ScoreError, Status, SubmissionStatus
 from .submissions import Submission
 
 __all__ = ["JOURNAL_VERSION", "SEED_VARIABLE", "SeedError", "JournalError", "Graded", "JournalEntry",
            "submission_seed", "submission_status", "journal_seed", "stored_seed", "seed_digest", "hidden_seed",
            "entry_text", "parse_entry",
-           "read_journal", "read_journal_entry", "write_journal", "write_atomic"]
+           "read_journal", "read_journal_entry", "write_journal"]
 
 # 4: the scores are ExerciseScore records (student, chapter, status among scores.Status);
 # 3: the chapter a notebook of another chapter holds (wrong_chapter), found while grading;
@@ -58,23 +59,28 @@ class Graded:
     # The chapter the notebook really holds when it is another one (grading.wrong_chapter).
     wrong_chapter: str | None = None
 
+    @property
+    def status(self) -> SubmissionStatus:
+        """What grading found for the submission as a whole (:func:`submission_status`)."""
+        return submission_status(self)
 
-def submission_status(graded: Graded) -> str:
-    """One word for a student × chapter: ``not submitted``, ``invalid`` (nothing
+
+def submission_status(graded: Graded) -> SubmissionStatus:
+    """What grading found for a student × chapter: ``not submitted``, ``invalid`` (nothing
     could be read), ``cheat`` (a tampering attempt was caught), ``complete`` (every
     check passed) or ``incomplete``."""
     statuses = [s.status for s in graded.scores]
     if graded.submission.problem:
-        return "invalid"
+        return SubmissionStatus.INVALID
     if graded.submission.path is None:
-        return "not submitted"
+        return SubmissionStatus.NOT_SUBMITTED
     if statuses and all(s == Status.INVALID for s in statuses):
-        return "invalid"
+        return SubmissionStatus.INVALID
     if Status.CHEAT in statuses:
-        return "cheat"
+        return SubmissionStatus.CHEAT
     if statuses and all(s == Status.PASSED for s in statuses):
-        return "complete"
-    return "incomplete"
+        return SubmissionStatus.COMPLETE
+    return SubmissionStatus.INCOMPLETE
 
 
 @dataclass(frozen=True)
@@ -99,21 +105,6 @@ def submission_seed(base_seed: int, student: str, chapter: str, content: str = "
 
 def _journal_path(out: Path, sub: Submission) -> Path:
     return out / ".journal" / sub.student / f"{sub.chapter}.json"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` in UTF-8, atomically (a temporary file, then a rename).
-
-    Never fails on content: a character UTF-8 cannot hold (a lone surrogate that
-    slipped past :func:`autograder.text.safe_text`) is written as its escape
-    (``\\udcff``), which is also how JSON spells it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8", errors="backslashreplace", newline="") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def entry_text(graded: Graded) -> str:

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .results import ClassResults, SubmissionGrade
+from .results import ClassResults, SubmissionGrade, SubmissionStatus
 from .roster import Roster, Student
 from .text import csv_cell, score_text
 
@@ -47,7 +47,7 @@ LMS_FORMATS = ("canvas", "moodle")
 CANVAS_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 CANVAS_POINTS_ROW = "    Points Possible"  # as Canvas's export writes it (the import skips it)
 MOODLE_FIXED = ["First name", "Last name", "ID number", "Email address"]
-NOT_GRADED = ("not submitted",)
+NOT_GRADED = (SubmissionStatus.NOT_SUBMITTED,)
 
 
 class ExportError(ValueError):

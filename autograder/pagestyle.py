@@ -1,9 +1,10 @@
 """The pages' shared look: templates, escaping, the stylesheet, and matplotlib figures as inline SVG.
 
-The feedback pages (:mod:`autograder.feedback`) and the class report (:mod:`autograder.report`)
-are Jinja2 templates, ``autograder/templates/*.html`` (package data, shipped in the Gradescope
-zip too), rendered by :func:`render_page`; the term pages (:mod:`autograder.term_plots`) draw
-with the helpers below. Every page escapes the same way and every figure is a self-contained
+The feedback pages (:mod:`autograder.feedback`), the class report (:mod:`autograder.report`),
+its term page and lateness sections (:mod:`autograder.term_plots`) and the similarity page
+(:mod:`autograder.similarity`) are Jinja2 templates, ``autograder/templates/*.html`` (package
+data, shipped in the Gradescope zip too), rendered by :func:`render_page`; the figures are
+drawn with the helpers below. Every page escapes the same way and every figure is a self-contained
 ``<svg>`` (text drawn as paths, no fonts, no request outside the page).
 
 Escaping. The templates' environment autoescapes, and every ``{{ value }}`` is first passed

@@ -46,9 +46,9 @@ from pathlib import Path
 from .regrades import read_log
 from .pagestyle import BLUE, CSS, INK, Markup, escape, inline_svg, new_figure, render_page, style_axes
 from .feedback import STATUS_WORDS, duration_text
-from .journal import submission_status, write_atomic
+from .files import write_atomic
 from .results import RESULTS_FILE, ClassResults, ResultsError, SubmissionGrade
-from .scores import ExerciseScore, Status
+from .scores import ExerciseScore, Status, SubmissionStatus
 from .term_plots import chapter_section, term_page
 from .text import csv_text, safe_text
 
@@ -111,21 +111,21 @@ def summarise(batch_report, out: Path | None = None) -> str:
     for g in results:
         sub = g.submission
         who = _safe(f"{sub.student}/{sub.chapter}")
-        status = submission_status(g)
+        status = g.status
         real = g.wrong_chapter
         if real:
             counts["wrong chapter"] += 1
             wrong.append(f"{who}: this is a {real} notebook, submitted as {sub.chapter} (0 points; "
                          f"grade it as {real})")
             continue
-        if status == "invalid":
+        if status == SubmissionStatus.INVALID:
             counts["invalid"] += 1
             invalid.append(f"{who}: {_safe(g.scores[0].reason)}")
             continue
-        if status == "not submitted":
+        if status == SubmissionStatus.NOT_SUBMITTED:
             counts["not submitted"] += 1
             continue
-        if status == "cheat":
+        if status == SubmissionStatus.CHEAT:
             counts["flagged"] += 1
             cells = [s for s in g.scores if s.status == Status.CHEAT]
             flagged.append(f"{who} {cells[0].exercise}: {_safe(cells[0].reason)}")
@@ -137,8 +137,8 @@ def summarise(batch_report, out: Path | None = None) -> str:
         if broken:
             counts["errors"] += 1
             errors.append(f"{who} {', '.join(s.exercise for s in broken)}: {_safe(broken[0].reason)}")
-        if status in ("complete", "incomplete"):
-            counts[status] += 1
+        if status in (SubmissionStatus.COMPLETE, SubmissionStatus.INCOMPLETE):
+            counts[status.value] += 1
     lines = [
         f"graded {batch_report.graded} submission(s), reused {batch_report.reused} unchanged from the journal; "
         f"{len(students)} student(s).",
@@ -273,9 +273,9 @@ def _diagnoses(rows: list[ExerciseScore]) -> list[Diagnosis]:
     unjudged: dict[tuple[str, str], str] = {}
     for row in rows:
         messages = [(p.message or row.reason, p.hint) for p in row.parts if not p.earned]
-        if not row.parts and row.status not in ("passed",) and row.reason:
+        if not row.parts and row.status != Status.PASSED and row.reason:
             messages = [(row.reason, "")]  # a cell-level reason: the grader's words around the answer's
-            if row.status not in ("failed", "partial"):
+            if row.status not in (Status.FAILED, Status.PARTIAL):
                 unjudged[(row.exercise, diagnosis_key(row.reason))] = row.status
         for message, hint in messages:
             if not message:
@@ -324,7 +324,7 @@ class ChapterSummary:
 def nothing_found(rows: list[ExerciseScore]) -> bool:
     """Every exercise of a submitted notebook is ``missing``: not one of the chapter's
     solution cells was in it (another chapter's notebook, or every cell deleted)."""
-    return bool(rows) and all(r.status == "missing" for r in rows)
+    return bool(rows) and all(r.status == Status.MISSING for r in rows)
 
 
 WRONG_CHAPTER = "submitted the wrong chapter's notebook ({real})"
@@ -335,7 +335,7 @@ def _missed(row: ExerciseScore) -> list[str]:
     """What the checks marked missed in one answer, as the students' table lists it."""
     lost = [p for p in row.parts if not p.earned]
     if not row.parts:
-        return [] if row.status == "passed" else [f"{row.exercise} ({row.status})"]
+        return [] if row.status == Status.PASSED else [f"{row.exercise} ({row.status})"]
     if lost and len(lost) == len(row.parts):
         if all(diagnosis_key(p.message or row.reason, p.hint).startswith(NOT_IMPLEMENTED_HEAD) for p in lost):
             return [f"{row.exercise}: {NOT_IMPLEMENTED_HEAD}"]
@@ -363,7 +363,7 @@ def chapter_summary(chapter: str, rows: list[ExerciseScore],
     for r in rows:
         by_student[r.student].append(r)
     line = {s: grades.get((s, chapter)) for s in by_student}
-    students = sorted(s for s in by_student if line[s] is None or line[s].status != "not submitted")
+    students = sorted(s for s in by_student if line[s] is None or line[s].status != SubmissionStatus.NOT_SUBMITTED)
     wrong = {s: line[s].wrong_chapter for s in students if line[s] is not None and line[s].wrong_chapter}
     absent = sorted(set(by_student) - set(students))
     kept = [r for r in rows if r.student in students]
@@ -509,7 +509,7 @@ def _bar(share: float) -> Markup:
 
 
 # ``grades.csv``'s status words as the students' table shows them.
-STATUS_SHOWN = {"cheat": "flagged (tampering caught)", "invalid": "invalid (unreadable)"}
+STATUS_SHOWN = {SubmissionStatus.CHEAT: "flagged (tampering caught)", SubmissionStatus.INVALID: "invalid (unreadable)"}
 
 
 def _where(d: Diagnosis) -> Markup:

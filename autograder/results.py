@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from .journal import write_atomic
-from .scores import ExerciseScore, PartScore, ScoreError, parts_line
+from .files import write_atomic
+from .scores import ExerciseScore, PartScore, ScoreError, SubmissionStatus, parts_line
 from .text import score_text
 
-__all__ = ["RESULTS_FILE", "RESULTS_VERSION", "RUN_MARKER", "ResultsError", "begin_run", "end_run", "unfinished_run", "PartScore", "ExerciseScore", "SubmissionGrade",
-           "ClassResults", "parts_line"]
+__all__ = ["RESULTS_FILE", "RESULTS_VERSION", "RUN_MARKER", "ResultsError", "begin_run", "end_run", "unfinished_run",
+           "PartScore", "ExerciseScore", "SubmissionStatus", "SubmissionGrade", "ClassResults", "parts_line"]
 
 RESULTS_FILE = "results.json"
 RESULTS_VERSION = 2  # 2: a submission records the chapter it really holds (wrong_chapter)
@@ -74,7 +74,7 @@ class SubmissionGrade:
 
     student: str
     chapter: str
-    status: str  # complete, incomplete, invalid, cheat, not submitted
+    status: SubmissionStatus
     score: float = 0.0  # after hand grades and the late penalty
     max_score: float = 0.0
     raw_score: float = 0.0  # before the penalty
@@ -86,6 +86,37 @@ class SubmissionGrade:
     # The chapter the notebook really holds when none of this one's exercises was found in it
     # and its cells are another chapter's (found while grading: autograder.grading.wrong_chapter).
     wrong_chapter: str | None = None
+
+    def to_dict(self) -> dict:
+        """The record of :meth:`from_dict` (plain JSON types; the status as its word)."""
+        return dict(asdict(self), status=str(self.status))
+
+    @classmethod
+    def from_dict(cls, data) -> "SubmissionGrade":
+        """Read :meth:`to_dict`'s record.
+
+        Raises:
+            ScoreError: not a record of these fields, or a status that is none.
+        """
+        if not isinstance(data, dict):
+            raise ScoreError(f"a submission's grade is a JSON object, found {type(data).__name__}")
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ScoreError(f"a submission's grade has no field {sorted(unknown)[0]!r}")
+        try:
+            grade = cls(**data)
+        except TypeError as exc:
+            raise ScoreError(f"a submission's grade cannot be read ({exc})") from None
+        grade.status = _submission_status(grade.status)  # a word read from a file: one of SubmissionStatus
+        return grade
+
+
+def _submission_status(word) -> SubmissionStatus:
+    try:
+        return SubmissionStatus(word)
+    except ValueError:
+        raise ScoreError(f"submission status {word!r} is none of "
+                         f"{', '.join(s.value for s in SubmissionStatus)}") from None
 
 
 def _optional(x) -> str:
@@ -115,7 +146,7 @@ class ClassResults:
 
     def to_json(self) -> str:
         data = {"version": RESULTS_VERSION, "exercises": [e.to_dict() for e in self.exercises],
-                "submissions": [asdict(s) for s in self.submissions]}
+                "submissions": [s.to_dict() for s in self.submissions]}
         return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
 
     @classmethod
@@ -135,7 +166,7 @@ class ClassResults:
                                "grade again (unchanged work comes from the journal)")
         try:
             exercises = [ExerciseScore.from_dict(e) for e in data["exercises"]]
-            submissions = [SubmissionGrade(**s) for s in data["submissions"]]
+            submissions = [SubmissionGrade.from_dict(s) for s in data["submissions"]]
         except (KeyError, TypeError, ScoreError) as exc:
             raise ResultsError(f"{where}: a record cannot be read ({type(exc).__name__}: {exc})") from None
         return cls(exercises, submissions)

@@ -1,11 +1,12 @@
 """One exercise's score, typed, from the judgment to every view.
 
 A graded test cell becomes an :class:`ExerciseScore` (with its :class:`PartScore` list and
-a :class:`Status`) as soon as the batch, ``check`` or the Gradescope adapter receives it
-from :func:`autograder.grading.grade_submission` (:meth:`ExerciseScore.judged`). The
-journal stores it as such, ``results.json`` holds it (with what a grader changed by hand),
-and every view reads its fields: the gradebook, ``scores.csv``, the feedback pages,
-Gradescope's and PrairieLearn's ``results.json``, the class report.
+a :class:`Status`) where it is judged, in :func:`autograder.grading.grade_submission`,
+which hands the batch, ``check`` and the Gradescope adapter these scores. The journal
+stores them as such, ``results.json`` holds them (with what a grader changed by hand),
+and every view reads their fields: the gradebook, ``scores.csv``, the feedback pages,
+Gradescope's and PrairieLearn's ``results.json``, the class report. A submission as a
+whole (a row of ``grades.csv``) has a :class:`SubmissionStatus`.
 
 One codec: :meth:`ExerciseScore.to_dict` and :meth:`ExerciseScore.from_dict` write and read
 it for the journal and for ``results.json`` alike; a record of the wrong shape raises
@@ -19,11 +20,11 @@ from typing import Any
 
 from .text import score_text
 
-__all__ = ["Status", "PartScore", "ExerciseScore", "ScoreError", "parts_line"]
+__all__ = ["Status", "SubmissionStatus", "PartScore", "ExerciseScore", "ScoreError", "parts_line", "single_line"]
 
 
 class Status(str, Enum):
-    """What grading found for one exercise (``grading.STATUSES``, in that order).
+    """What grading found for one exercise.
 
     A ``str``: it compares equal to, formats and serialises as its word (``"passed"``).
     """
@@ -43,11 +44,28 @@ class Status(str, Enum):
     __hash__ = str.__hash__
 
 
+class SubmissionStatus(str, Enum):
+    """What grading found for one student × chapter (the ``status`` of ``grades.csv``).
+
+    A ``str``, as :class:`Status`: it compares equal to, formats and serialises as its word.
+    """
+
+    COMPLETE = "complete"  # every check passed
+    INCOMPLETE = "incomplete"
+    INVALID = "invalid"  # nothing could be read
+    CHEAT = "cheat"  # a tampering attempt was caught
+    NOT_SUBMITTED = "not submitted"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+    __hash__ = str.__hash__
+
+
 class ScoreError(ValueError):
     """A stored score of the wrong shape (the message names the field)."""
 
 
-def _one_line(text: Any) -> str:
+def single_line(text: Any) -> str:
     """``text`` as one line with single spaces (how every stored message is kept)."""
     return " ".join(str(text or "").split())
 
@@ -95,23 +113,6 @@ class ExerciseScore:
         # The status is a Status whatever was passed: a word ("partial") is read as one
         # (a ScoreError names a word that is none), so every view can rely on .value.
         self.status = _status(self.status)
-
-    @classmethod
-    def judged(cls, cell: Any, student: str, chapter: str) -> "ExerciseScore":
-        """The score of one judged test cell (a :class:`autograder.grading.CellScore`,
-        whose ``parts`` are dicts), every message on one line.
-
-        Raises:
-            ScoreError: a status that is not a :class:`Status`, or a part without its fields.
-        """
-        try:
-            parts = [PartScore(str(p["name"]), float(p["score"]), float(p["points"]), _one_line(p.get("message")),
-                               _one_line(p.get("hint"))) for p in (cell.parts or [])]
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ScoreError(f"{cell.grade_id}: a part cannot be read ({type(exc).__name__}: {exc})") from None
-        return cls(student=student, chapter=chapter, exercise=str(cell.exercise), grade_id=str(cell.grade_id),
-                   score=float(cell.score), max_score=float(cell.max_score), status=_status(cell.status),
-                   reason=_one_line(cell.reason), parts=parts, notes=[_one_line(n) for n in (cell.notes or [])])
 
     @property
     def checks_score(self) -> float:

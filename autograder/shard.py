@@ -43,6 +43,7 @@ from pathlib import Path
 from . import batch, journal, submissions
 from .batch import BatchReport, grade_class
 from .book import BOOK
+from .files import write_atomic
 from .fingerprint import ROOT, grader_fingerprint
 from .grading import RunSettings
 from .journal import seed_digest, write_atomic

@@ -36,12 +36,16 @@ import nbformat
 import numpy as np
 
 from .book import source_notebook
+from .pagestyle import render_page
 from .release import student_version
 from .submissions import chapter_notebook, student_folders
 from .untrusted import MAX_NOTEBOOK_BYTES, read_untrusted
 
 __all__ = ["Settings", "Pair", "Match", "SimilarityReport", "solution_cells", "stub_cells", "compare_class",
            "render_html"]
+
+# The page (autograder/templates/; rendered by autograder.pagestyle.render_page).
+TEMPLATE = "similarity.html"
 
 
 @dataclass(frozen=True)
@@ -275,49 +279,10 @@ def _segments(code: str, slices: list[tuple[int, int]]) -> list[tuple[str, bool]
     return out
 
 
-PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Similarity · {{ r.chapter }}</title>
-<style>
-body{font-family:system-ui,sans-serif;max-width:90rem;margin:2rem auto;padding:0 1rem;color:#222}
-table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:.3rem .6rem;text-align:left;vertical-align:top}
-.side{display:grid;grid-template-columns:1fr 1fr;gap:1rem}pre{background:#f7f7f7;padding:.6rem;overflow:auto;font-size:.85rem}
-mark{background:#fde7c4}.flag{color:#b00;font-weight:bold}.muted{color:#666}
-</style></head><body>
-<h1>Similarity of {{ r.chapter }}</h1>
-<p>{{ r.students|length }} students compared pair by pair with copydetect (winnowing, as MOSS;
-names, strings and comments do not count). A pair is <span class="flag">flagged</span> from a score of
-<b>{{ "%.0f"|format(100 * r.settings.threshold) }} %</b>: the share of a student's written code that matches the
-other's, summed over the exercises, weighted by how much each student wrote in each exercise (the larger of the two
-sides), on at least {{ r.settings.min_total }} written tokens.</p>
-<p>Never counted: the released stub of each exercise (the <code>def</code> line, the docstring,
-<code># YOUR CODE HERE</code>); code found in more than {{ "%.0f"|format(100 * r.settings.max_share) }} % of the class's
-answers to an exercise (the canonical answer, such as a one-line softmax); exercises where either student wrote fewer than
-{{ r.settings.min_tokens }} tokens (too short to tell apart). Matches shorter than {{ r.settings.noise }} filtered
-characters are ignored; those of {{ r.settings.guarantee }} or more are always found.
-A flag is a reason to read both notebooks, not a verdict.</p>
-{% if r.skipped %}<p>Not compared: {% for s, why in r.skipped.items() %}{{ s }} ({{ why }}){% if not loop.last %}, {% endif %}{% endfor %}</p>{% endif %}
-<h2>Top pairs</h2>
-<table><tr><th>pair</th><th>score</th><th>each side</th><th>tokens compared</th><th></th></tr>
-{% for p in top %}<tr><td>{% if p.flagged or loop.index <= shown %}<a href="#pair-{{ loop.index }}">{{ p.a }} · {{ p.b }}</a>{% else %}{{ p.a }} · {{ p.b }}{% endif %}</td>
-<td>{{ "%.0f"|format(100 * p.score) }} %</td><td>{{ "%.0f"|format(100 * p.score_a) }} % · {{ "%.0f"|format(100 * p.score_b) }} %</td>
-<td>{{ p.compared }}</td><td>{% if p.flagged %}<span class="flag">flagged</span>{% endif %}</td></tr>
-{% endfor %}</table>
-{% for p in top %}{% if p.flagged or loop.index <= shown %}
-<h2 id="pair-{{ loop.index }}">{{ p.a }} · {{ p.b }}: {{ "%.0f"|format(100 * p.score) }} %{% if p.flagged %} <span class="flag">flagged</span>{% endif %}</h2>
-{% for m in p.matches %}<h3>{{ m.exercise }} <span class="muted">— {{ m.matched_a }}/{{ m.written_a }} and
-{{ m.matched_b }}/{{ m.written_b }} written tokens match{% if not m.counted %}; too short to tell, not counted{% endif %}</span></h3>
-<div class="side"><div><b>{{ p.a }}</b><pre>{% for text, hit in seg(m.code_a, m.slices_a) %}{% if hit %}<mark>{{ text }}</mark>{% else %}{{ text }}{% endif %}{% endfor %}</pre></div>
-<div><b>{{ p.b }}</b><pre>{% for text, hit in seg(m.code_b, m.slices_b) %}{% if hit %}<mark>{{ text }}</mark>{% else %}{{ text }}{% endif %}{% endfor %}</pre></div></div>
-{% endfor %}{% endif %}{% endfor %}
-</body></html>
-"""
 
 
 def render_html(report: SimilarityReport, top: int = 20, shown: int = 3) -> str:
     """The page: the settings stated, the ``top`` pairs, the matching code side by side for
-    every flagged pair and the ``shown`` best (Jinja2 with autoescape: code is text)."""
-    # Jinja2 only for the HTML page
-    from jinja2 import Environment
-
-    env = Environment(autoescape=True)
-    return env.from_string(PAGE).render(r=report, top=report.pairs[:top], shown=shown, seg=_segments)
+    every flagged pair and the ``shown`` best (``autograder/templates/similarity.html``,
+    autoescaped: code is text)."""
+    return render_page(TEMPLATE, r=report, top=report.pairs[:top], shown=shown, seg=_segments)

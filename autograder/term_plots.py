@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from .pagestyle import BLUE, CSS, INK, escape, inline_svg, new_figure, style_axes
+from .pagestyle import BLUE, CSS, INK, Markup, inline_svg, new_figure, render_page, style_axes
 from .results import SubmissionGrade
 
 __all__ = ["late_buckets", "resubmissions", "late_svg", "student_trend_svg", "part_trend_svg", "term_page",
@@ -33,6 +33,9 @@ __all__ = ["late_buckets", "resubmissions", "late_svg", "student_trend_svg", "pa
 DAY = 86400.0
 LATE_LABELS = ["on time", "extension or\nlate days", "< 1 day\nlate", "1-3 days\nlate", "> 3 days\nlate"]
 _ORANGE, _GREY = "#e69f00", "#bbbbbb"
+# The term's page and a chapter page's section (autograder/templates/; autograder.pagestyle.render_page).
+TERM_TEMPLATE = "term.html"
+LATE_TEMPLATE = "report_late.html"
 
 
 def late_buckets(summary, grades: dict[tuple[str, str], SubmissionGrade]) -> list[int]:
@@ -105,19 +108,16 @@ def chapter_section(summary, grades: dict[tuple[str, str], SubmissionGrade], log
     counts = late_buckets(summary, grades)
     again = resubmissions(log, summary.chapter)
     if counts[0] == len(summary.students) and not any(again.get(s) for s in summary.students):
-        return (f'<h2>Late and resubmitted</h2><p class="muted">All {counts[0]} handed in on time, none with an '
-                "extension or late days; no notebook changed after its first grading.</p>")
-    helped = [s for s in summary.students if (g := grades.get((s, summary.chapter))) is not None
-              and (g.extension_seconds > 0 or g.late_days_used > 0)]
-    words = "; ".join(f"{escape(s)}: " + ", ".join(
-        x for x in (f"extension {grades[(s, summary.chapter)].extension_seconds / DAY:g} d"
-                    if grades[(s, summary.chapter)].extension_seconds else "",
-                    f"{grades[(s, summary.chapter)].late_days_used} late day(s)"
-                    if grades[(s, summary.chapter)].late_days_used else "") if x) for s in helped)
-    return ("<h2>Late and resubmitted</h2>" + late_svg(summary, grades, log)
-            + f'<p class="muted">{counts[0]} on time, {counts[1]} on time by an extension or late days'
-            + (f" ({words})" if words else "") + f", {sum(counts[2:])} late (after any extension). "
-            "Resubmissions count the grade runs that found a new notebook (OUT/regrades.jsonl).</p>")
+        return render_page(LATE_TEMPLATE, figure=None, on_time=counts[0])
+    helped = []
+    for s in summary.students:
+        g = grades.get((s, summary.chapter))
+        if g is not None and (g.extension_seconds > 0 or g.late_days_used > 0):
+            how = [f"extension {g.extension_seconds / DAY:g} d"] if g.extension_seconds else []
+            how += [f"{g.late_days_used} late day(s)"] if g.late_days_used else []
+            helped.append({"student": s, "how": how})
+    return render_page(LATE_TEMPLATE, figure=Markup(late_svg(summary, grades, log)), on_time=counts[0],
+                       helped_count=counts[1], helped=helped, late=sum(counts[2:]))
 
 
 def student_trend_svg(summaries: list) -> str:
@@ -198,9 +198,6 @@ def term_page(summaries: list, grades: dict[tuple[str, str], SubmissionGrade],
             notes.append(f"In the roster, nothing handed in: {', '.join(s.id for s in absent)}.")
         if unknown:
             notes.append(f"Graded but not in the roster (no LMS can take their grades): {', '.join(unknown)}.")
-    head = "".join(f'<th><a href="{escape(s.chapter)}.html">{escape(s.chapter)}</a></th>' for s in summaries)
-    if roster is not None:
-        head = "<th>name</th><th>section</th>" + head
     rows = []
     for student in students:
         cells = []
@@ -208,28 +205,15 @@ def term_page(summaries: list, grades: dict[tuple[str, str], SubmissionGrade],
             tm = summary.totals.get(student)
             g = grades.get((student, summary.chapter))
             if tm is None:
-                cells.append('<td class="muted">—</td>')
+                cells.append(None)
                 continue
             days = f" · {g.late_days_used} late day(s)" if g and g.late_days_used else ""
             ext = " · extension" if g and g.extension_seconds else ""
-            cells.append(f'<td class="num">{tm[0]:g}/{tm[1]:g}<span class="muted">{escape(days + ext)}</span></td>')
-        used = sum(g.late_days_used for (s, _), g in grades.items() if s == student)
-        who = ""
-        if roster is not None:
-            row = roster.get(student)
-            who = (f"<td>{escape(row.name)}</td><td>{escape(row.section)}</td>" if row is not None
-                   else '<td class="missed">not in the roster</td><td></td>')
-        rows.append(f"<tr><td>{escape(student)}</td>{who}{''.join(cells)}<td class=\"num\">{used}</td></tr>")
-    trend_parts = part_trend_svg(summaries) if len(summaries) >= 2 else ""
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>Class report: the term</title>",
-        f"<style>{CSS}</style></head><body>", "<h1>The term</h1>",
-        f'<p class="lead">{len(summaries)} chapter(s), {len(students)} student(s). '
-        '<a href="index.html">Chapters</a>.</p>',
-        "<h2>Each student across the chapters</h2>", student_trend_svg(summaries),
-        "<h2>Each graded part across the chapters</h2>",
-        trend_parts or "<p>One chapter so far: the trends start with the second.</p>",
-        '<p class="muted">A part counts in a chapter when it is graded there; parts of the same name in '
-        "several exercises of a chapter are averaged.</p>",
-        f"<h2>Students</h2><table><thead><tr><th>student</th>{head}<th>late days spent</th></tr></thead><tbody>",
-        *rows, "</tbody></table>", *(f'<p class="missed">{escape(n)}</p>' for n in notes), "</body></html>\n"])
+            cells.append({"score": f"{tm[0]:g}/{tm[1]:g}", "note": days + ext})
+        row = roster.get(student) if roster is not None else None
+        rows.append({"id": student, "known": row is not None, "name": row.name if row else "",
+                     "section": row.section if row else "", "cells": cells,
+                     "late_days": sum(g.late_days_used for (s, _), g in grades.items() if s == student)})
+    return render_page(TERM_TEMPLATE, css=Markup(CSS), chapters=[s.chapter for s in summaries], students=rows,
+                       roster=roster is not None, student_trend=Markup(student_trend_svg(summaries)),
+                       part_trend=Markup(part_trend_svg(summaries)) if len(summaries) >= 2 else "", notes=notes)

@@ -24,7 +24,12 @@ MyST                      plain notebook
 ========================  ==================================================================
 
 Any other directive or role raises ``ValueError`` naming the chapter, the cell and the
-construct: a new chapter cannot ship raw MyST unnoticed. Code cells, ``$…$`` and
+construct: a new chapter cannot ship raw MyST unnoticed.
+
+What is a fence (```````, ``~~~``, ``:::``), where it closes and what is a ``(label)=``
+target is markdown-it-py's decision, with the MyST plugins of mdit-py-plugins (the parser
+Jupyter Book's MyST is built on); the lines it leaves as text are rewritten in place, so
+everything but the MyST constructs comes back byte for byte. The BibTeX is pybtex's. Code cells, ``$…$`` and
 ``$$…$$`` math, HTML already in the text, plain code fences and cell metadata are left
 as they are.
 """
@@ -35,8 +40,12 @@ import html
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
+from markdown_it import MarkdownIt
+from mdit_py_plugins.colon_fence import colon_fence_plugin
+from mdit_py_plugins.myst_blocks import myst_block_plugin
 from pybtex.backends.plaintext import Backend as PlainTextBackend
 from pybtex.database import Person, parse_string
 from pybtex.exceptions import PybtexError
@@ -267,40 +276,33 @@ class Label:
     referenced: bool = False
 
 
-_TARGET = re.compile(r"^[ \t]*\(([^()\s]+)\)=[ \t]*$", re.MULTILINE)
-_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)[ \t#]*$")
-_FIG_NAME = re.compile(r"^[ \t]*:name:[ \t]*(\S+)[ \t]*$", re.MULTILINE)
 _LINK_TARGET = re.compile(r"\]\([^)\s]*#([^)\s]+)\)")
 _REF_TARGET = re.compile(r"\{(?:ref|numref)\}`(?:[^`<]*<([^`>]+)>|([^`<>]+))`")
 
 
 def _labels_of(text: str, document: str, notebook: bool) -> list[Label]:
+    """The labels ``text`` defines, in order: each ``(label)=`` target (titled by the heading
+    that follows it, else by its name) and each directive's ``:name:`` (titled by the first
+    paragraph of its content: a figure's caption), in directives within directives too."""
     labels = []
-    lines = text.splitlines()
-    for k, line in enumerate(lines):
-        m = _TARGET.match(line)
-        if m:
-            following = next((ln for ln in lines[k + 1:] if ln.strip() and not _TARGET.match(ln)), "")
-            heading = _HEADING.match(following)
-            title = heading.group(1) if heading else m.group(1)
-            labels.append(Label(m.group(1), title, document, notebook))
-            continue
-        m = _FIG_NAME.match(line)
-        if m:
-            # the caption: the first paragraph after the options of this figure
-            rest = lines[k + 1:]
-            while rest and re.match(r"^[ \t]*:[\w-]+:", rest[0]):
-                rest = rest[1:]
-            caption = []
-            for ln in rest:
-                if not ln.strip():
-                    if caption:
+    tokens = _MARKDOWN.parse(text)
+    for i, token in enumerate(tokens):
+        if token.type == "myst_target":
+            j = next((j for j in range(i + 1, len(tokens))
+                      if tokens[j].nesting >= 0 and tokens[j].type != "myst_target"), None)
+            heading = j is not None and tokens[j].type == "heading_open"  # its text is the next token's
+            labels.append(Label(token.content, tokens[j + 1].content if heading else token.content, document,
+                                notebook))
+        elif token.type in ("fence", "colon_fence") and _DIRECTIVE_INFO.match(token.info):
+            options, content = _split_options(token.content.split("\n"))
+            if options.get("name"):
+                caption = []
+                for line in content:
+                    if not line.strip():
                         break
-                    continue
-                if re.match(r"^[ \t]*:{3,}[ \t]*$", ln):
-                    break
-                caption.append(ln.strip())
-            labels.append(Label(m.group(1), " ".join(caption) or m.group(1), document, notebook))
+                    caption.append(line.strip())
+                labels.append(Label(options["name"], " ".join(caption) or options["name"], document, notebook))
+            labels += _labels_of("\n".join(content), document, notebook)
     return labels
 
 
@@ -337,7 +339,13 @@ def book_labels(book: Path = BOOK) -> dict[str, Label]:
 
 _ADMONITIONS = {"admonition", "note", "tip", "hint", "important", "warning", "caution",
                 "attention", "danger", "error", "seealso"}
-_FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,}|:{3,})(?P<info>.*)$")
+# CommonMark with MyST's block syntax: ``:::`` fences and ``(label)=`` targets (mdit-py-plugins,
+# the parser MyST itself is built on), so that what is a fence, where it closes and what is
+# a target is decided as Jupyter Book decides it. Blocks only: the inline parse (which
+# would split every paragraph into tokens no rule here reads) is off.
+_MARKDOWN = MarkdownIt("commonmark").use(colon_fence_plugin).use(myst_block_plugin).disable(["inline", "text_join"])
+# A line that could open one of them: text without any is not parsed at all (most cells).
+_MAY_OPEN = re.compile(r"^[ \t]*(?:`{3,}|~{3,}|:{3,}|\(.*\)=)", re.MULTILINE)
 _DIRECTIVE_INFO = re.compile(r"^\s*\{(?P<name>[^}\s]+)\}\s*(?P<arg>.*?)\s*$")
 _OPTION = re.compile(r"^:(?P<key>[\w-]+):\s*(?P<value>.*?)\s*$")
 _ROLE_OR_CODE = re.compile(r"(?:\{(?P<role>[A-Za-z][\w:.+-]*)\})?(?P<ticks>`+)")
@@ -414,13 +422,29 @@ def _anchor(label: str, ctx: _Context) -> list[str]:
     return []
 
 
-def _closing(lines: list[str], start: int, fence: str) -> int:
-    """Index of the line that closes ``fence`` (same character, at least as long)."""
-    close = re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$")
-    for k in range(start, len(lines)):
-        if close.match(lines[k]):
-            return k
-    return len(lines)  # CommonMark: an unclosed fence runs to the end
+def _myst_blocks(lines: list[str]) -> list[tuple[int, int, Any]]:
+    """The fences (`````, ``~~~``, ``:::``) and targets (``(label)=``) of ``lines``, as
+    markdown-it parses them: ``(first line, line after the last, token)``, in order.
+
+    A fence counts only when its opening line starts with it (after spaces): one behind a
+    block quote's ``>`` or a list marker stays text, as do the fences inside a fence."""
+    text = "\n".join(lines)
+    if not _MAY_OPEN.search(text):
+        return []
+    found = []
+    for token in _MARKDOWN.parse(text):
+        if token.map is None or token.type not in ("fence", "colon_fence", "myst_target"):
+            continue
+        start, end = token.map
+        if token.type != "myst_target" and not lines[start].lstrip(" \t").startswith(token.markup):
+            continue
+        found.append((start, end, token))
+    return found
+
+
+def _closes(line: str, fence: str) -> bool:
+    """Whether ``line`` closes ``fence`` (the same character, at least as many, nothing else)."""
+    return re.fullmatch(r"[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*", line) is not None
 
 
 def _split_options(body: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -501,49 +525,51 @@ def _directive(name: str, arg: str, body: list[str], ctx: _Context) -> list[str]
 
 
 def _blocks(lines: list[str], ctx: _Context) -> list[str]:
-    """Convert a run of Markdown lines: fences, directives, targets, roles."""
+    """Convert a run of Markdown lines: directives, targets, roles (code fences verbatim)."""
     out: list[str] = []
 
     def separate() -> None:  # a blank line before a converted block
         if out and out[-1].strip():
             out.append("")
 
+    def text(k: int, stop: int) -> None:
+        # ordinary lines, each joined with the following ones of its paragraph so that a
+        # role broken over two lines is still seen as one
+        while k < stop:
+            j = k + 1
+            while j < stop and lines[j].strip():
+                j += 1
+            out.extend(_inline("\n".join(lines[k:j]), ctx).split("\n"))
+            k = j
+
     k = 0
-    while k < len(lines):
-        line = lines[k]
-        fm = _FENCE_OPEN.match(line)
-        if fm and not (fm.group("fence")[0] == "`" and "`" in fm.group("info")):
-            fence, indent, info = fm.group("fence"), fm.group("indent"), fm.group("info")
-            end = _closing(lines, k + 1, fence)
-            dm = _DIRECTIVE_INFO.match(info)
-            if dm is None:
-                if fence[0] == ":":
-                    raise ValueError(f"a ':::' fence without a directive name: {line.strip()!r}")
-                out.extend(lines[k:end + 1])  # a plain code block: verbatim
-            else:
-                body = _dedent(lines[k + 1:end], indent)
-                converted = _directive(dm.group("name"), dm.group("arg"), body, ctx)
-                separate()
-                out.extend(indent + ln if ln else ln for ln in converted)
-                if end + 1 < len(lines) and lines[end + 1].strip():
-                    out.append("")
-            k = end + 1
+    for start, end, token in _myst_blocks(lines):
+        if start < k:  # within a block already converted
             continue
-        tm = _TARGET.match(line)
-        if tm:
-            anchor = _anchor(tm.group(1), ctx)
+        text(k, start)
+        if token.type == "myst_target":
+            anchor = _anchor(token.content, ctx)
             if anchor:
                 separate()
                 out.extend(anchor)
-            k += 1
+            k = end
             continue
-        # an ordinary line, joined with the following ones of the same paragraph so that
-        # a role broken over two lines is still seen as one
-        j = k + 1
-        while j < len(lines) and lines[j].strip() and not _FENCE_OPEN.match(lines[j]) and not _TARGET.match(lines[j]):
-            j += 1
-        out.extend(_inline("\n".join(lines[k:j]), ctx).split("\n"))
-        k = j
+        line, fence = lines[start], token.markup
+        indent = line[:len(line) - len(line.lstrip(" \t"))]
+        close = end - 1 if end - 1 > start and _closes(lines[end - 1], fence) else end  # unclosed: to the end
+        dm = _DIRECTIVE_INFO.match(line[len(indent) + len(fence):])
+        if dm is None:
+            if fence[0] == ":":
+                raise ValueError(f"a ':::' fence without a directive name: {line.strip()!r}")
+            out.extend(lines[start:close + 1])  # a plain code block: verbatim
+        else:
+            converted = _directive(dm.group("name"), dm.group("arg"), _dedent(lines[start + 1:close], indent), ctx)
+            separate()
+            out.extend(indent + ln if ln else ln for ln in converted)
+            if close + 1 < len(lines) and lines[close + 1].strip():
+                out.append("")
+        k = close + 1
+    text(k, len(lines))
     return out
 
 

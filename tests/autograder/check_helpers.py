@@ -110,7 +110,7 @@ def assert_regraded(name, obj, culprit, hidden=False, seed=None):
 def grade_in_sandbox(chapter, tmp_path, seed=5, **cells):
     """Grade, through the real sandboxed grader, the chapter's own notebook
     (``book/<chapter>/<chapter>.ipynb``: its setup cell and points) with the
-    solution cells ``name=source`` replaced. Returns ``{exercise: CellScore}``."""
+    solution cells ``name=source`` replaced. Returns ``{exercise: ExerciseScore}``."""
     from pathlib import Path
 
     import nbformat
@@ -125,23 +125,23 @@ def grade_in_sandbox(chapter, tmp_path, seed=5, **cells):
 
 
 def assert_full_marks(scores, points=None):
-    """Every CellScore of ``scores`` (``{exercise: CellScore}``) passed with every part
+    """Every ExerciseScore of ``scores`` (``{exercise: ExerciseScore}``) passed with every part
     earned; with ``points`` (``{exercise: points}``), at exactly those points."""
     for name, s in scores.items():
         want = s.max_score if points is None else points[name]
         assert (s.status, s.score, s.max_score) == ("passed", want, want), s
-        assert all(p["score"] == p["points"] for p in s.parts), s
+        assert all(p.score == p.points for p in s.parts), s
 
 
 def assert_charged_once(scores, culprit, score, parts, reason, callers, passed=()):
     """Assert how the sandboxed grader charged one wrong exercise that later answers
-    call (``scores``: ``{exercise: CellScore}``): ``culprit`` is partial at ``score``
+    call (``scores``: ``{exercise: ExerciseScore}``): ``culprit`` is partial at ``score``
     with exactly ``parts`` (``{part: score}``) and ``reason`` in its reason; each
     exercise of ``callers`` (``{exercise: points}``) passed at those points with the
     note of :func:`assert_noted`; each of ``passed`` passed."""
     wrong = scores[culprit]
     assert (wrong.status, wrong.score) == ("partial", score), wrong
-    assert {p["name"]: p["score"] for p in wrong.parts} == parts
+    assert {p.name: p.score for p in wrong.parts} == parts
     assert reason in wrong.reason
     for name, points in callers.items():
         s = scores[name]

@@ -9,7 +9,8 @@ Stable API (the CLI tests use it too):
   the released form (solution regions replaced by ``raise NotImplementedError()``);
 * :func:`submission_with` — a copy with some solution cells' source replaced;
 * :func:`write_notebook` — write any of these to a path;
-* :func:`make_course` — a generated book and a class of submissions (batch grading).
+* :func:`make_course` — a generated book and a class of submissions (batch grading);
+* :func:`judged_cell` — one test cell's score as ``grade_submission`` returns it (fake graders).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 import solutions
 from autograder.bench import make_book, make_class
+from autograder.scores import ExerciseScore, Status
 from autograder.sync import solution_cell_source
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "solution_cell",
     "write_notebook",
     "make_course",
+    "judged_cell",
 ]
 
 CHAPTER_EXERCISES = {
@@ -172,3 +175,11 @@ def make_course(root: Path, chapters: list[str], students: int) -> tuple[Path, P
     sources = {c: book / c / f"{c}.ipynb" for c in chapters}
     make_class(root / "submitted", sources, students=students)
     return root, book
+
+
+def judged_cell(student: str, chapter: str, grade_id: str, score: float, max_score: float, status: Status,
+                reason: str, **more) -> ExerciseScore:
+    """One judged test cell (``test_<exercise>``) as :func:`autograder.grading.grade_submission`
+    returns it, for the fake graders of the batch tests (``more``: ``parts``, ``notes``)."""
+    return ExerciseScore(student, chapter, grade_id[len("test_"):], float(score), float(max_score), status, reason,
+                         grade_id=grade_id, **more)

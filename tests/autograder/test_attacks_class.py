@@ -237,16 +237,16 @@ def test_a_guarded_cell_starts_no_formula_however_the_line_is_split(text):
 # --------------------------------------------------------------------------- 1. a failure at each step
 
 
-def _quick_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None):
+def _quick_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None, student=""):
     """Full marks for every test cell of a readable submission (no sandbox: the
     batch's own steps are under test here)."""
     src = nbformat.read(str(source_nb), as_version=4)
     tests = [(c.metadata.nbgrader["grade_id"], float(c.metadata.nbgrader["points"])) for c in src.cells
              if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
     if submission_nb is None:
-        return [grading.CellScore(g[5:], g, 0.0, p, "missing", "no submission") for g, p in tests]
+        return [fixtures.judged_cell(student, chapter, g, 0.0, p, Status.MISSING, "no submission") for g, p in tests]
     untrusted.read_notebook(Path(submission_nb))
-    return [grading.CellScore(g[5:], g, p, p, "passed", "") for g, p in tests]
+    return [fixtures.judged_cell(student, chapter, g, p, p, Status.PASSED, "") for g, p in tests]
 
 
 VICTIM = "mallory"

@@ -147,7 +147,7 @@ def _graded(source: Path, tmp_path: Path, name: str, hidden: bool = True, **cell
 
 def _text(score) -> str:
     """Every word of a grade: what scores.csv, results.json and the feedback page show."""
-    return json.dumps([score.reason, score.parts, score.notes], ensure_ascii=False)
+    return json.dumps([score.reason, score.to_dict()["parts"], score.notes], ensure_ascii=False)
 
 
 WRONG_SOFTMAX = """

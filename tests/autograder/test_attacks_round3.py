@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 import fixtures
-from autograder import batch, gradescope, grading, journal, report, shard
+from autograder import batch, files, gradescope, grading, journal, report, shard
 from autograder.cli import main
 from autograder.results import RUN_MARKER, ClassResults, ResultsError
 from autograder.text import safe_text
@@ -51,7 +51,7 @@ def test_safe_text_makes_any_text_encodable_once():
 
 
 def test_writers_cannot_fail_on_content(tmp_path):
-    journal.write_atomic(tmp_path / "x.json", json.dumps({"r": SURROGATE}, ensure_ascii=False))
+    files.write_atomic(tmp_path / "x.json", json.dumps({"r": SURROGATE}, ensure_ascii=False))
     assert json.loads((tmp_path / "x.json").read_text(encoding="utf-8")) == {"r": SURROGATE}
 
 

@@ -25,16 +25,17 @@ import pytest
 
 from autograder import batch, journal, submissions
 from autograder.bench import make_submission
-from autograder.grading import CellScore, RunSettings
+from autograder.grading import RunSettings
+from autograder.scores import Status
 from autograder.untrusted import read_untrusted
-from fixtures import make_course
+from fixtures import judged_cell, make_course
 
 CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 
 
-def scripted_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None):
+def scripted_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None, student=""):
     """Score a submission by rules on its text (see the module docstring)."""
     gate = os.environ.get("SCRIPTED_GRADE_GATE")
     if gate:  # "DIR:K": the first K calls (in any process) grade, every later one waits to be killed
@@ -52,26 +53,28 @@ def scripted_grade(source_nb, submission_nb, *, chapter=None, settings=None, hid
     tests = [(c.metadata.nbgrader["grade_id"], float(c.metadata.nbgrader["points"])) for c in source.cells
              if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
     if submission_nb is None:
-        return [CellScore(g[5:], g, 0.0, p, "missing", "not submitted") for g, p in tests]
+        return [judged_cell(student, chapter, g, 0.0, p, Status.MISSING, "not submitted") for g, p in tests]
     try:  # through the real grader's door for untrusted files (no links, pipes, devices)
         data = json.loads(read_untrusted(Path(submission_nb), 50 * 2**20).decode("utf-8"))
         cells = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in data["cells"]
                  if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
     except (ValueError, KeyError, TypeError) as exc:  # NotebookError is a ValueError
-        return [CellScore(g[5:], g, 0.0, p, "invalid", f"the notebook cannot be read: {type(exc).__name__}")
+        return [judged_cell(student, chapter, g, 0.0, p, Status.INVALID,
+                            f"the notebook cannot be read: {type(exc).__name__}")
                 for g, p in tests]
     rows = []
     for grade_id, points in tests:
         name = grade_id[5:]
         code = cells.get(name)
         if code is None:
-            rows.append(CellScore(name, grade_id, 0.0, points, "missing", "no cell with this exercise's id"))
+            rows.append(judged_cell(student, chapter, grade_id, 0.0, points, Status.MISSING, "no cell with this exercise's id"))
         elif "NotImplementedError()" in code:
-            rows.append(CellScore(name, grade_id, 0.0, points, "failed", "not implemented yet"))
+            rows.append(judged_cell(student, chapter, grade_id, 0.0, points, Status.FAILED, "not implemented yet"))
         elif "# a bug" in code:
-            rows.append(CellScore(name, grade_id, 0.0, points, "failed", "the output has the wrong values <b>"))
+            rows.append(judged_cell(student, chapter, grade_id, 0.0, points, Status.FAILED,
+                                    "the output has the wrong values <b>"))
         else:
-            rows.append(CellScore(name, grade_id, points, points, "passed", ""))
+            rows.append(judged_cell(student, chapter, grade_id, points, points, Status.PASSED, ""))
     return rows
 
 
@@ -439,7 +442,7 @@ def test_a_journal_entry_of_another_version_is_graded_again_never_dropped(tmp_pa
     before = (out / "grades.csv").read_bytes()
     old = out / ".journal" / "student001" / f"{CHAPTERS[0]}.json"
     data = json.loads(old.read_text(encoding="utf-8"))
-    # as the grader before typed scores wrote it (version 3): a dict row per cell, CellScore's fields
+    # as the grader before typed scores wrote it (version 3): a dict row per cell, the fields grading's old CellScore had
     cell_fields = ("exercise", "grade_id", "score", "max_score", "status", "reason", "parts", "notes")
     data.update(version=3, scores=[{k: s[k] for k in cell_fields} for s in data["scores"]])
     old.write_text(json.dumps(data), encoding="utf-8")

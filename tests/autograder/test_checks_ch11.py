@@ -184,5 +184,5 @@ def test_the_sandboxed_grader_gives_full_marks_and_charges_a_mistake_to_its_part
                       {"bootstrap_bleu": 4})
     wrong = grade_in_sandbox("11_real_german", tmp_path / "wrong", bootstrap_bleu=WRONG)["bootstrap_bleu"]
     assert (wrong.status, wrong.score) == ("partial", 2), wrong
-    assert {p["name"]: p["score"] for p in wrong.parts} == {SUMS: 0, PENALTY: 1, ZERO: 1}
+    assert {p.name: p.score for p in wrong.parts} == {SUMS: 0, PENALTY: 1, ZERO: 1}
     assert "counts twice" in wrong.reason

@@ -178,7 +178,7 @@ def assert_check_and_grade_agree(chapter, released, python, work, env):
     assert set(local) == set(graded) == set(FAIR[chapter]), (sorted(local), sorted(graded))
     for name, fair in FAIR[chapter].items():
         score = graded[name]
-        grade_earned = {p["name"]: p["score"] >= p["points"] for p in score.parts}
+        grade_earned = {p.name: p.score >= p.points for p in score.parts}
         everything = set(range(len(get_exercise(name).parts)))
         if fair == "all":  # a blank: no part, "not implemented yet" in both
             assert (score.status, score.score) == ("failed", 0.0), score

@@ -9,7 +9,8 @@ import pytest
 
 import fixtures
 from walls import cannot_start
-from autograder.grading import STATUSES, CellScore, RunSettings, grade_submission
+from autograder.grading import RunSettings, grade_submission
+from autograder.scores import ExerciseScore, PartScore, Status
 
 CH04 = ["softmax", "scaled_dot_product_attention", "self_attention"]
 
@@ -39,8 +40,11 @@ def _table(scores):
 
 @pytest.mark.slow
 def test_reference_scores_full_marks(ch04_source, submissions, needs_sandbox):
-    scores = grade_submission(ch04_source, submissions["reference"])
-    assert all(isinstance(s, CellScore) for s in scores)
+    scores = grade_submission(ch04_source, submissions["reference"], student="ada")
+    # the typed score is made where the cell is judged: the student's, of the chapter, a Status, PartScores
+    assert all(isinstance(s, ExerciseScore) and isinstance(s.status, Status) for s in scores)
+    assert {(s.student, s.chapter) for s in scores} == {("ada", ch04_source.stem)}
+    assert all(s.parts and all(isinstance(p, PartScore) and p.earned for p in s.parts) for s in scores)
     assert [s.grade_id for s in scores] == [f"test_{n}" for n in CH04]  # notebook order
     assert [(s.status, s.score, s.max_score, s.reason) for s in scores] == [
         ("passed", 1.0, 1.0, ""), ("passed", 2.0, 2.0, ""), ("passed", 3.0, 3.0, "")]
@@ -67,7 +71,7 @@ def test_grading_is_deterministic_given_a_seed_and_idempotent(ch04_source, submi
     # a fresh hidden seed changes the inputs, never the verdict
     fresh = grade_submission(ch04_source, submissions["wrong"])
     assert [(s.status, s.score) for s in fresh] == [(s.status, s.score) for s in first]
-    assert all(s.status in STATUSES for s in first)
+    assert all(isinstance(s.status, Status) for s in first)
 
 
 @pytest.mark.slow
@@ -146,7 +150,7 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
     def short(s, kind):
         # Only what lost (or wrongly earned) points, so a failure names its cause
         # instead of being cut off in the middle of a long repr.
-        parts = [p for p in s.parts if p.get("score") != (p.get("points") if kind == "reference" else 0)]
+        parts = [p for p in s.parts if p.score != (p.points if kind == "reference" else 0)]
         return (s.exercise, s.status, s.score, s.max_score, s.reason, parts, s.notes)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -308,7 +312,7 @@ def test_no_escape_sequence_from_a_submission_reaches_a_reason(ch04_source, tmp_
     # the visible-only run: no hidden input is in the sandbox, so the student's text is shown, escaped
     scores = grade_submission(ch04_source, sub, seed=5, hidden=False)
     texts = [s.reason for s in scores] + [n for s in scores for n in s.notes] + [
-        p["message"] for s in scores for p in s.parts]
+        p.message for s in scores for p in s.parts]
     assert "\\x1b]0;pwned" in scores[0].reason
     assert not any(ch in t for t in texts for ch in ("\x1b", "\x07", "\u202e")), texts
 
@@ -704,7 +708,7 @@ def test_returned_hidden_inputs_never_reach_the_feedback(tmp_path, needs_sandbox
                                submitted / "mallory" / "02_tokens_and_embeddings" / "02_tokens_and_embeddings.ipynb",
                                hidden=False)
     parts = {s.exercise: s for s in visible}["build_vocab"].parts
-    assert any("missing ['<pad>'" in p["message"] and "unexpected [" in p["message"] for p in parts), parts
+    assert any("missing ['<pad>'" in p.message and "unexpected [" in p.message for p in parts), parts
 
 
 ANON_HOG = '''

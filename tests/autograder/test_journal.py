@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from autograder import fingerprint, journal
-from autograder.scores import ExerciseScore, PartScore, Status
+from autograder.results import ClassResults, ResultsError, SubmissionGrade
+from autograder.scores import ExerciseScore, PartScore, Status, SubmissionStatus
 from autograder.submissions import Submission
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +57,7 @@ def test_an_entry_reads_back_as_it_was_written(tmp_path):
     (json.dumps([1, 2]), "journal version 'list'"),
     (json.dumps({"version": 4, "scores": "all passed", "key": {}}), "of the wrong type"),
     (json.dumps({"version": 4, "scores": [], "key": {}, "wrong_chapter": 5}), "of the wrong type"),
-    # a version-3 row (a CellScore's fields) under version 4: no student, no chapter
+    # a version-3 row (the fields grading's old CellScore had) under version 4: no student, no chapter
     (json.dumps({"version": 4, "key": {}, "scores": [{"exercise": "softmax", "grade_id": "test_softmax", "score": 0.0,
                                                       "max_score": 2.0, "status": "missing", "reason": "",
                                                       "parts": [], "notes": []}]}), "cannot be read"),
@@ -74,6 +75,25 @@ def test_an_entry_of_another_version_or_shape_is_refused_by_name(tmp_path, text,
         journal.read_journal_entry(tmp_path, graded.submission)
     assert str(path) in str(caught.value)
     assert journal.read_journal(tmp_path, graded.submission, graded.key) is None  # graded again
+
+
+def test_results_read_back_typed_and_a_status_that_is_none_is_refused(tmp_path):
+    graded = _graded(tmp_path)
+    assert graded.status is SubmissionStatus.INCOMPLETE  # a partial exercise
+    line = SubmissionGrade("ann", "04_self_attention", graded.status, score=1.0, max_score=2.0, raw_score=1.0)
+    results = ClassResults(graded.scores, [line])
+    text = results.to_json()
+    assert json.loads(text)["submissions"][0]["status"] == "incomplete"  # its word in the file
+    back = ClassResults.from_json(text)
+    assert back == results and back.submissions[0].status is SubmissionStatus.INCOMPLETE
+    assert back.exercises[0].status is Status.PARTIAL
+    data = json.loads(text)
+    data["submissions"][0]["status"] = "done"
+    with pytest.raises(ResultsError, match="submission status 'done' is none of complete, incomplete"):
+        ClassResults.from_json(json.dumps(data))
+    data["submissions"][0] = dict(line.to_dict(), graded_by="me")
+    with pytest.raises(ResultsError, match="no field 'graded_by'"):
+        ClassResults.from_json(json.dumps(data))
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +118,10 @@ def _edited(root: Path, rel: str) -> str:
 
 JUDGES = ["autograder/confine.py", "autograder/sandbox.py", "autograder/grading.py", "autograder/runner.py",
           "autograder/wire.py", "autograder/untrusted.py", "autograder/checks/ch04_self_attention.py",
-          "autograder/checks/base.py", "solutions/attention.py", "solutions/corpora/book_prose_train.txt"]
+          "autograder/checks/base.py", "autograder/scores.py", "solutions/attention.py",
+          "solutions/corpora/book_prose_train.txt"]
 PRESENTS = ["autograder/report.py", "autograder/batch.py", "autograder/feedback.py", "autograder/cli.py",
-            "autograder/shard.py", "autograder/journal.py", "solutions/figures/diagram.py",
+            "autograder/shard.py", "autograder/journal.py", "autograder/files.py", "solutions/figures/diagram.py",
             "solutions/figures/ch04.py"]
 
 

@@ -597,7 +597,7 @@ def grade_round(chapter: str, folder: Path, cells: dict) -> dict:
     are graded, with the earlier exercises they may call (``Exercise.uses``: the grader
     runs the solution cells of graded exercises only): the source given to the grader is
     the chapter's own notebook without the other exercises' test cells.
-    Returns ``{exercise: CellScore}``."""
+    Returns ``{exercise: ExerciseScore}``."""
     from autograder.grading import grade_submission
 
     graded, stack = set(cells), list(cells)
@@ -639,8 +639,8 @@ def test_the_sandboxed_grader_rejects_each_mutant_and_accepts_each_style(chapter
         if not want:
             assert score.status == "passed" and score.score == score.max_score, score
             continue
-        lost = {p["name"] for p in score.parts if p["score"] < p["points"]}
+        lost = {p.name for p in score.parts if p.score < p.points}
         assert lost == want, (k, name, score)
-        feedback = " ".join([score.reason] + [p["hint"] + " " + p["message"] for p in score.parts] + score.notes)
+        feedback = " ".join([score.reason] + [p.hint + " " + p.message for p in score.parts] + score.notes)
         assert mistake in feedback, (k, name, mistake, score)
         assert not [w for w in not_said if w in feedback], (k, name, not_said, score)

@@ -1,6 +1,7 @@
 """The pages are Jinja2 templates, and no template edit can drop their escaping.
 
-``autograder/templates/`` holds the feedback page and the class report's pages, rendered by
+``autograder/templates/`` holds the feedback page, the class report's pages (the term page and
+the lateness section among them) and the similarity page, rendered by
 :func:`autograder.pagestyle.render_page`: every ``{{ value }}`` is escaped as
 :func:`html.escape` does (the pages' bytes before the templates), and Jinja2's autoescape
 stays on beneath. Shown here with a payload in every field a page shows, and with a
@@ -13,8 +14,9 @@ import html
 
 import pytest
 
-from autograder import feedback, pagestyle, report
+from autograder import feedback, pagestyle, report, similarity, term_plots
 from autograder.results import SubmissionGrade
+from autograder.roster import Roster, Student
 from autograder.scores import ExerciseScore, PartScore, Status
 
 PAYLOAD = "<script>alert('x')</script>"
@@ -55,6 +57,36 @@ def test_the_class_report_pages_escape_every_field():
     for text in (page, index):
         assert "<script" not in text.lower()
     assert page.count(html.escape(PAYLOAD)) >= 8
+
+
+def test_the_term_page_and_the_lateness_section_escape_every_field():
+    students = [PAYLOAD + str(i) for i in range(3)]
+    rows = [_score(s, "ch" + PAYLOAD, Status.PARTIAL) for s in students]
+    grades = {(s, "ch" + PAYLOAD): SubmissionGrade(s, "ch" + PAYLOAD, "incomplete", late_seconds=90.0 * i,
+                                                    extension_seconds=86400.0 * (i == 1), late_days_used=2 * (i == 2))
+              for i, s in enumerate(students)}
+    summary = report.chapter_summary("ch" + PAYLOAD, rows, grades)
+    section = term_plots.chapter_section(summary, grades, [])
+    # the figure's label names the chapter; the words name the two helped students, once each
+    assert "<script" not in section.lower() and section.count(ESCAPED) == 3, section
+    roster = Roster([Student(students[0], name=PAYLOAD, section=PAYLOAD), Student("absent" + PAYLOAD)])
+    for with_roster in (roster, None):
+        page = term_plots.term_page([summary], grades, with_roster)
+        assert "<script" not in page.lower()
+        # the chapter twice (link and text) and each student; with the roster: name, section, the two notes
+        assert page.count(ESCAPED) >= 5 + (4 if with_roster else 0), page
+
+
+def test_the_similarity_page_escapes_every_field():
+    match = similarity.Match(exercise="softmax" + PAYLOAD, code_a="a = '" + PAYLOAD + "'", code_b=PAYLOAD,
+                             slices_a=[(0, 5)], slices_b=[(0, 3)], matched_a=3, matched_b=3, written_a=9, written_b=9,
+                             counted=True)
+    pair = similarity.Pair(PAYLOAD + "a", PAYLOAD + "b", 0.9, 0.9, 0.8, 18, True, [match])
+    found = similarity.SimilarityReport("ch" + PAYLOAD, similarity.Settings(), [pair], [PAYLOAD + "a", PAYLOAD + "b"],
+                                        {PAYLOAD + "c": "not readable " + PAYLOAD})
+    page = similarity.render_html(found)
+    assert "<script" not in page.lower()
+    assert page.count(ESCAPED) >= 10, page
 
 
 @pytest.fixture

@@ -802,7 +802,7 @@ def make_decoder_io(targets, sos_id=1, eos_id=2, pad_id=0):
 
 
 def _lost(score) -> set[str]:
-    return {p["name"] for p in score.parts if p["score"] < p["points"]}
+    return {p.name for p in score.parts if p.score < p.points}
 
 
 @pytest.mark.slow

@@ -23,11 +23,11 @@ import pytest
 import fixtures
 from autograder import report
 from autograder.batch import GRADE_COLUMNS, SCORE_COLUMNS, BatchReport, grade_class
-from autograder.grading import CellScore, RunSettings, detect_chapter, wrong_chapter
+from autograder.grading import RunSettings, detect_chapter, wrong_chapter
 from autograder.fingerprint import grader_fingerprint
 from autograder.journal import Graded
 from autograder.results import ClassResults, SubmissionGrade
-from autograder.scores import ExerciseScore, PartScore, Status
+from autograder.scores import ExerciseScore, PartScore, Status, single_line
 from autograder.submissions import Submission
 from autograder.text import csv_text
 from autograder.bench import make_book, make_source_notebook
@@ -48,15 +48,15 @@ SCRIPT_NAME = "<script>alert('x')"  # a folder name cannot hold the "/" of a clo
 
 
 def _one_line(text: str, limit: int = 400) -> str:
-    """A reason as ``grading.CellScore`` holds it: one line, cut at 400 characters."""
+    """A reason as ``grade_submission`` hands it over: one line, cut at 400 characters."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def checked_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None):
+def checked_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None, student=""):
     """Grade a (trusted, test-made) submission in this process with the real checks:
     the setup cell and every solution cell in one namespace, then ``check_report``
-    per test cell; one ``grading.CellScore`` per test cell, as ``grade_submission`` returns them."""
+    per test cell; one ``ExerciseScore`` per test cell, as ``grade_submission`` returns them."""
     source = nbformat.read(str(source_nb), as_version=4)
     submission = nbformat.read(str(submission_nb), as_version=4)
     namespace: dict = {}
@@ -71,14 +71,14 @@ def checked_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidd
             continue
         name = meta["grade_id"][len("test_"):]
         r = check_report(name, namespace[name], hidden=hidden, seed=seed)
-        rows.append(CellScore(
-            exercise=name, grade_id=meta["grade_id"], score=r.score, max_score=float(meta["points"]),
-            status="passed" if r.passed else ("partial" if r.score > 0 else "failed"),
+        rows.append(ExerciseScore(
+            student=student, chapter=chapter, exercise=name, grade_id=meta["grade_id"], score=float(r.score),
+            max_score=float(meta["points"]),
+            status=Status.PASSED if r.passed else (Status.PARTIAL if r.score > 0 else Status.FAILED),
             reason="" if r.passed else _one_line(r.reason()),
-            parts=[{"name": p.name, "points": p.points, "score": p.score,
-                    "message": "" if p.earned else (p.message or ""),
-                    "hint": "" if p.earned else (p.hint or "")} for p in r.parts],
-            notes=list(r.notes) + ["advice (no points): " + a for a in r.advice],
+            parts=[PartScore(p.name, float(p.score), float(p.points), "" if p.earned else single_line(p.message),
+                             "" if p.earned else single_line(p.hint)) for p in r.parts],
+            notes=[single_line(n) for n in [*r.notes, *("advice (no points): " + a for a in r.advice)]],
         ))
     return rows
 

@@ -10,17 +10,18 @@ import pytest
 from autograder import batch
 from autograder.cli import main
 from autograder.extensions import Extension, ExtensionsError, open_extensions, read_extensions
-from autograder.grading import CellScore, RunSettings
+from autograder.grading import RunSettings
+from autograder.scores import PartScore, Status
 from autograder.regrades import diff, read_log, render_html
 from autograder.results import ClassResults
 
-from fixtures import make_course, write_notebook
+from fixtures import judged_cell, make_course, write_notebook
 
 CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
 DUE = {"04_self_attention": "2026-11-20 17:00:00 UTC", "05_multi_head_attention": "2026-11-27 17:00:00 UTC"}
 
 
-def full_marks(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None):
+def full_marks(source_nb, submission_nb, *, chapter=None, settings=None, hidden=True, seed=None, student=""):
     """Every exercise full marks when submitted, unless its cell says '# a bug'."""
     source = json.loads(open(source_nb, encoding="utf-8").read())
     text = open(submission_nb, encoding="utf-8").read() if submission_nb else ""
@@ -30,13 +31,13 @@ def full_marks(source_nb, submission_nb, *, chapter=None, settings=None, hidden=
         if meta.get("grade"):
             name, points = meta["grade_id"][5:], float(meta["points"])
             if submission_nb is None:
-                rows.append(CellScore(name, meta["grade_id"], 0.0, points, "missing", "not submitted"))
+                rows.append(judged_cell(student, chapter, meta["grade_id"], 0.0, points, Status.MISSING, "not submitted"))
             elif f"# a bug in {name}" in text:
-                rows.append(CellScore(name, meta["grade_id"], 0.0, points, "failed", "wrong values",
-                                      parts=[{"name": "values", "score": 0.0, "points": points, "message": "wrong"}]))
+                rows.append(judged_cell(student, chapter, meta["grade_id"], 0.0, points, Status.FAILED, "wrong values",
+                                        parts=[PartScore("values", 0.0, points, "wrong")]))
             else:
-                rows.append(CellScore(name, meta["grade_id"], points, points, "passed", "",
-                                      parts=[{"name": "values", "score": points, "points": points}]))
+                rows.append(judged_cell(student, chapter, meta["grade_id"], points, points, Status.PASSED, "",
+                                        parts=[PartScore("values", points, points)]))
     return rows
 
 
