@@ -1,14 +1,17 @@
-"""The fixed-shape key/value cache of the GPU path gives the growing cache's logits and tokens.
+"""The decoders of solutions.app.inference give chapter 10's logits and tokens.
 
-The CUDA graph itself needs a GPU (tests/unit/test_gpu.py); the cache it records, its
-masks, the early-stop trimming and the refusals run here on the CPU.
+The CPU path (one attention kernel, ended sentences dropped from the batch), the batched
+beam search, and the fixed-shape key/value cache of the GPU path. The CUDA graph itself
+needs a GPU (tests/unit/test_gpu.py); the cache it records, its masks, the early-stop
+trimming and the refusals run here on the CPU.
 """
 import pytest
 import torch
 
 from solutions import Transformer, padding_mask
-from solutions.app.inference import (CUDAGraphStep, StaticIncrementalDecoder, batch_beam_search, decoders_for,
-                                     greedy_decoder_for, static_greedy_decode)
+from solutions.app.inference import (CUDAGraphStep, FusedIncrementalDecoder, StaticIncrementalDecoder,
+                                     batch_beam_search, decoders_for, greedy_decoder_for, shrinking_greedy_decode,
+                                     static_greedy_decode)
 from solutions.decoding import beam_search, greedy_decode
 from solutions.kv_cache import IncrementalDecoder
 from solutions.translation import translate
@@ -96,8 +99,60 @@ def test_the_static_path_refuses_what_it_cannot_do():
             CUDAGraphStep(decoder)
     with pytest.raises(ValueError, match="check_every must be >= 1"):
         static_greedy_decode(model, src, src_mask, 4, check_every=0)
-    assert greedy_decoder_for("cpu") is None and greedy_decoder_for("cuda:0") is static_greedy_decode
+    assert greedy_decoder_for("cpu") is shrinking_greedy_decode and greedy_decoder_for("cuda:0") is static_greedy_decode
 
+
+
+# -- the CPU path: one attention kernel, ended sentences leave the batch ---------------------------
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_fused_cache_logits_equal_the_growing_cache_s_even_for_an_empty_source(norm_first):
+    model = _model(norm_first)
+    src = _source()
+    src[2] = 0  # a source of padding only: every cross-attention key masked, masked_softmax's zeros
+    src_mask = padding_mask(src)
+    tokens = torch.randint(4, 23, (5, 8), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        growing = IncrementalDecoder(model, memory, src_mask)
+        fused = FusedIncrementalDecoder(model, memory, src_mask)
+        for t in range(8):
+            expected = growing.step(tokens[:, t])
+            got = fused.step(tokens[:, t])
+            assert torch.allclose(got, expected, atol=1e-10), t
+            assert not got.isnan().any()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shrinking_greedy_gives_greedy_decode_s_tokens_and_drops_ended_sentences(norm_first, seed, monkeypatch):
+    model = _model(norm_first, seed)
+    src = _source(seed=seed + 10)
+    src_mask = padding_mask(src)
+    # As <eos>, a token some sentences produce at different steps: they end apart, the batch stops early.
+    eos = int(greedy_decode(model, src, src_mask, max_len=14, eos_id=99)[0, 3])
+    rows = []
+    step = FusedIncrementalDecoder.step
+    monkeypatch.setattr(FusedIncrementalDecoder, "step",
+                        lambda self, tokens: rows.append(len(tokens)) or step(self, tokens))  # rows fed
+    got = shrinking_greedy_decode(model, src, src_mask, max_len=14, eos_id=eos)
+    assert torch.equal(got, greedy_decode(model, src, src_mask, max_len=14, eos_id=eos, use_cache=True))
+    ended_at = [1 + int((row[1:] == eos).nonzero()[0, 0]) for row in got if (row[1:] == eos).any()]  # steps
+    assert ended_at and rows[0] == 5  # some sentence ends; the first step decodes all five
+    for t, fed in enumerate(rows, start=1):  # step t decodes exactly the sentences not ended before it
+        assert fed == 5 - sum(end < t for end in ended_at), (t, rows, ended_at)
+    never = shrinking_greedy_decode(model, src, src_mask, max_len=6, eos_id=99)
+    assert torch.equal(never, greedy_decode(model, src, src_mask, max_len=6, eos_id=99))  # runs to max_len
+    assert never.shape == (5, 7)
+    with pytest.raises(ValueError, match="max_len must be >= 1, got 0"):
+        shrinking_greedy_decode(model, src, src_mask, 0)
+
+
+def test_translate_with_the_shrinking_decoder_gives_the_same_translations():
+    model = _model(True, seed=3).float()
+    sentences = ["a b c", "ein kurzer satz", "x", "ein viel längerer satz mit mehr wörtern als die anderen", "d e"]
+    plain = translate(model, sentences, Words(), Words(), max_len=12, batch_size=3)
+    shrinking = translate(model, sentences, Words(), Words(), max_len=12, batch_size=3, greedy=shrinking_greedy_decode)
+    assert shrinking == plain and len(set(plain)) > 1
 
 # -- beam search over a batch of sentences ---------------------------------------------------------
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -129,6 +184,6 @@ def test_translate_with_the_batched_beam_gives_the_same_translations():
     batched = translate(model, sentences, Words(), Words(), beam_size=3, max_len=9, length_penalty=0.6,
                         batch_size=4, beam=batch_beam_search)
     assert batched == one_by_one and len(set(one_by_one)) > 1
-    assert decoders_for("cpu") == {"greedy": None, "beam": batch_beam_search}
+    assert decoders_for("cpu") == {"greedy": shrinking_greedy_decode, "beam": batch_beam_search}
     with pytest.raises(ValueError, match="one max_len per sentence"):
         batch_beam_search(model, _source(), padding_mask(_source()), 2, [3, 4])
