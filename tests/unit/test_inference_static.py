@@ -5,6 +5,8 @@ beam search, and the fixed-shape key/value cache of the GPU path. The CUDA graph
 needs a GPU (tests/unit/test_gpu.py); the cache it records, its masks, the early-stop
 trimming and the refusals run here on the CPU.
 """
+from functools import partial
+
 import pytest
 import torch
 
@@ -58,30 +60,43 @@ def test_static_cache_logits_equal_the_growing_cache_s(norm_first):
         static.step(tokens[:, 0])
 
 
+def _ending_apart(norm_first, seed):
+    """A model, sources, their mask, and as ``<eos>`` a token some sentences produce at
+    different steps: they end apart, and the batch stops early."""
+    model = _model(norm_first, seed)
+    src = _source(seed=seed + 10)
+    src_mask = padding_mask(src)
+    eos = int(greedy_decode(model, src, src_mask, max_len=14, eos_id=99)[0, 3])
+    return model, src, src_mask, eos
+
+
+def _assert_greedy_decode_s_tokens(decode, model, src, src_mask, eos):
+    """``decode`` gives ``greedy_decode``'s tokens when sentences end apart, and when none ends."""
+    got = decode(model, src, src_mask, max_len=14, eos_id=eos)
+    expected = greedy_decode(model, src, src_mask, max_len=14, eos_id=eos, use_cache=True)
+    assert torch.equal(got, expected) and (expected == eos).any()
+    never = decode(model, src, src_mask, max_len=6, eos_id=99)
+    assert torch.equal(never, greedy_decode(model, src, src_mask, max_len=6, eos_id=99))  # runs to max_len
+    assert never.shape == (5, 7)
+    return got
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("check_every", [1, 3, 8])
 def test_static_greedy_gives_greedy_decode_s_tokens(norm_first, seed, check_every):
-    model = _model(norm_first, seed)
-    src = _source(seed=seed + 10)
-    src_mask = padding_mask(src)
-    # As <eos>, a token some sentences produce at different steps: they end apart, the batch stops early.
-    eos = int(greedy_decode(model, src, src_mask, max_len=14, eos_id=99)[0, 3])
-    expected = greedy_decode(model, src, src_mask, max_len=14, eos_id=eos, use_cache=True)
-    got = static_greedy_decode(model, src, src_mask, max_len=14, eos_id=eos, check_every=check_every)
-    assert torch.equal(got, expected)
-    assert (expected == eos).any()
-    never = static_greedy_decode(model, src, src_mask, max_len=6, eos_id=99, check_every=check_every)
-    assert torch.equal(never, greedy_decode(model, src, src_mask, max_len=6, eos_id=99))  # runs to max_len
-    assert never.shape == (5, 7)
+    decode = partial(static_greedy_decode, check_every=check_every)
+    _assert_greedy_decode_s_tokens(decode, *_ending_apart(norm_first, seed))
 
 
-def test_translate_with_the_static_decoder_gives_the_same_translations():
+@pytest.mark.parametrize("decoder", [static_greedy_decode, shrinking_greedy_decode])
+@pytest.mark.parametrize("batch_size", [2, 3])
+def test_translate_with_the_inference_decoders_gives_the_same_translations(decoder, batch_size):
     model = _model(True, seed=3).float()
     sentences = ["a b c", "ein kurzer satz", "x", "ein viel längerer satz mit mehr wörtern als die anderen", "d e"]
-    plain = translate(model, sentences, Words(), Words(), max_len=12, batch_size=2)
-    static = translate(model, sentences, Words(), Words(), max_len=12, batch_size=2, greedy=static_greedy_decode)
-    assert static == plain and len(set(plain)) > 1
+    plain = translate(model, sentences, Words(), Words(), max_len=12, batch_size=batch_size)
+    got = translate(model, sentences, Words(), Words(), max_len=12, batch_size=batch_size, greedy=decoder)
+    assert got == plain and len(set(plain)) > 1
 
 
 def test_the_static_path_refuses_what_it_cannot_do():
@@ -125,34 +140,20 @@ def test_fused_cache_logits_equal_the_growing_cache_s_even_for_an_empty_source(n
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_shrinking_greedy_gives_greedy_decode_s_tokens_and_drops_ended_sentences(norm_first, seed, monkeypatch):
-    model = _model(norm_first, seed)
-    src = _source(seed=seed + 10)
-    src_mask = padding_mask(src)
-    # As <eos>, a token some sentences produce at different steps: they end apart, the batch stops early.
-    eos = int(greedy_decode(model, src, src_mask, max_len=14, eos_id=99)[0, 3])
+    model, src, src_mask, eos = _ending_apart(norm_first, seed)
     rows = []
     step = FusedIncrementalDecoder.step
     monkeypatch.setattr(FusedIncrementalDecoder, "step",
                         lambda self, tokens: rows.append(len(tokens)) or step(self, tokens))  # rows fed
-    got = shrinking_greedy_decode(model, src, src_mask, max_len=14, eos_id=eos)
-    assert torch.equal(got, greedy_decode(model, src, src_mask, max_len=14, eos_id=eos, use_cache=True))
+    got = _assert_greedy_decode_s_tokens(shrinking_greedy_decode, model, src, src_mask, eos)
+    rows = rows[:len(rows) - 6]  # the steps of the first decoding (the second ran 6 steps, no sentence ending)
     ended_at = [1 + int((row[1:] == eos).nonzero()[0, 0]) for row in got if (row[1:] == eos).any()]  # steps
     assert ended_at and rows[0] == 5  # some sentence ends; the first step decodes all five
     for t, fed in enumerate(rows, start=1):  # step t decodes exactly the sentences not ended before it
         assert fed == 5 - sum(end < t for end in ended_at), (t, rows, ended_at)
-    never = shrinking_greedy_decode(model, src, src_mask, max_len=6, eos_id=99)
-    assert torch.equal(never, greedy_decode(model, src, src_mask, max_len=6, eos_id=99))  # runs to max_len
-    assert never.shape == (5, 7)
     with pytest.raises(ValueError, match="max_len must be >= 1, got 0"):
         shrinking_greedy_decode(model, src, src_mask, 0)
 
-
-def test_translate_with_the_shrinking_decoder_gives_the_same_translations():
-    model = _model(True, seed=3).float()
-    sentences = ["a b c", "ein kurzer satz", "x", "ein viel längerer satz mit mehr wörtern als die anderen", "d e"]
-    plain = translate(model, sentences, Words(), Words(), max_len=12, batch_size=3)
-    shrinking = translate(model, sentences, Words(), Words(), max_len=12, batch_size=3, greedy=shrinking_greedy_decode)
-    assert shrinking == plain and len(set(plain)) > 1
 
 # -- beam search over a batch of sentences ---------------------------------------------------------
 @pytest.mark.parametrize("norm_first", [False, True])
