@@ -11,7 +11,8 @@ kernels. Here, for the CPU,
   ``F.scaled_dot_product_attention`` call;
 - :func:`shrinking_greedy_decode` is :func:`~solutions.decoding.greedy_decode` on it that
   drops a sentence from the batch (and its rows from the cache) at its ``<eos>``, as
-  CTranslate2 does: the same tokens, 1.1-1.2x faster on Multi30k (README, "Translation").
+  CTranslate2 does: the same tokens, 1.1-1.2x faster on Multi30k (README, "Translation on
+  the CPU, against CTranslate2").
 
 On a GPU a step of a small model is a few hundred tiny kernels whose cost is launching
 them, not computing: the measured batch translation with the growing cache was slower
