@@ -39,7 +39,6 @@ from pathlib import Path
 import nbformat
 from pybtex.database import Person, parse_string
 from pybtex.exceptions import PybtexError
-from pybtex.plugin import find_plugin
 from pybtex.richtext import Text
 
 __all__ = [
@@ -70,11 +69,6 @@ MYST_LEFTOVER = re.compile(
 # --------------------------------------------------------------------------- BibTeX
 
 
-#: pybtex's plain-text backend, found once: ``render_as("text")`` looks it up among the installed
-#: packages' entry points at every call (0.03 CPU s each; 900 calls for references.bib, 17 s).
-_TEXT_BACKEND = find_plugin("pybtex.backends", "text")()
-
-
 def latex_to_text(value: str) -> str:
     """The plain Unicode text of a BibTeX field value (pybtex's LaTeX reader): accents
     (``{\\"e}``, ``\\"{e}``, ``\\'e``, ``\\c{c}``), letters (``{\\L}``, ``\\ss``), escaped
@@ -84,7 +78,7 @@ def latex_to_text(value: str) -> str:
     Raises:
         ValueError: on a LaTeX command it does not know (it would print as garbage).
     """
-    text = Text.from_latex(value).render(_TEXT_BACKEND)
+    text = Text.from_latex(value).render_as("text")
     unknown = re.search(r"\\([A-Za-z]+|.)", text)
     if unknown:
         raise ValueError(f"unknown LaTeX command \\{unknown.group(1)} in BibTeX value {value!r}")
