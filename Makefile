@@ -97,7 +97,8 @@ book: venv vendor
 # last. The release runs execute only what differs from the build: each chapter's blank
 # release, in the student's venv. Every execution, the build's included, waits on its
 # kernel in short slices and is kept with its cell timings under _build/test-executions/
-# (tests/notebook_runs.py); the session ends with the count of executions per chapter.
+# (tests/notebook_runs.py); the session ends with the count of executions per chapter, by
+# notebook ("book build 1, release-blank 1": the chapter once, its blank release once).
 # Under CI=true a wall that cannot start fails its tests.
 test: venv sysdeps vendor
 	$(PY) -m pytest -n $(JOBS) --durations=25 $(PYTEST_ARGS)

@@ -41,8 +41,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+import nbformat
+from tqdm import tqdm
+
 from .book import BOOK, source_notebook
-from .grading import RunSettings, wrong_chapter
+from .extensions import parse_duedate
+from .grading import RunSettings, grade_submission, wrong_chapter
 from .fingerprint import grader_fingerprint
 from .journal import (Graded, JournalError, journal_seed, read_journal, read_journal_entry, submission_seed,
                       submission_status, write_atomic, write_journal)
@@ -129,8 +133,6 @@ _worker_grade_fn: GradeFn | None = None
 
 
 def _default_grade_fn() -> GradeFn:
-    from .grading import grade_submission
-
     return grade_submission
 
 
@@ -191,6 +193,7 @@ def _init_worker(grade_fn: GradeFn | None, threads: int) -> None:
     global _worker_grade_fn
     _worker_grade_fn = grade_fn
     try:
+        # torch (heavy, optional on the trusted side) only in a grading worker, to set its threads
         import torch
 
         torch.set_num_threads(threads)
@@ -203,8 +206,6 @@ def failed_scores(source: Path, reason: str, status: Status = Status.ERROR, *, s
     """Every test cell of ``source`` at 0 with ``reason``, for ``student``'s ``chapter`` (the
     grader itself failed on a submission: ``error``; nothing in the folder could be graded:
     ``invalid``)."""
-    import nbformat
-
     nb = nbformat.read(str(source), as_version=4)
     scores = []
     for cell in nb.cells:
@@ -261,13 +262,9 @@ def grade_class(
         A :class:`BatchReport`. Raises ``KeyboardInterrupt`` after journaling what
         was finished when interrupted; a re-run resumes.
     """
-    from tqdm import tqdm
-
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     if gradebook is not None and gradebook.duedate is not None:
-        from .extensions import parse_duedate
-
         parse_duedate(gradebook.duedate)  # a bad date fails before any grading
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -461,6 +458,7 @@ def _submission_grade(g: Graded, exercises: list[ExerciseScore], held) -> Submis
 
 def _write_feedback(page: Path, g: Graded, scores: list[ExerciseScore], held) -> None:
     """Write one feedback page (only when its text changed)."""
+    # the feedback pages (Jinja2 templates) load when a page is written
     from .feedback import render_feedback, student_code
 
     sub = g.submission
@@ -478,6 +476,7 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
     late penalties). Deterministic: the same results and gradebook give the same
     files. Each submission's step that fails (its gradebook rows, its feedback
     page, its CSV rows) becomes a reason in its own rows; the others are written."""
+    # nbgrader's gradebook (SQLAlchemy: heavy) loads when it is filled
     from .gradebook import write_gradebook
 
     target = gradebook or GradebookTarget()

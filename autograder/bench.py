@@ -288,12 +288,20 @@ def same_results(one: Path, other: Path) -> bool:
     return all((Path(one) / n).read_bytes() == (Path(other) / n).read_bytes() for n in ("scores.csv", "grades.csv"))
 
 
-def run_sharded(submitted: Path, tmp: Path, shards: int, grade_args: list[str], env: dict) -> dict:
+def run_sharded(submitted: Path, tmp: Path, shards: int, grade_args: list[str], env: dict,
+                single: tuple[Path, float] | None = None) -> dict:
     """``shards`` processes of ``grade --shard i/N`` at once, then ``merge``; against one
-    ``grade --jobs N`` run. Returns the wall times and whether the files agree."""
+    ``grade --jobs N`` run. Returns the wall times and whether the files agree.
+
+    ``single``: the output folder and wall time of a ``grade --jobs N`` run of the same
+    class with the same ``grade_args`` already made (the benchmark's own ``--jobs N``
+    row), compared against instead of grading the class once more.
+    """
     base = [sys.executable, "-m", "autograder", "grade", str(submitted), *grade_args]
-    single = tmp / f"out_single_jobs{shards}"
-    single_s = _run(base + ["--out", str(single), "--jobs", str(shards)], tmp, env)
+    if single is None:
+        single_out = tmp / f"out_single_jobs{shards}"
+        single = single_out, _run(base + ["--out", str(single_out), "--jobs", str(shards)], tmp, env)
+    single, single_s = single
     outs = [tmp / f"out_shard{i}" for i in range(shards)]
     shards_s = _popen_timed([base + ["--out", str(o), "--shard", f"{i}/{shards}"] for i, o in enumerate(outs)],
                             tmp, env)
@@ -356,13 +364,14 @@ def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: l
         nbgrader_s, nbgrader_cpu = timer.wall, timer.cpu
         _progress(f"nbgrader autograde: {nbgrader_s:.1f} s wall, {nbgrader_cpu:.1f} CPU s")
 
+        grade_args = ["--timeout", str(timeout), "--seed", "1", "--no-progress"]
+        if book != BOOK:
+            grade_args += ["--book", str(book)]
         auto, auto_cpu = {}, {}
         for n in jobs:
             out = tmp / f"out_jobs{n}"
             cmd = [sys.executable, "-m", "autograder", "grade", str(submitted), "--out", str(out), "--jobs", str(n),
-                   "--timeout", str(timeout), "--seed", "1", "--no-progress"]
-            if book != BOOK:
-                cmd += ["--book", str(book)]
+                   *grade_args]
             _progress(f"autograder grade --jobs {n} ...")
             with _Timer() as timer:
                 _run(cmd, tmp, env)
@@ -370,12 +379,10 @@ def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: l
             _progress(f"autograder grade --jobs {n}: {timer.wall:.1f} s wall, {timer.cpu:.1f} CPU s")
         same = _compare_totals(course / "gradebook.db", tmp / f"out_jobs{jobs[0]}" / "grades.csv", chapters)
         sharded = None
-        if shards:
-            grade_args = ["--timeout", str(timeout), "--seed", "1", "--no-progress"]
-            if book != BOOK:
-                grade_args += ["--book", str(book)]
+        if shards:  # against the --jobs N run measured above when there is one: the same command
+            single = (tmp / f"out_jobs{shards}", auto[shards]) if shards in auto else None
             _progress(f"{shards} shards + merge against one grade --jobs {shards} ...")
-            sharded = run_sharded(submitted, tmp, shards, grade_args, env)
+            sharded = run_sharded(submitted, tmp, shards, grade_args, env, single=single)
         return {"submissions": len(made), "chapters": chapters, "nbgrader_s": nbgrader_s, "autograder_s": auto,
                 "nbgrader_cpu_s": nbgrader_cpu, "autograder_cpu_s": auto_cpu,
                 "same_totals": same, "sharded": sharded, "cores": os.cpu_count() or 1,
@@ -456,14 +463,18 @@ def format_table(result: dict) -> str:
 
 
 def main(students: int = 10, jobs: list[int] | None = None, quick: bool = False,
-         chapters: list[str] | None = None, shards: int = 2) -> int:
+         chapters: list[str] | None = None, shards: int | None = None) -> int:
     """``python -m autograder bench``: print the table; exit 0 (a benchmark never fails on time).
 
-    ``quick``: two students on one generated chapter-4 notebook, ``--jobs 1`` only —
-    proves the benchmark runs end to end; its figures mean little."""
+    ``shards``: processes of the sharded run (default 2; 0: none).
+    ``quick``: two students on one generated chapter-4 notebook, ``--jobs 1`` only, and
+    no sharded run unless ``shards`` asks for one — proves that both graders run and
+    that the table is printed; its figures mean little."""
     if quick:
         students, jobs, chapters = 2, [1], chapters or ["04_self_attention"]
-        shards = min(shards, 2)
+        shards = min(shards or 0, 2)
+    elif shards is None:
+        shards = 2
     result = run_benchmark(students=students, jobs=jobs or default_jobs(), chapters=chapters, generated=quick,
                            shards=shards)
     print(format_table(result))

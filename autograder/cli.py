@@ -33,13 +33,22 @@
 
 Exit codes: 0 success; 1 a check or self-test failed; 2 bad usage or input;
 130 interrupted.
+
+Each command imports its own modules when it runs (the imports inside the ``cmd_*``
+functions): ``python -m autograder`` starts in about 0.1 CPU s and answers ``--help``
+or a usage error at once, where importing every command's machinery (the grader,
+torch, nbgrader, Jinja2, the LMS clients) costs about 5 CPU s per start.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import os
 import shutil
 import sys
 import tempfile
+import zoneinfo
 from pathlib import Path
 
 __all__ = ["main", "build_parser"]
@@ -48,6 +57,7 @@ __all__ = ["main", "build_parser"]
 def _sandbox_available() -> bool:
     """Whether a sandbox starts here (checked once per process): bubblewrap, or the
     container mode where bubblewrap cannot start (:mod:`autograder.isolation`)."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .isolation import choose_isolation
 
     try:
@@ -59,6 +69,7 @@ def _sandbox_available() -> bool:
 
 def _isolation_line() -> str:
     """``isolation: …`` — how student code is kept apart, for the console."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .isolation import choose_isolation, describe
 
     return f"isolation: {describe(choose_isolation())}"
@@ -66,8 +77,7 @@ def _isolation_line() -> str:
 
 def _record_isolation(out: Path, mode: str) -> None:
     """``OUT/isolation.json``: the isolation the grades were made under (``none``: --unsafe-no-sandbox)."""
-    import json
-
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .isolation import describe
 
     texts = {"none": "no sandbox (--unsafe-no-sandbox)"}
@@ -85,10 +95,12 @@ def _grading_sandbox(command: str, args: argparse.Namespace) -> bool | None:
               "the grades are NOT tamper-proof.", file=sys.stderr)
         return False
     if getattr(args, "isolation", None):
+        # this command's modules, loaded when it runs: the CLI starts light (module docstring)
         from .isolation import set_isolation
 
         set_isolation(args.isolation)
     try:
+        # this command's modules, loaded when it runs: the CLI starts light (module docstring)
         from .isolation import choose_isolation
 
         choose_isolation()
@@ -105,6 +117,7 @@ def _grading_sandbox(command: str, args: argparse.Namespace) -> bool | None:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .release import ReleaseError, release
 
     chapters = list(dict.fromkeys(list(args.chapter_ids or []) + list(args.chapters or [])))
@@ -142,10 +155,12 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .batch import GradebookTarget, grade_class
 
     shard = None
     if args.shard:
+        # this command's modules, loaded when it runs: the CLI starts light (module docstring)
         from .shard import ShardError, parse_shard
 
         try:
@@ -166,13 +181,16 @@ def cmd_grade(args: argparse.Namespace) -> int:
         force=args.force, progress=None if not args.no_progress else False,
         book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate, **late_policy),
     )
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .regrades import snapshot
 
     before = snapshot(Path(args.out)) if shard is None else None
     try:
         if shard is not None:
+            # this command's modules, loaded when it runs: the CLI starts light (module docstring)
             from .shard import SHARD_FILE, grade_shard
 
+            # this command's modules, loaded when it runs: the CLI starts light (module docstring)
             from .isolation import choose_isolation
 
             report = grade_shard(Path(args.submitted), Path(args.out), shard,
@@ -186,8 +204,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print("\ninterrupted: the finished submissions are journaled in "
               f"{Path(args.out) / '.journal'}; run the same command again to resume.", file=sys.stderr)
         return 130
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .report import summarise
 
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .isolation import choose_isolation
 
     _record_isolation(Path(args.out), choose_isolation() if sandbox else "none")
@@ -204,6 +224,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .regrades import snapshot
     from .report import summarise
     from .shard import ShardError, merge_shards
@@ -218,6 +239,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"merge: {exc}", file=sys.stderr)
         return 2
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .shard import isolation_of
 
     mode = isolation_of([Path(s) for s in args.shards])
@@ -232,6 +254,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_gradescope(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .gradescope import ENGINE_ONLY, build_zip, chapter_points
     from .text import score_text
 
@@ -256,6 +279,7 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .course import load_course
     from .report import ReportError, class_report
     from .roster import RosterError
@@ -280,6 +304,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_autograde(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .course import autograde
 
     try:
@@ -290,6 +315,7 @@ def cmd_autograde(args: argparse.Namespace) -> int:
     sandbox = _grading_sandbox("autograde", args)
     if sandbox is None:
         return 2
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .regrades import snapshot
 
     out_dir = Path(args.out) if args.out else Path(args.course or ".") / "grades" / args.assignment
@@ -307,6 +333,7 @@ def cmd_autograde(args: argparse.Namespace) -> int:
         print("\ninterrupted: the finished submissions are journaled; run the same command again to resume.",
               file=sys.stderr)
         return 130
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .report import summarise
 
     report, course = done.batch, done.course
@@ -323,6 +350,7 @@ def cmd_autograde(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .scores import ExerciseScore
     from .text import check_report
     from .checks import exercises_of
@@ -363,6 +391,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check_row(score) -> dict:
     """An :class:`~autograder.scores.ExerciseScore` as :func:`autograder.text.check_report` reads it:
     the reason, then the diagnosis of every missed part; the notes (advice included)."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .scores import parts_line
 
     missed = [f"{p.name}: {p.message}" for p in score.parts if p.score < p.points and p.message]
@@ -377,6 +406,7 @@ def selftest(jobs: int = 1, timeout: float = 120.0, chapters: list[str] | None =
              sandbox: bool = True, keep: Path | None = None, book: Path | None = None) -> tuple[bool, str]:
     """Grade the source notebooks (must get full marks) and the released ones (must get
     zero) through the same pipeline as ``grade``; return ``(ok, report)``."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .batch import grade_class
     from .grading import RunSettings
     from .book import BOOK, chapter_ids, source_notebook
@@ -423,6 +453,7 @@ def selftest(jobs: int = 1, timeout: float = 120.0, chapters: list[str] | None =
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .release import ReleaseError
 
     sandbox = not args.unsafe_no_sandbox and _sandbox_available()
@@ -445,12 +476,14 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 def _roster(args: argparse.Namespace):
     """The ``--roster`` file read, or ``None`` when the option is not given (RosterError propagates)."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .roster import read_roster
 
     return read_roster(args.roster) if getattr(args, "roster", None) else None
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .lms import ExportError, lms_export, parse_assignment_ids, write_export
     from .results import ClassResults, ResultsError
     from .roster import RosterError
@@ -475,8 +508,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _push_canvas(args: argparse.Namespace, results) -> int:
     """``export --push`` / ``--dry-run``: the same grades through Canvas's API; 0 when done."""
-    import os
-
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .lms import ExportError, canvas_grade_data, connect_canvas, parse_assignment_ids, push_canvas
 
     if args.lms != "canvas":
@@ -501,11 +533,9 @@ def _push_canvas(args: argparse.Namespace, results) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .collect import CollectError, collect
     from .roster import RosterError
-
-    import datetime
-    import zoneinfo
 
     try:
         zone = datetime.timezone.utc if args.zip_timezone == "UTC" else zoneinfo.ZoneInfo(args.zip_timezone)
@@ -532,6 +562,7 @@ def _open_extensions_refusal(args: argparse.Namespace, chapters: list[str]) -> s
     chapter whose reference answers the released chapter's student package carries."""
     if not getattr(args, "extensions", None):
         return ""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .book import chapter_ids
     from .extensions import ExtensionsError, open_extensions, read_extensions
 
@@ -556,6 +587,7 @@ def _open_extensions_refusal(args: argparse.Namespace, chapters: list[str]) -> s
 
 def _late_policy(args: argparse.Namespace) -> dict:
     """``GradebookTarget``'s extensions and late days from ``--extensions`` / ``--late-days``."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .extensions import read_extensions
 
     policy = {}
@@ -571,6 +603,7 @@ def _late_policy(args: argparse.Namespace) -> dict:
 def _log_regrades(out: Path, before, args: argparse.Namespace) -> None:
     """Append this run's changed scores to OUT/regrades.jsonl (when OUT held results before
     it) and say how many."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .regrades import append_log, diff, snapshot
 
     after = snapshot(out)
@@ -595,6 +628,7 @@ def _term_grade_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_regrades(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .regrades import diff, load_results, read_log, render_html
     from .results import ResultsError
 
@@ -620,6 +654,7 @@ def cmd_regrades(args: argparse.Namespace) -> int:
 
 
 def cmd_similarity(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .checks import exercises_of
     from .similarity import Settings, compare_class, read_class, render_html, stub_cells
 
@@ -653,6 +688,7 @@ def cmd_similarity(args: argparse.Namespace) -> int:
 
 
 def cmd_prairielearn(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .prairielearn import build_question
 
     try:
@@ -732,6 +768,7 @@ def _term_parsers(sub) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .bench import main as bench_main
 
     return bench_main(students=args.students, jobs=args.jobs or None, quick=args.quick,
@@ -754,6 +791,7 @@ def _seconds(text: str) -> float:
 
 def _size(text: str) -> int:
     """argparse type of a size in bytes (``--memory``, ``--disk``): ``512M``, ``2G``."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .sandbox import parse_size
 
     try:
@@ -778,6 +816,7 @@ def _run_settings(args: argparse.Namespace, sandbox: bool):
     ``--budget``, ``--memory``, ``--disk``, ``--processes``, the sandbox chosen and the
     secret seed (``--seed-file``, ``AUTOGRADER_SEED``: :func:`main` reads it; ``check``'s
     visible cases take none)."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .grading import RunSettings
 
     return RunSettings(timeout=args.timeout, budget=args.budget, memory=args.memory, disk=args.disk,
@@ -810,6 +849,7 @@ def _seed_options(parser: argparse.ArgumentParser, default: str) -> None:
 def _limit_options(parser: argparse.ArgumentParser) -> None:
     """``--memory``, ``--disk`` and ``--processes``: the limits of each sandbox run
     (defaults: :class:`autograder.sandbox.Limits`)."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .sandbox import Limits
 
     d = Limits()
@@ -823,6 +863,7 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _book_option(parser: argparse.ArgumentParser) -> None:
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .book import BOOK
 
     parser.add_argument("--book", default=str(BOOK),
@@ -953,9 +994,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--students", type=int, default=10, help="students in the synthetic class (default 10)")
     p.add_argument("--jobs", type=int, nargs="*", default=None,
                    help="--jobs values to measure (default 1, 2, 4, ... up to every core)")
-    p.add_argument("--shards", type=int, default=2,
+    p.add_argument("--shards", type=int, default=None,
                    help="processes of the sharded run (grade --shard i/N + merge) against one --jobs N run "
-                        "(default 2; 0: none)")
+                        "(default 2, none with --quick; 0: none)")
     p.add_argument("--chapters", nargs="*")
     p.add_argument("--quick", action="store_true", help="tiny run that proves the benchmark works")
     p.set_defaults(func=cmd_bench)
@@ -969,6 +1010,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv  # the command as typed, for OUT/regrades.jsonl
     if hasattr(args, "seed_file"):  # a secret seed: from a private file or the environment (journal.hidden_seed)
+        # this command's modules, loaded when it runs: the CLI starts light (module docstring)
         from .journal import SeedError, hidden_seed
 
         try:

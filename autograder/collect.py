@@ -227,6 +227,7 @@ def _yaml_time(value) -> datetime.datetime | None:
     if isinstance(value, datetime.datetime):
         return value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
     if isinstance(value, str):
+        # nbgrader (SQLAlchemy: heavy) only where a YAML time needs its parser
         from nbgrader.utils import parse_utc
 
         try:

@@ -287,6 +287,7 @@ def _record_results(url: str, course_id: str, results: list["Graded"]
 def _grant_extensions(url: str, course_id: str, extensions, late_days, problems) -> dict:
     """Set every submission's extension (:func:`autograder.extensions.grant`); a note on an
     extension that could not apply goes to that student's rows."""
+    # nbgrader.api (SQLAlchemy: heavy) when a gradebook is opened
     from nbgrader.api import Gradebook
 
 

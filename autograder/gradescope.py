@@ -63,8 +63,14 @@ from pathlib import Path
 
 import nbformat
 
-from .book import BOOK
+from .batch import failed_scores
+from .book import BOOK, source_notebook
+from .checks import exercises_of
+from .grading import RunSettings, grade_submission
+from .isolation import choose_isolation, set_isolation
+from .journal import submission_seed
 from .scores import ExerciseScore, PartScore, Status
+from .submissions import file_sha256
 from .text import safe_text, score_text
 
 __all__ = ["VISIBILITIES", "ISOLATIONS", "ENGINE_ONLY", "GRADER_REQUIREMENTS", "build_zip", "chapter_points",
@@ -204,9 +210,6 @@ def build_zip(chapter: str, out: Path, *, book: Path = BOOK, seed: int | None = 
         ``out``. Raises ``ValueError`` for an unknown chapter, visibility or isolation,
         or a memory or timeout that is not positive.
     """
-    from .checks import exercises_of
-    from .book import source_notebook
-
     if visibility not in VISIBILITIES:
         raise ValueError(f"visibility {visibility!r}: expected one of {', '.join(VISIBILITIES)}")
     if isolation not in ISOLATIONS:
@@ -323,6 +326,7 @@ def results_json(rows: list[ExerciseScore], *, chapter: str, visibility: str = "
 
 def validate_results(data: dict) -> None:
     """Validate ``data`` against :data:`SCHEMA_PATH` (raises ``jsonschema.ValidationError``)."""
+    # jsonschema only to validate (the tests and setup's check)
     import jsonschema
 
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
@@ -431,11 +435,6 @@ def grade_upload(source: Path, folder: Path, chapter: str, config: dict, *,
     ``config`` is the zip's (or the course's) configuration: ``seed``, ``timeout``,
     ``memory`` and ``isolation`` (:func:`_isolation`).
     """
-    from .batch import failed_scores
-    from .journal import submission_seed
-    from .submissions import file_sha256
-    from .grading import RunSettings, grade_submission
-
     path, notice = _find_notebook(folder, chapter)
     isolation = ""
     try:
@@ -479,8 +478,6 @@ def _isolation(config: dict) -> str:
     starts, else the container mode). Raises ``RuntimeError`` naming the way out when
     the wall cannot start here.
     """
-    from .isolation import choose_isolation, set_isolation
-
     wanted = config.get("isolation", "auto")
     if wanted == ENGINE_ONLY:
         return ENGINE_ONLY
@@ -509,6 +506,7 @@ def setup_check(root: Path) -> str:
 
     import solutions  # noqa: F401
 
+    # part of what this checks: the grading imports work on the image
     from .checks import exercises_of
 
     config = json.loads((Path(root) / "source" / CONFIG).read_text(encoding="utf-8"))

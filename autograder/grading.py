@@ -50,6 +50,7 @@ record that arrives after the first hidden case was sent keeps only its class
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
 import json
 import logging
@@ -65,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import load_all
+from .checks import exercises_of, load_all
 from .checks.base import (Exercise, Report, Result, charged_once, dependency_note, dependency_unchanged_note, draw_cases,
                           evaluate, get_exercise, make_rng, own_code_message)
 from .sandbox import (Limits, ReferenceCalls, RunOutcome, build_library, case_frame, check_sandbox, limits_for,
@@ -407,8 +408,6 @@ def _exception_name(name: str) -> str:
     """An exception's class name as the feedback may show it: a class of Python
     or numpy by its name (the checks compare those), any other — a class the
     submission made, whose name it chose — by a fixed phrase."""
-    import builtins
-
     for namespace in (builtins, np.exceptions):
         cls = getattr(namespace, name, None) if name.isidentifier() else None
         if isinstance(cls, type) and issubclass(cls, BaseException):
@@ -794,6 +793,7 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     into. Every other earlier answer is the student's own; the reference of ``g``
     itself is never there.
     """
+    # a regrade only: the references (torch) and sync (nbformat) load when one runs
     import solutions
 
     from .sync import solution_cell_source
@@ -916,8 +916,6 @@ def _warn_about_setup(source_nb: Path, outcome: RunOutcome) -> None:
 
 
 def _chapter_exercises(chapter: str) -> list[str]:
-    from .checks import exercises_of
-
     try:
         return [ex.name for ex in exercises_of(chapter)]
     except Exception:  # noqa: BLE001 - a broken checks module is reported per cell elsewhere

@@ -41,6 +41,7 @@ MAX_CALL_BYTES = 64 * 2**20
 
 def _torch():
     """torch, imported on first use: numpy-only references run without it."""
+    # torch on first use: numpy-only chapters run without it (heavy)
     import torch
 
     return torch

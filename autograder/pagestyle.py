@@ -38,6 +38,7 @@ BLUE, INK, MUTED = "#0072b2", "#222222", "#666666"
 def inline_svg(fig, label: str) -> str:
     """A matplotlib figure as inline SVG: text drawn as paths (no font files), no
     XML prologue, DOCTYPE or metadata, an accessible label, scaled to the column."""
+    # matplotlib (heavy) only for a page that draws a figure
     import matplotlib
 
     buf = io.StringIO()
@@ -52,6 +53,7 @@ def inline_svg(fig, label: str) -> str:
 
 def new_figure(width: float, height: float):
     """An empty matplotlib figure of ``width`` x ``height`` inches with a transparent background."""
+    # matplotlib (heavy) only for a page that draws a figure
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=100)

@@ -29,9 +29,11 @@ import os
 import secrets
 import sys
 import time
+import uuid
 from pathlib import Path
 
-from .book import BOOK
+from .book import BOOK, source_notebook
+from .checks import exercises_of
 from .gradescope import grade_upload, load_grader_config, write_results
 from .scores import ExerciseScore, Status
 from .text import score_text
@@ -88,6 +90,7 @@ def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", i
 
 def validate_results(data: dict) -> None:
     """Validate ``data`` against :data:`SCHEMA_PATH` (raises ``jsonschema.ValidationError``)."""
+    # jsonschema only to validate (the tests and setup's check)
     import jsonschema
 
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
@@ -135,11 +138,6 @@ def build_question(chapter: str, out: Path, *, book: Path = BOOK, image: str = D
     Raises:
         ValueError: an unknown chapter or one without registered exercises.
     """
-    import uuid
-
-    from .book import source_notebook
-    from .checks import exercises_of
-
     source = source_notebook(chapter, Path(book))
     if not exercises_of(chapter):
         raise ValueError(f"chapter {chapter!r} has no registered exercises to grade")

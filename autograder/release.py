@@ -40,9 +40,11 @@ from pathlib import Path
 import nbformat
 
 from .book import BOOK, MARKERS, answer_lines, chapter_ids, secret_lines, source_notebook
+from .student import wheel_name
 from .student.notebook import stamp
 from .student.package import build_package
 from .student.plain import plain_notebook
+from .student.wheel import project_version
 from .sync import sync_notebook
 
 __all__ = [
@@ -177,9 +179,6 @@ def _add_install_note(nb: nbformat.NotebookNode, chapter: str) -> None:
     """Put a markdown cell naming the chapter's wheel and how to install it right before
     the setup cell (the first code cell, which imports the package; :func:`_add_colab_cell`
     later puts the Colab install cell above both)."""
-    from .student import wheel_name
-    from .student.wheel import project_version
-
     note = nbformat.v4.new_markdown_cell(INSTALL_NOTE.format(wheel=wheel_name(chapter, project_version())))
     note.metadata["transformer_book"] = {"install_note": True}
     first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
@@ -230,9 +229,6 @@ def _add_colab_cell(nb: nbformat.NotebookNode, chapter: str, book: Path) -> None
     """Open the notebook with a code cell that, on Google Colab only, installs the chapter's
     wheel (:data:`COLAB_CELL`): Colab opens the notebook alone, with nothing installed.
     Not an nbgrader cell: graders and ``check`` find the setup cell by its ``grade_id``."""
-    from .student import wheel_name
-    from .student.wheel import project_version
-
     source = COLAB_CELL.format(wheel=wheel_name(chapter, project_version()),
                                published=published_wheel_base(chapter, book))
     cell = nbformat.v4.new_code_cell(source.rstrip("\n"))

@@ -422,6 +422,7 @@ def histogram_svg(summary: ChapterSummary) -> str:
     """The distribution of the chapter's final totals: one bar per score (per half
     point when a hand grade or a penalty gave halves; per range of scores when that
     makes more than 25 bars), the count above each bar."""
+    # numpy only for the histogram
     import numpy as np
 
     scores = np.array([s for s, _ in summary.totals.values()], dtype=float)

@@ -50,6 +50,7 @@ __all__ = ["run_case", "load_state", "Reference", "main"]
 
 def _torch():
     """torch, imported on first use: numpy-only chapters run without it."""
+    # torch on first use: numpy-only chapters run without it (heavy)
     import torch
 
     return torch

@@ -52,12 +52,14 @@ import site
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cgroup, wire
+from .isolation import container_plan, current_isolation
 from .untrusted import parse_source
 from .withhold import SOLUTIONS_DIR, graded_modules, module_names
 
@@ -691,8 +693,6 @@ def run_job(job_dir: Path, lib_dir: Path, limits: Limits | None = None, *, sandb
     child_fds = tuple(fd for fd in (write_fd, cases_read, *(reference_fds or ())) if fd is not None)
     mode = None
     if sandbox:
-        from .isolation import current_isolation
-
         mode = isolation or current_isolation()
     run_uid = None  # container mode: the run's own uid, whose every process is killed at the end
     if mode == "container":
@@ -822,8 +822,6 @@ def _container_command(job_dir: Path, lib_dir: Path, limits: Limits, python: str
     """The command of a container-mode run (:mod:`autograder.isolation`): ``unshare --net
     --ipc`` where permitted, ``prlimit``, ``setpriv`` to a fresh uid (as root), then
     :mod:`autograder.confine` (Landlock, seccomp) and the runner. Returns ``(command, env, cwd, uid)``."""
-    from .isolation import container_plan
-
     plan = container_plan()
     out_dir = job_dir / "out"
     confine = lib_dir / "confine.py"
@@ -889,13 +887,10 @@ def check_sandbox(limits: Limits | None = None, isolation: str | None = None) ->
         RuntimeError: bubblewrap is missing or cannot start the interpreter.
     """
     if isolation is None:
-        from .isolation import current_isolation
-
         isolation = current_isolation()
     key = (os.geteuid(), sys.executable, isolation)
     if key in _SANDBOX_OK:
         return
-    import tempfile
 
     with tempfile.TemporaryDirectory(prefix="autograder-check-") as tmp:
         root = Path(tmp)

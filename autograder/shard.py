@@ -40,11 +40,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import batch, journal, submissions
+from .batch import BatchReport, grade_class
 from .book import BOOK
 from .fingerprint import ROOT, grader_fingerprint
 from .grading import RunSettings
-from .journal import seed_digest
+from .journal import seed_digest, write_atomic
 from .results import begin_run, end_run
+from .submissions import find_submissions
 
 __all__ = [
     "SHARD_FILE",
@@ -147,8 +150,6 @@ def code_digests(sources: dict[str, Path], root: Path = ROOT) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    from .journal import write_atomic
-
     write_atomic(path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
 
@@ -170,9 +171,6 @@ def grade_shard(submitted: Path, out: Path, shard: Shard, *, settings: RunSettin
     Returns:
         The shard's :class:`autograder.batch.BatchReport` (its own students only).
     """
-    from .batch import BatchReport, grade_class
-    from .submissions import find_submissions
-
     if settings.seed is None:
         raise ShardError("--shard needs the base seed, the same for every shard (--seed-file PATH, mode 600, or "
                          "AUTOGRADER_SEED): each shard must draw the same hidden cases as one run over the whole "
@@ -347,8 +345,6 @@ def merge_shards(shards: list[Path], out: Path, *, submitted: Path | None = None
         A :class:`autograder.batch.BatchReport` of the whole class. Raises
         :class:`ShardError` with the reason when the shards cannot be merged.
     """
-    from . import batch, journal, submissions
-
     out = Path(out).resolve()
     folders = [Path(s) for s in shards]
     if any(f.resolve() == out for f in folders):

@@ -32,6 +32,14 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
+import nbformat
+import numpy as np
+
+from .book import source_notebook
+from .release import student_version
+from .submissions import chapter_notebook, student_folders
+from .untrusted import MAX_NOTEBOOK_BYTES, read_untrusted
+
 __all__ = ["Settings", "Pair", "Match", "SimilarityReport", "solution_cells", "stub_cells", "compare_class",
            "render_html"]
 
@@ -112,8 +120,6 @@ def solution_cells(notebook: Path, exercises: list[str]) -> dict[str, str]:
     Raises:
         ValueError: the file is not a notebook (too large, not JSON, no cells).
     """
-    from .untrusted import MAX_NOTEBOOK_BYTES, read_untrusted
-
     data = json.loads(read_untrusted(Path(notebook), MAX_NOTEBOOK_BYTES).decode("utf-8"))
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise ValueError("not a notebook: no list of cells")
@@ -128,11 +134,6 @@ def solution_cells(notebook: Path, exercises: list[str]) -> dict[str, str]:
 
 def stub_cells(chapter: str, book: Path) -> dict[str, str]:
     """Each exercise's solution cell as released to students (nbgrader's ClearSolutions)."""
-    import nbformat
-
-    from .book import source_notebook
-    from .release import student_version
-
     source = nbformat.read(str(source_notebook(chapter, book)), as_version=4)
     released = student_version(source, chapter, book=book)
     return {c.metadata.nbgrader["grade_id"]: c.source for c in released.cells
@@ -148,8 +149,6 @@ def _stable_kgram_hashes(string: str, k: int):
     counted in one run and left out in the next. BLAKE2b's first 8 bytes, as a signed
     64-bit integer (copydetect's hashes are int64), are the same everywhere.
     """
-    import numpy as np
-
     return np.array([int.from_bytes(hashlib.blake2b(string[i:i + k].encode("utf-8", "surrogatepass"),
                                                     digest_size=8).digest(), "little", signed=True)
                      for i in range(len(string) - k + 1)], dtype=np.int64)
@@ -158,6 +157,7 @@ def _stable_kgram_hashes(string: str, k: int):
 def _copydetect():
     """copydetect (the optional similarity dependency, only for this command), hashing
     with :func:`_stable_kgram_hashes` (its fingerprints read ``utils.hashed_kgrams``)."""
+    # copydetect: this command's optional dependency, loaded when it runs
     import copydetect
     from copydetect import utils
 
@@ -175,8 +175,6 @@ def _fingerprint(code: str, settings: Settings, boilerplate):
 def _all_hashes(code: str, settings: Settings):
     """Every k-gram hash of ``code`` (window 1: nothing winnowed away), as copydetect
     computes the hashes of a boilerplate file."""
-    import numpy as np
-
     fp = _copydetect().CodeFingerprint("stub.py", settings.noise, 1, fp=io.StringIO(code))
     return np.array(sorted(fp.hashes), dtype=np.int64)
 
@@ -202,8 +200,6 @@ def compare_class(answers: dict[str, dict[str, str]], stubs: dict[str, str], cha
     Returns:
         A :class:`SimilarityReport`, pairs by descending score.
     """
-    import numpy as np
-
     compare_files = _copydetect().compare_files
 
     students = sorted(answers)
@@ -248,8 +244,6 @@ def compare_class(answers: dict[str, dict[str, str]], stubs: dict[str, str], cha
 def read_class(submitted: Path, chapter: str, exercises: list[str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """Every student's solution cells of ``chapter`` under nbgrader's ``submitted/``;
     and the students whose notebook could not be read, with why."""
-    from .submissions import chapter_notebook, student_folders
-
     answers, skipped = {}, {}
     for student, folder in student_folders(Path(submitted)).items():
         if not (folder / chapter).is_dir():
@@ -322,6 +316,7 @@ A flag is a reason to read both notebooks, not a verdict.</p>
 def render_html(report: SimilarityReport, top: int = 20, shown: int = 3) -> str:
     """The page: the settings stated, the ``top`` pairs, the matching code side by side for
     every flagged pair and the ``shown`` best (Jinja2 with autoescape: code is text)."""
+    # Jinja2 only for the HTML page
     from jinja2 import Environment
 
     env = Environment(autoescape=True)

@@ -83,6 +83,7 @@ class Obj:
 
 def _torch():
     """torch, imported on first use: numpy-only chapters, and the grader reading results, run without it."""
+    # torch on first use: numpy-only chapters run without it (heavy)
     import torch
 
     return torch

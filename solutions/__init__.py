@@ -6,7 +6,7 @@ name, so ``from solutions import MultiHeadAttention`` works in every chapter:
 * chapters 1–10, the reference (what the exercises ask for and the model built from
   it): ``rnn`` · ``tokens`` · ``embeddings`` · ``positional`` · ``attention`` ·
   ``multihead`` · ``fused`` · ``masking`` · ``layers`` · ``decoder`` · ``model`` ·
-  ``training`` · ``kv_cache`` · ``decoding`` · ``bleu`` (chapter 11);
+  ``configuration`` · ``training`` · ``kv_cache`` · ``decoding`` · ``bleu`` (chapter 11);
 * ``solutions.figures``: the book's diagrams and plots (never imported here);
 * ``solutions.app``: the practitioner's application, which imports the reference and is
   never imported by it: the data (``synthetic``, ``corpus``, ``tokenizer``, ``batching``),
@@ -28,10 +28,9 @@ from .multihead import split_heads, merge_heads, MultiHeadAttention  # chapter 5
 from .masking import padding_mask, causal_mask, decoder_mask, masked_softmax  # chapter 6
 from .layers import layer_norm, PositionwiseFeedForward, ResidualSublayer, EncoderLayer  # chapter 7
 from .decoder import DecoderLayer  # chapter 8
-# chapter 8
-from .model import (
-    Transformer, TransformerConfig, ConfigError, count_parameters, PAPER_CONFIGS, PAPER_VOCAB_SIZE,
-    PAPER_PARAMETERS, paper_parameter_count,
+from .model import Transformer, count_parameters  # chapter 8
+from .configuration import (  # chapter 8
+    TransformerConfig, ConfigError, PAPER_CONFIGS, PAPER_VOCAB_SIZE, PAPER_PARAMETERS, paper_parameter_count,
 )
 from .training import make_decoder_io, noam_lr, label_smoothed_cross_entropy, label_smoothing_floor  # chapter 9
 from .kv_cache import IncrementalDecoder  # chapter 10

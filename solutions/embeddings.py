@@ -17,14 +17,16 @@ class TokenEmbedding(nn.Module):
         d_model: embedding width.
 
     Attributes:
-        embedding: the ``nn.Embedding(vocab_size, d_model)`` lookup table.
+        embedding: the ``nn.Embedding(vocab_size, d_model)`` lookup
+            table.
         d_model: the width.
 
     Shape:
         ids: ``(B, T)`` LongTensor (any shape of ids works)
         output: ``(B, T, d_model)``
 
-    Paper: section 3.4 ("In the embedding layers, we multiply those weights by √d_model").
+    Paper: section 3.4
+    ("In the embedding layers, we multiply those weights by √d_model").
     """
 
     def __init__(self, vocab_size, d_model):
@@ -33,4 +35,5 @@ class TokenEmbedding(nn.Module):
         self.d_model = d_model
 
     def forward(self, ids):
-        return self.embedding(ids) * math.sqrt(self.d_model)  # (B, T, d_model)
+        # (B, T, d_model)
+        return self.embedding(ids) * math.sqrt(self.d_model)

@@ -14,21 +14,21 @@ the same tensor (encoder-decoder attention, ``memory``) ``[K V]`` is one product
 weights (``in_proj_weight``); here the parameters stay the contract's ``w_q, w_k,
 w_v, w_o`` (same ``state_dict``, same optimizer state) and are packed on the fly.
 
-**One switch.** :func:`fuse_attention` turns the fast path on (or off) for every attention
-module inside a model: ``fuse_attention(model)`` sets ``need_weights = False`` (the flag
-chapter 8's :meth:`~solutions.model.Transformer.set_fused` also sets, which chooses
-``F.scaled_dot_product_attention`` in chapter 5's class) *and* makes each module a
-:class:`FusedMultiHeadAttention`, which packs the projections on that path;
-``fuse_attention(model, False)`` restores chapter 5's class and its readable path. The
-trainer, the benchmarks, the export and the CLI call nothing else.
-
+**One switch.** A model is built fused or readable, once:
+``TransformerConfig(attention="fused")`` (the default; :mod:`solutions.configuration`)
+makes :meth:`~solutions.configuration.TransformerConfig.build` call
+:func:`use_fused_attention`, and the trainer, checkpoints, benchmarks and the command
+line build every model that way; ``attention="readable"`` keeps chapter 5's class.
 The package's :class:`~solutions.layers.EncoderLayer` and
-:class:`~solutions.decoder.DecoderLayer` build chapter 5's
-:class:`~solutions.multihead.MultiHeadAttention`, as the book's notebooks do, so the class
-that runs in the book is the class the reader wrote; :func:`fuse_attention` changes the
-class of those same objects in place (same parameters, ``state_dict`` names and optimizer
-references). :class:`FusedMultiHeadAttention` is a subclass: with ``need_weights=True`` it
-*is* chapter 5's readable module.
+:class:`~solutions.decoder.DecoderLayer` construct chapter 5's
+:class:`~solutions.multihead.MultiHeadAttention`, as the book's notebooks do (their
+constructors are exercise text), so :func:`use_fused_attention` puts, in each place
+where one sits, a :class:`FusedMultiHeadAttention` made from it that *holds the same*
+``w_q, w_k, w_v, w_o`` and dropout modules: same parameter tensors, ``state_dict``
+names and optimizer references, no class changed on a live object. A
+:class:`FusedMultiHeadAttention` starts with ``need_weights = False``; setting it True
+(chapter 8's ``model.set_fused(False)``, to plot the weights) runs chapter 5's readable
+forward, which it inherits.
 
 Packing costs a copy of the weights (``torch.cat``, ``3 d_model²`` numbers, about
 20 µs for ``d_model = 256`` on one CPU core) per forward pass while gradients are
@@ -52,7 +52,7 @@ from torch import nn
 
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 
-__all__ = ["packed_projection", "FusedMultiHeadAttention", "fuse_attention"]
+__all__ = ["packed_projection", "FusedMultiHeadAttention", "use_fused_attention"]
 
 
 def _compiling():
@@ -129,11 +129,11 @@ class FusedMultiHeadAttention(MultiHeadAttention):
     """:class:`~solutions.multihead.MultiHeadAttention` with packed projections on its fast path.
 
     Same constructor, parameters (``w_q, w_k, w_v, w_o``), ``state_dict`` keys and
-    results. ``need_weights=True`` (default): chapter 5's readable forward, weights
-    kept in ``attn_weights``. ``need_weights=False`` (set by :func:`fuse_attention`): one matrix product for ``Q, K,
+    results. ``need_weights=False`` (how it is built): one matrix product for ``Q, K,
     V`` when ``query is key is value``, one for ``K, V`` when ``key is value``, three
     otherwise; then ``F.scaled_dot_product_attention`` (dropout on the attention
-    weights in training mode); ``attn_weights`` is None.
+    weights in training mode); ``attn_weights`` is None. ``need_weights=True``: chapter
+    5's readable forward, weights kept in ``attn_weights``.
 
     Args:
         d_model, num_heads, dropout: as for :class:`MultiHeadAttention`.
@@ -146,6 +146,35 @@ class FusedMultiHeadAttention(MultiHeadAttention):
 
     Paper: section 3.2.2.
     """
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.need_weights = False
+
+    @classmethod
+    def sharing(cls, module):
+        """A fused module that holds ``module``'s own ``w_q, w_k, w_v, w_o`` and dropout (not copies).
+
+        Nothing is initialised (no parameter is made, so the random stream is untouched):
+        the new module takes ``module``'s attributes and its own containers of the same
+        submodules, so replacing one submodule of either later leaves the other alone.
+
+        Args:
+            module: a :class:`MultiHeadAttention`.
+
+        Returns:
+            A :class:`FusedMultiHeadAttention` on the fast path, in ``module``'s training mode,
+            whose parameters are ``module``'s tensors.
+        """
+        if not isinstance(module, MultiHeadAttention):
+            raise TypeError(f"module must be a MultiHeadAttention, got {type(module).__name__}")
+        fused = cls.__new__(cls)
+        fused.__dict__.update(module.__dict__)
+        for container in ("_parameters", "_buffers", "_modules"):
+            setattr(fused, container, dict(getattr(module, container)))
+        fused.__dict__.pop("_packed_cache", None)
+        fused.need_weights, fused.attn_weights = False, None
+        return fused
 
     def forward(self, query, key, value, mask=None):
         if self.need_weights:
@@ -186,31 +215,29 @@ class FusedMultiHeadAttention(MultiHeadAttention):
         return state
 
 
-def fuse_attention(module, flag=True):
-    """The fast attention path on (or off) for every attention module inside ``module``, in place.
+def use_fused_attention(module):
+    """Put a :class:`FusedMultiHeadAttention` where ``module`` holds chapter 5's attention; returns ``module``.
 
-    Converted: the modules whose class is exactly :class:`MultiHeadAttention` or
-    :class:`FusedMultiHeadAttention`; subclasses of your own are left as they are.
-
-    ``flag=True``: each converted module becomes a :class:`FusedMultiHeadAttention` with
-    ``need_weights = False`` (packed projections, ``F.scaled_dot_product_attention``, no
-    ``attn_weights``). ``flag=False``: chapter 5's :class:`MultiHeadAttention` with
-    ``need_weights = True`` (the readable path, ``attn_weights`` kept). The parameters,
-    their ``state_dict`` names and an optimizer's references to them are untouched.
+    Every submodule whose class is exactly :class:`MultiHeadAttention` is replaced, in
+    its parent, by :meth:`FusedMultiHeadAttention.sharing` of it: the same parameter
+    tensors under the same ``state_dict`` names (an optimizer built before keeps
+    working), on the fast path. Subclasses of your own are left as they are.
+    :meth:`~solutions.configuration.TransformerConfig.build` calls it for
+    ``attention="fused"``; build with ``attention="readable"`` for chapter 5's class.
 
     Args:
         module: any ``nn.Module`` (a layer, a :class:`~solutions.model.Transformer`).
-        flag: True = the fast path, False = the readable path.
 
     Returns:
-        ``module``.
+        ``module``; when ``module`` itself is a :class:`MultiHeadAttention`, the fused module
+        sharing its parameters.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-    target = FusedMultiHeadAttention if flag else MultiHeadAttention
-    for child in module.modules():
-        if type(child) in (MultiHeadAttention, FusedMultiHeadAttention):
-            child.__dict__.pop("_packed_cache", None)
-            child.__class__ = target
-            child.need_weights = not flag
+    if type(module) is MultiHeadAttention:
+        return FusedMultiHeadAttention.sharing(module)
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is MultiHeadAttention:
+                setattr(parent, name, FusedMultiHeadAttention.sharing(child))
     return module

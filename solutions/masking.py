@@ -11,7 +11,8 @@ __all__ = ["padding_mask", "causal_mask", "decoder_mask", "masked_softmax"]
 
 
 def padding_mask(ids, pad_id=0):
-    """Mask that hides padding keys: True where the token is not ``<pad>``.
+    """Mask that hides padding keys: True where the token is not
+    ``<pad>``.
 
     Args:
         ids: token ids, ``LongTensor``.
@@ -19,36 +20,51 @@ def padding_mask(ids, pad_id=0):
 
     Shape:
         ids: ``(B, T)``
-        output: ``(B, 1, 1, T)`` bool, True = may attend; broadcasts over heads
-        and query positions.
+        output: ``(B, 1, 1, T)`` bool, True = may attend; broadcasts
+        over heads and query positions.
 
     Returns:
         The boolean mask.
 
-    Paper: padding is implied by batching sentences of different lengths (section 5.1).
+    Paper: padding is implied by batching sentences of different lengths
+    (section 5.1).
     """
     if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"ids must be a torch.Tensor of token ids, got {type(ids).__name__}")
+        raise TypeError(
+            "ids must be a torch.Tensor of token ids, got "
+            f"{type(ids).__name__}"
+        )
     if ids.dim() != 2:
-        raise ValueError(f"ids must have shape (B, T), got {tuple(ids.shape)}")
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise TypeError(f"ids must be an integer tensor, got {ids.dtype}")
+        raise ValueError(
+            f"ids must have shape (B, T), got {tuple(ids.shape)}"
+        )
+    if (
+        ids.is_floating_point()
+        or ids.is_complex()
+        or ids.dtype == torch.bool
+    ):
+        raise TypeError(
+            f"ids must be an integer tensor, got {ids.dtype}"
+        )
     return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
 
 
 def causal_mask(size):
-    """Look-ahead mask: position ``i`` may attend to positions ``0..i`` only.
+    """Look-ahead mask: position ``i`` may attend to positions ``0..i``
+    only.
 
     Args:
         size: the sequence length ``T``.
 
     Shape:
-        output: ``(1, 1, T, T)`` bool, True on and below the diagonal (True = may attend).
+        output: ``(1, 1, T, T)`` bool, True on and below the diagonal
+            (True = may attend).
 
     Returns:
         The boolean mask (on the CPU; move it with ``.to(device)``).
 
-    Paper: section 3.2.3 ("prevent leftward information flow in the decoder").
+    Paper: section 3.2.3
+    ("prevent leftward information flow in the decoder").
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"size must be a positive int, got {size!r}")
@@ -73,15 +89,18 @@ def decoder_mask(tgt_ids, pad_id=0):
     Paper: section 3.2.3.
     """
     pad = padding_mask(tgt_ids, pad_id)  # (B, 1, 1, T)
-    causal = causal_mask(tgt_ids.size(1)).to(tgt_ids.device)  # (1, 1, T, T)
+    # causal: (1, 1, T, T)
+    causal = causal_mask(tgt_ids.size(1)).to(tgt_ids.device)
     return pad & causal  # (B, 1, T, T)
 
 
 def masked_softmax(scores, mask):
-    """Softmax over the last axis in which masked positions get exactly 0.
+    """Softmax over the last axis in which masked positions get exactly
+    0.
 
-    A row whose keys are all masked returns all zeros, never NaN, and its
-    gradient is zero, never NaN. Works for every float dtype, float16 included.
+    A row whose keys are all masked returns all zeros, never NaN, and
+    its gradient is zero, never NaN. Works for every float dtype,
+    float16 included.
 
     Args:
         scores: attention scores (any float dtype).
@@ -91,31 +110,47 @@ def masked_softmax(scores, mask):
     Shape:
         scores: ``(..., T_q, T_k)``
         mask: broadcastable to ``scores.shape``
-        output: same shape as ``scores``; each row sums to 1, or to 0 if every
-        key of the row is masked.
+        output: same shape as ``scores``; each row sums to 1, or to 0 if
+        every key of the row is masked.
 
     Returns:
         The attention weights.
 
-    Paper: section 3.2.3 ("masking out (setting to −∞) all values in the input
-    of the softmax which correspond to illegal connections").
+    Paper: section 3.2.3
+    ("masking out (setting to −∞) all values in the input of the softmax
+    which correspond to illegal connections").
     """
-    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+    if (
+        not isinstance(scores, torch.Tensor)
+        or not scores.is_floating_point()
+    ):
         raise TypeError("scores must be a floating-point torch.Tensor")
     if mask is None:
         return torch.softmax(scores, dim=-1)
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"mask must be a boolean tensor (True = may attend), got {got}")
-    pairs = zip(reversed(mask.shape), reversed(scores.shape))  # align trailing axes
-    if mask.dim() > scores.dim() or any(m not in (1, s) for m, s in pairs):
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to scores of shape {tuple(scores.shape)}"
+        got = (
+            mask.dtype
+            if isinstance(mask, torch.Tensor)
+            else type(mask).__name__
         )
-    # The most negative finite number of the dtype, not -inf: a row whose keys are
-    # all masked would compute exp(-inf - (-inf)) = NaN (output and gradient).
-    # With a finite minimum that row becomes uniform, and the last masked_fill sets
-    # it, like every masked position, to exactly 0. A fixed -1e9 overflows float16.
+        raise TypeError(
+            "mask must be a boolean tensor (True = may attend), got "
+            f"{got}"
+        )
+    # align trailing axes
+    pairs = zip(reversed(mask.shape), reversed(scores.shape))
+    if mask.dim() > scores.dim() or any(
+        m not in (1, s) for m, s in pairs
+    ):
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to "
+            f"scores of shape {tuple(scores.shape)}"
+        )
+    # The most negative finite number of the dtype, not -inf: a row
+    # whose keys are all masked would compute exp(-inf - (-inf)) = NaN
+    # (output and gradient). With a finite minimum that row becomes
+    # uniform, and the last masked_fill sets it, like every masked
+    # position, to exactly 0. A fixed -1e9 overflows float16.
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1)
     return weights.masked_fill(~mask, 0.0)

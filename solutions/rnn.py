@@ -28,24 +28,36 @@ def rnn_forward(x, h0, W_xh, W_hh, b_h):
         output: ``(T, d_h)``
 
     Returns:
-        ``H`` with ``H[t] = tanh(x[t] @ W_xh + H[t-1] @ W_hh + b_h)`` and
-        ``H[-1]`` read as ``h0``.
+        ``H`` with ``H[t] = tanh(x[t] @ W_xh + H[t-1] @ W_hh + b_h)``
+        and ``H[-1]`` read as ``h0``.
 
-    Paper: section 1 (recurrent models "preclude parallelization within training examples").
+    Paper: section 1 (recurrent models
+    "preclude parallelization within training examples").
     """
-    x, h0 = np.asarray(x, dtype=np.float64), np.asarray(h0, dtype=np.float64)
-    W_xh, W_hh, b_h = (np.asarray(a, dtype=np.float64) for a in (W_xh, W_hh, b_h))
+    x = np.asarray(x, dtype=np.float64)
+    h0 = np.asarray(h0, dtype=np.float64)
+    W_xh, W_hh, b_h = (
+        np.asarray(a, dtype=np.float64) for a in (W_xh, W_hh, b_h)
+    )
     if x.ndim != 2:
         raise ValueError(f"x must have shape (T, d_in), got {x.shape}")
     d_h = h0.shape[0] if h0.ndim == 1 else -1
-    if h0.ndim != 1 or W_xh.shape != (x.shape[1], d_h) or W_hh.shape != (d_h, d_h) or b_h.shape != (d_h,):
+    if (
+        h0.ndim != 1
+        or W_xh.shape != (x.shape[1], d_h)
+        or W_hh.shape != (d_h, d_h)
+        or b_h.shape != (d_h,)
+    ):
         raise ValueError(
-            f"expected h0 (d_h,), W_xh (d_in, d_h), W_hh (d_h, d_h), b_h (d_h,) with d_in = {x.shape[1]}; "
-            f"got h0 {h0.shape}, W_xh {W_xh.shape}, W_hh {W_hh.shape}, b_h {b_h.shape}"
+            "expected h0 (d_h,), W_xh (d_in, d_h), W_hh (d_h, d_h), "
+            f"b_h (d_h,) with d_in = {x.shape[1]}; "
+            f"got h0 {h0.shape}, W_xh {W_xh.shape}, W_hh "
+            f"{W_hh.shape}, b_h {b_h.shape}"
         )
     H = np.zeros((x.shape[0], d_h))
     h = h0
-    for t in range(x.shape[0]):  # one step after another: nothing to parallelise
+    # one step after another: nothing to parallelise
+    for t in range(x.shape[0]):
         h = np.tanh(x[t] @ W_xh + h @ W_hh + b_h)  # (d_h,)
         H[t] = h
     return H
@@ -56,9 +68,10 @@ def hidden_state_jacobian_norms(H, W_hh):
 
     One step's Jacobian is ``J_k = ∂h_k/∂h_{k-1}`` with
     ``J_k[i, j] = (1 - H[k, i]**2) * W_hh[j, i]``, and
-    ``∂h_{T-1}/∂h_t = J_{T-1} J_{T-2} ... J_{t+1}``: a product of ``T-1-t``
-    matrices whose norm typically shrinks (vanishing gradients) or grows
-    (exploding gradients) exponentially in the distance.
+    ``∂h_{T-1}/∂h_t = J_{T-1} J_{T-2} ... J_{t+1}``: a product of
+    ``T-1-t`` matrices whose norm typically shrinks (vanishing
+    gradients) or grows (exploding gradients) exponentially in the
+    distance.
 
     Args:
         H: hidden states from :func:`rnn_forward`.
@@ -70,20 +83,25 @@ def hidden_state_jacobian_norms(H, W_hh):
         output: ``(T,)``
 
     Returns:
-        ``norms`` with ``norms[t]`` = spectral norm (largest singular value) of
-        ``∂h_{T-1}/∂h_t``; ``norms[T-1] == 1``.
+        ``norms`` with ``norms[t]`` = spectral norm (largest singular
+        value) of ``∂h_{T-1}/∂h_t``; ``norms[T-1] == 1``.
 
     Paper: section 4 (path length between long-range dependencies).
     """
-    H, W_hh = np.asarray(H, dtype=np.float64), np.asarray(W_hh, dtype=np.float64)
+    H = np.asarray(H, dtype=np.float64)
+    W_hh = np.asarray(W_hh, dtype=np.float64)
     if H.ndim != 2 or W_hh.shape != (H.shape[1], H.shape[1]):
-        raise ValueError(f"expected H (T, d_h) and W_hh (d_h, d_h), got {H.shape} and {W_hh.shape}")
+        raise ValueError(
+            f"expected H (T, d_h) and W_hh (d_h, d_h), got {H.shape} "
+            f"and {W_hh.shape}"
+        )
     T, d_h = H.shape
     norms = np.zeros(T)
     product = np.eye(d_h)  # ∂h_{T-1}/∂h_{T-1}
     norms[T - 1] = 1.0
     for t in range(T - 2, -1, -1):
-        J = (1 - H[t + 1] ** 2)[:, None] * W_hh.T  # J_{t+1}[i, j] = (1 - H[t+1, i]**2) * W_hh[j, i]
+        # J_{t+1}[i, j] = (1 - H[t+1, i]**2) * W_hh[j, i]
+        J = (1 - H[t + 1] ** 2)[:, None] * W_hh.T
         product = product @ J  # ∂h_{T-1}/∂h_t
         norms[t] = np.linalg.norm(product, ord=2)
     return norms

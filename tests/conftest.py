@@ -58,14 +58,16 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    """Print how many times each chapter notebook executed in this run (book build and tests together)."""
+    """Print how many times each chapter executed in this run, and which notebook: the chapter
+    in the book build, its blank student release (another notebook) in the release runs."""
     if hasattr(config, "workerinput") or not config.stash.get(OWNS_LEDGER, False):
         return
-    counts = notebook_runs.executions()
-    if counts:
-        terminalreporter.write_sep("-", "chapter executions this run (book build + tests)")
-        for chapter, count in sorted(counts.items()):
-            terminalreporter.write_line(f"{chapter}: {count}")
+    kinds = notebook_runs.executions_by_kind()
+    if kinds:
+        terminalreporter.write_sep("-", "chapter executions this run (book build + tests), by notebook")
+        for chapter, counted in sorted(kinds.items()):
+            by_kind = ", ".join(f"{kind} {n}" for kind, n in sorted(counted.items()))
+            terminalreporter.write_line(f"{chapter}: {sum(counted.values())} ({by_kind})")
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -41,7 +41,8 @@ from nbclient.exceptions import CellExecutionComplete, CellTimeoutError
 from nbclient.util import ensure_async
 
 __all__ = ["SLICE_S", "KEPT", "LEDGER", "SESSION_ENV", "SlicedClient", "execute", "execute_for_jupyter_cache",
-           "cell_seconds", "slowest_cells", "record", "executions", "reset_ledger", "start_session"]
+           "cell_seconds", "slowest_cells", "record", "executions", "executions_by_kind", "reset_ledger",
+           "start_session"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Longest single wait on a kernel channel: a reply that has arrived is read within this.
@@ -252,9 +253,24 @@ def start_session() -> bool:
     return True
 
 
+def _chapter_rows() -> list[dict]:
+    """The ledger's rows of chapter notebooks (fixture notebooks have no chapter)."""
+    if not LEDGER.is_file():
+        return []
+    rows = [json.loads(line) for line in LEDGER.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [row for row in rows if row["chapter"]]
+
+
 def executions() -> Counter:
     """Executions per chapter recorded in this session's ledger (fixture notebooks not counted)."""
-    if not LEDGER.is_file():
-        return Counter()
-    rows = [json.loads(line) for line in LEDGER.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return Counter(row["chapter"] for row in rows if row["chapter"])
+    return Counter(row["chapter"] for row in _chapter_rows())
+
+
+def executions_by_kind() -> dict[str, Counter]:
+    """Per chapter, its executions by what was executed: ``"book build"`` (the chapter as
+    the book runs it) or the label's first part (``"release-blank"``: the student's blank
+    notebook, a different notebook, in the student's venv)."""
+    kinds: dict[str, Counter] = {}
+    for row in _chapter_rows():
+        kinds.setdefault(row["chapter"], Counter())[row["how"].split("/", 1)[0]] += 1
+    return kinds

@@ -151,6 +151,7 @@ def test_a_pytest_started_by_a_test_adds_to_the_session_ledger_and_never_empties
     assert notebook_runs.start_session() is False  # a pytest a test starts inherits the mark
     notebook_runs.record("01_rnn_limitations", "release-blank/01_rnn_limitations", 1.0)
     assert notebook_runs.executions() == {"01_rnn_limitations": 2}
+    assert notebook_runs.executions_by_kind() == {"01_rnn_limitations": {"book build": 1, "release-blank": 1}}
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ spells out its inputs. The check in the student's own kernel (:func:`check`, eve
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import contextvars
 import dataclasses
@@ -266,6 +267,7 @@ def register(cls: type["Exercise"]) -> type["Exercise"]:
 
 def get_exercise(name: str) -> "Exercise":
     """The registered exercise called ``name`` (loads every chapter's checks)."""
+    # checks/__init__ imports this module: a cycle at import time
     from . import load_all
 
     load_all()
@@ -352,6 +354,7 @@ class Exercise:
 
     def reference(self) -> Callable:
         """The reference object from ``solutions`` (trusted process only)."""
+        # the references when a case runs (trusted side only; they import torch)
         import solutions
 
         return getattr(solutions, self.name)
@@ -578,8 +581,6 @@ def _is_subclass_name(name: str, types) -> bool:
     """Whether the exception class called ``name`` (builtin or numpy's, e.g.
     ``AxisError``) is a subclass of one of ``types``. Only the name crosses the
     sandbox wall, so the class is looked up here, among trusted modules."""
-    import builtins
-
     for namespace in (builtins, np.exceptions):
         cls = getattr(namespace, name, None)
         if isinstance(cls, type) and issubclass(cls, tuple(types)):
@@ -1357,6 +1358,7 @@ def own_failures(exercise: Exercise, obj: Any, cases: list[Case], results: list[
 def _visible_failures(exercise: Exercise, namespace: dict) -> list[str]:
     """The exercises of ``exercise.uses`` whose answers in ``namespace`` fail their
     own visible check (or are unfinished)."""
+    # the references when a case runs (trusted side only; they import torch)
     import solutions
 
     failing = []
@@ -1396,6 +1398,7 @@ def check_report(name: str, obj: Any, hidden: bool = False, seed: int | None = N
                 report.notes.insert(0, dependency_note(name, sorted(names_used(obj)), called, regraded=False))
                 report.regraded_when_graded = list(called)
         elif failing:
+            # the references when a case runs (trusted side only; they import torch)
             import solutions
 
             saved = {d: namespace[d] for d in failing}

@@ -125,6 +125,16 @@ class SinusoidalPositionalEncoding(Exercise):
                           expect_error=(ValueError,), part=odd))
         return cases
 
+    def tolerated(self, case, want):
+        """The frequencies part accepts sin and cos swapped (cos on even columns): which
+        of the pair comes first is the rule of "sin/cos pairs", which states it, so a
+        swap is not charged again to the frequencies."""
+        w = _array(want.value)
+        if self.part_of(case) != list(self.parts)[2] or w is None or case.expect_error:
+            return []
+        max_len, d_model = case.args
+        return [dataclasses.replace(want, value=_pe(max_len, d_model, swap=True).astype(w.dtype))]
+
     def raised_hint(self, case, got):
         if case.expect_error:
             return "check d_model % 2 at the start and raise ValueError('d_model must be even ...')."
@@ -237,6 +247,7 @@ class PositionalEncodingCheck(Exercise):
         return None
 
     def diagnose(self, case, got, want):
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
 
         if "buffer_names" in want.probes:  # the structure cases

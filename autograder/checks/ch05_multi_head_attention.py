@@ -233,6 +233,7 @@ def _mha_variant(case: Case, *, scale="d_k", invert_mask=False, softmax_axis=-1,
     Returns ``(output, weights)`` as float64 numpy arrays, or ``None`` when the
     variant cannot be computed for this case (shapes do not allow it).
     """
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
     state = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in case.state.items()}

@@ -16,10 +16,14 @@ belongs to one, so that a mistake costs the part it is about: a ``layer_norm`` c
 accepts every way of breaking the rules of the *other* parts (the unbiased variance,
 ε added to the standard deviation, γ and β swapped: :meth:`LayerNorm.tolerated`), so
 the unbiased variance costs the normalisation part alone and ε's placement the ε part
-alone; the class checks keep post-norm, pre-norm, masks and dropout in separate cases. ``layer_norm``'s shape-mismatch case is advice:
-the contract names no error for it. ``EncoderLayer`` may build on the student's
-``PositionwiseFeedForward`` (and ``ResidualSublayer``): ``uses`` lets a wrong one be
-replaced by its reference (one mistake charged once).
+alone; the feed-forward's dropout cases accept another activation (GELU, none:
+:meth:`PositionwiseFeedForwardCheck.tolerated`), so a forgotten ReLU costs the first
+part alone, and ``ResidualSublayer``'s dropout cases accept a broken post-norm formula
+(:meth:`ResidualSublayerCheck.tolerated`); the class checks keep post-norm, pre-norm,
+masks and dropout in separate cases. ``layer_norm``'s shape-mismatch case is advice: the contract names no error for
+it. ``EncoderLayer`` may build on the student's ``PositionwiseFeedForward`` (and
+``ResidualSublayer``): ``uses`` lets a wrong one be replaced by its reference (one
+mistake charged once).
 """
 from __future__ import annotations
 
@@ -101,6 +105,7 @@ def ffn_state(rng, prefix, d_model, d_ff):
 
 
 def _torch_state(state, prefix=""):
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
     return {k[len(prefix):]: torch.from_numpy(np.asarray(v)) for k, v in state.items() if k.startswith(prefix)}
@@ -108,6 +113,7 @@ def _torch_state(state, prefix=""):
 
 def reference_mha(state, prefix, d_model, num_heads):
     """The trusted multi-head attention of chapter 5 with the case's weights."""
+    # the references when a case runs (trusted side only; they import torch)
     import solutions
 
     module = solutions.MultiHeadAttention(d_model, num_heads)
@@ -116,6 +122,7 @@ def reference_mha(state, prefix, d_model, num_heads):
 
 
 def reference_layer_norm(state, prefix, x):
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch.nn.functional as F
 
     w = _torch_state(state, prefix)
@@ -123,6 +130,7 @@ def reference_layer_norm(state, prefix, x):
 
 
 def reference_ffn(state, prefix, x, activation="relu"):
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch.nn.functional as F
 
     w = _torch_state(state, prefix)
@@ -131,9 +139,41 @@ def reference_ffn(state, prefix, x, activation="relu"):
     return h @ w["linear2.weight"].T + w["linear2.bias"]
 
 
+# The activation rules of the feed-forward's first part, as the ways it can be broken
+# (:meth:`PositionwiseFeedForwardCheck.tolerated`): GELU, no activation, a ReLU after
+# linear2 too. The dropout part's cases accept each, so a missing ReLU costs the
+# feed-forward part alone.
+_FFN_ACTIVATIONS = ("gelu", "none", "relu_after_too")
+
+
+def ffn_activation_variant(state, x, d_model, d_ff, dropout, train, seed, activation):
+    """The feed-forward of the case's state with the activation ``activation`` (one of
+    :data:`_FFN_ACTIVATIONS`) and the reference's dropout: after the activation, drawn as
+    the module's would be (``seed``, then the construction's draws), in training only.
+
+    Returns a float32 array of ``x``'s shape."""
+    import torch
+    import torch.nn.functional as F
+
+    import solutions
+
+    w = _torch_state(state)
+    x = torch.from_numpy(np.asarray(x, dtype=np.float32))
+    torch.manual_seed(seed)
+    solutions.PositionwiseFeedForward(d_model, d_ff)  # the construction's draws, as in the runner
+    with torch.no_grad():
+        h = x @ w["linear1.weight"].T + w["linear1.bias"]
+        h = {"gelu": F.gelu, "none": lambda t: t, "relu_after_too": F.relu}[activation](h)
+        if train and dropout > 0:
+            h = F.dropout(h, dropout)
+        out = h @ w["linear2.weight"].T + w["linear2.bias"]
+        return (F.relu(out) if activation == "relu_after_too" else out).numpy()
+
+
 def encoder_layer_variant(case, *, swap_norms=False, flip_norm_first=False, residual=True, mask="right",
                           norm_residual=False, activation="relu"):
     """A trusted encoder layer computed from the case's state, with switches for the mistakes."""
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
     init, state = case.init, case.state
@@ -170,6 +210,10 @@ def _ln_variant(x, gamma, beta, eps, *, ddof=0, eps_outside=False, axis=-1, affi
         return z * beta + gamma
     if affine == "none":
         return z
+    if affine == "scale_only":
+        return z * gamma
+    if affine == "shift_only":
+        return z + beta
     return z * gamma + beta
 
 
@@ -177,13 +221,14 @@ def _ln_variant(x, gamma, beta, eps, *, ddof=0, eps_outside=False, axis=-1, affi
 # (the normalisation part), where ε goes (the ε part), how γ and β are applied (the
 # γ and β part). A case of one part accepts every way of breaking the *other* parts'
 # rules (:meth:`LayerNorm.tolerated`): an answer with the unbiased variance keeps the
-# γ and β, ε and shape parts; one with ε added to the standard deviation keeps the
+# γ and β, ε and shape parts; one that forgets β (or γ) keeps every part but γ and β's; one with ε added to the standard deviation keeps the
 # normalisation, γ and β and shape parts (the ~1e-5 that ε makes at variance 1 is
 # not charged to them).
 _LN_RULES = {
     "variance": [dict(ddof=0), dict(ddof=1)],
     "eps": [dict(eps_rule="inside"), dict(eps_rule="outside"), dict(eps_rule="missing"), dict(eps_rule="fixed")],
-    "affine": [dict(affine="right"), dict(affine="swapped"), dict(affine="none")],
+    "affine": [dict(affine="right"), dict(affine="swapped"), dict(affine="none"), dict(affine="scale_only"),
+               dict(affine="shift_only")],
 }
 
 
@@ -298,6 +343,10 @@ class LayerNorm(Exercise):
              _ln_variant(x, gamma, beta, eps, affine="swapped")),
             ("gamma and beta are not applied: multiply by gamma, then add beta.",
              _ln_variant(x, gamma, beta, eps, affine="none")),
+            ("beta is not added: the result is normalised * gamma + beta.",
+             _ln_variant(x, gamma, beta, eps, affine="scale_only")),
+            ("gamma is not applied: the result is normalised * gamma + beta.",
+             _ln_variant(x, gamma, beta, eps, affine="shift_only")),
         ]
         if x.ndim >= 2:
             try:
@@ -362,12 +411,26 @@ class PositionwiseFeedForwardCheck(Exercise):
                                label=f"train mode, dropout={p}: one dropout after the ReLU"))
         return cases
 
+    def tolerated(self, case, want):
+        """The dropout part's cases accept the feed-forward with another activation (GELU,
+        none, a ReLU after linear2 too): the activation is the rule of the first part,
+        which states it, so a forgotten ReLU is not charged again to the dropout."""
+        w = _array(want.value)
+        if self.part_of(case) != list(self.parts)[1] or w is None or case.expect_error or not case.args:
+            return []
+        init = case.init
+        return [dataclasses.replace(want, value=Tensor(ffn_activation_variant(
+                    case.state, _array(case.args[0]), init["d_model"], init["d_ff"], init.get("dropout", 0.0),
+                    bool(case.train), case.seed, activation).astype(w.dtype)))
+                for activation in _FFN_ACTIVATIONS]
+
     def raised_hint(self, case, got):
         return load_state_hint(case, got, (
             "the module must hold exactly linear1 = nn.Linear(d_model, d_ff) and linear2 = "
             "nn.Linear(d_ff, d_model) (keys linear1.weight, linear1.bias, linear2.weight, linear2.bias)."))
 
     def diagnose(self, case, got, want):
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
         import torch.nn.functional as F
 
@@ -387,6 +450,7 @@ class PositionwiseFeedForwardCheck(Exercise):
 
         def after_init():
             torch.manual_seed(case.seed)
+            # the references when a case runs (trusted side only; they import torch)
             import solutions
 
             solutions.PositionwiseFeedForward(case.init["d_model"], case.init["d_ff"])  # same RNG draws
@@ -432,6 +496,42 @@ def _residual_case(rng, batch, length, d_model, *, norm_first, label, part, drop
                 probes=("state_dict_keys", "type:norm"), label=label, part=part, rtol=1e-4, atol=1e-5)
 
 
+# The post-norm part's rule broken the ways a student breaks it (pre-norm's formula, no
+# residual, no norm): the dropout part's cases (post-norm, train mode) accept each
+# (:meth:`ResidualSublayerCheck.tolerated`), so such a mistake costs the post-norm part
+# alone.
+_POST_NORM_FORMS = ("pre_norm", "no_residual", "no_norm")
+
+
+def residual_form_variant(state, sublayer_state, x, d_model, dropout, train, seed, form):
+    """The sub-layer wrapper of the case's state in the form ``form`` (one of
+    :data:`_POST_NORM_FORMS`), its dropout on the sub-layer's output drawn as the
+    module's would be (``seed``, then the sub-layer's construction), in training only.
+
+    Returns a float32 array of ``x``'s shape."""
+    import torch
+    import torch.nn.functional as F
+
+    lin = _torch_state(sublayer_state)
+    x = torch.from_numpy(np.asarray(x, dtype=np.float32))
+
+    def sub(t):
+        return t @ lin["weight"].T + lin["bias"]
+
+    def drop(t):
+        if not (train and dropout > 0):
+            return t
+        torch.manual_seed(seed)
+        torch.nn.Linear(d_model, d_model)  # the sub-layer's construction draws, as in the runner
+        return F.dropout(t, dropout)
+
+    with torch.no_grad():
+        norm = functools.partial(reference_layer_norm, state, "norm.")
+        out = {"pre_norm": lambda: x + drop(sub(norm(x))), "no_residual": lambda: norm(drop(sub(x))),
+               "no_norm": lambda: x + drop(sub(x))}[form]()
+        return out.numpy()
+
+
 @register
 class ResidualSublayerCheck(Exercise):
     """``ResidualSublayer(d_model, dropout=0.0, norm_first=False)``: Add & Norm around a sub-layer."""
@@ -475,11 +575,25 @@ class ResidualSublayerCheck(Exercise):
                                     label=f"train mode, dropout={p} on the sub-layer's output, post-norm"))
         return cases
 
+    def tolerated(self, case, want):
+        """The dropout part's cases (post-norm, train mode) accept the post-norm formula
+        broken (pre-norm's formula, no residual, no norm): the post-norm part states it, so
+        such a mistake is not charged again to the dropout."""
+        w = _array(want.value)
+        if self.part_of(case) != list(self.parts)[2] or w is None or case.expect_error or len(case.args) < 2:
+            return []
+        init = case.init
+        return [dataclasses.replace(want, value=Tensor(residual_form_variant(
+                    case.state, case.args[1].state, _array(case.args[0]), init["d_model"], init.get("dropout", 0.0),
+                    bool(case.train), case.seed, form).astype(w.dtype)))
+                for form in _POST_NORM_FORMS]
+
     def raised_hint(self, case, got):
         return load_state_hint(case, got, (
             "the only parameters are those of self.norm = nn.LayerNorm(d_model) (keys norm.weight, norm.bias)."))
 
     def diagnose(self, case, got, want):
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
         import torch.nn.functional as F
 
@@ -577,7 +691,7 @@ class EncoderLayerCheck(Exercise):
     kind = "class"
     what = "post- and pre-norm encoder layers with padding masks, exact state_dict keys, gradients"
     parts = {
-        "post-norm (the paper): self-attention and FFN, each with Add & Norm": 2,
+        "post-norm (the paper): self-attention, FFN, each with Add & Norm": 2,
         "pre-norm (norm_first=True)": 1,
         "the src_mask reaches the self-attention": 1,
     }

@@ -25,8 +25,11 @@ the one error the contract names here. ``Transformer`` may build on the student'
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from .. import wire
 from .base import PROCESS_STATE, Case, CheckFailure, Exercise, Obj, Result, Tensor, register
 from .base import as_array as _array
 from .ch07_add_and_norm import (
@@ -65,6 +68,7 @@ def _decoder_state(rng, d_model, d_ff):
 def decoder_layer_variant(case, *, flip_norm_first=False, residual=True, cross_mask="src", self_mask="tgt",
                           swap_memory=False, norms=("norm1.", "norm2.", "norm3."), keys_from_x=False):
     """A trusted decoder layer computed from the case's state, with switches for the mistakes."""
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
     init, state = case.init, case.state
@@ -129,7 +133,7 @@ class DecoderLayerCheck(Exercise):
     what = ("masked self-attention, cross-attention over memory with src_mask, FFN; post- and pre-norm, "
             "T_tgt ≠ T_src, exact state_dict keys, gradients to x and memory")
     parts = {
-        "post-norm (the paper): self-attention, cross-attention over memory, FFN": 2,
+        "post-norm (the paper): self-attention, cross-attention, FFN": 2,
         "pre-norm (norm_first=True)": 1,
         "the causal tgt_mask in the self-attention": 1,
         "the src_mask in the cross-attention": 1,
@@ -273,8 +277,10 @@ class DecoderLayerCheck(Exercise):
 def _transformer_state(rng, init):
     """The state_dict of a reference Transformer built with a seed from ``rng``, as numpy
     arrays; LayerNorm γ and β are perturbed so that every norm matters."""
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
+    # the references when a case runs (trusted side only; they import torch)
     import solutions
 
     torch.manual_seed(int(rng.integers(0, 2**31)))
@@ -339,10 +345,10 @@ def _unequal_vocab_case(rng, part):
 def transformer_variant(case, *, scale=True, src_positions=True, tgt_positions=True, cross_mask=True,
                         tgt_mask=True, final_norms=True):
     """A trusted Transformer pass with switches for the plausible mistakes."""
-    import math
-
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
+    # the references when a case runs (trusted side only; they import torch)
     import solutions
 
     model = solutions.Transformer(**case.init)
@@ -508,7 +514,7 @@ class CountParameters(Exercise):
     what = "elements of the distinct trainable parameters: tied weights once, frozen ones and buffers not at all"
     parts = {
         "the elements of every parameter, as an int": 2,
-        "only distinct trainable tensors: frozen ones, buffers and tied copies left out": 1,
+        "each trainable tensor once: no frozen ones, buffers, tied copies": 1,
     }
 
     def cases(self, rng, hidden):
@@ -552,8 +558,6 @@ class CountParameters(Exercise):
         return cases
 
     def diagnose(self, case, got, want):
-        from .. import wire
-
         if not isinstance(got.value, int) or isinstance(got.value, bool):
             if isinstance(got.value, float) and got.value == want.value:
                 return "return an int (sum of p.numel()), not a float."

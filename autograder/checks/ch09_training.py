@@ -169,7 +169,7 @@ def _noam(step, d_model, warmup, factor=1.0, *, warm_exp=-1.5, decay_exp=-0.5, d
 # part), which branch is taken and the d_model exponent (both parts state them).
 _NOAM_WARM = [dict(warm_exp=-1.5), dict(warm_exp=-1.0), dict(warm_exp=-0.5), dict(warm_exp=-2.5)]
 _NOAM_DECAY = [dict(decay_exp=-0.5), dict(decay_exp=-1.0), dict(decay_exp=-1.5)]
-_NOAM_D = [dict(d_exp=-0.5), dict(d_exp=0.0), dict(d_exp=0.5)]
+_NOAM_D = [dict(d_exp=-0.5), dict(d_exp=0.0), dict(d_exp=0.5), dict(d_exp=-1.0)]
 _NOAM_BRANCH = [dict(branch="min"), dict(branch="max"), dict(branch="warm"), dict(branch="decay")]
 
 
@@ -271,6 +271,8 @@ class NoamLr(Exercise):
              _noam(step, d_model, warmup, factor, decay_exp=-1.0)),
             ("the d_model**-0.5 factor is missing.", _noam(step, d_model, warmup, factor, d_exp=0.0)),
             ("the scale is d_model**-0.5 (1/√d_model), not √d_model.", _noam(step, d_model, warmup, factor, d_exp=0.5)),
+            ("the scale is d_model**-0.5 (1/√d_model), not 1/d_model.",
+             _noam(step, d_model, warmup, factor, d_exp=-1.0)),
             # What the output shows, whatever the code (a max, or one branch only):
             ("after warm-up your rate still follows the warm-up line step · warmup_steps**-1.5, which keeps "
              "growing: the schedule is the smaller of step**-0.5 and step · warmup_steps**-1.5 (a min), so it "
@@ -293,6 +295,7 @@ class NoamLr(Exercise):
 
 def _lsce_variants(logits, labels, smoothing, pad_id):
     """Plausible wrong losses (float64) by hint, and the right one under ``None``."""
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch.nn.functional as F
 
     V = logits.shape[-1]
@@ -397,7 +400,24 @@ class LabelSmoothedCrossEntropy(Exercise):
                                 label="gradients of the smoothed loss (smoothing 0.2)"))
         return cases
 
+    def tolerated(self, case, want):
+        """The cases of every part but the mean's accept the loss divided by all positions,
+        pads included (the sum over the non-pad tokens / B·T), with its gradient: which
+        positions the mean counts is the rule of "mean cross-entropy over the non-pad
+        tokens", which states it, so that mistake is not charged again to the smoothing,
+        the pad_id argument or the gradient."""
+        w = _array(want.value)
+        if self.part_of(case) == list(self.parts)[0] or w is None or case.expect_error or len(case.args) < 2:
+            return []
+        labels = _array(case.args[1])
+        ratio = float((labels != case.kwargs.get("pad_id", 0)).sum()) / labels.size
+        if ratio == 1.0:
+            return []
+        grads = {k: Tensor((_array(v) * ratio).astype(_array(v).dtype)) for k, v in want.grads.items()}
+        return [dataclasses.replace(want, value=Tensor(np.asarray(w * ratio, dtype=w.dtype)), grads=grads)]
+
     def diagnose(self, case, got, want):
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
 
         g = _array(got.value)

@@ -84,6 +84,7 @@ class _DecodingExercise(Exercise):
 def _one_thread():
     """Run the many tiny decoding passes on one thread (restored after): on a busy machine
     torch's thread pool costs more than these (B, t, 16) tensors take to compute."""
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
     before = torch.get_num_threads()
@@ -107,8 +108,10 @@ def _model_init(rng, layers=1):
 def _model_state(rng, init, never=(0, 1)):
     """The state_dict (numpy) of a seeded reference Transformer with sharper output logits;
     like a trained model it never predicts the ids in ``never`` (<pad>, <sos>)."""
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
+    # the references when a case runs (trusted side only; they import torch)
     import solutions
 
     torch.manual_seed(int(rng.integers(0, 2**31)))
@@ -121,8 +124,10 @@ def _model_state(rng, init, never=(0, 1)):
 
 
 def _build(init, state):
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
+    # the references when a case runs (trusted side only; they import torch)
     import solutions
 
     model = solutions.Transformer(**init)
@@ -137,6 +142,7 @@ def _with_eos_bias(state, eos, bias, model=None):
     state["generator.bias"] = state["generator.bias"].copy()
     state["generator.bias"][eos] += np.float32(bias)
     if model is not None:
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
 
         with torch.no_grad():
@@ -145,6 +151,7 @@ def _with_eos_bias(state, eos, bias, model=None):
 
 
 def _causal(length):
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
     return torch.tril(torch.ones(length, length, dtype=torch.bool))[None, None]  # (1, 1, t, t)
@@ -164,6 +171,7 @@ def greedy_variant(model, src, src_mask, max_len, sos=1, eos=2, pad=0, *, pad_af
                    steps=None, causal=True, use_src_mask=True, keep_sos=True, position=-1):
     """Trusted greedy decoding with switches for the plausible mistakes (torch in, numpy out);
     ``position``: the position whose logits choose the next token (the last, ``-1``)."""
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
     with torch.no_grad():
@@ -191,6 +199,7 @@ def _greedy_case(rng, *, batch, max_len, label, part, layers=1, target="mixed", 
     sentence ends, so the answer is ``max_len`` arg-max tokens after ``<sos>``), on a
     model where each mistake of ``decides`` (:func:`greedy_variant` switches) gives
     other tokens."""
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
     init = _model_init(rng, layers)
@@ -315,6 +324,7 @@ class GreedyDecode(_DecodingExercise):
         g, w = _array(got.value), _array(want.value)
         if got.raised is not None or g is None or getattr(got.value, "dtype", None) != "int64":
             return None
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
 
         with PROCESS_STATE, _one_thread():
@@ -344,6 +354,7 @@ class GreedyDecode(_DecodingExercise):
         return None
 
     def _diagnose(self, case, got, want):
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
 
         g, w = _array(got.value), _array(want.value)
@@ -401,6 +412,7 @@ def beam_variant(model, src, src_mask, beam_size, max_len, sos=1, eos=2, alpha=0
     accepted, the best live prefix at max_len wins), ``"penalty_on_live"`` (finished and live
     prefixes compared with the penalty applied to only the finished ones at the end).
     """
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
     import torch.nn.functional as F
 
@@ -474,6 +486,7 @@ def _beam_case(rng, *, beam_size, max_len, label, part, alpha=0.6, want=("beam_d
     ends with <eos>), ``"sos_decides"`` (counting <sos> in the penalty's len changes the winner).
     Models are drawn until one shows all of them (or the attempts run out).
     """
+    # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
     init = _model_init(rng)
@@ -573,6 +586,7 @@ class BeamSearch(_DecodingExercise):
         if got.raised is not None or not isinstance(got.value, list) or not all(
                 isinstance(t, int) and not isinstance(t, bool) for t in got.value):
             return None
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
 
         with PROCESS_STATE, _one_thread():
@@ -599,6 +613,7 @@ class BeamSearch(_DecodingExercise):
         return None
 
     def _diagnose(self, case, got, want):
+        # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
         import torch
 
         if not isinstance(got.value, list):

@@ -25,6 +25,10 @@ whose ``solutions`` holds no reference of an exercise of a released or later cha
 """
 from __future__ import annotations
 
+from importlib import metadata
+
+import autograder
+
 __all__ = ["STAMP_KEY", "DIST_NAME", "WrongPackage", "wheel_name", "require_chapter"]
 
 #: Notebook metadata key stamped at release: ``{"chapter": ..., "edition": "student"}``.
@@ -72,20 +76,17 @@ def require_chapter(chapter: str) -> None:
         WrongPackage: the student package installed is another chapter's; the one-line
             message names the wheel file to install.
     """
-    import autograder
-
     released = getattr(autograder, "RELEASED", None)
     if released is None:
         return
     if chapter in released:
+        # the guard (and the checks it reads) only in its chapter's package: this __init__ stays light
         from .unfinished import install
 
         install(released)  # a blank exercise's demonstrations stop with one line (in Jupyter)
         return
     try:
-        from importlib.metadata import version
-
-        book_version = version(DIST_NAME).split("+", 1)[0]
+        book_version = metadata.version(DIST_NAME).split("+", 1)[0]
     except Exception:  # noqa: BLE001 - a package copied by hand has no metadata: name the file anyway
         book_version = "<version>"
     raise WrongPackage(

@@ -17,22 +17,20 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..checks.base import precomputed
 from ..text import check_report
+from .notebook import chapter_of, read_notebook, visible_checks
 
 __all__ = ["main", "build_parser", "released_chapters"]
 
 
 def released_chapters() -> dict[str, list[str]]:
     """Chapter id -> exercise names, for the chapters whose checks this package holds."""
-    from ..checks.base import precomputed
-
     store = precomputed()
     return dict(getattr(store, "chapters", {}) or {})
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .notebook import chapter_of, read_notebook, visible_checks
-
     path = Path(args.notebook)
     if not path.is_file():
         print(f"check: no such notebook: {path}", file=sys.stderr)

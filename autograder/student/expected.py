@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checks.base import Case, Exercise, Precomputed, Result
+from ..checks.base import Case, Exercise, Precomputed, Result, draw_cases, make_rng, precomputed
 from .. import wire
 from ..wire import Obj, Tensor
 
@@ -97,6 +97,7 @@ def _read_stored(data: dict, arrays) -> Any:
             marker.dtype = data["dtype"]
         return marker
     if "__torch__" in data:
+        # torch on first use: numpy-only chapters run without it (heavy)
         import torch
 
         return torch.from_numpy(np.array(arrays[data["__torch__"]], copy=True)).to(getattr(torch, data["dtype"]))
@@ -224,8 +225,6 @@ def replay(helper: str, arguments: dict):
     """The result that hint helper ``helper`` (``"ch10_inference.beam_variant"``) gave
     for ``arguments`` when the release recorded it; ``LookupError`` when it did not
     (a hint for another input: the grader gives it)."""
-    from ..checks.base import precomputed
-
     store = precomputed()
     table = getattr(store, "replays", None) or {}
     entry = table.get(call_key(helper, arguments))
@@ -248,8 +247,6 @@ def chapter_data(exercises: list[Exercise]) -> tuple[dict, dict[str, np.ndarray]
         ValueError: when a stored case would not decode to the same case (a value
             the format cannot carry), so a package never ships a check it cannot run.
     """
-    from ..checks.base import draw_cases, make_rng
-
     arrays: dict[str, np.ndarray] = {}
     document = {"format": FORMAT, "exercises": {}}
     for exercise in exercises:
@@ -271,6 +268,7 @@ def locked_cells(chapter: str) -> dict | None:
     (nbgrader's locked cells): the setup cell's source (``grade_id`` ``setup``, else the
     first code cell) and each test cell's points, by exercise. ``None`` when the chapter
     has no source notebook here (a test's own chapter)."""
+    # repository only: the student package ships no book module
     from ..book import source_notebook
     from .notebook import cell_source, read_notebook
 

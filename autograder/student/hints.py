@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
+import inspect
 
 import numpy as np
 
 from ..wire import Tensor
+from .expected import call_key, encode_value
 
 __all__ = ["withhold_helpers", "replayable", "record_helpers"]
 
@@ -201,6 +204,7 @@ def _perturbed(value):
 
 def _runs(chapters: list[str]) -> list:
     """``(exercise, case, want)`` for every visible case of ``chapters`` (repository only)."""
+    # repository only (recording a release's hints): the checks' case drawing
     from ..checks import exercises_of
     from ..checks.base import draw_cases, make_rng
 
@@ -230,11 +234,6 @@ def _recorded(helpers: dict[str, list[str]], chapters: list[str]):
         answer's result or returned something that is not data (they cannot be
         replayed); the units of which a call was recorded.
     """
-    import importlib
-    import inspect
-
-    from .expected import call_key, encode_value
-
     calls: dict = {}
     arrays: dict[str, np.ndarray] = {}
     takes_answer: set[str] = set()

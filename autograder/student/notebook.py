@@ -23,6 +23,7 @@ import tempfile
 import types
 from pathlib import Path
 
+from ..checks.base import check_report, precomputed
 from . import STAMP_KEY
 
 __all__ = ["STAMP_KEY", "read_notebook", "stamp", "chapter_of", "visible_checks", "run_checks", "main"]
@@ -98,8 +99,6 @@ def run_checks(path: Path) -> list[dict]:
     """Run the notebook's setup and solution cells, then the visible check of every
     exercise with a test cell, in *this* process (``__main__`` becomes the notebook's
     namespace, as in Jupyter). Returns one row per exercise (see :func:`visible_checks`)."""
-    from ..checks.base import check_report, precomputed
-
     nb = read_notebook(path)
     main_module = types.ModuleType("__main__")
     main_module.__dict__["__builtins__"] = __builtins__

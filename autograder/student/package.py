@@ -66,8 +66,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..book import answer_lines
+from ..checks import exercises_of, load_all
 from ..fingerprint import import_closure
+from ..untrusted import parse_source
+from ..withhold import defined_names, graded_modules, import_target, imported_modules, module_names, withheld_names
+from .expected import REPLAY, write_chapter
 from .hints import record_helpers, replayable, withhold_helpers
+from .notebook import cell_source, read_notebook
 from .wheel import write_wheel
 
 __all__ = ["StudentPackage", "build_package", "package_files", "package_data", "notebook_uses", "partial_module",
@@ -277,8 +283,6 @@ def _dotted(node: ast.expr) -> str:
 
 
 def _notebook_sources(path: Path) -> list[str]:
-    from .notebook import cell_source, read_notebook
-
     return [cell_source(c) for c in read_notebook(path)["cells"] if c.get("cell_type") == "code"]
 
 
@@ -289,9 +293,6 @@ class _Library:
     """The ``solutions`` modules: their syntax trees, exports and imports."""
 
     def __init__(self, root: Path = SOLUTIONS_DIR):
-        from ..untrusted import parse_source
-        from ..withhold import defined_names, imported_modules, module_names
-
         self.root = root
         self.files = module_names(root, "solutions")
         self.trees = {m: parse_source(p.read_text(encoding="utf-8"), str(p)) for m, p in self.files.items()}
@@ -329,8 +330,6 @@ class _Library:
 
     def import_target(self, node: ast.ImportFrom, module: str) -> str:
         """The dotted module that ``from ... import`` statement ``node`` of ``module`` reads from."""
-        from ..withhold import import_target
-
         return import_target(node, module, self.files[module].name == "__init__.py")
 
 
@@ -492,8 +491,6 @@ def _is_check_module(path: Path, autograder_dir: Path) -> bool:
 
 def check_modules(chapters: list[str]) -> list[Path]:
     """The check modules of ``chapters`` and the check modules they import."""
-    from ..checks import exercises_of
-
     paths = {Path(sys.modules[type(ex).__module__].__file__) for c in chapters for ex in exercises_of(c)}
     return sorted(p for p in import_closure(paths, REPO) if _is_check_module(p, AUTOGRADER_DIR))
 
@@ -591,6 +588,7 @@ def _standin_sources(names: list[str]) -> str:
     (docstring and imports), the functions ``names`` and the stand-ins they call, nothing else;
     a stand-in of :data:`~autograder.student.standins.RECORDED` as a lookup of its
     recorded outputs (:func:`recorded_outputs`), never its code."""
+    # standins imports torch and solutions: only when a package is built
     from .standins import RECORDED
 
     path = Path(__file__).with_name("standins.py")
@@ -643,10 +641,6 @@ class _Scope:
 
     @classmethod
     def of(cls, chapters: list[str], book: Path) -> "_Scope":
-        from ..checks import load_all
-        from ..book import answer_lines
-        from ..withhold import graded_modules
-
         chapter_of = {name: ex.chapter for name, ex in load_all().items()}
         withheld = {name for name, chapter in chapter_of.items() if chapter >= min(chapters)}
         library = _Library()
@@ -660,16 +654,11 @@ class _Scope:
     @property
     def forbidden(self) -> set[str]:
         """The exercises of the released and later chapters, and what computes one."""
-        from ..withhold import withheld_names
-
         return withheld_names(set(self.released) | set(self.later))
 
 
 def _expected_files(chapters: list[str]) -> dict[str, bytes]:
     """``autograder/expected/<chapter>.json`` and ``.npz`` of every released chapter."""
-    from ..checks import exercises_of
-    from .expected import write_chapter
-
     files = {}
     with tempfile.TemporaryDirectory(prefix="student-expected-") as tmp:
         for chapter in chapters:
@@ -683,6 +672,7 @@ def _sort_uses(scope: _Scope, names, modules, factories, check_names):
     ``solutions``: modules that ship whole (``roots``), stand-ins by module path, and
     what cannot ship whole (``missing``: module -> names used from it)."""
     library, kept = scope.library, scope.kept
+    # standins imports torch and solutions: only when a package is built
     from .standins import __all__ as standin_names
 
     roots = {m for m in modules if m in kept}
@@ -849,6 +839,7 @@ def _solutions_files(scope: _Scope, roots: set[str], standins: dict[str, set[str
         files[name] = path.read_text(encoding="utf-8")
         info.data_files.append(name)
     files.update({rel(m): source for m, source in sorted({**partials, **shim_sources}.items())})
+    # standins imports torch and solutions: only when a package is built
     from .standins import __all__ as standin_names
 
     info.standins = sorted(set().union(*standins.values()) & set(standin_names)) if standins else []
@@ -930,8 +921,6 @@ def package_files(chapters: list[str], book: Path) -> tuple[dict[str, bytes], St
         np.savez_compressed(buffer, **recorded)
         files[RECORDED_FILE] = buffer.getvalue()
     if info.withheld_helpers:
-        from .expected import REPLAY
-
         document, arrays = record_helpers(info.withheld_helpers, scope.chapters)
         info.replayed_calls = len(document["calls"])
         files[f"autograder/expected/{REPLAY}.json"] = (json.dumps(document, sort_keys=True) + "\n").encode("utf-8")

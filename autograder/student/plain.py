@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from pybtex.backends.plaintext import Backend as PlainTextBackend
 from pybtex.database import Person, parse_string
 from pybtex.exceptions import PybtexError
 from pybtex.richtext import Text
@@ -78,7 +79,9 @@ def latex_to_text(value: str) -> str:
     Raises:
         ValueError: on a LaTeX command it does not know (it would print as garbage).
     """
-    text = Text.from_latex(value).render_as("text")
+    # pybtex's render_as("text") looks the backend up among every installed package's
+    # entry points on each call: 20 CPU s for the book's references, once per process
+    text = Text.from_latex(value).render(PlainTextBackend())
     unknown = re.search(r"\\([A-Za-z]+|.)", text)
     if unknown:
         raise ValueError(f"unknown LaTeX command \\{unknown.group(1)} in BibTeX value {value!r}")
@@ -640,6 +643,7 @@ def _without_code(text: str) -> str:
 def _plain_markdown_preprocessor():
     """The :class:`PlainMarkdown` nbgrader preprocessor class (made on first use, so
     that this module does not import nbgrader)."""
+    # nbgrader and traitlets (heavy) when the preprocessor is first made (docstring)
     from nbgrader.preprocessors import NbGraderPreprocessor
     from traitlets import Unicode
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 
+from ..checks import exercises_of
 from ..checks.base import CheckFailure, NOT_IMPLEMENTED, last_verdict
 
 __all__ = ["UnfinishedGuard", "install", "exercise_labels", "bound_names", "exercises_used"]
@@ -272,6 +273,7 @@ def install(chapters) -> UnfinishedGuard | None:
         The guard, or None outside IPython.
     """
     try:
+        # IPython only inside a kernel, where the guard is installed
         from IPython import get_ipython
     except ImportError:
         return None
@@ -290,8 +292,6 @@ def exercise_labels(chapters) -> dict[str, str]:
     Args:
         chapters: chapter ids, ``"06_masking"``.
     """
-    from autograder.checks import exercises_of
-
     labels = {}
     for chapter in chapters:
         number = int(chapter.split("_", 1)[0])

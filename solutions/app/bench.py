@@ -48,9 +48,9 @@ from torch import nn
 
 from ..decoding import beam_search, greedy_decode
 from ..embeddings import TokenEmbedding
-from ..fused import fuse_attention
 from ..masking import decoder_mask, padding_mask
-from ..model import PAPER_CONFIGS, Transformer, TransformerConfig, count_parameters
+from ..configuration import PAPER_CONFIGS, TransformerConfig
+from ..model import count_parameters
 from ..positional import PositionalEncoding
 from ..translation import translate
 from .checkpoint import load_checkpoint, model_from_checkpoint
@@ -113,6 +113,13 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+def _sizes(d_model, num_heads, num_layers, d_ff, dropout, attention="fused"):
+    """The benchmarks' model: ``num_layers`` encoder and decoder layers, positions up to 512."""
+    return TransformerConfig(d_model=d_model, num_heads=num_heads, num_encoder_layers=num_layers,
+                             num_decoder_layers=num_layers, d_ff=d_ff, dropout=dropout, max_len=512,
+                             attention=attention)
+
+
 def random_batch(batch, src_len, tgt_len, vocab, device, generator):
     """A batch of random ids whose sentences have their own lengths (``len // 2`` to ``len``), padded with 0.
 
@@ -162,9 +169,10 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
 
     def ours(fused):
         torch.manual_seed(0)
-        model = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout, max_len=512)
         # The fast path (SDPA, packed projections), or SDPA alone with chapter 5's separate projections.
-        return fuse_attention(model) if fused else model.set_fused(True)
+        attention = "fused" if fused else "readable"
+        model = _sizes(d_model, num_heads, num_layers, d_ff, dropout, attention).build(vocab, vocab)
+        return model if fused else model.set_fused(True)
 
     torch.manual_seed(0)
     theirs = TorchTransformerBaseline(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout)
@@ -224,8 +232,7 @@ def bench_kv_cache(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=32, 
     device = torch.device(device)
     now = _clock(clock, device)
     torch.manual_seed(0)
-    model = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, 0.0, max_len=512)
-    model = fuse_attention(model).to(device).eval()
+    model = _sizes(d_model, num_heads, num_layers, d_ff, 0.0).build(vocab, vocab).to(device).eval()
     src, _, _ = random_batch(batch, src_len, 2, vocab, device, torch.Generator().manual_seed(2))
     src_mask = padding_mask(src)
     never = -1  # an <eos> id no arg-max can produce: all new_tokens steps run
@@ -282,8 +289,7 @@ def bench_translation(d_model=256, num_heads=8, num_layers=3, d_ff=1024, sentenc
     device = torch.device(device)
     now = _clock(clock, device)
     torch.manual_seed(0)
-    model = Transformer(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, 0.0, max_len=512)
-    model = fuse_attention(model).to(device).eval()
+    model = _sizes(d_model, num_heads, num_layers, d_ff, 0.0).build(vocab, vocab).to(device).eval()
     src, _, _ = random_batch(sentences, src_len, 2, vocab, device, torch.Generator().manual_seed(4))
     never = -1  # an <eos> id no arg-max can produce: every sentence decodes new_tokens tokens
     decoder = greedy_decoder_for(device)  # what translate() runs on this device
@@ -394,7 +400,7 @@ def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_si
         torch.manual_seed(0)
         config = PRESETS["multi30k-cpu"]
         src_tok = tgt_tok = build_tokenizer(texts, "bpe", 2000)
-        model = fuse_attention(config.model.build(len(src_tok), len(tgt_tok))).to(device).eval()
+        model = config.model.build(len(src_tok), len(tgt_tok)).to(device).eval()
         max_len = 24 if max_len is None else max_len
     timed = {}
     outputs = {}
@@ -514,9 +520,7 @@ def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda",
     if device.type != "cuda":
         return None
     torch.manual_seed(0)
-    config = TransformerConfig(**PAPER_CONFIGS["base"], share_embeddings=True, max_len=512)
-    model = config.build(vocab, vocab)
-    model = fuse_attention(model).to(device)
+    model = PAPER_CONFIGS["base"].replace(share_embeddings=True, max_len=512).build(vocab, vocab).to(device)
     runner = torch.compile(model) if compile else model
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     src, tgt, labels = random_batch(batch, seq_len, seq_len, vocab, device, torch.Generator().manual_seed(3))

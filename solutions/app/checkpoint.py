@@ -9,9 +9,14 @@ needs nothing else) and the run's ``data_identity`` (what it was trained on). An
 inference-only version: weights, config and tokenizers, no optimizer; it cannot be resumed.
 
 :func:`load_checkpoint` reads either (``weights_only=True``), :func:`model_from_checkpoint`
-rebuilds the model and its tokenizers for translation, and :class:`CheckpointMixin` is
-the :class:`~solutions.app.trainer.Trainer`'s part that writes and restores its state.
-Every file is written to a temporary name and renamed, so a crash never leaves half a file.
+rebuilds the model and its tokenizers for translation. For the
+:class:`~solutions.app.trainer.Trainer`: :class:`Checkpointer` writes a run's files in its
+output folder (rank 0 only) and keeps the best validation BLEU; :func:`rng_state` and
+:func:`trainer_state` and :func:`restore_trainer` turn a trainer's public state (model,
+optimizer, schedule, position, history, the random generators, its plan's budget) into a
+checkpoint and back, :func:`best_state` into ``best.pt``; :func:`resume_point` reads a
+checkpoint to continue from and checks it against the requested changes. Every file is
+written to a temporary name and renamed, so a crash never leaves half a file.
 """
 import dataclasses
 import math
@@ -21,13 +26,13 @@ import random
 import numpy as np
 import torch
 
-from ..fused import fuse_attention
-from ..model import ConfigError
+from ..configuration import ConfigError
 from .config import TrainConfig
 from .tokenizer import tokenizer_from_state
 
 __all__ = ["CHECKPOINT_FORMAT", "EXPORT_FORMAT", "CheckpointError", "load_checkpoint", "stored_config",
-           "model_from_checkpoint", "export_checkpoint", "CheckpointMixin"]
+           "model_from_checkpoint", "export_checkpoint", "Checkpointer", "trainer_state", "restore_trainer",
+           "best_state", "resume_point"]
 
 CHECKPOINT_FORMAT = "transformer-book-checkpoint/1"
 # An inference-only checkpoint (export_checkpoint): weights, config and tokenizers, no optimizer.
@@ -99,8 +104,8 @@ def model_from_checkpoint(path_or_state, device="cpu"):
     """Rebuild the trained model and its tokenizers from a checkpoint or an export (for translation).
 
     Returns:
-        ``(model, src_tokenizer, tgt_tokenizer, config)``; the model is in eval mode
-        with the fused attention path on.
+        ``(model, src_tokenizer, tgt_tokenizer, config)``; the model is in eval mode, built
+        as the stored ``config.model`` says (``attention="fused"``, the default: the fast path).
 
     Raises:
         CheckpointError: when the stored weights do not fit the stored config.
@@ -114,7 +119,6 @@ def model_from_checkpoint(path_or_state, device="cpu"):
         model.load_state_dict(state["model"])
     except RuntimeError as error:
         raise CheckpointError(f"the checkpoint's weights do not match its config: {str(error).splitlines()[0]}") from error
-    fuse_attention(model)  # SDPA with packed projections
     return model.to(device).eval(), src_tokenizer, tgt_tokenizer, config
 
 
@@ -150,155 +154,153 @@ def _refuse_export(state):
                               "resume from the full checkpoint it was exported from")
 
 
+def _rng_state():
+    """The states of ``random``, ``numpy`` and ``torch`` (and CUDA's), as a checkpoint stores them."""
+    return {
+        "python": list(random.getstate()),
+        "numpy": _numpy_state_to_plain(np.random.get_state()),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
 
-class CheckpointMixin:
-    """The :class:`~solutions.app.trainer.Trainer`'s checkpoints: its state, written, restored, resumed.
 
-    Reads and sets the trainer's model, optimizer, scheduler, tokenizers, position
-    (``step``, ``epoch``, ``batch_in_epoch``, ``elapsed``), history, ``budget`` and
-    ``context`` (only the main process writes).
+def _restore_rng(state):
+    """Set the generators to a :func:`_rng_state`."""
+    python_state = state["python"]
+    random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
+    np.random.set_state(_numpy_state_from_plain(state["numpy"]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _check_resumable(state, config, src_tokenizer, tgt_tokenizer):
+    """Refuse a checkpoint whose model or vocabularies a run of ``config`` cannot continue.
+
+    Raises:
+        CheckpointError: an inference-only export, a model config other than ``config``'s
+            (:meth:`~solutions.app.config.TrainConfig.fixed_on_resume`), or other vocabularies.
+    """
+    _refuse_export(state)
+    stored = stored_config(state).fixed_on_resume()
+    run = config.fixed_on_resume()
+    different = [name for name in run if stored[name] != run[name]]
+    if different:
+        details = ", ".join(f"{n}: checkpoint {stored[n]!r} vs run {run[n]!r}" for n in different)
+        raise CheckpointError(f"checkpoint config does not match this run ({details})")
+    if state["src_tokenizer"] != src_tokenizer.state() or state["tgt_tokenizer"] != tgt_tokenizer.state():
+        raise CheckpointError("checkpoint vocabularies differ from this run's (build the trainer with "
+                              "Trainer.from_checkpoint to reuse them)")
+
+
+def resume_point(path, **changes):
+    """What a run continued from ``path`` starts with: ``(state, config, src_tokenizer, tgt_tokenizer)``.
+
+    Args:
+        path: the checkpoint (not an export).
+        changes: config fields to change, e.g. ``epochs=20`` or ``device="cuda"``; changing
+            what the weights depend on (:meth:`~solutions.app.config.TrainConfig.fixed_on_resume`:
+            the model's sizes, the tokenizer) raises :class:`CheckpointError`.
+    """
+    state = load_checkpoint(path)
+    _refuse_export(state)
+    stored = stored_config(state)
+    config = stored.replace(**changes)
+    before, after = stored.fixed_on_resume(), config.fixed_on_resume()
+    clashing = [name for name in before if before[name] != after[name]]
+    if clashing:
+        raise CheckpointError("checkpoint config does not match: " + ", ".join(
+            f"{n} is {before[n]!r} in the checkpoint, {after[n]!r} requested" for n in clashing))
+    return state, config, tokenizer_from_state(state["src_tokenizer"]), tokenizer_from_state(state["tgt_tokenizer"])
+
+
+class Checkpointer:
+    """A run's files in its output folder: ``checkpoint.pt`` (to resume) and ``best.pt`` (the best weights).
+
+    Only the main process writes (``is_main``); every file is replaced atomically. It also
+    keeps the best validation BLEU so far, which ``best.pt`` records.
+
+    Args:
+        out_dir: the folder, or ``None`` (nothing is written; the best BLEU is still kept).
+        is_main: whether this process writes (rank 0 of a distributed run).
+
+    Attributes:
+        best_bleu: the highest validation BLEU passed to :meth:`improves` (``None`` before).
     """
 
-    # -- checkpoints ----------------------------------------------------------------------------
-    # -- checkpoints ----------------------------------------------------------------------------
-    def state_dict(self):
-        """Everything needed to resume exactly (see the module docstring)."""
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "config": dataclasses.asdict(self.config),
-            "src_tokenizer": self.src_tokenizer.state(),
-            "tgt_tokenizer": self.tgt_tokenizer.state(),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng": {
-                "python": list(random.getstate()),
-                "numpy": _numpy_state_to_plain(np.random.get_state()),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
-            "step": self.step,
-            "epoch": self.epoch,
-            "batch_in_epoch": self.batch_in_epoch,
-            "elapsed": self.elapsed,
-            "history": self.history,
-            "world_size": self.context.world_size,
-            "data": self.data_identity,
-            "best_bleu": self.best_bleu,
-            "planned_steps": self.planned_steps,
-            "epoch_log": self.epoch_log,
-            "budget_used": self.budget.elapsed() if self.budget is not None else None,
-        }
+    def __init__(self, out_dir, is_main=True):
+        self.out_dir, self.is_main = out_dir, is_main
+        self.best_bleu = None
 
-    def save_checkpoint(self, path):
-        """Write :meth:`state_dict` to ``path`` (rank 0 only; atomic replace). Returns ``path``."""
+    def path(self, name):
+        """``out_dir/name``, or ``None`` without an output folder."""
+        return os.path.join(self.out_dir, name) if self.out_dir is not None else None
+
+    def save(self, make_state, path):
+        """Write ``make_state()`` to ``path`` (rank 0 only: elsewhere it is not even made; atomic
+        replace). Returns ``path``."""
         path = os.fspath(path)
-        if not self.context.is_main:
-            return path
-        return _save_atomically(self.state_dict(), path)
+        return _save_atomically(make_state(), path) if self.is_main else path
 
-    def load_state_dict(self, state):
-        """Restore a :meth:`state_dict` (model, optimizer, schedule, RNG, position, history).
-
-        Raises:
-            CheckpointError: when the checkpoint's model config or vocabularies differ
-            from this trainer's, or when it is an inference-only export.
-        """
-        _refuse_export(state)
-        stored = stored_config(state).fixed_on_resume()
-        run = self.config.fixed_on_resume()
-        different = [name for name in run if stored[name] != run[name]]
-        if different:
-            details = ", ".join(f"{n}: checkpoint {stored[n]!r} vs run {run[n]!r}" for n in different)
-            raise CheckpointError(f"checkpoint config does not match this run ({details})")
-        if (state["src_tokenizer"] != self.src_tokenizer.state()
-                or state["tgt_tokenizer"] != self.tgt_tokenizer.state()):
-            raise CheckpointError("checkpoint vocabularies differ from this run's (build the trainer with "
-                                  "Trainer.from_checkpoint to reuse them)")
-        try:
-            self.model.load_state_dict(state["model"])
-        except RuntimeError as error:
-            raise CheckpointError(f"checkpoint weights do not fit the model: {str(error).splitlines()[0]}") from error
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
-        self.elapsed = state.get("elapsed", 0.0)
-        self.data_identity = state.get("data")
-        self.best_bleu = state.get("best_bleu")
-        self.planned_steps = state.get("planned_steps")
-        self.epoch_log = list(state.get("epoch_log") or [])
-        if self.budget is not None and state.get("budget_used"):
-            self.budget.used = state["budget_used"]  # the budget is the whole run's, interruptions aside
-        self.history = state["history"]
-        rng = state["rng"]
-        python_state = rng["python"]
-        random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
-        np.random.set_state(_numpy_state_from_plain(rng["numpy"]))
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-
-    @classmethod
-    def from_checkpoint(cls, path, train_pairs, valid_pairs=(), out_dir=None, distributed=None, decoders=None,
-                        started=None, other_data=False, **changes):
-        """A trainer that continues the run saved at ``path``: same config, same vocabularies.
-
-        Args:
-            path: the checkpoint.
-            train_pairs, valid_pairs: the data (the same as the saved run's for an exact resume).
-            out_dir, distributed, decoders, started: as for the trainer's constructor.
-            other_data: the data are not the saved run's (``--allow-other-data``): the stored
-                best validation BLEU is forgotten (BLEU on another validation set is not comparable).
-            changes: config fields to change, e.g. ``epochs=20`` or ``device="cuda"``;
-                changing what the weights depend on (:meth:`TrainConfig.fixed_on_resume`: the
-                model's sizes, the tokenizer) raises :class:`CheckpointError`.
-        """
-        state = load_checkpoint(path)
-        _refuse_export(state)
-        stored = stored_config(state)
-        config = stored.replace(**changes)
-        before, after = stored.fixed_on_resume(), config.fixed_on_resume()
-        clashing = [name for name in before if before[name] != after[name]]
-        if clashing:
-            raise CheckpointError(
-                "checkpoint config does not match: " + ", ".join(
-                    f"{n} is {before[n]!r} in the checkpoint, {after[n]!r} requested" for n in clashing)
-            )
-        trainer = cls(config, train_pairs, valid_pairs,
-                      src_tokenizer=tokenizer_from_state(state["src_tokenizer"]),
-                      tgt_tokenizer=tokenizer_from_state(state["tgt_tokenizer"]),
-                      out_dir=out_dir, distributed=distributed, decoders=decoders, started=started)
-        trainer.load_state_dict(state)
-        if other_data:
-            trainer.best_bleu = None
-        return trainer
-
-    def _keep_best(self, bleu):
-        """Record a new best validation BLEU; with an ``out_dir``, also write ``best.pt`` (no optimizer state)."""
+    def improves(self, bleu):
+        """Whether ``bleu`` beats :attr:`best_bleu` (NaN never does); if so it becomes the best."""
         if math.isnan(bleu) or (self.best_bleu is not None and bleu <= self.best_bleu):
             return False
         self.best_bleu = bleu
-        if self.out_dir is not None:
-            # Saved after best_bleu is updated, so that best.pt records its own score.
-            self.save_best(os.path.join(self.out_dir, "best.pt"))
         return True
 
-    def save_best(self, path, model_state=None):
-        """Write the inference checkpoint ``best.pt``: weights, config, tokenizers, history; no optimizer.
+    def best_weights(self):
+        """The weights of ``out_dir/best.pt`` when it exists, else ``None``."""
+        path = self.path("best.pt")
+        return load_checkpoint(path)["model"] if path is not None and os.path.isfile(path) else None
 
-        ``translate``, ``evaluate`` and :func:`model_from_checkpoint` read it; a run
-        resumes from ``checkpoint.pt`` (which keeps the optimizer state). Rank 0 only.
 
-        Args:
-            path: the file (replaced atomically).
-            model_state: weights to store instead of the model's (e.g. averaged ones).
-        """
-        path = os.fspath(path)
-        if not self.context.is_main:
-            return path
-        state = {"format": EXPORT_FORMAT, "config": dataclasses.asdict(self.config),
-                 "src_tokenizer": self.src_tokenizer.state(), "tgt_tokenizer": self.tgt_tokenizer.state(),
-                 "model": self.model.state_dict() if model_state is None else model_state,
-                 "data": self.data_identity, "best_bleu": self.best_bleu, "step": self.step, "epoch": self.epoch,
-                 "history": self.history}
-        return _save_atomically(state, path)
+def trainer_state(trainer):
+    """A :class:`~solutions.app.trainer.Trainer`'s checkpoint (format :data:`CHECKPOINT_FORMAT`), from its
+    public attributes: config, tokenizers, model, optimizer, scheduler, position, history, data
+    identity, best BLEU, epoch log, its plan's :meth:`~solutions.app.schedule.RunPlan.state_dict`,
+    and the states of the random generators."""
+    return {"format": CHECKPOINT_FORMAT, "config": dataclasses.asdict(trainer.config),
+            "src_tokenizer": trainer.src_tokenizer.state(), "tgt_tokenizer": trainer.tgt_tokenizer.state(),
+            "model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict(),
+            "scheduler": trainer.scheduler.state_dict(), "rng": _rng_state(), "step": trainer.step,
+            "epoch": trainer.epoch, "batch_in_epoch": trainer.batch_in_epoch, "elapsed": trainer.elapsed,
+            "history": trainer.history, "world_size": trainer.context.world_size, "data": trainer.data_identity,
+            "best_bleu": trainer.checkpointer.best_bleu, "epoch_log": trainer.epoch_log,
+            **trainer.plan.state_dict()}
+
+
+def restore_trainer(trainer, state):
+    """Restore a :func:`trainer_state` into ``trainer`` (model, optimizer, schedule, RNG, position, history).
+
+    Raises:
+        CheckpointError: when the checkpoint's model config or vocabularies differ
+            from the trainer's, or when it is an inference-only export.
+    """
+    _check_resumable(state, trainer.config, trainer.src_tokenizer, trainer.tgt_tokenizer)
+    try:
+        trainer.model.load_state_dict(state["model"])
+    except RuntimeError as error:
+        raise CheckpointError(f"checkpoint weights do not fit the model: {str(error).splitlines()[0]}") from error
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    trainer.step, trainer.epoch, trainer.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+    trainer.elapsed = state.get("elapsed", 0.0)
+    trainer.data_identity = state.get("data")
+    trainer.checkpointer.best_bleu = state.get("best_bleu")
+    trainer.epoch_log = list(state.get("epoch_log") or [])
+    trainer.plan.load_state_dict(state)
+    trainer.history = state["history"]
+    _restore_rng(state["rng"])
+
+
+def best_state(trainer, model_state=None):
+    """The inference checkpoint ``best.pt`` of ``trainer`` (format :data:`EXPORT_FORMAT`): weights
+    (``model_state`` instead of the model's when given), config, tokenizers, data, best BLEU,
+    position and history; no optimizer. ``translate``, ``evaluate`` and
+    :func:`model_from_checkpoint` read it; a run resumes from ``checkpoint.pt``."""
+    return {"format": EXPORT_FORMAT, "config": dataclasses.asdict(trainer.config),
+            "src_tokenizer": trainer.src_tokenizer.state(), "tgt_tokenizer": trainer.tgt_tokenizer.state(),
+            "model": trainer.model.state_dict() if model_state is None else model_state,
+            "data": trainer.data_identity, "best_bleu": trainer.checkpointer.best_bleu, "step": trainer.step,
+            "epoch": trainer.epoch, "history": trainer.history}

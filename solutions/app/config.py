@@ -1,9 +1,9 @@
 """What defines a training run: :class:`TrainConfig`, the presets, and the book's own run.
 
-:class:`TrainConfig` holds the model's sizes (a :class:`~solutions.model.TransformerConfig`)
+:class:`TrainConfig` holds the model's sizes (a :class:`~solutions.configuration.TransformerConfig`)
 beside the run's own fields (optimisation, data, device, schedule and budget, final
 decoding) and checks every field once, when it is made (a
-:class:`~solutions.model.ConfigError` naming the field). Every checkpoint stores it;
+:class:`~solutions.configuration.ConfigError` naming the field). Every checkpoint stores it;
 :meth:`TrainConfig.from_dict` reads it back. :data:`PRESETS` are the named runs of the
 command line (``--preset``); :func:`book_splits`, :func:`book_config` and
 :func:`book_checkpoint` define the run that chapter 9 trains and chapter 10 decodes.
@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..model import ConfigError, TransformerConfig
+from ..configuration import ConfigError, TransformerConfig
 from .synthetic import make_synthetic_splits
 
 __all__ = ["TrainConfig", "PRESETS", "book_splits", "book_config", "book_checkpoint"]
@@ -25,7 +25,7 @@ __all__ = ["TrainConfig", "PRESETS", "book_splits", "book_config", "book_checkpo
 class TrainConfig:
     """Everything that defines a training run (stored in every checkpoint).
 
-    Model: ``model``, a :class:`~solutions.model.TransformerConfig` (section 3, Table 3:
+    Model: ``model``, a :class:`~solutions.configuration.TransformerConfig` (section 3, Table 3:
     ``d_model``, ``num_heads``, the layers, ``d_ff``, ``dropout``, ``max_len``,
     ``share_embeddings``, ``norm_first``), checked when it is made. Read its sizes there
     (``config.model.d_model``); :meth:`replace` takes them by name too
@@ -100,7 +100,7 @@ class TrainConfig:
     length_penalty: float = 0.6
 
     def __post_init__(self):
-        """Check every field once, here (a :class:`~solutions.model.ConfigError` naming the field)."""
+        """Check every field once, here (a :class:`~solutions.configuration.ConfigError` naming the field)."""
         if not isinstance(self.model, TransformerConfig):
             raise TypeError(f"model must be a TransformerConfig, got {type(self.model).__name__}")
         for name, (smallest, optional) in _INTEGER_FIELDS.items():
@@ -135,7 +135,7 @@ class TrainConfig:
 
         Raises:
             ValueError: an unknown name, or a model the :class:`TransformerConfig` refuses
-                (:class:`~solutions.model.ConfigError`, naming the field).
+                (:class:`~solutions.configuration.ConfigError`, naming the field).
         """
         own = {f.name for f in dataclasses.fields(self)}
         sizes = {name: changes.pop(name) for name in list(changes) if name in _MODEL_NAMES}
@@ -167,8 +167,9 @@ class TrainConfig:
 
     def fixed_on_resume(self):
         """What a checkpoint's weights and vocabularies depend on, so a resumed run keeps it:
-        ``{name: value}`` for the model's fields but ``dropout``, and the tokenizer's."""
-        fixed = {name: getattr(self.model, name) for name in _MODEL_NAMES if name != "dropout"}
+        ``{name: value}`` for the model's fields but ``dropout`` and ``attention`` (how it
+        computes, not what), and the tokenizer's."""
+        fixed = {name: getattr(self.model, name) for name in _MODEL_NAMES if name not in ("dropout", "attention")}
         return {**fixed, "tokenizer": self.tokenizer, "bpe_vocab_size": self.bpe_vocab_size}
 
 

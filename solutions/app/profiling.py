@@ -18,9 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from ..fused import fuse_attention
 from ..masking import decoder_mask, padding_mask
-from ..model import Transformer
+from ..configuration import TransformerConfig
 from .bench import TorchTransformerBaseline, random_batch
 
 __all__ = ["PROFILE_SIZES", "profile_training_step", "format_profile"]
@@ -68,7 +67,10 @@ def _profile(sizes, steps, warmup, top):
                                     torch.Generator().manual_seed(1))
     layers = (sizes["d_model"], sizes["num_heads"], sizes["num_layers"], sizes["num_layers"], sizes["d_ff"], 0.1)
     torch.manual_seed(0)
-    ours = fuse_attention(Transformer(vocab, vocab, *layers, max_len=512, norm_first=sizes["norm_first"]))
+    ours = TransformerConfig(d_model=sizes["d_model"], num_heads=sizes["num_heads"],
+                             num_encoder_layers=sizes["num_layers"], num_decoder_layers=sizes["num_layers"],
+                             d_ff=sizes["d_ff"], dropout=0.1, max_len=512,
+                             norm_first=sizes["norm_first"]).build(vocab, vocab)
     theirs = TorchTransformerBaseline(vocab, vocab, *layers, norm_first=sizes["norm_first"])
     inputs = {"ours": (src, tgt, padding_mask(src), decoder_mask(tgt)), "torch": (src, tgt, src == 0, tgt == 0)}
     reports = {}

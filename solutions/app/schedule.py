@@ -5,16 +5,15 @@ Two schedules (``TrainConfig.schedule``): ``"noam"``, the paper's warm-up then
 (:func:`warmup_linear_decay`), a warm-up then a linear decay to the run's last planned
 step. With ``TrainConfig.time_budget`` a run plans itself: :class:`TimeBudget` turns
 the measured seconds per step and per evaluation into the last step that fits, and
-:class:`BudgetMixin` is the :class:`~solutions.app.trainer.Trainer`'s part that
-measures, reserves time for the end of the run, re-plans, says when to stop and logs
-the progress line with its ETA.
+:class:`RunPlan`, the :class:`~solutions.app.trainer.Trainer`'s schedule, keeps the
+measured times, reserves time for the end of the run, re-plans and says when to stop;
+:class:`ProgressLine` is the log line with its ETA.
 """
 import time
 
 from ..training import noam_lr
-from ..translation import translate
 
-__all__ = ["warmup_linear_decay", "TimeBudget", "format_duration", "BudgetMixin"]
+__all__ = ["warmup_linear_decay", "TimeBudget", "format_duration", "RunPlan", "ProgressLine"]
 
 
 def warmup_linear_decay(step, total_steps, warmup_steps, peak, floor=0.02):
@@ -101,41 +100,47 @@ def format_duration(seconds):
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-class BudgetMixin:
-    """The :class:`~solutions.app.trainer.Trainer`'s schedule, time budget and progress line.
+class RunPlan:
+    """The schedule and the time budget of one run: each step's learning rate, the steps that fit, when to stop.
 
-    Reads the trainer's ``config``, ``budget`` (a :class:`TimeBudget` or ``None``),
-    ``sampler`` (steps per epoch), ``step`` and its measured times ``_timing``
-    (``{"step", "eval", "beam_sentence"}`` seconds); sets ``planned_steps`` and
-    :attr:`~solutions.app.trainer.Trainer.stop_reason`. The progress line off a terminal
-    (step of the planned steps, loss, tokens per second, ETA, budget left) reads the
-    loop's ``_progress`` counters.
+    The :class:`~solutions.app.trainer.Trainer` records what it measures in :attr:`seconds`
+    and asks :meth:`learning_rate`, :meth:`replan`, :meth:`exhausted` and
+    :meth:`final_beam_size`; a checkpoint keeps :meth:`state_dict`.
+
+    Args:
+        config: the run's :class:`~solutions.app.config.TrainConfig` (its schedule, warm-up,
+            epochs, ``max_steps``, ``average_last``, ``eval_sentences``, ``beam_size``); the
+            trainer sets :attr:`config` again when it changes the epochs.
+        steps_per_epoch: batches in an epoch (this process's share).
+        budget: a :class:`TimeBudget`, or ``None`` (no budget: the epochs decide).
+        log: a function of one message (default: none).
+
+    Attributes:
+        planned_steps: the last step the budget allows (``None`` until planned); the
+            ``"linear"`` schedule decays to it.
+        final_sentences: sentences the end of the run decodes with the beam (time is kept for them).
+        seconds: measured times, ``{"step", "eval", "beam_sentence"}`` (``None`` until measured).
+        stop_reason: why :meth:`exhausted` said stop (``"planned steps done"``, ``"budget"``).
     """
 
-    def _learning_rate(self, step):
+    def __init__(self, config, steps_per_epoch, budget=None, log=None):
+        self.config, self.steps_per_epoch, self.budget = config, max(1, steps_per_epoch), budget
+        self.log = log or (lambda message: None)
+        self.planned_steps = None
+        self.final_sentences = 0
+        self.seconds = {"step": None, "eval": None, "beam_sentence": None}
+        self.stop_reason = None
+
+    def learning_rate(self, step):
         """The learning rate of step ``step`` (from 1) under ``config.schedule``."""
         config = self.config
         if config.schedule == "noam":
             return noam_lr(step, config.model.d_model, config.warmup_steps, config.lr_factor)
-        total = self.planned_steps or config.max_steps or config.epochs * max(1, len(self.sampler))
+        total = self.planned_steps or config.max_steps or config.epochs * self.steps_per_epoch
         # Warm-up: at most a tenth of the planned run.
         return warmup_linear_decay(step, total, min(config.warmup_steps, max(1, total // 10)), config.lr_peak)
 
-    def _measure_beam(self, sentences=12):
-        """Time the final decoding's beam search on a few validation sentences (seconds per sentence).
-
-        Measured again at every epoch end: the translations of an undertrained model run to the
-        length limit, so the first measurement overstates what the final decoding will cost.
-        """
-        chosen = [s for s, _ in self.valid_data.pairs[:sentences]]
-        if not chosen:
-            return
-        start = self.clock()
-        translate(self.model, chosen, self.src_tokenizer, self.tgt_tokenizer, beam_size=self.config.beam_size,
-                  length_penalty=self.config.length_penalty, device=self.device, **self.translate_options)
-        self._timing["beam_sentence"] = (self.clock() - start) / len(chosen)
-
-    def _reserve(self):
+    def reserve(self):
         """Seconds kept for the end of the run: evaluating averaged weights, beam decoding, saving.
 
         Before anything is measured: a tenth of the budget. Afterwards: one evaluation
@@ -144,7 +149,7 @@ class BudgetMixin:
         over-estimate, the evaluation also computes the loss), 30 % margin and 20 seconds
         for saving files.
         """
-        evaluation, beam = self._timing["eval"], self._timing["beam_sentence"]
+        evaluation, beam = self.seconds["eval"], self.seconds["beam_sentence"]
         if evaluation is None:
             return 0.1 * self.budget.seconds
         evaluations = 1 + (self.config.average_last > 1)
@@ -153,34 +158,45 @@ class BudgetMixin:
         decoding = beam * self.final_sentences + greedy if beam is not None else greedy
         return 1.3 * (evaluations * evaluation + decoding) + 20.0
 
-    def _plan(self):
-        """(Re-)plan the last step of the budget from the measured times."""
-        evaluation = self._timing["eval"]
+    def replan(self, step):
+        """(Re-)plan the last step of the budget from the measured times; returns :attr:`planned_steps`."""
+        evaluation = self.seconds["eval"]
         if evaluation is None:  # before the first evaluation: about 3 % of an epoch's training time
-            evaluation = 0.03 * self._timing["step"] * len(self.sampler)
-        planned = self.budget.plan(self.step, self._timing["step"], len(self.sampler), evaluation, self._reserve())
+            evaluation = 0.03 * self.seconds["step"] * self.steps_per_epoch
+        planned = self.budget.plan(step, self.seconds["step"], self.steps_per_epoch, evaluation, self.reserve())
         if self.config.max_steps is not None:  # the linear schedule decays to the step the run will stop at
-            planned = min(planned, max(self.config.max_steps, self.step))
+            planned = min(planned, max(self.config.max_steps, step))
         first = self.planned_steps is None
         self.planned_steps = planned
-        self._progress["planned"] = planned
         if first:
-            self._log(f"time budget {format_duration(self.budget.seconds)}: {self._timing['step']:.3f} s/step, "
-                      f"{format_duration(self.budget.left())} left, planned {planned} steps "
-                      f"(about {planned / max(1, len(self.sampler)):.1f} epochs)")
+            self.log(f"time budget {format_duration(self.budget.seconds)}: {self.seconds['step']:.3f} s/step, "
+                     f"{format_duration(self.budget.left())} left, planned {planned} steps "
+                     f"(about {planned / self.steps_per_epoch:.1f} epochs)")
+        return planned
 
-    def _budget_exhausted(self):
-        """True (and :attr:`stop_reason` set) when the planned step is reached or only the reserve is left."""
-        if self.planned_steps is not None and self.step >= self.planned_steps:
+    def exhausted(self, step, first_step):
+        """True (and :attr:`stop_reason` set) when the planned step is reached or only the reserve is left.
+
+        ``first_step`` is the step this process's run began at: at least one step is done
+        per run, so the checkpoint it leaves is a trained model.
+        """
+        if self.planned_steps is not None and step >= self.planned_steps:
             self.stop_reason = "planned steps done"
             return True
-        if self.step == self._progress["first_step"]:
-            return False  # at least one step per run: the checkpoint it leaves is a trained model
-        step_time = self._timing["step"] or 0.0
-        if self.budget.left() < self._reserve() + step_time:
+        if step == first_step:
+            return False
+        if self.budget.left() < self.reserve() + (self.seconds["step"] or 0.0):
             self.stop_reason = "budget"
             return True
         return False
+
+    def no_time_to_evaluate(self):
+        """True (and :attr:`stop_reason` = ``"budget"``) when an epoch end's evaluation no longer fits."""
+        if self.budget is None or self.seconds["eval"] is None or \
+                self.budget.left() >= self.seconds["eval"] + self.reserve():
+            return False
+        self.stop_reason = "budget"
+        return True
 
     def final_beam_size(self):
         """The beam size the end of the run can afford: ``config.beam_size``, or 1 (greedy) when a time
@@ -189,27 +205,65 @@ class BudgetMixin:
         beam = self.config.beam_size
         if beam == 1 or self.budget is None or not self.final_sentences:
             return beam
-        per_sentence = self._timing["beam_sentence"]
+        per_sentence = self.seconds["beam_sentence"]
         if per_sentence is not None and self.budget.left() >= 1.1 * per_sentence * self.final_sentences:
             return beam
-        self._log(f"time budget: {format_duration(self.budget.left())} left, not enough for beam search over "
-                  f"{self.final_sentences} sentences; the final translations are greedy")
+        self.log(f"time budget: {format_duration(self.budget.left())} left, not enough for beam search over "
+                 f"{self.final_sentences} sentences; the final translations are greedy")
         return 1
 
-    def _log_progress(self, loss, lr):
-        """Log the progress line of :meth:`train` when ``progress_seconds`` or ``progress_steps`` have passed."""
-        state, now = self._progress, time.perf_counter()
-        seconds, steps = self.config.progress_seconds, self.config.progress_steps
-        due_by_time = seconds is not None and now - state["last_time"] >= seconds
-        due_by_steps = steps is not None and self.step - state["last_step"] >= steps
+    def state_dict(self):
+        """What a checkpoint keeps of the plan: ``{"planned_steps", "budget_used"}``."""
+        return {"planned_steps": self.planned_steps,
+                "budget_used": self.budget.elapsed() if self.budget is not None else None}
+
+    def load_state_dict(self, state):
+        """Restore :meth:`state_dict`'s fields (missing ones, from older checkpoints, stay as they are)."""
+        self.planned_steps = state.get("planned_steps")
+        if self.budget is not None and state.get("budget_used"):
+            self.budget.used = state["budget_used"]  # the budget is the whole run's, interruptions aside
+
+
+class ProgressLine:
+    """The progress line off a terminal, every ``seconds`` seconds or ``steps`` steps::
+
+        step 120/900 epoch 1/3 loss 3.214 lr 4.10e-04 5230 tok/s elapsed 1m02s ETA 6m45s
+
+    Tokens per second: source and target tokens without padding, over the time spent in
+    the training steps (:meth:`busy`) since the previous line; the ETA extrapolates the run
+    so far, evaluations included; with a budget, ``left`` is the budget left.
+
+    Args:
+        log: a function of one message.
+        seconds, steps: ``config.progress_seconds`` and ``config.progress_steps`` (``None`` = never by that measure).
+        step, tokens: the step and the tokens seen when the run (this call of ``train``) began.
+        planned: the last step expected (the trainer updates :attr:`planned` when it re-plans).
+        epochs: the run's epochs.
+    """
+
+    def __init__(self, log, seconds, steps, step, tokens, planned, epochs):
+        self.log, self.every_seconds, self.every_steps = log, seconds, steps
+        self.planned, self.epochs, self.first_step = planned, epochs, step
+        self.start = self.last_time = time.perf_counter()
+        self.last_step, self.last_tokens, self.busy_seconds = step, tokens, 0.0
+
+    def busy(self, seconds):
+        """Count ``seconds`` spent in a training step."""
+        self.busy_seconds += seconds
+
+    def update(self, step, epoch, loss, lr, tokens, budget=None):
+        """Log the line when ``seconds`` or ``steps`` have passed since the last one."""
+        now = time.perf_counter()
+        due_by_time = self.every_seconds is not None and now - self.last_time >= self.every_seconds
+        due_by_steps = self.every_steps is not None and step - self.last_step >= self.every_steps
         if not (due_by_time or due_by_steps):
             return
-        tokens_per_s = (self.tokens_seen - state["last_tokens"]) / max(state["busy"], 1e-9)
-        elapsed = now - state["run_start"]
-        done = self.step - state["first_step"]
-        remaining = max(0, state["planned"] - self.step)
+        tokens_per_s = (tokens - self.last_tokens) / max(self.busy_seconds, 1e-9)
+        elapsed = now - self.start
+        done = step - self.first_step
+        remaining = max(0, self.planned - step)
         eta = format_duration(elapsed / done * remaining) if done else "?"
-        left = f" left {format_duration(self.budget.left())}" if self.budget is not None else ""
-        self._log(f"step {self.step}/{state['planned']} epoch {self.epoch + 1}/{state['epochs']} loss {loss:.3f} "
-                  f"lr {lr:.2e} {tokens_per_s:.0f} tok/s elapsed {format_duration(elapsed)} ETA {eta}{left}")
-        state.update(last_time=now, last_step=self.step, last_tokens=self.tokens_seen, busy=0.0)
+        left = f" left {format_duration(budget.left())}" if budget is not None else ""
+        self.log(f"step {step}/{self.planned} epoch {epoch + 1}/{self.epochs} loss {loss:.3f} "
+                 f"lr {lr:.2e} {tokens_per_s:.0f} tok/s elapsed {format_duration(elapsed)} ETA {eta}{left}")
+        self.last_time, self.last_step, self.last_tokens, self.busy_seconds = now, step, tokens, 0.0

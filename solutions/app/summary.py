@@ -1,7 +1,8 @@
 """The end of a training run: the final decoding, the results files and the typed run summary.
 
-:meth:`~solutions.app.trainer.Trainer.fit` trains, averages, decodes the validation and test
-sets and writes ``history.json``, ``results.json`` (schema 1, the README's "Train on your
+:meth:`~solutions.app.trainer.Trainer.fit` trains, ends the training (:func:`finish_training`: the
+weights left unevaluated, the average of the last epochs, the best of them loaded), decodes
+the validation and test sets and writes ``history.json``, ``results.json`` (schema 1, the README's "Train on your
 own corpus") and ``test_translations.jsonl`` (every test sentence's greedy and beam
 translation, :func:`write_translations`; results.json names it with its SHA-256) with
 :func:`end_of_run`, then returns a :class:`RunSummary`, which the CLI prints as one JSON line.
@@ -24,7 +25,8 @@ from ..translation import translate
 from .evaluation import CorpusBLEU
 
 __all__ = ["RunSummary", "RESULTS_SCHEMA", "TUTORIAL_METRIC", "LoadSampler", "score_translations",
-           "results_document", "end_of_run", "write_translations", "TRANSLATIONS_FILE", "cpu_name"]
+           "results_document", "finish_training", "end_of_run", "write_translations", "TRANSLATIONS_FILE",
+           "cpu_name"]
 
 RESULTS_SCHEMA = 1
 TRANSLATIONS_FILE = "test_translations.jsonl"
@@ -192,6 +194,55 @@ def results_document(trainer, final, finish, test_pairs, wall_seconds, load, com
     return results
 
 
+def finish_training(trainer):
+    """The end of training: evaluate what :meth:`~solutions.app.trainer.Trainer.train` left unevaluated,
+    and the averaged weights.
+
+    When training stopped inside an epoch (the budget or ``max_steps``), the final weights
+    are evaluated on the validation set; with ``average_last`` N > 1, the mean of the
+    weights at the last N epoch ends (and the final weights, when they are newer) is
+    evaluated too. Whichever has the best validation BLEU becomes ``best.pt``, and its
+    weights are loaded into ``trainer.model`` (so that a test evaluation afterwards uses them).
+
+    Args:
+        trainer: the :class:`~solutions.app.trainer.Trainer` (its ``evaluate``, ``record_epoch``,
+            ``keep_best``, ``evaluator`` and ``checkpointer``).
+
+    Returns:
+        ``{"final_bleu", "averaged_bleu", "averaged": int, "chosen": "epoch" | "final" |
+        "averaged"}`` (BLEU values NaN when not evaluated).
+    """
+    model, valid, evaluator = trainer.model, trainer.valid_data, trainer.evaluator
+    averaging = trainer.config.average_last > 1
+    report = {"final_bleu": math.nan, "averaged_bleu": math.nan, "averaged": 0, "chosen": "epoch"}
+    best_weights = None
+    evaluated = trainer.history["valid"]["step"]
+    if (evaluated[-1] if evaluated else None) != trainer.step and len(valid):
+        metrics = trainer.evaluate()
+        report["final_bleu"] = metrics["bleu"]
+        trainer.record_epoch(metrics)
+        trainer.log(f"final weights (step {trainer.step}): valid BLEU {report['final_bleu']:.2f}")
+        if trainer.keep_best(report["final_bleu"]):
+            report["chosen"] = "final"
+        if averaging:
+            evaluator.snapshot(model)
+    averaged = evaluator.averaged(model) if averaging else None
+    if averaged is not None and len(valid):
+        current = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        model.load_state_dict({k: v.to(trainer.device) for k, v in averaged.items()})
+        bleu = trainer.evaluate(valid.pairs)["bleu"]  # not recorded in the history
+        report["averaged_bleu"], report["averaged"] = bleu, len(evaluator.snapshots)
+        trainer.log(f"average of the last {report['averaged']} checkpoints: valid BLEU {bleu:.2f}")
+        if trainer.keep_best(bleu, model_state=averaged):
+            best_weights, report["chosen"] = averaged, "averaged"
+        model.load_state_dict(current)
+    if report["chosen"] == "epoch":
+        best_weights = trainer.checkpointer.best_weights()
+    if best_weights is not None:
+        model.load_state_dict({k: v.to(trainer.device) for k, v in best_weights.items()})
+    return report
+
+
 def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipped_lines=None):
     """The end of a run after :meth:`~solutions.app.trainer.Trainer.finish`: the final decoding and the results files.
 
@@ -226,7 +277,7 @@ def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipp
     if test_pairs:
         test = trainer.evaluate(test_pairs, max_sentences=0)  # loss and accuracy; BLEU with the final decoding
         test.update(bleu=final["test"]["bleu"], exact_match=final["test"]["exact_match"])
-    signature = trainer.bleu.signature or final.get("test", {}).get("signature")
+    signature = trainer.evaluator.bleu.signature or final.get("test", {}).get("signature")
     results_path = wall_minutes = best = translations_path = None
     checkpoint = os.path.join(trainer.out_dir, "checkpoint.pt") if trainer.out_dir is not None else None
     if trainer.out_dir is not None:

@@ -1,61 +1,47 @@
 """The training loop: :class:`Trainer`, from a config and sentence pairs to a trained model and its results.
 
-:class:`Trainer` trains a :class:`~solutions.model.Transformer` on sentence pairs
-the way section 5 of the paper describes, at any scale from the book's ``tiny``
-preset on a laptop CPU to the paper's ``base`` model on several GPUs:
-
-- Adam(β1 = 0.9, β2 = 0.98, ε = 1e-9) with a warm-up schedule (section 5.3;
-  :mod:`solutions.app.schedule`, which also plans a run inside a time budget),
-  label-smoothed cross-entropy (section 5.4), gradient-norm clipping (not in the
-  paper; a safety net), batches of similar length (:mod:`solutions.app.batching`);
-- after every epoch: validation loss, token accuracy, exact match and sacreBLEU's
-  corpus BLEU of greedy translations (:mod:`solutions.app.evaluation`), kept in
-  :attr:`Trainer.history`, and a checkpoint that resumes *exactly*
-  (:mod:`solutions.app.checkpoint`); with an ``out_dir``, ``best.pt`` beside
-  ``checkpoint.pt`` keeps the epoch of highest validation BLEU;
-- off a terminal, a log line every ``progress_seconds`` seconds or ``progress_steps``
-  steps with the step, loss, tokens per second and the ETA (on a terminal, a tqdm bar);
-- ``device="auto" | "cpu" | "cuda"``; ``bf16=True`` runs the forward pass under
-  ``torch.autocast(dtype=torch.bfloat16)`` on CUDA and on a CPU with native bfloat16
-  arithmetic (AVX512-BF16 or AMX; :func:`~solutions.app.device.cpu_has_bf16`: about 1.5 times the steps per
-  second of float32 on 2 cores of an AMD EPYC with AVX512-BF16; the weights, the
-  optimizer and the loss stay float32); on a CPU without it the switch warns and is
-  ignored (emulated bfloat16 is slower than float32). ``compile=True`` uses
-  ``torch.compile`` on CUDA and warns and is ignored on the CPU (it needs a C++ toolchain);
-- several processes under ``torchrun`` (``DistributedDataParallel``; each process
-  takes its share of every global batch; only rank 0 logs and saves).
-
-:meth:`Trainer.fit` runs a whole run, from the first step to the results files, and
-returns a :class:`~solutions.app.summary.RunSummary`.
+:class:`Trainer` trains a :class:`~solutions.model.Transformer` on sentence pairs the way
+section 5 of the paper describes (Adam with a warm-up schedule, label smoothing, batches
+of similar length), at any scale from the book's ``tiny`` preset on a laptop CPU to the
+paper's ``base`` model on several GPUs (``torchrun``, ``DistributedDataParallel``; only
+rank 0 logs and saves). Its parts are objects of their own: the schedule and the time
+budget (:class:`~solutions.app.schedule.RunPlan`), evaluation
+(:class:`~solutions.app.evaluation.Evaluator`) and the run's files
+(:class:`~solutions.app.checkpoint.Checkpointer`). ``bf16=True`` runs the forward pass
+under ``torch.autocast(dtype=torch.bfloat16)`` on CUDA and on a CPU with native bfloat16
+(:func:`~solutions.app.device.cpu_has_bf16`: about 1.5 times the steps per second of
+float32 on 2 cores of an AMD EPYC with AVX512-BF16; weights, optimizer and loss stay
+float32), and warns and is ignored elsewhere; ``compile=True`` uses ``torch.compile`` on
+CUDA only. :meth:`Trainer.fit` runs a whole run, from the first step to the results files,
+and returns a :class:`~solutions.app.summary.RunSummary`.
 
 Paper: section 5 (Training) and Table 3 (the base configuration).
 """
 import collections
 import logging
 import math
-import os
-import sys
 import random
+import sys
 import time
 import warnings
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from ..fused import fuse_attention
 from ..masking import decoder_mask, padding_mask
 from ..model import count_parameters
 from ..tokens import PAD_ID
 from .batching import BucketBatchSampler, TranslationDataset, collate_batch
-from .checkpoint import CheckpointMixin
+from .checkpoint import Checkpointer, best_state, restore_trainer, resume_point, trainer_state
 from .config import TrainConfig
 from .device import cpu_has_bf16, resolve_device
 from .distributed import all_reduce_sum, setup_distributed
-from .evaluation import CorpusBLEU, EvaluationMixin
-from .schedule import BudgetMixin, TimeBudget
-from .summary import LoadSampler, end_of_run
+from .evaluation import Evaluator
+from .schedule import ProgressLine, RunPlan, TimeBudget
+from .summary import LoadSampler, end_of_run, finish_training
 from .tokenizer import build_tokenizer
 
 __all__ = ["Trainer"]
@@ -63,7 +49,7 @@ __all__ = ["Trainer"]
 logger = logging.getLogger("solutions.app.trainer")
 
 
-class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
+class Trainer:
     """Train a Transformer on sentence pairs; evaluate; save and resume checkpoints.
 
     Args:
@@ -91,17 +77,21 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
         step, epoch: optimizer steps done; the current epoch (from 0).
         data_identity: a JSON-like description of the training data (set by the
             caller, e.g. file paths and SHA-256 fingerprints); stored in checkpoints.
-        best_bleu: the highest validation BLEU at an epoch end so far (``None`` before).
-        bleu: the :class:`~solutions.app.evaluation.CorpusBLEU` scorer (``bleu.signature`` after the first evaluation).
         history: ``{"train": {"step", "loss", "lr", "time"}, "valid": {"step", "epoch",
             "loss", "accuracy", "exact_match", "bleu", "time"}}`` (lists, for plots).
+        epoch_log: one row per evaluated epoch (epoch, step, wall minutes, train and valid loss, BLEU).
         translate_options: the keyword arguments of every ``translate`` call (``decoders``).
+        plan: the :class:`~solutions.app.schedule.RunPlan` (schedule, budget, measured times).
+        evaluator: the :class:`~solutions.app.evaluation.Evaluator` (metrics, BLEU, snapshots).
+        checkpointer: the :class:`~solutions.app.checkpoint.Checkpointer` (files, best BLEU).
+        stop_reason: why the last :meth:`train` stopped (``"epochs"``, ``"max_steps"``,
+            ``"budget"``, ``"planned steps done"``).
 
-    Its parts live by concern: the schedule and the time budget in
-    :class:`~solutions.app.schedule.BudgetMixin`, evaluation and the end of training in
-    :class:`~solutions.app.evaluation.EvaluationMixin`, checkpoints in
-    :class:`~solutions.app.checkpoint.CheckpointMixin`; this class holds the set-up, one
-    step, the loop and the whole run (:meth:`fit`).
+    Its parts are objects of their own, each with its state and a small interface this
+    class calls: the schedule and the time budget (:attr:`plan`), evaluation
+    (:attr:`evaluator`) and the run's files (:attr:`checkpointer`); this class holds the
+    set-up, one step, the loop, the end of training (:meth:`finish`), its state for a
+    checkpoint and the whole run (:meth:`fit`).
 
     Paper: section 5.
     """
@@ -125,12 +115,8 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
         self.out_dir = out_dir
         clock = clock or time.monotonic
         # The budget starts before the tokenizers are trained: they are part of the run.
-        self.budget = TimeBudget(config.time_budget, clock, started) if config.time_budget else None
-        self.planned_steps = None  # the last step of the "linear" schedule, once planned
-        self.final_sentences = 0  # sentences the caller will decode with the beam after train() (reserved time)
-        self._timing = {"step": None, "eval": None, "beam_sentence": None}
+        budget = TimeBudget(config.time_budget, clock, started) if config.time_budget else None
         self.translate_options = decoders(self.device) if decoders is not None else {}  # of every translate() call
-        self._snapshots = []  # weights at the last `average_last` epoch ends (CPU copies)
         self.stop_reason = None
         self.clock, self._clock_start = clock, clock() if started is None else started
         self.epoch_log = []  # one row per evaluated epoch: epoch, step, minutes (wall), train and valid loss, BLEU
@@ -158,13 +144,15 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
             self.train_data.lengths(), config.batch_size, shuffle=True, seed=config.seed,
             bucket_size=config.bucket_size, num_replicas=self.context.world_size, rank=self.context.rank,
         )
+        self.plan = RunPlan(config, len(self.sampler), budget, log=self.log)
+        self.evaluator = Evaluator(config, src_tokenizer, tgt_tokenizer, self.device, self._forward_loss,
+                                   self.translate_options, log=self.log, clock=clock)
+        self.checkpointer = Checkpointer(out_dir, is_main=self.context.is_main)
 
+        # config.model.attention chooses the attention class (default "fused": SDPA with packed projections)
         self.model = config.model.build(len(src_tokenizer), len(tgt_tokenizer)).to(self.device)
-        fuse_attention(self.model)  # SDPA with packed projections
         self.train_model = self.model
         if self.context.enabled:
-            from torch.nn.parallel import DistributedDataParallel
-
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DistributedDataParallel(self.model, device_ids=device_ids)
         if use_compile:
@@ -176,14 +164,13 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
                                           fused=self.device.type == "cuda")
         # LambdaLR counts from 0; the schedules count steps from 1.
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda index: self._learning_rate(index + 1))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
+                                                           lambda index: self.plan.learning_rate(index + 1))
         self.step = 0
         self.epoch = 0
         self.batch_in_epoch = 0
         self.elapsed = 0.0
         self.data_identity = None
-        self.best_bleu = None
-        self.bleu = CorpusBLEU()
         self.tokens_seen = 0  # source + target tokens of the training steps of this process's run
         self.history = {
             "train": {"step": [], "loss": [], "lr": [], "time": []},
@@ -203,7 +190,8 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
         np.random.seed(seed)
         torch.manual_seed(seed)
 
-    def _log(self, message):
+    def log(self, message):
+        """Log ``message`` (the main process only; nothing when ``config.quiet``)."""
         if self.context.is_main and not self.config.quiet:
             logger.info(message)
 
@@ -283,13 +271,12 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
         planned = self.step + max(0, (epochs - self.epoch) * len(self.sampler) - self.batch_in_epoch)
         if max_steps is not None:
             planned = min(planned, max(max_steps, self.step))
-        now = time.perf_counter()
-        self._progress = {"run_start": now, "first_step": self.step, "planned": planned, "epochs": epochs,
-                          "last_time": now, "last_step": self.step, "last_tokens": self.tokens_seen, "busy": 0.0,
-                          "run_busy": 0.0}
+        self._progress = ProgressLine(self.log, self.config.progress_seconds, self.config.progress_steps,
+                                      self.step, self.tokens_seen, planned, epochs)
+        budget = self.plan.budget
         measure_from = self.step + 3  # the first steps are slower (allocation); time the ones after
         recent = collections.deque(maxlen=200)  # seconds of the last timed steps
-        self.stop_reason = None
+        self.stop_reason = self.plan.stop_reason = None
         while self.epoch < epochs and (max_steps is None or self.step < max_steps):
             self.sampler.set_epoch(self.epoch)
             batches = list(self.sampler)
@@ -299,25 +286,24 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
             for indices in batches[self.batch_in_epoch:]:
                 if max_steps is not None and self.step >= max_steps:
                     break
-                if self.budget is not None and self._budget_exhausted():
+                if budget is not None and self.plan.exhausted(self.step, self._progress.first_step):
                     break
                 step_start, clock_start = time.perf_counter(), self.clock()
                 batch = collate_batch([self.train_data[i] for i in indices])
                 loss = self.train_step(batch)
                 self._epoch_loss[0] += loss
                 self._epoch_loss[1] += 1
-                self._progress["busy"] += time.perf_counter() - step_start
+                self._progress.busy(time.perf_counter() - step_start)
                 seconds = self.clock() - clock_start
                 if self.step > measure_from:
-                    self._progress["run_busy"] += seconds
                     # The mean of the last steps: on a GPU the first hundred or so (new shapes, allocator
                     # growth) are several times slower than the rest, and would shrink every later plan.
                     recent.append(seconds)
-                    self._timing["step"] = sum(recent) / len(recent)
+                    self.plan.seconds["step"] = sum(recent) / len(recent)
                 self.batch_in_epoch += 1
-                if self.budget is not None and self.step >= measure_from + 20 and (
-                        self.planned_steps is None or self.step % max(20, len(batches) // 4) == 0):
-                    self._plan()  # first after 20 timed steps, then every quarter epoch (the load may change)
+                if budget is not None and self.step >= measure_from + 20 and (
+                        self.plan.planned_steps is None or self.step % max(20, len(batches) // 4) == 0):
+                    self._replan()  # first after 20 timed steps, then every quarter epoch (the load may change)
                 lr = self.scheduler.get_last_lr()[0]
                 if self.step % self.config.log_every == 0 or self.step == 1:
                     history = self.history["train"]
@@ -328,7 +314,7 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
                 bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
                 bar.update(1)
                 if log_progress:
-                    self._log_progress(loss, lr)
+                    self._progress.update(self.step, self.epoch, loss, lr, self.tokens_seen, budget)
                 if callback is not None:
                     self.elapsed += time.perf_counter() - start
                     start = time.perf_counter()
@@ -339,39 +325,142 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
                 break  # stopped inside the epoch (max_steps or the budget)
             self.epoch += 1
             self.batch_in_epoch = 0
-            if self.budget is not None and self._timing["eval"] is not None and \
-                    self.budget.left() < self._timing["eval"] + self._reserve():
-                self.stop_reason = "budget"  # no time for this epoch's evaluation: finish() evaluates
-                break
+            if self.plan.no_time_to_evaluate():
+                break  # no time for this epoch's evaluation: finish() evaluates
             self._end_of_epoch(epochs)
-            if self.budget is not None and self._budget_exhausted():
+            if budget is not None and self.plan.exhausted(self.step, self._progress.first_step):
                 break
+        self.stop_reason = self.plan.stop_reason
         if self.stop_reason is None and max_steps is not None and self.step >= max_steps:
             self.stop_reason = "max_steps"
         if self.stop_reason is None:
             self.stop_reason = "epochs"
         if self.out_dir is not None:
-            self.save_checkpoint(os.path.join(self.out_dir, "checkpoint.pt"))
+            self.save_checkpoint(self.checkpointer.path("checkpoint.pt"))
         return self.history
+
+    def _replan(self):
+        self._progress.planned = self.plan.replan(self.step)
 
     def _end_of_epoch(self, epochs):
         """Evaluate, keep the best and the snapshots for averaging, save, and (with a budget) re-plan."""
         eval_start = self.clock()
         metrics = self.evaluate()
-        self._timing["eval"] = self.clock() - eval_start
-        self._log(f"epoch {self.epoch}/{epochs} step {self.step}: " + ", ".join(
+        self.plan.seconds["eval"] = self.clock() - eval_start
+        self.log(f"epoch {self.epoch}/{epochs} step {self.step}: " + ", ".join(
             f"{name} {value:.4g}" for name, value in metrics.items()))
-        self._keep_best(metrics["bleu"])
-        self._log_epoch(metrics)
+        self.keep_best(metrics["bleu"])
+        self.record_epoch(metrics)
         if self.config.average_last > 1:
-            self._snapshot()
+            self.evaluator.snapshot(self.model)
         if self.out_dir is not None:
-            self.save_checkpoint(os.path.join(self.out_dir, "checkpoint.pt"))
-        if self.budget is not None:
-            if self.config.beam_size > 1 and self.final_sentences:
-                self._measure_beam()  # every epoch: an untrained model's translations run to the length limit
-            if self._timing["step"] is not None:
-                self._plan()
+            self.save_checkpoint(self.checkpointer.path("checkpoint.pt"))
+        if self.plan.budget is not None:
+            if self.config.beam_size > 1 and self.plan.final_sentences:
+                # every epoch: an untrained model's translations run to the length limit
+                beam = self.evaluator.time_beam(self.model, [s for s, _ in self.valid_data.pairs[:12]])
+                self.plan.seconds["beam_sentence"] = beam if beam is not None else self.plan.seconds["beam_sentence"]
+            if self.plan.seconds["step"] is not None:
+                self._replan()
+
+    # -- evaluation and the end of training -----------------------------------------------------
+    def evaluate(self, pairs=None, max_sentences=None):
+        """:meth:`Evaluator.evaluate <solutions.app.evaluation.Evaluator.evaluate>` of the model on
+        ``pairs`` (default: the validation split, and then the metrics are appended to
+        ``history["valid"]``); ``max_sentences`` defaults to ``config.eval_sentences``."""
+        data = self.valid_data if pairs is None else TranslationDataset(
+            pairs, self.src_tokenizer, self.tgt_tokenizer, max_len=self.config.model.max_len - 1)
+        metrics = self.evaluator.evaluate(self.model, data, max_sentences)
+        if pairs is None:
+            history = self.history["valid"]
+            for name, value in (("step", self.step), ("epoch", self.epoch), ("time", self.elapsed), *metrics.items()):
+                history[name].append(value)
+        return metrics
+
+    def record_epoch(self, metrics):
+        """Append a row to :attr:`epoch_log` (wall minutes since the run began, mean training loss)."""
+        total, count = self._epoch_loss
+        wall = self.plan.budget.elapsed() if self.plan.budget is not None else self.clock() - self._clock_start
+        self.epoch_log.append({"epoch": self.epoch, "step": self.step, "minutes": round(wall / 60, 2),
+                               "train_loss": round(total / count, 4) if count else None,
+                               "valid_loss": round(metrics["loss"], 4), "valid_bleu": round(metrics["bleu"], 2)})
+        self._epoch_loss = [0.0, 0]
+
+    def keep_best(self, bleu, model_state=None):
+        """A new best validation BLEU is kept, with ``best.pt`` written (of ``model_state``, default the model's)."""
+        if not self.checkpointer.improves(bleu):
+            return False
+        if self.out_dir is not None:  # saved after best_bleu is updated, so that best.pt records its own score
+            self.save_best(self.checkpointer.path("best.pt"), model_state=model_state)
+        return True
+
+    def finish(self):
+        """The end of training (:func:`~solutions.app.summary.finish_training`): the weights left
+        unevaluated and the averaged ones evaluated, the best of them loaded. Returns its report."""
+        return finish_training(self)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def state_dict(self):
+        """Everything needed to resume exactly (:func:`~solutions.app.checkpoint.trainer_state`)."""
+        return trainer_state(self)
+
+    def load_state_dict(self, state):
+        """Restore a :meth:`state_dict` (:func:`~solutions.app.checkpoint.restore_trainer`).
+
+        Raises:
+            CheckpointError: a checkpoint whose model config or vocabularies differ from
+                this trainer's, or an inference-only export.
+        """
+        restore_trainer(self, state)
+
+    def save_checkpoint(self, path):
+        """Write :meth:`state_dict` to ``path`` (rank 0 only; atomic replace). Returns ``path``."""
+        return self.checkpointer.save(self.state_dict, path)
+
+    def save_best(self, path, model_state=None):
+        """Write the inference checkpoint ``best.pt`` (rank 0 only): weights (``model_state``
+        instead of the model's when given, e.g. averaged ones), config, tokenizers, history."""
+        return self.checkpointer.save(lambda: best_state(self, model_state), path)
+
+    @classmethod
+    def from_checkpoint(cls, path, train_pairs, valid_pairs=(), out_dir=None, distributed=None, decoders=None,
+                        started=None, other_data=False, **changes):
+        """A trainer that continues the run saved at ``path``: same config, same vocabularies.
+
+        Args:
+            path: the checkpoint.
+            train_pairs, valid_pairs: the data (the same as the saved run's for an exact resume).
+            out_dir, distributed, decoders, started: as for the constructor.
+            other_data: the data are not the saved run's (``--allow-other-data``): the stored
+                best validation BLEU is forgotten (BLEU on another validation set is not comparable).
+            changes: config fields to change (:func:`~solutions.app.checkpoint.resume_point`).
+        """
+        state, config, src_tokenizer, tgt_tokenizer = resume_point(path, **changes)
+        trainer = cls(config, train_pairs, valid_pairs, src_tokenizer=src_tokenizer, tgt_tokenizer=tgt_tokenizer,
+                      out_dir=out_dir, distributed=distributed, decoders=decoders, started=started)
+        trainer.load_state_dict(state)
+        if other_data:
+            trainer.checkpointer.best_bleu = None
+        return trainer
+
+    @property
+    def best_bleu(self):
+        """The highest validation BLEU at an epoch end so far (``None`` before)."""
+        return self.checkpointer.best_bleu
+
+    @property
+    def budget(self):
+        """The run's :class:`~solutions.app.schedule.TimeBudget`, or ``None``."""
+        return self.plan.budget
+
+    @property
+    def planned_steps(self):
+        """The last step the budget allows (``None`` until planned)."""
+        return self.plan.planned_steps
+
+    def final_beam_size(self):
+        """:meth:`RunPlan.final_beam_size <solutions.app.schedule.RunPlan.final_beam_size>`."""
+        return self.plan.final_beam_size()
 
     # -- the whole run --------------------------------------------------------------------------
     def fit(self, test_pairs=(), max_steps=None, data_identity=None, command="", preset=None, skipped_lines=None):
@@ -402,12 +491,12 @@ class Trainer(BudgetMixin, EvaluationMixin, CheckpointMixin):
         if data_identity is not None:
             self.data_identity = data_identity
         if self.config.beam_size > 1:  # the end of the run decodes the test set with the beam: keep time for it
-            self.final_sentences = len(test_pairs)
+            self.plan.final_sentences = len(test_pairs)
         if max_steps is not None:
             per_epoch = max(1, len(self.sampler))
-            self.config = self.config.replace(epochs=max(1, math.ceil(max_steps / per_epoch)))
+            self.config = self.plan.config = self.config.replace(epochs=max(1, math.ceil(max_steps / per_epoch)))
         load = LoadSampler()
-        self._log(f"training {count_parameters(self.model):,} parameters on {len(self.train_data)} pairs "
+        self.log(f"training {count_parameters(self.model):,} parameters on {len(self.train_data)} pairs "
                   f"({self.device}, {self.context.world_size} process{'es' if self.context.world_size > 1 else ''}), "
                   f"batches of {self.config.batch_size}")
         self.train()

@@ -15,6 +15,8 @@ does not print the returned object's text next to the picture.
 import os
 
 import matplotlib.pyplot as plt
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Patch
 import numpy as np
 
 __all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_mask", "show_explorer", "STATIC_ENV_VAR"]
@@ -324,8 +326,6 @@ def plot_mask(mask, query_tokens=None, key_tokens=None, ax=None, title=None):
     query_tokens = _check_tokens(query_tokens, n_q, "query_tokens")
     key_tokens = _check_tokens(key_tokens, n_k, "key_tokens")
     ax = _map_axes(ax, n_q, n_k, cell=0.4, extra_width=1.6, min_height=2.0)
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
 
     allowed, blocked = "#2b6cb0", "#f7f7f7"
     ax.imshow(m.astype(float), cmap=ListedColormap([blocked, allowed]), vmin=0, vmax=1,
@@ -369,6 +369,7 @@ def show_explorer(build_widget, render_static):
     """
     if not callable(build_widget) or not callable(render_static):
         raise TypeError("show_explorer expects two callables: build_widget and render_static")
+    # IPython only where an explorer is shown (a notebook)
     from IPython.display import display
 
     if os.environ.get(STATIC_ENV_VAR) == "1":
@@ -382,6 +383,7 @@ def show_explorer(build_widget, render_static):
         return None
     widget = build_widget()
     try:
+        # ipywidgets (heavy) only for a live explorer
         from ipywidgets import Widget
     except ImportError as err:  # pragma: no cover - ipywidgets is pinned in requirements.txt
         raise TypeError("show_explorer needs ipywidgets for the live explorer") from err

@@ -405,5 +405,5 @@ def test_counting_a_tied_matrix_twice_loses_the_distinct_part_in_the_sandbox_pat
 
     partly("count_parameters", twice,
            earned=["the elements of every parameter, as an int"],
-           missed=["only distinct trainable tensors: frozen ones, buffers and tied copies left out"])
+           missed=["each trainable tensor once: no frozen ones, buffers, tied copies"])
     rejected("count_parameters", twice, "tied", "shared", "once", any_word=True)

@@ -364,3 +364,46 @@ def test_bench_reports_per_core_rates_scaling_and_the_sharding_overhead(tmp_path
     assert same_results(a, b)
     (b / "grades.csv").write_text("student_id,score\ns1,2\n")
     assert not same_results(a, b)
+
+
+def test_the_bench_sharded_run_reuses_its_jobs_n_run_and_compares_the_merge_with_it(tmp_path, monkeypatch):
+    """``run_sharded`` against the ``grade --jobs N`` run the bench already made: the class
+    is not graded once more for it; the shards and the merge run with the same options,
+    and the merged files are compared with that run's. Without one, it grades the class
+    with ``--jobs N`` first. The grading runs are recorded, not made (the real shards and
+    merge are graded above, on the command line)."""
+    from autograder import bench
+
+    ran, started = [], []
+
+    def fake_run(cmd, cwd, env):
+        ran.append(cmd)
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True)
+        for name in ("scores.csv", "grades.csv"):
+            (out / name).write_text("student_id,score\ns1,1\n")
+        return 2.0
+
+    def fake_popen_timed(cmds, cwd, env):
+        started.extend(cmds)
+        return 3.0
+
+    monkeypatch.setattr(bench, "_run", fake_run)
+    monkeypatch.setattr(bench, "_popen_timed", fake_popen_timed)
+    args = ["--timeout", "60", "--seed", "1", "--no-progress"]
+    made = tmp_path / "out_jobs2"
+    fake_run(["grade", "--out", str(made)], tmp_path, {})
+    ran.clear()
+    result = bench.run_sharded(tmp_path / "class", tmp_path, 2, args, {}, single=(made, 5.0))
+    assert [c[c.index("--shard") + 1] for c in started] == ["0/2", "1/2"]
+    assert all(c[-len(args) - 4:-4] == args for c in started)  # the shards grade as the --jobs 2 run did
+    assert len(ran) == 1 and ran[0][3] == "merge"  # the merge only: no second grading of the class
+    assert result == {"shards": 2, "single_s": 5.0, "shards_s": 3.0, "merge_s": 2.0, "same": True}
+    (made / "grades.csv").write_text("student_id,score\ns1,0\n")  # the merge differs from the run it is held to
+    assert bench.run_sharded(tmp_path / "class", tmp_path / "again", 2, args, {}, single=(made, 5.0))["same"] is False
+
+    ran.clear()
+    (tmp_path / "fresh").mkdir()
+    result = bench.run_sharded(tmp_path / "class", tmp_path / "fresh", 2, args, {})
+    assert [c[3] for c in ran] == ["grade", "merge"] and ran[0][-2:] == ["--jobs", "2"]
+    assert result["single_s"] == 2.0 and result["same"] is True

@@ -42,10 +42,12 @@ CHAPTER = "04_self_attention"
 
 
 @pytest.fixture(scope="module")
-def chapter_release(tmp_path_factory):
-    out = tmp_path_factory.mktemp("release")
-    done = release(out, [CHAPTER], package=True)
-    return out, done
+def chapter_release(released_chapters):
+    """Chapter 4 of the release of every chapter (``released_chapters``, made once per run on
+    this group's worker): the release folder and chapter 4's student package. The chapter's
+    folder holds its notebook and its wheel, all that its students get."""
+    out, done = released_chapters
+    return out, done.packages[CHAPTER]
 
 
 _filled = filled
@@ -85,14 +87,14 @@ def _texts(out: Path):
 
 
 def test_the_release_holds_no_answer_of_this_or_a_later_chapter(chapter_release):
-    out, done = chapter_release
+    out, package = chapter_release
     bodies = _answer_bodies(CHAPTER)
     assert set(bodies) >= {"softmax", "scaled_dot_product_attention", "self_attention", "MultiHeadAttention",
                            "masked_softmax", "Transformer", "beam_search"}
     assert all(bodies.values()), [name for name, lines in bodies.items() if not lines]
     found = []
     names = []
-    for name, text in _texts(out):
+    for name, text in _texts(out / CHAPTER):
         names.append(name)
         if name.endswith(".ipynb"):  # a notebook's cells, as JSON strings: one line each
             text = "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
@@ -100,20 +102,21 @@ def test_the_release_holds_no_answer_of_this_or_a_later_chapter(chapter_release)
         lines = {ln.strip() for ln in text.splitlines()}
         found += [(name, exercise, ln) for exercise, body in bodies.items() for ln in body & lines]
     assert not found, found[:10]
-    assert scan_release(out, [CHAPTER]) == []
+    assert scan_release(out, [CHAPTER], only=[out / CHAPTER]) == []
     wheel = [n for n in names if "!" in n]
     assert any(n.endswith("!solutions/figures/plots.py") for n in wheel)
     for module in ("attention", "multihead", "masking", "layers", "model", "decoding", "training"):
         assert not any(n.endswith(f"!solutions/{module}.py") for n in wheel), module
-    assert done.package.wheel.name == "transformer_book_student-0.1.0+ch04-py3-none-any.whl"
+    assert package.wheel.name == "transformer_book_student-0.1.0+ch04-py3-none-any.whl"
+    assert (out / CHAPTER / package.wheel.name).is_file()  # handed out in the chapter's folder
 
 
 def test_the_scan_finds_an_answer_line_hidden_in_an_archive(chapter_release, tmp_path):
     out, _ = chapter_release
     copy = tmp_path / "copy"
-    shutil.copytree(out, copy)
+    shutil.copytree(out / CHAPTER, copy / CHAPTER)
     line = sorted(_answer_bodies(CHAPTER)["scaled_dot_product_attention"])[0]
-    with zipfile.ZipFile(copy / "extra.zip", "w") as zf:
+    with zipfile.ZipFile(copy / CHAPTER / "extra.zip", "w") as zf:
         zf.writestr("notes/answer.py", f"# a student's leak\n    {line}\n")
     found = scan_release(copy, [CHAPTER])
     assert found and all(entry.startswith("extra.zip!notes/answer.py") for entry in found), found
@@ -310,8 +313,8 @@ def _make_env(wheel: Path, root: Path):
 @pytest.fixture(scope="module")
 def student_env(chapter_release, tmp_path_factory):
     """The chapter-4 release installed in a fresh venv (:func:`_make_env`)."""
-    _, done = chapter_release
-    return _make_env(done.package.wheel, tmp_path_factory.mktemp("student"))
+    _, package = chapter_release
+    return _make_env(package.wheel, tmp_path_factory.mktemp("student"))
 
 
 def _run(python, args, work, env, timeout=300):

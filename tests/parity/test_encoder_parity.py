@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from solutions import EncoderLayer, padding_mask
-from solutions.fused import fuse_attention
+from solutions.fused import use_fused_attention
 
 from copy_weights import copy_attention, copy_feed_forward_and_norms, layer_pair, layer_state_dict_keys
 
@@ -32,8 +32,9 @@ TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 @pytest.mark.parametrize("fused", [False, True])
 def test_encoder_layer_matches_torch(norm_first, fused, dtype):
     ours, ref = encoder_pair(norm_first, dtype)
-    fuse_attention(ours, fused)  # fused: packed q/k/v projections on the fast path
-    ours.self_attn.need_weights = not fused
+    if fused:  # packed q/k/v projections on the fast path
+        use_fused_attention(ours)
+    assert ours.self_attn.need_weights is not fused
     src = torch.tensor([[5, 6, 7, 8, 9, 4], [5, 6, 7, 0, 0, 0], [5, 6, 0, 0, 0, 0]])
     x = torch.randn(3, 6, D_MODEL, dtype=dtype)
     out = ours(x, padding_mask(src))

@@ -22,7 +22,8 @@ from solutions import (
     decoder_mask,
     padding_mask,
 )
-from solutions.fused import FusedMultiHeadAttention, fuse_attention, packed_projection
+from solutions.configuration import TransformerConfig
+from solutions.fused import FusedMultiHeadAttention, packed_projection, use_fused_attention
 
 from copy_weights import copy_attention, copy_feed_forward_and_norms
 
@@ -168,25 +169,33 @@ def test_packed_weight_cache_follows_every_parameter_change():
     assert check().dtype == torch.float64
 
 
-def test_fuse_attention_switches_classes_in_place_and_back():
+def test_use_fused_attention_puts_fused_modules_that_hold_the_same_parameters():
     model = Transformer(20, 20, D_MODEL, HEADS, 2, 2, D_FF, dropout=0.0, max_len=16)
     before = copy.deepcopy(model.state_dict())
     optimizer = torch.optim.Adam(model.parameters())
-    attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    assert all(m.need_weights for m in attention)  # built on the readable path
-    assert fuse_attention(model) is model  # the one switch: the fused class on the SDPA path
-    assert all(type(m) is FusedMultiHeadAttention and not m.need_weights for m in attention)
-    assert [m for m in model.modules() if isinstance(m, MultiHeadAttention)] == attention  # same objects
+    readable = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert all(type(m) is MultiHeadAttention and m.need_weights for m in readable)  # the layers build chapter 5's
+    assert use_fused_attention(model) is model
+    fused = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert all(type(m) is FusedMultiHeadAttention and not m.need_weights for m in fused)  # on the fast path
+    assert all(type(m) is MultiHeadAttention for m in readable)  # no live object changed its class
+    for old, new in zip(readable, fused):  # the same submodules, so the same parameter tensors
+        assert new is not old
+        assert all(getattr(new, n) is getattr(old, n) for n in ("w_q", "w_k", "w_v", "w_o", "dropout"))
     after = model.state_dict()
     assert list(after) == list(before) and all(torch.equal(after[k], before[k]) for k in before)
     assert {id(p) for group in optimizer.param_groups for p in group["params"]} == {id(p) for p in model.parameters()}
-    fuse_attention(model, False)  # and back: chapter 5's class on its readable path
-    assert all(type(m) is MultiHeadAttention and m.need_weights for m in attention)
+    assert use_fused_attention(model) is model and model.encoder_layers[0].self_attn is fused[0]  # nothing left to do
+    alone = MultiHeadAttention(D_MODEL, HEADS).eval()
+    shared = use_fused_attention(alone)  # a module alone: its fused twin
+    assert type(shared) is FusedMultiHeadAttention and shared.w_q is alone.w_q and not shared.training
     with pytest.raises(TypeError, match="torch.nn.Module"):
-        fuse_attention("model")
+        use_fused_attention("model")
+    with pytest.raises(TypeError, match="MultiHeadAttention"):
+        FusedMultiHeadAttention.sharing(nn.Linear(2, 2))
 
 
-def test_the_layers_build_chapter_5s_class_and_fuse_attention_shows_the_switch():
+def test_the_layers_build_chapter_5s_class_and_the_config_chooses_the_fused_one():
     model = Transformer(20, 20, D_MODEL, HEADS, 1, 2, D_FF, dropout=0.0, max_len=16).double()
     attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     assert len(attention) == 1 + 2 * 2 and all(type(m) is MultiHeadAttention for m in attention)
@@ -197,13 +206,18 @@ def test_the_layers_build_chapter_5s_class_and_fuse_attention_shows_the_switch()
     parameters = [id(p) for p in model.parameters()]
     sdpa = model.set_fused(True)(src, tgt, padding_mask(src), decoder_mask(tgt))
     assert all(type(m) is MultiHeadAttention and m.attn_weights is None for m in attention)  # SDPA, same class
-    fused = fuse_attention(model)(src, tgt, padding_mask(src), decoder_mask(tgt))
+    config = TransformerConfig(D_MODEL, HEADS, 1, 2, D_FF, dropout=0.0, max_len=16)
+    built = config.build(20, 20).double()  # attention="fused", the default
+    built.load_state_dict(model.state_dict())
+    fused = built(src, tgt, padding_mask(src), decoder_mask(tgt))
+    attention = [m for m in built.modules() if isinstance(m, MultiHeadAttention)]
     assert all(type(m) is FusedMultiHeadAttention and m.attn_weights is None for m in attention)
-    assert [id(p) for p in model.parameters()] == parameters  # same tensors: an optimizer keeps working
     torch.testing.assert_close(sdpa, readable, **EXACT)
     torch.testing.assert_close(fused, readable, **EXACT)
-    fuse_attention(model, False).set_fused(False)
-    assert all(type(m) is MultiHeadAttention and m.need_weights for m in attention)
+    again = built.set_fused(False)(src, tgt, padding_mask(src), decoder_mask(tgt))  # weights wanted: readable path
+    assert all(type(m) is FusedMultiHeadAttention and m.attn_weights is not None for m in attention)
+    torch.testing.assert_close(again, readable, **EXACT)
+    assert [id(p) for p in model.parameters()] == parameters
 
 
 # --------------------------------------------------------------------------- against torch
@@ -236,11 +250,10 @@ def test_fused_attention_matches_torch_multihead_attention(kind, dtype, tol):
 def test_fused_layers_match_torch_layers_with_gradients(norm_first):
     dtype = torch.float64
     torch.manual_seed(0)
-    encoder = fuse_attention(EncoderLayer(D_MODEL, HEADS, D_FF, 0.0, norm_first).to(dtype))
-    decoder = fuse_attention(DecoderLayer(D_MODEL, HEADS, D_FF, 0.0, norm_first).to(dtype))
-    for module in (*encoder.modules(), *decoder.modules()):
-        if isinstance(module, MultiHeadAttention):
-            module.need_weights = False
+    encoder = use_fused_attention(EncoderLayer(D_MODEL, HEADS, D_FF, 0.0, norm_first).to(dtype))
+    decoder = use_fused_attention(DecoderLayer(D_MODEL, HEADS, D_FF, 0.0, norm_first).to(dtype))
+    assert all(type(m) is FusedMultiHeadAttention and not m.need_weights
+               for m in (*encoder.modules(), *decoder.modules()) if isinstance(m, MultiHeadAttention))
     ref_encoder = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, 0.0, batch_first=True, norm_first=norm_first)
     ref_decoder = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, 0.0, batch_first=True, norm_first=norm_first)
     ref_encoder, ref_decoder = ref_encoder.to(dtype).train(), ref_decoder.to(dtype).train()
@@ -276,8 +289,9 @@ def test_fused_training_follows_the_readable_one_step_by_step():
     forward after each step (which caches the packed weights) sees the updated weights."""
     def build(fused):
         torch.manual_seed(0)
-        model = Transformer(20, 20, D_MODEL, HEADS, 2, 2, D_FF, dropout=0.0, max_len=16).double()
-        return fuse_attention(model, fused).set_fused(fused)
+        config = TransformerConfig(D_MODEL, HEADS, 2, 2, D_FF, dropout=0.0, max_len=16,
+                                   attention="fused" if fused else "readable")
+        return config.build(20, 20).double()
 
     models = {"fused": build(True), "readable": build(False)}
     optimizers = {name: torch.optim.Adam(m.parameters(), lr=1e-2) for name, m in models.items()}

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from solutions import Transformer, decoder_mask, padding_mask
-from solutions.fused import fuse_attention
+from solutions import decoder_mask, padding_mask
+from solutions.configuration import TransformerConfig
 
 from copy_weights import copy_attention, copy_feed_forward_and_norms
 
@@ -44,9 +44,9 @@ def reference_stacks(model, norm_first):
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("fused", [False, True])
 def test_transformer_matches_torch_stacks(norm_first, fused):
-    # fused: every attention module packs its projections (the package's decoder layers
-    # already do; fuse_attention converts the encoder's too)
-    model = fuse_attention(Transformer(20, 24, **SIZES, norm_first=norm_first).double(), fused).set_fused(fused)
+    # fused: every attention module packs its projections (TransformerConfig's one switch)
+    config = TransformerConfig(**SIZES, norm_first=norm_first, attention="fused" if fused else "readable")
+    model = config.build(20, 24).double()
     encoder, decoder = reference_stacks(model, norm_first)
     src = torch.tensor([[4, 5, 6, 7, 8, 9, 10], [4, 5, 6, 0, 0, 0, 0]])
     tgt = torch.tensor([[1, 5, 6, 7, 8], [1, 9, 0, 0, 0]])

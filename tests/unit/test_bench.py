@@ -33,21 +33,21 @@ def test_quick_bench_reports_ratios(tmp_path):
 
 
 def test_training_bench_times_the_fused_and_the_separate_path(monkeypatch):
-    """The 'ours' model is on the fast path (fuse_attention: every attention module fused),
-    the 'separate' one runs chapter 5's class on its SDPA path (set_fused); both without
-    attention weights (need_weights False)."""
+    """The 'ours' model is on the fast path (TransformerConfig(attention="fused"): every attention
+    module fused), the 'separate' one runs chapter 5's class on its SDPA path (set_fused); both
+    without attention weights (need_weights False)."""
     import solutions.app.bench as bench
-    from solutions import MultiHeadAttention, Transformer
+    from solutions import MultiHeadAttention, TransformerConfig
     from solutions.fused import FusedMultiHeadAttention
 
     built = []
+    build = TransformerConfig.build
 
-    class Recorded(Transformer):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            built.append(self)
+    def recorded(config, *args):
+        built.append(build(config, *args))
+        return built[-1]
 
-    monkeypatch.setattr(bench, "Transformer", Recorded)
+    monkeypatch.setattr(TransformerConfig, "build", recorded)
     bench.bench_training_step(d_model=16, num_heads=2, num_layers=1, d_ff=32, batch=2, src_len=4, tgt_len=4,
                               vocab=20, repeats=1, warmup=0)
     attention = [[m for m in model.modules() if isinstance(m, MultiHeadAttention)] for model in built]

@@ -10,10 +10,12 @@ import os
 import pytest
 
 from solutions.app.checkpoint import EXPORT_FORMAT, load_checkpoint, model_from_checkpoint
-from solutions.app.cli import UsageError, main, parse_duration
+from solutions.app.cli import main
 from solutions.app.config import PRESETS
-from solutions.app.schedule import TimeBudget, warmup_linear_decay
+from solutions.app.schedule import RunPlan, TimeBudget, warmup_linear_decay
+from solutions.app.train_command import parse_duration
 from solutions.app.trainer import Trainer
+from solutions.app.usage import UsageError
 
 TINY_TSV = os.path.join(os.path.dirname(__file__), "..", "data", "tiny_parallel.tsv")
 
@@ -51,6 +53,36 @@ def test_time_budget_counts_from_its_start_and_what_a_resumed_run_used():
     assert budget.left() == pytest.approx(450)
     clock.now += 500
     assert budget.left() == pytest.approx(-50)
+
+
+def test_run_plan_plans_reserves_and_stops_on_its_own_state():
+    """The trainer's schedule part, without a trainer: a fake clock, measured times set by hand."""
+    now = [0.0]
+    config = PRESETS["tiny"].replace(schedule="linear", warmup_steps=10, lr_peak=1e-3, epochs=2, time_budget=100.0,
+                                     beam_size=4, average_last=2, eval_sentences=10)
+    plan = RunPlan(config, steps_per_epoch=50, budget=TimeBudget(100.0, clock=lambda: now[0]))
+    assert plan.reserve() == pytest.approx(10.0)  # before anything is measured: a tenth of the budget
+    assert plan.learning_rate(5) == pytest.approx(5e-4)  # warm-up over min(10, 100 // 10) steps
+    plan.seconds["step"] = 0.5
+    # no evaluation measured yet: 3 % of an epoch's steps; (100 - 10) / (0.5 + 0.75 / 50) = 174 more steps
+    assert plan.replan(20) == 194 == plan.planned_steps
+    assert plan.learning_rate(194) == pytest.approx(1e-3 * 0.02)  # the linear decay ends at the planned step
+    assert not plan.exhausted(20, first_step=0) and plan.stop_reason is None
+    now[0] = 95.0  # 5 s left: less than the reserve and a step
+    assert not plan.exhausted(21, first_step=21)  # at least one step per run
+    assert plan.exhausted(21, first_step=0) and plan.stop_reason == "budget"
+    assert plan.exhausted(194, first_step=0) and plan.stop_reason == "planned steps done"
+    plan.final_sentences = 100
+    assert plan.final_beam_size() == 1  # beam search never timed: greedy
+    plan.seconds["beam_sentence"] = 0.01
+    now[0] = 90.0
+    assert plan.final_beam_size() == 4  # 10 s left >= 1.1 * 0.01 * 100
+    assert plan.state_dict() == {"planned_steps": 194, "budget_used": 90.0}
+    resumed = RunPlan(config, 50, budget=TimeBudget(100.0, clock=lambda: 0.0))
+    resumed.load_state_dict(plan.state_dict())
+    assert resumed.planned_steps == 194 and resumed.budget.left() == pytest.approx(10.0)
+    unbudgeted = RunPlan(config.replace(time_budget=None), 50)
+    assert unbudgeted.final_beam_size() == 4 and not unbudgeted.no_time_to_evaluate()
 
 
 def test_time_budget_plan_keeps_the_reserve_and_an_evaluation_per_epoch():

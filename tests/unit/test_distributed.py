@@ -10,7 +10,7 @@ from solutions.app.config import TrainConfig
 from solutions.app.distributed import DistributedContext, cleanup_distributed, setup_distributed
 from solutions.app.synthetic import make_synthetic_splits
 from solutions.app.trainer import Trainer
-from solutions.model import TransformerConfig
+from solutions.configuration import TransformerConfig
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -101,8 +101,8 @@ def test_a_directory_without_our_tokenizers_is_refused(tmp_path):
 
 
 def test_without_ctranslate2_the_export_names_the_package(checkpoint, tmp_path, capsys, monkeypatch):
-    import solutions.app.cli as cli
+    import solutions.app.tool_commands as tool_commands
 
-    monkeypatch.setattr(cli, "ctranslate2_available", lambda: False)  # the name the command line asks
+    monkeypatch.setattr(tool_commands, "ctranslate2_available", lambda: False)  # the name the export command asks
     assert main(["export", str(checkpoint), "--format", "ctranslate2", "--output", str(tmp_path / "x")]) == 2
     assert "pip install ctranslate2" in capsys.readouterr().err

@@ -19,6 +19,7 @@ from solutions import (
     padding_mask,
     paper_parameter_count,
 )
+from solutions.fused import FusedMultiHeadAttention
 
 SMALL = dict(d_model=16, num_heads=4, num_encoder_layers=2, num_decoder_layers=3, d_ff=32, dropout=0.0, max_len=50)
 
@@ -144,20 +145,20 @@ def test_count_parameters_of_small_model_by_hand():
 def test_paper_configurations_counted_on_the_meta_device(name):
     """The closed form agrees with a real (meta-device, no memory) model of the paper's size."""
     with torch.device("meta"):
-        model = Transformer(37000, 37000, **PAPER_CONFIGS[name], share_embeddings=True)
+        model = PAPER_CONFIGS[name].replace(share_embeddings=True).build(37000, 37000)
     count = count_parameters(model)
     assert count == paper_parameter_count(name)
     assert abs(count - PAPER_PARAMETERS[name]) / PAPER_PARAMETERS[name] < 0.03  # within 3% of Table 3
     with torch.device("meta"):
-        untied = Transformer(37000, 37000, **PAPER_CONFIGS[name])
+        untied = PAPER_CONFIGS[name].build(37000, 37000)
     assert count_parameters(untied) == paper_parameter_count(name, share_embeddings=False)
 
 
 def test_paper_configs_follow_table_3():
-    assert PAPER_CONFIGS["base"] == dict(
+    assert PAPER_CONFIGS["base"] == TransformerConfig(
         d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1
     )
-    assert PAPER_CONFIGS["big"] == dict(
+    assert PAPER_CONFIGS["big"] == TransformerConfig(
         d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6, d_ff=4096, dropout=0.3
     )
     with pytest.raises(ValueError, match="base"):
@@ -188,10 +189,11 @@ def test_training_steps_reduce_loss():
 
 def test_config_defaults_are_the_paper_base_model_and_the_model_s_own():
     config = TransformerConfig()
-    assert {k: v for k, v in dataclasses.asdict(config).items() if k in PAPER_CONFIGS["base"]} == PAPER_CONFIGS["base"]
+    assert config == PAPER_CONFIGS["base"]
     defaults = {name: p.default for name, p in inspect.signature(Transformer).parameters.items()
                 if p.default is not inspect.Parameter.empty}
-    assert dataclasses.asdict(config) == defaults  # one name and one default per idea: the fields are the arguments
+    # one name and one default per idea: the fields are the arguments, and the one switch of the fast path
+    assert dataclasses.asdict(config) == {**defaults, "attention": "fused"}
 
 
 def test_config_builds_the_model_it_describes():
@@ -199,13 +201,24 @@ def test_config_builds_the_model_it_describes():
                                dropout=0.0, max_len=20, share_embeddings=True, norm_first=True)
     torch.manual_seed(0)
     built = config.build(30, 30)
+    after_build = torch.rand(1)
     torch.manual_seed(0)
     direct = Transformer(30, 30, d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=2, d_ff=48,
                          dropout=0.0, max_len=20, share_embeddings=True, norm_first=True)
+    assert torch.equal(torch.rand(1), after_build)  # choosing the attention class draws no random number
     assert built.state_dict().keys() == direct.state_dict().keys()
     for name, tensor in built.state_dict().items():
         assert torch.equal(tensor, direct.state_dict()[name]), name
     assert len(built.decoder_layers) == 2 and built.norm_first
+    attention = [m for m in built.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(attention) == 1 + 2 * 2 and all(type(m) is FusedMultiHeadAttention for m in attention)
+    readable = config.replace(attention="readable").build(30, 30)
+    assert all(type(m) is MultiHeadAttention and m.need_weights for m in readable.modules()
+               if isinstance(m, MultiHeadAttention))
+    readable.load_state_dict(built.state_dict())  # one state_dict: a checkpoint of one path loads into the other
+    src, tgt = small_batch()
+    torch.testing.assert_close(built.eval()(src, tgt, padding_mask(src), decoder_mask(tgt)),
+                               readable.eval()(src, tgt, padding_mask(src), decoder_mask(tgt)), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("changes, fields, message", [
@@ -221,6 +234,7 @@ def test_config_builds_the_model_it_describes():
     (dict(dropout="0.1"), ("dropout",), "dropout must be in [0, 1), got '0.1'"),
     (dict(norm_first=1), ("norm_first",), "norm_first must be True or False, got 1"),
     (dict(share_embeddings="yes"), ("share_embeddings",), "share_embeddings must be True or False, got 'yes'"),
+    (dict(attention="sdpa"), ("attention",), "attention must be one of ('fused', 'readable'), got 'sdpa'"),
 ])
 def test_config_errors_name_the_field_and_the_value(changes, fields, message):
     with pytest.raises(ConfigError) as caught:

@@ -10,11 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from solutions.app import trainer as trainer_module
-from solutions.app.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint, stored_config
+from solutions.app.checkpoint import CheckpointError, Checkpointer, load_checkpoint, model_from_checkpoint, \
+    stored_config
 from solutions.app.config import PRESETS, TrainConfig
+from solutions.app.evaluation import Evaluator
 from solutions.app.synthetic import make_synthetic_splits
 from solutions.app.trainer import Trainer
-from solutions.model import ConfigError, TransformerConfig
+from solutions.configuration import ConfigError, TransformerConfig
 from solutions.training import label_smoothed_cross_entropy, make_decoder_io, noam_lr
 
 
@@ -358,3 +360,28 @@ def test_export_is_smaller_translates_the_same_and_cannot_be_resumed(splits, tmp
     assert outputs[0] == outputs[1]
     with pytest.raises(CheckpointError, match="inference-only export"):
         Trainer.from_checkpoint(small, train, valid)
+
+
+def test_the_evaluator_averages_its_last_snapshots_only():
+    config = PRESETS["tiny"].replace(average_last=2)
+    evaluator = Evaluator(config, None, None, torch.device("cpu"), forward_loss=None)
+    model = torch.nn.Linear(2, 1)
+    assert evaluator.averaged(model) is None  # fewer than two snapshots
+    for value in (1.0, 2.0, 4.0):
+        with torch.no_grad():
+            model.weight.fill_(value)
+        evaluator.snapshot(model)
+    assert len(evaluator.snapshots) == 2  # the last average_last kept
+    averaged = evaluator.averaged(model)
+    assert torch.equal(averaged["weight"], torch.full((1, 2), 3.0))  # (2 + 4) / 2, not the first
+    assert evaluator.time_beam(model, []) is None  # nothing to time
+
+
+def test_the_checkpointer_keeps_the_best_bleu_and_writes_on_the_main_process_only(tmp_path):
+    made = []
+    main, other = Checkpointer(str(tmp_path)), Checkpointer(str(tmp_path / "other"), is_main=False)
+    assert main.improves(10.0) and not main.improves(10.0) and not main.improves(math.nan) and main.improves(11.0)
+    assert main.best_bleu == 11.0 and main.best_weights() is None  # no best.pt yet
+    other.save(lambda: made.append(1) or {}, tmp_path / "other" / "checkpoint.pt")
+    assert made == [] and not (tmp_path / "other").exists()  # not even made elsewhere than rank 0
+    assert Checkpointer(None).path("best.pt") is None and Checkpointer(None).best_weights() is None
