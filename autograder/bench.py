@@ -31,6 +31,7 @@ import copy
 import csv
 import inspect
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -206,6 +207,30 @@ def make_class(submitted: Path, sources: dict[str, Path], students: int) -> list
 # --------------------------------------------------------------------------- timing
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of every waited-for child process so far, their own
+    children included where those were waited for (the kernels, the sandboxes)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _progress(message: str) -> None:
+    """One line on stderr while the benchmark runs (its table goes to stdout at the end)."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class _Timer:
+    """Wall seconds and the CPU seconds of the child processes it waited for, of one phase."""
+
+    def __enter__(self) -> "_Timer":
+        self.start, self.cpu_start = time.perf_counter(), _children_cpu()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self.start
+        self.cpu = _children_cpu() - self.cpu_start
+
+
 def _run(cmd: list[str], cwd: Path, env: dict) -> float:
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
@@ -329,29 +354,39 @@ def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: l
 
         course = _nbgrader_course(tmp, sources, submitted, timeout)
         nb = [sys.executable, "-m", "nbgrader"]
+        _progress(f"{len(made)} submissions ({', '.join(chapters)}) in {tmp}; nbgrader generate_assignment")
         for chapter in chapters:
             _run(nb + ["generate_assignment", chapter, "--force"], course, env)
-        t0 = time.perf_counter()
-        for chapter in chapters:
-            _run(nb + ["autograde", chapter, "--force"], course, env)
-        nbgrader_s = time.perf_counter() - t0
+        with _Timer() as timer:
+            for chapter in chapters:
+                _progress(f"nbgrader autograde {chapter} ...")
+                _run(nb + ["autograde", chapter, "--force"], course, env)
+        nbgrader_s, nbgrader_cpu = timer.wall, timer.cpu
+        _progress(f"nbgrader autograde: {nbgrader_s:.1f} s wall, {nbgrader_cpu:.1f} CPU s")
 
         grade_args = ["--timeout", str(timeout), "--seed", "1", "--no-progress"]
         if book != BOOK:
             grade_args += ["--book", str(book)]
-        auto = {}
+        auto, auto_cpu = {}, {}
         for n in jobs:
             out = tmp / f"out_jobs{n}"
             cmd = [sys.executable, "-m", "autograder", "grade", str(submitted), "--out", str(out), "--jobs", str(n),
                    *grade_args]
-            auto[n] = _run(cmd, tmp, env)
+            _progress(f"autograder grade --jobs {n} ...")
+            with _Timer() as timer:
+                _run(cmd, tmp, env)
+            auto[n], auto_cpu[n] = timer.wall, timer.cpu
+            _progress(f"autograder grade --jobs {n}: {timer.wall:.1f} s wall, {timer.cpu:.1f} CPU s")
         same = _compare_totals(course / "gradebook.db", tmp / f"out_jobs{jobs[0]}" / "grades.csv", chapters)
         sharded = None
         if shards:  # against the --jobs N run measured above when there is one: the same command
             single = (tmp / f"out_jobs{shards}", auto[shards]) if shards in auto else None
+            _progress(f"{shards} shards + merge against one grade --jobs {shards} ...")
             sharded = run_sharded(submitted, tmp, shards, grade_args, env, single=single)
         return {"submissions": len(made), "chapters": chapters, "nbgrader_s": nbgrader_s, "autograder_s": auto,
-                "same_totals": same, "sharded": sharded, "cores": os.cpu_count() or 1}
+                "nbgrader_cpu_s": nbgrader_cpu, "autograder_cpu_s": auto_cpu,
+                "same_totals": same, "sharded": sharded, "cores": os.cpu_count() or 1,
+                "load": os.getloadavg()[0]}
     finally:
         if work is None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -377,25 +412,39 @@ def _compare_totals(db: Path, grades_csv: Path, chapters: list[str]) -> dict:
 
 def format_table(result: dict) -> str:
     """The benchmark's table: submissions per minute and per core-second, the ratio to
-    nbgrader (last column), the scaling over ``--jobs`` and the sharding overhead."""
+    nbgrader, then the CPU seconds the grader's processes used, submissions per CPU second
+    and that ratio (steadier than wall time on a shared machine); the scaling over
+    ``--jobs`` and the sharding overhead."""
     n = result["submissions"]
     cores = result.get("cores") or os.cpu_count() or 1
     rate = lambda s: 60.0 * n / s if s > 0 else float("inf")  # noqa: E731
     per_core = lambda s, c: n / (s * c) if s > 0 else float("inf")  # noqa: E731
     base = rate(result["nbgrader_s"])
-    rows = [("nbgrader autograde", 1, result["nbgrader_s"], base, per_core(result["nbgrader_s"], 1), 1.0)]
+    cpu = result.get("autograder_cpu_s") or {}
+    base_cpu = result.get("nbgrader_cpu_s")
+    rows = [("nbgrader autograde", 1, result["nbgrader_s"], base, per_core(result["nbgrader_s"], 1), 1.0, base_cpu)]
     for j, s in sorted(result["autograder_s"].items()):
         used = min(j, cores)
-        rows.append((f"autograder grade --jobs {j}", used, s, rate(s), per_core(s, used), rate(s) / base))
+        rows.append((f"autograder grade --jobs {j}", used, s, rate(s), per_core(s, used), rate(s) / base, cpu.get(j)))
     sharded = result.get("sharded")
     if sharded:
         k = sharded["shards"]
         total = sharded["shards_s"] + sharded["merge_s"]
         used = min(k, cores)
-        rows.append((f"{k} shards + merge", used, total, rate(total), per_core(total, used), rate(total) / base))
-    lines = [f"{n} submissions ({', '.join(result['chapters'])}), {cores} CPU core(s)",
-             f"{'grader':<28} {'cores':>5} {'seconds':>8} {'subs/min':>9} {'subs/core-s':>11} {'ratio':>6}"]
-    lines += [f"{name:<28} {c:>5} {s:>8.1f} {r:>9.1f} {pc:>11.3f} {x:>5.2f}x" for name, c, s, r, pc, x in rows]
+        rows.append((f"{k} shards + merge", used, total, rate(total), per_core(total, used), rate(total) / base, None))
+
+    def cpu_columns(seconds):
+        if seconds is None or not base_cpu:
+            return f"{'-':>7} {'-':>10} {'-':>7}"
+        return f"{seconds:>7.1f} {n / seconds:>10.3f} {base_cpu / seconds:>6.2f}x"
+
+    load = result.get("load")
+    lines = [f"{n} submissions ({', '.join(result['chapters'])}), {cores} CPU core(s)"
+             + ("" if load is None else f", load average {load:.1f} at the end"),
+             f"{'grader':<28} {'cores':>5} {'seconds':>8} {'subs/min':>9} {'subs/core-s':>11} {'ratio':>6}"
+             f" {'CPU s':>7} {'subs/CPU-s':>10} {'ratio':>7}"]
+    lines += [f"{name:<28} {c:>5} {s:>8.1f} {r:>9.1f} {pc:>11.3f} {x:>5.2f}x {cpu_columns(cs)}"
+              for name, c, s, r, pc, x, cs in rows]
     agree = result["same_totals"]
     lines.append(f"totals equal to nbgrader's on {agree['agree']} of {agree['total']} submissions")
     times = result["autograder_s"]

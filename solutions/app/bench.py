@@ -43,6 +43,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from sacrebleu.metrics import BLEU
 from torch import nn
 
 from ..decoding import beam_search, greedy_decode
@@ -57,7 +58,7 @@ from .config import PRESETS
 from .corpus import read_parallel
 from .device import resolve_device
 from .export import CTranslate2Translator, ctranslate2_available, export_ctranslate2
-from .inference import batch_beam_search, greedy_decoder_for, static_greedy_decode
+from .inference import batch_beam_search, decoders_for, greedy_decoder_for, static_greedy_decode
 from .tokenizer import build_tokenizer
 
 __all__ = ["TorchTransformerBaseline", "random_batch", "bench_training_step", "bench_kv_cache", "bench_translation",
@@ -352,6 +353,15 @@ def _read_sources(path):
         return [line.rstrip("\n") for line in handle if line.strip()]
 
 
+def _read_references(path):
+    """The target side of a TSV corpus (the references), or ``None`` for a plain-text file."""
+    with open(path, encoding="utf-8") as handle:
+        first = handle.readline()
+    if "\t" not in first:
+        return None
+    return [target for _, target in read_parallel(path, on_bad_line="skip")[0]]
+
+
 def bench_user_translation(checkpoint=None, corpus=None, sentences=1000, beam_size=4, batch=64, max_len=None,
                            device="cpu", clock="wall"):
     """Sentences per second of :func:`~solutions.translation.translate`, the way ``translate`` runs.
@@ -421,14 +431,19 @@ def bench_ctranslate2(checkpoint=None, corpus=None, sentences=1000, beam_size=4,
     The model (a checkpoint, or the untrained ``multi30k-cpu`` model of
     :func:`bench_user_translation`) is exported with
     :func:`~solutions.app.export.export_ctranslate2` into a temporary directory; then, for
-    each thread count, ours (:func:`~solutions.translation.translate`, ``torch.set_num_threads``)
-    and CTranslate2 (``intra_threads``) translate the same sentences greedily (batches of
-    ``batch``) and with beam ``beam_size``, taking turns.
+    each thread count, ours (:func:`~solutions.translation.translate` with the command
+    line's decoders, :func:`~solutions.app.inference.decoders_for`: sentences decoded in
+    batches of ``batch`` greedily and with beam ``beam_size``; ``torch.set_num_threads``)
+    and CTranslate2 (``intra_threads``) translate the same sentences, taking turns (who goes
+    first alternates). Where the corpus is a TSV file with references, each engine's
+    translations are scored (sacreBLEU, 13a, cased).
 
     Returns:
         ``{"rows": [{"threads", "decoding", "ours_sentences_per_s", "ctranslate2_sentences_per_s",
-        "ratio"}, ...], "greedy_same": fraction of greedy translations that are equal, ...}``
-        (``ratio`` = ours / CTranslate2), or ``None`` when ``ctranslate2`` is not installed.
+        "ratio", "same", "ours_bleu", "ctranslate2_bleu"}, ...], "greedy_same": the smallest
+        fraction of equal greedy translations, ...}`` (``ratio`` = ours / CTranslate2; the
+        BLEU scores are ``None`` without references), or ``None`` when ``ctranslate2`` is
+        not installed.
     """
 
     if not ctranslate2_available():
@@ -436,6 +451,8 @@ def bench_ctranslate2(checkpoint=None, corpus=None, sentences=1000, beam_size=4,
     device = torch.device("cpu")
     now = _clock(clock, device)
     texts = (_read_sources(corpus) if corpus else generated_sentences(sentences))[:sentences]
+    references = _read_references(corpus) if corpus else None
+    references = None if references is None else references[:len(texts)]
     if checkpoint:
         state = load_checkpoint(checkpoint)
     else:  # the untrained multi30k-cpu model, which rarely ends a sentence: 24 new tokens, a caption's length
@@ -448,25 +465,36 @@ def bench_ctranslate2(checkpoint=None, corpus=None, sentences=1000, beam_size=4,
         max_len = 24 if max_len is None else max_len
     previous_threads = torch.get_num_threads()
     rows = []
+
+    def bleu(hypotheses):
+        return None if references is None else BLEU().corpus_score(hypotheses, [references]).score
+
     with tempfile.TemporaryDirectory() as folder:
         directory = export_ctranslate2(state, os.path.join(folder, "ct2"))
         model, src_tok, tgt_tok, _ = model_from_checkpoint(state)
+        decoders = decoders_for(device)  # what translate, evaluate and train's evaluations run
         try:
             for count in threads:
                 torch.set_num_threads(count)
                 theirs = CTranslate2Translator(directory, threads=count)
-                for decoding, beam in (("greedy", 1), (f"beam {beam_size}", beam_size)):
-                    start = now()
-                    ours_out = translate(model, texts, src_tok, tgt_tok, beam_size=beam, max_len=max_len,
-                                         batch_size=batch)
-                    ours_s = max(now() - start, 1e-9)
-                    start = now()
-                    their_out = theirs(texts, beam_size=beam, batch_size=batch, max_len=max_len)
-                    their_s = max(now() - start, 1e-9)
-                    row = {"threads": count, "decoding": decoding, "ours_sentences_per_s": len(texts) / ours_s,
-                           "ctranslate2_sentences_per_s": len(texts) / their_s, "ratio": their_s / ours_s,
-                           "same": sum(a == b for a, b in zip(ours_out, their_out)) / len(texts)}
-                    rows.append(row)
+                for turn, (decoding, beam) in enumerate((("greedy", 1), (f"beam {beam_size}", beam_size))):
+                    engines = {
+                        "ours": lambda: translate(model, texts, src_tok, tgt_tok, beam_size=beam, max_len=max_len,
+                                                  batch_size=batch, **decoders),
+                        "ctranslate2": lambda: theirs(texts, beam_size=beam, batch_size=batch, max_len=max_len),
+                    }
+                    seconds, outputs = {}, {}
+                    for name in (list(engines) if (turn + count) % 2 == 0 else list(reversed(engines))):
+                        start = now()
+                        outputs[name] = engines[name]()
+                        seconds[name] = max(now() - start, 1e-9)
+                    rows.append({"threads": count, "decoding": decoding,
+                                 "ours_sentences_per_s": len(texts) / seconds["ours"],
+                                 "ctranslate2_sentences_per_s": len(texts) / seconds["ctranslate2"],
+                                 "ratio": seconds["ctranslate2"] / seconds["ours"],
+                                 "same": sum(a == b for a, b in zip(outputs["ours"], outputs["ctranslate2"]))
+                                 / len(texts),
+                                 "ours_bleu": bleu(outputs["ours"]), "ctranslate2_bleu": bleu(outputs["ctranslate2"])})
         finally:
             torch.set_num_threads(previous_threads)
     return {"sentences": len(texts), "checkpoint": checkpoint, "beam_size": beam_size, "batch": batch, "rows": rows,
@@ -610,9 +638,11 @@ def _run(quick, device, json_path, clock, out, checkpoint=None, corpus=None, sen
             out(f"ours vs CTranslate2 on the same weights ({engine['sentences']} sentences, sentences/s; "
                 f"greedy translations equal: {100 * engine['greedy_same']:.1f} %)")
             for row in engine["rows"]:
+                scores = "" if row["ours_bleu"] is None else \
+                    f"  BLEU ours {row['ours_bleu']:.2f}, CTranslate2 {row['ctranslate2_bleu']:.2f}"
                 out(f"  {row['decoding']:<7} {row['threads']} thread{'s' if row['threads'] > 1 else ' '}  ours "
                     f"{row['ours_sentences_per_s']:8.1f}  CTranslate2 {row['ctranslate2_sentences_per_s']:8.1f}  "
-                    f"ours/CTranslate2 {row['ratio']:.2f}x")
+                    f"ours/CTranslate2 {row['ratio']:.2f}x  equal {100 * row['same']:5.1f} %{scores}")
     if device.type == "cuda" and not quick:
         # The base model at a batch that fills an 80 GB card (about 40 GiB at its peak), eager and compiled.
         rows = [bench_base_mfu(batch=BASE_BATCH[0], seq_len=BASE_BATCH[1], device=device, compile=compiled)

@@ -341,13 +341,19 @@ def test_bench_reports_per_core_rates_scaling_and_the_sharding_overhead(tmp_path
     assert default_jobs(1) == [1] and default_jobs(2) == [1, 2] and default_jobs(6) == [1, 2, 4, 6]
     result = {"submissions": 12, "chapters": ["04_self_attention"], "nbgrader_s": 60.0, "cores": 2,
               "autograder_s": {1: 40.0, 2: 25.0}, "same_totals": {"agree": 12, "total": 12},
+              "nbgrader_cpu_s": 48.0, "autograder_cpu_s": {1: 16.0, 2: 24.0}, "load": 3.5,
               "sharded": {"shards": 2, "single_s": 25.0, "shards_s": 24.0, "merge_s": 6.0, "same": True}}
     table = format_table(result)
     rows = {line.split("  ")[0].strip(): line for line in table.splitlines()}
-    # 12 submissions in 40 s on one core: 0.300 per core-second, 1.5x nbgrader's 60 s
-    assert rows["autograder grade --jobs 1"].split()[-2:] == ["0.300", "1.50x"]
-    assert rows["autograder grade --jobs 2"].split()[-2:] == ["0.240", "2.40x"]  # 12 / (25 s × 2 cores)
-    assert rows["2 shards + merge"].split()[-2:] == ["0.200", "2.00x"]  # 12 / (30 s × 2 cores)
+    assert "12 submissions (04_self_attention), 2 CPU core(s), load average 3.5 at the end" in table
+    # 12 submissions in 40 s on one core: 0.300 per core-second, 1.5x nbgrader's 60 s;
+    # 16 CPU seconds: 0.750 per CPU second, 3x nbgrader's 48
+    assert rows["autograder grade --jobs 1"].split()[-5:] == ["0.300", "1.50x", "16.0", "0.750", "3.00x"]
+    assert rows["autograder grade --jobs 2"].split()[-5:] == ["0.240", "2.40x", "24.0", "0.500", "2.00x"]
+    assert rows["nbgrader autograde"].split()[-5:] == ["0.200", "1.00x", "48.0", "0.250", "1.00x"]  # 12 / 60 s
+    assert rows["2 shards + merge"].split()[-5:] == ["0.200", "2.00x", "-", "-", "-"]  # 12 / (30 s × 2 cores)
+    del result["nbgrader_cpu_s"], result["autograder_cpu_s"]  # a result without CPU times: dashes
+    assert format_table(result).splitlines()[2].split()[-3:] == ["-", "-", "-"]
     assert "--jobs 2 1.60x (80% efficiency)" in table
     assert "= 30.0 s vs one run --jobs 2 25.0 s: overhead +20%" in table and "identical" in table
     a, b = tmp_path / "a", tmp_path / "b"

@@ -87,3 +87,35 @@ def test_user_translation_bench_reads_a_corpus_and_compares_the_cache(tmp_path):
 def test_bench_refuses_a_missing_translation_corpus(tmp_path, capsys):
     assert main(["bench", "--quick", "--translation-corpus", str(tmp_path / "none.tsv")]) == 2
     assert "--translation-corpus: no such file" in capsys.readouterr().err
+
+
+def test_ctranslate2_bench_runs_the_cli_decoders_and_scores_against_the_references(tmp_path, monkeypatch):
+    """Ours runs the command line's decoders (the batched beam search, not one sentence at a
+    time); a TSV corpus's references score both engines, a plain-text corpus scores none."""
+    pytest.importorskip("ctranslate2")
+    import solutions.app.bench as bench
+    from solutions.app.inference import decoders_for
+
+    beams = []
+
+    def recorded(device):
+        decoders = decoders_for(device)
+        beam = decoders["beam"]
+        decoders["beam"] = lambda model, src, *args, **kwargs: beams.append(src.size(0)) or beam(model, src, *args,
+                                                                                                 **kwargs)
+        return decoders
+
+    monkeypatch.setattr(bench, "decoders_for", recorded)
+    corpus = tmp_path / "test.tsv"
+    corpus.write_text("".join(f"ein hund läuft {i} mal .\ta dog runs {i} times .\n" for i in range(7)),
+                      encoding="utf-8")
+    result = bench.bench_ctranslate2(corpus=str(corpus), sentences=5, beam_size=2, max_len=4, threads=(1,))
+    assert [row["decoding"] for row in result["rows"]] == ["greedy", "beam 2"] and result["sentences"] == 5
+    assert beams == [5]  # one batch of all five sentences
+    for row in result["rows"]:
+        assert row["ours_sentences_per_s"] > 0 and row["ctranslate2_sentences_per_s"] > 0
+        assert 0 <= row["ours_bleu"] <= 100 and 0 <= row["ctranslate2_bleu"] <= 100 and 0 <= row["same"] <= 1
+    plain = tmp_path / "test.de"
+    plain.write_text("ein hund läuft .\nzwei hunde laufen .\n", encoding="utf-8")
+    rows = bench.bench_ctranslate2(corpus=str(plain), sentences=2, beam_size=2, max_len=4, threads=(1,))["rows"]
+    assert all(row["ours_bleu"] is None and row["ctranslate2_bleu"] is None for row in rows)
