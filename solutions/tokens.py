@@ -295,8 +295,7 @@ def cosine_similarity(a, b):
     Paper: background for section 3.4 (similar tokens get similar
     embeddings).
     """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    a, b = (np.asarray(v, dtype=np.float64) for v in (a, b))
     if a.ndim != 1 or b.ndim != 1 or a.shape != b.shape:
         raise ValueError(
             "a and b must be 1-D vectors of the same length, got "
@@ -305,6 +304,7 @@ def cosine_similarity(a, b):
     norm_a, norm_b = np.linalg.norm(a), np.linalg.norm(b)
     if norm_a == 0 or norm_b == 0:
         raise ValueError(
-            "cosine similarity is undefined for a zero vector"
+            "cosine similarity is undefined"
+            " for a zero vector"
         )
     return float(a @ b / (norm_a * norm_b))
