@@ -15,7 +15,11 @@ released notebook executes only where it differs from that build:
 * **blank**, the notebook as handed out: executed in the student kernel (the one
   execution of this module), every cell runs without an error except the check cells,
   which say "not implemented yet"; a demonstration that needs a blank exercise prints
-  one line naming it (``autograder.student.unfinished``), never before that exercise.
+  one line naming it (``autograder.student.unfinished``), never before that exercise;
+* **wrong**, six students of ``test_fairness_class.py`` whose answers run but are wrong
+  (issue 38, item 4), over chapters 3, 5 and 7: a different notebook, executed once each;
+  no cell fails but the wrong exercises' checks, and a demonstration that needs a wrong
+  exercise stops with one line naming it.
 
 Each run is kept with its cell timings (:mod:`notebook_runs`), and the time of each
 chapter and its slowest cells are printed (``-s``); the module is marked slow.
@@ -110,3 +114,52 @@ def test_the_released_chapter_runs_whole_in_its_own_environment(classroom, chapt
         assert text.count("⏸") <= 1, f"{chapter} cell {i} says more than one line: {text}"
     print(f"\n{chapter}: answered check {answered_s:.0f} s, blank run {time.perf_counter() - started - answered_s:.0f} s "
           f"({stopped} demonstrations waiting on a blank exercise); slowest cells: {slowest_cells(blank)}")
+
+
+# The students of test_fairness_class.py whose answers run but are wrong (issue 38, item 4): one
+# a chapter at least, the wrong answer of each a different kind (a typo, a sign, a mask's
+# polarity, a dependency that fails its check, ε misplaced, a forgotten ReLU).
+WRONG_STUDENTS = ("pos-enc", "mha-inverted-mask", "mha-tranpose", "heads-calls", "norm-eps", "norm-unbiased")
+#: A demonstration stopped by a wrong or blank exercise says so in one line naming it.
+STOPPED = re.compile(r"⏸ (This cell runs on your Exercise \d+\.\d+ \(`\w+`\)|`\w+` comes from a cell that stopped "
+                     r"at Exercise \d+\.\d+ \(`\w+`\))")
+
+
+@pytest.mark.parametrize("student_id", WRONG_STUDENTS)
+def test_a_chapter_with_wrong_answers_runs_whole_from_its_wheel(classroom, student_id):
+    """"Run all" on a student's chapter with runnable but wrong answers, in the student venv
+    with that chapter's wheel: no cell fails but the check cells of the wrong exercises, and
+    each demonstration that needs a wrong exercise stops with one line naming it."""
+    import test_fairness_class  # its module imports the mutants' tables: only this test needs them
+
+    out, done, python, work, env = classroom
+    student = next(s for s in test_fairness_class.CLASS if s.id == student_id)
+    install(python, done.packages[student.chapter].wheel)
+    folder = work / f"wrong-{student_id}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(out / student.chapter, folder)
+    answered = filled(folder / f"{student.chapter}.ipynb")
+    for cell in answered.cells:
+        name = nbgrader_meta(cell).get("grade_id")
+        if nbgrader_meta(cell).get("solution") and name in student.cells:
+            cell.source = student.cells[name].strip("\n")
+    ran = execute(answered, label=f"release-wrong/{student_id}", chapter=student.chapter, kernel_name="student",
+                  cwd=folder, timeout=CELL_TIMEOUT_S, allow_errors=True)
+    wrong = {name for name, fair in student.fair.items() if fair.lost}
+    failed_checks = set()
+    for i, cell in enumerate(ran.cells):
+        if cell.cell_type != "code":
+            continue
+        errors = _errors(cell)
+        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        meta = nbgrader_meta(cell)
+        if meta.get("grade"):
+            said = text + "".join(e["evalue"] for e in errors)
+            failed_checks |= {name for name in wrong if f"✗ {name}:" in said}
+            continue
+        assert not errors, f"{student_id}, cell {i} fails: {errors[0]['ename']}: {errors[0]['evalue']}"
+        stops = [line for line in text.splitlines() if "⏸" in line]
+        assert len(stops) <= 1, f"{student_id}, cell {i} says more than one line: {text}"
+        assert all(STOPPED.search(line) for line in stops), f"{student_id}, cell {i}: {stops}"
+    assert failed_checks == wrong, (student_id, failed_checks, wrong)
