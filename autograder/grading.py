@@ -745,22 +745,17 @@ class _Budget:
                 "(endless loops?)")
 
 
-#: Function exercises whose arguments cannot cross the wall as data (``greedy_decode``
-#: takes a model, whose methods it calls): a regrade that needs their reference is verdict-only.
-_NOT_DATA = frozenset({"greedy_decode"})
-
-
 def _across_the_wall(name: str) -> bool:
     """Whether the reference of exercise ``name`` can be called from outside the
     student's process in a regrade (:class:`~autograder.sandbox.ReferenceCalls`): a
-    function exercise whose arguments and results are data (a callable argument is
-    called back), or a class exercise, whose stand-in holds the reference's parameters
-    as data and runs its ``forward`` outside. A function taking a model cannot."""
+    function exercise whose arguments and results are data (a callable argument, or a
+    model whose methods ``greedy_decode`` calls, is called back), or a class exercise,
+    whose stand-in holds the reference's parameters as data and runs its modules outside."""
     try:
         exercise = get_exercise(name)
     except ValueError:
         return False
-    return exercise.kind in ("function", "class") and name not in _NOT_DATA
+    return exercise.kind in ("function", "class")
 
 
 def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[str], job_dir: Path,
@@ -773,29 +768,21 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     module holding the reference's parameters as data) whose calls run the reference in
     a sandbox of its own (:class:`~autograder.sandbox.ReferenceCalls`), started before
     the student's run so that its start is not charged to the budget; the regrade is
-    judged and reported like any run. A failing function taking a model
-    (``greedy_decode``, which calls the model's methods) cannot be called across the
-    wall, so its reference source is a context cell, and that regrade is
-    **verdict-only** (:func:`_verdict_only`): of its run the grader keeps each part's
-    points and nothing else, no text, value or note the cell could have written the
-    reference into. Every other earlier answer is the student's own; the reference of
-    ``g`` itself is never there. If the references' sandbox does not start, the first
-    grade stands.
+    judged and reported like any run. Every other earlier answer is the student's own;
+    the reference of ``g`` itself is never there. A failing exercise whose reference
+    cannot be called across the wall (none is: :func:`_across_the_wall`) is never put
+    there as source: the first grade stands, as it does if the references' sandbox does
+    not start.
     """
-    # a regrade only: the references (torch) and sync (nbformat) load when one runs
-    import solutions
-
-    from .sync import solution_cell_source
-
     context: list[dict] = []
     remote = {h for h in failing if _across_the_wall(h)}
+    if remote != set(failing):
+        return
     for h in graded:
         if h is g:
             break
         if h.name in remote:
             context.append({"exercise": h.name, "reference": h.exercise.kind})
-        elif h.name in failing:
-            context.append({"exercise": h.name, "source": solution_cell_source(getattr(solutions, h.name))})
         elif h.source is not None:
             context.append({"exercise": h.name, "source": h.source})
     first = g.result
@@ -810,41 +797,12 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     else:
         outcome = clock.run(job_dir, lib_dir, limits, sandbox, bundles)
     _collect([g], outcome, limits)
-    if len(remote) < len(failing):
-        g.result = _verdict_only(first, g.result)
     used = sorted(_names_in(g.source))
     unchanged = dependency_unchanged_note(g.name, used, failing)  # the prompts promise a note either way
     g.result = charged_once(first, g.result, one_line(dependency_note(g.name, used, failing)),
                             one_line(unchanged) if unchanged else None)
     if g.result is not first and g.result.status not in (Status.PASSED, Status.CHEAT):
         g.result.reason = f"{g.result.notes[0]}. {g.result.reason}"  # both one line already, neither cut
-
-
-def _verdict_only(first: ExerciseScore, regraded: ExerciseScore) -> ExerciseScore:
-    """The grade of a regrade whose run held a reference's source: each part's points
-    from ``regraded``, every word from ``first`` (the run of the student's own code,
-    which held no reference) or the grader's.
-
-    A part the regrade earned has no message; a part it missed keeps ``first``'s message
-    and hint; the notes are ``first``'s. A regrade the grader caught tampering
-    (``cheat``: its reason is the grader's words) stands as it is; one with no parts
-    judged (an error, a timeout) scores nothing, so ``first`` stays
-    (:func:`~autograder.checks.base.charged_once`).
-    """
-    if regraded.status == Status.CHEAT:
-        return regraded
-    own = {p.name: p for p in first.parts}
-    if not regraded.parts or set(own) != {p.name for p in regraded.parts}:
-        return dataclasses.replace(regraded, score=0.0, status=Status.FAILED, reason=first.reason, parts=[],
-                                   notes=list(first.notes))
-    parts = [dataclasses.replace(p, message="", hint="") if p.score >= p.points
-             else dataclasses.replace(p, message=own[p.name].message, hint=own[p.name].hint) for p in regraded.parts]
-    score = sum(p.score for p in parts)
-    passed = score >= regraded.max_score
-    missed = [p.message for p in parts if p.message]
-    return dataclasses.replace(
-        regraded, score=score, status=_status_of(score, passed), parts=parts, notes=list(first.notes),
-        reason="" if passed else one_line("; ".join(missed) or first.reason, 420 * max(1, len(parts))))
 
 
 def _syntax_error(source: str | None) -> str:

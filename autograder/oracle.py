@@ -16,7 +16,7 @@ Frames (:mod:`autograder.wire`, ``grade_id`` = the exercise's name)::
     call     {"args", "kwargs"[, "rng"]}                         -> answer {"value"[, "rng"]}
     call     {"args", "kwargs", "rng", "wrt", "grads"}           -> answer {"grads": [...]}
     call     {"op": "new", "init", "rng"}                        -> answer {"state", "parameters", "modules", "rng"}
-    call     {"op": "call", "method", "init", "state", "training",
+    call     {"op": "call", "method", "path", "init", "state", "training", "attributes",
               "args", "kwargs", "rng"[, "wrt", "grads"]}         -> answer {"value", "rng"} or {"grads"}
     any      something the reference raised                       -> answer {"raised": {"type", "message"}}
 
@@ -25,15 +25,19 @@ answer's ``rng`` is where it left it, so dropout draws as it would in one proces
 call with ``wrt`` asks for a vector-Jacobian product: the gradients of
 ``sum(grads[k] * outputs[k])`` with respect to the tensors ``wrt`` names (``["arg", i]``,
 ``["kwarg", name]``, ``["state", parameter]``), the reference run again from ``rng``.
-A class reference is built afresh for every call from its constructor's arguments and
-loaded with the caller's state: this program keeps nothing between calls.
+A class reference is built afresh for every call from its constructor's arguments; the
+submodule at ``path`` (``""``: the module itself; ``"linear1"``) is loaded with the
+caller's state of that submodule, its and its submodules' training flags and the plain
+attributes the caller holds now (``{path: {name: value}}``, ``dropout.p`` changed after
+construction), and called: this program keeps nothing between calls.
 
-A callable the caller passes (``ResidualSublayer``'s ``sublayer``) arrives as
-``{"__callback__": n}``: calling it sends a ``callback`` frame ``{"id", "args", "kwargs",
-"grad"}`` and waits for the ``return`` frame (meanwhile the callable may call a stand-in:
-that nested ``call`` is answered first). Gradients flow back through it with a second
-``callback`` frame ``{"id", "call", "grads"}``, whose ``return`` holds the gradients of
-its positional tensor arguments.
+A callable the caller passes (``ResidualSublayer``'s ``sublayer``; ``greedy_decode``'s
+``model``) arrives as ``{"__callback__": n}``: calling it sends a ``callback`` frame
+``{"id"[, "method"], "args", "kwargs", "grad"}`` (``method``: a public method of the
+object, ``model.decode``) and waits for the ``return`` frame (meanwhile the callable may
+call a stand-in: that nested ``call`` is answered first). Gradients flow back through it
+with a second ``callback`` frame ``{"id", "call", "grads"}``, whose ``return`` holds the
+gradients of its tensor arguments, positional then keyword.
 
 Like :mod:`autograder.runner`, this file is standalone (the standard library, numpy,
 torch lazily, ``solutions``, the wire format and the runner's :func:`~autograder.runner.delegated`),
@@ -72,23 +76,39 @@ def _plain(value) -> bool:
 
 
 class _Callback:
-    """A callable the caller kept (``{"__callback__": n}``): calling it asks the caller to run it."""
+    """A callable the caller kept (``{"__callback__": n}``): calling it asks the caller to
+    run it; ``callback.encode(...)`` asks it to run that public method of the object
+    (``greedy_decode``'s reference calls the model's ``encode``, ``decode`` and
+    ``project``). Nothing else of the object is here: its attributes are not sent.
 
-    def __init__(self, oracle: "Oracle", name: str, index: int, grad: bool):
-        self.oracle, self.name, self.index, self.grad = oracle, name, index, grad
+    Gradients flow back through it to its tensor arguments, positional and keyword."""
+
+    def __init__(self, oracle: "Oracle", name: str, index: int, grad: bool, method: str | None = None):
+        self.oracle, self.name, self.index, self.grad, self.method = oracle, name, index, grad, method
+
+    def __getattr__(self, attribute: str) -> "_Callback":
+        if attribute.startswith("_") or self.method is not None:
+            what = f"{self.method}.{attribute}" if self.method else attribute
+            raise AttributeError(f"the reference {self.name} reached {what!r} of an object passed to it: only its "
+                                 "public methods are called across the grading sandbox's wall, and its attributes "
+                                 "are not sent")
+        return _Callback(self.oracle, self.name, self.index, self.grad, attribute)
 
     def __call__(self, *args, **kwargs):
         torch = sys.modules.get("torch")
-        if self.grad and torch is not None and torch.is_grad_enabled() and any(
-                differentiable(a) and a.requires_grad for a in args):
-            return delegated(_CallerSide(self, args, kwargs), [a for a in args if differentiable(a)])
+        tensors = [a for a in (*args, *kwargs.values()) if differentiable(a)]
+        if self.grad and torch is not None and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return delegated(_CallerSide(self, args, kwargs), tensors)
         return self.ask(args, kwargs)[0]
+
+    def _frame(self, body: dict) -> dict:
+        return {"id": self.index, **body} if self.method is None else {"id": self.index, "method": self.method, **body}
 
     def ask(self, args, kwargs, grad: bool = False):
         """``(value, call)``: the callable's result and, with ``grad``, the number the caller keeps its graph under."""
         arrays: dict = {}
-        request = {"id": self.index, "args": encode(list(args), arrays), "kwargs": encode(dict(kwargs), arrays),
-                   "grad": grad}
+        request = self._frame({"args": encode(list(args), arrays), "kwargs": encode(dict(kwargs), arrays),
+                               "grad": grad})
         data, received = self.oracle.callback(self.name, request, arrays)
         if "value" not in data:
             raise RuntimeError("the callable sent no value")
@@ -108,13 +128,17 @@ class _CallerSide:
     forward and its backward both run in the caller's process, which keeps its graph."""
 
     def __init__(self, callback: _Callback, args, kwargs):
-        self.callback, self.args, self.kwargs = callback, list(args), kwargs
+        self.callback, self.args, self.kwargs = callback, list(args), dict(kwargs)
         self.label = f"the callable passed to the reference {callback.name}"
 
     def forward(self):
         torch = _torch()
-        value, self.call = self.callback.ask([a.detach() if isinstance(a, torch.Tensor) else a for a in self.args],
-                                             self.kwargs, grad=True)
+
+        def detached(value):
+            return value.detach() if isinstance(value, torch.Tensor) else value
+
+        value, self.call = self.callback.ask([detached(a) for a in self.args],
+                                             {k: detached(v) for k, v in self.kwargs.items()}, grad=True)
         return value
 
     def backward(self, grads) -> list:
@@ -248,16 +272,41 @@ class Oracle:
         init = decode(request.get("init", {"__dict__": []}), arrays)
         with torch.random.fork_rng():  # building it draws initial weights the state then replaces
             module = reference(*init["args"], **init["kwargs"])
+        path = request.get("path", "")
+        try:
+            module = module.get_submodule(path) if isinstance(path, str) else None
+        except AttributeError:
+            module = None
+        if module is None:
+            raise RuntimeError("a call of a submodule the reference does not have")
         module.load_state_dict(decode(request.get("state", {"__dict__": []}), arrays), strict=True)
         training = decode(request.get("training", {"__dict__": []}), arrays)
-        for path, sub in module.named_modules():
-            sub.training = bool(training.get(path, False))
+        for sub_path, sub in module.named_modules():
+            sub.training = bool(training.get(sub_path, False))
+        for sub_path, attributes in decode(request.get("attributes", {"__dict__": []}), arrays).items():
+            Oracle._set_attributes(module, sub_path, attributes)
         method = request.get("method", "forward")
         if method != "forward":
             raise RuntimeError("only forward runs outside the student's process")
         inputs = dict(module.named_parameters())
         inputs.update(module.named_buffers())
         return module, inputs
+
+    @staticmethod
+    def _set_attributes(module, path: str, attributes: dict) -> None:
+        """Give the submodule at ``path`` the caller's values of its plain attributes (those a
+        stand-in mirrors: an existing number, string, flag or tuple of them, by a plain value)."""
+        try:
+            sub = module.get_submodule(path)
+        except AttributeError:
+            raise RuntimeError("attributes of a submodule the reference does not have") from None
+        own = vars(sub)
+        for key, value in attributes.items():
+            if key.startswith("_") or key == "training" or key not in own or not _plain(own[key]) \
+                    or not _plain(value):
+                raise RuntimeError(f"{key!r} is not a plain attribute of the reference's "
+                                   f"{path or 'module'}")
+            setattr(sub, key, value)
 
     @staticmethod
     def _grads(target, inputs: dict, args: list, kwargs: dict, wrt, request: dict, arrays: dict) -> list:

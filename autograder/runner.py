@@ -265,11 +265,16 @@ class _Callbacks:
     They stay here, in the student's process: the reference, outside it, calls them back
     with ``callback`` frames, and each runs here on what the reference passes it.
 
-    A callback asked for with ``grad`` keeps its graph (its inputs become leaves that
-    require gradients), so that a later ``callback`` frame naming that ``call`` gets the
-    vector-Jacobian product back: the gradients of ``sum(grads[k] * outputs[k])`` with
-    respect to its positional tensor inputs. The student's own parameters used by the
-    callable get their gradients on the way, as they would in one process.
+    A callback may name a ``method`` of the object passed (``greedy_decode``'s reference
+    calls ``model.encode``, ``model.decode`` and ``model.project``): the object stays here
+    and only that public method runs, on what the reference sends.
+
+    A callback asked for with ``grad`` keeps its graph (its tensor inputs, positional then
+    keyword, become leaves that require gradients), so that a later ``callback`` frame
+    naming that ``call`` gets the vector-Jacobian product back: the gradients of
+    ``sum(grads[k] * outputs[k])`` with respect to those inputs, in that order. The
+    student's own parameters used by the callable get their gradients on the way, as
+    they would in one process.
     """
 
     def __init__(self):
@@ -293,18 +298,32 @@ class _Callbacks:
                 raise RuntimeError("a callback of no callable passed in this call")
             if "call" in request:
                 return {"grads": encode(self._vjp(request, arrays), out_arrays)}, out_arrays
+            function = self._function(index, request.get("method"))
             args = list(decode(request.get("args", []), arrays))
             kwargs = decode(request.get("kwargs", {"__dict__": []}), arrays)
             if request.get("grad"):
                 torch = _torch()
                 args = [a.detach().requires_grad_(True) if differentiable(a) else a for a in args]
+                kwargs = {k: v.detach().requires_grad_(True) if differentiable(v) else v for k, v in kwargs.items()}
                 with torch.enable_grad():
-                    value = self.functions[index](*args, **kwargs)
-                self.graphs.append((args, value))
+                    value = function(*args, **kwargs)
+                self.graphs.append(([*args, *kwargs.values()], value))
                 return {"value": encode(value, out_arrays), "call": len(self.graphs) - 1}, out_arrays
-            return {"value": encode(self.functions[index](*args, **kwargs), out_arrays)}, out_arrays
+            return {"value": encode(function(*args, **kwargs), out_arrays)}, out_arrays
         except Exception as exc:  # noqa: BLE001 - the student's callable raising is the reference's problem to report
             return _raised(exc), {}
+
+    def _function(self, index: int, method):
+        """The callable passed as number ``index``, or its public ``method``."""
+        target = self.functions[index]
+        if method is None:
+            return target
+        if not (isinstance(method, str) and method.isidentifier() and not method.startswith("_")):
+            raise RuntimeError("a callback of a method that is not a public one")
+        function = getattr(target, method, None)
+        if not callable(function):
+            raise TypeError(f"the {type(target).__name__} passed to the reference has no method {method!r}")
+        return function
 
     def _vjp(self, request, arrays) -> list:
         torch = _torch()
@@ -471,17 +490,88 @@ class Reference:
 
 
 class _Remote:
-    """What a module stand-in holds of its reference: the name, the pipes and its
-    constructor's arguments; one object shared by copies (``copy.deepcopy`` of a layer)."""
+    """What a module stand-in holds of its reference: the name, the pipes, its
+    constructor's arguments and, per submodule path, the names of the plain attributes it
+    mirrors; one object shared by the stand-in, its parts and their copies
+    (``copy.deepcopy`` of a layer)."""
 
     def __init__(self, name: str, channel: _Channel, args: list, kwargs: dict):
         self.name, self.channel, self.args, self.kwargs = name, channel, args, kwargs
+        self.attributes: dict[str, tuple[str, ...]] = {}
 
     def __deepcopy__(self, memo):
         return self
 
     def __repr__(self) -> str:
         return f"<the reference {self.name}, run outside this process>"
+
+
+def _plain(value) -> bool:
+    """A value an attribute of a stand-in may hold to be sent: a number, string, flag, or a short tuple of them."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, tuple) and len(value) <= 16 and all(isinstance(v, (bool, int, float, str)) for v in value)
+
+
+def _module_call(module, path: str, args, kwargs):
+    """Call the part of a module stand-in at ``path`` (``""``: the stand-in itself) outside
+    this process: its arguments, its parameters and buffers, its and its submodules'
+    training flags and their plain attributes as they are now go with the call."""
+    remote = module._reference
+
+    def absolute(sub_path: str) -> str:
+        return ".".join(p for p in (path, sub_path) if p)
+
+    modules = dict(module.named_modules())
+    below = {p for p in remote.attributes if not path or p == path or p.startswith(path + ".")}
+    if {absolute(p) for p in modules} != below or not all(isinstance(m, _StandInPart) for m in modules.values()):
+        raise RuntimeError(f"the submodules of the reference {remote.name} were replaced or added to: a regrade "
+                           "runs the reference as it was built (read and call its submodules, do not swap them)")
+    attributes: dict = {}
+    for sub_path, sub in modules.items():
+        own = vars(sub)
+        for key in remote.attributes[absolute(sub_path)]:
+            if not _plain(own.get(key)):
+                raise RuntimeError(f"the attribute {key!r} of the reference {remote.name} holds a "
+                                   f"{type(own.get(key)).__name__}: only numbers, strings and flags are sent")
+            attributes.setdefault(sub_path, {})[key] = own[key]
+    base = {"op": "call", "method": "forward", "path": path,
+            "training": encode({p: m.training for p, m in modules.items()}, {}),
+            "attributes": encode(attributes, {})}
+    state = dict(module.named_parameters())
+    state.update(module.named_buffers())
+    return _remote(_ModuleCall(remote, base, args, kwargs, state))
+
+
+_PART = None
+
+
+def _part_class() -> type:
+    """The class of a module stand-in's submodules (built once, with torch): each holds its
+    parameters and buffers as tensors, and calling it runs the reference's submodule at its
+    path outside this process (``self.ffn.linear1(x)``)."""
+    global _PART
+    if _PART is not None:
+        return _PART
+    torch = _torch()
+
+    class ReferencePart(_StandInPart, torch.nn.Module):
+        def __init__(self, remote: _Remote, path: str):
+            super().__init__()
+            self._reference, self._path = remote, path
+
+        def forward(self, *args, **kwargs):
+            return _module_call(self, self._path, args, kwargs)
+
+        def __repr__(self) -> str:
+            return f"{type(self).__name__}(<the reference's {self._path}, run outside this process>)"
+
+    _PART = ReferencePart
+    return _PART
+
+
+class _StandInPart:
+    """Marks a module stand-in and its parts (:func:`module_stand_in`)."""
 
 
 def module_stand_in(name: str, channel: _Channel) -> type:
@@ -492,18 +582,22 @@ def module_stand_in(name: str, channel: _Channel) -> type:
 
     Building one asks the references' sandbox to build the reference from the same
     arguments and the same torch generator state, and takes its state, structure and
-    plain attributes (numbers, strings, flags) from it. Each ``forward`` sends the
-    arguments, the current parameters and buffers, each submodule's training flag and
-    the generator state; the reference runs there and its result comes back, with the
-    generator where it left it, so dropout draws as it would in one process. Gradients
-    flow back to the arguments and to the parameters that require them (the reference
-    runs again from the same generator state, then backward); a callable argument
-    (``ResidualSublayer``'s ``sublayer``) stays here and is called back. The submodules
-    are plain ``nn.Module`` containers of those tensors: only the stand-in itself runs.
+    plain attributes (numbers, strings, flags) from it. Each call, of the stand-in or of
+    one of its submodules (``self.ffn.linear1(x)``, ``self.residual.norm(x)``), sends the
+    arguments, that module's current parameters and buffers, its and its submodules'
+    training flags and plain attributes (changed after construction too:
+    ``layer.dropout.p = 0.0``) and the generator state; the reference's module at that
+    path runs there and its result comes back, with the generator where it left it, so
+    dropout draws as it would in one process. Gradients flow back to the arguments and
+    to the parameters that require them (the reference runs again from the same
+    generator state, then backward); a callable argument (``ResidualSublayer``'s
+    ``sublayer``) stays here and is called back. A submodule swapped for another (or
+    one added) is refused with a clear error: the contract never asks for it.
     """
     torch = _torch()
+    Part = _part_class()
 
-    class StandIn(torch.nn.Module):
+    class StandIn(_StandInPart, torch.nn.Module):
         def __init__(self, *args, **kwargs):
             super().__init__()
             self._reference = _Remote(name, channel, list(args), dict(kwargs))
@@ -519,11 +613,14 @@ def module_stand_in(name: str, channel: _Channel) -> type:
                 for path, attributes in modules:
                     if path:
                         parent, _, child = path.rpartition(".")
-                        self.get_submodule(parent).add_module(child, torch.nn.Module())
+                        self.get_submodule(parent).add_module(child, Part(self._reference, path))
                     target = self.get_submodule(path)
+                    mirrored = []
                     for key, value in attributes.items():
-                        if not hasattr(type(target), key):
+                        if not hasattr(type(target), key) and _plain(value):
                             setattr(target, key, value)
+                            mirrored.append(key)
+                    self._reference.attributes[path] = tuple(mirrored)
                 for key, tensor in state.items():
                     owner, _, attr = key.rpartition(".")
                     module = self.get_submodule(owner)
@@ -536,12 +633,7 @@ def module_stand_in(name: str, channel: _Channel) -> type:
                 raise RuntimeError(f"the reference {name} sent a module this stand-in cannot hold") from exc
 
         def forward(self, *args, **kwargs):
-            remote = self._reference
-            base = {"op": "call", "method": "forward",
-                    "training": encode({path: module.training for path, module in self.named_modules()}, {})}
-            state = dict(self.named_parameters())
-            state.update(self.named_buffers())
-            return _remote(_ModuleCall(remote, base, args, kwargs, state))
+            return _module_call(self, "", args, kwargs)
 
         def __repr__(self) -> str:
             return f"{name}(<the reference, run outside this process>)"
@@ -558,6 +650,8 @@ class _ModuleCall(_RemoteCall):
     def __init__(self, remote: _Remote, base: dict, args, kwargs, state: dict):
         super().__init__(remote.channel, remote.name, base, args, kwargs, state)
         self.remote = remote
+        if base.get("path"):
+            self.label = f"the reference {remote.name}'s {base['path']}"
 
     def _request(self, arrays: dict, rng=None, grads=None) -> dict:
         request = super()._request(arrays, rng, grads)
@@ -676,10 +770,9 @@ def main(argv: list[str] | None = None) -> int:
                 namespace[name] = Reference(name, channel)
             continue
         if cell.get("context"):
-            # A cell that only defines what a graded cell calls (an earlier answer, or
-            # the reference of a function taking a model, greedy_decode, in a
-            # verdict-only regrade): it
-            # is not graded here, sends no frame, and its errors are not reported.
+            # A cell that only defines what a graded cell calls (an earlier answer of the
+            # student's own): it is not graded here, sends no frame, and its errors are
+            # not reported.
             try:
                 exec(compile(cell["source"], f"<context cell {cell.get('exercise', '')}>", "exec"), namespace)
             except Exception:  # noqa: BLE001

@@ -62,7 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cgroup, wire
+from . import answer_shapes, cgroup, wire
 from .isolation import container_plan, current_isolation
 from .untrusted import parse_source
 from .withhold import SOLUTIONS_DIR, graded_modules, module_names
@@ -1169,7 +1169,7 @@ class ReferenceCalls:
             return "not one of this regrade's references", None
         try:
             data, arrays = self._load(frame)
-            return None, _Call(data, arrays)
+            return None, _Call(name, data, arrays)
         except wire.WireError as exc:
             return str(exc), None
 
@@ -1332,25 +1332,33 @@ def _items(encoded) -> dict:
 
 
 class _Call:
-    """One admitted call of a stand-in: its data and arrays, and what may come back.
+    """One admitted call of a stand-in: its data and arrays, and what may come back (its
+    value predicted from its arguments: :func:`autograder.answer_shapes.predict`).
 
     Raises (on building): :class:`autograder.wire.WireError`: a call a stand-in does not write.
     """
 
     KEYS = {None: {"args", "kwargs", "rng", "wrt", "grads"},
             "new": {"op", "init", "rng"},
-            "call": {"op", "method", "init", "state", "training", "args", "kwargs", "rng", "wrt", "grads"}}
+            "call": {"op", "method", "path", "init", "state", "training", "attributes", "args", "kwargs", "rng",
+                     "wrt", "grads"}}
 
-    def __init__(self, data: dict, arrays: dict):
+    def __init__(self, name: str, data: dict, arrays: dict):
         self.data, self.arrays = data, arrays
         self.op = data.get("op")
         if self.op not in self.KEYS or not set(data) <= self.KEYS[self.op]:
             raise wire.WireError("a call that is not the stand-in's")
         if self.op == "call" and data.get("method") != "forward":
             raise wire.WireError("a call of a method other than forward")
+        path = data.get("path", "")
+        if not (isinstance(path, str) and len(path) <= 200
+                and (path == "" or all(part.isidentifier() or part.isdigit() for part in path.split(".")))):
+            raise wire.WireError("a call of a submodule path that is not one")
         self.callbacks: list = []
         wire.check_encoded([data.get("args"), data.get("kwargs")], arrays, callbacks=self.callbacks)
-        wire.check_encoded([data.get(key) for key in ("grads", "init", "state", "rng", "training")], arrays)
+        wire.check_encoded([data.get(key) for key in ("grads", "init", "state", "rng", "training", "attributes")],
+                           arrays)
+        self.expected = answer_shapes.predict(name, data, arrays)
         self.rng = _tensor_of(data.get("rng"), arrays)
         if data.get("rng") is not None and (self.rng is None or self.rng.dtype != np.uint8 or self.rng.ndim != 1):
             raise wire.WireError("a generator state that is not one")
@@ -1411,6 +1419,7 @@ class _Call:
             raise wire.WireError("an answer that is not this call's")
         else:
             wire.check_encoded(data["value"], arrays)
+            answer_shapes.check_value(self.expected, data["value"], arrays)
         if self.rng is not None:
             got = _tensor_of(data.get("rng"), arrays)
             if got is None or got.shape != self.rng.shape or got.dtype != self.rng.dtype:
@@ -1421,9 +1430,13 @@ class _Call:
         index = data.get("id")
         if type(index) is not int or index not in self.callbacks:
             raise wire.WireError("a callback of no callable of this call")
+        method = data.get("method")
+        if method is not None and not (isinstance(method, str) and len(method) <= 100 and method.isidentifier()
+                                       and not method.startswith("_")):
+            raise wire.WireError("a callback of a method that is not a public one")
         if set(data) == {"id", "call", "grads"} and type(data["call"]) is int:
             wire.check_encoded(data["grads"], arrays)
-        elif set(data) == {"id", "args", "kwargs", "grad"} and isinstance(data["grad"], bool):
+        elif set(data) - {"method"} == {"id", "args", "kwargs", "grad"} and isinstance(data["grad"], bool):
             wire.check_encoded([data["args"], data["kwargs"]], arrays)
         else:
             raise wire.WireError("a callback that is not the protocol's")

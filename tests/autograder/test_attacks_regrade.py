@@ -434,20 +434,27 @@ def _asked(tmp_path, request: dict, arrays: dict, *answers) -> dict:
 
 def test_an_answer_enters_the_students_process_only_as_its_call_allows(tmp_path):
     """The relay holds each answer against its call: the keys that call can have, plain
-    data, gradients of the shape and dtype of the tensors asked about, a generator state
-    of the size sent, a refusal of a known exception class. Anything else is replaced by
+    data, a value of the container, shape and dtype the contract gives the call's
+    arguments, gradients of the shape and dtype of the tensors asked about, a generator
+    state of the size sent, a refusal of a known exception class. Anything else is replaced by
     the grader's refusal, and the references' side is not asked again."""
     import numpy as np
 
     from autograder.wire import encode
 
+    import torch
+
     arrays: dict = {}
-    x = np.zeros((2, 3, 4), np.float32)
+    x = torch.zeros(2, 3, 4)
     rng = np.zeros(5056, np.uint8)
     call = {"args": encode([x, 2], arrays), "kwargs": {"__dict__": []}, "rng": encode(rng, arrays)}
     grads_call = dict(call, wrt=[["arg", 0]], grads=encode([np.ones((2, 2, 3, 2), np.float32)], arrays))
-    good_value = ("answer", {"value": {"__ndarray__": "v"}, "rng": {"__ndarray__": "r"}},
-                  {"v": np.ones((2, 2, 3, 2), np.float32), "r": rng})
+
+    def value(array) -> tuple:
+        return ("answer", {"value": {"__tensor__": "v", "dtype": str(array.dtype)}, "rng": {"__ndarray__": "r"}},
+                {"v": array, "r": rng})
+
+    good_value = value(np.ones((2, 2, 3, 2), np.float32))
     assert set(_asked(tmp_path / "good", call, arrays, good_value)) == {"value", "rng"}
     good_grads = ("answer", {"grads": [{"__ndarray__": "g"}]}, {"g": np.ones((2, 3, 4), np.float32)})
     assert set(_asked(tmp_path / "grads", grads_call, arrays, good_grads)) == {"grads"}
@@ -461,6 +468,12 @@ def test_an_answer_enters_the_students_process_only_as_its_call_allows(tmp_path)
         "a value for a gradient call": (grads_call, good_value),
         "an object factory": (call, ("answer", {"value": {"__obj__": "torch.nn.Linear", "init": {}, "state": {}},
                                                 "rng": {"__ndarray__": "r"}}, {"r": rng})),
+        # The value, predicted from the call (split_heads: (B, T, d) -> (B, h, T, d/h), same dtype):
+        "a value of another shape": (call, value(np.ones((2, 3, 4), np.float32))),
+        "a value of another dtype": (call, value(np.ones((2, 2, 3, 2), np.float64))),
+        "an array for a tensor": (call, ("answer", {"value": {"__ndarray__": "v"}, "rng": {"__ndarray__": "r"}},
+                                         {"v": np.ones((2, 2, 3, 2), np.float32), "r": rng})),
+        "a value where the call gets none": (dict(call, args=encode([x, 3], arrays)), good_value),  # 4 % 3
         "a generator state of another size": (call, ("answer", {"value": 1, "rng": {"__ndarray__": "r"}},
                                                      {"r": np.zeros(7, np.uint8)})),
         "no generator state": (call, ("answer", {"value": 1}, {})),
