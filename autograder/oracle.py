@@ -88,11 +88,22 @@ class _Callback:
 
     def __getattr__(self, attribute: str) -> "_Callback":
         if attribute.startswith("_") or self.method is not None:
-            what = f"{self.method}.{attribute}" if self.method else attribute
-            raise AttributeError(f"the reference {self.name} reached {what!r} of an object passed to it: only its "
-                                 "public methods are called across the grading sandbox's wall, and its attributes "
-                                 "are not sent")
+            raise AttributeError(self._refusal(f"{self.method}.{attribute}" if self.method else attribute))
         return _Callback(self.oracle, self.name, self.index, self.grad, attribute)
+
+    def _refusal(self, what: str) -> str:
+        return (f"the reference {self.name} reached {what!r} of an object passed to it: only its public methods "
+                "are called across the grading sandbox's wall, and its attributes are not sent")
+
+    # Read as data (``len(model.decoder_layers)``, iterated, indexed): refused in the same words.
+    def __len__(self):
+        raise TypeError(self._refusal(self.method or "len()"))
+
+    def __iter__(self):
+        raise TypeError(self._refusal(self.method or "iter()"))
+
+    def __getitem__(self, key):
+        raise TypeError(self._refusal(f"{self.method}[...]" if self.method else "[...]"))
 
     def __call__(self, *args, **kwargs):
         torch = sys.modules.get("torch")

@@ -311,7 +311,7 @@ def channel(tmp_path):
 
     from autograder import runner
 
-    calls = _relay(tmp_path, ("split_heads", "PositionwiseFeedForward", "ResidualSublayer"))
+    calls = _relay(tmp_path, ("split_heads", "PositionwiseFeedForward", "ResidualSublayer", "greedy_decode"))
     with calls:
         assert calls.wait_ready()
         out, back = calls.hand_over()
@@ -395,6 +395,108 @@ def test_a_function_stand_in_carries_keyword_gradients_and_refuses_a_second_deri
         torch.autograd.grad((split_heads(z, 2) ** 2).sum(), z, create_graph=True)
     (first,) = torch.autograd.grad((split_heads(z, 2) ** 2).sum(), z)  # a first derivative still is
     assert torch.allclose(first, 2 * z)
+
+
+def test_a_module_stand_ins_submodules_run_the_references_and_take_changed_attributes(channel):
+    """A cell may call a submodule of a stand-in (``self.ffn.linear1(x)``, the residual's
+    ``norm``, the attribute the contract names): it runs that submodule of the reference,
+    gradients included; an attribute changed after construction (``dropout.p``) goes with
+    each call; a submodule swapped for the cell's own is refused in words that say so."""
+    import torch
+
+    from autograder import runner
+
+    FFN = runner.module_stand_in("PositionwiseFeedForward", channel)
+    Residual = runner.module_stand_in("ResidualSublayer", channel)
+    torch.manual_seed(3)
+    ffn, residual = FFN(8, 16, 0.5), Residual(8, 0.5)
+    torch.manual_seed(3)
+    ffn_ref, residual_ref = solutions.PositionwiseFeedForward(8, 16, 0.5), solutions.ResidualSublayer(8, 0.5)
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    got, want = ffn.linear1(x), ffn_ref.linear1(x_ref)
+    assert got.shape == (2, 3, 16) and torch.allclose(got, want)
+    (got * 2).sum().backward()
+    (want * 2).sum().backward()
+    assert torch.allclose(x.grad, x_ref.grad) and torch.allclose(ffn.linear1.weight.grad, ffn_ref.linear1.weight.grad)
+    assert torch.allclose(residual.norm(x), residual_ref.norm(x_ref))
+    with torch.no_grad():
+        residual.norm.weight.mul_(2.0)  # trained in place: the state goes with the call
+        residual_ref.norm.weight.mul_(2.0)
+    assert torch.allclose(residual.norm(x), residual_ref.norm(x_ref))
+
+    # Training mode with dropout 0.5, then p set to 0 after construction: no draw at all.
+    ffn.dropout.p = 0.0
+    ffn_ref.dropout.p = 0.0
+    assert ffn.training and torch.allclose(ffn(x), ffn_ref(x_ref))
+    assert torch.allclose(ffn(x), ffn.linear2(torch.relu(ffn.linear1(x))), atol=1e-6)
+    residual.norm_first = True
+    residual_ref.norm_first = True
+    residual.dropout.p = residual_ref.dropout.p = 0.0
+    assert torch.allclose(residual(x, torch.tanh), residual_ref(x_ref, torch.tanh), atol=1e-6)
+
+    ffn.dropout.p = torch.tensor(0.5)  # not a plain value: not sent, and said so
+    with pytest.raises(RuntimeError, match="only numbers, strings and flags are sent"):
+        ffn(x)
+    ffn.dropout.p = 0.0
+    ffn.linear1 = torch.nn.Linear(8, 16)
+    with pytest.raises(RuntimeError, match="were replaced or added to"):
+        ffn(x)
+
+
+def test_greedy_decode_runs_outside_and_calls_the_models_methods_here(channel):
+    """``greedy_decode`` takes a model: the model stays in the student's process and the
+    reference, outside it, calls its ``encode``, ``decode`` and ``project`` back; the
+    tokens are the reference's own on that model. Only public methods cross: reaching an
+    attribute of the model (the key/value cache's path) is refused by name."""
+    import torch
+
+    from autograder import runner
+
+    torch.manual_seed(0)
+    model = solutions.Transformer(14, 11, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                                  d_ff=16, dropout=0.0, max_len=64).eval()
+    called = []
+    for method in ("encode", "decode", "project"):
+        original = getattr(model, method)
+        setattr(model, method, lambda *a, _f=original, _m=method, **k: called.append(_m) or _f(*a, **k))
+    src = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
+    src_mask = solutions.padding_mask(src)
+    greedy = runner.Reference("greedy_decode", channel)
+    got = greedy(model, src, src_mask, 6, sos_id=1, eos_id=2, pad_id=0)
+    want = solutions.greedy_decode(model, src, src_mask, 6, sos_id=1, eos_id=2, pad_id=0)
+    assert got.dtype == torch.long and torch.equal(got, want)
+    assert called[0] == "encode" and {"decode", "project"} <= set(called)
+    with pytest.raises(TypeError, match="reached 'decoder_layers' .* only its public methods are called across"):
+        greedy(model, src, src_mask, 6, use_cache=True)  # the key/value cache reads model.decoder_layers
+
+
+def test_gradients_reach_a_callables_keyword_tensors():
+    """A reference calling back a callable with a tensor by keyword gets gradients for it
+    too: the caller's side (``runner._Callbacks``) keeps the graph of positional and keyword
+    inputs, the references' side (``oracle._Callback``) hands both to the autograd function."""
+    import torch
+
+    from autograder import oracle, runner
+
+    side = runner._Callbacks()
+    side.functions.append(lambda h, *, scale: torch.tanh(h) * scale)
+
+    class Loop:  # the pipes, short-circuited: the same frames, in one process
+        def callback(self, name, request, arrays):
+            data, out = side.serve(request, arrays)
+            assert "raised" not in data, data
+            return data, out
+
+    callback = oracle._Callback(Loop(), "ResidualSublayer", 0, grad=True)
+    h, scale = torch.randn(2, 3, requires_grad=True), torch.randn(3, requires_grad=True)
+    h_ref, scale_ref = h.detach().clone().requires_grad_(True), scale.detach().clone().requires_grad_(True)
+    (callback(h, scale=scale) * 3).sum().backward()
+    (torch.tanh(h_ref) * scale_ref * 3).sum().backward()
+    assert torch.allclose(h.grad, h_ref.grad) and torch.allclose(scale.grad, scale_ref.grad)
+    assert scale.grad.abs().sum() > 0
+    with pytest.raises(AttributeError, match="'decoder.layers'"):
+        callback.decoder.layers  # noqa: B018 - an attribute of an object passed: refused by name
 
 
 class _ScriptedWorker(sandbox.ReferenceCalls):
