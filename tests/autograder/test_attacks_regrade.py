@@ -255,6 +255,65 @@ def test_a_class_reference_runs_outside_the_graded_process(tmp_path, needs_sandb
     assert _text(honest["EncoderLayer"]) == _text(attacker["EncoderLayer"])
 
 
+# greedy_decode with neither padding after <eos> nor the stop: a sentence runs on to max_len.
+WRONG_GREEDY = """
+def greedy_decode(model, src, src_mask, max_len, sos_id=1, eos_id=2, pad_id=0):
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        ys = torch.full((src.size(0), 1), sos_id, dtype=torch.long)
+        for _ in range(max_len):
+            hidden = model.decode(ys, memory, src_mask, causal_mask(ys.size(1)))
+            ys = torch.cat([ys, model.project(hidden[:, -1:])[:, 0].argmax(dim=-1)[:, None]], dim=1)
+    return ys
+"""
+
+
+def _beam_attacker(markers: set[str] | None) -> str:
+    """The reference beam_search, but for beam_size=1 the student's greedy_decode (as the
+    contract allows); with ``markers``, it first hunts for the reference greedy_decode and,
+    on finding a line of it, raises it on every call."""
+    hunt = HUNT + f"""
+_FOUND = _hunt("greedy_decode")
+_MARKERS = [m[::-1] for m in {sorted(m[::-1] for m in markers or ())!r}]  # reversed: not found in this cell itself
+_LEAK = [m for m in _MARKERS if m in _FOUND]
+""" if markers else "_LEAK = []\n"
+    return hunt + f"""
+{inspect.getsource(solutions.beam_search)}
+_beam = beam_search
+
+def beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, length_penalty=0.6):
+    if _LEAK:
+        raise ValueError("\\n".join(_LEAK))
+    if beam_size == 1:
+        return [int(t) for t in greedy_decode(model, src, src_mask, max_len, sos_id=sos_id, eos_id=eos_id)[0]]
+    return _beam(model, src, src_mask, beam_size, max_len, sos_id, eos_id, length_penalty)
+"""
+
+
+@pytest.mark.slow
+def test_greedy_decodes_reference_runs_outside_the_graded_process(tmp_path, needs_sandbox):
+    """``greedy_decode`` takes a model; its regrade was verdict-only, with the reference's
+    source run in the student's process. Now it runs outside like every other reference,
+    calling the model's methods back: the attacker's hunt finds nothing and its page is
+    the honest student's, word for word."""
+    markers = (_code_lines(solutions.greedy_decode) - _code_lines(solutions.beam_search) - _lines(WRONG_GREEDY))
+    assert markers
+    source = _trimmed_source("10_inference", ["greedy_decode", "beam_search"], tmp_path)
+    # The visible cases (hidden=False): the beam_size=1 part is among them, and a case's
+    # exception text is shown whole there, the widest channel.
+    honest = _graded(source, tmp_path, "honest", hidden=False, greedy_decode=WRONG_GREEDY,
+                     beam_search=_beam_attacker(None))
+    attacker = _graded(source, tmp_path, "attacker", hidden=False, greedy_decode=WRONG_GREEDY,
+                       beam_search=_beam_attacker(markers))
+    for scores in (honest, attacker):
+        beam = scores["beam_search"]
+        assert (beam.status, beam.score) == ("passed", beam.max_score), beam  # with the reference greedy_decode
+        assert "graded with the reference `greedy_decode` in its place" in beam.notes[0]
+        assert scores["greedy_decode"].score < scores["greedy_decode"].max_score
+        assert not [m for m in markers if m in _text(beam) or m in _text(scores["greedy_decode"])]
+    assert _text(honest["beam_search"]) == _text(attacker["beam_search"])
+
+
 def _relay(tmp_path, names=("softmax",)) -> sandbox.ReferenceCalls:
     lib = sandbox.reference_library(tmp_path / "lib")
     return sandbox.ReferenceCalls(set(names), lib, tmp_path / "references", sandbox.Limits(wall_seconds=60.0),
