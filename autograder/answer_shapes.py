@@ -25,7 +25,7 @@ import numpy as np
 
 from .wire import WireError, decode
 
-__all__ = ["Expected", "SIGNATURES", "predict", "check_value"]
+__all__ = ["Expected", "SIGNATURES", "predict", "check_value", "entries"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,8 @@ SIGNATURES = {
 _FIRST_ARGUMENT = ("x", "query", "input")
 
 
-def _items(encoded) -> dict:
+def entries(encoded) -> dict:
+    """The entries of an encoded dict (``{"__dict__": [[k, v], ...]}``), or ``{}``."""
     if isinstance(encoded, dict) and isinstance(encoded.get("__dict__"), list):
         return {item[0]: item[1] for item in encoded["__dict__"] if isinstance(item, list) and len(item) == 2}
     return {}
@@ -99,7 +100,7 @@ def _bind(name: str, data: dict) -> dict | None:
     if not isinstance(args, list) or len(args) > len(names):
         return None
     bound = dict(zip(names, args))
-    for key, value in _items(data.get("kwargs")).items():
+    for key, value in entries(data.get("kwargs")).items():
         if key not in names or key in bound:
             return None
         bound[key] = value
@@ -172,14 +173,14 @@ def _module(data: dict, arrays: dict) -> Expected | None:
     ``d' = d`` except a linear layer (a 2-D ``weight`` in the state it is sent), whose
     ``d'`` is its ``weight``'s rows."""
     args = data.get("args") or []
-    kwargs = _items(data.get("kwargs"))
+    kwargs = entries(data.get("kwargs"))
     first = args[0] if isinstance(args, list) and args else next(
         (kwargs[k] for k in _FIRST_ARGUMENT if k in kwargs), None)
     x = _array(first, arrays)
     if x is None or not x[1] or x[0].ndim < 1:
         return None
     width = x[0].shape[-1]
-    weight = _array(_items(data.get("state")).get("weight"), arrays)
+    weight = _array(entries(data.get("state")).get("weight"), arrays)
     if weight is not None and weight[0].ndim == 2:
         width = weight[0].shape[0]
     return Expected(tensor=True, shape=(*x[0].shape[:-1], width), broadcast=True)

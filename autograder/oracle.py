@@ -51,7 +51,7 @@ from typing import Any
 
 # Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds
 # wire.py and, in the references' library, runner.py (:func:`autograder.sandbox.reference_library`).
-from autograder.runner import MAX_NESTING, delegated, differentiable, reraise, weighted_backward
+from autograder.runner import MAX_NESTING, delegated, differentiable, plain_value, reraise, weighted_backward
 from autograder.wire import WireError, check_encoded, decode, encode, load_body, read_frame, write_frame
 
 __all__ = ["Oracle", "main"]
@@ -66,13 +66,6 @@ def _torch():
     import torch
 
     return torch
-
-
-def _plain(value) -> bool:
-    """A value a module stand-in mirrors as an attribute: a number, string, flag or a tuple of them."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return True
-    return isinstance(value, tuple) and len(value) <= 16 and all(isinstance(v, (bool, int, float, str)) for v in value)
 
 
 class _Callback:
@@ -254,7 +247,7 @@ class Oracle:
                 state = module.state_dict()
                 parameters = [n for n, _ in module.named_parameters()]
                 modules = [[path, {k: v for k, v in vars(m).items()
-                                   if not k.startswith("_") and k != "training" and _plain(v)}]
+                                   if not k.startswith("_") and k != "training" and plain_value(v)}]
                            for path, m in module.named_modules()]
                 data = {"state": encode(dict(state), out_arrays), "parameters": encode(parameters, out_arrays),
                         "modules": encode(modules, out_arrays)}
@@ -313,8 +306,8 @@ class Oracle:
             raise RuntimeError("attributes of a submodule the reference does not have") from None
         own = vars(sub)
         for key, value in attributes.items():
-            if key.startswith("_") or key == "training" or key not in own or not _plain(own[key]) \
-                    or not _plain(value):
+            if key.startswith("_") or key == "training" or key not in own or not plain_value(own[key]) \
+                    or not plain_value(value):
                 raise RuntimeError(f"{key!r} is not a plain attribute of the reference's "
                                    f"{path or 'module'}")
             setattr(sub, key, value)

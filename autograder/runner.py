@@ -45,7 +45,7 @@ import numpy as np
 # Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds wire.py.
 from autograder.wire import decode, dump_bundle, encode, load_body, load_bundle, read_frame, write_frame
 
-__all__ = ["run_case", "load_state", "Reference", "module_stand_in", "delegated", "differentiable",
+__all__ = ["run_case", "load_state", "Reference", "module_stand_in", "plain_value", "delegated", "differentiable",
            "weighted_backward", "reraise", "main"]
 
 
@@ -506,8 +506,9 @@ class _Remote:
         return f"<the reference {self.name}, run outside this process>"
 
 
-def _plain(value) -> bool:
-    """A value an attribute of a stand-in may hold to be sent: a number, string, flag, or a short tuple of them."""
+def plain_value(value) -> bool:
+    """A value a module stand-in mirrors and sends as an attribute: a number, string, flag,
+    or a short tuple of them."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
     return isinstance(value, tuple) and len(value) <= 16 and all(isinstance(v, (bool, int, float, str)) for v in value)
@@ -531,7 +532,7 @@ def _module_call(module, path: str, args, kwargs):
     for sub_path, sub in modules.items():
         own = vars(sub)
         for key in remote.attributes[absolute(sub_path)]:
-            if not _plain(own.get(key)):
+            if not plain_value(own.get(key)):
                 raise RuntimeError(f"the attribute {key!r} of the reference {remote.name} holds a "
                                    f"{type(own.get(key)).__name__}: only numbers, strings and flags are sent")
             attributes.setdefault(sub_path, {})[key] = own[key]
@@ -617,7 +618,7 @@ def module_stand_in(name: str, channel: _Channel) -> type:
                     target = self.get_submodule(path)
                     mirrored = []
                     for key, value in attributes.items():
-                        if not hasattr(type(target), key) and _plain(value):
+                        if not hasattr(type(target), key) and plain_value(value):
                             setattr(target, key, value)
                             mirrored.append(key)
                     self._reference.attributes[path] = tuple(mirrored)

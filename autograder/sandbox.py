@@ -1324,13 +1324,6 @@ def _tensor_of(encoded, arrays: dict):
     return None
 
 
-def _items(encoded) -> dict:
-    """The entries of an encoded dict (``{"__dict__": [[k, v], ...]}``), or ``{}``."""
-    if isinstance(encoded, dict) and isinstance(encoded.get("__dict__"), list):
-        return {item[0]: item[1] for item in encoded["__dict__"] if isinstance(item, list) and len(item) == 2}
-    return {}
-
-
 class _Call:
     """One admitted call of a stand-in: its data and arrays, and what may come back (its
     value predicted from its arguments: :func:`autograder.answer_shapes.predict`).
@@ -1370,8 +1363,9 @@ class _Call:
             return None
         if not isinstance(wrt, list) or not wrt or len(wrt) > self.MAX_WRT:
             raise wire.WireError("a call that is not the stand-in's")
-        places = {"arg": dict(enumerate(self.data.get("args") or [])), "kwarg": _items(self.data.get("kwargs")),
-                  "state": _items(self.data.get("state"))}
+        places = {"arg": dict(enumerate(self.data.get("args") or [])),
+                  "kwarg": answer_shapes.entries(self.data.get("kwargs")),
+                  "state": answer_shapes.entries(self.data.get("state"))}
         found = []
         for item in wrt:
             if not (isinstance(item, list) and len(item) == 2 and item[0] in places):
@@ -1409,7 +1403,7 @@ class _Call:
             if keys != {"state", "parameters", "modules", "rng"}:
                 raise wire.WireError("an answer that is not this call's")
             wire.check_encoded([data["state"], data["parameters"], data["modules"]], arrays)
-            state = _items(data["state"])
+            state = answer_shapes.entries(data["state"])
             if any(not isinstance(k, str) or _tensor_of(v, arrays) is None for k, v in state.items()):
                 raise wire.WireError("a module state that is not one")
             if not (isinstance(data["parameters"], list)

@@ -292,10 +292,9 @@ def beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, le
 
 @pytest.mark.slow
 def test_greedy_decodes_reference_runs_outside_the_graded_process(tmp_path, needs_sandbox):
-    """``greedy_decode`` takes a model; its regrade was verdict-only, with the reference's
-    source run in the student's process. Now it runs outside like every other reference,
-    calling the model's methods back: the attacker's hunt finds nothing and its page is
-    the honest student's, word for word."""
+    """``greedy_decode`` takes a model, and its reference runs outside like every other,
+    calling the model's methods back: no source of it is in the student's process, so the
+    attacker's hunt finds nothing and its page is the honest student's, word for word."""
     markers = (_code_lines(solutions.greedy_decode) - _code_lines(solutions.beam_search) - _lines(WRONG_GREEDY))
     assert markers
     source = _trimmed_source("10_inference", ["greedy_decode", "beam_search"], tmp_path)
