@@ -33,8 +33,8 @@ construction), and called: this program keeps nothing between calls.
 
 A callable the caller passes (``ResidualSublayer``'s ``sublayer``; ``greedy_decode``'s
 ``model``) arrives as ``{"__callback__": n}``: calling it sends a ``callback`` frame
-``{"id"[, "method"], "args", "kwargs", "grad"}`` (``method``: a public method of the
-object, ``model.decode``) and waits for the ``return`` frame (meanwhile the callable may
+``{"id"[, "method"], "args", "kwargs", "grad"}`` (``method``: ``model.decode``, one of
+:data:`autograder.runner.MODEL_METHODS`) and waits for the ``return`` frame (meanwhile the callable may
 call a stand-in: that nested ``call`` is answered first). Gradients flow back through it
 with a second ``callback`` frame ``{"id", "call", "grads"}``, whose ``return`` holds the
 gradients of its tensor arguments, positional then keyword.
@@ -51,7 +51,8 @@ from typing import Any
 
 # Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds
 # wire.py and, in the references' library, runner.py (:func:`autograder.sandbox.reference_library`).
-from autograder.runner import MAX_NESTING, delegated, differentiable, plain_value, reraise, weighted_backward
+from autograder.runner import (MAX_NESTING, MODEL_METHODS, delegated, differentiable, plain_value, reraise,
+                               weighted_backward)
 from autograder.wire import WireError, check_encoded, decode, encode, load_body, read_frame, write_frame
 
 __all__ = ["Oracle", "main"]
@@ -70,9 +71,10 @@ def _torch():
 
 class _Callback:
     """A callable the caller kept (``{"__callback__": n}``): calling it asks the caller to
-    run it; ``callback.encode(...)`` asks it to run that public method of the object
-    (``greedy_decode``'s reference calls the model's ``encode``, ``decode`` and
-    ``project``). Nothing else of the object is here: its attributes are not sent.
+    run it; ``callback.encode(...)`` asks it to run that method of the object, one of
+    :data:`~autograder.runner.MODEL_METHODS` (``greedy_decode``'s reference calls the
+    model's ``encode``, ``decode`` and ``project``). Nothing else of the object is here:
+    its attributes are not sent.
 
     Gradients flow back through it to its tensor arguments, positional and keyword."""
 
@@ -80,23 +82,12 @@ class _Callback:
         self.oracle, self.name, self.index, self.grad, self.method = oracle, name, index, grad, method
 
     def __getattr__(self, attribute: str) -> "_Callback":
-        if attribute.startswith("_") or self.method is not None:
-            raise AttributeError(self._refusal(f"{self.method}.{attribute}" if self.method else attribute))
+        if self.method is not None or attribute not in MODEL_METHODS:
+            what = f"{self.method}.{attribute}" if self.method else attribute
+            raise AttributeError(f"the reference {self.name} reached {what!r} of an object passed to it: only its "
+                                 f"methods {', '.join(MODEL_METHODS)} are called across the grading sandbox's wall, "
+                                 "and its attributes are not sent")
         return _Callback(self.oracle, self.name, self.index, self.grad, attribute)
-
-    def _refusal(self, what: str) -> str:
-        return (f"the reference {self.name} reached {what!r} of an object passed to it: only its public methods "
-                "are called across the grading sandbox's wall, and its attributes are not sent")
-
-    # Read as data (``len(model.decoder_layers)``, iterated, indexed): refused in the same words.
-    def __len__(self):
-        raise TypeError(self._refusal(self.method or "len()"))
-
-    def __iter__(self):
-        raise TypeError(self._refusal(self.method or "iter()"))
-
-    def __getitem__(self, key):
-        raise TypeError(self._refusal(f"{self.method}[...]" if self.method else "[...]"))
 
     def __call__(self, *args, **kwargs):
         torch = sys.modules.get("torch")

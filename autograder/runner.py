@@ -46,7 +46,7 @@ import numpy as np
 from autograder.wire import decode, dump_bundle, encode, load_body, load_bundle, read_frame, write_frame
 
 __all__ = ["run_case", "load_state", "Reference", "module_stand_in", "plain_value", "delegated", "differentiable",
-           "weighted_backward", "reraise", "main"]
+           "weighted_backward", "reraise", "MODEL_METHODS", "main"]
 
 
 def _torch():
@@ -226,6 +226,11 @@ def _backward(value, args, weight_data, arrays, out_arrays) -> dict:
 
 # --------------------------------------------------------------------------- a regrade's references
 
+#: The methods a reference may call on an object passed to it (``greedy_decode``'s model:
+#: "uses only the Transformer's encode, decode and project", EXERCISES.md); no other
+#: method and no attribute of such an object crosses the wall.
+MODEL_METHODS = ("encode", "decode", "project")
+
 #: How deeply calls of stand-ins and callbacks of their callables may nest in one run
 #: (a ``ResidualSublayer`` stand-in calling back a sub-layer that calls a stand-in ...).
 MAX_NESTING = 16
@@ -265,9 +270,10 @@ class _Callbacks:
     They stay here, in the student's process: the reference, outside it, calls them back
     with ``callback`` frames, and each runs here on what the reference passes it.
 
-    A callback may name a ``method`` of the object passed (``greedy_decode``'s reference
-    calls ``model.encode``, ``model.decode`` and ``model.project``): the object stays here
-    and only that public method runs, on what the reference sends.
+    A callback may name a ``method`` of the object passed, one of :data:`MODEL_METHODS`
+    (``greedy_decode``'s reference calls ``model.encode``, ``model.decode`` and
+    ``model.project``): the object stays here and only that method runs, on what the
+    reference sends.
 
     A callback asked for with ``grad`` keeps its graph (its tensor inputs, positional then
     keyword, become leaves that require gradients), so that a later ``callback`` frame
@@ -318,8 +324,8 @@ class _Callbacks:
         target = self.functions[index]
         if method is None:
             return target
-        if not (isinstance(method, str) and method.isidentifier() and not method.startswith("_")):
-            raise RuntimeError("a callback of a method that is not a public one")
+        if method not in MODEL_METHODS:
+            raise RuntimeError(f"a callback of a method other than {', '.join(MODEL_METHODS)}")
         function = getattr(target, method, None)
         if not callable(function):
             raise TypeError(f"the {type(target).__name__} passed to the reference has no method {method!r}")
