@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _graded(tmp_path: Path, wrong: str | None = None) -> journal.Graded:
-    rows = [ExerciseScore("ann", "04_self_attention", "softmax", 0.0, 2.0, Status.PARTIAL, "", grade_id="test_softmax",
+    rows = [ExerciseScore("ann", "04_self_attention", "softmax", 1.0, 2.0, Status.PARTIAL, "", grade_id="test_softmax",
                           parts=[PartScore("values", 0.0, 1.0, "wrong <b>values</b>", "normalise over the last axis"),
                                  PartScore("shape", 1.0, 1.0)], notes=["advice (no points): a note"])]
     sub = Submission("ann", "04_self_attention", tmp_path / "ann.ipynb")
@@ -62,7 +62,7 @@ def test_an_entry_reads_back_as_it_was_written(tmp_path):
                                                       "max_score": 2.0, "status": "missing", "reason": "",
                                                       "parts": [], "notes": []}]}), "cannot be read"),
     (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"status": "great"}]}), "status 'great' is none of"),
-    (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"score": "2"}]}), "must be numbers"),
+    (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"score": "2"}]}), "score must be a finite number"),
     (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"parts": [{"name": "values"}]}]}), "cannot be read"),
     (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"notes": "one"}]}), "notes must be a list"),
 ])
