@@ -174,6 +174,37 @@ def test_summary_counts_and_names_timeouts_invalid_and_absent(tmp_path):
     assert "gone/" not in text
 
 
+def test_the_summary_is_a_view_of_the_results_the_batch_wrote(tmp_path):
+    """The batch records the chapter grading found (it does not look for it), and what
+    ``grade`` prints after it is read from ``results.json``, as the class report is:
+    an edit of the file shows in the summary."""
+    root, book = fixtures.make_course(tmp_path / "class", [CH4], students=2)
+    students = sorted(p.name for p in (root / "submitted").iterdir())
+
+    def grade_fn(source_nb, submission_nb, *, student="", chapter=None, **_):
+        points = [float(c.metadata.nbgrader["points"]) for c in nbformat.read(str(source_nb), as_version=4).cells
+                  if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+        if student != students[0]:
+            return NotebookScores([fixtures.judged_cell(student, chapter, f"test_ex{i}", p, p, Status.PASSED, "")
+                                   for i, p in enumerate(points)])
+        return NotebookScores([fixtures.judged_cell(student, chapter, f"test_ex{i}", 0.0, p, Status.MISSING, "none")
+                               for i, p in enumerate(points)], wrong_chapter=CH5)
+
+    out = tmp_path / "out"
+    done = grade_class(root / "submitted", out, chapters=[CH4], book=book, settings=RunSettings(seed=1),
+                       progress=False, grade_fn=grade_fn)
+    stored = ClassResults.read(out)
+    assert done.class_results() == stored
+    assert [(s.student, s.wrong_chapter) for s in stored.submissions] == [(students[0], CH5), (students[1], None)]
+    text = report.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
+    assert f"{students[0]}/{CH4}: this is a {CH5} notebook, submitted as {CH4}" in text
+    assert "complete: 1 · incomplete: 0 · invalid: 0 · wrong chapter: 1" in text
+    edited = (out / "results.json").read_text(encoding="utf-8").replace(f'"{CH5}"', '"03_positional_encoding"')
+    (out / "results.json").write_text(edited, encoding="utf-8")
+    text = report.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
+    assert f"{students[0]}/{CH4}: this is a 03_positional_encoding notebook" in text
+
+
 def test_detect_chapter_reads_the_notebooks_own_cells(tmp_path):
     five = fixtures.write_notebook(make_source_notebook(CH5), tmp_path / "renamed.ipynb")
     assert detect_chapter(five) == CH5
