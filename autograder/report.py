@@ -1,7 +1,8 @@
 """What a graded class did: the console summary of a batch and the class report.
 
 * :func:`summarise` — the lines ``python -m autograder grade`` prints after a
-  batch: how many submissions were graded now and reused from the journal, and,
+  batch, a view of the ``results.json`` it wrote (as the class report is): how many
+  submissions were graded now and reused from the journal, and,
   by name, the invalid ones, the notebooks of the wrong chapter ("this is a
   05_multi_head_attention notebook, submitted as 04_self_attention"), the ones
   flagged for tampering and the ones that timed out; then where to look.

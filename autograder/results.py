@@ -87,7 +87,7 @@ class SubmissionGrade:
     extension_seconds: float = 0.0  # the student's extension of the due date (autograder.extensions)
     late_days_used: int = 0  # late days this chapter spent of the student's budget
     # The chapter the notebook really holds when none of this one's exercises was found in it
-    # and its cells are another chapter's (found while grading: autograder.grading.wrong_chapter).
+    # and its cells are another chapter's (found while grading: NotebookScores.wrong_chapter).
     wrong_chapter: str | None = None
 
     def __post_init__(self):
@@ -154,9 +154,9 @@ def _check_submission(grade: SubmissionGrade) -> None:
         raise ScoreError(f"{where}: score {grade.score!r} is not raw_score {grade.raw_score!r} less the penalty "
                          f"{grade.penalty!r}")
     digest = grade.submission_sha256
-    if digest is not None and not (isinstance(digest, str) and len(digest) == 64
-                                   and all(c in "0123456789abcdef" for c in digest)):
-        raise ScoreError(f"{where}: submission_sha256 must be 64 hex digits or null, got {digest!r}")
+    if digest is not None and not (isinstance(digest, str) and digest):
+        # a SHA-256, or what made one impossible ("unreadable: …", autograder.submissions.file_sha256)
+        raise ScoreError(f"{where}: submission_sha256 must be text or null, got {digest!r}")
     if grade.status == SubmissionStatus.NOT_SUBMITTED and digest is not None:
         raise ScoreError(f"{where}: status 'not submitted' names no notebook, but submission_sha256 is {digest!r}")
     wrong = grade.wrong_chapter

@@ -2,8 +2,11 @@
 
 A graded test cell becomes an :class:`ExerciseScore` (with its :class:`PartScore` list and
 a :class:`Status`) where it is judged, in :func:`autograder.grading.grade_submission`,
-which hands the batch, ``check`` and the Gradescope adapter these scores. The journal
-stores them as such, ``results.json`` holds them (with what a grader changed by hand),
+which hands the batch, ``check`` and the Gradescope adapter a :class:`NotebookScores`: these
+scores and the chapter the notebook really holds when it is another one. Each checks itself
+when it is made, in code as when read from a file (a :class:`ScoreError` names the field
+that is wrong: a number that is not finite, points out of bounds, parts that do not sum to
+the score, a status that disagrees with it). The journal stores them as such, ``results.json`` holds them (with what a grader changed by hand),
 and every view reads their fields: the gradebook, ``scores.csv``, the feedback pages,
 Gradescope's and PrairieLearn's ``results.json``, the class report. A submission as a
 whole (a row of ``grades.csv``) has a :class:`SubmissionStatus`.

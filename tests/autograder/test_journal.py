@@ -148,7 +148,7 @@ def test_a_score_made_in_code_is_refused_by_the_field_it_gets_wrong(fields, word
     (lambda: SubmissionGrade("", "04", "incomplete"), "student must be non-empty text"),
     (lambda: SubmissionGrade("ann", "04", "not submitted", submission_sha256="ab" * 32),
      "status 'not submitted' names no notebook"),
-    (lambda: SubmissionGrade("ann", "04", "incomplete", submission_sha256="abc"), "64 hex digits"),
+    (lambda: SubmissionGrade("ann", "04", "incomplete", submission_sha256=5), "submission_sha256 must be text"),
     (lambda: SubmissionGrade("ann", "04", "complete", wrong_chapter="05"),
      "a notebook of another chapter (wrong_chapter '05') is 'incomplete', not 'complete'"),
     (lambda: SubmissionGrade("ann", "04", "incomplete", wrong_chapter="04"), "wrong_chapter must be another chapter"),
