@@ -253,8 +253,9 @@ def _check_exercise(score: ExerciseScore) -> None:
     field_name = "score" if score.auto_score is None else "auto_score"
     if not -_TOLERANCE <= checks <= top + _TOLERANCE * max(1.0, top):
         raise ScoreError(f"{where}: {field_name} {checks!r} is outside 0..{top!r} (max_score)")
+    # partial: some points, less than all (a sum of scaled parts a hair under max_score included)
     full, none = _close(checks, top, top), _close(checks, 0.0, top)
-    if (score.status == Status.PASSED and not full) or (score.status == Status.PARTIAL and (full or none)) \
+    if (score.status == Status.PASSED and not full) or (score.status == Status.PARTIAL and (none or checks >= top)) \
             or (score.status not in _SCORING and not none):
         want = {Status.PASSED: f"{top!r} (max_score)", Status.PARTIAL: f"between 0 and {top!r}"}.get(score.status, "0")
         raise ScoreError(f"{where}: status {score.status.value!r} needs {field_name} {want}, got {checks!r}")
