@@ -77,7 +77,7 @@ from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted,
 from .wire import WireError, check_encoded, load_body
 from .withhold import defined_names
 
-__all__ = ["RunSettings", "grade_submission", "detect_chapter", "chapter_of"]
+__all__ = ["RunSettings", "grade_submission", "detect_chapter", "chapter_by_exercises"]
 
 log = logging.getLogger(__name__)
 
@@ -144,9 +144,9 @@ class RunSettings:
 
 
 def detect_chapter(path: Path | None) -> str | None:
-    """The chapter a notebook belongs to, from its own cells (:func:`chapter_of` their
-    nbgrader ``grade_id`` s). ``None`` when nothing matches or the file cannot be read as
-    a notebook.
+    """The chapter a notebook belongs to, from its own cells (:func:`chapter_by_exercises`
+    of their nbgrader ``grade_id`` s). ``None`` when nothing matches or the file cannot be
+    read as a notebook.
 
     Args:
         path: the submitted notebook (read as untrusted data, never run).
@@ -160,10 +160,10 @@ def detect_chapter(path: Path | None) -> str | None:
         nb = read_notebook(Path(path))
     except NotebookError:
         return None
-    return chapter_of(_exercise_ids(nb))
+    return chapter_by_exercises(_exercise_ids(nb))
 
 
-def chapter_of(names: set[str]) -> str | None:
+def chapter_by_exercises(names: set[str]) -> str | None:
     """The chapter whose registered exercises match most of ``names`` (the exercise ids a
     notebook's cells carry, ``softmax`` for both ``softmax`` and ``test_softmax``); ties go
     to the first chapter id. ``None`` when none matches."""
@@ -190,7 +190,7 @@ def _wrong_chapter(found: set[str] | None, chapter: str, scores: list[ExerciseSc
     (``found``, read while grading; ``None``: nothing was read) are another chapter's."""
     if not found or not scores or any(s.status != Status.MISSING for s in scores):
         return None
-    real = chapter_of(found)
+    real = chapter_by_exercises(found)
     return real if real and real != chapter else None
 
 
