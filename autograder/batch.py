@@ -46,14 +46,14 @@ from tqdm import tqdm
 
 from .book import BOOK, source_notebook
 from .extensions import parse_duedate
-from .grading import RunSettings, grade_submission, wrong_chapter
+from .grading import RunSettings, grade_submission
 from .fingerprint import grader_fingerprint
 from .files import write_atomic
 from .journal import (Graded, JournalError, journal_seed, read_journal, read_journal_entry, submission_seed,
                       submission_status, write_journal)
 from .submissions import Submission, file_sha256, find_submissions
 from .results import RESULTS_FILE, ClassResults, SubmissionGrade, begin_run, end_run
-from .scores import ExerciseScore, Status, SubmissionStatus
+from .scores import ExerciseScore, NotebookScores, Status, SubmissionStatus
 from .text import csv_cell, csv_text
 from .untrusted import MAX_NOTEBOOK_BYTES, problem_text
 
@@ -102,12 +102,29 @@ class GradebookTarget:
 
 @dataclass
 class BatchReport:
-    """What a run did: every result, how many were graded now and how many reused."""
+    """What a run did: every result, how many were graded now and how many reused.
+
+    Its views (the console summary, the class report) read :meth:`class_results`, the
+    ``results.json`` the run wrote, not ``results``.
+    """
 
     out: Path
     results: list[Graded]
     graded: int
     reused: int
+
+    def class_results(self) -> ClassResults:
+        """This run's submissions as ``out/results.json`` holds them (hand grades, late
+        penalties and every problem of the run included), in the run's order: all of them,
+        or, for a shard, its own students'.
+
+        Raises:
+            autograder.results.ResultsError: the file is missing or cannot be read.
+        """
+        stored = ClassResults.read(self.out)
+        mine = {(g.submission.student, g.submission.chapter) for g in self.results}
+        return ClassResults([e for e in stored.exercises if (e.student, e.chapter) in mine],
+                            [s for s in stored.submissions if (s.student, s.chapter) in mine])
 
     def totals(self) -> dict[tuple[str, str], tuple[float, float]]:
         """``(student, chapter) -> (score, max_score)``."""
@@ -129,7 +146,7 @@ class BatchReport:
 # --------------------------------------------------------------------------- grading
 
 
-GradeFn = Callable[..., list]
+GradeFn = Callable[..., NotebookScores]
 _worker_grade_fn: GradeFn | None = None
 
 
@@ -177,14 +194,23 @@ class GradingTask:
     seed: int
     settings: RunSettings
 
-    def run(self, grade_fn: GradeFn) -> list[ExerciseScore]:
+    def run(self, grade_fn: GradeFn) -> NotebookScores:
         """Grade it with ``grade_fn`` (:func:`autograder.grading.grade_submission`'s signature):
-        one :class:`~autograder.scores.ExerciseScore` per judged cell, the student's."""
-        return grade_fn(Path(self.source), Path(self.path) if self.path else None, chapter=self.chapter,
+        one :class:`~autograder.scores.ExerciseScore` per judged cell, the student's, and
+        the chapter the notebook really holds when it is another one.
+
+        Raises:
+            TypeError: ``grade_fn`` returned something else than a
+                :class:`~autograder.scores.NotebookScores`.
+        """
+        result = grade_fn(Path(self.source), Path(self.path) if self.path else None, chapter=self.chapter,
                         settings=self.settings, hidden=True, seed=self.seed, student=self.student)
+        if not isinstance(result, NotebookScores):
+            raise TypeError(f"the grading function returned a {type(result).__name__}, not NotebookScores")
+        return result
 
 
-def _grade_task(task: GradingTask) -> list[ExerciseScore]:
+def _grade_task(task: GradingTask) -> NotebookScores:
     """Worker entry: grade one submission; never raises for the submission's sake."""
     return task.run(_worker_grade_fn or _default_grade_fn())
 
@@ -284,12 +310,8 @@ def grade_class(
     results: dict[Submission, Graded] = {}
     todo: list[tuple[Submission, dict, GradingTask]] = []
 
-    def finish(sub: Submission, key: dict, scores: list[ExerciseScore]) -> None:
-        try:
-            real = wrong_chapter(sub.path, sub.chapter, [s.status for s in scores])
-        except Exception:  # noqa: BLE001 - reading the notebook again is only for naming its chapter
-            real = None
-        graded = Graded(sub, scores, key, wrong_chapter=real)
+    def finish(sub: Submission, key: dict, found: NotebookScores) -> None:
+        graded = Graded(sub, found.scores, key, wrong_chapter=found.wrong_chapter)  # recorded as grading found it
         try:
             write_journal(out, graded)
         except Exception as exc:  # noqa: BLE001 - graded all the same; a rerun grades it again
@@ -313,15 +335,15 @@ def grade_class(
         # a shard's entries then differ only in what each student handed in (merge_shards).
         unrun = journal_key(None, source_hash[sub.chapter], None, fingerprint, settings)
         if sub.problem:  # nothing to run: every exercise 0, with what was found instead
-            finish(sub, unrun, failed_scores(sources[sub.chapter], sub.problem, Status.INVALID, student=sub.student,
-                                             chapter=sub.chapter))
+            finish(sub, unrun, NotebookScores(failed_scores(sources[sub.chapter], sub.problem, Status.INVALID,
+                                                            student=sub.student, chapter=sub.chapter)))
             continue
         try:
             sub_digest = file_sha256(sub.path)
         except Exception as exc:  # noqa: BLE001 - reading the notebook is this student's step
-            finish(sub, unrun, failed_scores(sources[sub.chapter], "the notebook could not be read "
-                                             f"({problem_text(exc)})", Status.INVALID, student=sub.student,
-                                             chapter=sub.chapter))
+            finish(sub, unrun, NotebookScores(failed_scores(
+                sources[sub.chapter], f"the notebook could not be read ({problem_text(exc)})", Status.INVALID,
+                student=sub.student, chapter=sub.chapter)))
             continue
         sub_seed = submission_seed(base_seed, sub.student, sub.chapter, str(sub_digest))
         key = journal_key(sub_digest, source_hash[sub.chapter], sub_seed, fingerprint, settings)
@@ -341,11 +363,12 @@ def grade_class(
             fn = grade_fn or _default_grade_fn()
             for sub, key, task in todo:
                 try:
-                    scores = task.run(fn)
+                    found = task.run(fn)
                 except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
-                    scores = failed_scores(sources[sub.chapter], f"the grader failed: {problem_text(exc)}",
-                                           student=sub.student, chapter=sub.chapter)
-                finish(sub, key, scores)
+                    found = NotebookScores(failed_scores(
+                        sources[sub.chapter], f"the grader failed: {problem_text(exc)}", student=sub.student,
+                        chapter=sub.chapter))
+                finish(sub, key, found)
                 bar.update(1)
         else:
             threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -364,11 +387,12 @@ def grade_class(
                     for future in done:
                         sub, key = futures[future]
                         try:
-                            scores = future.result()
+                            found = future.result()
                         except Exception as exc:  # noqa: BLE001
-                            scores = failed_scores(sources[sub.chapter], f"the grader failed: {problem_text(exc)}",
-                                                   student=sub.student, chapter=sub.chapter)
-                        finish(sub, key, scores)
+                            found = NotebookScores(failed_scores(
+                                sources[sub.chapter], f"the grader failed: {problem_text(exc)}",
+                                student=sub.student, chapter=sub.chapter))
+                        finish(sub, key, found)
                         bar.update(1)
             except BaseException:
                 # Interrupted (Ctrl-C, or a signal to this process alone): stop now. What finished is

@@ -205,13 +205,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
               f"{Path(args.out) / '.journal'}; run the same command again to resume.", file=sys.stderr)
         return 130
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-    from .report import summarise
-
-    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .isolation import choose_isolation
 
     _record_isolation(Path(args.out), choose_isolation() if sandbox else "none")
-    print(summarise(report))
+    print(_summary(report))
     if shard is None:
         _log_regrades(Path(args.out), before, args)
     if shard is not None:
@@ -220,13 +217,21 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _summary(report) -> str:
+    """The console summary of a finished run (a :class:`~autograder.batch.BatchReport`): a
+    view of the ``results.json`` it wrote, as the class report is."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
+    from .report import summarise
+
+    return summarise(report.class_results(), report.out, graded=report.graded, reused=report.reused)
+
+
 # --------------------------------------------------------------------------- merge
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .regrades import snapshot
-    from .report import summarise
     from .shard import ShardError, merge_shards
 
     before = snapshot(Path(args.out))
@@ -245,7 +250,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     mode = isolation_of([Path(s) for s in args.shards])
     _record_isolation(Path(args.out), mode)
     print(f"merged {len(args.shards)} shard(s) into {args.out}; the shards were graded with isolation {mode}")
-    print(summarise(report))
+    print(_summary(report))
     _log_regrades(Path(args.out), before, args)
     return 0
 
@@ -333,12 +338,9 @@ def cmd_autograde(args: argparse.Namespace) -> int:
         print("\ninterrupted: the finished submissions are journaled; run the same command again to resume.",
               file=sys.stderr)
         return 130
-    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-    from .report import summarise
-
     report, course = done.batch, done.course
     # The summary of `grade`, less its OUT/gradebook.db line: here the course's own gradebook is filled.
-    print("\n".join(line for line in summarise(report).splitlines() if not line.endswith("nbgrader's gradebook")))
+    print("\n".join(line for line in _summary(report).splitlines() if not line.endswith("nbgrader's gradebook")))
     print(f"  {course.folder(course.coursedir.autograded_directory, '<student>', args.assignment)}/  "
           f"{len(done.autograded)} autograded notebook(s), for nbgrader's formgrader and generate_feedback")
     print(f"  {course.db_url}  the course's gradebook (hand grades entered there are kept)")
@@ -378,10 +380,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     sandbox = _sandbox_available()
     if not sandbox:
         print("(no sandbox available: your code runs as a plain subprocess)", file=sys.stderr)
-    scores = grade_submission(source, path, chapter=chapter, settings=_run_settings(args, sandbox), hidden=False,
-                              seed=args.seed)
+    found = grade_submission(source, path, chapter=chapter, settings=_run_settings(args, sandbox), hidden=False,
+                             seed=args.seed)
     print(f"{path.name}: chapter {chapter}, visible checks\n")
-    text, status = check_report([_check_row(s) for s in scores])
+    text, status = check_report([_check_row(s) for s in found.scores])
     print(text)
     return status
 

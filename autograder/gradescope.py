@@ -444,7 +444,8 @@ def grade_upload(source: Path, folder: Path, chapter: str, config: dict, *,
         settings = RunSettings(timeout=float(config.get("timeout", 120)), memory=config.get("memory"),
                                sandbox=isolation != ENGINE_ONLY, seed=int(config["seed"]))
         rows = grade_submission(source, path, chapter=chapter, settings=settings, hidden=True,
-                                seed=submission_seed(settings.seed, student, chapter, str(digest)), student=student)
+                                seed=submission_seed(settings.seed, student, chapter, str(digest)),
+                                student=student).scores
     except Exception as exc:  # noqa: BLE001 - the student still gets a result
         traceback.print_exc(file=sys.stdout)
         rows = failed_scores(source, f"the grader failed: {type(exc).__name__}; your instructor can see why",

@@ -71,13 +71,13 @@ from .checks.base import (Exercise, Report, Result, charged_once, dependency_not
                           evaluate, get_exercise, make_rng, own_code_message)
 from .sandbox import (Limits, ReferenceCalls, RunOutcome, build_library, case_frame, check_sandbox, limits_for,
                       reference_library, run_job)
-from .scores import ExerciseScore, PartScore, Status, single_line
+from .scores import ExerciseScore, NotebookScores, PartScore, Status, single_line
 from .text import safe_text
 from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook
 from .wire import WireError, check_encoded, load_body
 from .withhold import defined_names
 
-__all__ = ["RunSettings", "grade_submission", "detect_chapter", "wrong_chapter"]
+__all__ = ["RunSettings", "grade_submission", "detect_chapter", "chapter_by_exercises"]
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +144,9 @@ class RunSettings:
 
 
 def detect_chapter(path: Path | None) -> str | None:
-    """The chapter a notebook belongs to, from its own cells: the chapter whose
-    registered exercises match most of its nbgrader ``grade_id`` s (solution cells
-    ``softmax``, test cells ``test_softmax``). ``None`` when nothing matches or the
-    file cannot be read as a notebook.
+    """The chapter a notebook belongs to, from its own cells (:func:`chapter_by_exercises`
+    of their nbgrader ``grade_id`` s). ``None`` when nothing matches or the file cannot be
+    read as a notebook.
 
     Args:
         path: the submitted notebook (read as untrusted data, never run).
@@ -161,11 +160,13 @@ def detect_chapter(path: Path | None) -> str | None:
         nb = read_notebook(Path(path))
     except NotebookError:
         return None
-    names = set()
-    for cell in nb["cells"]:
-        grade_id = _nbgrader(cell).get("grade_id")
-        if isinstance(grade_id, str):
-            names.add(grade_id[len("test_"):] if grade_id.startswith("test_") else grade_id)
+    return chapter_by_exercises(_exercise_ids(nb))
+
+
+def chapter_by_exercises(names: set[str]) -> str | None:
+    """The chapter whose registered exercises match most of ``names`` (the exercise ids a
+    notebook's cells carry, ``softmax`` for both ``softmax`` and ``test_softmax``); ties go
+    to the first chapter id. ``None`` when none matches."""
     votes = Counter(ex.chapter for name, ex in load_all().items() if name in names)
     if not votes:
         return None
@@ -173,24 +174,23 @@ def detect_chapter(path: Path | None) -> str | None:
     return sorted(c for c, n in votes.items() if n == best)[0]
 
 
-def wrong_chapter(path: Path | None, chapter: str, statuses: list[Status]) -> str | None:
-    """The chapter a submission really holds, when it is another one: read while grading
-    (the notebook that was graded, as data) and recorded with the grade, so that every
-    view of the results (the console summary, the class report) reads it, never the
-    notebook again.
+def _exercise_ids(nb: dict) -> set[str]:
+    """The exercise ids of a notebook's nbgrader cells (``test_`` taken off a test cell's)."""
+    names = set()
+    for cell in nb["cells"]:
+        grade_id = _nbgrader(cell).get("grade_id")
+        if isinstance(grade_id, str):
+            names.add(grade_id[len("test_"):] if grade_id.startswith("test_") else grade_id)
+    return names
 
-    Args:
-        path: the graded notebook (``None``: nothing was submitted).
-        chapter: the chapter it was graded as.
-        statuses: its cells' statuses.
 
-    Returns:
-        The other chapter's id when none of ``chapter``'s exercises was found in the
-        notebook (every status ``missing``) and its cells are that chapter's; else ``None``.
-    """
-    if path is None or not statuses or any(s != Status.MISSING for s in statuses):
+def _wrong_chapter(found: set[str] | None, chapter: str, scores: list[ExerciseScore]) -> str | None:
+    """The chapter a submission really holds, when it is another one: none of ``chapter``'s
+    exercises was found in it (every score ``missing``) and the exercise ids of its cells
+    (``found``, read while grading; ``None``: nothing was read) are another chapter's."""
+    if not found or not scores or any(s.status != Status.MISSING for s in scores):
         return None
-    real = detect_chapter(path)
+    real = chapter_by_exercises(found)
     return real if real and real != chapter else None
 
 
@@ -286,12 +286,17 @@ def _read_source(source_nb: Path) -> tuple[list[str], list[_Graded]]:
     return setup, graded
 
 
-def _match_submission(graded: list[_Graded], submission_nb: Path | None) -> None:
-    """Take each exercise's solution source from the submission, or settle it."""
+def _match_submission(graded: list[_Graded], submission_nb: Path | None) -> set[str] | None:
+    """Take each exercise's solution source from the submission, or settle it.
+
+    Returns:
+        The exercise ids the submission's cells carry (:func:`_exercise_ids`), or ``None``
+        when there is no submission or it cannot be read.
+    """
     if submission_nb is None:
         for g in graded:
             g.settle(Status.MISSING, "no submission")
-        return
+        return None
     try:
         nb = read_notebook(submission_nb)
         by_id: dict[str, list[dict]] = {}
@@ -299,10 +304,11 @@ def _match_submission(graded: list[_Graded], submission_nb: Path | None) -> None
             grade_id = _nbgrader(cell).get("grade_id")
             if isinstance(grade_id, str):
                 by_id.setdefault(grade_id, []).append(cell)
+        found = _exercise_ids(nb)
     except NotebookError as exc:
         for g in graded:
             g.settle(Status.INVALID, f"unreadable submission: {exc}")
-        return
+        return None
     for g in graded:
         cells = by_id.get(g.name, [])
         if not cells:
@@ -323,6 +329,7 @@ def _match_submission(graded: list[_Graded], submission_nb: Path | None) -> None
             g.source = _source(cell)
         except NotebookError as exc:
             g.settle(Status.INVALID, f"solution cell {g.name!r}: {exc}")
+    return found
 
 
 def _metadata_change(source: dict, submitted: dict) -> str:
@@ -587,7 +594,7 @@ def grade_submission(
     limits: Limits | None = None,
     scratch_dir: Path | None = None,
     student: str = "",
-) -> list[ExerciseScore]:
+) -> NotebookScores:
     """Grade one submission against its source notebook, without trusting it.
 
     Runs the submission's solution cells (only those, matched by ``grade_id``) after
@@ -619,9 +626,12 @@ def grade_submission(
         student: the student the scores are of (``""``: nobody's, as for ``check``).
 
     Returns:
-        One :class:`~autograder.scores.ExerciseScore` per graded test cell of the source
-        notebook, in notebook order, ``student``'s for ``chapter``: the typed score every
-        view reads, made here where the cell is judged. Never raises for a bad submission.
+        A :class:`~autograder.scores.NotebookScores`: its ``scores``, one
+        :class:`~autograder.scores.ExerciseScore` per graded test cell of the source
+        notebook, in notebook order, ``student``'s for ``chapter`` (the typed score every
+        view reads, made here where the cell is judged), and its ``wrong_chapter``, the
+        chapter the notebook really holds when none of ``chapter``'s exercises was in it
+        and its cells are another chapter's. Never raises for a bad submission.
 
     Raises:
         ValueError: the *source* notebook is not usable (an instructor error).
@@ -643,7 +653,7 @@ def grade_submission(
         setup, graded = _read_source(source_nb)
     except NotebookError as exc:
         raise ValueError(f"{source_nb}: the source notebook is not usable: {exc}") from None
-    _match_submission(graded, None if submission_nb is None else Path(submission_nb))
+    found = _match_submission(graded, None if submission_nb is None else Path(submission_nb))
     for g in graded:
         if g.result is None:
             _make_cases(g, hidden, seed)
@@ -683,7 +693,8 @@ def grade_submission(
                          clock, references_lib)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    return [_handed_over(g.result, student, chapter) for g in graded]
+    scores = [_handed_over(g.result, student, chapter) for g in graded]
+    return NotebookScores(scores, wrong_chapter=_wrong_chapter(found, chapter, scores))
 
 
 # --------------------------------------------------------------------------- one mistake charged once

@@ -56,7 +56,7 @@ class Graded:
     key: dict = field(default_factory=dict)
     reused: bool = False
     problems: list[str] = field(default_factory=list)  # a step of this run that failed for it (journal, …)
-    # The chapter the notebook really holds when it is another one (grading.wrong_chapter).
+    # The chapter the notebook really holds when it is another one (NotebookScores.wrong_chapter).
     wrong_chapter: str | None = None
 
     @property

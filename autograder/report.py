@@ -1,7 +1,8 @@
 """What a graded class did: the console summary of a batch and the class report.
 
 * :func:`summarise` — the lines ``python -m autograder grade`` prints after a
-  batch: how many submissions were graded now and reused from the journal, and,
+  batch, a view of the ``results.json`` it wrote (as the class report is): how many
+  submissions were graded now and reused from the journal, and,
   by name, the invalid ones, the notebooks of the wrong chapter ("this is a
   05_multi_head_attention notebook, submitted as 04_self_attention"), the ones
   flagged for tampering and the ones that timed out; then where to look.
@@ -90,12 +91,15 @@ def _named(lines: list[str]) -> list[str]:
     return shown
 
 
-def summarise(batch_report, out: Path | None = None) -> str:
-    """The console summary of a batch (what ``grade`` prints when it is done).
+def summarise(results: ClassResults, out: Path, *, graded: int, reused: int) -> str:
+    """The console summary of a batch (what ``grade`` prints when it is done): a view of
+    the run's ``results.json``, as the class report is.
 
     Args:
-        batch_report: the :class:`autograder.batch.BatchReport` of the run.
-        out: the output folder to point at (default: the report's own).
+        results: the run's :class:`~autograder.results.ClassResults`, as read back from
+            ``out/results.json`` (:meth:`autograder.batch.BatchReport.class_results`).
+        out: the output folder to point at.
+        graded, reused: how many submissions the run graded now and reused from the journal.
 
     Returns:
         Several lines: the counts (graded now, reused from the journal, complete,
@@ -103,44 +107,46 @@ def summarise(batch_report, out: Path | None = None) -> str:
         each problem submission by ``student/chapter`` with its reason, and the
         files to read next.
     """
-    out = Path(out if out is not None else batch_report.out)
-    results = batch_report.results
-    students = {g.submission.student for g in results}
+    out = Path(out)
+    rows: dict[tuple[str, str], list[ExerciseScore]] = defaultdict(list)
+    for e in results.exercises:
+        rows[(e.student, e.chapter)].append(e)
+    students = {line.student for line in results.submissions}
     invalid, wrong, flagged, timed_out, errors = [], [], [], [], []
     counts = Counter()
-    for g in results:
-        sub = g.submission
-        who = _safe(f"{sub.student}/{sub.chapter}")
-        status = g.status
-        real = g.wrong_chapter
+    for line in results.submissions:
+        scores = rows[(line.student, line.chapter)]
+        who = _safe(f"{line.student}/{line.chapter}")
+        status = line.status
+        real = line.wrong_chapter
         if real:
             counts["wrong chapter"] += 1
-            wrong.append(f"{who}: this is a {real} notebook, submitted as {sub.chapter} (0 points; "
+            wrong.append(f"{who}: this is a {real} notebook, submitted as {line.chapter} (0 points; "
                          f"grade it as {real})")
             continue
         if status == SubmissionStatus.INVALID:
             counts["invalid"] += 1
-            invalid.append(f"{who}: {_safe(g.scores[0].reason)}")
+            invalid.append(f"{who}: {_safe(scores[0].reason if scores else '')}")
             continue
         if status == SubmissionStatus.NOT_SUBMITTED:
             counts["not submitted"] += 1
             continue
         if status == SubmissionStatus.CHEAT:
             counts["flagged"] += 1
-            cells = [s for s in g.scores if s.status == Status.CHEAT]
+            cells = [s for s in scores if s.status == Status.CHEAT]
             flagged.append(f"{who} {cells[0].exercise}: {_safe(cells[0].reason)}")
-        slow = [s for s in g.scores if s.status == Status.TIMEOUT]
+        slow = [s for s in scores if s.status == Status.TIMEOUT]
         if slow:
             counts["timed out"] += 1
             timed_out.append(f"{who} {', '.join(s.exercise for s in slow)}: {_safe(slow[0].reason)}")
-        broken = [s for s in g.scores if s.status == Status.ERROR]
+        broken = [s for s in scores if s.status == Status.ERROR]
         if broken:
             counts["errors"] += 1
             errors.append(f"{who} {', '.join(s.exercise for s in broken)}: {_safe(broken[0].reason)}")
         if status in (SubmissionStatus.COMPLETE, SubmissionStatus.INCOMPLETE):
             counts[status.value] += 1
     lines = [
-        f"graded {batch_report.graded} submission(s), reused {batch_report.reused} unchanged from the journal; "
+        f"graded {graded} submission(s), reused {reused} unchanged from the journal; "
         f"{len(students)} student(s).",
         "  " + " · ".join(f"{name}: {counts[name]}" for name in (
             "complete", "incomplete", "invalid", "wrong chapter", "flagged", "timed out", "errors",

@@ -23,6 +23,7 @@ presenting it as current.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -36,6 +37,8 @@ __all__ = ["RESULTS_FILE", "RESULTS_VERSION", "RUN_MARKER", "ResultsError", "beg
 
 RESULTS_FILE = "results.json"
 RESULTS_VERSION = 2  # 2: a submission records the chapter it really holds (wrong_chapter)
+# Points are floats summed from scaled parts: equal within this much.
+_TOLERANCE = 1e-6
 # Present while a run writes into its output folder (a dot name: no student's folder).
 RUN_MARKER = ".run-unfinished.json"
 
@@ -84,8 +87,14 @@ class SubmissionGrade:
     extension_seconds: float = 0.0  # the student's extension of the due date (autograder.extensions)
     late_days_used: int = 0  # late days this chapter spent of the student's budget
     # The chapter the notebook really holds when none of this one's exercises was found in it
-    # and its cells are another chapter's (found while grading: autograder.grading.wrong_chapter).
+    # and its cells are another chapter's (found while grading: NotebookScores.wrong_chapter).
     wrong_chapter: str | None = None
+
+    def __post_init__(self):
+        # The status is a SubmissionStatus whatever was passed (a word is read as one), and
+        # the rest is checked here, where a grade is made, as where one is read from a file.
+        self.status = _submission_status(self.status)
+        _check_submission(self)
 
     def to_dict(self) -> dict:
         """The record of :meth:`from_dict` (plain JSON types; the status as its word)."""
@@ -104,11 +113,9 @@ class SubmissionGrade:
         if unknown:
             raise ScoreError(f"a submission's grade has no field {sorted(unknown)[0]!r}")
         try:
-            grade = cls(**data)
+            return cls(**data)
         except TypeError as exc:
             raise ScoreError(f"a submission's grade cannot be read ({exc})") from None
-        grade.status = _submission_status(grade.status)  # a word read from a file: one of SubmissionStatus
-        return grade
 
 
 def _submission_status(word) -> SubmissionStatus:
@@ -117,6 +124,48 @@ def _submission_status(word) -> SubmissionStatus:
     except ValueError:
         raise ScoreError(f"submission status {word!r} is none of "
                          f"{', '.join(s.value for s in SubmissionStatus)}") from None
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_submission(grade: SubmissionGrade) -> None:
+    """Raise :class:`~autograder.scores.ScoreError` naming the field when ``grade`` is not a
+    submission's grade: its texts are text, its numbers finite and not negative, ``score``
+    is ``raw_score`` less the penalty (never below 0), a submission not submitted names no
+    notebook, and a notebook of another chapter is ``incomplete`` (none of this chapter's
+    exercises was in it)."""
+    where = f"the grade of {grade.student}/{grade.chapter}" if isinstance(grade.student, str) and \
+        isinstance(grade.chapter, str) else "a submission's grade"
+    for name in ("student", "chapter"):
+        if not isinstance(getattr(grade, name), str) or not getattr(grade, name):
+            raise ScoreError(f"{where}: {name} must be non-empty text, got {getattr(grade, name)!r}")
+    for name in ("score", "max_score", "raw_score", "late_seconds", "penalty", "extension_seconds"):
+        value = getattr(grade, name)
+        if not _number(value):
+            raise ScoreError(f"{where}: {name} must be a finite number, got {value!r}")
+        if name != "raw_score" and value < 0:
+            raise ScoreError(f"{where}: {name} must not be negative, got {value!r}")
+    if isinstance(grade.late_days_used, bool) or not isinstance(grade.late_days_used, int) \
+            or grade.late_days_used < 0:
+        raise ScoreError(f"{where}: late_days_used must be a whole number, not negative, got {grade.late_days_used!r}")
+    if abs(grade.score - max(0.0, grade.raw_score - grade.penalty)) > _TOLERANCE * max(1.0, abs(grade.raw_score)):
+        raise ScoreError(f"{where}: score {grade.score!r} is not raw_score {grade.raw_score!r} less the penalty "
+                         f"{grade.penalty!r}")
+    digest = grade.submission_sha256
+    if digest is not None and not (isinstance(digest, str) and digest):
+        # a SHA-256, or what made one impossible ("unreadable: …", autograder.submissions.file_sha256)
+        raise ScoreError(f"{where}: submission_sha256 must be text or null, got {digest!r}")
+    if grade.status == SubmissionStatus.NOT_SUBMITTED and digest is not None:
+        raise ScoreError(f"{where}: status 'not submitted' names no notebook, but submission_sha256 is {digest!r}")
+    wrong = grade.wrong_chapter
+    if wrong is not None:
+        if not isinstance(wrong, str) or not wrong or wrong == grade.chapter:
+            raise ScoreError(f"{where}: wrong_chapter must be another chapter's id or null, got {wrong!r}")
+        if grade.status != SubmissionStatus.INCOMPLETE:
+            raise ScoreError(f"{where}: a notebook of another chapter (wrong_chapter {wrong!r}) is 'incomplete', "
+                             f"not {grade.status.value!r}")
 
 
 def _optional(x) -> str:

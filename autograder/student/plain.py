@@ -26,10 +26,12 @@ MyST                      plain notebook
 Any other directive or role raises ``ValueError`` naming the chapter, the cell and the
 construct: a new chapter cannot ship raw MyST unnoticed.
 
-What is a fence (```````, ``~~~``, ``:::``), where it closes and what is a ``(label)=``
-target is markdown-it-py's decision, with the MyST plugins of mdit-py-plugins (the parser
-Jupyter Book's MyST is built on); the lines it leaves as text are rewritten in place, so
-everything but the MyST constructs comes back byte for byte. The BibTeX is pybtex's. Code cells, ``$…$`` and
+What is a fence (```````, ``~~~``, ``:::``), where it closes, what is a ``(label)=``
+target, and which backticks make a role or a code span (a backslash before its ``{``
+leaves a role as text) is markdown-it-py's decision, with the MyST plugins of
+mdit-py-plugins (the parser Jupyter Book's MyST is built on); only what it found is
+rewritten, in place, so everything but the MyST constructs comes back byte for byte.
+The BibTeX is pybtex's. Code cells, ``$…$`` and
 ``$$…$$`` math, HTML already in the text, plain code fences and cell metadata are left
 as they are.
 """
@@ -46,6 +48,7 @@ import nbformat
 from markdown_it import MarkdownIt
 from mdit_py_plugins.colon_fence import colon_fence_plugin
 from mdit_py_plugins.myst_blocks import myst_block_plugin
+from mdit_py_plugins.myst_role import myst_role_plugin
 from pybtex.backends.plaintext import Backend as PlainTextBackend
 from pybtex.database import Person, parse_string
 from pybtex.exceptions import PybtexError
@@ -348,7 +351,6 @@ _MARKDOWN = MarkdownIt("commonmark").use(colon_fence_plugin).use(myst_block_plug
 _MAY_OPEN = re.compile(r"^[ \t]*(?:`{3,}|~{3,}|:{3,}|\(.*\)=)", re.MULTILINE)
 _DIRECTIVE_INFO = re.compile(r"^\s*\{(?P<name>[^}\s]+)\}\s*(?P<arg>.*?)\s*$")
 _OPTION = re.compile(r"^:(?P<key>[\w-]+):\s*(?P<value>.*?)\s*$")
-_ROLE_OR_CODE = re.compile(r"(?:\{(?P<role>[A-Za-z][\w:.+-]*)\})?(?P<ticks>`+)")
 
 
 class _Context:
@@ -362,26 +364,58 @@ class _Context:
         self.cited = cited if cited is not None else []
 
 
+def _recording(rule):
+    """``rule`` (an inline rule of markdown-it) that also notes, in the parse's ``env``, the
+    exact text of what it matched (its token's type and the source it consumed)."""
+
+    def record(state, silent: bool) -> bool:
+        start = state.pos
+        if not rule(state, silent):
+            return False
+        if not silent:
+            state.env.setdefault("spans", []).append((state.tokens[-1].type, state.src[start:state.pos]))
+        return True
+
+    return record
+
+
+# CommonMark's inline syntax with MyST's roles (mdit-py-plugins' myst_role, as Jupyter Book
+# reads them): which backtick runs open a role or a code span, where each one closes, what a
+# backslash escapes and what is raw HTML are markdown-it's decisions. Its two rules for
+# backticks note the text of each role and code span they match (_recording); nothing is
+# rendered, and every other byte of the cell is kept as it was written.
+_INLINE = MarkdownIt("commonmark").use(myst_role_plugin)
+for _rule in _INLINE.inline.ruler.__rules__:
+    if _rule.name in ("myst_role", "backticks"):
+        _INLINE.inline.ruler.at(_rule.name, _recording(_rule.fn))
+# A role as myst_role matches it: ``{name}``, a run of backticks, the content, the same run.
+_ROLE = re.compile(r"\{(?P<name>[A-Za-z0-9_+:-]+)\}(?P<ticks>`+)(?P<content>.*)(?P=ticks)\Z", re.DOTALL)
+
+
 def _inline(text: str, ctx: _Context) -> str:
-    """``text`` with its roles replaced; code spans are copied unchanged."""
+    """``text`` with its roles replaced; code spans and everything else copied unchanged.
+
+    markdown-it finds the roles and code spans (:data:`_INLINE`), in order; each is found
+    again in ``text`` from where the last one ended (a line break in it may be followed
+    there by the indentation or ``>`` of the list or quote it stands in, which markdown-it
+    took off), and only a role's own characters are replaced (:func:`_role`).
+    """
+    if "`" not in text:
+        return text
+    env: dict = {}
+    _INLINE.parse(text, env)
     out, i = [], 0
-    while True:
-        m = _ROLE_OR_CODE.search(text, i)
-        if not m:
-            out.append(text[i:])
-            return "".join(out)
-        ticks = m.group("ticks")
-        close = re.compile(r"(?<!`)" + ticks + r"(?!`)").search(text, m.end())
-        out.append(text[i:m.start()])
-        if not close:  # a lone backtick run is literal text
-            out.append(text[m.start():m.end()])
-            i = m.end()
-            continue
-        if m.group("role"):
-            out.append(_role(m.group("role"), text[m.end():close.start()], ctx))
-        else:
-            out.append(text[m.start():close.end()])
-        i = close.end()
+    for kind, literal in env.get("spans", []):
+        where = re.compile(r"\n[ \t>]*".join(re.escape(line) for line in literal.split("\n"))).search(text, i)
+        if where is None:
+            raise ValueError(f"the text of {literal!r} was not found again in the cell")
+        out.append(text[i:where.start()])
+        found = where.group()
+        role = _ROLE.match(found) if kind == "myst_role" else None
+        out.append(_role(role.group("name"), role.group("content"), ctx) if role else found)
+        i = where.end()
+    out.append(text[i:])
+    return "".join(out)
 
 
 def _role(name: str, content: str, ctx: _Context) -> str:

@@ -120,7 +120,8 @@ def grade_in_sandbox(chapter, tmp_path, seed=5, **cells):
 
     source = Path(__file__).resolve().parents[2] / "book" / chapter / f"{chapter}.ipynb"
     nb = fixtures.submission_with(nbformat.read(str(source), as_version=4), **cells)
-    scores = grade_submission(source, fixtures.write_notebook(nb, Path(tmp_path) / "submission.ipynb"), seed=seed)
+    scores = grade_submission(source, fixtures.write_notebook(nb, Path(tmp_path) / "submission.ipynb"),
+                              seed=seed).scores
     return {s.exercise: s for s in scores}
 
 

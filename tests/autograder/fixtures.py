@@ -10,7 +10,8 @@ Stable API (the CLI tests use it too):
 * :func:`submission_with` — a copy with some solution cells' source replaced;
 * :func:`write_notebook` — write any of these to a path;
 * :func:`make_course` — a generated book and a class of submissions (batch grading);
-* :func:`judged_cell` — one test cell's score as ``grade_submission`` returns it (fake graders).
+* :func:`judged_cell` — one test cell's score as ``grade_submission`` returns it (fake graders
+  return a ``NotebookScores`` of them).
 """
 from __future__ import annotations
 
@@ -180,6 +181,7 @@ def make_course(root: Path, chapters: list[str], students: int) -> tuple[Path, P
 def judged_cell(student: str, chapter: str, grade_id: str, score: float, max_score: float, status: Status,
                 reason: str, **more) -> ExerciseScore:
     """One judged test cell (``test_<exercise>``) as :func:`autograder.grading.grade_submission`
-    returns it, for the fake graders of the batch tests (``more``: ``parts``, ``notes``)."""
+    returns it (among the ``scores`` of its :class:`~autograder.scores.NotebookScores`), for
+    the fake graders of the batch tests (``more``: ``parts``, ``notes``)."""
     return ExerciseScore(student, chapter, grade_id[len("test_"):], float(score), float(max_score), status, reason,
                          grade_id=grade_id, **more)

@@ -35,7 +35,7 @@ import fixtures
 from walls import cannot_start
 from autograder import batch, feedback, grading, gradebook, report, submissions, untrusted
 from autograder.bench import make_source_notebook
-from autograder.scores import ExerciseScore, Status
+from autograder.scores import ExerciseScore, NotebookScores, Status
 from autograder.text import FORMULA_STARTS, csv_cell, csv_text, csv_uncell
 
 pytestmark = pytest.mark.slow  # its module fixture grades the attacked class in the sandbox (26-30 s)
@@ -186,7 +186,7 @@ def test_a_4_mb_cell_reported_as_name_error_by_a_swapped_compile_is_not_parsed_h
                         or real_parse(source, filename))
     tracemalloc.start()
     try:
-        scores = grading.grade_submission(source_path, path, seed=2, settings=grading.RunSettings(timeout=60.0))
+        scores = grading.grade_submission(source_path, path, seed=2, settings=grading.RunSettings(timeout=60.0)).scores
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -244,9 +244,10 @@ def _quick_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidde
     tests = [(c.metadata.nbgrader["grade_id"], float(c.metadata.nbgrader["points"])) for c in src.cells
              if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
     if submission_nb is None:
-        return [fixtures.judged_cell(student, chapter, g, 0.0, p, Status.MISSING, "no submission") for g, p in tests]
+        return NotebookScores([fixtures.judged_cell(student, chapter, g, 0.0, p, Status.MISSING, "no submission")
+                               for g, p in tests])
     untrusted.read_notebook(Path(submission_nb))
-    return [fixtures.judged_cell(student, chapter, g, p, p, Status.PASSED, "") for g, p in tests]
+    return NotebookScores([fixtures.judged_cell(student, chapter, g, p, p, Status.PASSED, "") for g, p in tests])
 
 
 VICTIM = "mallory"

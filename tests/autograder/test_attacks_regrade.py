@@ -140,7 +140,7 @@ def _graded(source: Path, tmp_path: Path, name: str, hidden: bool = True, **cell
     sub = fixtures.write_notebook(nb, tmp_path / name / "submission.ipynb")
     scratch = tmp_path / name / "scratch"
     scratch.mkdir()
-    scores = grade_submission(source, sub, seed=7, hidden=hidden, scratch_dir=scratch)
+    scores = grade_submission(source, sub, seed=7, hidden=hidden, scratch_dir=scratch).scores
     assert list(scratch.iterdir()) == []  # nothing a run wrote outlives it
     return {s.exercise: s for s in scores}
 

@@ -24,7 +24,7 @@ CH06 = ["masked_softmax", "padding_mask", "causal_mask", "decoder_mask"]
 def _grade(source, submission, **kw):
     kw.setdefault("seed", 7)
     kw.setdefault("settings", RunSettings(timeout=60.0))
-    return grade_submission(source, submission, **kw)
+    return grade_submission(source, submission, **kw).scores
 
 
 def _assert_all(scores, status, fragment):

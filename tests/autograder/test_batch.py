@@ -26,7 +26,7 @@ import pytest
 from autograder import batch, journal, submissions
 from autograder.bench import make_submission
 from autograder.grading import RunSettings
-from autograder.scores import Status
+from autograder.scores import NotebookScores, Status
 from autograder.untrusted import read_untrusted
 from fixtures import judged_cell, make_course
 
@@ -53,15 +53,16 @@ def scripted_grade(source_nb, submission_nb, *, chapter=None, settings=None, hid
     tests = [(c.metadata.nbgrader["grade_id"], float(c.metadata.nbgrader["points"])) for c in source.cells
              if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
     if submission_nb is None:
-        return [judged_cell(student, chapter, g, 0.0, p, Status.MISSING, "not submitted") for g, p in tests]
+        return NotebookScores([judged_cell(student, chapter, g, 0.0, p, Status.MISSING, "not submitted")
+                               for g, p in tests])
     try:  # through the real grader's door for untrusted files (no links, pipes, devices)
         data = json.loads(read_untrusted(Path(submission_nb), 50 * 2**20).decode("utf-8"))
         cells = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in data["cells"]
                  if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
     except (ValueError, KeyError, TypeError) as exc:  # NotebookError is a ValueError
-        return [judged_cell(student, chapter, g, 0.0, p, Status.INVALID,
-                            f"the notebook cannot be read: {type(exc).__name__}")
-                for g, p in tests]
+        return NotebookScores([judged_cell(student, chapter, g, 0.0, p, Status.INVALID,
+                                           f"the notebook cannot be read: {type(exc).__name__}")
+                               for g, p in tests])
     rows = []
     for grade_id, points in tests:
         name = grade_id[5:]
@@ -75,7 +76,7 @@ def scripted_grade(source_nb, submission_nb, *, chapter=None, settings=None, hid
                                     "the output has the wrong values <b>"))
         else:
             rows.append(judged_cell(student, chapter, grade_id, points, points, Status.PASSED, ""))
-    return rows
+    return NotebookScores(rows)
 
 
 @pytest.fixture(scope="module")

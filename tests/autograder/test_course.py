@@ -235,7 +235,9 @@ def test_the_class_report_reads_the_course_grades_folder(graded, course):
     the report names cat's known mistake with its share of the class."""
     root, report = graded
     out = course / "grades" / CH
-    assert f"python -m autograder report {root / 'grades' / CH}" in summarise(report.batch)
+    done = report.batch
+    summary = summarise(done.class_results(), done.out, graded=done.graded, reused=done.reused)
+    assert f"python -m autograder report {root / 'grades' / CH}" in summary
     rows, page = _report(course, str(out))
     mistakes = [(r["exercise"], r["students"], r["of"], r["share"], r["item"]) for r in _section(rows, "diagnosis")]
     restart = [m for m in mistakes if "every step restarted from h0" in m[4]]

@@ -174,7 +174,7 @@ def assert_check_and_grade_agree(chapter, released, python, work, env):
     subprocess.run([str(python), "-m", "autograder.student.notebook", path.name, str(rows_file)], cwd=work,
                    env=env, check=True, capture_output=True, timeout=600)
     local = {row["exercise"]: row for row in json.loads(rows_file.read_text(encoding="utf-8"))}
-    graded = {s.exercise: s for s in grade_submission(BOOK / chapter / f"{chapter}.ipynb", path, seed=3)}
+    graded = {s.exercise: s for s in grade_submission(BOOK / chapter / f"{chapter}.ipynb", path, seed=3).scores}
     assert set(local) == set(graded) == set(FAIR[chapter]), (sorted(local), sorted(graded))
     for name, fair in FAIR[chapter].items():
         score = graded[name]

@@ -10,7 +10,7 @@ import pytest
 import fixtures
 from walls import cannot_start
 from autograder.grading import RunSettings, grade_submission
-from autograder.scores import ExerciseScore, PartScore, Status
+from autograder.scores import ExerciseScore, NotebookScores, PartScore, Status
 
 CH04 = ["softmax", "scaled_dot_product_attention", "self_attention"]
 
@@ -40,7 +40,7 @@ def _table(scores):
 
 @pytest.mark.slow
 def test_reference_scores_full_marks(ch04_source, submissions, needs_sandbox):
-    scores = grade_submission(ch04_source, submissions["reference"], student="ada")
+    scores = grade_submission(ch04_source, submissions["reference"], student="ada").scores
     # the typed score is made where the cell is judged: the student's, of the chapter, a Status, PartScores
     assert all(isinstance(s, ExerciseScore) and isinstance(s.status, Status) for s in scores)
     assert {(s.student, s.chapter) for s in scores} == {("ada", ch04_source.stem)}
@@ -52,15 +52,15 @@ def test_reference_scores_full_marks(ch04_source, submissions, needs_sandbox):
 
 @pytest.mark.slow
 def test_blank_release_scores_zero(ch04_source, submissions, needs_sandbox):
-    scores = grade_submission(ch04_source, submissions["blank"])
+    scores = grade_submission(ch04_source, submissions["blank"]).scores
     assert [s.score for s in scores] == [0.0, 0.0, 0.0]
     assert all(s.status == "failed" and s.reason.startswith("not implemented yet") for s in scores)
 
 
 @pytest.mark.slow
 def test_grading_is_deterministic_given_a_seed_and_idempotent(ch04_source, submissions, needs_sandbox):
-    first = grade_submission(ch04_source, submissions["wrong"], seed=11)
-    again = grade_submission(ch04_source, submissions["wrong"], seed=11)
+    first = grade_submission(ch04_source, submissions["wrong"], seed=11).scores
+    again = grade_submission(ch04_source, submissions["wrong"], seed=11).scores
     assert _table(first) == _table(again)
     assert first[0].status == "failed" and first[0].score == 0
     assert "wrong values" in first[0].reason and "\n" not in first[0].reason
@@ -69,28 +69,28 @@ def test_grading_is_deterministic_given_a_seed_and_idempotent(ch04_source, submi
     assert [s.status for s in first] == ["failed", "passed", "passed"]
     assert all("fix `softmax` first" in s.notes[0] for s in first[1:])
     # a fresh hidden seed changes the inputs, never the verdict
-    fresh = grade_submission(ch04_source, submissions["wrong"])
+    fresh = grade_submission(ch04_source, submissions["wrong"]).scores
     assert [(s.status, s.score) for s in fresh] == [(s.status, s.score) for s in first]
     assert all(isinstance(s.status, Status) for s in first)
 
 
 @pytest.mark.slow
 def test_visible_cases_only(ch04_source, submissions, needs_sandbox):
-    scores = grade_submission(ch04_source, submissions["reference"], hidden=False)
+    scores = grade_submission(ch04_source, submissions["reference"], hidden=False).scores
     assert [s.status for s in scores] == ["passed"] * 3
 
 
 @pytest.mark.slow
 def test_unsandboxed_mode_grades_the_same(ch04_source, submissions):
-    scores = grade_submission(ch04_source, submissions["wrong"], settings=RunSettings(sandbox=False), seed=11)
+    scores = grade_submission(ch04_source, submissions["wrong"], settings=RunSettings(sandbox=False), seed=11).scores
     assert [(s.status, s.score) for s in scores] == [("failed", 0.0), ("passed", 2.0), ("passed", 3.0)]
     scores = grade_submission(ch04_source, submissions["reference"], settings=RunSettings(sandbox=False),
-                              seed=11)
+                              seed=11).scores
     assert [s.score for s in scores] == [1.0, 2.0, 3.0]
 
 
 def test_no_submission_needs_no_sandbox(ch04_source):
-    scores = grade_submission(ch04_source, None, settings=RunSettings(sandbox=True))
+    scores = grade_submission(ch04_source, None, settings=RunSettings(sandbox=True)).scores
     assert [(s.status, s.score, s.max_score) for s in scores] == [
         ("missing", 0.0, 1.0), ("missing", 0.0, 2.0), ("missing", 0.0, 3.0)]
 
@@ -107,7 +107,7 @@ def test_unknown_exercise_in_the_source_is_reported_per_cell(ch04_notebook, tmp_
     sub = copy.deepcopy(nb)
     for name in CH04[1:]:
         sub.cells.remove(fixtures.solution_cell(sub, name))
-    scores = grade_submission(source, fixtures.write_notebook(sub, tmp_path / "sub.ipynb"))
+    scores = grade_submission(source, fixtures.write_notebook(sub, tmp_path / "sub.ipynb")).scores
     assert scores[0].exercise == "no_such_exercise" and scores[0].status == "error"
     assert "no exercise called 'no_such_exercise'" in scores[0].reason
     assert [s.status for s in scores[1:]] == ["missing", "missing"]
@@ -145,7 +145,7 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
 
     def grade(job):
         source, sub, kind = job
-        return source, kind, grade_submission(source, sub, seed=5)
+        return source, kind, grade_submission(source, sub, seed=5).scores
 
     def short(s, kind):
         # Only what lost (or wrongly earned) points, so a failure names its cause
@@ -266,7 +266,7 @@ def test_a_failing_earlier_answer_is_charged_once(ch04_source, tmp_path, needs_s
         monkeypatch.setattr(type(get_exercise(name)), "uses", uses)
     sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
                                                            softmax=softmax_source), tmp_path / "s.ipynb")
-    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, seed=3)}
+    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, seed=3).scores}
     assert scores["softmax"].score < scores["softmax"].max_score
     for name in ("scaled_dot_product_attention", "self_attention"):
         s = scores[name]
@@ -284,7 +284,7 @@ def test_without_uses_the_later_answers_carry_the_mistake(ch04_source, tmp_path,
         monkeypatch.setattr(type(get_exercise(name)), "uses", ())
     sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
                                                            softmax=WRONG_SOFTMAX), tmp_path / "s.ipynb")
-    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, seed=3)}
+    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, seed=3).scores}
     assert scores["scaled_dot_product_attention"].score < scores["scaled_dot_product_attention"].max_score
     assert not scores["scaled_dot_product_attention"].notes or "calls your" not in scores[
         "scaled_dot_product_attention"].notes[0]
@@ -310,7 +310,7 @@ def test_no_escape_sequence_from_a_submission_reaches_a_reason(ch04_source, tmp_
     sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
                                                            softmax=ESCAPING_SOFTMAX), tmp_path / "s.ipynb")
     # the visible-only run: no hidden input is in the sandbox, so the student's text is shown, escaped
-    scores = grade_submission(ch04_source, sub, seed=5, hidden=False)
+    scores = grade_submission(ch04_source, sub, seed=5, hidden=False).scores
     texts = [s.reason for s in scores] + [n for s in scores for n in s.notes] + [
         p.message for s in scores for p in s.parts]
     assert "\\x1b]0;pwned" in scores[0].reason
@@ -378,7 +378,7 @@ def test_hidden_inputs_never_reach_the_feedback(tmp_path, needs_sandbox):
 def test_without_hidden_inputs_the_student_reads_their_own_message(ch04_source, tmp_path, needs_sandbox):
     """The visible-only run holds no hidden input: the student's message stays (escaped)."""
     leaky = fixtures.submission_with(fixtures.source_notebook("04_self_attention"), softmax=LEAKY_SOFTMAX)
-    scores = grade_submission(ch04_source, fixtures.write_notebook(leaky, tmp_path / "l.ipynb"), hidden=False)
+    scores = grade_submission(ch04_source, fixtures.write_notebook(leaky, tmp_path / "l.ipynb"), hidden=False).scores
     assert "LEAK<array(" in scores[0].reason and "Leak_" in scores[0].reason
 
 
@@ -433,7 +433,7 @@ def test_endless_exercises_cost_at_most_the_submission_budget(tmp_path, needs_sa
         return real_run_job(job_dir, lib_dir, limits, **kw)
 
     monkeypatch.setattr(grading, "run_job", recording_run_job)
-    scores = grade_submission(source, sub, settings=RunSettings(timeout=4, budget=7), seed=1)
+    scores = grade_submission(source, sub, settings=RunSettings(timeout=4, budget=7), seed=1).scores
     assert [s.score for s in scores] == [0.0] * len(names)
     assert all(s.status == "timeout" for s in scores), scores
     assert sum(limits_seen) <= 7 and len(limits_seen) < len(names), limits_seen
@@ -456,7 +456,7 @@ def test_the_budget_option_reaches_every_submission(tmp_path):
 
     def recording_grade(source_nb, submission_nb, **kw):
         seen.append(kw["settings"].budget)
-        return []
+        return NotebookScores([])
 
     args = build_parser().parse_args(["grade", str(tmp_path / "submitted"), "--out", "o", "--budget", "90"])
     assert args.budget == 90.0
@@ -501,7 +501,7 @@ _PEAK_RSS = '''
 import json, resource, sys
 from pathlib import Path
 from autograder.grading import grade_submission
-scores = grade_submission(Path(sys.argv[1]), Path(sys.argv[2]), seed=1)
+scores = grade_submission(Path(sys.argv[1]), Path(sys.argv[2]), seed=1).scores
 print(json.dumps({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "scores": [[s.exercise, s.status, s.score, s.reason] for s in scores]}))
 '''
@@ -559,7 +559,7 @@ def test_memory_held_in_files_is_stopped_at_the_run_limit(ch04_source, tmp_path,
     sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
                                                            softmax=MEMFD_HOG), tmp_path / "hog.ipynb")
     limits = Limits(wall_seconds=120.0, cpu_seconds=120, run_memory_bytes=1024 * 2**20)
-    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, limits=limits, seed=2)}
+    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, limits=limits, seed=2).scores}
     hog = scores["softmax"]
     assert (hog.status, hog.score) == ("error", 0.0) and "1 GiB of memory" in hog.reason, hog
     assert scores["self_attention"].status == "passed"  # graded afresh after the kill
@@ -590,7 +590,7 @@ def test_unlinked_files_cannot_fill_the_disk(ch04_source, tmp_path, needs_sandbo
                                                            softmax=DISK_FILLER), tmp_path / "disk.ipynb")
     limits = Limits(wall_seconds=120.0, cpu_seconds=120, scratch_bytes=64 * 2**20)
     scores = {s.exercise: s for s in grade_submission(ch04_source, sub, limits=limits, seed=2,
-                                                      scratch_dir=tmp_path)}
+                                                      scratch_dir=tmp_path).scores}
     hit = scores["softmax"]
     assert (hit.status, hit.score) == ("error", 0.0) and "No space left on device" in hit.reason, hit
     assert scores["self_attention"].status == "passed"
@@ -627,7 +627,7 @@ _os._exit(1)
 def test_tampering_disguised_as_an_accident_is_flagged(ch04_source, tmp_path, needs_sandbox, attack, words):
     sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
                                                            softmax=attack), tmp_path / "t.ipynb")
-    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, seed=2)}
+    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, seed=2).scores}
     hit = scores["softmax"]
     assert (hit.status, hit.score) == ("cheat", 0.0) and words in hit.reason, hit
     assert "full marks" not in hit.reason and "MemoryError" not in hit.reason  # never the student's text
@@ -706,7 +706,7 @@ def test_returned_hidden_inputs_never_reach_the_feedback(tmp_path, needs_sandbox
     # the visible-only run: the student's own inputs, the detailed messages
     visible = grade_submission(book / "02_tokens_and_embeddings" / "02_tokens_and_embeddings.ipynb",
                                submitted / "mallory" / "02_tokens_and_embeddings" / "02_tokens_and_embeddings.ipynb",
-                               hidden=False)
+                               hidden=False).scores
     parts = {s.exercise: s for s in visible}["build_vocab"].parts
     assert any("missing ['<pad>'" in p.message and "unexpected [" in p.message for p in parts), parts
 
@@ -749,5 +749,5 @@ def test_the_memory_option_stops_a_submission_over_it(tmp_path, needs_sandbox, c
     assert "0.5 GiB of memory, the --memory limit" in rows["softmax"]["reason"]
     assert rows["self_attention"]["status"] == "passed"
     assert journal["key"]["memory"] == 512 * 2**20
-    default = {s.exercise: s for s in grade_submission(source, path, seed=3)}
+    default = {s.exercise: s for s in grade_submission(source, path, seed=3).scores}
     assert default["softmax"].status == "passed", default["softmax"]

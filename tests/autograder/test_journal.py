@@ -2,7 +2,9 @@
 
 * :func:`autograder.journal.entry_text` / :func:`~autograder.journal.parse_entry` write and
   read an entry, with its version; anything else is refused with a message that names
-  the file and what was found.
+  the file and what was found. A score, a part, a submission's grade and a notebook's
+  scores are checked where they are made, too: one of the wrong shape made in code is
+  refused with a :class:`~autograder.scores.ScoreError` naming the field.
 * :func:`autograder.fingerprint.grader_fingerprint` changes when the code that judges
   changes (a check, the sandbox's walls, the reference) and not when a view of the
   grades does (the class report, the batch's CSVs, a diagram of the book): shown on a
@@ -11,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -18,14 +21,14 @@ import pytest
 
 from autograder import fingerprint, journal
 from autograder.results import ClassResults, ResultsError, SubmissionGrade
-from autograder.scores import ExerciseScore, PartScore, Status, SubmissionStatus
+from autograder.scores import ExerciseScore, NotebookScores, PartScore, ScoreError, Status, SubmissionStatus
 from autograder.submissions import Submission
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _graded(tmp_path: Path, wrong: str | None = None) -> journal.Graded:
-    rows = [ExerciseScore("ann", "04_self_attention", "softmax", 0.0, 2.0, Status.PARTIAL, "", grade_id="test_softmax",
+    rows = [ExerciseScore("ann", "04_self_attention", "softmax", 1.0, 2.0, Status.PARTIAL, "", grade_id="test_softmax",
                           parts=[PartScore("values", 0.0, 1.0, "wrong <b>values</b>", "normalise over the last axis"),
                                  PartScore("shape", 1.0, 1.0)], notes=["advice (no points): a note"])]
     sub = Submission("ann", "04_self_attention", tmp_path / "ann.ipynb")
@@ -62,7 +65,7 @@ def test_an_entry_reads_back_as_it_was_written(tmp_path):
                                                       "max_score": 2.0, "status": "missing", "reason": "",
                                                       "parts": [], "notes": []}]}), "cannot be read"),
     (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"status": "great"}]}), "status 'great' is none of"),
-    (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"score": "2"}]}), "must be numbers"),
+    (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"score": "2"}]}), "score must be a finite number"),
     (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"parts": [{"name": "values"}]}]}), "cannot be read"),
     (json.dumps({"version": 4, "key": {}, "scores": [_RECORD | {"notes": "one"}]}), "notes must be a list"),
 ])
@@ -94,6 +97,81 @@ def test_results_read_back_typed_and_a_status_that_is_none_is_refused(tmp_path):
     data["submissions"][0] = dict(line.to_dict(), graded_by="me")
     with pytest.raises(ResultsError, match="no field 'graded_by'"):
         ClassResults.from_json(json.dumps(data))
+
+
+def _score(**fields) -> ExerciseScore:
+    """A partial score of 1 of 2 points over two parts, with ``fields`` changed."""
+    base = dict(student="ann", chapter="04_self_attention", exercise="softmax", score=1.0, max_score=2.0,
+                status=Status.PARTIAL, reason="",
+                parts=[PartScore("values", 0.0, 1.0, "wrong"), PartScore("shape", 1.0, 1.0)])
+    return ExerciseScore(**{**base, **fields})
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"score": 3.0, "status": Status.PASSED, "parts": []},
+     "score of 'softmax': score 3.0 is outside 0..2.0 (max_score)"),
+    ({"score": -1.0, "status": Status.FAILED, "parts": []}, "score -1.0 is outside 0..2.0"),
+    ({"score": float("nan")}, "score must be a finite number, got nan"),
+    ({"max_score": -2.0, "score": 0.0, "status": Status.FAILED, "parts": []}, "max_score must not be negative"),
+    ({"score": 2.0}, "status 'partial' needs score between 0 and 2.0, got 2.0"),
+    ({"status": Status.PASSED}, "status 'passed' needs score 2.0 (max_score), got 1.0"),
+    ({"status": Status.MISSING}, "status 'missing' needs score 0, got 1.0"),
+    ({"auto_score": 0.0, "manual_score": 1.0}, "status 'partial' needs auto_score between 0 and 2.0, got 0.0"),
+    ({"parts": [PartScore("values", 1.0, 1.0)]}, "its parts are worth 1.0 together, not max_score 2.0"),
+    ({"parts": [PartScore("values", 0.0, 1.0), PartScore("shape", 0.0, 1.0)]},
+     "its parts earned 0.0 together, not score 1.0"),
+    ({"parts": [{"name": "values"}]}, "parts must be a list of PartScore"),
+    ({"reason": None}, "reason must be text"),
+    ({"extra_credit": "1"}, "extra_credit must be a finite number or null"),
+    ({"status": "done"}, "status 'done' is none of passed"),
+])
+def test_a_score_made_in_code_is_refused_by_the_field_it_gets_wrong(fields, words):
+    """A score is checked where it is made, not only where one is read from a file."""
+    with pytest.raises(ScoreError, match=re.escape(words)):
+        _score(**fields)
+    # a hand grade is a grader's: the final score is only a number (the checks' stays bounded)
+    assert _score(auto_score=1.0, manual_score=2.0, extra_credit=1.0, score=3.0).score == 3.0
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: PartScore("values", 1.5, 1.0), "part 'values': score 1.5 is outside 0..1.0 (its points)"),
+    (lambda: PartScore("values", 0.0, -1.0), "part 'values': points must not be negative"),
+    (lambda: PartScore("", 0.0, 1.0), "a part's name must be non-empty text"),
+    (lambda: PartScore("values", 0.0, 1.0, message=None), "part 'values': message must be text"),
+    (lambda: SubmissionGrade("ann", "04", "done"), "submission status 'done' is none of"),
+    (lambda: SubmissionGrade("ann", "04", "complete", score=2.0, max_score=2.0, raw_score=1.0),
+     "the grade of ann/04: score 2.0 is not raw_score 1.0 less the penalty 0.0"),
+    (lambda: SubmissionGrade("ann", "04", "complete", score=1.0, raw_score=1.5, penalty=0.5, max_score=-1.0),
+     "max_score must not be negative"),
+    (lambda: SubmissionGrade("ann", "04", "incomplete", late_seconds=float("inf")), "late_seconds must be a finite"),
+    (lambda: SubmissionGrade("ann", "04", "incomplete", late_days_used=1.5), "late_days_used must be a whole number"),
+    (lambda: SubmissionGrade("", "04", "incomplete"), "student must be non-empty text"),
+    (lambda: SubmissionGrade("ann", "04", "not submitted", submission_sha256="ab" * 32),
+     "status 'not submitted' names no notebook"),
+    (lambda: SubmissionGrade("ann", "04", "incomplete", submission_sha256=5), "submission_sha256 must be text"),
+    (lambda: SubmissionGrade("ann", "04", "complete", wrong_chapter="05"),
+     "a notebook of another chapter (wrong_chapter '05') is 'incomplete', not 'complete'"),
+    (lambda: SubmissionGrade("ann", "04", "incomplete", wrong_chapter="04"), "wrong_chapter must be another chapter"),
+    (lambda: NotebookScores([_score()], wrong_chapter="05"), "wrong_chapter '05' names another chapter"),
+    (lambda: NotebookScores([{"score": 1}]), "a notebook's scores must be a list of ExerciseScore"),
+])
+def test_a_part_a_submission_or_a_notebook_made_in_code_is_refused_by_name(make, words):
+    with pytest.raises(ScoreError, match=re.escape(words)):
+        make()
+
+
+def test_what_the_batch_makes_is_accepted():
+    """The shapes the grader and the batch make pass: a late, penalised grade; a score
+    of floats summed from scaled parts; a missing notebook's; a wrong chapter's."""
+    line = SubmissionGrade("ann", "04", "incomplete", score=0.0, max_score=2.0, raw_score=0.25, penalty=0.5,
+                           late_seconds=90.0, late_days_used=1, submission_sha256="ab" * 32, wrong_chapter="05")
+    assert line.score == 0.0 and line.status is SubmissionStatus.INCOMPLETE
+    third = 2.0 / 3.0
+    scaled = _score(score=third * 2, parts=[PartScore("a", third, third), PartScore("b", third, third),
+                                            PartScore("c", 0.0, third)])
+    assert scaled.status is Status.PARTIAL
+    missing = _score(score=0.0, status="missing", parts=[])
+    assert NotebookScores([missing], wrong_chapter="05").wrong_chapter == "05"
 
 
 @pytest.fixture(scope="module")

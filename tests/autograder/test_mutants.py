@@ -614,7 +614,7 @@ def grade_round(chapter: str, folder: Path, cells: dict) -> dict:
                             and c.metadata["nbgrader"].get("grade_id", "").removeprefix("test_") not in graded)]
     source_path = fixtures.write_notebook(source, folder / "source" / f"{chapter}.ipynb")
     submitted = fixtures.write_notebook(submission, folder / "submission.ipynb")
-    return {s.exercise: s for s in grade_submission(source_path, submitted, seed=7)}
+    return {s.exercise: s for s in grade_submission(source_path, submitted, seed=7).scores}
 
 
 def test_the_sandbox_rounds_hold_every_mutant():

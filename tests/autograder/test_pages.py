@@ -29,14 +29,14 @@ def _score(student: str, chapter: str, status: Status, **fields) -> ExerciseScor
                 status=status, reason="reason " + PAYLOAD, grade_id="test_softmax" + PAYLOAD,
                 parts=[PartScore("part " + PAYLOAD, 0.0, 1.0, "message " + PAYLOAD, "hint " + PAYLOAD),
                        PartScore("earned " + PAYLOAD, 1.0, 1.0)],
-                notes=["note " + PAYLOAD], auto_score=0.5, manual_score=1.0, extra_credit=0.5,
+                notes=["note " + PAYLOAD], auto_score=1.0, manual_score=1.0, extra_credit=0.5,
                 comment="comment " + PAYLOAD)
     return ExerciseScore(**{**base, **fields})
 
 
 def test_the_feedback_page_escapes_every_field():
     scores = [_score(PAYLOAD, PAYLOAD, Status.PARTIAL),
-              _score(PAYLOAD, PAYLOAD, Status.MISSING, exercise="other" + PAYLOAD, parts=[])]
+              _score(PAYLOAD, PAYLOAD, Status.MISSING, exercise="other" + PAYLOAD, parts=[], auto_score=0.0)]
     code = {"softmax" + PAYLOAD: ["# " + PAYLOAD] * 7}  # more cells than the page shows
     page = feedback.render_feedback(PAYLOAD, PAYLOAD, scores, code, PAYLOAD, late_seconds=60.0, penalty=0.5)
     assert "<script" not in page.lower()
@@ -47,9 +47,9 @@ def test_the_feedback_page_escapes_every_field():
 
 def test_the_class_report_pages_escape_every_field():
     students = [PAYLOAD + str(i) for i in range(3)]
-    rows = [_score(s, "ch", Status.ERROR, parts=[]) if i == 0 else _score(s, "ch", Status.PARTIAL)
+    rows = [_score(s, "ch", Status.ERROR, parts=[], auto_score=0.0) if i == 0 else _score(s, "ch", Status.PARTIAL)
             for i, s in enumerate(students)]
-    grades = {(s, "ch"): SubmissionGrade(s, "ch", PAYLOAD, late_seconds=90.0, penalty=0.5) for s in students}
+    grades = {(s, "ch"): SubmissionGrade(s, "ch", "incomplete", late_seconds=90.0, penalty=0.5) for s in students}
     grades[(students[2], "ch")].wrong_chapter = "05" + PAYLOAD
     summary = report.chapter_summary("ch", rows, grades)
     page = report.render_html(summary, PAYLOAD)

@@ -206,6 +206,20 @@ def test_a_citation_role_broken_over_two_lines_is_still_one_role():
         "As shown by Vaswani et al. (2017); Elman (1990)."
 
 
+def test_markdown_it_decides_what_is_a_role():
+    """Roles are found by markdown-it with MyST's role plugin, as Jupyter Book finds them: a
+    role in a list item broken over two indented lines is one role (its line break kept);
+    a backslash before the brace, a code span or an indented code block keeps the text;
+    the bytes around a role are the cell's own."""
+    assert plain("- see {cite:t}`vaswani2017attention,\n  elman1990finding` *here*\n- and  `x`") == \
+        "- see Vaswani et al. (2017); Elman (1990) *here*\n- and  `x`"
+    assert plain(r"an escaped \{cite:t}`vaswani2017attention`, kept") == \
+        r"an escaped \{cite:t}`vaswani2017attention`, kept"
+    code = "Text:\n\n    {cite:t}`vaswani2017attention` in an indented code block\n\nthen {math}`x_t`."
+    assert plain(code) == "Text:\n\n    {cite:t}`vaswani2017attention` in an indented code block\n\nthen $x_t$."
+    assert plain("> quoted {ref}`the\n> section <sec-1-4>`") == "> quoted [the\n> section](#sec-1-4)"
+
+
 def test_cite_text_variants_and_unknown_keys():
     assert cite_text("cite:ts", ["vaswani2017attention"], BIB) == "Vaswani, Shazeer and Kaiser (2017)"
     assert cite_text("cite:year", ["elman1990finding"], BIB) == "1990"

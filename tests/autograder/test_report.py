@@ -2,8 +2,8 @@
 
 * The summary: one real sandboxed batch of chapter 4 with a valid, an invalid, a
   wrong-chapter and a tampering submission, graded through ``python -m autograder
-  grade`` (its ``main``); the counts and the names of the others are checked on a
-  ``BatchReport`` built by hand.
+  grade`` (its ``main``); the counts and the names of the others are checked on
+  results built by hand (a ``ClassResults``, what ``results.json`` holds).
 * The class report: a synthetic class of 10 students — 4 normalise the softmax
   over the wrong axis, 3 forget to subtract the maximum, 3 are right — graded by
   ``grade_class`` with the real checks run in this process (``checked_grade``:
@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import html.parser
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
@@ -22,12 +23,12 @@ import pytest
 
 import fixtures
 from autograder import report
-from autograder.batch import GRADE_COLUMNS, SCORE_COLUMNS, BatchReport, grade_class
-from autograder.grading import RunSettings, detect_chapter, wrong_chapter
+from autograder.batch import GRADE_COLUMNS, SCORE_COLUMNS, grade_class
+from autograder.grading import RunSettings, detect_chapter, grade_submission
 from autograder.fingerprint import grader_fingerprint
 from autograder.journal import Graded
 from autograder.results import ClassResults, SubmissionGrade
-from autograder.scores import ExerciseScore, PartScore, Status, single_line
+from autograder.scores import ExerciseScore, NotebookScores, PartScore, ScoreError, Status, single_line
 from autograder.submissions import Submission
 from autograder.text import csv_text
 from autograder.bench import make_book, make_source_notebook
@@ -80,7 +81,7 @@ def checked_grade(source_nb, submission_nb, *, chapter=None, settings=None, hidd
                              "" if p.earned else single_line(p.hint)) for p in r.parts],
             notes=[single_line(n) for n in [*r.notes, *("advice (no points): " + a for a in r.advice)]],
         ))
-    return rows
+    return NotebookScores(rows)
 
 
 # --------------------------------------------------------------------------- the console summary
@@ -140,6 +141,18 @@ def _graded(student: str, chapter: str, statuses: list[str], reason: str = "why"
     return Graded(Submission(student, chapter, Path(f"/nowhere/{student}.ipynb") if path else None), rows)
 
 
+def _class_results(results: list[Graded]) -> ClassResults:
+    """What ``results.json`` holds for ``results`` with nothing from a gradebook (no hand
+    grades, no penalty)."""
+    lines = []
+    for g in results:
+        total = sum(s.score for s in g.scores)
+        lines.append(SubmissionGrade(g.submission.student, g.submission.chapter, g.status, score=total,
+                                     max_score=sum(s.max_score for s in g.scores), raw_score=total,
+                                     wrong_chapter=g.wrong_chapter))
+    return ClassResults([s for g in results for s in g.scores], lines)
+
+
 def test_summary_counts_and_names_timeouts_invalid_and_absent(tmp_path):
     results = [
         _graded("ok", CH4, ["passed", "passed"]),
@@ -149,7 +162,7 @@ def test_summary_counts_and_names_timeouts_invalid_and_absent(tmp_path):
         _graded("gone", CH4, ["missing", "missing"], reason="no submission", path=False),
         _graded("esc\x1b[2Jape", CH4, ["invalid", "invalid"], reason="unreadable submission: the file is empty"),
     ] + [_graded(f"broken{i:02d}", CH4, ["invalid"], reason="unreadable submission") for i in range(12)]
-    text = report.summarise(BatchReport(tmp_path, results, graded=10, reused=7))
+    text = report.summarise(_class_results(results), tmp_path, graded=10, reused=7)
     assert text.startswith("graded 10 submission(s), reused 7 unchanged from the journal; 18 student(s).")
     assert ("complete: 1 · incomplete: 3 · invalid: 13 · wrong chapter: 0 · flagged: 0 · timed out: 1 · "
             "errors: 1 · not submitted: 1") in text
@@ -161,6 +174,37 @@ def test_summary_counts_and_names_timeouts_invalid_and_absent(tmp_path):
     assert "gone/" not in text
 
 
+def test_the_summary_is_a_view_of_the_results_the_batch_wrote(tmp_path):
+    """The batch records the chapter grading found (it does not look for it), and what
+    ``grade`` prints after it is read from ``results.json``, as the class report is:
+    an edit of the file shows in the summary."""
+    root, book = fixtures.make_course(tmp_path / "class", [CH4], students=2)
+    students = sorted(p.name for p in (root / "submitted").iterdir())
+
+    def grade_fn(source_nb, submission_nb, *, student="", chapter=None, **_):
+        points = [float(c.metadata.nbgrader["points"]) for c in nbformat.read(str(source_nb), as_version=4).cells
+                  if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+        if student != students[0]:
+            return NotebookScores([fixtures.judged_cell(student, chapter, f"test_ex{i}", p, p, Status.PASSED, "")
+                                   for i, p in enumerate(points)])
+        return NotebookScores([fixtures.judged_cell(student, chapter, f"test_ex{i}", 0.0, p, Status.MISSING, "none")
+                               for i, p in enumerate(points)], wrong_chapter=CH5)
+
+    out = tmp_path / "out"
+    done = grade_class(root / "submitted", out, chapters=[CH4], book=book, settings=RunSettings(seed=1),
+                       progress=False, grade_fn=grade_fn)
+    stored = ClassResults.read(out)
+    assert done.class_results() == stored
+    assert [(s.student, s.wrong_chapter) for s in stored.submissions] == [(students[0], CH5), (students[1], None)]
+    text = report.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
+    assert f"{students[0]}/{CH4}: this is a {CH5} notebook, submitted as {CH4}" in text
+    assert "complete: 1 · incomplete: 0 · invalid: 0 · wrong chapter: 1" in text
+    edited = (out / "results.json").read_text(encoding="utf-8").replace(f'"{CH5}"', '"03_positional_encoding"')
+    (out / "results.json").write_text(edited, encoding="utf-8")
+    text = report.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
+    assert f"{students[0]}/{CH4}: this is a 03_positional_encoding notebook" in text
+
+
 def test_detect_chapter_reads_the_notebooks_own_cells(tmp_path):
     five = fixtures.write_notebook(make_source_notebook(CH5), tmp_path / "renamed.ipynb")
     assert detect_chapter(five) == CH5
@@ -169,11 +213,25 @@ def test_detect_chapter_reads_the_notebooks_own_cells(tmp_path):
     assert detect_chapter(plain) is None
     assert detect_chapter(fixtures.write_notebook("not json", tmp_path / "bad.ipynb")) is None
     assert detect_chapter(None) is None
-    # Named only when none of the graded chapter's exercises was found in it.
-    assert wrong_chapter(five, CH4, ["missing", "missing"]) == CH5
-    assert wrong_chapter(five, CH5, ["missing", "missing"]) is None
-    assert wrong_chapter(five, CH4, ["missing", "failed"]) is None
-    assert wrong_chapter(None, CH4, ["missing"]) is None
+
+
+def test_grading_finds_the_chapter_a_notebook_really_holds(tmp_path):
+    """``grade_submission`` names the other chapter on its typed result (every caller gets
+    it), from the cells it read; only when none of the graded chapter's exercises was found."""
+    book = make_book(tmp_path, [CH4, CH5])
+    source4 = book / CH4 / f"{CH4}.ipynb"
+    five = fixtures.write_notebook(make_source_notebook(CH5), tmp_path / "renamed.ipynb")
+    found = grade_submission(source4, five, chapter=CH4)  # nothing of chapter 4 to run: no sandbox
+    assert isinstance(found, NotebookScores) and found.wrong_chapter == CH5
+    assert {s.status for s in found.scores} == {Status.MISSING}
+    plain = fixtures.write_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]),
+                                    tmp_path / "plain.ipynb")
+    for path in (None, plain, fixtures.write_notebook("not json", tmp_path / "bad.ipynb")):
+        assert grade_submission(source4, path, chapter=CH4).wrong_chapter is None
+    # a typed result cannot name another chapter while this chapter's exercises were found
+    row = found.scores[0]
+    with pytest.raises(ScoreError, match="wrong_chapter '05_multi_head_attention' names another chapter"):
+        NotebookScores([replace(row, status=Status.FAILED)], wrong_chapter=CH5)
 
 
 # --------------------------------------------------------------------------- diagnoses
@@ -346,7 +404,8 @@ def test_the_page_tells_a_grading_problem_a_stub_and_a_penalty_apart():
     stub comes after the real mistakes, a late penalty and a hand grade show in the
     final totals (halves get their own bar) and in the students' table."""
     def row(student, exercise, score, status, message="", auto=None):
-        parts = [PartScore("values", score, 2.0, "" if score >= 2 else message)] if status != "error" else []
+        checks = score if auto is None else auto  # what the parts earned; a hand grade is the score's
+        parts = [PartScore("values", checks, 2.0, "" if checks >= 2 else message)] if status != "error" else []
         return ExerciseScore(student, CH4, exercise, score, 2.0, status, message, parts, auto_score=auto)
 
     stub = "not implemented yet: replace `raise NotImplementedError()` with your code"

@@ -11,7 +11,7 @@ from autograder import batch
 from autograder.cli import main
 from autograder.extensions import Extension, ExtensionsError, open_extensions, read_extensions
 from autograder.grading import RunSettings
-from autograder.scores import PartScore, Status
+from autograder.scores import NotebookScores, PartScore, Status
 from autograder.regrades import diff, read_log, render_html
 from autograder.results import ClassResults
 
@@ -38,7 +38,7 @@ def full_marks(source_nb, submission_nb, *, chapter=None, settings=None, hidden=
             else:
                 rows.append(judged_cell(student, chapter, meta["grade_id"], points, points, Status.PASSED, "",
                                         parts=[PartScore("values", points, points)]))
-    return rows
+    return NotebookScores(rows)
 
 
 @pytest.fixture
