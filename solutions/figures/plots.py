@@ -19,7 +19,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 import numpy as np
 
-__all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_mask", "show_explorer", "STATIC_ENV_VAR"]
+__all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_query_steps", "plot_mask", "show_explorer",
+           "STATIC_ENV_VAR"]
 
 #: Environment variable the book build sets to "1": explorers render a static figure.
 STATIC_ENV_VAR = "TRANSFORMER_BOOK_STATIC"
@@ -286,6 +287,70 @@ def plot_head_steps(heads, tokens, merged=None, merged_title="concatenated"):
         which = [r for r, row in enumerate(rows) if row[2]]
         ax = fig.add_subplot(grid[min(which):max(which) + 1, len(width) - 1])
         _numbers(ax, merged, "Greens", rows=tokens, title=merged_title)
+    return fig
+
+
+def plot_query_steps(query, keys, values, tokens, query_token="q"):
+    """Draw one query's pass through scaled dot-product attention, step by step, with its
+    numbers: the scores against every key, the division by ``√d_k``, the softmax, each value
+    scaled by its weight, and their sum, the query's output.
+
+    The keys and every per-key step share one row per key token, so a row reads across
+    as what happens to that key. The query sits under the keys, the output under the
+    weighted values. Colours follow the book's roles: the query blue, keys orange,
+    scores and weights purple, values and the output green.
+
+    Args:
+        query: the query, one vector.
+        keys: one key per row.
+        values: one value per row (one per key).
+        tokens: the ``n_k`` labels of the keys (and of their values).
+        query_token: the label of the query (and of its output).
+
+    Shape:
+        query: ``(d_k,)``; keys: ``(n_k, d_k)``; values: ``(n_k, d_v)``.
+
+    Returns:
+        matplotlib.figure.Figure: eight Axes, the six steps on the top row (keys, scores,
+        scaled scores, weights, values, weighted values), then the query and the output.
+
+    Raises:
+        ValueError: when the shapes do not fit together or ``tokens`` does not name every key.
+
+    Paper: "Attention Is All You Need", section 3.2.1, equation (1), for one row of ``Q``.
+    """
+    q = _to_numpy(query, "query").astype(float)
+    k = _to_numpy(keys, "keys").astype(float)
+    v = _to_numpy(values, "values").astype(float)
+    if q.ndim != 1 or k.ndim != 2 or v.ndim != 2 or k.shape[1] != q.shape[0] or v.shape[0] != k.shape[0]:
+        raise ValueError(f"expected query (d_k,), keys (n_k, d_k) and values (n_k, d_v), got "
+                         f"{q.shape}, {k.shape} and {v.shape}")
+    tokens = _check_tokens(list(tokens), k.shape[0], "tokens")
+    d_k = q.shape[0]
+    scores = (k @ q)[:, None]  # (n_k, 1): q · k_j
+    scaled = scores / np.sqrt(d_k)
+    weights = np.exp(scaled - scaled.max())
+    weights /= weights.sum()  # (n_k, 1), sums to 1
+    weighted = weights * v  # (n_k, d_v): row j is weight_j · v_j
+    output = weighted.sum(axis=0, keepdims=True)  # (1, d_v)
+
+    n_k, d_v = v.shape
+    width = [max(d_k, 2), 1.5, 1.5, 1.5, max(d_v, 2), max(d_v, 2)]
+    fig = plt.figure(figsize=(0.62 * sum(width) + 1.2, 0.42 * (n_k + 1) + 1.6), layout="constrained")
+    grid = fig.add_gridspec(2, len(width), width_ratios=width, height_ratios=[n_k, 1])
+    steps = ((k, "Oranges", "keys\nk_j", [str(c) for c in range(d_k)]),
+             (scores, "Purples", "1 · score\nq·k_j", [""]),
+             (scaled, "Purples", f"2 · ÷ √d_k\n= {np.sqrt(d_k):g}", [""]),
+             (weights, "Purples", "3 · softmax\nover the keys", [""]),
+             (v, "Greens", "values\nv_j", [str(c) for c in range(d_v)]),
+             (weighted, "Greens", "4 · weight_j\n× v_j", [str(c) for c in range(d_v)]))
+    for c, (matrix, cmap, title, cols) in enumerate(steps):
+        ax = fig.add_subplot(grid[0, c])
+        _numbers(ax, matrix, cmap, rows=tokens if c == 0 else [""] * n_k, cols=cols, title=title)
+    _numbers(fig.add_subplot(grid[1, 0]), q[None, :], "Blues", rows=[query_token],
+             cols=[str(c) for c in range(d_k)], title=f"query q of \"{query_token}\"")
+    _numbers(fig.add_subplot(grid[1, len(width) - 1]), output, "Greens", rows=[f"z ({query_token})"],
+             cols=[str(c) for c in range(d_v)], title="5 · sum over the keys: z")
     return fig
 
 

@@ -119,6 +119,26 @@ def test_plot_head_steps_rejects_a_matrix_of_other_rows():
         viz.plot_head_steps([], ["a"])
 
 
+def test_plot_query_steps_draws_every_step_of_one_query_with_its_numbers():
+    """Figure 4.2's "I am good": scores (2, 0, 2), ÷ 2, weights (0.422, 0.155, 0.422), the
+    output (1.267, 1, 0.888); a key of the wrong width or a missing label is refused."""
+    keys = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    values = np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 3.0], [2.0, 0.0, 1.0]])
+    fig = viz.plot_query_steps(torch.tensor([1.0, 0.0, 1.0, 0.0]), keys, values, ["I", "am", "good"], "I")
+    assert len(fig.axes) == 8
+    texts = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["I", "am", "good"]  # a row per key
+    assert texts[1] == ["2", "0", "2"] and texts[2] == ["1", "0", "1"]
+    assert texts[3] == ["0.422", "0.155", "0.422"]
+    assert texts[5][:2] == ["0.422", "0.845"]  # weight 0.422 times v_1 = (1, 2, 0)
+    assert texts[6] == ["1", "0", "1", "0"]  # the query
+    assert texts[7][0] == "1.267" and texts[7][2] == "0.888"  # its output, the weighted rows summed
+    with pytest.raises(ValueError, match="expected query"):
+        viz.plot_query_steps(np.ones(3), keys, values, ["I", "am", "good"])
+    with pytest.raises(ValueError, match="tokens has 2 labels"):
+        viz.plot_query_steps(np.ones(4), keys, values, ["I", "am"])
+
+
 def test_plot_heads_accepts_batch_of_one_and_rejects_bad_titles():
     fig = viz.plot_heads(torch.softmax(torch.randn(1, 2, 3, 3), dim=-1))
     assert [ax.get_title() for ax in fig.axes if ax.get_images()] == ["head 0", "head 1"]
