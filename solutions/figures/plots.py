@@ -272,16 +272,22 @@ def plot_head_steps(heads, tokens, merged=None, merged_title="concatenated"):
         features = row.get("features", range(mats[0].shape[1]))
         rows.append((row["title"], mats, row.get("merge", True), list(features)))
     n = len(rows)
-    width = [1.3, 1.3, 1.3] + ([1.9] if merged is not None else [])
-    fig = plt.figure(figsize=(2.5 * sum(width), 1.55 * n + 0.5), layout="constrained")
+    # Every column wide enough for its widest matrix, half an inch per number, so that the figure
+    # stays near the book's column width (shown at about three quarters) and numbers never touch.
+    cells = [max(m[c].shape[1] for _, m, _, _ in rows) for c in range(3)]
+    if merged is not None:
+        cells.append(_to_numpy(merged, "merged").shape[1])
+    width = [0.5 * max(k, 3) + 0.2 for k in cells]
+    width[0] += 0.4  # the token labels
+    fig = plt.figure(figsize=(sum(width) + 0.5, 1.2 * n + 0.7), layout="constrained")
     grid = fig.add_gridspec(n, len(width), width_ratios=width)
-    steps = ("the features it sees", "weights: softmax(Q Kᵀ / √d_k)", "output: weights @ V")
+    steps = ("the features it sees", "weights:\nsoftmax(Q Kᵀ / √d_k)", "output:\nweights @ V")
     for r, (title, (inp, w, out), _, features) in enumerate(rows):
         columns = (features, tokens, features if out.shape[1] == len(features) else None)
         for c, (mat, cmap) in enumerate(((inp, "Greys"), (w, "Purples"), (out, "Greens"))):
             ax = fig.add_subplot(grid[r, c])
             _numbers(ax, mat, cmap, rows=tokens if c == 0 else [""] * len(tokens), cols=columns[c],
-                     title=f"{title}: {steps[c]}" if c == 0 else steps[c])
+                     title=f"{title}:\n{steps[c]}" if c == 0 else steps[c])
     if merged is not None:
         merged = _to_numpy(merged, "merged").astype(float)
         which = [r for r, row in enumerate(rows) if row[2]]
@@ -336,7 +342,8 @@ def plot_query_steps(query, keys, values, tokens, query_token="q"):
 
     n_k, d_v = v.shape
     width = [max(d_k, 2), 1.5, 1.5, 1.5, max(d_v, 2), max(d_v, 2)]
-    fig = plt.figure(figsize=(0.62 * sum(width) + 1.2, 0.42 * (n_k + 1) + 1.6), layout="constrained")
+    # About 8 inches wide, so that the book's column shows the numbers at about 85 %.
+    fig = plt.figure(figsize=(0.5 * sum(width) + 1.0, 0.42 * (n_k + 1) + 1.6), layout="constrained")
     grid = fig.add_gridspec(2, len(width), width_ratios=width, height_ratios=[n_k, 1])
     steps = ((k, "Oranges", "keys\nk_j", [str(c) for c in range(d_k)]),
              (scores, "Purples", "1 · score\nq·k_j", [""]),

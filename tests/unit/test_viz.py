@@ -133,6 +133,13 @@ def test_plot_query_steps_draws_every_step_of_one_query_with_its_numbers():
     assert texts[5][:2] == ["0.422", "0.845"]  # weight 0.422 times v_1 = (1, 2, 0)
     assert texts[6] == ["1", "0", "1", "0"]  # the query
     assert texts[7][0] == "1.267" and texts[7][2] == "0.888"  # its output, the weighted rows summed
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    for ax in fig.axes:  # a text height of white between neighbouring numbers
+        boxes = [t.get_window_extent(renderer) for t in ax.texts]
+        for a in boxes:
+            right = [b.x0 - a.x1 for b in boxes if b.x0 > a.x1 and abs(b.y0 - a.y0) < 1]
+            assert not right or min(right) >= a.height, ax.get_title()
     with pytest.raises(ValueError, match="expected query"):
         viz.plot_query_steps(np.ones(3), keys, values, ["I", "am", "good"])
     with pytest.raises(ValueError, match="tokens has 2 labels"):
