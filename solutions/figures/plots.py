@@ -153,7 +153,7 @@ def plot_attention(weights, query_tokens=None, key_tokens=None, ax=None, title=N
 
 
 def plot_heads(weights, query_tokens=None, key_tokens=None, titles=None):
-    """Draw one small attention map per head, side by side, on a shared colour scale.
+    """Draw one small attention map per head, rows fitting the column, one colour scale.
 
     Args:
         weights: per-head attention weights, numpy array or torch tensor.
@@ -184,9 +184,10 @@ def plot_heads(weights, query_tokens=None, key_tokens=None, titles=None):
         titles = [f"head {i}" for i in range(num_heads)]
     elif len(titles) != num_heads:
         raise ValueError(f"titles has {len(titles)} entries but there are {num_heads} heads")
-    cols = min(num_heads, 4)
-    rows = -(-num_heads // cols)  # ceiling division
     cell = max(1.8, 0.3 * max(n_q, n_k))
+    # As many maps a row as fit the book's column (about 7.5 inches at 100 %), at most 4.
+    cols = max(1, min(num_heads, 4, int(7.5 // cell)))
+    rows = -(-num_heads // cols)  # ceiling division
     fig, axes = plt.subplots(rows, cols, figsize=(cell * cols + 1.0, cell * rows + 0.6 * rows),
                              squeeze=False, layout="constrained")
     vmax = max(1.0, float(np.nanmax(w))) if w.size and np.nanmin(w) >= 0 else float(np.nanmax(w))
