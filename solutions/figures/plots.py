@@ -19,7 +19,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 import numpy as np
 
-__all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_mask", "show_explorer", "STATIC_ENV_VAR"]
+__all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_query_steps", "plot_mask", "show_explorer",
+           "STATIC_ENV_VAR"]
 
 #: Environment variable the book build sets to "1": explorers render a static figure.
 STATIC_ENV_VAR = "TRANSFORMER_BOOK_STATIC"
@@ -152,7 +153,7 @@ def plot_attention(weights, query_tokens=None, key_tokens=None, ax=None, title=N
 
 
 def plot_heads(weights, query_tokens=None, key_tokens=None, titles=None):
-    """Draw one small attention map per head, side by side, on a shared colour scale.
+    """Draw one small attention map per head, rows fitting the column, one colour scale.
 
     Args:
         weights: per-head attention weights, numpy array or torch tensor.
@@ -183,9 +184,10 @@ def plot_heads(weights, query_tokens=None, key_tokens=None, titles=None):
         titles = [f"head {i}" for i in range(num_heads)]
     elif len(titles) != num_heads:
         raise ValueError(f"titles has {len(titles)} entries but there are {num_heads} heads")
-    cols = min(num_heads, 4)
-    rows = -(-num_heads // cols)  # ceiling division
     cell = max(1.8, 0.3 * max(n_q, n_k))
+    # As many maps a row as fit the book's column (about 7.5 inches at 100 %), at most 4.
+    cols = max(1, min(num_heads, 4, int(7.5 // cell)))
+    rows = -(-num_heads // cols)  # ceiling division
     fig, axes = plt.subplots(rows, cols, figsize=(cell * cols + 1.0, cell * rows + 0.6 * rows),
                              squeeze=False, layout="constrained")
     vmax = max(1.0, float(np.nanmax(w))) if w.size and np.nanmin(w) >= 0 else float(np.nanmax(w))
@@ -271,21 +273,92 @@ def plot_head_steps(heads, tokens, merged=None, merged_title="concatenated"):
         features = row.get("features", range(mats[0].shape[1]))
         rows.append((row["title"], mats, row.get("merge", True), list(features)))
     n = len(rows)
-    width = [1.3, 1.3, 1.3] + ([1.9] if merged is not None else [])
-    fig = plt.figure(figsize=(2.5 * sum(width), 1.55 * n + 0.5), layout="constrained")
+    # Every column wide enough for its widest matrix, half an inch per number, so that the figure
+    # stays near the book's column width (shown at about three quarters) and numbers never touch.
+    cells = [max(m[c].shape[1] for _, m, _, _ in rows) for c in range(3)]
+    if merged is not None:
+        cells.append(_to_numpy(merged, "merged").shape[1])
+    width = [0.5 * max(k, 3) + 0.2 for k in cells]
+    width[0] += 0.4  # the token labels
+    fig = plt.figure(figsize=(sum(width) + 0.5, 1.2 * n + 0.7), layout="constrained")
     grid = fig.add_gridspec(n, len(width), width_ratios=width)
-    steps = ("the features it sees", "weights: softmax(Q Kᵀ / √d_k)", "output: weights @ V")
+    steps = ("the features it sees", "weights:\nsoftmax(Q Kᵀ / √d_k)", "output:\nweights @ V")
     for r, (title, (inp, w, out), _, features) in enumerate(rows):
         columns = (features, tokens, features if out.shape[1] == len(features) else None)
         for c, (mat, cmap) in enumerate(((inp, "Greys"), (w, "Purples"), (out, "Greens"))):
             ax = fig.add_subplot(grid[r, c])
             _numbers(ax, mat, cmap, rows=tokens if c == 0 else [""] * len(tokens), cols=columns[c],
-                     title=f"{title}: {steps[c]}" if c == 0 else steps[c])
+                     title=f"{title}:\n{steps[c]}" if c == 0 else steps[c])
     if merged is not None:
         merged = _to_numpy(merged, "merged").astype(float)
         which = [r for r, row in enumerate(rows) if row[2]]
         ax = fig.add_subplot(grid[min(which):max(which) + 1, len(width) - 1])
         _numbers(ax, merged, "Greens", rows=tokens, title=merged_title)
+    return fig
+
+
+def plot_query_steps(query, keys, values, tokens, query_token="q"):
+    """Draw one query's pass through scaled dot-product attention, step by step, with its
+    numbers: the scores against every key, the division by ``√d_k``, the softmax, each value
+    scaled by its weight, and their sum, the query's output.
+
+    The keys and every per-key step share one row per key token, so a row reads across
+    as what happens to that key. The query sits under the keys, the output under the
+    weighted values. Colours follow the book's roles: the query blue, keys orange,
+    scores and weights purple, values and the output green.
+
+    Args:
+        query: the query, one vector.
+        keys: one key per row.
+        values: one value per row (one per key).
+        tokens: the ``n_k`` labels of the keys (and of their values).
+        query_token: the label of the query (and of its output).
+
+    Shape:
+        query: ``(d_k,)``; keys: ``(n_k, d_k)``; values: ``(n_k, d_v)``.
+
+    Returns:
+        matplotlib.figure.Figure: eight Axes, the six steps on the top row (keys, scores,
+        scaled scores, weights, values, weighted values), then the query and the output.
+
+    Raises:
+        ValueError: when the shapes do not fit together or ``tokens`` does not name every key.
+
+    Paper: "Attention Is All You Need", section 3.2.1, equation (1), for one row of ``Q``.
+    """
+    q = _to_numpy(query, "query").astype(float)
+    k = _to_numpy(keys, "keys").astype(float)
+    v = _to_numpy(values, "values").astype(float)
+    if q.ndim != 1 or k.ndim != 2 or v.ndim != 2 or k.shape[1] != q.shape[0] or v.shape[0] != k.shape[0]:
+        raise ValueError(f"expected query (d_k,), keys (n_k, d_k) and values (n_k, d_v), got "
+                         f"{q.shape}, {k.shape} and {v.shape}")
+    tokens = _check_tokens(list(tokens), k.shape[0], "tokens")
+    d_k = q.shape[0]
+    scores = (k @ q)[:, None]  # (n_k, 1): q · k_j
+    scaled = scores / np.sqrt(d_k)
+    weights = np.exp(scaled - scaled.max())
+    weights /= weights.sum()  # (n_k, 1), sums to 1
+    weighted = weights * v  # (n_k, d_v): row j is weight_j · v_j
+    output = weighted.sum(axis=0, keepdims=True)  # (1, d_v)
+
+    n_k, d_v = v.shape
+    width = [max(d_k, 2), 1.5, 1.5, 1.5, max(d_v, 2), max(d_v, 2)]
+    # About 8 inches wide, so that the book's column shows the numbers at about 85 %.
+    fig = plt.figure(figsize=(0.5 * sum(width) + 1.0, 0.42 * (n_k + 1) + 1.6), layout="constrained")
+    grid = fig.add_gridspec(2, len(width), width_ratios=width, height_ratios=[n_k, 1])
+    steps = ((k, "Oranges", "keys\nk_j", [str(c) for c in range(d_k)]),
+             (scores, "Purples", "1 · score\nq·k_j", [""]),
+             (scaled, "Purples", f"2 · ÷ √d_k\n= {np.sqrt(d_k):g}", [""]),
+             (weights, "Purples", "3 · softmax\nover the keys", [""]),
+             (v, "Greens", "values\nv_j", [str(c) for c in range(d_v)]),
+             (weighted, "Greens", "4 · weight_j\n× v_j", [str(c) for c in range(d_v)]))
+    for c, (matrix, cmap, title, cols) in enumerate(steps):
+        ax = fig.add_subplot(grid[0, c])
+        _numbers(ax, matrix, cmap, rows=tokens if c == 0 else [""] * n_k, cols=cols, title=title)
+    _numbers(fig.add_subplot(grid[1, 0]), q[None, :], "Blues", rows=[query_token],
+             cols=[str(c) for c in range(d_k)], title=f"query q of \"{query_token}\"")
+    _numbers(fig.add_subplot(grid[1, len(width) - 1]), output, "Greens", rows=[f"z ({query_token})"],
+             cols=[str(c) for c in range(d_v)], title="5 · sum over the keys: z")
     return fig
 
 

@@ -102,6 +102,11 @@ def test_plot_head_steps_keeps_a_gap_between_neighbouring_numbers():
              {"title": "head 1", "input": x[:, :2], "weights": w, "output": w @ x[:, :2]},
              {"title": "head 2", "input": x[:, 2:], "weights": w, "output": w @ x[:, 2:], "features": [2, 3]}]
     fig = viz.plot_head_steps(heads, ["cats", "chase", "mice"], merged=np.hstack([w @ x[:, :2], w @ x[:, 2:]]))
+    _assert_numbers_apart(fig)
+
+
+def _assert_numbers_apart(fig):
+    """Between two numbers of a row of any Axes of ``fig`` stands at least a text height of white."""
     renderer = fig.canvas.get_renderer()
     fig.draw(renderer)
     for ax in fig.axes:
@@ -117,6 +122,37 @@ def test_plot_head_steps_rejects_a_matrix_of_other_rows():
                             ["a", "b", "c"])
     with pytest.raises(ValueError, match="at least one row"):
         viz.plot_head_steps([], ["a"])
+
+
+def test_plot_query_steps_draws_every_step_of_one_query_with_its_numbers():
+    """Figure 4.2's "I am good": scores (2, 0, 2), ÷ 2, weights (0.422, 0.155, 0.422), the
+    output (1.267, 1, 0.888); a key of the wrong width or a missing label is refused."""
+    keys = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    values = np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 3.0], [2.0, 0.0, 1.0]])
+    fig = viz.plot_query_steps(torch.tensor([1.0, 0.0, 1.0, 0.0]), keys, values, ["I", "am", "good"], "I")
+    assert len(fig.axes) == 8
+    texts = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["I", "am", "good"]  # a row per key
+    assert texts[1] == ["2", "0", "2"] and texts[2] == ["1", "0", "1"]
+    assert texts[3] == ["0.422", "0.155", "0.422"]
+    assert texts[5][:2] == ["0.422", "0.845"]  # weight 0.422 times v_1 = (1, 2, 0)
+    assert texts[6] == ["1", "0", "1", "0"]  # the query
+    assert texts[7][0] == "1.267" and texts[7][2] == "0.888"  # its output, the weighted rows summed
+    _assert_numbers_apart(fig)
+    with pytest.raises(ValueError, match="expected query"):
+        viz.plot_query_steps(np.ones(3), keys, values, ["I", "am", "good"])
+    with pytest.raises(ValueError, match="tokens has 2 labels"):
+        viz.plot_query_steps(np.ones(4), keys, values, ["I", "am"])
+
+
+def test_plot_heads_wraps_rows_to_fit_the_column():
+    """Four maps of 10 tokens (3 inches each) go two a row, 7 inches wide where one row was
+    13 (Figure 5.5, shown at half size); four small maps still share one row."""
+    wide = viz.plot_heads(_random_weights(4, 10, 10))
+    maps = [ax for ax in wide.axes if ax.get_images()]
+    assert len({ax.get_position().y0 for ax in maps}) == 2 and wide.get_size_inches()[0] <= 7.5
+    small = viz.plot_heads(_random_weights(4, 3, 3))
+    assert len({ax.get_position().y0 for ax in small.axes if ax.get_images()}) == 1
 
 
 def test_plot_heads_accepts_batch_of_one_and_rejects_bad_titles():
