@@ -24,7 +24,6 @@ import time
 
 import numpy as np
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from ..model import count_parameters
 from ..tokens import PAD_ID
@@ -32,7 +31,7 @@ from .batching import TranslationDataset, collate_batch, training_data
 from .checkpoint import Checkpointer, best_state, restore_trainer, resume_point, trainer_state
 from .config import TrainConfig
 from .device import resolve_device, training_device
-from .distributed import all_reduce_sum, setup_distributed
+from .distributed import all_reduce_sum, setup_distributed, training_model
 from .evaluation import Evaluator, batch_loss
 from .history import RunHistory
 from .progress import TrainingProgress
@@ -104,7 +103,9 @@ class Trainer:
         self.record = RunHistory(config.log_every)
         if config.threads is not None:  # checked by TrainConfig, like every field
             torch.set_num_threads(config.threads)
-        self._seed(config.seed)
+        random.seed(config.seed)  # the initialisation and the dropout masks depend on the seed
+        np.random.seed(config.seed)
+        torch.manual_seed(config.seed)
 
         # one vocabulary for both languages with tied embeddings (section 5.1)
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer = build_tokenizers(
@@ -119,32 +120,18 @@ class Trainer:
 
         # config.model.attention chooses the attention class (default "fused": SDPA with packed projections)
         self.model = config.model.build(len(src_tokenizer), len(tgt_tokenizer)).to(self.device)
-        self.train_model = self.model
-        if self.context.enabled:
-            device_ids = [self.device.index] if self.device.type == "cuda" else None
-            self.train_model = DistributedDataParallel(self.model, device_ids=device_ids)
-        if use_compile:
-            self.train_model = torch.compile(self.train_model)
+        self.train_model = training_model(self.model, self.context, compile=use_compile)  # DDP, compiled
         self.optimizer = paper_adam(self.model.parameters(), self.device)
         self.scheduler = self.plan.scheduler(self.optimizer)
-        self.step = 0
-        self.epoch = 0
-        self.batch_in_epoch = 0
+        self.step = self.epoch = self.batch_in_epoch = 0  # optimizer steps; the epoch and the batch in it
         self.elapsed = 0.0
         self.data_identity = None
         self.tokens_seen = 0  # source + target tokens of the training steps of this process's run
-
-    @staticmethod
-    def _seed(seed):
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)
 
     def log(self, message):
         """Log ``message`` (the main process only; nothing when ``config.quiet``)."""
         if self.context.is_main and not self.config.quiet:
             logger.info(message)
-
 
     def train_step(self, batch):
         """One optimizer step on a (local share of a) batch; returns the global mean loss per token."""
@@ -373,12 +360,10 @@ class Trainer:
         """Run training to its end: :meth:`train`, :meth:`finish`, the final decoding and the results files.
 
         After training (and the averaging of :meth:`finish`), the validation pairs are
-        translated greedily and the test pairs with the run's decoding
-        (:meth:`final_beam_size`); with an ``out_dir`` the main process writes
-        ``history.json``, ``results.json`` and ``test_translations.jsonl`` (each test
-        sentence's source, reference, greedy and final translation) there (the README's
-        "Train on your own corpus"; :func:`~solutions.app.summary.end_of_run`). Only the
-        main process of a distributed run decodes and writes.
+        translated greedily and the test pairs with the run's decoding; with an ``out_dir``
+        the main process writes ``history.json``, ``results.json`` and
+        ``test_translations.jsonl`` there (:func:`~solutions.app.summary.end_of_run`). Only
+        the main process of a distributed run decodes and writes.
 
         Args:
             test_pairs: the held-out ``(source, target)`` pairs, decoded once, at the end.
