@@ -10,10 +10,11 @@ name, so ``from solutions import MultiHeadAttention`` works in every chapter:
 * ``solutions.figures``: the book's diagrams and plots (never imported here);
 * ``solutions.app``: the practitioner's application, which imports the reference and is
   never imported by it: the data (``synthetic``, ``corpus``, ``tokenizer``, ``batching``),
-  the training (``config``, ``schedule``, ``checkpoint``, ``evaluation``, ``summary``,
-  ``trainer``), ``distributed``, ``bench``, ``cli`` (``python -m solutions``). Import them
-  by their module (``from solutions.app.trainer import Trainer``); ``import solutions``
-  stays cheap (torch and numpy, no sacreBLEU, tqdm or tokenizers).
+  the training (``config``, ``schedule``, ``checkpoint``, ``evaluation``, ``history``,
+  ``progress``, ``summary``, ``trainer``), ``distributed``, ``bench``, ``cli``
+  (``python -m solutions``). Import them by their module
+  (``from solutions.app.trainer import Trainer``); ``import solutions`` stays cheap
+  (torch and numpy, no sacreBLEU, tqdm or tokenizers).
 """
 from .rnn import rnn_forward, hidden_state_jacobian_norms, additive_attention  # chapter 1
 # chapter 2
