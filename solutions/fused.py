@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .masking import check_attention_mask, zero_fully_masked_rows
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 
 __all__ = ["packed_projection", "FusedMultiHeadAttention", "use_fused_attention"]
@@ -107,22 +108,6 @@ def packed_projection(x, linears, cache=None):
             cache.update(key=key, weight=weight, bias=bias, sources=[p.detach() for p in parameters])
     packed = F.linear(x, weight, bias)  # (..., sum out_i)
     return packed.split([m.out_features for m in linears], dim=-1)  # one (..., out_i) per map
-
-
-def _check_mask(mask, expected):
-    """The readable path's mask checks: bool, True = may attend, broadcastable to ``expected``."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise TypeError("mask must be a boolean tensor, True = may attend")
-    if mask.dim() == 3 and mask.size(0) != 1:  # (X, T_q, T_k) aligns X with the heads
-        raise ValueError(
-            f"a 3-D mask {tuple(mask.shape)} is ambiguous: its first axis would be matched with the "
-            f"h = {expected[1]} heads, not the batch; give (B, 1, T_q, T_k) (mask[:, None]) or (B, h, T_q, T_k)"
-        )
-    pairs = zip(reversed(mask.shape), reversed(expected))  # align trailing axes
-    if mask.dim() > 4 or any(m not in (1, e) for m, e in pairs):
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to (B, h, T_q, T_k) = {expected}"
-        )
 
 
 class FusedMultiHeadAttention(MultiHeadAttention):
@@ -189,12 +174,10 @@ class FusedMultiHeadAttention(MultiHeadAttention):
         q = split_heads(q, self.num_heads)  # (B, h, T_q, d_k)
         k = split_heads(k, self.num_heads)  # (B, h, T_k, d_k)
         v = split_heads(v, self.num_heads)  # (B, h, T_k, d_k)
-        if mask is not None:
-            _check_mask(mask, (q.size(0), self.num_heads, q.size(2), k.size(2)))
+        check_attention_mask(mask, (q.size(0), self.num_heads, q.size(2), k.size(2)))
         dropout_p = self.dropout.p if self.training else 0.0
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, h, T_q, d_k)
-        if mask is not None:  # a query with no key gets zeros, as from masked_softmax, whatever the kernel returned
-            context = context.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # (B, h, T_q, d_k)
+        context = zero_fully_masked_rows(context, mask)  # a query with no key: zeros, as from masked_softmax
         self.attn_weights = None
         return self.w_o(merge_heads(context))  # (B, T_q, d_model)
 

@@ -4,10 +4,26 @@ Every mask in this package is a boolean tensor where **True = may attend**,
 broadcastable to ``(batch, heads, q_len, k_len)``: the convention of
 ``torch.nn.functional.scaled_dot_product_attention``. (``torch.nn.MultiheadAttention``
 and ``torch.nn.Transformer`` use the opposite one: True = masked out.)
+
+Besides the chapter's exercises, two helpers serve every attention path that hands
+the softmax to ``F.scaled_dot_product_attention`` (the fused module,
+:mod:`solutions.fused`, and the application's fast decoder): :func:`check_attention_mask`
+(a boolean mask that broadcasts to the heads' scores, refused with an error naming the
+mistake otherwise) and :func:`zero_fully_masked_rows` (§6.7's trap: a query whose keys
+are all masked gets zeros, as from :func:`masked_softmax`, whatever the kernel
+returned). Chapter 5's ``MultiHeadAttention`` spells both out itself: its text is the
+exercise, which may use contract objects only.
 """
 import torch
 
-__all__ = ["padding_mask", "causal_mask", "decoder_mask", "masked_softmax"]
+__all__ = [
+    "padding_mask",
+    "causal_mask",
+    "decoder_mask",
+    "masked_softmax",
+    "check_attention_mask",
+    "zero_fully_masked_rows",
+]
 
 
 def padding_mask(ids, pad_id=0):
@@ -154,3 +170,70 @@ def masked_softmax(scores, mask):
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1)
     return weights.masked_fill(~mask, 0.0)
+
+
+def check_attention_mask(mask, shape):
+    """Refuse a mask that attention over heads cannot use as it is.
+
+    Accepted: ``None``, or a boolean tensor (True = may attend) that
+    broadcasts to the heads' scores ``shape``. A 3-D mask must be
+    ``(1, T_q, T_k)``: a ``(B, T_q, T_k)`` one would meet the heads axis,
+    not the batch (with ``B == h`` silently so), so it is refused even
+    where it broadcasts.
+
+    Args:
+        mask: the mask given to the attention module, or ``None``.
+        shape: the scores' shape ``(B, h, T_q, T_k)``.
+
+    Raises:
+        TypeError: ``mask`` is not a boolean tensor.
+        ValueError: a 3-D mask with a first axis other than 1, or a
+            mask that does not broadcast to ``shape``.
+    """
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError("mask must be a boolean tensor, True = may attend")
+    shape = tuple(shape)
+    if mask.dim() == 3 and mask.size(0) != 1:
+        raise ValueError(
+            f"a 3-D mask {tuple(mask.shape)} is ambiguous: its first axis "
+            f"would be matched with the h = {shape[1]} heads, not the "
+            "batch; give (B, 1, T_q, T_k) (mask[:, None]) or (B, h, T_q, T_k)"
+        )
+    trailing = zip(reversed(mask.shape), reversed(shape))
+    if mask.dim() > len(shape) or any(m not in (1, n) for m, n in trailing):
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to "
+            f"(B, h, T_q, T_k) = {shape}"
+        )
+
+
+def zero_fully_masked_rows(output, mask):
+    """Zeros for every query whose keys are all masked.
+
+    ``masked_softmax`` gives such a query weight 0 on every key, so its
+    output is 0. What a fused kernel (``F.scaled_dot_product_attention``)
+    returns there depends on the kernel, the dtype and torch's version
+    (zeros, NaN, or the mean of the values); after this, every path
+    gives ``masked_softmax``'s zeros.
+
+    Args:
+        output: attention's weighted sum of the values.
+        mask: bool, True = may attend, broadcastable to the scores
+            ``(..., T_q, T_k)``, or ``None`` (nothing to zero).
+
+    Shape:
+        output: ``(..., T_q, d_v)``
+        output (returned): the same.
+
+    Returns:
+        ``output`` with the rows of fully masked queries set to 0 (a new
+        tensor; ``output`` itself when ``mask`` is ``None``).
+
+    Paper: section 3.2.3 (masked positions take no part in the softmax).
+    """
+    if mask is None:
+        return output
+    attends = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+    return output.masked_fill(~attends, 0.0)

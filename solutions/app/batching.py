@@ -5,7 +5,7 @@ pairs too long for the model), :func:`collate_batch` pads a list of examples int
 :class:`Batch` (the decoder's input shifted right, chapter 9's
 :func:`~solutions.training.make_decoder_io`), and :class:`BucketBatchSampler` groups
 examples of similar length, seeded per epoch and sharded over the processes of a
-distributed run.
+distributed run; :func:`training_data` makes a training run's datasets and sampler.
 
 Paper: section 5.1 ("Sentence pairs were batched together by approximate sequence length").
 """
@@ -17,7 +17,7 @@ import torch
 from ..tokens import EOS_ID, PAD_ID, SOS_ID
 from ..training import make_decoder_io
 
-__all__ = ["TranslationDataset", "Batch", "collate_batch", "BucketBatchSampler"]
+__all__ = ["TranslationDataset", "Batch", "collate_batch", "BucketBatchSampler", "training_data"]
 
 
 class TranslationDataset(torch.utils.data.Dataset):
@@ -172,3 +172,33 @@ class BucketBatchSampler:
 
     def __len__(self):
         return len(self.global_batches())
+
+
+def training_data(config, train_pairs, valid_pairs, src_tokenizer, tgt_tokenizer, num_replicas=1, rank=0):
+    """A training run's datasets and the sampler of its training batches.
+
+    Pairs with a side longer than ``min(config.max_tokens, config.model.max_len - 1)`` tokens
+    are dropped (one position goes to ``<sos>`` / ``<eos>``).
+
+    Args:
+        config: the run's :class:`~solutions.app.config.TrainConfig` (``max_tokens``,
+            ``model.max_len``, ``batch_size``, ``bucket_size``, ``seed``).
+        train_pairs, valid_pairs: lists of ``(source, target)`` strings.
+        src_tokenizer, tgt_tokenizer: the run's tokenizers.
+        num_replicas, rank: this process's share of a distributed run.
+
+    Returns:
+        ``(train_data, valid_data, sampler)``: two :class:`TranslationDataset` and the
+        shuffled :class:`BucketBatchSampler` of ``train_data``.
+
+    Raises:
+        ValueError: no training pair fits.
+    """
+    limit = min(config.max_tokens, config.model.max_len - 1)
+    train_data = TranslationDataset(train_pairs, src_tokenizer, tgt_tokenizer, max_len=limit)
+    valid_data = TranslationDataset(valid_pairs, src_tokenizer, tgt_tokenizer, max_len=limit)
+    if len(train_data) == 0:
+        raise ValueError(f"no training pair fits max_tokens = {limit}")
+    sampler = BucketBatchSampler(train_data.lengths(), config.batch_size, shuffle=True, seed=config.seed,
+                                 bucket_size=config.bucket_size, num_replicas=num_replicas, rank=rank)
+    return train_data, valid_data, sampler

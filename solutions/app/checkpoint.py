@@ -288,9 +288,8 @@ def restore_trainer(trainer, state):
     trainer.elapsed = state.get("elapsed", 0.0)
     trainer.data_identity = state.get("data")
     trainer.checkpointer.best_bleu = state.get("best_bleu")
-    trainer.epoch_log = list(state.get("epoch_log") or [])
+    trainer.record.load(state["history"], state.get("epoch_log"))
     trainer.plan.load_state_dict(state)
-    trainer.history = state["history"]
     _restore_rng(state["rng"])
 
 

@@ -4,7 +4,7 @@
 ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` in
 each. :func:`setup_distributed` reads them and joins the process group (NCCL on
 GPUs, gloo on CPUs); the trainer then wraps the model in
-``DistributedDataParallel`` (gradients are averaged across processes after every
+``DistributedDataParallel`` (:func:`training_model`; gradients are averaged across processes after every
 backward pass), gives each process its share of every global batch
 (:class:`~solutions.app.batching.BucketBatchSampler` with ``num_replicas``/``rank``) and
 lets only rank 0 log and save checkpoints. A single process without those
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["DistributedContext", "setup_distributed", "cleanup_distributed", "all_reduce_sum"]
+__all__ = ["DistributedContext", "setup_distributed", "cleanup_distributed", "all_reduce_sum", "training_model"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +81,14 @@ def all_reduce_sum(tensor, context):
     if context.enabled:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
+
+
+def training_model(model, context, compile=False):
+    """What the training steps call: ``model`` itself, in ``DistributedDataParallel`` when
+    several processes take part (on this process's GPU, or the CPU), compiled with
+    ``torch.compile`` when ``compile`` is True. The parameters stay ``model``'s."""
+    wrapped = model
+    if context.enabled:
+        device = next(model.parameters()).device
+        wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return torch.compile(wrapped) if compile else wrapped

@@ -1,7 +1,8 @@
-"""Evaluation: corpus BLEU, the validation metrics of an epoch end, and the end of the training.
+"""Evaluation: corpus BLEU, the loss of a batch, the validation metrics of an epoch end.
 
 :class:`CorpusBLEU` is sacreBLEU's standard corpus BLEU as the trainer and the results
-report it. :class:`Evaluator` is what the :class:`~solutions.app.trainer.Trainer` measures a
+report it. :func:`batch_loss` is the loss the trainer steps on and evaluation reports, so
+that both measure alike. :class:`Evaluator` is what the :class:`~solutions.app.trainer.Trainer` measures a
 model with (:meth:`~Evaluator.evaluate`: loss and token accuracy with teacher forcing, exact
 match and BLEU of greedy translations; :meth:`~Evaluator.time_beam`: the final decoding's
 cost) and the weights it keeps for averaging (:meth:`~Evaluator.snapshot`,
@@ -13,12 +14,15 @@ import math
 import time
 
 import torch
+import torch.nn.functional as F
 from sacrebleu.metrics import BLEU
 
+from ..masking import decoder_mask, padding_mask
+from ..tokens import PAD_ID
 from ..translation import translate
 from .batching import collate_batch
 
-__all__ = ["CorpusBLEU", "Evaluator"]
+__all__ = ["CorpusBLEU", "batch_loss", "Evaluator"]
 
 
 class CorpusBLEU:
@@ -49,6 +53,37 @@ class CorpusBLEU:
         return self.last.score
 
 
+def batch_loss(model, batch, smoothing, bf16=False):
+    """The label-smoothed loss of ``model`` on ``batch`` with teacher forcing, summed over its target tokens.
+
+    Args:
+        model: a :class:`~solutions.model.Transformer` (or a wrapper that calls one:
+            ``DistributedDataParallel``, ``torch.compile``).
+        batch: a :class:`~solutions.app.batching.Batch` on the model's device.
+        smoothing: the label smoothing (section 5.4); 0 = plain cross-entropy.
+        bf16: run the forward pass under ``torch.autocast(dtype=torch.bfloat16)`` (the loss
+            is computed in float32 either way).
+
+    Returns:
+        ``(loss_sum, tokens, correct)`` tensors: the summed loss, the number of target tokens
+        (padding left out) and how many of them the arg-max predicts.
+
+    Paper: section 5.4 (label smoothing).
+    """
+    src_mask = padding_mask(batch.src, PAD_ID)  # (B, 1, 1, S)
+    tgt_mask = decoder_mask(batch.tgt_in, PAD_ID)  # (B, 1, T, T)
+    with torch.autocast(device_type=batch.src.device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(batch.src, batch.tgt_in, src_mask, tgt_mask)  # (B, T, V)
+    vocab_size = logits.size(-1)
+    loss_sum = F.cross_entropy(
+        logits.float().reshape(-1, vocab_size), batch.labels.reshape(-1),  # (B*T, V), (B*T,)
+        ignore_index=PAD_ID, label_smoothing=smoothing, reduction="sum",
+    )
+    keep = batch.labels != PAD_ID  # (B, T)
+    correct = ((logits.argmax(dim=-1) == batch.labels) & keep).sum()
+    return loss_sum, keep.sum(), correct
+
+
 class Evaluator:
     """Measures a model on held-out pairs, and keeps the weights of the last epoch ends for averaging.
 
@@ -57,8 +92,7 @@ class Evaluator:
             ``label_smoothing``, ``average_last``, ``beam_size``, ``length_penalty``).
         src_tokenizer, tgt_tokenizer: the run's tokenizers.
         device: where the model runs.
-        forward_loss: ``forward_loss(model, batch, smoothing)`` → ``(loss_sum, tokens, correct)``
-            tensors: the trainer's loss, so that training and evaluation measure alike.
+        bf16: the forward pass in bfloat16, as the trainer runs it (:func:`batch_loss`).
         translate_options: keyword arguments of every :func:`~solutions.translation.translate`
             call (its decoders).
         log: a function of one message (default: none).
@@ -69,9 +103,9 @@ class Evaluator:
         snapshots: CPU copies of the weights at the last ``average_last`` epoch ends.
     """
 
-    def __init__(self, config, src_tokenizer, tgt_tokenizer, device, forward_loss, translate_options=None, log=None,
+    def __init__(self, config, src_tokenizer, tgt_tokenizer, device, bf16=False, translate_options=None, log=None,
                  clock=time.monotonic):
-        self.config, self.device, self.forward_loss = config, device, forward_loss
+        self.config, self.device, self.bf16 = config, device, bf16
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.translate_options = translate_options or {}
         self.log = log or (lambda message: None)
@@ -105,7 +139,7 @@ class Evaluator:
         with torch.no_grad():
             for start in range(0, len(data), 128):
                 batch = collate_batch([data[i] for i in range(start, min(start + 128, len(data)))])
-                s, n, c = self.forward_loss(model, batch.to(self.device), self.config.label_smoothing)
+                s, n, c = batch_loss(model, batch.to(self.device), self.config.label_smoothing, self.bf16)
                 loss_sum, tokens, correct = loss_sum + s.item(), tokens + n.item(), correct + c.item()
         metrics["loss"] = loss_sum / max(tokens, 1)
         metrics["accuracy"] = correct / max(tokens, 1)

@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kv_cache import IncrementalDecoder
+from ..masking import zero_fully_masked_rows
 from ..multihead import merge_heads, split_heads
 
 __all__ = ["StaticIncrementalDecoder", "CUDAGraphStep", "static_greedy_decode", "FusedIncrementalDecoder",
@@ -241,8 +242,7 @@ class FusedIncrementalDecoder(IncrementalDecoder):
         """Attention of the new position ``x (B, 1, d_model)`` over cached keys/values ``(B, h, T_k, d_k)``."""
         q = split_heads(attn.w_q(x), attn.num_heads)  # (B, h, 1, d_k)
         context = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, h, 1, d_k)
-        if mask is not None:  # a query with no key: zeros, as masked_softmax gives
-            context = context.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        context = zero_fully_masked_rows(context, mask)  # a query with no key: zeros, as masked_softmax gives
         return attn.w_o(merge_heads(context))  # (B, 1, d_model)
 
 

@@ -216,8 +216,7 @@ def finish_training(trainer):
     averaging = trainer.config.average_last > 1
     report = {"final_bleu": math.nan, "averaged_bleu": math.nan, "averaged": 0, "chosen": "epoch"}
     best_weights = None
-    evaluated = trainer.history["valid"]["step"]
-    if (evaluated[-1] if evaluated else None) != trainer.step and len(valid):
+    if trainer.record.last_evaluated_step() != trainer.step and len(valid):
         metrics = trainer.evaluate()
         report["final_bleu"] = metrics["bleu"]
         trainer.record_epoch(metrics)

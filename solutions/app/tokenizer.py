@@ -9,7 +9,7 @@ Paper: section 5.1 (byte-pair encoding, a shared source-target vocabulary).
 """
 from ..tokens import EOS_ID, PAD_ID, SOS_ID, SPECIALS, build_vocab, encode
 
-__all__ = ["WordTokenizer", "BPETokenizer", "build_tokenizer", "tokenizer_from_state"]
+__all__ = ["WordTokenizer", "BPETokenizer", "build_tokenizer", "build_tokenizers", "tokenizer_from_state"]
 
 
 
@@ -152,6 +152,28 @@ def build_tokenizer(sentences, kind="word", vocab_size=1000, min_freq=1):
         return BPETokenizer.train(sentences, vocab_size=vocab_size, min_frequency=max(min_freq, 2))
     raise ValueError(f"kind must be 'word' or 'bpe', got {kind!r}")
 
+
+
+def build_tokenizers(pairs, kind="word", vocab_size=1000, shared=False, src_tokenizer=None, tgt_tokenizer=None):
+    """The source and target tokenizers of a run: those given, the others trained on ``pairs``.
+
+    Args:
+        pairs: the training split's ``(source, target)`` strings.
+        kind, vocab_size: as for :func:`build_tokenizer`.
+        shared: one tokenizer trained on both sides (the paper's shared vocabulary,
+            section 5.1, so that the embeddings can be tied), when neither is given.
+        src_tokenizer, tgt_tokenizer: tokenizers to keep (e.g. a resumed run's); ``None`` = train one.
+
+    Returns:
+        ``(src_tokenizer, tgt_tokenizer)`` (the same object twice when shared).
+    """
+    if shared and src_tokenizer is None and tgt_tokenizer is None:
+        src_tokenizer = tgt_tokenizer = build_tokenizer([text for pair in pairs for text in pair], kind, vocab_size)
+    if src_tokenizer is None:
+        src_tokenizer = build_tokenizer((source for source, _ in pairs), kind, vocab_size)
+    if tgt_tokenizer is None:
+        tgt_tokenizer = build_tokenizer((target for _, target in pairs), kind, vocab_size)
+    return src_tokenizer, tgt_tokenizer
 
 def tokenizer_from_state(state):
     """Rebuild a tokenizer from its ``state()`` dict (as stored in a checkpoint).

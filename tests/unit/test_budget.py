@@ -8,11 +8,12 @@ import math
 import os
 
 import pytest
+import torch
 
 from solutions.app.checkpoint import EXPORT_FORMAT, load_checkpoint, model_from_checkpoint
 from solutions.app.cli import main
 from solutions.app.config import PRESETS
-from solutions.app.schedule import RunPlan, TimeBudget, warmup_linear_decay
+from solutions.app.schedule import RunPlan, TimeBudget, paper_adam, warmup_linear_decay
 from solutions.app.train_command import parse_duration
 from solutions.app.trainer import Trainer
 from solutions.app.usage import UsageError
@@ -83,6 +84,39 @@ def test_run_plan_plans_reserves_and_stops_on_its_own_state():
     assert resumed.planned_steps == 194 and resumed.budget.left() == pytest.approx(10.0)
     unbudgeted = RunPlan(config.replace(time_budget=None), 50)
     assert unbudgeted.final_beam_size() == 4 and not unbudgeted.no_time_to_evaluate()
+
+
+def test_run_plan_times_steps_after_the_first_three_and_asks_to_replan_every_quarter_epoch():
+    config = PRESETS["tiny"].replace(schedule="noam", time_budget=100.0)
+    plan = RunPlan(config, steps_per_epoch=100, budget=TimeBudget(100.0, clock=lambda: 0.0))
+    plan.begin(10)  # a loop that starts after step 10: steps 11-13 go untimed
+    due = [plan.time_step(step, 9.0 if step <= 13 else 0.5, batches=100) for step in range(11, 34)]
+    assert plan.seconds["step"] == pytest.approx(0.5)  # the slow first steps left out
+    assert due == [False] * 22 + [True]  # first after 20 timed steps (step 33)
+    plan.planned_steps = 500
+    assert [s for s in range(34, 101) if plan.time_step(s, 0.5, batches=100)] == [50, 75, 100]  # a quarter epoch
+    plan.time_step(101, 1.5, batches=100)
+    assert plan.seconds["step"] == pytest.approx((87 * 0.5 + 1.5) / 88)  # the mean of the timed steps
+    unbudgeted = RunPlan(config.replace(time_budget=None), 100)
+    unbudgeted.begin(0)
+    assert not any(unbudgeted.time_step(s, 0.5, batches=100) for s in range(1, 200))  # measured, never re-planned
+    assert unbudgeted.seconds["step"] == pytest.approx(0.5)
+
+
+def test_paper_adam_and_the_plans_scheduler_give_each_step_its_learning_rate():
+    config = PRESETS["tiny"].replace(warmup_steps=4)
+    plan = RunPlan(config, steps_per_epoch=10)
+    model = torch.nn.Linear(2, 2)
+    optimizer = paper_adam(model.parameters(), torch.device("cpu"))
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9  # section 5.3
+    assert optimizer.defaults["fused"] is False  # fused Adam on CUDA only
+    scheduler = plan.scheduler(optimizer)
+    rates = []
+    for _ in range(6):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates == pytest.approx([plan.learning_rate(step) for step in range(1, 7)])  # step 1 first
 
 
 def test_time_budget_plan_keeps_the_reserve_and_an_evaluation_per_epoch():

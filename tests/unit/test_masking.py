@@ -1,8 +1,11 @@
 """Chapter 6: padding, causal and decoder masks, and the masked softmax (True = may attend)."""
 import pytest
 import torch
+import torch.nn.functional as F
 
-from solutions import causal_mask, decoder_mask, masked_softmax, padding_mask
+from solutions import (
+    causal_mask, check_attention_mask, decoder_mask, masked_softmax, padding_mask, zero_fully_masked_rows,
+)
 
 
 def test_padding_mask_values_and_shape():
@@ -114,3 +117,57 @@ def test_masked_softmax_rejects_non_broadcastable_mask():
 def test_masked_softmax_rejects_integer_scores():
     with pytest.raises(TypeError, match="floating-point"):
         masked_softmax(torch.ones(2, 3, dtype=torch.long), None)
+
+
+# -- the helpers of the fused paths: the mask check and the zeros of fully masked rows --------------
+SCORES = (2, 4, 3, 5)  # (B, h, T_q, T_k)
+
+
+@pytest.mark.parametrize("mask", [
+    None,
+    torch.ones(2, 1, 1, 5, dtype=torch.bool),  # padding mask
+    torch.ones(1, 1, 3, 5, dtype=torch.bool),  # causal-like (T_q, T_k)
+    torch.ones(2, 4, 3, 5, dtype=torch.bool),  # one mask per head
+    torch.ones(1, 3, 5, dtype=torch.bool),  # 3-D with a leading 1
+    torch.ones(3, 5, dtype=torch.bool),
+])
+def test_check_attention_mask_accepts_what_broadcasts_to_the_heads(mask):
+    assert check_attention_mask(mask, SCORES) is None
+
+
+@pytest.mark.parametrize("mask, error, message", [
+    (torch.ones(2, 1, 1, 5), TypeError, "boolean"),  # a float mask would be added to the scores by SDPA
+    ([[True] * 5], TypeError, "boolean"),
+    (torch.ones(2, 1, 1, 6, dtype=torch.bool), ValueError, r"\(2, 1, 1, 6\) does not broadcast to .*\(2, 4, 3, 5\)"),
+    (torch.ones(3, 1, 1, 5, dtype=torch.bool), ValueError, "does not broadcast"),  # the batch axis
+    (torch.ones(2, 2, 4, 3, 5, dtype=torch.bool), ValueError, "does not broadcast"),  # one axis too many
+    (torch.ones(2, 3, 5, dtype=torch.bool), ValueError, r"3-D mask \(2, 3, 5\) is ambiguous.*h = 4 heads"),
+    (torch.ones(4, 3, 5, dtype=torch.bool), ValueError, "ambiguous"),  # B == h would broadcast, wrongly
+])
+def test_check_attention_mask_refuses_and_names_the_mistake(mask, error, message):
+    with pytest.raises(error, match=message):
+        check_attention_mask(mask, SCORES)
+
+
+def test_zero_fully_masked_rows_zeroes_exactly_the_queries_without_a_key():
+    output = torch.randn(2, 1, 3, 4, dtype=torch.float64, requires_grad=True)  # (B, h, T_q, d_v)
+    mask = torch.tensor([[True, False, True], [False, False, False], [False, True, False]])[None, None]
+    mask = mask.expand(2, 1, 3, 3).clone()
+    mask[1] = True  # sentence 1: every query has keys
+    fixed = zero_fully_masked_rows(output, mask)
+    assert fixed[0, 0, 1].eq(0).all()
+    torch.testing.assert_close(fixed[0, 0, [0, 2]], output[0, 0, [0, 2]], rtol=0, atol=0)
+    torch.testing.assert_close(fixed[1], output[1], rtol=0, atol=0)
+    fixed.sum().backward()  # no gradient flows into a zeroed row
+    assert output.grad[0, 0, 1].eq(0).all() and output.grad[0, 0, 0].eq(1).all()
+    assert zero_fully_masked_rows(output, None) is output
+
+
+def test_zero_fully_masked_rows_makes_sdpa_agree_with_masked_softmax():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 4, 3, dtype=torch.float64, generator=generator) for _ in range(3))
+    mask = padding_mask(torch.tensor([[5, 6, 0, 0], [0, 0, 0, 0]]))  # (2, 1, 1, 4): sentence 1 has no key
+    readable = masked_softmax(q @ k.transpose(-2, -1) / 3 ** 0.5, mask) @ v  # (B, h, T_q, d_v)
+    fused = zero_fully_masked_rows(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), mask)
+    torch.testing.assert_close(fused, readable, rtol=1e-12, atol=1e-12)
+    assert fused[1].eq(0).all()

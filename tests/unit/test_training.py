@@ -9,14 +9,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solutions.app import trainer as trainer_module
+from solutions.app import device as device_module
+from solutions.app import progress as progress_module
+from solutions.app.batching import collate_batch, training_data
 from solutions.app.checkpoint import CheckpointError, Checkpointer, load_checkpoint, model_from_checkpoint, \
     stored_config
 from solutions.app.config import PRESETS, TrainConfig
-from solutions.app.evaluation import Evaluator
+from solutions.app.evaluation import Evaluator, batch_loss
+from solutions.app.history import RunHistory
+from solutions.app.progress import TrainingProgress
 from solutions.app.synthetic import make_synthetic_splits
+from solutions.app.tokenizer import build_tokenizer
 from solutions.app.trainer import Trainer
 from solutions.configuration import ConfigError, TransformerConfig
+from solutions.masking import decoder_mask, padding_mask
 from solutions.training import label_smoothed_cross_entropy, make_decoder_io, noam_lr
 
 
@@ -224,11 +230,11 @@ def test_resume_with_a_different_model_config_fails(splits, tmp_path):
 
 def test_cpu_bf16_runs_where_the_cpu_has_it_and_warns_where_it_would_be_emulated(splits, monkeypatch):
     train, valid, _ = splits
-    monkeypatch.setattr(trainer_module, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(device_module, "cpu_has_bf16", lambda: False)
     with pytest.warns(UserWarning, match="bf16=True needs CUDA or a CPU with native bfloat16"):
         ignored = Trainer(SMALL.replace(bf16=True), train, valid)
     assert ignored.use_bf16 is False
-    monkeypatch.setattr(trainer_module, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(device_module, "cpu_has_bf16", lambda: True)
     mixed, full = Trainer(SMALL.replace(bf16=True), train, valid), Trainer(SMALL, train, valid)
     assert mixed.use_bf16 is True and full.use_bf16 is False
     # The same seed gives the same weights; the forward pass under bfloat16 autocast (8 bits of
@@ -364,7 +370,7 @@ def test_export_is_smaller_translates_the_same_and_cannot_be_resumed(splits, tmp
 
 def test_the_evaluator_averages_its_last_snapshots_only():
     config = PRESETS["tiny"].replace(average_last=2)
-    evaluator = Evaluator(config, None, None, torch.device("cpu"), forward_loss=None)
+    evaluator = Evaluator(config, None, None, torch.device("cpu"))
     model = torch.nn.Linear(2, 1)
     assert evaluator.averaged(model) is None  # fewer than two snapshots
     for value in (1.0, 2.0, 4.0):
@@ -385,3 +391,65 @@ def test_the_checkpointer_keeps_the_best_bleu_and_writes_on_the_main_process_onl
     other.save(lambda: made.append(1) or {}, tmp_path / "other" / "checkpoint.pt")
     assert made == [] and not (tmp_path / "other").exists()  # not even made elsewhere than rank 0
     assert Checkpointer(None).path("best.pt") is None and Checkpointer(None).best_weights() is None
+
+
+def test_the_run_history_keeps_points_every_log_every_steps_and_one_row_per_epoch():
+    record = RunHistory(log_every=3)
+    for step, loss in enumerate([4.0, 3.0, 2.0, 1.0], start=1):
+        record.add_step(step, loss, lr=1e-3 * step, seconds=0.5 * step)
+    assert record.curves["train"] == {"step": [1, 3], "loss": [4.0, 2.0], "lr": [1e-3, 3e-3], "time": [0.5, 1.5]}
+    assert record.last_evaluated_step() is None
+    metrics = {"loss": 2.34567, "accuracy": 0.5, "exact_match": 0.25, "bleu": 12.345}
+    record.add_evaluation(4, 1, 2.0, metrics)
+    assert record.curves["valid"] == {"step": [4], "epoch": [1], "loss": [2.34567], "accuracy": [0.5],
+                                      "exact_match": [0.25], "bleu": [12.345], "time": [2.0]}
+    assert record.last_evaluated_step() == 4
+    row = record.end_epoch(1, 4, wall_seconds=90, metrics=metrics)
+    assert row == {"epoch": 1, "step": 4, "minutes": 1.5, "train_loss": 2.5, "valid_loss": 2.3457,
+                   "valid_bleu": 12.35} and record.epochs == [row]  # mean of the epoch's four steps
+    assert record.end_epoch(2, 4, 120, metrics)["train_loss"] is None  # no step since: no mean
+    record.load({"train": {}, "valid": {"step": [7]}}, None)  # a checkpoint without epoch rows
+    assert record.last_evaluated_step() == 7 and record.epochs == []
+
+
+def test_training_data_drops_pairs_longer_than_the_model_and_shards_the_batches():
+    pairs = [("a b c", "x y"), ("a " * 40, "x"), ("b", "y " * 40), ("c", "z")]
+    tokenizer = build_tokenizer([text for pair in pairs for text in pair])
+    config = SMALL.replace(max_tokens=100, batch_size=2, bucket_size=2)  # max_len 32: 31 tokens a side
+    train, valid, sampler = training_data(config, pairs, pairs[:1], tokenizer, tokenizer, num_replicas=2, rank=1)
+    assert train.pairs == [pairs[0], pairs[3]] and valid.pairs == pairs[:1]
+    assert sampler.rank == 1 and sampler.num_replicas == 2
+    with pytest.raises(ValueError, match="no training pair fits max_tokens = 31"):
+        training_data(config, pairs[1:3], (), tokenizer, tokenizer)
+
+
+def test_batch_loss_counts_the_target_tokens_without_padding():
+    torch.manual_seed(0)
+    model = SMALL.model.build(12, 12)
+    batch = collate_batch([([4, 5, 6], [7, 8]), ([4], [9, 10, 11])])  # labels: 3 and 4 tokens with <eos>
+    loss_sum, tokens, correct = batch_loss(model.eval(), batch, smoothing=0.0)
+    src_mask, tgt_mask = padding_mask(batch.src), decoder_mask(batch.tgt_in)
+    logits = model(batch.src, batch.tgt_in, src_mask, tgt_mask)
+    keep = batch.labels != 0
+    expected = F.cross_entropy(logits[keep], batch.labels[keep], reduction="sum")
+    assert tokens.item() == 7 and 0 <= correct.item() <= 7
+    torch.testing.assert_close(loss_sum, expected)
+
+
+def test_progress_is_a_bar_on_a_terminal_a_line_elsewhere_and_nothing_when_quiet(monkeypatch):
+    lines = []
+    config = SMALL.replace(quiet=False, progress_seconds=None, progress_steps=2)
+    monkeypatch.setattr(progress_module.sys.stderr, "isatty", lambda: True, raising=False)
+    on_terminal = TrainingProgress(lines.append, config, True, step=0, tokens=0, planned=4, epochs=1)
+    assert on_terminal.bar_shown and not on_terminal.line_shown
+    monkeypatch.setattr(progress_module.sys.stderr, "isatty", lambda: False, raising=False)
+    in_a_log = TrainingProgress(lines.append, config, True, step=0, tokens=0, planned=4, epochs=1)
+    assert not in_a_log.bar_shown and in_a_log.line_shown
+    in_a_log.start_epoch(0, batches=4, done=0)
+    for step in range(1, 5):
+        in_a_log.update(step, 0, loss=1.0, lr=1e-3, tokens=10 * step)
+    in_a_log.end_epoch()
+    assert [line.split()[1] for line in lines] == ["2/4", "4/4"]  # every progress_steps steps
+    for quiet, main in ((True, True), (False, False)):  # quiet, or not the main process: nothing shown
+        hidden = TrainingProgress(lines.append, config.replace(quiet=quiet), main, 0, 0, 4, 1)
+        assert not hidden.bar_shown and not hidden.line_shown

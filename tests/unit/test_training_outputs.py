@@ -15,7 +15,7 @@ from solutions.app.config import PRESETS
 from solutions.app.corpus import read_parallel
 from solutions.app.evaluation import CorpusBLEU
 from solutions.app.summary import TRANSLATIONS_FILE, write_translations
-from solutions.app import trainer as trainer_module
+from solutions.app import device as device_module
 from solutions.app.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -106,7 +106,7 @@ def test_a_greedy_run_decodes_the_test_set_once_and_time_budget_none_lifts_the_p
 def test_results_say_what_the_forward_pass_ran_in_not_only_what_was_asked(tmp_path, monkeypatch, capsys):
     """``--bf16`` on a CPU without native bfloat16 is ignored with a warning; results.json
     keeps the request (settings) and says the run was float32 (machine.autocast)."""
-    monkeypatch.setattr(trainer_module, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(device_module, "cpu_has_bf16", lambda: False)
     folder, _ = _corpus_dir(tmp_path)
     out = tmp_path / "run"
     argv = ["train", "--preset", "tiny", "--data-dir", str(folder), "--max-steps", "2", "--batch-size", "8",
