@@ -47,7 +47,7 @@ saved additions did.
 **Dropout's random numbers.** ``nn.Dropout`` on the CPU draws its mask with
 ``bernoulli_``: on processors other than Intel's (where PyTorch uses MKL's parallel
 generator) that is one thread drawing a 64-bit uniform number per element, about 8 ns
-each, a fifth of a training step at the bench's sizes. :class:`FastDropout` is an
+each, 14–21 % of a training step at the bench's sizes. :class:`FastDropout` is an
 ``nn.Dropout`` (same ``p``, no parameters, no ``state_dict`` entry) whose CPU mask comes
 from 16 random bits per element (one 64-bit draw of PyTorch's generator gives four):
 about a quarter of the cost, seeded by ``torch.manual_seed`` like any other draw. The
@@ -155,7 +155,9 @@ class FusedMultiHeadAttention(MultiHeadAttention):
     results. ``need_weights=False`` (how it is built): one matrix product for ``Q, K,
     V`` when ``query is key is value``, one for ``K, V`` when ``key is value``, three
     otherwise; then ``F.scaled_dot_product_attention`` (dropout on the attention
-    weights in training mode); ``attn_weights`` is None. ``need_weights=True``: chapter
+    weights in training mode; on the CPU, whose kernels have no dropout, the same
+    products written out and the weights dropped by its ``dropout`` module);
+    ``attn_weights`` is None. ``need_weights=True``: chapter
     5's readable forward, weights kept in ``attn_weights``.
 
     Args:
