@@ -221,7 +221,7 @@ class FusedMultiHeadAttention(MultiHeadAttention):
             # SDPA's CPU kernels have no dropout: it would run these products with bernoulli_'s mask.
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, h, T_q, T_k)
             if mask is not None:  # the most negative float, not -inf: a query with no key stays finite
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+                scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)  # in place: nothing saved it
             context = self.dropout(torch.softmax(scores, dim=-1)) @ v  # (B, h, T_q, d_k)
         else:
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, h, T_q, d_k)
