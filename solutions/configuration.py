@@ -13,7 +13,7 @@ Paper: section 3 and Table 3.
 import dataclasses
 from dataclasses import dataclass
 
-from .fused import use_fused_attention
+from .fused import use_fast_dropout, use_fused_attention
 from .model import Transformer
 
 __all__ = ["ConfigError", "TransformerConfig", "ATTENTION", "PAPER_CONFIGS", "PAPER_VOCAB_SIZE", "PAPER_PARAMETERS",
@@ -119,11 +119,12 @@ class TransformerConfig:
         Returns:
             ``Transformer(src_vocab_size, tgt_vocab_size, **sizes)``; with ``attention="fused"``
             its attention modules are :class:`~solutions.fused.FusedMultiHeadAttention`
-            (:func:`~solutions.fused.use_fused_attention`).
+            (:func:`~solutions.fused.use_fused_attention`) and its dropout modules
+            :class:`~solutions.fused.FastDropout` (:func:`~solutions.fused.use_fast_dropout`).
         """
         sizes = {name: value for name, value in dataclasses.asdict(self).items() if name != "attention"}
         model = Transformer(src_vocab_size, tgt_vocab_size, **sizes)
-        return use_fused_attention(model) if self.attention == "fused" else model
+        return use_fast_dropout(use_fused_attention(model)) if self.attention == "fused" else model
 
 
 #: Table 3 of the paper as configs. Both models use N = 6 layers and a shared source-target BPE

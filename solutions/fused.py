@@ -44,8 +44,27 @@ the bench's sizes it is neutral (``python -m solutions bench``: fused/separate
 ``Q, K, V`` gradients into one ``(B·T, 3 d_model)`` tensor costs about what the two
 saved additions did.
 
-Paper: section 3.2.2 (``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``).
+**Dropout's random numbers.** ``nn.Dropout`` on the CPU draws its mask with
+``bernoulli_``: on processors other than Intel's (where PyTorch uses MKL's parallel
+generator) that is one thread drawing a 64-bit uniform number per element, about 8 ns
+each, 14–21 % of a training step at the bench's sizes. :class:`FastDropout` is an
+``nn.Dropout`` (same ``p``, no parameters, no ``state_dict`` entry) whose CPU mask comes
+from 16 random bits per element (one 64-bit draw of PyTorch's generator gives four):
+about a quarter of the cost, seeded by ``torch.manual_seed`` like any other draw. The
+drop probability is ``p`` rounded to a multiple of ``2⁻¹⁶`` (0.1 becomes 0.1000061) and
+the kept values are scaled by ``1 / (1 - that)``, so the expectation is still ``x``.
+On other devices, inside ``torch.compile`` and for dtypes other than float32/float64 it
+is ``nn.Dropout``. :func:`use_fast_dropout` puts one where a model holds an
+``nn.Dropout``; ``attention="fused"`` builds call it after :func:`use_fused_attention`.
+With attention dropout on the CPU, :class:`FusedMultiHeadAttention` computes the
+weights itself and drops them with its ``dropout`` module: PyTorch's CPU kernels for
+``F.scaled_dot_product_attention`` have no dropout, and with ``dropout_p > 0`` it falls
+back to these same products and ``bernoulli_``.
+
+Paper: section 3.2.2 (``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``), 5.4 (``P_drop``).
 """
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -53,7 +72,11 @@ from torch import nn
 from .masking import check_attention_mask, zero_fully_masked_rows
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 
-__all__ = ["packed_projection", "FusedMultiHeadAttention", "use_fused_attention"]
+__all__ = ["packed_projection", "FusedMultiHeadAttention", "use_fused_attention", "dropout_keep_mask",
+           "FastDropout", "use_fast_dropout"]
+
+# Dropout masks come from 16-bit draws: 2**16 levels of probability.
+_LEVELS = 1 << 16
 
 
 def _compiling():
@@ -117,7 +140,9 @@ class FusedMultiHeadAttention(MultiHeadAttention):
     results. ``need_weights=False`` (how it is built): one matrix product for ``Q, K,
     V`` when ``query is key is value``, one for ``K, V`` when ``key is value``, three
     otherwise; then ``F.scaled_dot_product_attention`` (dropout on the attention
-    weights in training mode); ``attn_weights`` is None. ``need_weights=True``: chapter
+    weights in training mode; on the CPU, whose kernels have no dropout, the same
+    products written out and the weights dropped by its ``dropout`` module);
+    ``attn_weights`` is None. ``need_weights=True``: chapter
     5's readable forward, weights kept in ``attn_weights``.
 
     Args:
@@ -176,7 +201,14 @@ class FusedMultiHeadAttention(MultiHeadAttention):
         v = split_heads(v, self.num_heads)  # (B, h, T_k, d_k)
         check_attention_mask(mask, (q.size(0), self.num_heads, q.size(2), k.size(2)))
         dropout_p = self.dropout.p if self.training else 0.0
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, h, T_q, d_k)
+        if dropout_p > 0.0 and q.device.type == "cpu" and not _compiling():
+            # SDPA's CPU kernels have no dropout: it would run these products with bernoulli_'s mask.
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, h, T_q, T_k)
+            if mask is not None:  # the most negative float, not -inf: a query with no key stays finite
+                scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)  # in place: nothing saved it
+            context = self.dropout(torch.softmax(scores, dim=-1)) @ v  # (B, h, T_q, d_k)
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, h, T_q, d_k)
         context = zero_fully_masked_rows(context, mask)  # a query with no key: zeros, as from masked_softmax
         self.attn_weights = None
         return self.w_o(merge_heads(context))  # (B, T_q, d_model)
@@ -223,4 +255,99 @@ def use_fused_attention(module):
         for name, child in list(parent.named_children()):
             if type(child) is MultiHeadAttention:
                 setattr(parent, name, FusedMultiHeadAttention.sharing(child))
+    return module
+
+
+def dropout_keep_mask(shape, p, dtype=torch.float32, generator=None):
+    """Dropout's scaled keep-mask on the CPU, from 16 random bits per element.
+
+    Each element is dropped when its 16-bit draw falls below ``round(p · 2¹⁶)``, so
+    with probability ``p' = round(p · 2¹⁶) / 2¹⁶`` (``|p' - p| ≤ 2⁻¹⁷``), and kept
+    elements are ``1 / (1 - p')``. The bits are PyTorch's own (``random_`` over all
+    64 bits of ``int64`` words, four draws a word), so ``torch.manual_seed`` or
+    ``generator`` makes the mask reproducible.
+
+    Args:
+        shape: the mask's shape (that of the tensor to drop).
+        p: the drop probability, ``0 ≤ p < 1``.
+        dtype: a floating-point dtype of the mask.
+        generator: a CPU ``torch.Generator``; default: PyTorch's global one.
+
+    Shape:
+        output: ``shape``.
+
+    Returns:
+        A tensor of ``0`` and ``1 / (1 - p')``: ``x * mask`` is ``x`` dropped out, with
+        expectation ``x``.
+
+    Paper: section 5.4 (residual dropout, ``P_drop``).
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"p must be in [0, 1), got {p}")
+    if not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+    drop = round(p * _LEVELS)  # an element is dropped when its draw (0 .. 2**16 - 1) is below this
+    numel = math.prod(shape)
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64)
+    words.random_(-(1 << 63), None, generator=generator)  # every bit uniform: the full int64 range
+    draws = words.view(torch.int16)[:numel].view(shape)  # uniform on -2**15 .. 2**15 - 1
+    return (draws >= drop - _LEVELS // 2).to(dtype).mul_(_LEVELS / (_LEVELS - drop))
+
+
+class FastDropout(nn.Dropout):
+    """``nn.Dropout`` whose CPU mask is :func:`dropout_keep_mask` (16 random bits an element).
+
+    Same constructor (``p``, ``inplace``), attributes and ``state_dict`` (none) as
+    ``nn.Dropout``; in evaluation mode, and for ``p = 0``, the identity. In training mode
+    on a CPU float32/float64 tensor it multiplies by :func:`dropout_keep_mask` (the drop
+    probability ``p`` rounded to a multiple of ``2⁻¹⁶``); elsewhere (another device or
+    dtype, ``p = 1``, inside ``torch.compile``) it is ``F.dropout``. The gradient is the
+    same mask times the output's gradient, as for ``nn.Dropout``.
+
+    Args:
+        p: the drop probability (the paper's ``P_drop``).
+        inplace: drop in ``x`` itself.
+
+    Shape:
+        x: any; output: the same.
+
+    Paper: section 5.4.
+    """
+
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or self.p >= 1.0 or _compiling():
+            return F.dropout(x, self.p, True, self.inplace)
+        mask = dropout_keep_mask(x.shape, self.p, x.dtype)  # 0 or 1 / (1 - p'), x's shape
+        return x.mul_(mask) if self.inplace else x * mask
+
+
+def use_fast_dropout(module):
+    """Put a :class:`FastDropout` where ``module`` holds an ``nn.Dropout``; returns ``module``.
+
+    Every submodule whose class is exactly ``nn.Dropout`` is replaced, in its parent, by a
+    :class:`FastDropout` with its ``p``, ``inplace`` and training mode (a dropout module has
+    no parameters or buffers: the ``state_dict`` is unchanged). Subclasses are left as they are.
+    :meth:`~solutions.configuration.TransformerConfig.build` calls it for ``attention="fused"``.
+
+    Args:
+        module: any ``nn.Module``.
+
+    Returns:
+        ``module``; when ``module`` itself is an ``nn.Dropout``, a new :class:`FastDropout`.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+
+    def fast(dropout):
+        replacement = FastDropout(dropout.p, dropout.inplace)
+        return replacement.train(dropout.training)
+
+    if type(module) is nn.Dropout:
+        return fast(module)
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Dropout:
+                setattr(parent, name, fast(child))
     return module

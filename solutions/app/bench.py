@@ -1,9 +1,9 @@
 """Benchmarks of the reference package, always as ratios measured side by side in one run.
 
 1. **Training step** (forward + backward + Adam step, dropout 0.1, label smoothing 0.1)
-   of :class:`solutions.Transformer` on the fused attention path (packed q/k/v
-   projections, :mod:`solutions.fused`, and ``F.scaled_dot_product_attention``),
-   against the same model with separate q/k/v projections and against
+   of :class:`solutions.Transformer` on the fast path (packed q/k/v projections,
+   ``F.scaled_dot_product_attention`` and dropout masks from 16-bit draws,
+   :mod:`solutions.fused`), against the same model with separate q/k/v projections and against
    ``torch.nn.Transformer`` of the same sizes wrapped in the same embeddings,
    positional encoding and output projection, on the same batch and masks. The three
    take turns, repetition by repetition, so all see the same machine load; the ratios
@@ -48,6 +48,7 @@ from torch import nn
 
 from ..decoding import beam_search, greedy_decode
 from ..embeddings import TokenEmbedding
+from ..fused import use_fast_dropout
 from ..masking import decoder_mask, padding_mask
 from ..configuration import PAPER_CONFIGS, TransformerConfig
 from ..model import count_parameters
@@ -169,10 +170,10 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
 
     def ours(fused):
         torch.manual_seed(0)
-        # The fast path (SDPA, packed projections), or SDPA alone with chapter 5's separate projections.
+        # The fast path (SDPA, packed projections, FastDropout), or the same with chapter 5's separate projections.
         attention = "fused" if fused else "readable"
         model = _sizes(d_model, num_heads, num_layers, d_ff, dropout, attention).build(vocab, vocab)
-        return model if fused else model.set_fused(True)
+        return model if fused else use_fast_dropout(model.set_fused(True))
 
     torch.manual_seed(0)
     theirs = TorchTransformerBaseline(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout)

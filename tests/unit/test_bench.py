@@ -35,10 +35,11 @@ def test_quick_bench_reports_ratios(tmp_path):
 def test_training_bench_times_the_fused_and_the_separate_path(monkeypatch):
     """The 'ours' model is on the fast path (TransformerConfig(attention="fused"): every attention
     module fused), the 'separate' one runs chapter 5's class on its SDPA path (set_fused); both
-    without attention weights (need_weights False)."""
+    without attention weights (need_weights False), and both with the fast path's dropout, so that
+    their ratio is the packing's alone."""
     import solutions.app.bench as bench
     from solutions import MultiHeadAttention, TransformerConfig
-    from solutions.fused import FusedMultiHeadAttention
+    from solutions.fused import FastDropout, FusedMultiHeadAttention
 
     built = []
     build = TransformerConfig.build
@@ -53,6 +54,8 @@ def test_training_bench_times_the_fused_and_the_separate_path(monkeypatch):
     attention = [[m for m in model.modules() if isinstance(m, MultiHeadAttention)] for model in built]
     assert [{type(m) for m in modules} for modules in attention] == [{FusedMultiHeadAttention}, {MultiHeadAttention}]
     assert all(not m.need_weights for modules in attention for m in modules)
+    dropouts = [{type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)} for model in built]
+    assert dropouts == [{FastDropout}, {FastDropout}]
 
 
 def test_generated_sentences_have_multi30k_test_lengths():
