@@ -121,6 +121,26 @@ def make_decoder_io_default_ids(targets, sos_id=1, eos_id=2, pad_id=0):
     return solutions.make_decoder_io(targets, 1, 2, pad_id)
 
 
+# Width L, not L + 1: the targets padded to the longest, then shifted inside that width,
+# so the longest target loses its last input id and its <eos> (issue 38). Only "right
+# padding with pad_id to L + 1" states the width.
+MAKE_DECODER_IO_WIDTH_L = '''
+def make_decoder_io(targets, sos_id=1, eos_id=2, pad_id=0):
+    B, L = len(targets), max(len(t) for t in targets)
+    padded = torch.full((B, L), pad_id, dtype=torch.long)  # (B, L): one column short
+    for row, t in enumerate(targets):
+        padded[row, :len(t)] = torch.tensor(list(t), dtype=torch.long)
+    inputs = torch.cat([torch.full((B, 1), sos_id, dtype=torch.long), padded[:, :-1]], dim=1)  # shifted right
+    labels = padded.clone()
+    for row, t in enumerate(targets):
+        if len(t) < L:  # no room for the longest target's <eos>
+            labels[row, len(t)] = eos_id
+    return inputs, labels
+'''
+make_decoder_io_width_l = notebook_namespace({"torch": torch}, MAKE_DECODER_IO_WIDTH_L)["make_decoder_io"]
+make_decoder_io_width_l.cell, make_decoder_io_width_l.label = MAKE_DECODER_IO_WIDTH_L, "make_decoder_io_width_L"
+
+
 def noam_without_factor(step, d_model, warmup_steps, factor=1.0):
     return solutions.noam_lr(step, d_model, warmup_steps)
 
@@ -143,8 +163,9 @@ def reference_with(name: str, *edits: tuple[str, str]) -> str:
 
 
 # What the setup cells of chapters 8 and 10 give the answers (their cells' free names).
-CELL_NAMES = {"torch": torch, "nn": nn, "F": torch.nn.functional,
-              "MultiHeadAttention": solutions.MultiHeadAttention,
+CELL_NAMES = {"torch": torch, "nn": nn, "F": torch.nn.functional, "math": math,
+              "split_heads": solutions.split_heads, "merge_heads": solutions.merge_heads,
+              "masked_softmax": solutions.masked_softmax, "MultiHeadAttention": solutions.MultiHeadAttention,
               "PositionwiseFeedForward": solutions.PositionwiseFeedForward,
               "causal_mask": solutions.causal_mask, "IncrementalDecoder": IncrementalDecoder}
 
@@ -157,6 +178,17 @@ def from_cell(name: str, *edits: tuple[str, str], label: str = ""):
     answer = notebook_namespace(CELL_NAMES, cell)[name]
     answer.cell, answer.label = cell, label or name
     return answer
+
+
+# MultiHeadAttention's scores without 1/√d_k, or divided by √d_model: "self-attention"
+# states the scale; the cases of "cross-attention and masks" and "attn_weights" accept it.
+MHA_WITHOUT_SCALE = from_cell("MultiHeadAttention", ("q @ k.transpose(-2, -1) / math.sqrt(self.d_k)",
+                                                     "q @ k.transpose(-2, -1)  # the 1/√d_k forgotten"),
+                              label="MultiHeadAttention_without_scale")
+MHA_SCALED_BY_D_MODEL = from_cell("MultiHeadAttention",
+                                  ("q @ k.transpose(-2, -1) / math.sqrt(self.d_k)",
+                                   "q @ k.transpose(-2, -1) / math.sqrt(self.num_heads * self.d_k)"),
+                                  label="MultiHeadAttention_scaled_by_d_model")
 
 
 def decoder_layer(self_mask="tgt_mask", cross_mask="src_mask"):
@@ -545,6 +577,9 @@ BROKEN = [
     ("DecoderLayer", 3, decoder_layer(cross_mask="None"), "the cross-attention did not use src_mask"),
     ("make_decoder_io", 0, make_decoder_io_int32, "must be LongTensors"),
     ("make_decoder_io", 2, make_decoder_io_default_ids, "use the sos_id and eos_id arguments"),
+    ("make_decoder_io", 1, make_decoder_io_width_l, "the outputs are (B, L), one column short"),
+    ("MultiHeadAttention", 1, MHA_WITHOUT_SCALE, "no 1/√d_k scale"),
+    ("MultiHeadAttention", 1, MHA_SCALED_BY_D_MODEL, "scaled by √d_model"),
     ("noam_lr", 2, noam_without_factor, "the factor argument is not applied"),
     ("noam_lr", 3, noam_no_check, "check step < 1 first"),
     ("greedy_decode", 0, greedy("first position"), "you read the logits of the first position"),
@@ -885,11 +920,6 @@ def cosine_similarity(a, b):
     return float(np.dot(a, b) / (np.linalg.nrom(a) * np.linalg.norm(b)))
 '''
 
-SLIPS = [
-    ("PositionalEncoding", POSITIONAL_ENCODING_TYPO, (1, 2), "'PositionalEncoding' object has no attribute 'dropuot'"),
-    ("cosine_similarity", COSINE_TYPO, (0, 1), "module 'numpy.linalg' has no attribute 'nrom'"),
-]
-
 
 def test_a_typo_in_forward_keeps_the_part_that_only_builds_the_module():
     """``self.dropuot`` in forward: the buffer part (judged on the constructor alone)
@@ -958,6 +988,54 @@ class MultiHeadAttention(nn.Module):
         self.attn_weights = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask)
         return self.w_o(merge_heads(self.dropout(self.attn_weights) @ v))
 '''
+
+
+MHA_MINUS_INF = MHA_CALLING_HEADS.replace(
+    "        self.attn_weights = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask)\n",
+    "        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
+    "        if mask is not None:\n"
+    '            scores = scores.masked_fill(~mask, float("-inf"))\n'
+    "        self.attn_weights = torch.softmax(scores, dim=-1)\n")
+
+MHA_TRANPOSE = MHA_CALLING_HEADS.replace("k.transpose(-2, -1)", "k.tranpose(-2, -1)")
+
+# torch.wher in the mask's branch only: the cases without a mask never reach it.
+MHA_WHER = MHA_MINUS_INF.replace(
+    'scores = scores.masked_fill(~mask, float("-inf"))', 'scores = torch.wher(mask, scores, float("-inf"))').replace(
+    "torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-1).nan_to_num(0.0)")
+
+assert "-inf" in MHA_MINUS_INF and MHA_TRANPOSE.count("tranpose") == MHA_WHER.count("wher(") == 1
+
+# Mistakes that cost more than one part, as notebook cells (the sandboxed rounds of
+# test_mutants, and test_a_slip_costs_the_parts_it_reaches here): (exercise, cell, the
+# parts it loses, words of the feedback naming it: Python's own message, which hidden
+# feedback shows too). A typo costs every part whose cases run the line it is on.
+SLIPS = [
+    ("PositionalEncoding", POSITIONAL_ENCODING_TYPO, (1, 2), "'PositionalEncoding' object has no attribute 'dropuot'"),
+    ("cosine_similarity", COSINE_TYPO, (0, 1), "module 'numpy.linalg' has no attribute 'nrom'"),
+    # every forward runs the scores' line; the layers part builds the module only
+    ("MultiHeadAttention", MHA_TRANPOSE, (1, 2, 3), "'Tensor' object has no attribute 'tranpose'"),
+    # only the masked cases (all of "cross-attention and masks", no other part's) reach it
+    ("MultiHeadAttention", MHA_WHER, (2,), "module 'torch' has no attribute 'wher'"),
+]
+
+
+@pytest.mark.parametrize("name, cell, indices, message", SLIPS, ids=[f"{s[0]}-{s[3][-12:]}" for s in SLIPS])
+def test_a_slip_costs_the_parts_it_reaches_and_shows_pythons_message(name, cell, indices, message):
+    """Each slip as a notebook defines it (the chapter's other answers the reference's):
+    the same parts lost in the visible check, hidden draws and the student package's
+    check, each showing Python's own message."""
+    # test_mutants imports this module: a cycle at import time
+    from test_mutants import notebook_names
+
+    answer = notebook_namespace(notebook_names(), cell)[name]
+    want = {part(name, i) for i in indices}
+    for hidden, seed in [(False, None)] + [(True, s) for s in HIDDEN_SEEDS]:
+        lost, text = lost_parts(name, answer, hidden, seed)
+        assert lost == want and message in text, f"hidden={hidden} seed={seed}: lost {lost}\n{text}"
+    with stored_checks(get_exercise(name).chapter):
+        lost, text = lost_parts(name, answer, False)
+    assert lost == want and message in text, f"the student package's check: lost {lost}\n{text}"
 
 
 def test_the_student_package_names_a_failing_dependency_only_when_it_can_explain_the_failure(tmp_path):
