@@ -173,17 +173,17 @@ class MakeDecoderIO(Exercise):
             ("pad on the right: the tokens start at column 0 and pad_id fills the end.", "left"),
         ]
         want_in, want_lab = _decoder_io(targets, sos, eos, pad)
-        width = want_in.shape[1]
+        for hint, mode in variants:
+            v_in, v_lab = _decoder_io(targets, sos, eos, pad, mode=mode)
+            if (_close(g_in, v_in) and _close(g_lab, v_lab)) and not (_close(v_in, want_in) and _close(v_lab, want_lab)):
+                return hint
+        width = want_in.shape[1]  # L + 1
         if g_in.shape == g_lab.shape == (len(targets), width - 1):
             return ("the outputs are (B, L), one column short: [<sos>, y…] and [y…, <eos>] each hold len + 1 "
                     "ids, so the width is L + 1 and the longest target keeps its <eos>.")
         if g_in.shape == g_lab.shape == (len(targets), width + 1):
             return ("the outputs are (B, L + 2), one column of padding too many: the width is L + 1, the "
                     "longest target's [<sos>, y…] and [y…, <eos>] fill every column.")
-        for hint, mode in variants:
-            v_in, v_lab = _decoder_io(targets, sos, eos, pad, mode=mode)
-            if (_close(g_in, v_in) and _close(g_lab, v_lab)) and not (_close(v_in, want_in) and _close(v_lab, want_lab)):
-                return hint
         for wrong_pad in (0, -100):
             if wrong_pad != pad:
                 v_in, v_lab = _decoder_io(targets, sos, eos, wrong_pad)
