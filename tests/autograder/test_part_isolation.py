@@ -54,6 +54,38 @@ def rnn_forward_zero_h0(x, h0, W_xh, W_hh, b_h):
     return solutions.rnn_forward(x, np.zeros_like(h0), W_xh, W_hh, b_h)
 
 
+def rnn_forward_with_h0_row(x, h0, W_xh, W_hh, b_h):
+    states = [h0]
+    for x_t in x:
+        states.append(np.tanh(x_t @ W_xh + states[-1] @ W_hh + b_h))
+    return np.array(states)  # h0 kept as row 0: T + 1 rows
+
+
+def rnn_forward_last_state(x, h0, W_xh, W_hh, b_h):
+    h = h0
+    for x_t in x:
+        h = np.tanh(x_t @ W_xh + h @ W_hh + b_h)
+    return h  # h_T only
+
+
+def jacobian_norms_without_the_identity(H, W_hh):
+    T, d_h = H.shape
+    norms, product = np.zeros(T - 1), np.eye(d_h)
+    for t in range(T - 2, -1, -1):
+        product = product @ ((1 - H[t + 1] ** 2)[:, None] * W_hh.T)
+        norms[t] = np.linalg.norm(product, 2)
+    return norms  # T - 1 norms: norms[T-1] = 1 left out
+
+
+def jacobian_norms_in_computed_order(H, W_hh):
+    T, d_h = H.shape
+    norms, product = [1.0], np.eye(d_h)
+    for t in range(T - 2, -1, -1):
+        product = product @ ((1 - H[t + 1] ** 2)[:, None] * W_hh.T)
+        norms.append(np.linalg.norm(product, 2))
+    return np.array(norms)  # norms[0] = 1: the order they were computed in
+
+
 def learn_bpe_per_word(corpus, num_merges):
     return _bpe(corpus, num_merges, weighted=False)  # each distinct word counted once
 
@@ -560,6 +592,10 @@ for _mutant in (bootstrap_bleu_sentence_mean, bootstrap_bleu_inverted_penalty, b
 
 BROKEN = [
     ("rnn_forward", 1, rnn_forward_zero_h0, "you started from zeros"),
+    ("rnn_forward", 0, rnn_forward_with_h0_row, "H has h0 as its first row"),
+    ("rnn_forward", 0, rnn_forward_last_state, "you returned only the last state"),
+    ("hidden_state_jacobian_norms", 0, jacobian_norms_without_the_identity, "norms[T-1] is missing"),
+    ("hidden_state_jacobian_norms", 0, jacobian_norms_in_computed_order, "the norms are in the wrong order"),
     ("learn_bpe", 0, learn_bpe_per_word, "weighted by how often each word occurs"),
     ("learn_bpe", 1, learn_bpe_largest_tie, "ties go to the lexicographically smallest pair"),
     ("learn_bpe", 2, learn_bpe_never_stops, "stop early when no pair is left"),
