@@ -8,7 +8,8 @@ valid style, a blank), and the fair grade of each exercise written down before
 grading: the parts it loses, the words its feedback page must hold (the diagnosis of
 the mistake, the message of the student's own exception, the note a prompt promises)
 and the words it must not hold (the diagnosis of another mistake, a dependency note the
-dependency cannot explain). The rows are the list of the issue ("What was seen"): ε on
+dependency cannot explain). The rows are chapter 1's three students (careful, one
+conceptual mistake per exercise, half done) and the list of the issue ("What was seen"): ε on
 the standard deviation and the unbiased variance in 7.1, the rotation by -k in 3.3,
 ``noam_lr``'s warm-up exponent and its warm-up branch alone in 9.2, ``self.dropuot`` in
 3.2, ``masked_fill(-inf)`` and an inverted mask in 5.3, ``k.tranpose`` and
@@ -50,6 +51,48 @@ def stub(name: str) -> str:
 
 
 # --------------------------------------------------------------------------- the cells, as students write them
+
+# Chapter 1: a careful student in her own style, one with a conceptual mistake in each
+# exercise (which states H holds, where the identity's norm goes), one half done.
+RNN_CAREFUL = '''
+def rnn_forward(x, h0, W_xh, W_hh, b_h):
+    T, d_h = x.shape[0], h0.shape[0]
+    H = np.empty((T, d_h))
+    h = h0
+    for t in range(T):
+        h = np.tanh(x[t] @ W_xh + h @ W_hh + b_h)  # row vectors, as the chapter writes them
+        H[t] = h
+    return H
+'''
+
+JACOBIAN_CAREFUL = '''
+def hidden_state_jacobian_norms(H, W_hh):
+    T = H.shape[0]
+    norms = np.ones(T)
+    grad = np.eye(H.shape[1])  # ∂h_{T-1}/∂h_{T-1}
+    for t in reversed(range(T - 1)):
+        grad = grad @ (np.diag(1 - H[t + 1] ** 2) @ W_hh.T)  # ... @ J_{t+1}
+        norms[t] = np.linalg.svd(grad, compute_uv=False).max()
+    return norms
+'''
+
+RNN_WITH_H0_ROW = '''
+def rnn_forward(x, h0, W_xh, W_hh, b_h):
+    H = [h0]
+    for x_t in x:
+        H.append(np.tanh(x_t @ W_xh + H[-1] @ W_hh + b_h))
+    return np.array(H)  # the whole trajectory, h0 included
+'''
+
+JACOBIAN_IN_COMPUTED_ORDER = '''
+def hidden_state_jacobian_norms(H, W_hh):
+    T, d = H.shape
+    norms, P = [1.0], np.eye(d)
+    for t in range(T - 2, -1, -1):
+        P = P @ ((1 - H[t + 1] ** 2)[:, None] * W_hh.T)
+        norms.append(np.linalg.norm(P, 2))
+    return np.array(norms)  # appended going back: norms[0] is the identity's
+'''
 
 LAYER_NORM_EPS_ON_STD = '''
 def layer_norm(x, gamma, beta, eps=1e-5):
@@ -113,6 +156,19 @@ class Student:
 
 
 CLASS = [
+    Student("rnn-careful", "01_rnn_limitations",
+            {"rnn_forward": RNN_CAREFUL, "hidden_state_jacobian_norms": JACOBIAN_CAREFUL},
+            {"rnn_forward": Fair(), "hidden_state_jacobian_norms": Fair()}),
+    Student("rnn-conceptual", "01_rnn_limitations",
+            {"rnn_forward": RNN_WITH_H0_ROW, "hidden_state_jacobian_norms": JACOBIAN_IN_COMPUTED_ORDER},
+            # which states H holds is the first part's rule: the states' values are right
+            {"rnn_forward": Fair({0}, said=("H has h0 as its first row",)),
+             # where the identity's 1 goes is the first part's rule: the products are right
+             "hidden_state_jacobian_norms": Fair({0}, said=("the norms are in the wrong order",))}),
+    Student("rnn-half", "01_rnn_limitations",
+            {"rnn_forward": RNN_CAREFUL, "hidden_state_jacobian_norms": stub("hidden_state_jacobian_norms")},
+            {"rnn_forward": Fair(), "hidden_state_jacobian_norms": Fair("all", said=("not implemented yet",),
+                                                                         not_said=("first",))}),
     Student("pos-enc", "03_positional_encoding",
             {"sinusoidal_positional_encoding": STYLES["sinusoidal_positional_encoding"],  # a float32 table
              "PositionalEncoding": POSITIONAL_ENCODING_TYPO, "relative_position_matrix": ROTATION_MINUS_K},
