@@ -114,11 +114,11 @@ WHEEL_ROWS = {
                         ("layer_norm", "layer_norm_gamma_beta_swapped"),
                         ("layer_norm", "layer_norm_without_beta"), ("PositionwiseFeedForward", "FeedForwardWithoutReLU")],
     "09_training": [("noam_lr", "noam_warmup_exponent_half"), ("noam_lr", "noam_warmup_branch_only"),
-                    ("make_decoder_io", "make_decoder_io_width_L")],
+                    ("make_decoder_io", "make_decoder_io_width_l")],
     "03_positional_encoding": [("relative_position_matrix", "relative_position_minus_k")],
     # the kept weights' part reads the attribute alone: its accepted weights come from the
     # results recorded for the whole reference result
-    "05_multi_head_attention": [("MultiHeadAttention", "MultiHeadAttention_without_scale")],
+    "05_multi_head_attention": [("MultiHeadAttention", "MHA_WITHOUT_SCALE")],
 }
 
 WHEEL_SCRIPT = """

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -84,6 +85,76 @@ def jacobian_norms_in_computed_order(H, W_hh):
         product = product @ ((1 - H[t + 1] ** 2)[:, None] * W_hh.T)
         norms.append(np.linalg.norm(product, 2))
     return np.array(norms)  # norms[0] = 1: the order they were computed in
+
+
+def rnn_forward_restarting_from_h0(x, h0, W_xh, W_hh, b_h):
+    return np.tanh(x @ W_xh + h0 @ W_hh + b_h)  # every step from h0: no recurrence
+
+
+def causal_mask_without_diagonal(size):
+    return torch.ones(size, size, dtype=torch.bool).tril(-1)[None, None]
+
+
+def padding_mask_inverted(ids, pad_id=0):
+    return (ids == pad_id)[:, None, None, :]  # True at the pads
+
+
+def decoder_mask_padding_only(tgt_ids, pad_id=0):
+    T = tgt_ids.size(1)
+    return (tgt_ids != pad_id)[:, None, None, :].expand(-1, 1, T, -1)  # no causal part
+
+
+def sinusoidal_exponent_i(max_len, d_model):
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    angle = np.arange(max_len)[:, None] / 10000 ** (np.arange(d_model // 2) / d_model)  # i, not 2i
+    pe = np.zeros((max_len, d_model))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(angle), np.cos(angle)
+    return pe
+
+
+def sinusoidal_transposed(max_len, d_model):
+    return solutions.sinusoidal_positional_encoding(max_len, d_model).T  # (d_model, max_len)
+
+
+def build_vocab_ties_as_seen(sentences, min_freq=1, specials=("<pad>", "<sos>", "<eos>", "<unk>")):
+    counts = Counter(token for sentence in sentences for token in sentence.split())
+    vocab = {token: i for i, token in enumerate(specials)}
+    for token, n in sorted(counts.items(), key=lambda kv: -kv[1]):  # ties in first-seen order
+        if n >= min_freq and token not in vocab:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def build_vocab_specials_last(sentences, min_freq=1, specials=("<pad>", "<sos>", "<eos>", "<unk>")):
+    counts = Counter(token for sentence in sentences for token in sentence.split())
+    vocab = {}
+    for token, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if n >= min_freq and token not in specials:
+            vocab[token] = len(vocab)
+    for token in specials:  # appended after the words
+        vocab[token] = len(vocab)
+    return vocab
+
+
+def label_smoothing_log_of_softmax(logits, labels, smoothing=0.1, pad_id=0):
+    V = logits.size(-1)
+    log_probs = torch.log(torch.softmax(logits.reshape(-1, V), dim=-1))  # -inf once a probability underflows
+    labels = labels.reshape(-1)
+    keep = labels != pad_id
+    loss = (1 - smoothing) * -log_probs.gather(1, labels[:, None]).squeeze(1) - smoothing * log_probs.mean(-1)
+    return loss[keep].sum() / keep.sum()
+
+
+def split_heads_without_transpose(x, num_heads):
+    B, T, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError("d_model must be divisible by num_heads")
+    return x.reshape(B, num_heads, T, d_model // num_heads)
+
+
+def count_parameters_as_float(model):
+    return float(solutions.count_parameters(model))
 
 
 def learn_bpe_per_word(corpus, num_merges):
@@ -170,7 +241,7 @@ def make_decoder_io(targets, sos_id=1, eos_id=2, pad_id=0):
     return inputs, labels
 '''
 make_decoder_io_width_l = notebook_namespace({"torch": torch}, MAKE_DECODER_IO_WIDTH_L)["make_decoder_io"]
-make_decoder_io_width_l.cell, make_decoder_io_width_l.label = MAKE_DECODER_IO_WIDTH_L, "make_decoder_io_width_L"
+make_decoder_io_width_l.cell, make_decoder_io_width_l.label = MAKE_DECODER_IO_WIDTH_L, "make_decoder_io_width_l"
 
 
 def noam_without_factor(step, d_model, warmup_steps, factor=1.0):
@@ -216,7 +287,7 @@ def from_cell(name: str, *edits: tuple[str, str], label: str = ""):
 # states the scale; the cases of "cross-attention and masks" and "attn_weights" accept it.
 MHA_WITHOUT_SCALE = from_cell("MultiHeadAttention", ("q @ k.transpose(-2, -1) / math.sqrt(self.d_k)",
                                                      "q @ k.transpose(-2, -1)  # the 1/√d_k forgotten"),
-                              label="MultiHeadAttention_without_scale")
+                              label="MHA_WITHOUT_SCALE")
 MHA_SCALED_BY_D_MODEL = from_cell("MultiHeadAttention",
                                   ("q @ k.transpose(-2, -1) / math.sqrt(self.d_k)",
                                    "q @ k.transpose(-2, -1) / math.sqrt(self.num_heads * self.d_k)"),
@@ -594,6 +665,17 @@ BROKEN = [
     ("rnn_forward", 1, rnn_forward_zero_h0, "you started from zeros"),
     ("rnn_forward", 0, rnn_forward_with_h0_row, "H has h0 as its first row"),
     ("rnn_forward", 0, rnn_forward_last_state, "you returned only the last state"),
+    ("rnn_forward", 2, rnn_forward_restarting_from_h0, "every step restarted from h0"),
+    ("causal_mask", 1, causal_mask_without_diagonal, "the diagonal is masked"),
+    ("padding_mask", 1, padding_mask_inverted, "the polarity is inverted"),
+    ("decoder_mask", 1, decoder_mask_padding_only, "the causal part is missing"),
+    ("sinusoidal_positional_encoding", 2, sinusoidal_exponent_i, "the exponent uses i where the paper has 2i"),
+    ("sinusoidal_positional_encoding", 0, sinusoidal_transposed, "rows are positions and columns are dimensions"),
+    ("build_vocab", 1, build_vocab_ties_as_seen, "ties are not in alphabetical order"),
+    ("build_vocab", 0, build_vocab_specials_last, "the specials must come first"),
+    ("label_smoothed_cross_entropy", 3, label_smoothing_log_of_softmax, "not torch.log(softmax)"),
+    ("split_heads", 0, split_heads_without_transpose, "without a transpose"),
+    ("count_parameters", 0, count_parameters_as_float, "return an int"),
     ("hidden_state_jacobian_norms", 0, jacobian_norms_without_the_identity, "norms[T-1] is missing"),
     ("hidden_state_jacobian_norms", 0, jacobian_norms_in_computed_order, "the norms are in the wrong order"),
     ("learn_bpe", 0, learn_bpe_per_word, "weighted by how often each word occurs"),
