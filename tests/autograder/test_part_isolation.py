@@ -484,6 +484,15 @@ class ResidualDropoutAfterTheSum(solutions.ResidualSublayer):
         return self.norm(self.dropout(x + sublayer(x)))
 
 
+class ResidualPreNormOnTheOutput(solutions.ResidualSublayer):
+    """Pre-norm with the norm on the sub-layer's output: x + dropout(norm(sublayer(x)))."""
+
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + self.dropout(self.norm(sublayer(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
 class ResidualWithoutResidual(solutions.ResidualSublayer):
     """Post-norm without the residual: norm(dropout(sublayer(x)))."""
 
@@ -750,6 +759,7 @@ BROKEN = [
     ("PositionwiseFeedForward", 0, FeedForwardWithoutReLU, "the ReLU between the two linear layers is missing"),
     ("ResidualSublayer", 2, ResidualDropoutAfterTheSum, "dropout goes on the sub-layer's output only"),
     ("ResidualSublayer", 0, ResidualWithoutResidual, "the residual is missing"),
+    ("ResidualSublayer", 1, ResidualPreNormOnTheOutput, "pre-norm normalises the sub-layer's input"),
     ("EncoderLayer", 2, EncoderLayerWithoutMask, "the src_mask was ignored"),
     ("hidden_state_jacobian_norms", 2, jacobian_norms_reversed_product, "multiplied in the wrong order"),
     ("relative_position_matrix", 1, relative_position_half_exponent, "uses i where the paper has 2i"),
