@@ -22,6 +22,7 @@ also shows that one student's mistake costs no other exercise.
 from __future__ import annotations
 
 import html
+import inspect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from check_helpers import notebook_namespace, one_torch_thread, stored_checks  #
 from test_mutants import STYLES, notebook_names
 from test_part_isolation import (ENCODER_LAYER_WITHOUT_MASK, FFN_WITHOUT_DROPOUT, FFN_WITHOUT_RELU, LAYER_NORM_UNBIASED,
                                  MHA_CALLING_HEADS, MHA_MINUS_INF, MHA_TRANPOSE, MHA_WHER, NOAM_WARMUP_HALF,
-                                 POSITIONAL_ENCODING_TYPO)
+                                 POSITIONAL_ENCODING_TYPO, jacobian_norms_in_computed_order, rnn_forward_with_h0_row)
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 SEED = 7
@@ -76,23 +77,14 @@ def hidden_state_jacobian_norms(H, W_hh):
     return norms
 '''
 
-RNN_WITH_H0_ROW = '''
-def rnn_forward(x, h0, W_xh, W_hh, b_h):
-    H = [h0]
-    for x_t in x:
-        H.append(np.tanh(x_t @ W_xh + H[-1] @ W_hh + b_h))
-    return np.array(H)  # the whole trajectory, h0 included
-'''
 
-JACOBIAN_IN_COMPUTED_ORDER = '''
-def hidden_state_jacobian_norms(H, W_hh):
-    T, d = H.shape
-    norms, P = [1.0], np.eye(d)
-    for t in range(T - 2, -1, -1):
-        P = P @ ((1 - H[t + 1] ** 2)[:, None] * W_hh.T)
-        norms.append(np.linalg.norm(P, 2))
-    return np.array(norms)  # appended going back: norms[0] is the identity's
-'''
+def as_cell(answer, name: str) -> str:
+    """A function of ``test_part_isolation``'s table as the notebook cell of ``name``."""
+    return inspect.getsource(answer).replace(f"def {answer.__name__}(", f"def {name}(", 1)
+
+
+RNN_WITH_H0_ROW = as_cell(rnn_forward_with_h0_row, "rnn_forward")
+JACOBIAN_IN_COMPUTED_ORDER = as_cell(jacobian_norms_in_computed_order, "hidden_state_jacobian_norms")
 
 LAYER_NORM_EPS_ON_STD = '''
 def layer_norm(x, gamma, beta, eps=1e-5):
