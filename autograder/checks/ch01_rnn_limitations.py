@@ -21,7 +21,9 @@ the result matches, so a hint is a measurement, not a guess.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+
 import numpy as np
 
 from .base import ADVICE, Case, Exercise, register
@@ -135,6 +137,19 @@ class RnnForward(Exercise):
                           label="large weights: tanh saturates near ±1"))
         return cases
 
+    def tolerated(self, case, want):
+        """The cases of "first step from h0" and "recurrence over T steps" accept the
+        right states laid out against the rule of "every state, H (T, d_h)", which
+        states which states H holds: h0 kept as row 0 (T + 1 rows) or the last state
+        alone (shape (d_h,)). The states' values, those parts' own rules, are held."""
+        _, first, steps = self.parts
+        w = _array(want.value)
+        if self.part_of(case) not in (first, steps) or w is None or w.ndim != 2 or case.expect_error:
+            return []
+        h0 = np.asarray(case.args[1], dtype=w.dtype)
+        return [dataclasses.replace(want, value=np.vstack([h0[None], w])),
+                dataclasses.replace(want, value=w[-1].copy())]
+
     def raised_hint(self, case, got):
         raised = got.raised
         if raised is None or case.expect_error:
@@ -203,6 +218,10 @@ class HiddenStateJacobianNorms(Exercise):
             Case(args=_jacobian_inputs(rng, 5, 3, 1.0), label="T=5 states of width 3: one norm per state",
                  compare="structure", part=last),
             Case(args=_jacobian_inputs(rng, 1, 2, 1.0), label="a single state (T=1): norms = [1.0]", part=last),
+            # W_hh = 0: every Jacobian is 0 whatever its formula, so this case decides where
+            # the identity's 1 goes (norms[T-1]) and no rule of the other parts
+            Case(args=(_jacobian_inputs(rng, 4, 3, 1.0)[0], np.zeros((3, 3))),
+                 label="W_hh = 0 (T=4): every Jacobian is 0, norms = [0, 0, 0, 1]", part=last),
             Case(args=_jacobian_inputs(rng, 2, 3, 1.0), label="T=2: norms[0] = ‖J_1‖, one Jacobian",
                  part=one_step),
             Case(args=_jacobian_inputs(rng, 5, 3, 1.0), label="T=5 states of width 3", return_args=(0, 1),
@@ -233,6 +252,17 @@ class HiddenStateJacobianNorms(Exercise):
         cases.append(Case(args=(H, 1.5 * Q), label="W_hh = 1.5 × orthogonal, small states: the norms explode",
                           part=products))
         return cases
+
+    def tolerated(self, case, want):
+        """The cases of "one step back" and "products back through time" accept the
+        right norms without norms[T-1] (T - 1 of them) or in reverse order (the
+        identity's 1 first): how many norms there are and where the 1 goes is the rule
+        of "T norms, norms[T-1] = 1", which states it (its W_hh = 0 case decides it)."""
+        _, one_step, products = self.parts
+        w = _array(want.value)
+        if self.part_of(case) not in (one_step, products) or w is None or w.shape[0] < 2 or case.expect_error:
+            return []
+        return [dataclasses.replace(want, value=w[:-1].copy()), dataclasses.replace(want, value=w[::-1].copy())]
 
     def diagnose(self, case, got, want):
         g = _array(got.value)

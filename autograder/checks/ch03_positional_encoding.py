@@ -128,12 +128,18 @@ class SinusoidalPositionalEncoding(Exercise):
     def tolerated(self, case, want):
         """The frequencies part accepts sin and cos swapped (cos on even columns): which
         of the pair comes first is the rule of "sin/cos pairs", which states it, so a
-        swap is not charged again to the frequencies."""
+        swap is not charged again to the frequencies. Both parts accept the table
+        transposed, (d_model, max_len): the layout is the rule of "shape (max_len,
+        d_model)"."""
+        _, pair, frequencies, _ = self.parts
         w = _array(want.value)
-        if self.part_of(case) != list(self.parts)[2] or w is None or case.expect_error:
+        if self.part_of(case) not in (pair, frequencies) or w is None or w.ndim != 2 or case.expect_error:
             return []
-        max_len, d_model = case.args
-        return [dataclasses.replace(want, value=_pe(max_len, d_model, swap=True).astype(w.dtype))]
+        tables = [w]
+        if self.part_of(case) == frequencies:
+            max_len, d_model = case.args
+            tables.append(_pe(max_len, d_model, swap=True).astype(w.dtype))
+        return [dataclasses.replace(want, value=t) for t in tables[1:] + [t.T.copy() for t in tables]]
 
     def raised_hint(self, case, got):
         if case.expect_error:

@@ -630,7 +630,9 @@ class ResidualSublayerCheck(Exercise):
                  "norm_first=True is x + dropout(sublayer(norm(x))).", pre if not case.init["norm_first"] else post),
                 ("the residual is missing: add the sub-layer's input x back.",
                  norm(drop(sub(x))) if not case.init["norm_first"] else drop(sub(norm(x)))),
-                ("the residual must be added before the norm (post-norm): norm(x + dropout(sublayer(x))).",
+                ("pre-norm normalises the sub-layer's input, not its output: x + dropout(sublayer(norm(x)))."
+                 if case.init["norm_first"] else
+                 "the residual must be added before the norm (post-norm): norm(x + dropout(sublayer(x))).",
                  x + norm(drop(sub(x)))),
                 ("the residual adds the normalised x; add the raw input: x + dropout(sublayer(norm(x))).",
                  norm(x) + drop(sub(norm(x)))),

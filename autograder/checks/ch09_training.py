@@ -35,11 +35,13 @@ _close = functools.partial(close, rtol=1e-5, atol=1e-6)
 # --------------------------------------------------------------------------- make_decoder_io
 
 
-def _decoder_io(targets, sos, eos, pad, *, mode="right"):
-    """Trusted (decoder_input, labels) with switches for the plausible mistakes."""
+def _decoder_io(targets, sos, eos, pad, *, mode="right", extra=0):
+    """Trusted (decoder_input, labels) with switches for the plausible mistakes;
+    ``extra`` columns more than the width L + 1 (-1: width L, the sequences cut at
+    L ids, the longest target's last input id and its ``<eos>`` lost)."""
     L = max(len(t) for t in targets)
     B = len(targets)
-    width = L + 2 if mode == "eos_in_input" else L + 1
+    width = (L + 2 if mode == "eos_in_input" else L + 1) + extra
     inp = np.full((B, width), pad, dtype=np.int64)
     lab = np.full((B, width), pad, dtype=np.int64)
     for r, t in enumerate(targets):
@@ -55,6 +57,7 @@ def _decoder_io(targets, sos, eos, pad, *, mode="right"):
             seq_in, seq_lab = t + [eos], [sos] + t
         else:
             seq_in, seq_lab = [sos] + t, t + [eos]
+        seq_in, seq_lab = seq_in[:width], seq_lab[:width]
         if mode == "left":
             inp[r, width - len(seq_in):] = seq_in
             lab[r, width - len(seq_lab):] = seq_lab
@@ -62,6 +65,14 @@ def _decoder_io(targets, sos, eos, pad, *, mode="right"):
             inp[r, :len(seq_in)] = seq_in
             lab[r, :len(seq_lab)] = seq_lab
     return inp, lab
+
+
+# The rules of "right padding with pad_id to L + 1", each way of breaking them: the
+# side (``mode`` of :func:`_decoder_io`), the width (``extra``: width L, the sequences
+# cut there, or L + 2) and the value (pad_id, or -100 as for cross-entropy's ignore_index).
+_PADDING_SIDES = ("right", "left")
+_PADDING_WIDTHS = (0, -1, 1)
+_PADDING_VALUES = ("pad_id", -100)
 
 
 @register
@@ -84,12 +95,17 @@ class MakeDecoderIO(Exercise):
         # others compare the ids as values, so an int32 answer loses one part only.
         cases = [
             Case(args=([[5, 6, 7]],), label="one target [5, 6, 7] → [1, 5, 6, 7] and [5, 6, 7, 2]", part=shift),
+            Case(args=([[5, 6, 7], [8, 9]],), label="targets [5, 6, 7] and [8, 9]: each row shifted, <eos> after 9",
+                 part=shift),
             Case(args=([[5, 6, 7], [8]],), label="targets of lengths 3 and 1: the short one is right-padded with 0",
                  compare="values", part=pad),
             Case(args=([[9, 8, 7], [4]],), kwargs={"pad_id": 3}, label="pad_id=3: the short target is padded with 3",
                  compare="values", part=pad),
             Case(args=([[4, 9], [7, 7]],), kwargs={"sos_id": 10, "eos_id": 11},
                  label="other special ids: sos_id=10, eos_id=11 (targets of one length)", compare="values", part=ids),
+            Case(args=([[4, 9, 5], [7]],), kwargs={"sos_id": 10, "eos_id": 11},
+                 label="other special ids: sos_id=10, eos_id=11, targets of lengths 3 and 1", compare="values",
+                 part=ids),
         ]
         if not hidden:
             return cases
@@ -113,6 +129,27 @@ class MakeDecoderIO(Exercise):
         cases.append(Case(args=(([9, 8, 7], [4, 5, 6]),), kwargs={"eos_id": 0, "sos_id": 2},
                           label="a tuple of targets with eos_id=0, sos_id=2", compare="values", part=ids))
         return cases
+
+    def tolerated(self, case, want):
+        """The cases of the shift and of the special ids accept the outputs made with the
+        padding's rules broken (left padding, width L with the sequences cut there or
+        L + 2, -100 for pad_id), alone or together: "right padding with pad_id to L + 1"
+        states them, so a width one short is charged there once. The shift's and the ids'
+        own rules are held: each variant puts [<sos>, y…] and [y…, <eos>] with the given
+        ids in every row that has room (a case with a shorter target shows its <eos> even
+        at width L). Ids are compared exactly, as the reference is."""
+        shift, _, ids = self.parts
+        if self.part_of(case) not in (shift, ids) or case.expect_error or not isinstance(want.value, tuple):
+            return []
+        targets = case.args[0]
+        sos, eos, pad = (case.kwargs.get(k, d) for k, d in (("sos_id", 1), ("eos_id", 2), ("pad_id", 0)))
+        results = []
+        for side, extra, value in itertools.product(_PADDING_SIDES, _PADDING_WIDTHS, _PADDING_VALUES):
+            if (side, extra, value) == ("right", 0, "pad_id"):
+                continue
+            arrays = _decoder_io(targets, sos, eos, pad if value == "pad_id" else value, mode=side, extra=extra)
+            results.append(dataclasses.replace(want, value=tuple(Tensor(a) for a in arrays)))
+        return results
 
     def diagnose(self, case, got, want):
         if not isinstance(got.value, tuple) or len(got.value) != 2:
@@ -140,6 +177,13 @@ class MakeDecoderIO(Exercise):
             v_in, v_lab = _decoder_io(targets, sos, eos, pad, mode=mode)
             if (_close(g_in, v_in) and _close(g_lab, v_lab)) and not (_close(v_in, want_in) and _close(v_lab, want_lab)):
                 return hint
+        width = want_in.shape[1]  # L + 1
+        if g_in.shape == g_lab.shape == (len(targets), width - 1):
+            return ("the outputs are (B, L), one column short: [<sos>, y…] and [y…, <eos>] each hold len + 1 "
+                    "ids, so the width is L + 1 and the longest target keeps its <eos>.")
+        if g_in.shape == g_lab.shape == (len(targets), width + 1):
+            return ("the outputs are (B, L + 2), one column of padding too many: the width is L + 1, the "
+                    "longest target's [<sos>, y…] and [y…, <eos>] fill every column.")
         for wrong_pad in (0, -100):
             if wrong_pad != pad:
                 v_in, v_lab = _decoder_io(targets, sos, eos, wrong_pad)

@@ -8,7 +8,8 @@ valid style, a blank), and the fair grade of each exercise written down before
 grading: the parts it loses, the words its feedback page must hold (the diagnosis of
 the mistake, the message of the student's own exception, the note a prompt promises)
 and the words it must not hold (the diagnosis of another mistake, a dependency note the
-dependency cannot explain). The rows are the list of the issue ("What was seen"): ε on
+dependency cannot explain). The rows are chapter 1's three students (careful, one
+conceptual mistake per exercise, half done) and the list of the issue ("What was seen"): ε on
 the standard deviation and the unbiased variance in 7.1, the rotation by -k in 3.3,
 ``noam_lr``'s warm-up exponent and its warm-up branch alone in 9.2, ``self.dropuot`` in
 3.2, ``masked_fill(-inf)`` and an inverted mask in 5.3, ``k.tranpose`` and
@@ -21,6 +22,7 @@ also shows that one student's mistake costs no other exercise.
 from __future__ import annotations
 
 import html
+import inspect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,8 @@ from autograder.sync import solution_cell_source
 from check_helpers import notebook_namespace, one_torch_thread, stored_checks  # noqa: F401 (autouse fixture)
 from test_mutants import STYLES, notebook_names
 from test_part_isolation import (ENCODER_LAYER_WITHOUT_MASK, FFN_WITHOUT_DROPOUT, FFN_WITHOUT_RELU, LAYER_NORM_UNBIASED,
-                                 MHA_CALLING_HEADS, NOAM_WARMUP_HALF, POSITIONAL_ENCODING_TYPO)
+                                 MHA_CALLING_HEADS, MHA_MINUS_INF, MHA_TRANPOSE, MHA_WHER, NOAM_WARMUP_HALF,
+                                 POSITIONAL_ENCODING_TYPO, jacobian_norms_in_computed_order, rnn_forward_with_h0_row)
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 SEED = 7
@@ -49,6 +52,39 @@ def stub(name: str) -> str:
 
 
 # --------------------------------------------------------------------------- the cells, as students write them
+
+# Chapter 1: a careful student in her own style, one with a conceptual mistake in each
+# exercise (which states H holds, where the identity's norm goes), one half done.
+RNN_CAREFUL = '''
+def rnn_forward(x, h0, W_xh, W_hh, b_h):
+    T, d_h = x.shape[0], h0.shape[0]
+    H = np.empty((T, d_h))
+    h = h0
+    for t in range(T):
+        h = np.tanh(x[t] @ W_xh + h @ W_hh + b_h)  # row vectors, as the chapter writes them
+        H[t] = h
+    return H
+'''
+
+JACOBIAN_CAREFUL = '''
+def hidden_state_jacobian_norms(H, W_hh):
+    T = H.shape[0]
+    norms = np.ones(T)
+    grad = np.eye(H.shape[1])  # ∂h_{T-1}/∂h_{T-1}
+    for t in reversed(range(T - 1)):
+        grad = grad @ (np.diag(1 - H[t + 1] ** 2) @ W_hh.T)  # ... @ J_{t+1}
+        norms[t] = np.linalg.svd(grad, compute_uv=False).max()
+    return norms
+'''
+
+
+def as_cell(answer, name: str) -> str:
+    """A function of ``test_part_isolation``'s table as the notebook cell of ``name``."""
+    return inspect.getsource(answer).replace(f"def {answer.__name__}(", f"def {name}(", 1)
+
+
+RNN_WITH_H0_ROW = as_cell(rnn_forward_with_h0_row, "rnn_forward")
+JACOBIAN_IN_COMPUTED_ORDER = as_cell(jacobian_norms_in_computed_order, "hidden_state_jacobian_norms")
 
 LAYER_NORM_EPS_ON_STD = '''
 def layer_norm(x, gamma, beta, eps=1e-5):
@@ -74,22 +110,8 @@ def noam_lr(step, d_model, warmup_steps, factor=1.0):
     return factor * d_model ** -0.5 * step * warmup_steps ** -1.5
 '''
 
-MHA_MINUS_INF = MHA_CALLING_HEADS.replace(
-    "        self.attn_weights = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask)\n",
-    "        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
-    "        if mask is not None:\n"
-    '            scores = scores.masked_fill(~mask, float("-inf"))\n'
-    "        self.attn_weights = torch.softmax(scores, dim=-1)\n")
-
 # True = blocked (torch.nn.MultiheadAttention's convention): NaN rows where every key is allowed.
 MHA_INVERTED_MASK = MHA_MINUS_INF.replace("masked_fill(~mask,", "masked_fill(mask,")
-
-MHA_TRANPOSE = MHA_CALLING_HEADS.replace("k.transpose(-2, -1)", "k.tranpose(-2, -1)")
-
-# torch.wher in the mask's branch only: the cases without a mask never reach it.
-MHA_WHER = MHA_MINUS_INF.replace(
-    'scores = scores.masked_fill(~mask, float("-inf"))', 'scores = torch.wher(mask, scores, float("-inf"))').replace(
-    "torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-1).nan_to_num(0.0)")
 
 SPLIT_HEADS_WRONG_ORDER = '''
 def split_heads(x, num_heads):
@@ -101,9 +123,7 @@ def split_heads(x, num_heads):
 
 MHA_CALLING_HEADS_TYPO = MHA_CALLING_HEADS.replace("self.dropout(self.attn", "self.dropuot(self.attn")
 
-assert "-inf" in MHA_MINUS_INF and MHA_INVERTED_MASK.count("masked_fill(mask,") == 1
-for _variant in (MHA_TRANPOSE, MHA_WHER, MHA_CALLING_HEADS_TYPO):
-    assert _variant.count("tranpose") + _variant.count("wher(") + _variant.count("dropuot") == 1, _variant
+assert MHA_INVERTED_MASK.count("masked_fill(mask,") == 1 and MHA_CALLING_HEADS_TYPO.count("dropuot") == 1
 
 
 # --------------------------------------------------------------------------- the class and its fair grades
@@ -128,6 +148,19 @@ class Student:
 
 
 CLASS = [
+    Student("rnn-careful", "01_rnn_limitations",
+            {"rnn_forward": RNN_CAREFUL, "hidden_state_jacobian_norms": JACOBIAN_CAREFUL},
+            {"rnn_forward": Fair(), "hidden_state_jacobian_norms": Fair()}),
+    Student("rnn-conceptual", "01_rnn_limitations",
+            {"rnn_forward": RNN_WITH_H0_ROW, "hidden_state_jacobian_norms": JACOBIAN_IN_COMPUTED_ORDER},
+            # which states H holds is the first part's rule: the states' values are right
+            {"rnn_forward": Fair({0}, said=("H has h0 as its first row",)),
+             # where the identity's 1 goes is the first part's rule: the products are right
+             "hidden_state_jacobian_norms": Fair({0}, said=("the norms are in the wrong order",))}),
+    Student("rnn-half", "01_rnn_limitations",
+            {"rnn_forward": RNN_CAREFUL, "hidden_state_jacobian_norms": stub("hidden_state_jacobian_norms")},
+            {"rnn_forward": Fair(), "hidden_state_jacobian_norms": Fair("all", said=("not implemented yet",),
+                                                                         not_said=("first",))}),
     Student("pos-enc", "03_positional_encoding",
             {"sinusoidal_positional_encoding": STYLES["sinusoidal_positional_encoding"],  # a float32 table
              "PositionalEncoding": POSITIONAL_ENCODING_TYPO, "relative_position_matrix": ROTATION_MINUS_K},

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -52,6 +53,108 @@ def lost_parts(name: str, answer, hidden: bool, seed=None) -> tuple[set[str], st
 
 def rnn_forward_zero_h0(x, h0, W_xh, W_hh, b_h):
     return solutions.rnn_forward(x, np.zeros_like(h0), W_xh, W_hh, b_h)
+
+
+def rnn_forward_with_h0_row(x, h0, W_xh, W_hh, b_h):
+    states = [h0]
+    for x_t in x:
+        states.append(np.tanh(x_t @ W_xh + states[-1] @ W_hh + b_h))
+    return np.array(states)  # h0 kept as row 0: T + 1 rows
+
+
+def rnn_forward_last_state(x, h0, W_xh, W_hh, b_h):
+    h = h0
+    for x_t in x:
+        h = np.tanh(x_t @ W_xh + h @ W_hh + b_h)
+    return h  # h_T only
+
+
+def jacobian_norms_without_the_identity(H, W_hh):
+    T, d_h = H.shape
+    norms, product = np.zeros(T - 1), np.eye(d_h)
+    for t in range(T - 2, -1, -1):
+        product = product @ ((1 - H[t + 1] ** 2)[:, None] * W_hh.T)
+        norms[t] = np.linalg.norm(product, 2)
+    return norms  # T - 1 norms: norms[T-1] = 1 left out
+
+
+def jacobian_norms_in_computed_order(H, W_hh):
+    T, d_h = H.shape
+    norms, product = [1.0], np.eye(d_h)
+    for t in range(T - 2, -1, -1):
+        product = product @ ((1 - H[t + 1] ** 2)[:, None] * W_hh.T)
+        norms.append(np.linalg.norm(product, 2))
+    return np.array(norms)  # norms[0] = 1: the order they were computed in
+
+
+def rnn_forward_restarting_from_h0(x, h0, W_xh, W_hh, b_h):
+    return np.tanh(x @ W_xh + h0 @ W_hh + b_h)  # every step from h0: no recurrence
+
+
+def causal_mask_without_diagonal(size):
+    return torch.ones(size, size, dtype=torch.bool).tril(-1)[None, None]
+
+
+def padding_mask_inverted(ids, pad_id=0):
+    return (ids == pad_id)[:, None, None, :]  # True at the pads
+
+
+def decoder_mask_padding_only(tgt_ids, pad_id=0):
+    T = tgt_ids.size(1)
+    return (tgt_ids != pad_id)[:, None, None, :].expand(-1, 1, T, -1)  # no causal part
+
+
+def sinusoidal_exponent_i(max_len, d_model):
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    angle = np.arange(max_len)[:, None] / 10000 ** (np.arange(d_model // 2) / d_model)  # i, not 2i
+    pe = np.zeros((max_len, d_model))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(angle), np.cos(angle)
+    return pe
+
+
+def sinusoidal_transposed(max_len, d_model):
+    return solutions.sinusoidal_positional_encoding(max_len, d_model).T  # (d_model, max_len)
+
+
+def build_vocab_ties_as_seen(sentences, min_freq=1, specials=("<pad>", "<sos>", "<eos>", "<unk>")):
+    counts = Counter(token for sentence in sentences for token in sentence.split())
+    vocab = {token: i for i, token in enumerate(specials)}
+    for token, n in sorted(counts.items(), key=lambda kv: -kv[1]):  # ties in first-seen order
+        if n >= min_freq and token not in vocab:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def build_vocab_specials_last(sentences, min_freq=1, specials=("<pad>", "<sos>", "<eos>", "<unk>")):
+    counts = Counter(token for sentence in sentences for token in sentence.split())
+    vocab = {}
+    for token, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if n >= min_freq and token not in specials:
+            vocab[token] = len(vocab)
+    for token in specials:  # appended after the words
+        vocab[token] = len(vocab)
+    return vocab
+
+
+def label_smoothing_log_of_softmax(logits, labels, smoothing=0.1, pad_id=0):
+    V = logits.size(-1)
+    log_probs = torch.log(torch.softmax(logits.reshape(-1, V), dim=-1))  # -inf once a probability underflows
+    labels = labels.reshape(-1)
+    keep = labels != pad_id
+    loss = (1 - smoothing) * -log_probs.gather(1, labels[:, None]).squeeze(1) - smoothing * log_probs.mean(-1)
+    return loss[keep].sum() / keep.sum()
+
+
+def split_heads_without_transpose(x, num_heads):
+    B, T, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError("d_model must be divisible by num_heads")
+    return x.reshape(B, num_heads, T, d_model // num_heads)
+
+
+def count_parameters_as_float(model):
+    return float(solutions.count_parameters(model))
 
 
 def learn_bpe_per_word(corpus, num_merges):
@@ -121,6 +224,26 @@ def make_decoder_io_default_ids(targets, sos_id=1, eos_id=2, pad_id=0):
     return solutions.make_decoder_io(targets, 1, 2, pad_id)
 
 
+# Width L, not L + 1: the targets padded to the longest, then shifted inside that width,
+# so the longest target loses its last input id and its <eos> (issue 38). Only "right
+# padding with pad_id to L + 1" states the width.
+MAKE_DECODER_IO_WIDTH_L = '''
+def make_decoder_io(targets, sos_id=1, eos_id=2, pad_id=0):
+    B, L = len(targets), max(len(t) for t in targets)
+    padded = torch.full((B, L), pad_id, dtype=torch.long)  # (B, L): one column short
+    for row, t in enumerate(targets):
+        padded[row, :len(t)] = torch.tensor(list(t), dtype=torch.long)
+    inputs = torch.cat([torch.full((B, 1), sos_id, dtype=torch.long), padded[:, :-1]], dim=1)  # shifted right
+    labels = padded.clone()
+    for row, t in enumerate(targets):
+        if len(t) < L:  # no room for the longest target's <eos>
+            labels[row, len(t)] = eos_id
+    return inputs, labels
+'''
+make_decoder_io_width_l = notebook_namespace({"torch": torch}, MAKE_DECODER_IO_WIDTH_L)["make_decoder_io"]
+make_decoder_io_width_l.cell, make_decoder_io_width_l.label = MAKE_DECODER_IO_WIDTH_L, "make_decoder_io_width_l"
+
+
 def noam_without_factor(step, d_model, warmup_steps, factor=1.0):
     return solutions.noam_lr(step, d_model, warmup_steps)
 
@@ -143,8 +266,9 @@ def reference_with(name: str, *edits: tuple[str, str]) -> str:
 
 
 # What the setup cells of chapters 8 and 10 give the answers (their cells' free names).
-CELL_NAMES = {"torch": torch, "nn": nn, "F": torch.nn.functional,
-              "MultiHeadAttention": solutions.MultiHeadAttention,
+CELL_NAMES = {"torch": torch, "nn": nn, "F": torch.nn.functional, "math": math,
+              "split_heads": solutions.split_heads, "merge_heads": solutions.merge_heads,
+              "masked_softmax": solutions.masked_softmax, "MultiHeadAttention": solutions.MultiHeadAttention,
               "PositionwiseFeedForward": solutions.PositionwiseFeedForward,
               "causal_mask": solutions.causal_mask, "IncrementalDecoder": IncrementalDecoder}
 
@@ -157,6 +281,17 @@ def from_cell(name: str, *edits: tuple[str, str], label: str = ""):
     answer = notebook_namespace(CELL_NAMES, cell)[name]
     answer.cell, answer.label = cell, label or name
     return answer
+
+
+# MultiHeadAttention's scores without 1/√d_k, or divided by √d_model: "self-attention"
+# states the scale; the cases of "cross-attention and masks" and "attn_weights" accept it.
+MHA_WITHOUT_SCALE = from_cell("MultiHeadAttention", ("q @ k.transpose(-2, -1) / math.sqrt(self.d_k)",
+                                                     "q @ k.transpose(-2, -1)  # the 1/√d_k forgotten"),
+                              label="MHA_WITHOUT_SCALE")
+MHA_SCALED_BY_D_MODEL = from_cell("MultiHeadAttention",
+                                  ("q @ k.transpose(-2, -1) / math.sqrt(self.d_k)",
+                                   "q @ k.transpose(-2, -1) / math.sqrt(self.num_heads * self.d_k)"),
+                                  label="MultiHeadAttention_scaled_by_d_model")
 
 
 def decoder_layer(self_mask="tgt_mask", cross_mask="src_mask"):
@@ -349,6 +484,15 @@ class ResidualDropoutAfterTheSum(solutions.ResidualSublayer):
         return self.norm(self.dropout(x + sublayer(x)))
 
 
+class ResidualPreNormOnTheOutput(solutions.ResidualSublayer):
+    """Pre-norm with the norm on the sub-layer's output: x + dropout(norm(sublayer(x)))."""
+
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + self.dropout(self.norm(sublayer(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
 class ResidualWithoutResidual(solutions.ResidualSublayer):
     """Post-norm without the residual: norm(dropout(sublayer(x)))."""
 
@@ -528,6 +672,21 @@ for _mutant in (bootstrap_bleu_sentence_mean, bootstrap_bleu_inverted_penalty, b
 
 BROKEN = [
     ("rnn_forward", 1, rnn_forward_zero_h0, "you started from zeros"),
+    ("rnn_forward", 0, rnn_forward_with_h0_row, "H has h0 as its first row"),
+    ("rnn_forward", 0, rnn_forward_last_state, "you returned only the last state"),
+    ("rnn_forward", 2, rnn_forward_restarting_from_h0, "every step restarted from h0"),
+    ("causal_mask", 1, causal_mask_without_diagonal, "the diagonal is masked"),
+    ("padding_mask", 1, padding_mask_inverted, "the polarity is inverted"),
+    ("decoder_mask", 1, decoder_mask_padding_only, "the causal part is missing"),
+    ("sinusoidal_positional_encoding", 2, sinusoidal_exponent_i, "the exponent uses i where the paper has 2i"),
+    ("sinusoidal_positional_encoding", 0, sinusoidal_transposed, "rows are positions and columns are dimensions"),
+    ("build_vocab", 1, build_vocab_ties_as_seen, "ties are not in alphabetical order"),
+    ("build_vocab", 0, build_vocab_specials_last, "the specials must come first"),
+    ("label_smoothed_cross_entropy", 3, label_smoothing_log_of_softmax, "not torch.log(softmax)"),
+    ("split_heads", 0, split_heads_without_transpose, "without a transpose"),
+    ("count_parameters", 0, count_parameters_as_float, "return an int"),
+    ("hidden_state_jacobian_norms", 0, jacobian_norms_without_the_identity, "norms[T-1] is missing"),
+    ("hidden_state_jacobian_norms", 0, jacobian_norms_in_computed_order, "the norms are in the wrong order"),
     ("learn_bpe", 0, learn_bpe_per_word, "weighted by how often each word occurs"),
     ("learn_bpe", 1, learn_bpe_largest_tie, "ties go to the lexicographically smallest pair"),
     ("learn_bpe", 2, learn_bpe_never_stops, "stop early when no pair is left"),
@@ -545,6 +704,8 @@ BROKEN = [
     ("DecoderLayer", 3, decoder_layer(cross_mask="None"), "the cross-attention did not use src_mask"),
     ("make_decoder_io", 0, make_decoder_io_int32, "must be LongTensors"),
     ("make_decoder_io", 2, make_decoder_io_default_ids, "use the sos_id and eos_id arguments"),
+    ("make_decoder_io", 1, make_decoder_io_width_l, "the outputs are (B, L), one column short"),
+    ("MultiHeadAttention", 1, MHA_WITHOUT_SCALE, "no 1/√d_k scale"),
     ("noam_lr", 2, noam_without_factor, "the factor argument is not applied"),
     ("noam_lr", 3, noam_no_check, "check step < 1 first"),
     ("greedy_decode", 0, greedy("first position"), "you read the logits of the first position"),
@@ -598,6 +759,7 @@ BROKEN = [
     ("PositionwiseFeedForward", 0, FeedForwardWithoutReLU, "the ReLU between the two linear layers is missing"),
     ("ResidualSublayer", 2, ResidualDropoutAfterTheSum, "dropout goes on the sub-layer's output only"),
     ("ResidualSublayer", 0, ResidualWithoutResidual, "the residual is missing"),
+    ("ResidualSublayer", 1, ResidualPreNormOnTheOutput, "pre-norm normalises the sub-layer's input"),
     ("EncoderLayer", 2, EncoderLayerWithoutMask, "the src_mask was ignored"),
     ("hidden_state_jacobian_norms", 2, jacobian_norms_reversed_product, "multiplied in the wrong order"),
     ("relative_position_matrix", 1, relative_position_half_exponent, "uses i where the paper has 2i"),
@@ -652,6 +814,16 @@ def test_a_rule_two_parts_state_costs_those_two_and_no_more():
         lost, text = lost_parts("noam_lr", noam_over_d_model, hidden, seed)
         assert lost == want, text
         assert "not 1/d_model" in text, text
+
+
+def test_scores_divided_by_the_square_root_of_d_model_cost_self_attention_only():
+    """The scale's other wrong value (BROKEN has the missing one, which the sandboxed
+    rounds grade too): "self-attention" states it; the masked cases and the kept
+    weights accept it, their gradient too."""
+    want = {part("MultiHeadAttention", 1)}
+    for hidden, seed in [(False, None)] + [(True, s) for s in HIDDEN_SEEDS]:
+        lost, text = lost_parts("MultiHeadAttention", MHA_SCALED_BY_D_MODEL, hidden, seed)
+        assert lost == want and "scaled by √d_model" in text, text
 
 
 def test_masked_softmax_without_mask_none_loses_no_part_and_gets_advice():
@@ -885,11 +1057,6 @@ def cosine_similarity(a, b):
     return float(np.dot(a, b) / (np.linalg.nrom(a) * np.linalg.norm(b)))
 '''
 
-SLIPS = [
-    ("PositionalEncoding", POSITIONAL_ENCODING_TYPO, (1, 2), "'PositionalEncoding' object has no attribute 'dropuot'"),
-    ("cosine_similarity", COSINE_TYPO, (0, 1), "module 'numpy.linalg' has no attribute 'nrom'"),
-]
-
 
 def test_a_typo_in_forward_keeps_the_part_that_only_builds_the_module():
     """``self.dropuot`` in forward: the buffer part (judged on the constructor alone)
@@ -958,6 +1125,54 @@ class MultiHeadAttention(nn.Module):
         self.attn_weights = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask)
         return self.w_o(merge_heads(self.dropout(self.attn_weights) @ v))
 '''
+
+
+MHA_MINUS_INF = MHA_CALLING_HEADS.replace(
+    "        self.attn_weights = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), mask)\n",
+    "        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
+    "        if mask is not None:\n"
+    '            scores = scores.masked_fill(~mask, float("-inf"))\n'
+    "        self.attn_weights = torch.softmax(scores, dim=-1)\n")
+
+MHA_TRANPOSE = MHA_CALLING_HEADS.replace("k.transpose(-2, -1)", "k.tranpose(-2, -1)")
+
+# torch.wher in the mask's branch only: the cases without a mask never reach it.
+MHA_WHER = MHA_MINUS_INF.replace(
+    'scores = scores.masked_fill(~mask, float("-inf"))', 'scores = torch.wher(mask, scores, float("-inf"))').replace(
+    "torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-1).nan_to_num(0.0)")
+
+assert "-inf" in MHA_MINUS_INF and MHA_TRANPOSE.count("tranpose") == MHA_WHER.count("wher(") == 1
+
+# Mistakes that cost more than one part, as notebook cells (the sandboxed rounds of
+# test_mutants, and test_a_slip_costs_the_parts_it_reaches here): (exercise, cell, the
+# parts it loses, words of the feedback naming it: Python's own message, which hidden
+# feedback shows too). A typo costs every part whose cases run the line it is on.
+SLIPS = [
+    ("PositionalEncoding", POSITIONAL_ENCODING_TYPO, (1, 2), "'PositionalEncoding' object has no attribute 'dropuot'"),
+    ("cosine_similarity", COSINE_TYPO, (0, 1), "module 'numpy.linalg' has no attribute 'nrom'"),
+    # every forward runs the scores' line; the layers part builds the module only
+    ("MultiHeadAttention", MHA_TRANPOSE, (1, 2, 3), "'Tensor' object has no attribute 'tranpose'"),
+    # only the masked cases (all of "cross-attention and masks", no other part's) reach it
+    ("MultiHeadAttention", MHA_WHER, (2,), "module 'torch' has no attribute 'wher'"),
+]
+
+
+@pytest.mark.parametrize("name, cell, indices, message", SLIPS, ids=[f"{s[0]}-{s[3][-12:]}" for s in SLIPS])
+def test_a_slip_costs_the_parts_it_reaches_and_shows_pythons_message(name, cell, indices, message):
+    """Each slip as a notebook defines it (the chapter's other answers the reference's):
+    the same parts lost in the visible check, hidden draws and the student package's
+    check, each showing Python's own message."""
+    # test_mutants imports this module: a cycle at import time
+    from test_mutants import notebook_names
+
+    answer = notebook_namespace(notebook_names(), cell)[name]
+    want = {part(name, i) for i in indices}
+    for hidden, seed in [(False, None)] + [(True, s) for s in HIDDEN_SEEDS]:
+        lost, text = lost_parts(name, answer, hidden, seed)
+        assert lost == want and message in text, f"hidden={hidden} seed={seed}: lost {lost}\n{text}"
+    with stored_checks(get_exercise(name).chapter):
+        lost, text = lost_parts(name, answer, False)
+    assert lost == want and message in text, f"the student package's check: lost {lost}\n{text}"
 
 
 def test_the_student_package_names_a_failing_dependency_only_when_it_can_explain_the_failure(tmp_path):
