@@ -10,7 +10,11 @@ STAMP := $(VENV)/.installed
 EDITION ?= web
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k attention"`.
 PYTEST_ARGS ?=
-JOBS ?= 2
+# pytest-xdist workers of `make test`. Three on this project's two cores: much of the suite
+# waits on subprocesses (sandboxes, venvs, podman, pip, a browser) rather than computing,
+# and a third worker runs while another waits (see tests/timeline.py's summary at the end
+# of a run: each worker's busy seconds against the wall).
+JOBS ?= 3
 
 .PHONY: help venv vendor sysdeps book test test-quick nbval bench release selftest clean
 
@@ -99,9 +103,11 @@ book: venv vendor
 # kernel in short slices and is kept with its cell timings under _build/test-executions/
 # (tests/notebook_runs.py); the session ends with the count of executions per chapter, by
 # notebook ("book build 1, release-blank 1": the chapter once, its blank release once).
-# Under CI=true a wall that cannot start fails its tests.
+# Under CI=true a wall that cannot start fails its tests. The run ends with where its time
+# went (each worker's busy seconds and the longest modules; every test phase kept in
+# _build/test-timeline.json) and, from `time`, the CPU seconds it used.
 test: venv sysdeps vendor
-	$(PY) -m pytest -n $(JOBS) --durations=25 $(PYTEST_ARGS)
+	time $(PY) -m pytest -n $(JOBS) --durations=25 $(PYTEST_ARGS)
 
 # The quick loop while editing: everything not marked slow and not reading the built book.
 test-quick: venv
