@@ -94,7 +94,7 @@ book: venv vendor
 # in cells removed from the pages), which the tests that need the build share
 # (tests/book/test_executed_chapters.py asserts on its execution, and that the answered
 # release is the code it ran). tests/scheduling.py sends every test module that reads the
-# build to one worker, which builds first; the other worker runs the rest meanwhile. A
+# build to one worker, which builds first; the other workers run the rest meanwhile. A
 # module with a module- or session-scoped fixture also goes whole to one worker, so its
 # fixture (a graded class, the release of every chapter) is built once per run; the
 # longest units go out first, then those holding a test marked slow, the short tests

@@ -102,11 +102,11 @@ def pytest_xdist_make_scheduler(config, log):
 
     The book is built once per run, under a file lock (``book_helpers.ensure_book_built``),
     and that build is each chapter's one execution: every module that reads the build
-    goes to one worker, which builds and then reads it while the other runs the rest. A
+    goes to one worker, which builds and then reads it while the others run the rest. A
     module with a module-scoped fixture goes whole to one worker too (under plain ``load``
     each worker that got one of its tests built that fixture again: the attack class of
     ``test_cheats.py``, about 100 s, was graded twice). The longest units go out first,
-    then those holding a ``slow`` test, and the short tests last, so both workers finish
+    then those holding a ``slow`` test, and the short tests last, so the workers finish
     together.
     """
     if config.getvalue("dist") not in ("load", "loadgroup"):
