@@ -105,7 +105,7 @@ book: venv vendor
 # notebook ("book build 1, release-blank 1": the chapter once, its blank release once).
 # Under CI=true a wall that cannot start fails its tests. The run ends with where its time
 # went (each worker's busy seconds and the longest modules; every test phase kept in
-# _build/test-timeline.json) and, from `time`, the CPU seconds it used.
+# _build/test-timeline.jsonl) and, from `time`, the CPU seconds it used.
 test: venv sysdeps vendor
 	time $(PY) -m pytest -n $(JOBS) --durations=25 $(PYTEST_ARGS)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import notebook_runs
-from timeline import Timeline
+from timeline import TIMELINE as TIMELINE_FILE, Timeline
 from walls import WALL_SKIP
 
 
@@ -32,7 +32,8 @@ def pytest_configure(config):
                                        f"with {NBVAL_OPTION} (make nbval)")
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist): a fresh count,
         config.stash[OWNS_LEDGER] = notebook_runs.start_session()  # unless a test started this pytest
-        config.stash[TIMELINE] = Timeline(time.time())
+        # kept on file by the session's owner only: a pytest a test starts keeps its phases in memory
+        config.stash[TIMELINE] = Timeline(time.time(), TIMELINE_FILE if config.stash[OWNS_LEDGER] else None)
         config.pluginmanager.register(_TimelineFeed(config.stash[TIMELINE]), "timeline-feed")
 
 
@@ -77,15 +78,14 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_terminal_summary(terminalreporter, config):
     """Print where the run's time went (each worker's busy seconds, the longest modules; every
-    phase kept in ``_build/test-timeline.json``) and how many times each chapter executed in
+    phase kept in ``_build/test-timeline.jsonl``) and how many times each chapter executed in
     this run, and which notebook: the chapter in the book build, its blank student release
     (another notebook) in the release runs."""
     if hasattr(config, "workerinput") or not config.stash.get(OWNS_LEDGER, False):
         return
     timeline = config.stash.get(TIMELINE, None)
     if timeline is not None and timeline.phases:
-        kept = timeline.write()
-        terminalreporter.write_sep("-", f"where the time went (every phase: {kept})")
+        terminalreporter.write_sep("-", f"where the time went (every phase: {timeline.path})")
         for line in timeline.summary():
             terminalreporter.write_line(line)
     kinds = notebook_runs.executions_by_kind()

@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from timeline import Timeline
+import pytest
+
+from timeline import Timeline, read
 
 
 def _report(nodeid, when, worker, start, seconds):
@@ -27,10 +29,23 @@ def test_each_worker_busy_seconds_and_when_it_ran_out_of_work(tmp_path):
     assert lines[1] == "gw0: busy 41 s (82% of the wall), first test at 1 s, last done at 42 s"
     assert lines[3].split() == ["40.0", "s", "tests/a/test_x.py", "(gw0)"]
 
-    kept = json.loads(timeline.write(tmp_path / "t.json").read_text())
-    assert kept["started"] == 1000.0 and len(kept["phases"]) == 4
-    assert kept["phases"][0] == {"nodeid": "tests/a/test_x.py::test_1", "when": "setup", "worker": "gw0",
-                                 "start": 1001.0, "seconds": 30.0}
+
+
+def test_each_phase_is_kept_as_it_arrives_and_read_back(tmp_path):
+    kept = tmp_path / "timeline.jsonl"
+    timeline = Timeline(started=1000.0, path=kept)
+    timeline.add(_report("tests/a/test_x.py::test_1", "setup", "gw0", 1001.0, 30.0))
+    lines = [json.loads(line) for line in kept.read_text().splitlines()]
+    assert lines == [{"started": 1000.0}, {"nodeid": "tests/a/test_x.py::test_1", "when": "setup", "worker": "gw0",
+                                           "start": 1001.0, "seconds": 30.0}]  # a run stopped here still shows it
+    timeline.add(_report("tests/b/test_y.py::test_2", "call", "gw1", 1002.0, 5.0))
+    again = read(kept)
+    assert (again.started, again.phases) == (timeline.started, timeline.phases)
+    assert again.summary(ended=1050.0) == timeline.summary(ended=1050.0)
+    other = tmp_path / "other.jsonl"
+    other.write_text("{}\n")
+    with pytest.raises(ValueError, match="not a test timeline"):
+        read(other)
 
 
 def test_a_run_without_xdist_is_one_worker():

@@ -3,9 +3,10 @@
 The controller of a run (the xdist controller, or the one pytest of a run without
 ``-n``) hands each report it receives to :meth:`Timeline.add`; at the end of the session
 :meth:`Timeline.summary` says, per worker, how long it was busy and when it ran out of
-work, and which modules took the most seconds; :meth:`Timeline.write` keeps every phase
-as JSON (``_build/test-timeline.json``, or ``$TEST_TIMELINE``) so a slow run can be
-drawn and compared afterwards. Nothing here decides a verdict: it only reads the
+work, and which modules took the most seconds. Every phase is also appended, as it
+arrives, to a JSON-lines file (``_build/test-timeline.jsonl``, or ``$TEST_TIMELINE``), so
+a run that was stopped or hangs still shows what each worker last finished, and a slow
+run can be drawn and compared afterwards (:func:`read`). Nothing here decides a verdict: it only reads the
 reports' own clocks (``report.start`` and ``report.stop``).
 
 A worker that finished long before the others shows the schedule's tail; the sum of the
@@ -21,11 +22,11 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["Phase", "Timeline", "TIMELINE"]
+__all__ = ["Phase", "Timeline", "TIMELINE", "read"]
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Where :meth:`Timeline.write` keeps the run's phases.
-TIMELINE = Path(os.environ.get("TEST_TIMELINE") or ROOT / "_build" / "test-timeline.json")
+#: Where a session's phases are kept: a first line ``{"started": ...}``, then one line per phase.
+TIMELINE = Path(os.environ.get("TEST_TIMELINE") or ROOT / "_build" / "test-timeline.jsonl")
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,17 @@ class Timeline:
 
     Args:
         started: when the session began (seconds since the epoch); now when not given.
+        path: the JSON-lines file each phase is appended to (written afresh); None keeps
+            the phases in memory only.
     """
 
-    def __init__(self, started: float | None = None):
+    def __init__(self, started: float | None = None, path: Path | None = None):
         self.started = time.time() if started is None else started
         self.phases: list[Phase] = []
+        self.path = path
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"started": self.started}) + "\n", encoding="utf-8")
 
     def add(self, report) -> None:
         """Record one :class:`~_pytest.reports.TestReport` (from any worker)."""
@@ -69,7 +76,11 @@ class Timeline:
         if start is None or stop is None:
             return
         worker = getattr(report, "worker_id", None) or "main"
-        self.phases.append(Phase(report.nodeid, report.when, worker, float(start), float(stop) - float(start)))
+        phase = Phase(report.nodeid, report.when, worker, float(start), float(stop) - float(start))
+        self.phases.append(phase)
+        if self.path is not None:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(asdict(phase)) + "\n")
 
     def workers(self) -> dict[str, dict[str, float]]:
         """Per worker: ``busy`` (seconds inside a test phase), ``first`` and ``last`` (seconds
@@ -104,9 +115,12 @@ class Timeline:
             lines.append(f"{seconds:8.1f} s  {module}  ({worker})")
         return lines
 
-    def write(self, path: Path = TIMELINE) -> Path:
-        """Keep every phase as JSON (``{"started": ..., "phases": [...]}``) at ``path``."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"started": self.started, "phases": [asdict(p) for p in self.phases]}),
-                        encoding="utf-8")
-        return path
+
+def read(path: Path = TIMELINE) -> Timeline:
+    """The :class:`Timeline` a session kept at ``path`` (a finished run's, or one stopped midway)."""
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not lines or "started" not in lines[0]:
+        raise ValueError(f"{path}: not a test timeline (its first line should hold \"started\")")
+    timeline = Timeline(started=lines[0]["started"])
+    timeline.phases = [Phase(**row) for row in lines[1:]]
+    return timeline
