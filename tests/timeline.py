@@ -6,7 +6,8 @@ The controller of a run (the xdist controller, or the one pytest of a run withou
 work, and which modules took the most seconds. Every phase is also appended, as it
 arrives, to a JSON-lines file (``_build/test-timeline.jsonl``, or ``$TEST_TIMELINE``), so
 a run that was stopped or hangs still shows what each worker last finished, and a slow
-run can be drawn and compared afterwards (:func:`read`). Nothing here decides a verdict: it only reads the
+run can be drawn and compared afterwards (:func:`read`; ``python tests/timeline.py [FILE]``
+prints the summary of a kept file, up to its last phase). Nothing here decides a verdict: it only reads the
 reports' own clocks (``report.start`` and ``report.stop``).
 
 A worker that finished long before the others shows the schedule's tail; the sum of the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -124,3 +126,9 @@ def read(path: Path = TIMELINE) -> Timeline:
     timeline = Timeline(started=lines[0]["started"])
     timeline.phases = [Phase(**row) for row in lines[1:]]
     return timeline
+
+
+if __name__ == "__main__":
+    kept = read(Path(sys.argv[1]) if len(sys.argv) > 1 else TIMELINE)
+    last = max((p.start + p.seconds for p in kept.phases), default=kept.started)
+    print("\n".join(kept.summary(ended=last)))
