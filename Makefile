@@ -10,7 +10,12 @@ STAMP := $(VENV)/.installed
 EDITION ?= web
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k attention"`.
 PYTEST_ARGS ?=
-JOBS ?= 2
+# pytest-xdist workers of `make test`. Three on this project's two cores: much of the suite
+# waits on subprocesses (sandboxes, venvs, podman, pip, a browser) rather than computing
+# (the clean clone of 5b825f5 with two workers used 32 CPU minutes in 25.8 minutes of wall:
+# the two cores sat idle about 38 % of the time), and a third worker runs while another
+# waits. tests/timeline.py's summary at the end of a run shows each worker's busy seconds.
+JOBS ?= 3
 
 .PHONY: help venv vendor sysdeps book test test-quick nbval bench release selftest clean
 
@@ -90,7 +95,7 @@ book: venv vendor
 # in cells removed from the pages), which the tests that need the build share
 # (tests/book/test_executed_chapters.py asserts on its execution, and that the answered
 # release is the code it ran). tests/scheduling.py sends every test module that reads the
-# build to one worker, which builds first; the other worker runs the rest meanwhile. A
+# build to one worker, which builds first; the other workers run the rest meanwhile. A
 # module with a module- or session-scoped fixture also goes whole to one worker, so its
 # fixture (a graded class, the release of every chapter) is built once per run; the
 # longest units go out first, then those holding a test marked slow, the short tests
@@ -99,9 +104,11 @@ book: venv vendor
 # kernel in short slices and is kept with its cell timings under _build/test-executions/
 # (tests/notebook_runs.py); the session ends with the count of executions per chapter, by
 # notebook ("book build 1, release-blank 1": the chapter once, its blank release once).
-# Under CI=true a wall that cannot start fails its tests.
+# Under CI=true a wall that cannot start fails its tests. The run ends with where its time
+# went (each worker's busy seconds and the longest modules; every test phase kept in
+# _build/test-timeline.jsonl) and, from `time`, the CPU seconds it used.
 test: venv sysdeps vendor
-	$(PY) -m pytest -n $(JOBS) --durations=25 $(PYTEST_ARGS)
+	time $(PY) -m pytest -n $(JOBS) --durations=25 $(PYTEST_ARGS)
 
 # The quick loop while editing: everything not marked slow and not reading the built book.
 test-quick: venv

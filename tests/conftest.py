@@ -1,18 +1,23 @@
 """Shared pytest set-up: seeded randomness, the GPU marker, nbval on demand, the book tests on one
-worker, walls that must start under ``CI=true``, and the count of notebook executions."""
+worker, walls that must start under ``CI=true``, the count of notebook executions, and where the
+run's time went (``tests/timeline.py``)."""
 import os
 import random
+import time
 
 import numpy as np
 import pytest
 
 import notebook_runs
+from timeline import TIMELINE as TIMELINE_FILE, Timeline
 from walls import WALL_SKIP
 
 
 NBVAL_OPTION = "--run-nbval"
 #: Whether this pytest process owns the session's ledger of notebook executions (``notebook_runs``).
 OWNS_LEDGER = pytest.StashKey[bool]()
+#: The controller's record of every test phase, on whichever worker ran it.
+TIMELINE = pytest.StashKey[Timeline]()
 
 
 def pytest_addoption(parser):
@@ -27,6 +32,20 @@ def pytest_configure(config):
                                        f"with {NBVAL_OPTION} (make nbval)")
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist): a fresh count,
         config.stash[OWNS_LEDGER] = notebook_runs.start_session()  # unless a test started this pytest
+        # kept on file by the session's owner only: a pytest a test starts keeps its phases in memory
+        config.stash[TIMELINE] = Timeline(time.time(), TIMELINE_FILE if config.stash[OWNS_LEDGER] else None)
+        config.pluginmanager.register(_TimelineFeed(config.stash[TIMELINE]), "timeline-feed")
+
+
+class _TimelineFeed:
+    """Registered on the controller only: hands it every test phase it is told of (its own, or an
+    xdist worker's report, which carries the worker's clock and id)."""
+
+    def __init__(self, timeline: Timeline):
+        self.timeline = timeline
+
+    def pytest_runtest_logreport(self, report):
+        self.timeline.add(report)
 
 
 def on_ci() -> bool:
@@ -58,10 +77,17 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    """Print how many times each chapter executed in this run, and which notebook: the chapter
-    in the book build, its blank student release (another notebook) in the release runs."""
+    """Print where the run's time went (each worker's busy seconds, the longest modules; every
+    phase kept in ``_build/test-timeline.jsonl``) and how many times each chapter executed in
+    this run, and which notebook: the chapter in the book build, its blank student release
+    (another notebook) in the release runs."""
     if hasattr(config, "workerinput") or not config.stash.get(OWNS_LEDGER, False):
         return
+    timeline = config.stash.get(TIMELINE, None)
+    if timeline is not None and timeline.phases:
+        terminalreporter.write_sep("-", f"where the time went (every phase: {timeline.path})")
+        for line in timeline.summary():
+            terminalreporter.write_line(line)
     kinds = notebook_runs.executions_by_kind()
     if kinds:
         terminalreporter.write_sep("-", "chapter executions this run (book build + tests), by notebook")
@@ -76,11 +102,11 @@ def pytest_xdist_make_scheduler(config, log):
 
     The book is built once per run, under a file lock (``book_helpers.ensure_book_built``),
     and that build is each chapter's one execution: every module that reads the build
-    goes to one worker, which builds and then reads it while the other runs the rest. A
+    goes to one worker, which builds and then reads it while the others run the rest. A
     module with a module-scoped fixture goes whole to one worker too (under plain ``load``
     each worker that got one of its tests built that fixture again: the attack class of
     ``test_cheats.py``, about 100 s, was graded twice). The longest units go out first,
-    then those holding a ``slow`` test, and the short tests last, so both workers finish
+    then those holding a ``slow`` test, and the short tests last, so the workers finish
     together.
     """
     if config.getvalue("dist") not in ("load", "loadgroup"):

@@ -31,6 +31,29 @@ def book(tmp_path_factory) -> Path:
     return make_book(tmp_path_factory.mktemp("cli"), [CHAPTER])
 
 
+def test_the_command_reads_notebooks_without_building_jsonschemas_iri_parsers():
+    """``python -m autograder`` imports nbformat (and so jsonschema) but not rfc3987-syntax,
+    whose 38 parsers cost every command about 1.7 CPU s; the same imports in a plain
+    interpreter do load it, so the test would see a command that paid for it."""
+    probe = ("import runpy, sys\n"
+             "if sys.argv[1:] == ['command']:\n"
+             "    sys.argv = ['autograder', 'grade', '--help']\n"
+             "    try:\n"
+             "        runpy.run_module('autograder', run_name='__main__', alter_sys=True)\n"
+             "    except SystemExit:\n"
+             "        pass\n"
+             "else:\n"
+             "    import nbformat\n"
+             "print('nbformat' in sys.modules, sys.modules.get('rfc3987_syntax', 'absent') is not None)")
+
+    def loaded(how: str) -> str:
+        run = subprocess.run([sys.executable, "-c", probe, how], cwd=REPO, capture_output=True, text=True, check=True)
+        return run.stdout.splitlines()[-1]
+
+    assert loaded("plain") == "True True"  # installed here: jsonschema loads it unless told not to
+    assert loaded("command") == "True False"
+
+
 def test_parser_knows_the_commands_and_their_options():
     parser = build_parser()
     args = parser.parse_args(["grade", "subs", "--out", "o", "--jobs", "2", "--timeout", "30", "--seed", "5",
