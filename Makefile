@@ -10,12 +10,11 @@ STAMP := $(VENV)/.installed
 EDITION ?= web
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k attention"`.
 PYTEST_ARGS ?=
-# pytest-xdist workers of `make test`. Three on this project's two cores: much of the suite
-# waits on subprocesses (sandboxes, venvs, podman, pip, a browser) rather than computing
-# (the clean clone of 5b825f5 with two workers used 32 CPU minutes in 25.8 minutes of wall:
-# the two cores sat idle about 38 % of the time), and a third worker runs while another
-# waits. tests/timeline.py's summary at the end of a run shows each worker's busy seconds.
-JOBS ?= 3
+# pytest-xdist workers of `make test`: one per core. A third worker on this project's two
+# cores was measured side by side on one commit (39e9b89, clean clones, idle machine): three
+# took 28.3 min of wall and 36 CPU min, two 27.2 min and 33 CPU min. tests/timeline.py's
+# summary at the end of a run shows each worker's busy seconds against the wall.
+JOBS ?= 2
 
 .PHONY: help venv vendor sysdeps book test test-quick nbval bench release selftest clean
 
