@@ -77,7 +77,7 @@ from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted,
 from .wire import WireError, check_encoded, load_body
 from .withhold import defined_names
 
-__all__ = ["RunSettings", "grade_submission", "detect_chapter", "chapter_by_exercises"]
+__all__ = ["RunSettings", "grade_submission", "chapter_by_exercises"]
 
 log = logging.getLogger(__name__)
 
@@ -141,26 +141,6 @@ class RunSettings:
 
 
 # --------------------------------------------------------------------------- which chapter a notebook holds
-
-
-def detect_chapter(path: Path | None) -> str | None:
-    """The chapter a notebook belongs to, from its own cells (:func:`chapter_by_exercises`
-    of their nbgrader ``grade_id`` s). ``None`` when nothing matches or the file cannot be
-    read as a notebook.
-
-    Args:
-        path: the submitted notebook (read as untrusted data, never run).
-
-    Returns:
-        A chapter id such as ``"05_multi_head_attention"``, or ``None``.
-    """
-    if path is None:
-        return None
-    try:
-        nb = read_notebook(Path(path))
-    except NotebookError:
-        return None
-    return chapter_by_exercises(_exercise_ids(nb))
 
 
 def chapter_by_exercises(names: set[str]) -> str | None:

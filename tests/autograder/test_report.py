@@ -24,7 +24,7 @@ import pytest
 import fixtures
 from autograder import report
 from autograder.batch import GRADE_COLUMNS, SCORE_COLUMNS, grade_class
-from autograder.grading import RunSettings, detect_chapter, grade_submission
+from autograder.grading import RunSettings, grade_submission
 from autograder.fingerprint import grader_fingerprint
 from autograder.journal import Graded
 from autograder.results import ClassResults, SubmissionGrade
@@ -203,16 +203,6 @@ def test_the_summary_is_a_view_of_the_results_the_batch_wrote(tmp_path):
     (out / "results.json").write_text(edited, encoding="utf-8")
     text = report.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
     assert f"{students[0]}/{CH4}: this is a 03_positional_encoding notebook" in text
-
-
-def test_detect_chapter_reads_the_notebooks_own_cells(tmp_path):
-    five = fixtures.write_notebook(make_source_notebook(CH5), tmp_path / "renamed.ipynb")
-    assert detect_chapter(five) == CH5
-    plain = fixtures.write_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]),
-                                    tmp_path / "plain.ipynb")
-    assert detect_chapter(plain) is None
-    assert detect_chapter(fixtures.write_notebook("not json", tmp_path / "bad.ipynb")) is None
-    assert detect_chapter(None) is None
 
 
 def test_grading_finds_the_chapter_a_notebook_really_holds(tmp_path):
