@@ -16,10 +16,11 @@ from .diagram import GAP, Diagram, Layout
 
 __all__ = ["LAYOUTS"]
 
-#: The worked example drawn beside the flow: tokens and their ids in a small vocabulary
-#: whose specials take ids 0-3 (<pad>, <sos>, <eos>, <unk>).
+#: The worked example drawn beside the flow: tokens and their ids in the vocabulary that
+#: chapter 2's §2.2 builds from "the cat sat" and "the dog sat on the mat" (specials 0-3,
+#: then by count: the = 4, sat = 5, cat = 6), so the figure and the chapter's cells agree.
 EXAMPLE_TOKENS = ("the", "cat", "sat")
-EXAMPLE_IDS = (4, 5, 6)
+EXAMPLE_IDS = (4, 6, 5)
 
 
 def _text_to_vectors_layout() -> Diagram:
