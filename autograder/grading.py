@@ -103,10 +103,15 @@ class RunSettings:
             ``AUTOGRADER_SEED``; ``None``: the one kept in the output folder, else a fresh
             one). A secret: ``repr`` leaves it out and :meth:`options` too (a journal key
             holds each submission's own seed, :func:`autograder.journal.submission_seed`).
+        limits: the whole :class:`~autograder.sandbox.Limits` of each run to start from,
+            instead of :func:`~autograder.sandbox.limits_for` ``(timeout)``: its
+            ``wall_seconds`` wins over ``timeout``, and ``memory``, ``disk`` and ``processes``
+            still apply on top. No command sets it (a test does, for a CPU time or an
+            address space the options cannot set); ``None`` leaves the journal key as it was.
 
     Raises:
         ValueError: a value that is not positive (naming the option), a seed that is not
-            a whole number.
+            a whole number, ``limits`` that are not a ``Limits``.
     """
 
     timeout: float = 120.0
@@ -116,6 +121,7 @@ class RunSettings:
     processes: int | None = None
     sandbox: bool = True
     seed: int | None = field(default=None, repr=False)
+    limits: Limits | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
@@ -129,15 +135,30 @@ class RunSettings:
                 raise ValueError(f"{name} must be a positive whole number ({unit}), got {value!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ValueError(f"seed must be a whole number, got a {type(self.seed).__name__}")
+        if self.limits is not None and not isinstance(self.limits, Limits):
+            raise ValueError(f"limits must be a Limits, got a {type(self.limits).__name__}")
 
     def options(self) -> dict:
         """The settings as entries of a journal key (:func:`autograder.batch.journal_key`):
-        ``timeout`` and ``sandbox``, then ``budget`` and each limit only when set, so that
-        a journal written without them stays valid."""
+        ``timeout`` and ``sandbox``, then ``budget``, each limit and ``limits`` only when
+        set, so that a journal written without them stays valid."""
         given = {"budget": None if self.budget is None else float(self.budget), "memory": self.memory,
-                 "disk": self.disk, "processes": self.processes}
+                 "disk": self.disk, "processes": self.processes,
+                 "limits": None if self.limits is None else dataclasses.asdict(self.limits)}
         return {"timeout": float(self.timeout), "sandbox": bool(self.sandbox),
                 **{name: value for name, value in given.items() if value is not None}}
+
+    def run_limits(self) -> Limits:
+        """The :class:`~autograder.sandbox.Limits` of each sandbox run: :attr:`limits` (else
+        :func:`~autograder.sandbox.limits_for` ``(timeout)``) with ``memory``, ``disk`` and
+        ``processes`` applied on top."""
+        options = limits_for(self.timeout, memory=self.memory, disk=self.disk, processes=self.processes)
+        if self.limits is None:
+            return options
+        return dataclasses.replace(self.limits, **{
+            name: getattr(options, name) for name, given in (
+                ("run_memory_bytes", self.memory), ("memory_bytes", self.memory),
+                ("scratch_bytes", self.disk), ("processes", self.processes)) if given is not None})
 
 
 # --------------------------------------------------------------------------- which chapter a notebook holds
@@ -571,7 +592,6 @@ def grade_submission(
     settings: RunSettings = RunSettings(),
     hidden: bool = True,
     seed: int | None = None,
-    limits: Limits | None = None,
     scratch_dir: Path | None = None,
     student: str = "",
 ) -> NotebookScores:
@@ -595,12 +615,10 @@ def grade_submission(
             graded, a submission full of endless exercises never costs more than its
             budget, each run's limit is cut to what is left and the cells left when it
             is spent score 0, "timeout"); ``memory``, ``disk``, ``processes`` (each run's
-            limits, applied on top of ``limits``); ``sandbox`` (``False`` runs a plain
+            limits, :meth:`RunSettings.run_limits`); ``sandbox`` (``False`` runs a plain
             subprocess — NOT tamper-proof).
         hidden: run the hidden cases too (``False``: the visible ones only).
         seed: seed of the hidden cases (default: fresh); fix it to reproduce a grade.
-        limits: resource limits (default :class:`~autograder.sandbox.Limits` with
-            ``settings.timeout``); when given, its ``wall_seconds`` wins over the timeout.
         scratch_dir: where to make the job folders (default: the system temp dir);
             removed afterwards.
         student: the student the scores are of (``""``: nobody's, as for ``check``).
@@ -620,15 +638,7 @@ def grade_submission(
     chapter = chapter or source_nb.stem
     if not isinstance(settings, RunSettings):
         raise TypeError(f"settings must be a RunSettings, got {type(settings).__name__}")
-    budget, sandbox = settings.budget, settings.sandbox
-    options = limits_for(settings.timeout, memory=settings.memory, disk=settings.disk, processes=settings.processes)
-    if limits is None:
-        limits = options
-    else:
-        limits = dataclasses.replace(limits, **{
-            name: getattr(options, name) for name, given in (
-                ("run_memory_bytes", settings.memory), ("memory_bytes", settings.memory),
-                ("scratch_bytes", settings.disk), ("processes", settings.processes)) if given is not None})
+    budget, sandbox, limits = settings.budget, settings.sandbox, settings.run_limits()
     try:
         setup, graded = _read_source(source_nb)
     except NotebookError as exc:

@@ -51,7 +51,7 @@ from .files import write_atomic
 from .results import RESULTS_FILE, ClassResults, ResultsError, SubmissionGrade
 from .scores import ExerciseScore, Status, SubmissionStatus
 from .term_plots import chapter_section, term_page
-from .text import csv_text, safe_text
+from .text import csv_text, safe_text, wrong_chapter_text
 
 __all__ = [
     "ReportError",
@@ -121,8 +121,7 @@ def summarise(results: ClassResults, out: Path, *, graded: int, reused: int) -> 
         real = line.wrong_chapter
         if real:
             counts["wrong chapter"] += 1
-            wrong.append(f"{who}: this is a {real} notebook, submitted as {line.chapter} (0 points; "
-                         f"grade it as {real})")
+            wrong.append(f"{who}: {wrong_chapter_text(real, line.chapter)} (0 points; grade it as {real})")
             continue
         if status == SubmissionStatus.INVALID:
             counts["invalid"] += 1
