@@ -798,7 +798,7 @@ def _seconds(text: str) -> float:
 def _size(text: str) -> int:
     """argparse type of a size in bytes (``--memory``, ``--disk``): ``512M``, ``2G``."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-    from .sandbox import parse_size
+    from .limits import parse_size
 
     try:
         return parse_size(text)
@@ -854,9 +854,9 @@ def _seed_options(parser: argparse.ArgumentParser, default: str) -> None:
 
 def _limit_options(parser: argparse.ArgumentParser) -> None:
     """``--memory``, ``--disk`` and ``--processes``: the limits of each sandbox run
-    (defaults: :class:`autograder.sandbox.Limits`)."""
+    (defaults: :class:`autograder.limits.Limits`)."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-    from .sandbox import Limits
+    from .limits import Limits
 
     d = Limits()
     parser.add_argument("--memory", type=_size, default=None, metavar="SIZE",

@@ -69,8 +69,10 @@ import numpy as np
 from .checks import exercises_of, load_all
 from .checks.base import (Exercise, Report, Result, charged_once, dependency_note, dependency_unchanged_note, draw_cases,
                           evaluate, get_exercise, make_rng, own_code_message)
-from .sandbox import (Limits, ReferenceCalls, RunOutcome, build_library, case_frame, check_sandbox, limits_for,
-                      reference_library, run_job)
+from .library import build_library, reference_library
+from .limits import Limits, limits_for
+from .reference_calls import ReferenceCalls
+from .sandbox import RunOutcome, case_frame, check_sandbox, run_job
 from .scores import ExerciseScore, NotebookScores, PartScore, Status, single_line
 from .text import safe_text
 from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook
@@ -97,14 +99,14 @@ class RunSettings:
         memory, disk, processes: the limits of each run (``--memory``, ``--disk``,
             ``--processes``: bytes of all its memory, bytes of its scratch tmpfs, its
             processes and threads); ``None`` keeps the default of
-            :func:`~autograder.sandbox.limits_for`.
+            :func:`~autograder.limits.limits_for`.
         sandbox: ``False`` runs student code in a plain subprocess (NOT tamper-proof).
         seed: the run's secret base seed of the hidden cases (``--seed-file`` or
             ``AUTOGRADER_SEED``; ``None``: the one kept in the output folder, else a fresh
             one). A secret: ``repr`` leaves it out and :meth:`options` too (a journal key
             holds each submission's own seed, :func:`autograder.journal.submission_seed`).
-        limits: the whole :class:`~autograder.sandbox.Limits` of each run to start from,
-            instead of :func:`~autograder.sandbox.limits_for` ``(timeout)``: its
+        limits: the whole :class:`~autograder.limits.Limits` of each run to start from,
+            instead of :func:`~autograder.limits.limits_for` ``(timeout)``: its
             ``wall_seconds`` wins over ``timeout``, and ``memory``, ``disk`` and ``processes``
             still apply on top. No command sets it (a test does, for a CPU time or an
             address space the options cannot set); ``None`` leaves the journal key as it was.
@@ -149,8 +151,8 @@ class RunSettings:
                 **{name: value for name, value in given.items() if value is not None}}
 
     def run_limits(self) -> Limits:
-        """The :class:`~autograder.sandbox.Limits` of each sandbox run: :attr:`limits` (else
-        :func:`~autograder.sandbox.limits_for` ``(timeout)``) with ``memory``, ``disk`` and
+        """The :class:`~autograder.limits.Limits` of each sandbox run: :attr:`limits` (else
+        :func:`~autograder.limits.limits_for` ``(timeout)``) with ``memory``, ``disk`` and
         ``processes`` applied on top."""
         options = limits_for(self.timeout, memory=self.memory, disk=self.disk, processes=self.processes)
         if self.limits is None:
@@ -748,7 +750,7 @@ class _Budget:
 
 def _across_the_wall(name: str) -> bool:
     """Whether the reference of exercise ``name`` can be called from outside the
-    student's process in a regrade (:class:`~autograder.sandbox.ReferenceCalls`): a
+    student's process in a regrade (:class:`~autograder.reference_calls.ReferenceCalls`): a
     function exercise whose arguments and results are data (a callable argument, or a
     model whose methods ``greedy_decode`` calls, is called back), or a class exercise,
     whose stand-in holds the reference's parameters as data and runs its modules outside."""
@@ -767,7 +769,7 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     No reference a graded cell can read is in its process (issue 36): a failing
     function or class exercise's name is bound there to a stand-in (a function, or a
     module holding the reference's parameters as data) whose calls run the reference in
-    a sandbox of its own (:class:`~autograder.sandbox.ReferenceCalls`), started before
+    a sandbox of its own (:class:`~autograder.reference_calls.ReferenceCalls`), started before
     the student's run so that its start is not charged to the budget; the regrade is
     judged and reported like any run. Every other earlier answer is the student's own;
     the reference of ``g`` itself is never there. A failing exercise whose reference
