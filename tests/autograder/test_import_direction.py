@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "autograder"
 ARCHITECTURE = ROOT / "ARCHITECTURE.md"
 #: Subpackages drawn as one room each: their files import one another freely.
-ROOMS = ("checks", "student", "stub")
+ROOMS = ("checks", "commands", "student", "stub")
 TABLE_START = "<!-- autograder-modules: begin -->"
 TABLE_END = "<!-- autograder-modules: end -->"
 DRAWING_START = "<!-- autograder-floors: begin -->"
