@@ -46,7 +46,7 @@ import argparse
 import sys
 
 from .commands.check import cmd_check, cmd_selftest
-from .commands.grading import (cmd_autograde, cmd_bench, cmd_gradescope, cmd_grade, cmd_merge, cmd_release,
+from .commands.grade import (cmd_autograde, cmd_bench, cmd_gradescope, cmd_grade, cmd_merge, cmd_release,
                                cmd_report)
 from .commands.term import cmd_collect, cmd_export, cmd_prairielearn, cmd_regrades, cmd_similarity
 
