@@ -119,7 +119,8 @@ def bench_base_mfu(batch=64, seq_len=64, vocab=37000, repeats=10, device="cuda",
     if device.type != "cuda":
         return None
     torch.manual_seed(0)
-    model = PAPER_CONFIGS["base"].replace(share_embeddings=True, max_len=512).build(vocab, vocab).to(device)
+    config = PAPER_CONFIGS["base"].replace(share_embeddings=True, max_len=512)
+    model = config.build(vocab, vocab).to(device)
     runner = torch.compile(model) if compile else model
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     src, tgt, labels = random_batch(batch, seq_len, seq_len, vocab, device, torch.Generator().manual_seed(3))
