@@ -57,6 +57,20 @@ def cmd_release(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- grade
 
 
+def _term_and_wall(command: str, args: argparse.Namespace) -> tuple[dict, bool] | None:
+    """What ``grade`` and ``autograde`` decide before grading: the term's late policy
+    (:func:`~autograder.commands.term.late_policy_option`) and whether student code runs in
+    the sandbox (:func:`~autograder.commands.runs.grading_sandbox`); ``None`` after saying
+    why, when either refuses (exit status 2)."""
+    try:
+        late_policy = late_policy_option(args)
+    except ValueError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None
+    sandbox = grading_sandbox(command, args)
+    return None if sandbox is None else (late_policy, sandbox)
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..batch import GradebookTarget, grade_class
@@ -71,14 +85,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
         except ShardError as exc:
             print(f"grade: {exc}", file=sys.stderr)
             return 2
-    try:
-        late_policy = late_policy_option(args)
-    except ValueError as exc:
-        print(f"grade: {exc}", file=sys.stderr)
+    chosen = _term_and_wall("grade", args)
+    if chosen is None:
         return 2
-    sandbox = grading_sandbox("grade", args)
-    if sandbox is None:
-        return 2
+    late_policy, sandbox = chosen
     options = dict(
         chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, settings=run_settings(args, sandbox),
         force=args.force, progress=None if not args.no_progress else False,
@@ -215,14 +225,10 @@ def cmd_autograde(args: argparse.Namespace) -> int:
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..course import autograde
 
-    try:
-        late_policy = late_policy_option(args)
-    except ValueError as exc:
-        print(f"autograde: {exc}", file=sys.stderr)
+    chosen = _term_and_wall("autograde", args)
+    if chosen is None:
         return 2
-    sandbox = grading_sandbox("autograde", args)
-    if sandbox is None:
-        return 2
+    late_policy, sandbox = chosen
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..regrades import snapshot
 
