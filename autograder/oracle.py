@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 # Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds
 # wire.py and, in the references' library, runner.py (:func:`autograder.library.reference_library`).
