@@ -134,7 +134,7 @@ def _summary(report) -> str:
     """The console summary of a finished run (a :class:`~autograder.batch.BatchReport`): a
     view of the ``results.json`` it wrote, as the class report is."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-    from ..report import summarise
+    from ..summary import summarise
 
     return summarise(report.class_results(), report.out, graded=report.graded, reused=report.reused)
 

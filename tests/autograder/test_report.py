@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 import fixtures
-from autograder import report
+from autograder import report, summary
 from autograder.batch import GRADE_COLUMNS, SCORE_COLUMNS, grade_class
 from autograder.grading import RunSettings, grade_submission
 from autograder.fingerprint import grader_fingerprint
@@ -162,7 +162,7 @@ def test_summary_counts_and_names_timeouts_invalid_and_absent(tmp_path):
         _graded("gone", CH4, ["missing", "missing"], reason="no submission", path=False),
         _graded("esc\x1b[2Jape", CH4, ["invalid", "invalid"], reason="unreadable submission: the file is empty"),
     ] + [_graded(f"broken{i:02d}", CH4, ["invalid"], reason="unreadable submission") for i in range(12)]
-    text = report.summarise(_class_results(results), tmp_path, graded=10, reused=7)
+    text = summary.summarise(_class_results(results), tmp_path, graded=10, reused=7)
     assert text.startswith("graded 10 submission(s), reused 7 unchanged from the journal; 18 student(s).")
     assert ("complete: 1 · incomplete: 3 · invalid: 13 · wrong chapter: 0 · flagged: 0 · timed out: 1 · "
             "errors: 1 · not submitted: 1") in text
@@ -196,12 +196,12 @@ def test_the_summary_is_a_view_of_the_results_the_batch_wrote(tmp_path):
     stored = ClassResults.read(out)
     assert done.class_results() == stored
     assert [(s.student, s.wrong_chapter) for s in stored.submissions] == [(students[0], CH5), (students[1], None)]
-    text = report.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
+    text = summary.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
     assert f"{students[0]}/{CH4}: this is a {CH5} notebook, submitted as {CH4}" in text
     assert "complete: 1 · incomplete: 0 · invalid: 0 · wrong chapter: 1" in text
     edited = (out / "results.json").read_text(encoding="utf-8").replace(f'"{CH5}"', '"03_positional_encoding"')
     (out / "results.json").write_text(edited, encoding="utf-8")
-    text = report.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
+    text = summary.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
     assert f"{students[0]}/{CH4}: this is a 03_positional_encoding notebook" in text
 
 
