@@ -8,6 +8,7 @@ Each is driven through the path a user takes: the ``check`` command, Gradescope'
 """
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 import sys
@@ -119,5 +120,5 @@ def test_the_feedback_page_says_it_in_the_same_words(book, chapter5_as_4, tmp_pa
                  "--no-progress"]) == 0
     assert f"cat/{CH4}: {wrong_chapter_text(CH5, CH4)} (0 points; grade it as {CH5})" in capsys.readouterr().out
     page = (out / "feedback" / "cat" / f"{CH4}.html").read_text(encoding="utf-8")
-    assert f'<p class="invalid"><b>{NOTICE.replace(chr(39), "&#39;")}</b></p>' in page
+    assert f'<p class="invalid"><b>{html.escape(NOTICE)}</b></p>' in page  # escaped as every page value is
     assert "wrong chapter" not in (out / "feedback" / "ann" / f"{CH4}.html").read_text(encoding="utf-8")
