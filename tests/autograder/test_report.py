@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import html.parser
 import shutil
 from dataclasses import replace
@@ -30,7 +31,7 @@ from autograder.journal import Graded
 from autograder.results import ClassResults, SubmissionGrade
 from autograder.scores import ExerciseScore, NotebookScores, PartScore, ScoreError, Status, single_line
 from autograder.submissions import Submission
-from autograder.text import csv_text
+from autograder.text import csv_text, wrong_chapter_notice
 from autograder.bench import make_book, make_source_notebook
 from autograder.checks.base import check_report
 from autograder.cli import main
@@ -108,6 +109,10 @@ def test_grade_prints_a_summary_naming_each_problem(tmp_path, needs_sandbox, cap
             "errors: 0 · not submitted: 0") in text
     assert "bob/04_self_attention: unreadable submission: the file is not valid JSON" in text
     assert f"cat/{CH4}: this is a {CH5} notebook, submitted as {CH4}" in text
+    # cat is told so first on the feedback page, in the same words (text.wrong_chapter_notice)
+    page = (out / "feedback" / "cat" / f"{CH4}.html").read_text(encoding="utf-8")
+    assert f'<p class="invalid"><b>{html.escape(wrong_chapter_notice(CH5, CH4))}</b></p>' in page
+    assert "wrong chapter" not in (out / "feedback" / "ann" / f"{CH4}.html").read_text(encoding="utf-8")
     assert "was it deleted" not in text
     assert "dan/04_self_attention softmax: the kernel exited" in text
     for where in (out / "scores.csv", out / "grades.csv", out / "feedback", f"python -m autograder report {out}"):

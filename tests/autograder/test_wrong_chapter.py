@@ -3,12 +3,12 @@
 Grading finds the chapter a notebook really holds (``NotebookScores.wrong_chapter``); the
 console summary, the feedback page, ``python -m autograder check`` and Gradescope's
 ``results.json`` say it in the same words (:func:`autograder.text.wrong_chapter_text`).
-Each is driven through the path a user takes: the ``check`` command, Gradescope's
-``run_autograder`` script, ``grade`` writing the feedback pages.
+Each is driven through the path a user takes: the ``check`` command and Gradescope's
+``run_autograder`` script here; ``grade``'s summary and feedback page in
+``test_report.py::test_grade_prints_a_summary_naming_each_problem``.
 """
 from __future__ import annotations
 
-import html
 import json
 import subprocess
 import sys
@@ -18,7 +18,6 @@ import nbformat
 import pytest
 
 from autograder.bench import make_book, make_submission
-from autograder.cli import main
 from autograder.gradescope import ENGINE_ONLY, RUN_AUTOGRADER, validate_results
 from autograder.text import wrong_chapter_notice, wrong_chapter_text
 
@@ -105,20 +104,3 @@ def test_gradescope_tells_the_student_first(book, chapter5_as_4, tmp_path):
     validate_results(data)
     assert data["score"] == 0 and data["output"].splitlines()[0] == NOTICE
     assert all(t["status"] == "failed" for t in data["tests"])
-
-
-@pytest.mark.slow  # grades a class of two in the sandbox
-def test_the_feedback_page_says_it_in_the_same_words(book, chapter5_as_4, tmp_path, needs_sandbox, capsys):
-    sub = tmp_path / "submitted"
-    (sub / "cat" / CH4).mkdir(parents=True)
-    (sub / "cat" / CH4 / f"{CH4}.ipynb").write_bytes(chapter5_as_4.read_bytes())
-    (sub / "ann" / CH4).mkdir(parents=True)
-    nbformat.write(make_submission(nbformat.read(str(book / CH4 / f"{CH4}.ipynb"), as_version=4), CH4, "blank"),
-                   str(sub / "ann" / CH4 / f"{CH4}.ipynb"))
-    out = tmp_path / "out"
-    assert main(["grade", str(sub), "--out", str(out), "--book", str(book), "--chapters", CH4, "--seed", "3",
-                 "--no-progress"]) == 0
-    assert f"cat/{CH4}: {wrong_chapter_text(CH5, CH4)} (0 points; grade it as {CH5})" in capsys.readouterr().out
-    page = (out / "feedback" / "cat" / f"{CH4}.html").read_text(encoding="utf-8")
-    assert f'<p class="invalid"><b>{html.escape(NOTICE)}</b></p>' in page  # escaped as every page value is
-    assert "wrong chapter" not in (out / "feedback" / "ann" / f"{CH4}.html").read_text(encoding="utf-8")
