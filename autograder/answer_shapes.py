@@ -2,7 +2,7 @@
 
 In a regrade the name of a failing earlier exercise calls its reference, which runs in a
 sandbox of its own (:mod:`autograder.oracle`); the trusted relay
-(:class:`autograder.sandbox.ReferenceCalls`) lets an answer into the student's process
+(:class:`autograder.reference_calls.ReferenceCalls`) lets an answer into the student's process
 only as its call allows. Beside plain data and a size bound, that means the value the
 contract (``shared/EXERCISES.md``) gives the call's arguments: its container, each
 array's shape and kind of dtype, a tensor where the reference returns a tensor. So the

@@ -488,7 +488,7 @@ def _write_feedback(page: Path, g: Graded, scores: list[ExerciseScore], held) ->
     sub = g.submission
     html = render_feedback(sub.student, sub.chapter, scores, student_code(sub.path, MAX_NOTEBOOK_BYTES),
                            submission_status(g), late_seconds=held.late_seconds if held is not None else 0.0,
-                           penalty=held.penalty if held is not None else 0.0)
+                           penalty=held.penalty if held is not None else 0.0, wrong_chapter=g.wrong_chapter)
     if not page.is_file() or page.read_text(encoding="utf-8") != html:
         write_atomic(page, html)
 

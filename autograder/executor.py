@@ -119,7 +119,7 @@ def _answers_from_notebook(shell, yours: set[str]) -> None:
     """``solutions.<exercise>`` is the notebook's own definition, as in the student package.
 
     The sandbox's ``solutions`` holds no reference for this chapter's exercises
-    (:func:`autograder.sandbox.build_library`); the released package answers
+    (:func:`autograder.library.build_library`); the released package answers
     ``solutions.<name>`` with the student's ``<name>``, so the chapter's later
     cells run on the student's answers. Here too, once ``solutions`` is imported."""
     module = sys.modules.get("solutions")

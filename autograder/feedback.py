@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .pagestyle import Markup, render_page
 from .scores import ExerciseScore, Status, SubmissionStatus
+from .text import wrong_chapter_notice
 from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted
 
 __all__ = ["student_code", "render_feedback", "MAX_SHOWN_CHARS", "MAX_SHOWN_CELLS", "TEMPLATE"]
@@ -106,7 +107,8 @@ def duration_text(seconds: float) -> str:
 
 
 def render_feedback(student: str, chapter: str, scores: list[ExerciseScore], code: dict[str, list[str]],
-                    status: SubmissionStatus, *, late_seconds: float = 0.0, penalty: float = 0.0) -> str:
+                    status: SubmissionStatus, *, late_seconds: float = 0.0, penalty: float = 0.0,
+                    wrong_chapter: str | None = None) -> str:
     """The feedback page of one submission.
 
     Args:
@@ -120,6 +122,9 @@ def render_feedback(student: str, chapter: str, scores: list[ExerciseScore], cod
         status: the submission's overall status (``complete``, ``incomplete``, …).
         late_seconds: how late the submission was (0: on time).
         penalty: the late penalty in points, taken off the total.
+        wrong_chapter: the chapter the notebook really holds when it is another one
+            (:attr:`autograder.scores.NotebookScores.wrong_chapter`): the page says so
+            first (:func:`autograder.text.wrong_chapter_notice`).
 
     Returns:
         The HTML text (deterministic for the same inputs).
@@ -139,4 +144,5 @@ def render_feedback(student: str, chapter: str, scores: list[ExerciseScore], cod
     return render_page(TEMPLATE, css=Markup(CSS), chapter=chapter, student=student, status=status,
                        total=max(0.0, raw - penalty), max_total=sum(s.max_score for s in scores), raw=raw,
                        late_seconds=late_seconds, late=duration_text(late_seconds), penalty=penalty,
-                       exercises=exercises)
+                       exercises=exercises,
+                       wrong=wrong_chapter_notice(wrong_chapter, chapter) if wrong_chapter else "")

@@ -69,9 +69,9 @@ from .checks import exercises_of
 from .grading import RunSettings, grade_submission
 from .isolation import choose_isolation, set_isolation
 from .journal import submission_seed
-from .scores import ExerciseScore, PartScore, Status
+from .scores import ExerciseScore, NotebookScores, PartScore, Status
 from .submissions import file_sha256
-from .text import safe_text, score_text
+from .text import safe_text, score_text, wrong_chapter_notice
 
 __all__ = ["VISIBILITIES", "ISOLATIONS", "ENGINE_ONLY", "GRADER_REQUIREMENTS", "build_zip", "chapter_points",
            "results_json", "run", "main", "SCHEMA_PATH", "grade_upload", "GraderConfig", "load_grader_config",
@@ -422,14 +422,16 @@ def write_results(path: Path, data: dict, rows: list[ExerciseScore]) -> None:
 
 
 def grade_upload(source: Path, folder: Path, chapter: str, config: dict, *,
-                 student: str) -> tuple[list[ExerciseScore], str, str]:
+                 student: str) -> tuple[NotebookScores, str, str]:
     """Grade the notebook a student uploaded into ``folder``, as ``grade`` does (the hidden
     checks, student code isolated): the core shared by the Gradescope and PrairieLearn adapters.
 
     Returns:
-        ``(rows, notice, isolation)``: an :class:`~autograder.scores.ExerciseScore` per graded cell
-        (every exercise at 0 with the reason when no notebook or the grader failed), a line about what was
-        found instead of the notebook ("" when it was), and the isolation used. Never raises
+        ``(found, notice, isolation)``: the :class:`~autograder.scores.NotebookScores` (an
+        :class:`~autograder.scores.ExerciseScore` per graded cell, every exercise at 0 with the reason
+        when no notebook or the grader failed; the chapter the notebook really holds when it is
+        another one), a line about what was found instead of the notebook ("" when it was), and the
+        isolation used. Never raises
         for the submission's sake (a grader failure's traceback goes to stdout).
 
     ``config`` is the zip's (or the course's) configuration: ``seed``, ``timeout``,
@@ -443,14 +445,14 @@ def grade_upload(source: Path, folder: Path, chapter: str, config: dict, *,
         digest = file_sha256(path) if path is not None else None
         settings = RunSettings(timeout=float(config.get("timeout", 120)), memory=config.get("memory"),
                                sandbox=isolation != ENGINE_ONLY, seed=int(config["seed"]))
-        rows = grade_submission(source, path, chapter=chapter, settings=settings, hidden=True,
-                                seed=submission_seed(settings.seed, student, chapter, str(digest)),
-                                student=student).scores
+        found = grade_submission(source, path, chapter=chapter, settings=settings, hidden=True,
+                                 seed=submission_seed(settings.seed, student, chapter, str(digest)),
+                                 student=student)
     except Exception as exc:  # noqa: BLE001 - the student still gets a result
         traceback.print_exc(file=sys.stdout)
-        rows = failed_scores(source, f"the grader failed: {type(exc).__name__}; your instructor can see why",
-                             student=student, chapter=chapter)
-    return rows, notice, isolation
+        found = NotebookScores(failed_scores(source, f"the grader failed: {type(exc).__name__}; your instructor "
+                                                     "can see why", student=student, chapter=chapter))
+    return found, notice, isolation
 
 
 def run(root: Path) -> dict:
@@ -463,11 +465,14 @@ def run(root: Path) -> dict:
     root = Path(root)
     grader = load_grader_config(root / "source", CONFIG)
     start = time.monotonic()
-    rows, notice, isolation = grade_upload(grader.source, root / "submission", grader.chapter, grader.config,
-                                           student=_student_id(root))
-    data = results_json(rows, chapter=grader.chapter, visibility=grader.config.get("visibility", "after_due_date"),
-                        isolation=isolation, execution_time=time.monotonic() - start, notice=notice)
-    write_results(root / "results" / "results.json", data, rows)
+    found, notice, isolation = grade_upload(grader.source, root / "submission", grader.chapter, grader.config,
+                                            student=_student_id(root))
+    if found.wrong_chapter:  # said first, in the words of the feedback page
+        notice = wrong_chapter_notice(found.wrong_chapter, grader.chapter)
+    data = results_json(found.scores, chapter=grader.chapter, isolation=isolation, notice=notice,
+                        visibility=grader.config.get("visibility", "after_due_date"),
+                        execution_time=time.monotonic() - start)
+    write_results(root / "results" / "results.json", data, found.scores)
     return data
 
 

@@ -69,8 +69,10 @@ import numpy as np
 from .checks import exercises_of, load_all
 from .checks.base import (Exercise, Report, Result, charged_once, dependency_note, dependency_unchanged_note, draw_cases,
                           evaluate, get_exercise, make_rng, own_code_message)
-from .sandbox import (Limits, ReferenceCalls, RunOutcome, build_library, case_frame, check_sandbox, limits_for,
-                      reference_library, run_job)
+from .library import build_library, reference_library
+from .limits import Limits, limits_for
+from .reference_calls import ReferenceCalls
+from .sandbox import RunOutcome, case_frame, check_sandbox, run_job
 from .scores import ExerciseScore, NotebookScores, PartScore, Status, single_line
 from .text import safe_text
 from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook
@@ -97,16 +99,21 @@ class RunSettings:
         memory, disk, processes: the limits of each run (``--memory``, ``--disk``,
             ``--processes``: bytes of all its memory, bytes of its scratch tmpfs, its
             processes and threads); ``None`` keeps the default of
-            :func:`~autograder.sandbox.limits_for`.
+            :func:`~autograder.limits.limits_for`.
         sandbox: ``False`` runs student code in a plain subprocess (NOT tamper-proof).
         seed: the run's secret base seed of the hidden cases (``--seed-file`` or
             ``AUTOGRADER_SEED``; ``None``: the one kept in the output folder, else a fresh
             one). A secret: ``repr`` leaves it out and :meth:`options` too (a journal key
             holds each submission's own seed, :func:`autograder.journal.submission_seed`).
+        limits: the whole :class:`~autograder.limits.Limits` of each run to start from,
+            instead of :func:`~autograder.limits.limits_for` ``(timeout)``: its
+            ``wall_seconds`` wins over ``timeout``, and ``memory``, ``disk`` and ``processes``
+            still apply on top. No command sets it (a test does, for a CPU time or an
+            address space the options cannot set); ``None`` leaves the journal key as it was.
 
     Raises:
         ValueError: a value that is not positive (naming the option), a seed that is not
-            a whole number.
+            a whole number, ``limits`` that are not a ``Limits``.
     """
 
     timeout: float = 120.0
@@ -116,6 +123,7 @@ class RunSettings:
     processes: int | None = None
     sandbox: bool = True
     seed: int | None = field(default=None, repr=False)
+    limits: Limits | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
@@ -129,15 +137,30 @@ class RunSettings:
                 raise ValueError(f"{name} must be a positive whole number ({unit}), got {value!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ValueError(f"seed must be a whole number, got a {type(self.seed).__name__}")
+        if self.limits is not None and not isinstance(self.limits, Limits):
+            raise ValueError(f"limits must be a Limits, got a {type(self.limits).__name__}")
 
     def options(self) -> dict:
         """The settings as entries of a journal key (:func:`autograder.batch.journal_key`):
-        ``timeout`` and ``sandbox``, then ``budget`` and each limit only when set, so that
-        a journal written without them stays valid."""
+        ``timeout`` and ``sandbox``, then ``budget``, each limit and ``limits`` only when
+        set, so that a journal written without them stays valid."""
         given = {"budget": None if self.budget is None else float(self.budget), "memory": self.memory,
-                 "disk": self.disk, "processes": self.processes}
+                 "disk": self.disk, "processes": self.processes,
+                 "limits": None if self.limits is None else dataclasses.asdict(self.limits)}
         return {"timeout": float(self.timeout), "sandbox": bool(self.sandbox),
                 **{name: value for name, value in given.items() if value is not None}}
+
+    def run_limits(self) -> Limits:
+        """The :class:`~autograder.limits.Limits` of each sandbox run: :attr:`limits` (else
+        :func:`~autograder.limits.limits_for` ``(timeout)``) with ``memory``, ``disk`` and
+        ``processes`` applied on top."""
+        options = limits_for(self.timeout, memory=self.memory, disk=self.disk, processes=self.processes)
+        if self.limits is None:
+            return options
+        return dataclasses.replace(self.limits, **{
+            name: getattr(options, name) for name, given in (
+                ("run_memory_bytes", self.memory), ("memory_bytes", self.memory),
+                ("scratch_bytes", self.disk), ("processes", self.processes)) if given is not None})
 
 
 # --------------------------------------------------------------------------- which chapter a notebook holds
@@ -571,7 +594,6 @@ def grade_submission(
     settings: RunSettings = RunSettings(),
     hidden: bool = True,
     seed: int | None = None,
-    limits: Limits | None = None,
     scratch_dir: Path | None = None,
     student: str = "",
 ) -> NotebookScores:
@@ -595,12 +617,10 @@ def grade_submission(
             graded, a submission full of endless exercises never costs more than its
             budget, each run's limit is cut to what is left and the cells left when it
             is spent score 0, "timeout"); ``memory``, ``disk``, ``processes`` (each run's
-            limits, applied on top of ``limits``); ``sandbox`` (``False`` runs a plain
+            limits, :meth:`RunSettings.run_limits`); ``sandbox`` (``False`` runs a plain
             subprocess — NOT tamper-proof).
         hidden: run the hidden cases too (``False``: the visible ones only).
         seed: seed of the hidden cases (default: fresh); fix it to reproduce a grade.
-        limits: resource limits (default :class:`~autograder.sandbox.Limits` with
-            ``settings.timeout``); when given, its ``wall_seconds`` wins over the timeout.
         scratch_dir: where to make the job folders (default: the system temp dir);
             removed afterwards.
         student: the student the scores are of (``""``: nobody's, as for ``check``).
@@ -620,15 +640,7 @@ def grade_submission(
     chapter = chapter or source_nb.stem
     if not isinstance(settings, RunSettings):
         raise TypeError(f"settings must be a RunSettings, got {type(settings).__name__}")
-    budget, sandbox = settings.budget, settings.sandbox
-    options = limits_for(settings.timeout, memory=settings.memory, disk=settings.disk, processes=settings.processes)
-    if limits is None:
-        limits = options
-    else:
-        limits = dataclasses.replace(limits, **{
-            name: getattr(options, name) for name, given in (
-                ("run_memory_bytes", settings.memory), ("memory_bytes", settings.memory),
-                ("scratch_bytes", settings.disk), ("processes", settings.processes)) if given is not None})
+    budget, sandbox, limits = settings.budget, settings.sandbox, settings.run_limits()
     try:
         setup, graded = _read_source(source_nb)
     except NotebookError as exc:
@@ -738,7 +750,7 @@ class _Budget:
 
 def _across_the_wall(name: str) -> bool:
     """Whether the reference of exercise ``name`` can be called from outside the
-    student's process in a regrade (:class:`~autograder.sandbox.ReferenceCalls`): a
+    student's process in a regrade (:class:`~autograder.reference_calls.ReferenceCalls`): a
     function exercise whose arguments and results are data (a callable argument, or a
     model whose methods ``greedy_decode`` calls, is called back), or a class exercise,
     whose stand-in holds the reference's parameters as data and runs its modules outside."""
@@ -757,7 +769,7 @@ def _regrade(g: _Graded, failing: list[str], graded: list[_Graded], setup: list[
     No reference a graded cell can read is in its process (issue 36): a failing
     function or class exercise's name is bound there to a stand-in (a function, or a
     module holding the reference's parameters as data) whose calls run the reference in
-    a sandbox of its own (:class:`~autograder.sandbox.ReferenceCalls`), started before
+    a sandbox of its own (:class:`~autograder.reference_calls.ReferenceCalls`), started before
     the student's run so that its start is not charged to the budget; the regrade is
     judged and reported like any run. Every other earlier answer is the student's own;
     the reference of ``g`` itself is never there. A failing exercise whose reference

@@ -8,7 +8,7 @@ function, :func:`autograder.runner.module_stand_in` for a class) that sends each
 data, and this program, in a sandbox of its own that holds no student code, runs the
 reference on it and sends the result back. The trusted grader relays the frames between
 the two and admits only plain data either way, each answer checked against its call
-(:class:`autograder.sandbox.ReferenceCalls`).
+(:class:`autograder.reference_calls.ReferenceCalls`).
 
 Frames (:mod:`autograder.wire`, ``grade_id`` = the exercise's name)::
 
@@ -47,10 +47,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 # Absolute: in the sandbox this file runs as a script beside the stub `autograder` package, which holds
-# wire.py and, in the references' library, runner.py (:func:`autograder.sandbox.reference_library`).
+# wire.py and, in the references' library, runner.py (:func:`autograder.library.reference_library`).
 from autograder.runner import (MAX_NESTING, MODEL_METHODS, delegated, differentiable, plain_value, reraise,
                                weighted_backward)
 from autograder.wire import WireError, check_encoded, decode, encode, load_body, read_frame, write_frame

@@ -30,7 +30,9 @@ from nbformat.v4 import new_output
 
 from .checks import exercises_of
 from .grading import RunSettings
-from .sandbox import AUTOGRADER_DIR, build_library, limits_for, run_job
+from .library import AUTOGRADER_DIR, build_library
+from .limits import limits_for
+from .sandbox import run_job
 from .text import safe_text
 
 __all__ = ["execute_for_display", "MAX_CELL_BYTES", "EXECUTOR"]

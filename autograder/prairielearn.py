@@ -111,11 +111,11 @@ def run(root: Path, *, student: Path | None = None, results: Path | None = None)
     root = Path(root)
     grader = load_grader_config(root / "tests", CONFIG)
     start = time.monotonic()
-    rows, notice, isolation = grade_upload(grader.source, Path(student) if student else root / "student",
-                                           grader.chapter, grader.config, student="prairielearn")
-    data = results_json(rows, chapter=grader.chapter, notice=notice, isolation=isolation,
+    found, notice, isolation = grade_upload(grader.source, Path(student) if student else root / "student",
+                                            grader.chapter, grader.config, student="prairielearn")
+    data = results_json(found.scores, chapter=grader.chapter, notice=notice, isolation=isolation,
                         execution_time=time.monotonic() - start)
-    write_results(Path(results) if results else root / "results" / "results.json", data, rows)
+    write_results(Path(results) if results else root / "results" / "results.json", data, found.scores)
     return data
 
 

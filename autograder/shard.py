@@ -46,7 +46,7 @@ from .book import BOOK
 from .files import write_atomic
 from .fingerprint import ROOT, grader_fingerprint
 from .grading import RunSettings
-from .journal import seed_digest, write_atomic
+from .journal import seed_digest
 from .results import begin_run, end_run
 from .submissions import find_submissions
 

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 __all__ = ["read_csv", "safe_text", "score_text", "table", "check_table", "check_verdict", "check_report", "csv_cell", "csv_uncell", "csv_text",
-           "FORMULA_STARTS", "CSV_SEPARATORS"]
+           "wrong_chapter_text", "wrong_chapter_notice", "FORMULA_STARTS", "CSV_SEPARATORS"]
 
 # The last column of a table (a message) is cut to this width when the columns are padded.
 MESSAGE_WIDTH = 200
@@ -136,6 +136,28 @@ def check_report(rows: list[dict]) -> tuple[str, int]:
     verdict, status = check_verdict(rows)
     lines.append(f"\n{verdict}")
     return "\n".join(lines), status
+
+
+# --------------------------------------------------------------------------- a notebook of another chapter
+
+
+def wrong_chapter_text(real: str, submitted: str) -> str:
+    """The words that name a notebook handed in for the wrong chapter, in every view that
+    says so (the console summary after grading, the feedback page, ``check``, Gradescope).
+
+    Args:
+        real: the chapter whose cells the notebook holds.
+        submitted: the chapter it was handed in (or is being checked) as.
+    """
+    return f"this is a {real} notebook, submitted as {submitted}"
+
+
+def wrong_chapter_notice(real: str, submitted: str) -> str:
+    """What the student is told about a notebook of chapter ``real`` handed in as
+    ``submitted`` (:func:`wrong_chapter_text`, what it earns and what to do instead)."""
+    return (f"wrong chapter: {wrong_chapter_text(real, submitted)} (0 points: none of {submitted}'s exercises is "
+            f"in it). Hand in your {submitted} notebook ({submitted}.ipynb) to be graded for {submitted}; "
+            f"this one is graded only as {real}.")
 
 
 # --------------------------------------------------------------------------- CSV cells a spreadsheet cannot run

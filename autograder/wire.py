@@ -14,7 +14,7 @@ Both sides speak it: the runner inside the sandbox (:mod:`autograder.runner`), a
 trusted grader, the checks and the student package's stored expectations outside. So
 it is standalone: the standard library and numpy (torch lazily), never ``solutions``
 or the rest of the autograder; the sandbox's library holds a copy of this file beside
-``runner.py`` (:func:`autograder.sandbox.build_library`).
+``runner.py`` (:func:`autograder.library.build_library`).
 """
 from __future__ import annotations
 
@@ -274,7 +274,7 @@ def write_frame(stream, grade_id: str, data: Any = None, arrays: dict[str, np.nd
     asks for a reference's result and an ``answer`` frame carries it; before the answer,
     a ``callback`` frame asks the caller to run a callable argument of the call and a
     ``return`` frame carries its result; ``ready`` says the references' sandbox has
-    started (:class:`autograder.sandbox.ReferenceCalls`, :mod:`autograder.oracle`);
+    started (:class:`autograder.reference_calls.ReferenceCalls`, :mod:`autograder.oracle`);
     ``grade_id`` then names the exercise.
 
     Args:

@@ -6,7 +6,7 @@ modules of ``solutions`` that define one of them, or an object that computes one
 are left out: :func:`graded_modules`. The rule reads the package's code with
 :mod:`ast` (:func:`module_names`, :func:`defined_names`, :func:`imported_modules`),
 so a new module is withheld or shipped by what it defines and imports, never by a
-list. The grading sandbox's library (:func:`autograder.sandbox.build_library`) and
+list. The grading sandbox's library (:func:`autograder.library.build_library`) and
 the student package (:mod:`autograder.student.package`) both apply it; neither
 needs the other.
 """

@@ -26,7 +26,7 @@ from pathlib import Path
 from ..checks.base import check_report, precomputed
 from . import STAMP_KEY
 
-__all__ = ["STAMP_KEY", "read_notebook", "stamp", "chapter_of", "visible_checks", "run_checks", "main"]
+__all__ = ["STAMP_KEY", "read_notebook", "stamp", "chapter_of", "chapter_named", "visible_checks", "run_checks", "main"]
 
 _COPY_SUFFIX = re.compile(r"(\s*\(\d+\)|[-_ ]copy\d*|-\d+)$", re.IGNORECASE)
 
@@ -82,11 +82,16 @@ def chapter_of(nb: dict, path: Path | None, chapters: dict[str, list[str]]) -> s
             votes[chapter] = votes.get(chapter, 0) + 1
     if votes:
         return max(sorted(votes), key=votes.get)
-    if path is not None:
-        stem = _COPY_SUFFIX.sub("", Path(path).stem)
-        for chapter in chapters:
-            if stem == chapter or stem.startswith(chapter):
-                return chapter
+    return chapter_named(path, chapters) if path is not None else None
+
+
+def chapter_named(path: Path, chapters: dict[str, list[str]] | list[str]) -> str | None:
+    """The chapter id the file name ``path`` names (``04_self_attention (1).ipynb``: a
+    browser's ``" (1)"`` aside), or ``None`` when it names none of ``chapters``."""
+    stem = _COPY_SUFFIX.sub("", Path(path).stem)
+    for chapter in chapters:
+        if stem == chapter or stem.startswith(chapter):
+            return chapter
     return None
 
 

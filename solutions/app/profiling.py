@@ -1,7 +1,7 @@
 """Where a training step's time goes: ``torch.profiler`` op by op, ours beside ``torch.nn.Transformer``.
 
 :func:`profile_training_step` runs the same training step as
-:func:`~solutions.app.bench.bench_training_step` (forward, backward, gradient clipping, Adam;
+:func:`~solutions.app.bench_training.bench_training_step` (forward, backward, gradient clipping, Adam;
 dropout 0.1, label smoothing 0.1) for :class:`solutions.Transformer` on its fast attention
 path and for ``torch.nn.Transformer`` of the same sizes, under ``torch.profiler`` on the CPU,
 and reports each model's top operators by their own ("self") CPU time and their share of
@@ -20,7 +20,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from ..masking import decoder_mask, padding_mask
 from ..configuration import TransformerConfig
-from .bench import TorchTransformerBaseline, random_batch
+from .bench_setup import TorchTransformerBaseline, random_batch
 
 __all__ = ["PROFILE_SIZES", "profile_training_step", "format_profile"]
 

@@ -8,7 +8,7 @@ its exception text. Now a failing *function* exercise is a stand-in there
 (``runner.Reference``) and a failing *class* exercise a module stand-in
 (``runner.module_stand_in``: the reference's parameters as tensors, its ``forward`` run
 outside), whose calls run the reference in a sandbox of its own
-(``sandbox.ReferenceCalls``, ``oracle.py``). The attackers below search every place it
+(``reference_calls.ReferenceCalls``, ``oracle.py``). The attackers below search every place it
 could be — the job file, globals, every function, class, frame, closure and module in
 the heap (``inspect``, ``dis``, code constants), ``linecache`` — find nothing, and so
 keep the full marks they would lose on finding it; the honest student beside each is
@@ -32,7 +32,7 @@ import pytest
 
 import fixtures
 import solutions
-from autograder import sandbox
+from autograder import library, reference_calls, sandbox
 from autograder.grading import grade_submission
 from autograder.wire import write_frame
 
@@ -313,9 +313,9 @@ def test_greedy_decodes_reference_runs_outside_the_graded_process(tmp_path, need
     assert _text(honest["beam_search"]) == _text(attacker["beam_search"])
 
 
-def _relay(tmp_path, names=("softmax",)) -> sandbox.ReferenceCalls:
-    lib = sandbox.reference_library(tmp_path / "lib")
-    return sandbox.ReferenceCalls(set(names), lib, tmp_path / "references", sandbox.Limits(wall_seconds=60.0),
+def _relay(tmp_path, names=("softmax",)) -> reference_calls.ReferenceCalls:
+    lib = library.reference_library(tmp_path / "lib")
+    return reference_calls.ReferenceCalls(set(names), lib, tmp_path / "references", sandbox.Limits(wall_seconds=60.0),
                                   sandbox=False)
 
 
@@ -558,7 +558,7 @@ def test_gradients_reach_a_callables_keyword_tensors():
     assert callback.decode.method == "decode"
 
 
-class _ScriptedWorker(sandbox.ReferenceCalls):
+class _ScriptedWorker(reference_calls.ReferenceCalls):
     """A relay whose references' side is a script (a thread here): it says ready, then
     answers each call with the next of :attr:`answers`, as raw frames."""
 
@@ -690,13 +690,13 @@ def test_the_references_start_is_not_charged_to_the_budget(tmp_path, monkeypatch
 
     now = [0.0]
     monkeypatch.setattr(grading._Budget, "clock", staticmethod(lambda: now[0]))
-    start_worker = sandbox.ReferenceCalls._run_worker
+    start_worker = reference_calls.ReferenceCalls._run_worker
 
     def slow_start(self, fds):
         now[0] += 1e6  # the references' start, by the budget's clock
         start_worker(self, fds)
 
-    monkeypatch.setattr(sandbox.ReferenceCalls, "_run_worker", slow_start)
+    monkeypatch.setattr(reference_calls.ReferenceCalls, "_run_worker", slow_start)
     keep = ["softmax", "scaled_dot_product_attention", "self_attention"]
     source = _trimmed_source("04_self_attention", keep, tmp_path)
     wrong_everywhere = "def softmax(x, axis=-1):\n    return np.exp(x) / np.exp(x).sum()  # over every axis\n"

@@ -26,6 +26,7 @@ import pytest
 from autograder import batch, journal, submissions
 from autograder.bench import make_submission
 from autograder.grading import RunSettings
+from autograder.sandbox import Limits, limits_for
 from autograder.scores import NotebookScores, Status
 from autograder.untrusted import read_untrusted
 from fixtures import judged_cell, make_course
@@ -538,6 +539,23 @@ def test_limit_options_reach_the_grader_and_key_the_journal_only_when_set(tmp_pa
     for bad in (dict(memory=0), dict(disk=-1), dict(processes=2.5), dict(memory="2G")):
         with pytest.raises(ValueError, match="must be a positive whole number"):
             RunSettings(**bad)  # refused where the run's settings are made, before any grading
+
+
+def test_whole_limits_are_a_run_setting_keyed_only_when_given():
+    """A test's own :class:`~autograder.sandbox.Limits` (a CPU time or address space no option
+    sets) travel in RunSettings too: each run gets them with the options on top, and a journal
+    key names them only when given, so a real class's keys are those of a run without them."""
+    key = batch.journal_key("ab", "cd", 1, "g", RunSettings(timeout=30.0, memory=2**30))
+    assert key == {"submission_sha256": "ab", "source_sha256": "cd", "seed": 1, "grader": "g", "timeout": 30.0,
+                   "sandbox": True, "memory": 2**30}
+    assert RunSettings(timeout=30.0).run_limits() == limits_for(30.0)
+    own = Limits(wall_seconds=300.0, cpu_seconds=10, memory_bytes=2 * 2**30)
+    settings = RunSettings(memory=2**30, processes=20, limits=own)
+    assert settings.run_limits() == Limits(wall_seconds=300.0, cpu_seconds=10, memory_bytes=4 * 2**30, processes=20,
+                                           run_memory_bytes=2**30)
+    assert batch.journal_key("ab", "cd", 1, "g", settings)["limits"]["cpu_seconds"] == 10
+    with pytest.raises(ValueError, match="limits must be a Limits, got a dict"):
+        RunSettings(limits={"cpu_seconds": 10})
 
 
 def test_the_seed_is_a_run_setting_that_no_file_or_repr_shows(tmp_path, course):

@@ -544,8 +544,8 @@ def graded(tmp_path_factory, needs_sandbox, request):
             name, (src_path, sub, target, sandbox) = item
             start = time.monotonic()
             limits = ATTACK_LIMITS.get(name.removeprefix("unsafe:"), LIMITS)
-            scores = grade_submission(src_path, sub, seed=SEED, limits=limits,
-                                      settings=RunSettings(sandbox=sandbox)).scores
+            scores = grade_submission(src_path, sub, seed=SEED,
+                                      settings=RunSettings(sandbox=sandbox, limits=limits)).scores
             durations[name] = time.monotonic() - start
             return name, ({s.exercise: s for s in scores}, target)
 
@@ -648,7 +648,8 @@ def test_the_case_search_finds_case_files_where_there_are_some(tmp_path, needs_s
     chapter, target, source = _attacks({}, [])["search_for_cases_before_their_check"]
     nb, src_path = _notebooks(tmp_path / "source")[chapter]
     sub = fixtures.write_notebook(fixtures.submission_with(nb, **{target: source}), tmp_path / "s.ipynb")
-    scores = {s.exercise: s for s in grade_submission(src_path, sub, seed=SEED, limits=LIMITS).scores}
+    scores = {s.exercise: s for s in grade_submission(src_path, sub, seed=SEED,
+                                                      settings=RunSettings(limits=LIMITS)).scores}
     assert scores[target].score == 0 and "cases_masked_softmax" in scores[target].reason, scores[target]
 
 

@@ -30,7 +30,7 @@ from autograder.grading import RunSettings
 from autograder.book import chapter_ids
 from autograder.release import student_version
 from autograder.scores import ExerciseScore, Status
-from autograder.report import summarise
+from autograder.summary import summarise
 
 pytestmark = pytest.mark.slow  # an nbgrader course autograded (its fixture: 33 s and more)
 

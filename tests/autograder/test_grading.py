@@ -559,7 +559,8 @@ def test_memory_held_in_files_is_stopped_at_the_run_limit(ch04_source, tmp_path,
     sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
                                                            softmax=MEMFD_HOG), tmp_path / "hog.ipynb")
     limits = Limits(wall_seconds=120.0, cpu_seconds=120, run_memory_bytes=1024 * 2**20)
-    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, limits=limits, seed=2).scores}
+    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, settings=RunSettings(limits=limits),
+                                                      seed=2).scores}
     hog = scores["softmax"]
     assert (hog.status, hog.score) == ("error", 0.0) and "1 GiB of memory" in hog.reason, hog
     assert scores["self_attention"].status == "passed"  # graded afresh after the kill
@@ -589,7 +590,7 @@ def test_unlinked_files_cannot_fill_the_disk(ch04_source, tmp_path, needs_sandbo
     sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
                                                            softmax=DISK_FILLER), tmp_path / "disk.ipynb")
     limits = Limits(wall_seconds=120.0, cpu_seconds=120, scratch_bytes=64 * 2**20)
-    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, limits=limits, seed=2,
+    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, settings=RunSettings(limits=limits), seed=2,
                                                       scratch_dir=tmp_path).scores}
     hit = scores["softmax"]
     assert (hit.status, hit.score) == ("error", 0.0) and "No space left on device" in hit.reason, hit

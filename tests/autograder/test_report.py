@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import html.parser
 import shutil
 from dataclasses import replace
@@ -22,7 +23,7 @@ import nbformat
 import pytest
 
 import fixtures
-from autograder import report
+from autograder import report, summary
 from autograder.batch import GRADE_COLUMNS, SCORE_COLUMNS, grade_class
 from autograder.grading import RunSettings, grade_submission
 from autograder.fingerprint import grader_fingerprint
@@ -30,7 +31,7 @@ from autograder.journal import Graded
 from autograder.results import ClassResults, SubmissionGrade
 from autograder.scores import ExerciseScore, NotebookScores, PartScore, ScoreError, Status, single_line
 from autograder.submissions import Submission
-from autograder.text import csv_text
+from autograder.text import csv_text, wrong_chapter_notice
 from autograder.bench import make_book, make_source_notebook
 from autograder.checks.base import check_report
 from autograder.cli import main
@@ -108,6 +109,10 @@ def test_grade_prints_a_summary_naming_each_problem(tmp_path, needs_sandbox, cap
             "errors: 0 · not submitted: 0") in text
     assert "bob/04_self_attention: unreadable submission: the file is not valid JSON" in text
     assert f"cat/{CH4}: this is a {CH5} notebook, submitted as {CH4}" in text
+    # cat is told so first on the feedback page, in the same words (text.wrong_chapter_notice)
+    page = (out / "feedback" / "cat" / f"{CH4}.html").read_text(encoding="utf-8")
+    assert f'<p class="invalid"><b>{html.escape(wrong_chapter_notice(CH5, CH4))}</b></p>' in page
+    assert "wrong chapter" not in (out / "feedback" / "ann" / f"{CH4}.html").read_text(encoding="utf-8")
     assert "was it deleted" not in text
     assert "dan/04_self_attention softmax: the kernel exited" in text
     for where in (out / "scores.csv", out / "grades.csv", out / "feedback", f"python -m autograder report {out}"):
@@ -162,7 +167,7 @@ def test_summary_counts_and_names_timeouts_invalid_and_absent(tmp_path):
         _graded("gone", CH4, ["missing", "missing"], reason="no submission", path=False),
         _graded("esc\x1b[2Jape", CH4, ["invalid", "invalid"], reason="unreadable submission: the file is empty"),
     ] + [_graded(f"broken{i:02d}", CH4, ["invalid"], reason="unreadable submission") for i in range(12)]
-    text = report.summarise(_class_results(results), tmp_path, graded=10, reused=7)
+    text = summary.summarise(_class_results(results), tmp_path, graded=10, reused=7)
     assert text.startswith("graded 10 submission(s), reused 7 unchanged from the journal; 18 student(s).")
     assert ("complete: 1 · incomplete: 3 · invalid: 13 · wrong chapter: 0 · flagged: 0 · timed out: 1 · "
             "errors: 1 · not submitted: 1") in text
@@ -196,12 +201,12 @@ def test_the_summary_is_a_view_of_the_results_the_batch_wrote(tmp_path):
     stored = ClassResults.read(out)
     assert done.class_results() == stored
     assert [(s.student, s.wrong_chapter) for s in stored.submissions] == [(students[0], CH5), (students[1], None)]
-    text = report.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
+    text = summary.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
     assert f"{students[0]}/{CH4}: this is a {CH5} notebook, submitted as {CH4}" in text
     assert "complete: 1 · incomplete: 0 · invalid: 0 · wrong chapter: 1" in text
     edited = (out / "results.json").read_text(encoding="utf-8").replace(f'"{CH5}"', '"03_positional_encoding"')
     (out / "results.json").write_text(edited, encoding="utf-8")
-    text = report.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
+    text = summary.summarise(done.class_results(), out, graded=done.graded, reused=done.reused)
     assert f"{students[0]}/{CH4}: this is a 03_positional_encoding notebook" in text
 
 

@@ -96,7 +96,7 @@ def test_ctranslate2_bench_runs_the_cli_decoders_and_scores_against_the_referenc
     """Ours runs the command line's decoders (the batched beam search, not one sentence at a
     time); a TSV corpus's references score both engines, a plain-text corpus scores none."""
     pytest.importorskip("ctranslate2")
-    import solutions.app.bench as bench
+    import solutions.app.bench_decoding as bench
     from solutions.app.inference import decoders_for
 
     beams = []

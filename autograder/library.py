@@ -1,0 +1,113 @@
+"""The read-only library a sandbox imports (``/lib-grading``, its ``PYTHONPATH``).
+
+A student's run gets :func:`build_library`: ``runner.py``, the stub ``autograder`` package
+with the wire format, and a copy of ``solutions`` without the modules that define or
+import the graded chapter's answers (:mod:`autograder.withhold` decides which). The
+references' sandbox of a regrade gets :func:`reference_library`: ``solutions`` whole and
+``oracle.py`` (:class:`autograder.reference_calls.ReferenceCalls`).
+"""
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+from .untrusted import parse_source
+from .withhold import SOLUTIONS_DIR, graded_modules, module_names
+
+__all__ = ["build_library", "reference_library", "AUTOGRADER_DIR"]
+
+AUTOGRADER_DIR = Path(__file__).resolve().parent
+
+
+def _generated_init(root: Path, package: str, kept: set[str], stripped: set[str]) -> str:
+    """An ``__init__.py`` re-exporting the kept modules the original re-exports."""
+    tree = parse_source((root / "__init__.py").read_text(encoding="utf-8"), str(root / "__init__.py"))
+    lines = [
+        f'"""Stripped copy of `{package}` for grading: generated, do not edit.',
+        "",
+        "Left out (they define or import this chapter's graded answers):",
+        *(f"    {name}" for name in sorted(stripped)),
+        '"""',
+    ]
+    star: list[str] = []
+    named: list[tuple[str, list[str]]] = []  # `from .module import a, b` of a kept module
+    submodules: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module and f"{package}.{node.module}" in kept:
+                if any(a.name == "*" for a in node.names):
+                    star.append(node.module)
+                else:
+                    named.append((node.module, [a.name for a in node.names]))
+            elif node.module is None:
+                submodules.extend(a.name for a in node.names if f"{package}.{a.name}" in kept)
+    for name in star + [module for module, _ in named]:
+        if name not in submodules:
+            submodules.append(name)
+    if submodules:
+        lines.append(f"from . import {', '.join(submodules)}")
+    lines.extend(f"from .{name} import *" for name in star)
+    lines.extend(f"from .{module} import {', '.join(names)}" for module, names in named)
+    exported = " ".join(f"*getattr({name}, '__all__', [])," for name in star)
+    exported += "".join(f" {name!r}," for _, names in named for name in names)
+    lines.append(f"__all__ = [{exported}]")
+    return "\n".join(lines) + "\n"
+
+
+def build_library(dest: Path, graded_names: set[str], solutions_dir: Path = SOLUTIONS_DIR) -> Path:
+    """Write the sandbox's read-only ``PYTHONPATH`` folder and return it.
+
+    It holds ``runner.py``, the stub ``autograder`` package with the wire format
+    (``autograder/wire.py``, which the runner imports) and a copy of
+    ``solutions`` without the modules of :func:`~autograder.withhold.graded_modules` (only sources and
+    data files; no ``__pycache__``), whose ``__init__`` re-exports what is left.
+
+    Args:
+        dest: an empty or missing folder.
+        graded_names: the contract names graded in this chapter.
+        solutions_dir: the ``solutions`` package folder.
+
+    Returns:
+        ``dest``.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(AUTOGRADER_DIR / "runner.py", dest / "runner.py")
+    (dest / "autograder").mkdir(exist_ok=True)
+    shutil.copyfile(AUTOGRADER_DIR / "stub" / "__init__.py", dest / "autograder" / "__init__.py")
+    shutil.copyfile(AUTOGRADER_DIR / "wire.py", dest / "autograder" / "wire.py")
+    package = "solutions"
+    stripped = graded_modules(graded_names, solutions_dir, package)
+    modules = module_names(solutions_dir, package)
+    kept = set(modules) - stripped
+    target = dest / package
+    for path in sorted(solutions_dir.rglob("*")):
+        rel = path.relative_to(solutions_dir)
+        if "__pycache__" in rel.parts or path.is_dir() or path.suffix in (".pyc", ".pyo"):
+            continue
+        if path.suffix == ".py":
+            name = ".".join([package, *rel.with_suffix("").parts])
+            if name.endswith(".__init__"):
+                name = name[: -len(".__init__")]
+            if name in stripped or name == package:
+                continue
+        out = target / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, out)
+    target.mkdir(exist_ok=True)
+    (target / "__init__.py").write_text(_generated_init(solutions_dir, package, kept, stripped), encoding="utf-8")
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return dest
+
+
+def reference_library(dest: Path, solutions_dir: Path = SOLUTIONS_DIR) -> Path:
+    """The library of the references' sandbox (:class:`~autograder.reference_calls.ReferenceCalls`): ``solutions``
+    whole (no student code runs there), the wire format, ``oracle.py`` and, beside the
+    wire format in the stub package, the runner it borrows its autograd function from."""
+    build_library(dest, set(), solutions_dir)
+    for source, target in (("oracle.py", "oracle.py"), ("runner.py", "autograder/runner.py")):
+        shutil.copyfile(AUTOGRADER_DIR / source, dest / target)
+        (dest / target).chmod(0o644)
+    return dest
