@@ -563,12 +563,16 @@ def graded(tmp_path_factory, needs_sandbox, request):
     server = _Server(solution_cell_source(solutions.padding_mask))
     try:
         attacks = _attacks(sentinels, server.urls())
-        unknown = {name.removeprefix("unsafe:") for name in wanted} - set(attacks)
+        # in the order of a full run (the attacks as written, then the controls), so that
+        # the same two submissions are graded side by side whatever the selection
+        order = [*attacks, *("unsafe:" + name for name in UNSAFE_CONTROLS)]
+        unknown = wanted - set(order)
         if unknown:
-            raise LookupError(f"the tests read attacks that _attacks() does not write: {sorted(unknown)}")
+            raise LookupError(f"the tests read submissions that _attacks() and UNSAFE_CONTROLS do not make: "
+                              f"{sorted(unknown)}")
         books = _notebooks(root / "source")
         jobs = {}
-        for name in sorted(wanted):
+        for name in [name for name in order if name in wanted]:
             chapter, target, source = attacks[name.removeprefix("unsafe:")]
             nb, src_path = books[chapter]
             sub = fixtures.write_notebook(fixtures.submission_with(nb, **{target: source}),
