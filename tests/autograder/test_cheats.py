@@ -514,31 +514,70 @@ def _notebooks(root: Path):
     }
 
 
+# The attack each test of ``graded`` reads, for the tests that name theirs in the body
+# (the others take it as their ``attack`` parameter).
+ATTACKS_READ = {
+    "test_ipython_input_transformers_earn_nothing": "ipython_input_transformers",
+    "test_tensor_subclass_disguised_as_torch_tensor_is_judged_on_its_data": "tensor_subclass_disguised_as_torch_tensor",
+    "test_ndarray_subclass_with_lying_comparisons": "ndarray_subclass_liar",
+    "test_files_outside_the_scratch_dir_are_untouched": "touch_files_outside",
+    "test_network_is_unreachable": "network_fetch_reference",
+    "test_killing_the_sandbox_parent_is_refused": "kill_parent",
+    "test_forged_result_with_a_factory_is_rejected": "forge_own_result_with_factory",
+    "test_forged_frames_for_other_exercises_are_detected": "forge_frame_for_other_exercise",
+}
+
+
+def _attacks_to_grade(items, module) -> set[str]:
+    """The submissions the run's tests of ``module`` read: ``attack`` for a sandboxed
+    grading, ``unsafe:attack`` for an unsafe control. Only those are graded: a run that
+    deselects tests (``-k``, or the container-mode run of this module, which leaves out
+    the attacks written for bubblewrap's mounts) grades no attack nobody asserts on."""
+    wanted = set()
+    for item in items:
+        if getattr(item, "module", None) is not module or "graded" not in getattr(item, "fixturenames", ()):
+            continue
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.originalname == "test_the_same_attacks_work_without_the_sandbox":
+            wanted.add("unsafe:" + params["attack"])
+        elif "attack" in params:
+            wanted.add(params["attack"])
+        elif item.originalname in ATTACKS_READ:
+            wanted.add(ATTACKS_READ[item.originalname])
+        else:
+            raise LookupError(f"{item.nodeid} reads the graded attacks: name the one it reads in ATTACKS_READ")
+    return wanted
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, needs_sandbox, request):
-    """Grade every attack submission once (two at a time); return
+    """Grade each attack submission the run's tests read once (two at a time); return
     ``{attack: (scores by exercise, attacked exercise)}``, the sentinels' digests
     before and after, and the unsafe controls' scores (graded only where their test
     runs: the container-mode run of this module deselects it, since without the
     sandbox both modes run the same plain subprocess)."""
+    wanted = _attacks_to_grade(request.session.items, request.module)
     root = tmp_path_factory.mktemp("cheats")
     sentinels = _sentinels(root / "host")
     before = {k: file_digest(p) for k, p in sentinels.items()}
     server = _Server(solution_cell_source(solutions.padding_mask))
     try:
         attacks = _attacks(sentinels, server.urls())
+        # in the order of a full run (the attacks as written, then the controls), so that
+        # the same two submissions are graded side by side whatever the selection
+        order = [*attacks, *("unsafe:" + name for name in UNSAFE_CONTROLS)]
+        unknown = wanted - set(order)
+        if unknown:
+            raise LookupError(f"the tests read submissions that _attacks() and UNSAFE_CONTROLS do not make: "
+                              f"{sorted(unknown)}")
         books = _notebooks(root / "source")
         jobs = {}
-        for name, (chapter, target, source) in attacks.items():
+        for name in [name for name in order if name in wanted]:
+            chapter, target, source = attacks[name.removeprefix("unsafe:")]
             nb, src_path = books[chapter]
             sub = fixtures.write_notebook(fixtures.submission_with(nb, **{target: source}),
-                                          root / "submitted" / name / f"{chapter}.ipynb")
-            jobs[name] = (src_path, sub, target, True)
-        controls = any(item.originalname == "test_the_same_attacks_work_without_the_sandbox"
-                       for item in request.session.items)
-        for name in UNSAFE_CONTROLS if controls else ():
-            src_path, sub, target, _ = jobs[name]
-            jobs["unsafe:" + name] = (src_path, sub, target, False)
+                                          root / "submitted" / name.replace(":", "_") / f"{chapter}.ipynb")
+            jobs[name] = (src_path, sub, target, not name.startswith("unsafe:"))
 
         def run(item):
             name, (src_path, sub, target, sandbox) = item

@@ -9,6 +9,7 @@ import pytest
 
 import fixtures
 from walls import cannot_start
+from autograder import grading, reference_calls
 from autograder.grading import RunSettings, grade_submission
 from autograder.scores import ExerciseScore, NotebookScores, PartScore, Status
 
@@ -29,9 +30,34 @@ def submissions(tmp_path_factory):
     nb = fixtures.source_notebook("04_self_attention")
     return {
         "reference": fixtures.write_notebook(fixtures.reference_submission(nb), root / "reference.ipynb"),
-        "blank": fixtures.write_notebook(fixtures.blank_submission(nb), root / "blank.ipynb"),
         "wrong": fixtures.write_notebook(fixtures.submission_with(nb, softmax=WRONG_SOFTMAX), root / "wrong.ipynb"),
     }
+
+
+@pytest.fixture(scope="module")
+def wrong_graded(ch04_source, submissions, needs_sandbox):
+    """The chapter-4 submission with the wrong softmax, graded once in the sandbox with the
+    hidden cases of seed 11: two regrades, since both attention functions call softmax.
+
+    The budget's clock is a fake one that stands still during runs and jumps a million
+    seconds at each start of a regrade's references (``ReferenceCalls._run_worker``):
+    a start charged to the budget would spend it on the first regrade. Returns
+    ``(scores, the fake clock's reading at the end)``. Read by the determinism test (its
+    first grading: the second, with the real clock, must equal it), the charged-once
+    test (its ``wrong`` case) and the references'-start test, which graded the same
+    notebook each on its own."""
+    now = [0.0]
+    start_worker = reference_calls.ReferenceCalls._run_worker
+
+    def slow_start(self, fds):
+        now[0] += 1e6  # the references' start, by the budget's clock
+        start_worker(self, fds)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(grading._Budget, "clock", staticmethod(lambda: now[0]))
+        patch.setattr(reference_calls.ReferenceCalls, "_run_worker", slow_start)
+        scores = grade_submission(ch04_source, submissions["wrong"], seed=11).scores
+    return scores, now[0]
 
 
 def _table(scores):
@@ -51,15 +77,8 @@ def test_reference_scores_full_marks(ch04_source, submissions, needs_sandbox):
 
 
 @pytest.mark.slow
-def test_blank_release_scores_zero(ch04_source, submissions, needs_sandbox):
-    scores = grade_submission(ch04_source, submissions["blank"]).scores
-    assert [s.score for s in scores] == [0.0, 0.0, 0.0]
-    assert all(s.status == "failed" and s.reason.startswith("not implemented yet") for s in scores)
-
-
-@pytest.mark.slow
-def test_grading_is_deterministic_given_a_seed_and_idempotent(ch04_source, submissions, needs_sandbox):
-    first = grade_submission(ch04_source, submissions["wrong"], seed=11).scores
+def test_grading_is_deterministic_given_a_seed_and_idempotent(ch04_source, submissions, wrong_graded):
+    first, _ = wrong_graded
     again = grade_submission(ch04_source, submissions["wrong"], seed=11).scores
     assert _table(first) == _table(again)
     assert first[0].status == "failed" and first[0].score == 0
@@ -130,10 +149,14 @@ def _chapter_notebooks():
 def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_sandbox):
     """Every chapter notebook in book/, graded in the real sandbox: the source itself
     scores full marks on every exercise (the sandbox withholds no module its answers
-    need), its released form (solution regions blanked) scores zero, "not implemented yet"."""
+    need), its released form (solution regions blanked) scores zero, "not implemented yet"
+    in every reason; in chapter 4's, whose cases all call the answer plainly, at its start
+    (the blank of the small chapter-4 notebook the other tests grade is graded here only)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import nbformat
+
+    from autograder.checks import exercises_of
 
     books = _chapter_notebooks()
     assert len(books) == 11, f"found {len(books)} chapter notebooks with checks, expected 11"
@@ -155,12 +178,13 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         for source, kind, scores in pool.map(grade, jobs):
-            assert scores, source
+            assert [s.exercise for s in scores] == [ex.name for ex in exercises_of(source.stem)], source
             if kind == "reference":
                 wrong = [s for s in scores if not (s.status == "passed" and s.score == s.max_score > 0)]
             else:
-                wrong = [s for s in scores if not (s.score == 0 and s.status == "failed"
-                                                   and "not implemented yet" in s.reason)]
+                ch04 = source.stem == "04_self_attention"
+                wrong = [s for s in scores if not (s.score == 0 and s.status == "failed" and (
+                    s.reason.startswith("not implemented yet") if ch04 else "not implemented yet" in s.reason))]
             assert not wrong, (source.name, kind, [short(s, kind) for s in wrong])
 
 
@@ -253,26 +277,44 @@ def softmax(x, axis=-1):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("softmax_source", [WRONG_SOFTMAX, UNFINISHED_SOFTMAX], ids=["wrong", "unfinished"])
-def test_a_failing_earlier_answer_is_charged_once(ch04_source, tmp_path, needs_sandbox, monkeypatch,
-                                                  softmax_source):
+@pytest.mark.parametrize("softmax_source", ["wrong", UNFINISHED_SOFTMAX], ids=["wrong", "unfinished"])
+def test_a_failing_earlier_answer_is_charged_once(ch04_source, tmp_path, needs_sandbox, request, softmax_source):
     """softmax wrong or unfinished, the attention functions right (they call softmax):
     softmax loses its points, the later exercises keep theirs, graded with the
-    reference softmax in its place, and the feedback says so first."""
+    reference softmax in its place, and the feedback says so first. The wrong softmax
+    is the module's ``wrong`` submission, graded once (``wrong_graded``)."""
     from autograder.checks import get_exercise
 
-    for name, uses in (("scaled_dot_product_attention", ("softmax",)),
-                       ("self_attention", ("scaled_dot_product_attention", "softmax"))):
-        monkeypatch.setattr(type(get_exercise(name)), "uses", uses)
-    sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
-                                                           softmax=softmax_source), tmp_path / "s.ipynb")
-    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, seed=3).scores}
+    # what the regrades rest on: the registry says which earlier answers each one calls
+    assert get_exercise("scaled_dot_product_attention").uses == ("softmax",)
+    assert get_exercise("self_attention").uses == ("scaled_dot_product_attention", "softmax")
+    if softmax_source == "wrong":
+        graded, _ = request.getfixturevalue("wrong_graded")
+    else:
+        sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
+                                                               softmax=softmax_source), tmp_path / "s.ipynb")
+        graded = grade_submission(ch04_source, sub, seed=3).scores
+    scores = {s.exercise: s for s in graded}
     assert scores["softmax"].score < scores["softmax"].max_score
     for name in ("scaled_dot_product_attention", "self_attention"):
         s = scores[name]
         assert (s.status, s.score) == ("passed", s.max_score), s
         assert s.notes[0].startswith(f"your `{name}` calls your `softmax`") and "fix `softmax` first" in s.notes[0]
     assert "calls your `scaled_dot_product_attention`" not in scores["self_attention"].notes[0]
+
+
+@pytest.mark.slow
+def test_the_references_start_is_not_charged_to_the_budget(wrong_graded):
+    """A regrade's references start before the student's run, off its clock: with a fake
+    clock that takes a million seconds for each start (``wrong_graded``), the two
+    regrades of chapter 4 (the attention with the reference softmax, then self-attention
+    with it) both happen and both earn full marks."""
+    graded, clock = wrong_graded
+    scores = {s.exercise: s for s in graded}
+    for name in ("scaled_dot_product_attention", "self_attention"):
+        assert (scores[name].status, scores[name].score) == ("passed", scores[name].max_score), scores[name]
+        assert "graded with the reference `softmax` in its place" in scores[name].notes[0]
+    assert clock == 2e6  # two regrades, each with its references' start
 
 
 @pytest.mark.slow
