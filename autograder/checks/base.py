@@ -153,6 +153,11 @@ class Case:
             case, state of the module's own beside them is accepted.
         strict_state: the contract fixes the whole state dict (``PositionalEncoding``'s
             ``pe``): the module may hold no other parameter or buffer.
+        state_by_shape: a key of ``state`` the module lacks goes to the one parameter of
+            the module, not named in ``state``, of the same shape (:func:`autograder.
+            runner.load_state`): for a part that grades what a module computes, when
+            the names are the rule of another part (``TokenEmbedding``'s
+            ``embedding``).
         method: the method to call on the instance (class exercises).
         train: call ``.train()`` (True) or ``.eval()`` (False) first.
         attrs: attributes to read after the call (e.g. ``"attn_weights"``).
@@ -195,6 +200,7 @@ class Case:
     part: str = ""
     compare: str = "full"
     strict_state: bool = False
+    state_by_shape: bool = False
 
     def to_spec(self, kind: str, arrays: dict) -> dict:
         """Encode this case for :func:`autograder.runner.run_case`."""
@@ -220,6 +226,8 @@ class Case:
                 arrays[key] = np.ascontiguousarray(np.asarray(value))
                 state[name] = key
             spec["state"] = state
+            if self.state_by_shape:  # only when set: every other case's spec (and fingerprint) is unchanged
+                spec["state_by_shape"] = True
         return spec
 
 

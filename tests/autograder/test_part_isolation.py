@@ -670,6 +670,37 @@ for _mutant in (bootstrap_bleu_sentence_mean, bootstrap_bleu_inverted_penalty, b
                     + inspect.getsource(_mutant).replace(f"def {_mutant.__name__}(", "def bootstrap_bleu(", 1))
 
 
+# Single-rule mutants of parts that had none (issue 38, item 2), and the four rows found by
+# probing: another name for the embedding table, the heads left unmerged, the merges
+# applied last-learned first, a masked fill of -20.
+TOKEN_EMBEDDING_NAMED_TABLE = from_cell("TokenEmbedding", ("self.embedding = nn.Embedding", "self.table = nn.Embedding"),
+                                        ("return self.embedding(ids)", "return self.table(ids)"),
+                                        label="TokenEmbedding_named_table")
+BPE_TOKENIZE_REVERSED = from_cell("bpe_tokenize", ("for left, right in merges:",
+                                                   "for left, right in reversed(merges):  # the last learned first"),
+                                  label="bpe_tokenize_reversed")
+
+
+def merge_heads_unmerged(x):
+    return x.transpose(1, 2)  # (B, T, h, d_k): the heads in order, never concatenated
+
+
+def masked_softmax_fill_minus_20(scores, mask):
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    return torch.softmax(scores.masked_fill(~mask, -20.0), dim=-1).masked_fill(~mask, 0.0)  # -20: not below every score
+
+
+def masked_softmax_leaking(scores, mask):
+    """A fill 30 below each row's lowest score: masked weights tiny, not 0; only the fully
+    masked rows are zeroed."""
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    low = scores.amin(dim=-1, keepdim=True) - 30
+    weights = torch.softmax(torch.where(mask, scores, low), dim=-1)
+    return weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+
+
 BROKEN = [
     ("rnn_forward", 1, rnn_forward_zero_h0, "you started from zeros"),
     ("rnn_forward", 0, rnn_forward_with_h0_row, "H has h0 as its first row"),
@@ -766,6 +797,11 @@ BROKEN = [
     ("MultiHeadAttention", 3, MultiHeadAttentionForgetsWeights, "self.attn_weights is not set"),
     ("Transformer", 3, TransformerCopiesSharedEmbeddings, "must tie the weights"),
     ("Transformer", 4, TransformerWidensInsteadOfRaising, "one matrix cannot serve two vocabularies"),
+    ("TokenEmbedding", 0, TOKEN_EMBEDDING_NAMED_TABLE, "named `embedding`"),
+    ("bpe_tokenize", 0, BPE_TOKENIZE_REVERSED, "apply the merges in the order they were learned"),
+    ("merge_heads", 0, merge_heads_unmerged, "transposed but not merged"),
+    ("masked_softmax", 0, masked_softmax_fill_minus_20, "your masked fill is not below the real scores"),
+    ("masked_softmax", 1, masked_softmax_leaking, "masked positions must be exactly 0"),
 ]
 
 # Words a row's feedback must not hold: the diagnosis of another mistake (issue 38). An
