@@ -157,10 +157,10 @@ def load_state(module, state: dict, strict: bool = False, by_shape: bool = False
         state: name -> tensor, every name one the contract fixes.
         strict: also refuse buffers of the module that ``state`` does not hold
             (parameters it does not hold are always refused).
-        by_shape: a key the module lacks is loaded into the module's one parameter
-            of the same shape that ``state`` does not name, when there is exactly
-            one (a case grading what the module computes, where the names are
-            another part's rule).
+        by_shape: a key the module lacks is loaded into a parameter of the same
+            shape that ``state`` does not name, the first in the module's order
+            (:func:`_renamed_by_shape`): a case grading what the module computes,
+            where the names are another part's rule.
 
     Raises:
         RuntimeError: a key of ``state`` that the module does not have; the message
@@ -183,16 +183,20 @@ def load_state(module, state: dict, strict: bool = False, by_shape: bool = False
 
 
 def _renamed_by_shape(module, state: dict, missing: list[str]) -> dict:
-    """``state`` with each key of ``missing`` renamed to the module's one parameter of
-    its shape that ``state`` does not name (a key with no such parameter, or several,
-    is kept, and refused by :func:`load_state`)."""
+    """``state`` with each key of ``missing``, in ``state``'s order, renamed to the first
+    parameter of the module (in the order it registers them) of its shape that ``state``
+    does not name and no earlier key took: ``embedding.weight`` to a table named ``emb``;
+    ``w_q.*, w_k.*, w_v.*, w_o.*`` to ``linears.0.* … linears.3.*``. A key with no such
+    parameter is kept, and refused by :func:`load_state`."""
     free = {name: tuple(p.shape) for name, p in module.named_parameters() if name not in state}
-    renamed = dict(state)
-    for key in missing:
-        same = [name for name, shape in free.items() if shape == tuple(state[key].shape)]
-        if len(same) == 1:
-            renamed[same[0]] = renamed.pop(key)
-            del free[same[0]]
+    renamed = {}
+    for key, value in state.items():
+        if key in missing:
+            same = next((name for name, shape in free.items() if shape == tuple(value.shape)), None)
+            if same is not None:
+                del free[same]
+                key = same
+        renamed[key] = value
     return renamed
 
 

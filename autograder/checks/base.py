@@ -153,11 +153,12 @@ class Case:
             case, state of the module's own beside them is accepted.
         strict_state: the contract fixes the whole state dict (``PositionalEncoding``'s
             ``pe``): the module may hold no other parameter or buffer.
-        state_by_shape: a key of ``state`` the module lacks goes to the one parameter of
-            the module, not named in ``state``, of the same shape (:func:`autograder.
-            runner.load_state`): for a part that grades what a module computes, when
-            the names are the rule of another part (``TokenEmbedding``'s
-            ``embedding``).
+        state_by_shape: a key of ``state`` the module lacks goes to a parameter of the
+            module of the same shape that ``state`` does not name, the first in the
+            module's order (:func:`autograder.runner.load_state`): for a part that
+            grades what a module computes, when the names are the rule of another
+            part (``TokenEmbedding``'s ``embedding``, ``MultiHeadAttention``'s
+            ``w_q``, ``w_k``, ``w_v``, ``w_o``).
         method: the method to call on the instance (class exercises).
         train: call ``.train()`` (True) or ``.eval()`` (False) first.
         attrs: attributes to read after the call (e.g. ``"attn_weights"``).

@@ -373,8 +373,10 @@ class MultiHeadAttentionCheck(_HeadsExercise):
         args = (q_arg, Tensor(key), Tensor(value)) if cross else (q_arg, Tensor(query), Tensor(query))
         weight = Tensor(rng.normal(size=(batch, t_q, d_model)).astype(np.float32)) if backward else None
         attrs = ("attn_weights",) if part == MultiHeadAttentionCheck.WEIGHTS else ()
+        # the layers' names are the rule of the layers part: the reference's weights go to
+        # four (d_model, d_model) layers under any names, in the order w_q, w_k, w_v, w_o
         return Case(args=args, kwargs=kwargs, init=init, state=_random_state(rng, d_model), attrs=attrs,
-                    part=part, label=label, backward=weight, rtol=rtol, atol=atol)
+                    part=part, label=label, backward=weight, rtol=rtol, atol=atol, state_by_shape=True)
 
     @staticmethod
     def _fully_masked():
