@@ -199,9 +199,10 @@ def _jacobian_inputs(rng, T, d_h, scale):
     return _rnn(x, h0, W_xh, W_hh, b_h), W_hh
 
 
-# The mistakes in one Jacobian J_k = diag(1 - h_k²) W_hhᵀ or its norm (switches of
-# _jacobian_norms): "one step back, ‖J_{T-1}‖" states that formula.
-_ONE_JACOBIAN_MISTAKES = (dict(derivative=False), dict(transpose=False), dict(same_step=True), dict(ord="fro"))
+# The mistakes in one Jacobian J_k[i, j] = (1 - H[k, i]²) W_hh[j, i] (switches of
+# _jacobian_norms): "one step back, ‖J_{T-1}‖" states that formula. The spectral norm is
+# a rule of every norm, which both parts state: the Frobenius norm costs both.
+_ONE_JACOBIAN_MISTAKES = (dict(derivative=False), dict(transpose=False), dict(same_step=True))
 
 
 @register
@@ -270,8 +271,8 @@ class HiddenStateJacobianNorms(Exercise):
         accepted = [w[:-1].copy(), w[::-1].copy()]
         if self.part_of(case) == products:
             # One Jacobian's formula (the tanh derivative, where it is taken, W_hh's
-            # transpose, the spectral norm) is the rule of "one step back", which states it:
-            # the products' cases accept each of them broken.
+            # transpose) is the rule of "one step back", which states it: the products'
+            # cases accept each of them broken.
             H, W_hh = (np.asarray(a, dtype=np.float64) for a in case.args)
             accepted += [_jacobian_norms(H, W_hh, **flags) for flags in _ONE_JACOBIAN_MISTAKES]
         return [dataclasses.replace(want, value=value) for value in accepted]
