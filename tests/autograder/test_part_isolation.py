@@ -797,6 +797,22 @@ MHA_LINEARS = from_cell("MultiHeadAttention",
                         label="MultiHeadAttention_linears")
 
 
+class TransformerEncodeWithoutFinalNorm(solutions.Transformer):
+    def encode(self, src, src_mask=None):
+        x = self.positional(self.src_embed(src))
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return x  # pre-norm: encoder_norm forgotten
+
+
+class TransformerDecodeWithoutPositions(solutions.Transformer):
+    def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
+        x = self.tgt_embed(tgt)  # the positional encoding forgotten on the target side
+        for layer in self.decoder_layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.decoder_norm(x) if self.norm_first else x
+
+
 BROKEN = [
     ("rnn_forward", 1, rnn_forward_zero_h0, "you started from zeros"),
     ("rnn_forward", 0, rnn_forward_with_h0_row, "H has h0 as its first row"),
@@ -912,6 +928,8 @@ BROKEN = [
     ("DecoderLayer", 0, DECODER_LAYER_PRE_NORM_ONLY, "pre- and post-norm are swapped"),
     ("EncoderLayer", 1, ENCODER_LAYER_POST_NORM_ONLY, "your layer computed the post-norm formula"),
     ("DecoderLayer", 1, DECODER_LAYER_POST_NORM_ONLY, "your layer computed the post-norm formula"),
+    ("Transformer", 0, TransformerEncodeWithoutFinalNorm, "encode returns self.encoder_norm(x)"),
+    ("Transformer", 1, TransformerDecodeWithoutPositions, "missing on the target side"),
     ("Transformer", 2, TransformerForwardWithoutSrcMask, "the src_mask does not reach the decoder's cross-attention"),
 ]
 
