@@ -1341,7 +1341,9 @@ def own_failures(exercise: Exercise, obj: Any, cases: list[Case], results: list[
     A case that failed with wrong values (not an exception) could come from a
     dependency, and so does an exception whose innermost frame among the answer's
     functions and the dependencies is a dependency's (or a function of the answer
-    called like one)."""
+    called like one), and an exception other than a slip of the answer's own code
+    (:data:`_SLIPS`): a shape error in ``self.w_o(merge_heads(...))`` comes from what
+    a wrong ``merge_heads`` returned."""
     own = {getattr(obj, "__name__", "")}
     if isinstance(obj, type):
         own |= {n for n, v in vars(obj).items() if hasattr(getattr(v, "__func__", v), "__code__")}
@@ -1361,7 +1363,14 @@ def own_failures(exercise: Exercise, obj: Any, cases: list[Case], results: list[
             return False
         if _innermost_function(str(raised.get("traceback") or ""), known) not in own:
             return False
+        if raised.get("type") not in _SLIPS:
+            return False
     return failed > 0
+
+
+#: The exceptions an answer's own code raises whatever its dependencies return: a
+#: misspelt name or attribute (``np.linalg.nrom``, ``self.dropuot``, ``k.tranpose``).
+_SLIPS = frozenset({"NameError", "UnboundLocalError", "AttributeError"})
 
 
 def _visible_failures(exercise: Exercise, namespace: dict) -> list[str]:
