@@ -675,10 +675,10 @@ for _mutant in (bootstrap_bleu_sentence_mean, bootstrap_bleu_inverted_penalty, b
 # applied last-learned first, a masked fill of -20.
 TOKEN_EMBEDDING_NAMED_TABLE = from_cell("TokenEmbedding", ("self.embedding = nn.Embedding", "self.table = nn.Embedding"),
                                         ("return self.embedding(ids)", "return self.table(ids)"),
-                                        label="TokenEmbedding_named_table")
+                                        label="TOKEN_EMBEDDING_NAMED_TABLE")
 BPE_TOKENIZE_REVERSED = from_cell("bpe_tokenize", ("for left, right in merges:",
                                                    "for left, right in reversed(merges):  # the last learned first"),
-                                  label="bpe_tokenize_reversed")
+                                  label="BPE_TOKENIZE_REVERSED")
 
 
 def merge_heads_unmerged(x):
@@ -769,13 +769,13 @@ class PositionalEncodingDropoutOnX(solutions.PositionalEncoding):
 
 
 ENCODER_LAYER_PRE_NORM_ONLY = from_cell("EncoderLayer", ("if self.norm_first:", "if True:  # pre-norm always"),
-                                        label="EncoderLayer_pre_norm_always")
+                                        label="ENCODER_LAYER_PRE_NORM_ONLY")
 DECODER_LAYER_PRE_NORM_ONLY = from_cell("DecoderLayer", ("if self.norm_first:", "if True:  # pre-norm always"),
-                                        label="DecoderLayer_pre_norm_always")
+                                        label="DECODER_LAYER_PRE_NORM_ONLY")
 ENCODER_LAYER_POST_NORM_ONLY = from_cell("EncoderLayer", ("if self.norm_first:", "if False:  # norm_first ignored"),
-                                         label="EncoderLayer_norm_first_ignored")
+                                         label="ENCODER_LAYER_POST_NORM_ONLY")
 DECODER_LAYER_POST_NORM_ONLY = from_cell("DecoderLayer", ("if self.norm_first:", "if False:  # norm_first ignored"),
-                                         label="DecoderLayer_norm_first_ignored")
+                                         label="DECODER_LAYER_POST_NORM_ONLY")
 
 
 class TransformerForwardWithoutSrcMask(solutions.Transformer):
@@ -794,7 +794,7 @@ MHA_LINEARS = from_cell("MultiHeadAttention",
                         ("        self.w_o = nn.Linear(d_model, d_model)\n", ""),
                         ("self.w_q(", "self.linears[0]("), ("self.w_k(", "self.linears[1]("),
                         ("self.w_v(", "self.linears[2]("), ("self.w_o(", "self.linears[3]("),
-                        label="MultiHeadAttention_linears")
+                        label="MHA_LINEARS")
 
 
 class TransformerEncodeWithoutFinalNorm(solutions.Transformer):
