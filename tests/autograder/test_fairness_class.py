@@ -14,7 +14,10 @@ the standard deviation and the unbiased variance in 7.1, the rotation by -k in 3
 ``noam_lr``'s warm-up exponent and its warm-up branch alone in 9.2, ``self.dropuot`` in
 3.2, ``masked_fill(-inf)`` and an inverted mask in 5.3, ``k.tranpose`` and
 ``torch.wher`` typos, a typo in a ``MultiHeadAttention`` that calls a wrong
-``split_heads``, and 7.4's promised note.
+``split_heads``, and 7.4's promised note; and the rows found by probing since: another
+name for ``TokenEmbedding``'s table, the merges applied last-learned first, the heads left
+unmerged (with a ``MultiHeadAttention`` in the Annotated Transformer's ``linears`` style
+calling them) and a masked fill of -20.
 
 Every other exercise of a notebook is the reference's (full marks, no note), so a row
 also shows that one student's mistake costs no other exercise.
