@@ -105,7 +105,8 @@ def run_case(obj: Any, spec: dict, arrays) -> dict:
                 phase = "load_state_dict"
                 torch = _torch()
                 sd = {k: torch.from_numpy(np.array(arrays[v], copy=True)) for k, v in state.items()}
-                load_state(target, sd, strict=bool(spec.get("strict_state", False)))
+                load_state(target, sd, strict=bool(spec.get("strict_state", False)),
+                           by_shape=bool(spec.get("state_by_shape", False)))
             if hasattr(target, "train"):
                 target.train(bool(spec.get("train", False)))
             phase = "probe"
@@ -142,7 +143,7 @@ def run_case(obj: Any, spec: dict, arrays) -> dict:
 MISSING_STATE = "the module has no parameter or buffer for the state_dict key(s) the contract names:"
 
 
-def load_state(module, state: dict, strict: bool = False) -> None:
+def load_state(module, state: dict, strict: bool = False, by_shape: bool = False) -> None:
     """Load the reference's ``state`` (the parameters and buffers the contract
     names) into a student's ``module``.
 
@@ -156,6 +157,10 @@ def load_state(module, state: dict, strict: bool = False) -> None:
         state: name -> tensor, every name one the contract fixes.
         strict: also refuse buffers of the module that ``state`` does not hold
             (parameters it does not hold are always refused).
+        by_shape: a key the module lacks is loaded into a parameter of the same
+            shape that ``state`` does not name, the first in the module's order
+            (:func:`_renamed_by_shape`): a case grading what the module computes,
+            where the names are another part's rule.
 
     Raises:
         RuntimeError: a key of ``state`` that the module does not have; the message
@@ -165,6 +170,9 @@ def load_state(module, state: dict, strict: bool = False) -> None:
     """
     own = set(module.state_dict().keys())
     missing = [str(k) for k in state if k not in own]
+    if missing and by_shape:
+        state = _renamed_by_shape(module, state, missing)
+        missing = [str(k) for k in state if k not in own]
     if missing:
         raise RuntimeError(f"{MISSING_STATE} {', '.join(repr(k) for k in missing)}")
     extra = [str(name) for name, _ in module.named_parameters() if name not in state]
@@ -172,6 +180,24 @@ def load_state(module, state: dict, strict: bool = False) -> None:
         raise RuntimeError(f"unexpected parameter(s) {', '.join(repr(k) for k in extra)} beside those the "
                            "contract names (a buffer of your own is fine, a parameter is not)")
     module.load_state_dict(state, strict=bool(strict))
+
+
+def _renamed_by_shape(module, state: dict, missing: list[str]) -> dict:
+    """``state`` with each key of ``missing``, in ``state``'s order, renamed to the first
+    parameter of the module (in the order it registers them) of its shape that ``state``
+    does not name and no earlier key took: ``embedding.weight`` to a table named ``emb``;
+    ``w_q.*, w_k.*, w_v.*, w_o.*`` to ``linears.0.* … linears.3.*``. A key with no such
+    parameter is kept, and refused by :func:`load_state`."""
+    free = {name: tuple(p.shape) for name, p in module.named_parameters() if name not in state}
+    renamed = {}
+    for key, value in state.items():
+        if key in missing:
+            same = next((name for name, shape in free.items() if shape == tuple(value.shape)), None)
+            if same is not None:
+                del free[same]
+                key = same
+        renamed[key] = value
+    return renamed
 
 
 def _safe_str(exc: BaseException) -> str:

@@ -153,6 +153,12 @@ class Case:
             case, state of the module's own beside them is accepted.
         strict_state: the contract fixes the whole state dict (``PositionalEncoding``'s
             ``pe``): the module may hold no other parameter or buffer.
+        state_by_shape: a key of ``state`` the module lacks goes to a parameter of the
+            module of the same shape that ``state`` does not name, the first in the
+            module's order (:func:`autograder.runner.load_state`): for a part that
+            grades what a module computes, when the names are the rule of another
+            part (``TokenEmbedding``'s ``embedding``, ``MultiHeadAttention``'s
+            ``w_q``, ``w_k``, ``w_v``, ``w_o``).
         method: the method to call on the instance (class exercises).
         train: call ``.train()`` (True) or ``.eval()`` (False) first.
         attrs: attributes to read after the call (e.g. ``"attn_weights"``).
@@ -195,6 +201,7 @@ class Case:
     part: str = ""
     compare: str = "full"
     strict_state: bool = False
+    state_by_shape: bool = False
 
     def to_spec(self, kind: str, arrays: dict) -> dict:
         """Encode this case for :func:`autograder.runner.run_case`."""
@@ -220,6 +227,8 @@ class Case:
                 arrays[key] = np.ascontiguousarray(np.asarray(value))
                 state[name] = key
             spec["state"] = state
+            if self.state_by_shape:  # only when set: every other case's spec (and fingerprint) is unchanged
+                spec["state_by_shape"] = True
         return spec
 
 
@@ -1332,7 +1341,9 @@ def own_failures(exercise: Exercise, obj: Any, cases: list[Case], results: list[
     A case that failed with wrong values (not an exception) could come from a
     dependency, and so does an exception whose innermost frame among the answer's
     functions and the dependencies is a dependency's (or a function of the answer
-    called like one)."""
+    called like one), and an exception other than a slip of the answer's own code
+    (:data:`_SLIPS`): a shape error in ``self.w_o(merge_heads(...))`` comes from what
+    a wrong ``merge_heads`` returned."""
     own = {getattr(obj, "__name__", "")}
     if isinstance(obj, type):
         own |= {n for n, v in vars(obj).items() if hasattr(getattr(v, "__func__", v), "__code__")}
@@ -1352,7 +1363,14 @@ def own_failures(exercise: Exercise, obj: Any, cases: list[Case], results: list[
             return False
         if _innermost_function(str(raised.get("traceback") or ""), known) not in own:
             return False
+        if raised.get("type") not in _SLIPS:
+            return False
     return failed > 0
+
+
+#: The exceptions an answer's own code raises whatever its dependencies return: a
+#: misspelt name or attribute (``np.linalg.nrom``, ``self.dropuot``, ``k.tranpose``).
+_SLIPS = frozenset({"NameError", "UnboundLocalError", "AttributeError"})
 
 
 def _visible_failures(exercise: Exercise, namespace: dict) -> list[str]:

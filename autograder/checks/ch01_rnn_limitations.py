@@ -199,6 +199,12 @@ def _jacobian_inputs(rng, T, d_h, scale):
     return _rnn(x, h0, W_xh, W_hh, b_h), W_hh
 
 
+# The mistakes in one Jacobian J_k[i, j] = (1 - H[k, i]²) W_hh[j, i] (switches of
+# _jacobian_norms): "one step back, ‖J_{T-1}‖" states that formula. The spectral norm is
+# a rule of every norm, which both parts state: the Frobenius norm costs both.
+_ONE_JACOBIAN_MISTAKES = (dict(derivative=False), dict(transpose=False), dict(same_step=True))
+
+
 @register
 class HiddenStateJacobianNorms(Exercise):
     """``hidden_state_jacobian_norms(H, W_hh) -> norms (T,)``."""
@@ -262,7 +268,14 @@ class HiddenStateJacobianNorms(Exercise):
         w = _array(want.value)
         if self.part_of(case) not in (one_step, products) or w is None or w.shape[0] < 2 or case.expect_error:
             return []
-        return [dataclasses.replace(want, value=w[:-1].copy()), dataclasses.replace(want, value=w[::-1].copy())]
+        accepted = [w[:-1].copy(), w[::-1].copy()]
+        if self.part_of(case) == products:
+            # One Jacobian's formula (the tanh derivative, where it is taken, W_hh's
+            # transpose) is the rule of "one step back", which states it: the products'
+            # cases accept each of them broken.
+            H, W_hh = (np.asarray(a, dtype=np.float64) for a in case.args)
+            accepted += [_jacobian_norms(H, W_hh, **flags) for flags in _ONE_JACOBIAN_MISTAKES]
+        return [dataclasses.replace(want, value=value) for value in accepted]
 
     def diagnose(self, case, got, want):
         g = _array(got.value)

@@ -30,6 +30,7 @@ counts, ...) on the case's own inputs and name the variant the result equals.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections import Counter
@@ -541,6 +542,16 @@ class BpeTokenize(Exercise):
                           label="'abc' with (b, c), (a, b): 'b' is inside 'bc' by then"))
         return cases
 
+    def tolerated(self, case, want):
+        """The cases of "every occurrence" and "whole symbols" accept the merges applied in
+        reverse order: the order is the rule of the first part, which states it, and these
+        cases judge how each merge is applied."""
+        if self.part_of(case) == list(self.parts)[0] or case.expect_error:
+            return []
+        word, merges = case.args
+        reversed_order = _tokenize(word, merges, mode="reversed")
+        return [dataclasses.replace(want, value=reversed_order)] if reversed_order != want.value else []
+
     def diagnose(self, case, got, want):
         if not isinstance(got.value, list):
             return "return a list of strings (the subword symbols)."
@@ -679,11 +690,15 @@ class CosineSimilarity(Exercise):
 
 
 def _embedding_case(rng, vocab_size, d_model, ids_shape, label, *, compare="full", part=""):
+    """A case of ``TokenEmbedding``: a structure case grades the module (its probes, the
+    table's name); a value case grades what it computes, with the reference's table
+    loaded into the module's one (vocab_size, d_model) parameter whatever its name."""
     weight = rng.normal(size=(vocab_size, d_model)).astype(np.float32)
     ids = rng.integers(0, vocab_size, size=ids_shape).astype(np.int64)
+    structure = compare == "structure"
     return Case(init={"vocab_size": vocab_size, "d_model": d_model}, state={"embedding.weight": weight},
                 args=(Tensor(ids),), label=label, rtol=1e-5, atol=1e-5, compare=compare, part=part,
-                probes=("state_dict_keys", "type:embedding") if compare == "structure" else ())
+                probes=("state_dict_keys", "type:embedding") if structure else (), state_by_shape=not structure)
 
 
 @register

@@ -250,6 +250,9 @@ class PositionalEncodingCheck(Exercise):
         if case.expect_error:
             return ("compare x.size(1) with the table's length in forward and raise ValueError saying "
                     "the sequence is longer than max_len (slicing pe silently gives a shorter table).")
+        if got.raised and got.raised.get("phase") == "backward" and "does not require grad" in got.raised["message"]:
+            return ("no gradient reached x: do not detach x (or pass it through numpy); the output "
+                    "dropout(x + pe[:seq_len]) must stay connected to x.")
         return None
 
     def diagnose(self, case, got, want):

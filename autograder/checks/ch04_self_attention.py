@@ -17,6 +17,7 @@ points (:data:`~autograder.checks.base.ADVICE`). Dtypes follow the one rule of
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -229,6 +230,31 @@ def _attention_variants(q, k, v):
     return variants
 
 
+def _attend(q, k, v):
+    """Attention by the formula, float64: ``(softmax(q kᵀ / √d_k) v, weights)``, or
+    ``(None, None)`` when the shapes do not fit."""
+    try:
+        weights = _softmax(q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1]))
+        return weights @ v, weights
+    except ValueError:
+        return None, None
+
+
+def _formula_tolerated(want, variants) -> list:
+    """``want`` with its ``(output, weights)`` replaced by each of ``variants`` (``(output,
+    weights)`` pairs, float64) in the reference's dtype: the results a part whose rule is
+    not the attention formula accepts, so that a wrong formula (no 1/√d_k, the softmax over
+    the queries, ...) costs only the part that states it."""
+    w_out, w_weights = _pair(want.value)
+    if w_out is None or w_weights is None:
+        return []
+    return [dataclasses.replace(want, value=type(want.value)((out.astype(w_out.dtype),
+                                                             weights.astype(w_weights.dtype))))
+            for out, weights in variants
+            if out is not None and weights is not None and out.shape == w_out.shape
+            and weights.shape == w_weights.shape]
+
+
 def _diagnose_attention(q, k, v, got_value, want_value, extra=()):
     """Shared diagnosis of an ``(output, weights)`` result against the variants."""
     if not isinstance(got_value, (tuple, list)) and _array(got_value) is not None:
@@ -336,6 +362,15 @@ class ScaledDotProductAttention(Exercise):
         cases.append(Case(args=(q, k, v[:3]), part=ADVICE, label="4 keys but 3 values", expect_error=(ValueError,)))
         return cases
 
+    def tolerated(self, case, want):
+        """The cases of "batch axes" and "large scores" accept the attention formula
+        broken (no 1/√d_k, d_k for √d_k, the softmax over the queries, k @ qᵀ ...):
+        "one sequence: output and weights" states the formula, these parts the batch
+        axes and the stable softmax."""
+        if self.part_of(case) not in (self.BATCH, self.LARGE) or case.expect_error:
+            return []
+        return _formula_tolerated(want, _attention_variants(*case.args).values())
+
     def raised_hint(self, case, got):
         raised = got.raised
         if raised is None or case.expect_error:
@@ -396,6 +431,19 @@ class SelfAttention(Exercise):
         cases.append(Case(args=(x, W_q[:3], W_k, W_v), part=ADVICE, label="W_q has 3 rows but d_model=4",
                           expect_error=(ValueError,)))
         return cases
+
+    def tolerated(self, case, want):
+        """The cases of "batch axes" accept the projections or the attention formula
+        broken (no 1/√d_k, the softmax over the queries, q and k mixed up ...):
+        "projections and attention" states them, "batch axes" the leading axes."""
+        if self.part_of(case) != self.BATCH or case.expect_error:
+            return []
+        x, W_q, W_k, W_v = (np.asarray(a, dtype=np.float64) for a in case.args)
+        q, k, v = x @ W_q, x @ W_k, x @ W_v
+        variants = list(_attention_variants(q, k, v).values()) + [_attend(k, q, v), _attend(x, x, x)]
+        if all(W.shape[0] == W.shape[1] for W in (W_q, W_k, W_v)):
+            variants.append(_attend(x @ W_q.T, x @ W_k.T, x @ W_v.T))
+        return _formula_tolerated(want, variants)
 
     def raised_hint(self, case, got):
         raised = got.raised

@@ -187,9 +187,26 @@ class MergeHeads(_HeadsExercise):
             cases += self._pair(x, f"{shape} {x.dtype}")
         cases += self._pair(rng.normal(size=(2, 3, 1, 4)), "a single token (T = 1)")
         x = rng.normal(size=(2, 3, 4, 2))
+        # One weight for every output entry: the gradient's route follows from the values
+        # (graded above); this case asks that it flows, whatever the output's shape, so an
+        # unmerged (B, T, h, d_k) result is charged to the shape part alone.
         cases.append(Case(args=(Tensor(x, requires_grad=True),), part=self.ORDER,
-                          label="gradient flows back through the merge", backward=Tensor(rng.normal(size=(2, 4, 6)))))
+                          label="gradient flows back through the merge",
+                          backward=Tensor(np.array(rng.normal()))))
         return cases
+
+    def tolerated(self, case, want):
+        """The order part's cases accept the reference's heads transposed but not merged,
+        ``(B, T, h, d_k)``: the same values in the same order, one reshape short. The
+        merged width is the rule of the shape part, which states it; the order of the
+        heads is this part's."""
+        w = _value(want.value)
+        if self.part_of(case) != self.ORDER or w is None or w.ndim != 3:
+            return []
+        batch, num_heads, length, d_k = _value(case.args[0]).shape
+        unmerged = Tensor(w.reshape(batch, length, num_heads, d_k))
+        unmerged.dtype = getattr(want.value, "dtype", None) or unmerged.value.dtype.name
+        return [dataclasses.replace(want, value=unmerged)]
 
     def diagnose(self, case, got, want):
         x = _value(case.args[0])
@@ -356,8 +373,10 @@ class MultiHeadAttentionCheck(_HeadsExercise):
         args = (q_arg, Tensor(key), Tensor(value)) if cross else (q_arg, Tensor(query), Tensor(query))
         weight = Tensor(rng.normal(size=(batch, t_q, d_model)).astype(np.float32)) if backward else None
         attrs = ("attn_weights",) if part == MultiHeadAttentionCheck.WEIGHTS else ()
+        # the layers' names are the rule of the layers part: the reference's weights go to
+        # four (d_model, d_model) layers under any names, in the order w_q, w_k, w_v, w_o
         return Case(args=args, kwargs=kwargs, init=init, state=_random_state(rng, d_model), attrs=attrs,
-                    part=part, label=label, backward=weight, rtol=rtol, atol=atol)
+                    part=part, label=label, backward=weight, rtol=rtol, atol=atol, state_by_shape=True)
 
     @staticmethod
     def _fully_masked():

@@ -124,6 +124,12 @@ def _decoder_case(rng, batch, t_tgt, t_src, d_model, num_heads, d_ff, *, norm_fi
                 backward=weight, probes=("state_dict_keys",), label=label, part=part, rtol=1e-4, atol=1e-4)
 
 
+# Mistakes in the order of a decoder layer's steps (switches of decoder_layer_variant), the
+# rule of its post-norm part.
+_DECODER_ORDER_MISTAKES = (dict(flip_norm_first=True), dict(residual=False),
+                           dict(norms=("norm1.", "norm3.", "norm2.")), dict(norms=("norm2.", "norm1.", "norm3.")))
+
+
 @register
 class DecoderLayerCheck(Exercise):
     """``DecoderLayer(d_model, num_heads, d_ff, dropout=0.0, norm_first=False)``."""
@@ -214,6 +220,20 @@ class DecoderLayerCheck(Exercise):
             return False
         return True
 
+    def tolerated(self, case, want):
+        """The two mask parts' cases (post-norm) accept the layer's order broken (pre-norm's
+        formula, no residual, the norms in another order): the post-norm part states the
+        order, these parts where each mask goes."""
+        w = _array(want.value)
+        if self.part_of(case) not in list(self.parts)[2:] or w is None or case.expect_error:
+            return []
+        results = []
+        for flags in _DECODER_ORDER_MISTAKES:
+            value = Tensor(decoder_layer_variant(case, **flags).numpy().astype(w.dtype))
+            value.dtype = getattr(want.value, "dtype", str(w.dtype))
+            results.append(dataclasses.replace(want, value=value))
+        return results
+
     def raised_hint(self, case, got):
         raised = got.raised
         if raised is None or case.expect_error:
@@ -234,9 +254,14 @@ class DecoderLayerCheck(Exercise):
             return "forward must return a tensor of shape (B, T_tgt, d_model)."
         has_tgt, has_src = "tgt_mask" in case.kwargs, "src_mask" in case.kwargs
         same_len = _array(case.args[0]).shape[1] == _array(case.args[1]).shape[1]
+        if (case.init or {}).get("norm_first"):  # the post-norm formula where pre-norm was asked for
+            flipped = ("with norm_first=True your layer computed the post-norm formula: pre-norm normalises each "
+                       "sub-layer's input and adds the raw x back, x = x + self_attn(norm1(x)); read "
+                       "self.norm_first in forward.")
+        else:
+            flipped = "pre- and post-norm are swapped: norm_first=False (the paper) normalises after each residual sum."
         variants = [
-            ("pre- and post-norm are swapped: norm_first=False (the paper) normalises after each residual sum.",
-             dict(flip_norm_first=True)),
+            (flipped, dict(flip_norm_first=True)),
             ("the residual connections are missing: each sub-layer's input is added back.", dict(residual=False)),
             ("the norms are in the wrong order: norm1 after the self-attention, norm2 after the cross-attention, "
              "norm3 after the feed-forward network.", dict(norms=("norm1.", "norm3.", "norm2."))),
@@ -312,7 +337,10 @@ def _ids(rng, batch, length, vocab, lengths=True):
     return ids
 
 
-def _transformer_case(rng, init, *, method="forward", label, part, batch=2, t_src=5, t_tgt=4, state=None):
+def _transformer_case(rng, init, *, method="forward", label, part, batch=2, t_src=5, t_tgt=4, state=None,
+                      masks=True):
+    """A case of ``Transformer``'s ``method``; ``masks=False``: ``forward`` without masks (a
+    part whose rule is not how forward routes them: sharing the embeddings)."""
     state = _transformer_state(rng, init) if state is None else state
     src = _ids(rng, batch, t_src, init["src_vocab_size"])
     tgt = _ids(rng, batch, t_tgt, init["tgt_vocab_size"])
@@ -321,6 +349,8 @@ def _transformer_case(rng, init, *, method="forward", label, part, batch=2, t_sr
     tgt_mask[..., 0] = True
     if method == "forward":
         args, kwargs = (Tensor(src), Tensor(tgt)), {"src_mask": Tensor(src_mask), "tgt_mask": Tensor(tgt_mask)}
+        if not masks:
+            kwargs = {}
     elif method == "encode":
         args, kwargs = (Tensor(src), Tensor(src_mask)), {}
     elif method == "decode":
@@ -344,8 +374,10 @@ def _unequal_vocab_case(rng, part):
 
 
 def transformer_variant(case, *, scale=True, src_positions=True, tgt_positions=True, cross_mask=True,
-                        tgt_mask=True, final_norms=True):
-    """A trusted Transformer pass with switches for the plausible mistakes."""
+                        tgt_mask=True, final_norms=True, encoder_norm=True, decoder_norm=True):
+    """A trusted Transformer pass with switches for the plausible mistakes
+    (``final_norms=False``: neither stack's final norm; ``encoder_norm``,
+    ``decoder_norm``: one stack's)."""
     # torch when a case runs: load_all imports every chapter's checks, numpy-only ones too
     import torch
 
@@ -367,13 +399,13 @@ def transformer_variant(case, *, scale=True, src_positions=True, tgt_positions=T
         x = embed(model.src_embed, src, src_positions)
         for layer in model.encoder_layers:
             x = layer(x, src_mask)
-        return model.encoder_norm(x) if model.norm_first and final_norms else x
+        return model.encoder_norm(x) if model.norm_first and final_norms and encoder_norm else x
 
     def decode(tgt, memory, src_mask, t_mask):
         x = embed(model.tgt_embed, tgt, tgt_positions)
         for layer in model.decoder_layers:
             x = layer(x, memory, src_mask if cross_mask else None, t_mask if tgt_mask else None)
-        return model.decoder_norm(x) if model.norm_first and final_norms else x
+        return model.decoder_norm(x) if model.norm_first and final_norms and decoder_norm else x
 
     with torch.no_grad():
         if case.method == "encode":
@@ -385,6 +417,12 @@ def transformer_variant(case, *, scale=True, src_positions=True, tgt_positions=T
         src, tgt = args
         src_mask, t_mask = kwargs.get("src_mask"), kwargs.get("tgt_mask")
         return model.project(decode(tgt, encode(src, src_mask), src_mask, t_mask))
+
+
+# The rules of encode and decode (switches of transformer_variant), each broken alone: the
+# cases of forward and of the shared embeddings accept them (TransformerCheck.tolerated).
+_ENCODE_DECODE_MISTAKES = (dict(src_positions=False), dict(tgt_positions=False), dict(encoder_norm=False),
+                           dict(decoder_norm=False))
 
 
 @register
@@ -416,7 +454,7 @@ class TransformerCheck(Exercise):
                               label="decode(tgt, memory, src_mask, tgt_mask) → hidden"),
             _transformer_case(rng, base, state=state, part=forward,
                               label="forward: 2 sentences, T_src=5, T_tgt=4, with masks"),
-            _transformer_case(rng, _transformer_init(rng, share=True), part=share,
+            _transformer_case(rng, _transformer_init(rng, share=True), part=share, masks=False,
                               label="share_embeddings=True: one matrix"),
             _transformer_case(rng, base, state=state, method="project", part=decode,
                               label="project(hidden) → logits"),
@@ -440,7 +478,8 @@ class TransformerCheck(Exercise):
         cases.append(_transformer_case(rng, init, state=state, method="decode", part=decode,
                                        label="pre-norm decode: the decoder stack ends with decoder_norm"))
         shared = _transformer_init(rng, share=True, norm_first=True)
-        cases.append(_transformer_case(rng, shared, part=share, label="share_embeddings=True with norm_first=True"))
+        cases.append(_transformer_case(rng, shared, part=share, masks=False,
+                                       label="share_embeddings=True with norm_first=True"))
         cases.append(_unequal_vocab_case(rng, error))
         return cases
 
@@ -478,6 +517,23 @@ class TransformerCheck(Exercise):
                                  grads=r.grads, args_after=r.args_after, raised=r.raised)
         return super().judge(case, strip(got), strip(want))
 
+    def tolerated(self, case, want):
+        """The cases of forward and of the shared embeddings accept encode's or decode's
+        own rule broken (the positional encoding on one side, one stack's final norm):
+        the encode and decode parts state those; forward's rule is how it composes them
+        and routes the masks, sharing's the one matrix."""
+        w = _array(want.value)
+        if self.part_of(case) not in list(self.parts)[2:4] or w is None or case.expect_error:
+            return []
+        results = []
+        for flags in _ENCODE_DECODE_MISTAKES:
+            value = transformer_variant(case, **flags).numpy()
+            if not layer_close(value, w):
+                marker = Tensor(value.astype(w.dtype))
+                marker.dtype = getattr(want.value, "dtype", str(w.dtype))
+                results.append(dataclasses.replace(want, value=marker))
+        return results
+
     def diagnose(self, case, got, want):
         g, w = _array(got.value), _array(want.value)
         if g is None:
@@ -491,6 +547,11 @@ class TransformerCheck(Exercise):
             ("the src_mask does not reach the decoder's cross-attention: pass it to every decoder layer.",
              dict(cross_mask=False)),
             ("the tgt_mask does not reach the decoder layers.", dict(tgt_mask=False)),
+            # one stack's norm first: on an encode or decode case the two-stack variant is the same
+            ("with norm_first=True the encoder stack ends with a final LayerNorm: encode returns "
+             "self.encoder_norm(x).", dict(encoder_norm=False)),
+            ("with norm_first=True the decoder stack ends with a final LayerNorm: decode returns "
+             "self.decoder_norm(x).", dict(decoder_norm=False)),
             ("with norm_first=True each stack ends with a final LayerNorm (encoder_norm, decoder_norm).",
              dict(final_norms=False)),
         ]

@@ -110,7 +110,7 @@ def _read_stored(data: dict, arrays) -> Any:
 # --------------------------------------------------------------------------- cases and results
 
 _CASE_FIELDS = ("args", "kwargs", "label", "init", "state", "method", "train", "attrs", "probes", "backward",
-                "return_args", "rtol", "atol", "seed", "part", "compare")
+                "return_args", "rtol", "atol", "seed", "part", "compare", "state_by_shape")
 
 
 def _exception_type(name: str) -> type[BaseException]:

@@ -14,7 +14,10 @@ the standard deviation and the unbiased variance in 7.1, the rotation by -k in 3
 ``noam_lr``'s warm-up exponent and its warm-up branch alone in 9.2, ``self.dropuot`` in
 3.2, ``masked_fill(-inf)`` and an inverted mask in 5.3, ``k.tranpose`` and
 ``torch.wher`` typos, a typo in a ``MultiHeadAttention`` that calls a wrong
-``split_heads``, and 7.4's promised note.
+``split_heads``, and 7.4's promised note; and the rows found by probing since: another
+name for ``TokenEmbedding``'s table, the merges applied last-learned first, the heads left
+unmerged (with a ``MultiHeadAttention`` in the Annotated Transformer's ``linears`` style
+calling them) and a masked fill of -20.
 
 Every other exercise of a notebook is the reference's (full marks, no note), so a row
 also shows that one student's mistake costs no other exercise.
@@ -37,9 +40,11 @@ from autograder.checks.base import check_report
 from autograder.sync import solution_cell_source
 from check_helpers import notebook_namespace, one_torch_thread, stored_checks  # noqa: F401 (autouse fixture)
 from test_mutants import STYLES, notebook_names
-from test_part_isolation import (ENCODER_LAYER_WITHOUT_MASK, FFN_WITHOUT_DROPOUT, FFN_WITHOUT_RELU, LAYER_NORM_UNBIASED,
-                                 MHA_CALLING_HEADS, MHA_MINUS_INF, MHA_TRANPOSE, MHA_WHER, NOAM_WARMUP_HALF,
-                                 POSITIONAL_ENCODING_TYPO, jacobian_norms_in_computed_order, rnn_forward_with_h0_row)
+from test_part_isolation import (BPE_TOKENIZE_REVERSED, ENCODER_LAYER_WITHOUT_MASK, FFN_WITHOUT_DROPOUT,
+                                 FFN_WITHOUT_RELU, LAYER_NORM_UNBIASED, MHA_CALLING_HEADS, MHA_LINEARS, MHA_MINUS_INF,
+                                 MHA_TRANPOSE, MHA_WHER, NOAM_WARMUP_HALF, POSITIONAL_ENCODING_TYPO,
+                                 TOKEN_EMBEDDING_NAMED_TABLE, jacobian_norms_in_computed_order,
+                                 masked_softmax_fill_minus_20, merge_heads_unmerged, rnn_forward_with_h0_row)
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 SEED = 7
@@ -84,6 +89,8 @@ def as_cell(answer, name: str) -> str:
 
 
 RNN_WITH_H0_ROW = as_cell(rnn_forward_with_h0_row, "rnn_forward")
+MERGE_HEADS_UNMERGED = as_cell(merge_heads_unmerged, "merge_heads")
+MASKED_SOFTMAX_FILL_MINUS_20 = as_cell(masked_softmax_fill_minus_20, "masked_softmax")
 JACOBIAN_IN_COMPUTED_ORDER = as_cell(jacobian_norms_in_computed_order, "hidden_state_jacobian_norms")
 
 LAYER_NORM_EPS_ON_STD = '''
@@ -219,6 +226,20 @@ CLASS = [
              # the warm-up part alone: the factor part holds the exponent fixed; the hint names -0.5
              "noam_lr": Fair({0}, said=("not warmup_steps**-0.5",), not_said=("not warmup_steps**-1.",)),
              "label_smoothing_floor": Fair("all", said=("not implemented yet",))}),
+    # The rows found by probing (issue 38): the contract's names and the prompt's rules, each
+    # charged to the part that states it.
+    Student("names-and-order", "02_tokens_and_embeddings",
+            {"TokenEmbedding": TOKEN_EMBEDDING_NAMED_TABLE.cell, "bpe_tokenize": BPE_TOKENIZE_REVERSED.cell},
+            {"TokenEmbedding": Fair({0}, said=("named `embedding`",)),
+             "bpe_tokenize": Fair({0}, said=("apply the merges in the order they were learned",))}),
+    Student("heads-unmerged", "05_multi_head_attention",
+            {"merge_heads": MERGE_HEADS_UNMERGED, "MultiHeadAttention": MHA_LINEARS.cell},
+            {"merge_heads": Fair({0}, said=("transposed but not merged",)),
+             # four layers in a ModuleList: only the layers part states their names; the
+             # unmerged heads it calls are charged to merge_heads once
+             "MultiHeadAttention": Fair({0}, said=("which the contract names", "fix `merge_heads` first"))}),
+    Student("fill-minus-20", "06_masking", {"masked_softmax": MASKED_SOFTMAX_FILL_MINUS_20},
+            {"masked_softmax": Fair({0}, said=("your masked fill is not below the real scores",))}),
     Student("noam-warmup-only", "09_training", {"noam_lr": NOAM_WARMUP_ONLY},
             # no min and no max in the code: the hint says what the output shows
             {"noam_lr": Fair({1}, said=("the smaller of step**-0.5 and",), not_said=("not the max",))}),

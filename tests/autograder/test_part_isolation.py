@@ -670,6 +670,149 @@ for _mutant in (bootstrap_bleu_sentence_mean, bootstrap_bleu_inverted_penalty, b
                     + inspect.getsource(_mutant).replace(f"def {_mutant.__name__}(", "def bootstrap_bleu(", 1))
 
 
+# Single-rule mutants of parts that had none (issue 38, item 2), and the four rows found by
+# probing: another name for the embedding table, the heads left unmerged, the merges
+# applied last-learned first, a masked fill of -20.
+TOKEN_EMBEDDING_NAMED_TABLE = from_cell("TokenEmbedding", ("self.embedding = nn.Embedding", "self.table = nn.Embedding"),
+                                        ("return self.embedding(ids)", "return self.table(ids)"),
+                                        label="TOKEN_EMBEDDING_NAMED_TABLE")
+BPE_TOKENIZE_REVERSED = from_cell("bpe_tokenize", ("for left, right in merges:",
+                                                   "for left, right in reversed(merges):  # the last learned first"),
+                                  label="BPE_TOKENIZE_REVERSED")
+
+
+def merge_heads_unmerged(x):
+    return x.transpose(1, 2)  # (B, T, h, d_k): the heads in order, never concatenated
+
+
+def masked_softmax_fill_minus_20(scores, mask):
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    return torch.softmax(scores.masked_fill(~mask, -20.0), dim=-1).masked_fill(~mask, 0.0)  # -20: not below every score
+
+
+def masked_softmax_leaking(scores, mask):
+    """A fill 30 below each row's lowest score: masked weights tiny, not 0; only the fully
+    masked rows are zeroed."""
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    low = scores.amin(dim=-1, keepdim=True) - 30
+    weights = torch.softmax(torch.where(mask, scores, low), dim=-1)
+    return weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+
+
+def softmax_empty_like(x, axis=-1):
+    x = np.asarray(x)
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    out = np.empty_like(x)  # an int array for int scores: the weights truncated to 0
+    out[...] = e / np.sum(e, axis=axis, keepdims=True)
+    return out
+
+
+def cosine_squared_lengths(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if not a.any() or not b.any():
+        raise ValueError("cosine similarity is undefined for a zero vector")
+    return float(a @ b / ((a @ a) * (b @ b)))  # the squared lengths: no square roots
+
+
+def one_hot_from_one(ids, vocab_size):
+    out = np.zeros((len(ids), vocab_size))
+    out[np.arange(len(ids)), np.asarray(ids, dtype=np.int64) - 1] = 1.0  # ids counted from 1
+    return out
+
+
+def jacobian_norms_derivative_one_step_early(H, W_hh):
+    """tanh's derivative at the state the step reads, 1 - H[t]**2, not the one it makes."""
+    T, d_h = H.shape
+    norms, product = np.ones(T), np.eye(d_h)
+    for t in range(T - 2, -1, -1):
+        product = product @ ((1 - H[t] ** 2)[:, None] * W_hh.T)
+        norms[t] = np.linalg.norm(product, 2)
+    return norms
+
+
+def sdpa_without_scale(q, k, v):
+    scores = q @ np.swapaxes(k, -1, -2)  # the 1/√d_k forgotten
+    weights = solutions.softmax(scores, axis=-1)
+    return weights @ v, weights
+
+
+def self_attention_without_scale(x, W_q, W_k, W_v):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v
+    weights = solutions.softmax(q @ np.swapaxes(k, -1, -2), axis=-1)  # the 1/√d_k forgotten
+    return weights @ v, weights
+
+
+class PositionalEncodingWithParameter(solutions.PositionalEncoding):
+    """The table as a frozen nn.Parameter, not a buffer."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__(d_model, max_len, dropout)
+        table = self.pe
+        del self.pe
+        self.pe = nn.Parameter(table, requires_grad=False)
+
+
+class PositionalEncodingDetachingX(solutions.PositionalEncoding):
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("the sequence is longer than max_len")
+        return self.dropout(x.detach() + self.pe[: x.size(1)])  # no gradient reaches x
+
+
+class PositionalEncodingDropoutOnX(solutions.PositionalEncoding):
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("the sequence is longer than max_len")
+        return self.dropout(x) + self.pe[: x.size(1)]  # dropout on x, not on the sum
+
+
+ENCODER_LAYER_PRE_NORM_ONLY = from_cell("EncoderLayer", ("if self.norm_first:", "if True:  # pre-norm always"),
+                                        label="ENCODER_LAYER_PRE_NORM_ONLY")
+DECODER_LAYER_PRE_NORM_ONLY = from_cell("DecoderLayer", ("if self.norm_first:", "if True:  # pre-norm always"),
+                                        label="DECODER_LAYER_PRE_NORM_ONLY")
+ENCODER_LAYER_POST_NORM_ONLY = from_cell("EncoderLayer", ("if self.norm_first:", "if False:  # norm_first ignored"),
+                                         label="ENCODER_LAYER_POST_NORM_ONLY")
+DECODER_LAYER_POST_NORM_ONLY = from_cell("DecoderLayer", ("if self.norm_first:", "if False:  # norm_first ignored"),
+                                         label="DECODER_LAYER_POST_NORM_ONLY")
+
+
+class TransformerForwardWithoutSrcMask(solutions.Transformer):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        memory = self.encode(src, src_mask)
+        return self.project(self.decode(tgt, memory, None, tgt_mask))  # the cross-attention sees the source pads
+
+
+# The Annotated Transformer's style: four layers in one ModuleList (q, k, v, then the
+# output's), not named w_q, w_k, w_v, w_o as the contract asks.
+MHA_LINEARS = from_cell("MultiHeadAttention",
+                        ("self.w_q = nn.Linear(d_model, d_model)\n", "self.linears = nn.ModuleList(\n"
+                         "            [nn.Linear(d_model, d_model) for _ in range(4)]\n        )\n"),
+                        ("        self.w_k = nn.Linear(d_model, d_model)\n", ""),
+                        ("        self.w_v = nn.Linear(d_model, d_model)\n", ""),
+                        ("        self.w_o = nn.Linear(d_model, d_model)\n", ""),
+                        ("self.w_q(", "self.linears[0]("), ("self.w_k(", "self.linears[1]("),
+                        ("self.w_v(", "self.linears[2]("), ("self.w_o(", "self.linears[3]("),
+                        label="MHA_LINEARS")
+
+
+class TransformerEncodeWithoutFinalNorm(solutions.Transformer):
+    def encode(self, src, src_mask=None):
+        x = self.positional(self.src_embed(src))
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return x  # pre-norm: encoder_norm forgotten
+
+
+class TransformerDecodeWithoutPositions(solutions.Transformer):
+    def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
+        x = self.tgt_embed(tgt)  # the positional encoding forgotten on the target side
+        for layer in self.decoder_layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.decoder_norm(x) if self.norm_first else x
+
+
 BROKEN = [
     ("rnn_forward", 1, rnn_forward_zero_h0, "you started from zeros"),
     ("rnn_forward", 0, rnn_forward_with_h0_row, "H has h0 as its first row"),
@@ -766,6 +909,28 @@ BROKEN = [
     ("MultiHeadAttention", 3, MultiHeadAttentionForgetsWeights, "self.attn_weights is not set"),
     ("Transformer", 3, TransformerCopiesSharedEmbeddings, "must tie the weights"),
     ("Transformer", 4, TransformerWidensInsteadOfRaising, "one matrix cannot serve two vocabularies"),
+    ("TokenEmbedding", 0, TOKEN_EMBEDDING_NAMED_TABLE, "named `embedding`"),
+    ("bpe_tokenize", 0, BPE_TOKENIZE_REVERSED, "apply the merges in the order they were learned"),
+    ("merge_heads", 0, merge_heads_unmerged, "transposed but not merged"),
+    ("masked_softmax", 0, masked_softmax_fill_minus_20, "your masked fill is not below the real scores"),
+    ("masked_softmax", 1, masked_softmax_leaking, "masked positions must be exactly 0"),
+    ("softmax", 0, softmax_empty_like, "probabilities are floats"),
+    ("cosine_similarity", 0, cosine_squared_lengths, "not the squared lengths"),
+    ("one_hot", 1, one_hot_from_one, "the ids are off by one"),
+    ("hidden_state_jacobian_norms", 1, jacobian_norms_derivative_one_step_early, "the tanh derivative is taken at the wrong step"),
+    ("scaled_dot_product_attention", 0, sdpa_without_scale, "you left out the division by √d_k"),
+    ("self_attention", 0, self_attention_without_scale, "you left out the division by √d_k"),
+    ("PositionalEncoding", 0, PositionalEncodingWithParameter, "pe must not be a parameter"),
+    ("PositionalEncoding", 1, PositionalEncodingDetachingX, "no gradient reached x"),
+    ("PositionalEncoding", 2, PositionalEncodingDropoutOnX, "apply it to the sum"),
+    ("MultiHeadAttention", 0, MHA_LINEARS, "which the contract names"),
+    ("EncoderLayer", 0, ENCODER_LAYER_PRE_NORM_ONLY, "pre- and post-norm are swapped"),
+    ("DecoderLayer", 0, DECODER_LAYER_PRE_NORM_ONLY, "pre- and post-norm are swapped"),
+    ("EncoderLayer", 1, ENCODER_LAYER_POST_NORM_ONLY, "your layer computed the post-norm formula"),
+    ("DecoderLayer", 1, DECODER_LAYER_POST_NORM_ONLY, "your layer computed the post-norm formula"),
+    ("Transformer", 0, TransformerEncodeWithoutFinalNorm, "encode returns self.encoder_norm(x)"),
+    ("Transformer", 1, TransformerDecodeWithoutPositions, "missing on the target side"),
+    ("Transformer", 2, TransformerForwardWithoutSrcMask, "the src_mask does not reach the decoder's cross-attention"),
 ]
 
 # Words a row's feedback must not hold: the diagnosis of another mistake (issue 38). An
