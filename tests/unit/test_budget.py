@@ -18,6 +18,10 @@ from solutions.app.train_command import parse_duration
 from solutions.app.trainer import Trainer
 from solutions.app.usage import UsageError
 
+# One intra-op thread: these models are tiny, and a second thread only spins against the other
+# xdist worker (CPU seconds, not speed). The multi30k-cpu runs set their own two threads.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 TINY_TSV = os.path.join(os.path.dirname(__file__), "..", "data", "tiny_parallel.tsv")
 
 
