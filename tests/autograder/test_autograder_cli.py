@@ -13,9 +13,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import autograder.grading
 from autograder.bench import make_book, make_source_notebook, make_submission
 from autograder.cli import build_parser, main
 from autograder.grading import RunSettings
+from autograder.sandbox import Limits
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTER = "04_self_attention"
@@ -78,14 +80,33 @@ def test_grade_rejects_bad_input_with_exit_status_2(tmp_path, book, capsys):
     assert "jobs must be at least 1" in capsys.readouterr().err
 
 
+def _record_limits(monkeypatch) -> list[Limits]:
+    """Every sandbox run's :class:`~autograder.sandbox.Limits`, recorded as the run starts (it still runs)."""
+    seen: list[Limits] = []
+    real_run_job = autograder.grading.run_job
+
+    def recording_run_job(job_dir, lib_dir, limits=None, **kwargs):
+        seen.append(limits)
+        return real_run_job(job_dir, lib_dir, limits, **kwargs)
+
+    monkeypatch.setattr(autograder.grading, "run_job", recording_run_job)
+    return seen
+
+
 @pytest.mark.slow  # 28 s in a clean clone
-def test_check_prints_a_table_and_an_exit_status(tmp_path, book):
+def test_check_prints_a_table_and_an_exit_status(tmp_path, book, monkeypatch, capsys):
+    """The blank release is checked in this process (its sandbox runs' limits recorded: the
+    defaults, without options); the other two through ``python -m autograder``."""
+    seen = _record_limits(monkeypatch)
     source = nbformat.read(str(book / CHAPTER / f"{CHAPTER}.ipynb"), as_version=4)
     blank = tmp_path / f"{CHAPTER}.ipynb"
     nbformat.write(make_submission(source, CHAPTER, "blank"), str(blank))
-    proc = _autograder("check", str(blank), "--book", str(book))
-    assert proc.returncode == 1, proc.stderr
-    lines = proc.stdout.splitlines()
+    assert main(["check", str(blank), "--book", str(book)]) == 1
+    printed = capsys.readouterr().out
+    default = Limits()
+    assert seen and [(s.run_memory_bytes, s.scratch_bytes, s.processes) for s in seen] == [
+        (default.run_memory_bytes, default.scratch_bytes, default.processes)] * len(seen)
+    lines = printed.splitlines()
     # The student package's report, line for line (autograder.text.check_report): a title, the table.
     assert lines[:2] == [f"{CHAPTER}.ipynb: chapter {CHAPTER}, visible checks", ""]
     assert re.split(r"\s+", lines[2]) == ["exercise", "points", "status", "message"]
@@ -95,7 +116,7 @@ def test_check_prints_a_table_and_an_exit_status(tmp_path, book):
         row = next(ln for ln in lines if ln.startswith(name + " "))
         points = sum(type(get_exercise(name)).parts.values())  # generated notebooks: the parts' sum
         assert f"0/{points:g}" in row and "failed" in row and "not implemented yet" in row
-    assert "0 of 3 exercises pass" in proc.stdout
+    assert "0 of 3 exercises pass" in printed
 
     mine = tmp_path / f"{CHAPTER} (1).ipynb"  # a browser-renamed download: recognised by its cells
     nbformat.write(source, str(mine))
@@ -155,19 +176,11 @@ def test_limit_options_reach_the_sandbox_limits(tmp_path, book, monkeypatch, cap
     """``--memory``, ``--disk`` and ``--processes`` of ``grade`` and ``check`` reach
     the :class:`~autograder.sandbox.Limits` of every sandbox run; ``autograde``
     passes them (and ``--budget``) on; bad values are argparse errors that say
-    what is expected. No timing: the limits are read where the run starts."""
-    import autograder.course
-    import autograder.grading
-    from autograder.sandbox import Limits
+    what is expected. No timing: the limits are read where the run starts. (Without options,
+    ``check`` runs with the defaults: ``test_check_prints_a_table_and_an_exit_status``.)"""
+    import autograder.course  # here: it loads the feedback pages' stack, which only this test needs
 
-    seen: list[Limits] = []
-    real_run_job = autograder.grading.run_job
-
-    def recording_run_job(job_dir, lib_dir, limits=None, **kwargs):
-        seen.append(limits)
-        return real_run_job(job_dir, lib_dir, limits, **kwargs)
-
-    monkeypatch.setattr(autograder.grading, "run_job", recording_run_job)
+    seen = _record_limits(monkeypatch)
     source = nbformat.read(str(book / CHAPTER / f"{CHAPTER}.ipynb"), as_version=4)
     blank = tmp_path / "subs" / "ann" / CHAPTER / f"{CHAPTER}.ipynb"
     blank.parent.mkdir(parents=True)
@@ -180,11 +193,6 @@ def test_limit_options_reach_the_sandbox_limits(tmp_path, book, monkeypatch, cap
     for limits in seen:
         assert (limits.run_memory_bytes, limits.scratch_bytes, limits.processes) == (768 * 2**20, 100 * 2**20, 20)
         assert limits.memory_bytes == Limits().memory_bytes  # RLIMIT_AS keeps its default: 768M is below it
-    seen.clear()
-    assert main(["check", str(blank), "--book", str(book)]) == 1
-    default = Limits()
-    assert [(s.run_memory_bytes, s.scratch_bytes, s.processes) for s in seen] == [
-        (default.run_memory_bytes, default.scratch_bytes, default.processes)] * len(seen)
 
     passed = {}
 

@@ -7,6 +7,10 @@ import solutions
 from autograder.checks import base, load_all
 from autograder.checks.base import Case, CheckFailure, Exercise, Tensor
 
+# One intra-op thread (conftest's fixture; importing check_helpers does not activate its own):
+# tiny tensors, and a second thread only spins against the other xdist worker.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 class _Softmax(Exercise):
     name = "softmax"

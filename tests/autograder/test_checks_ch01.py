@@ -12,6 +12,10 @@ import torch
 import check_helpers
 from check_helpers import accepted, stub_says_not_implemented
 
+# One intra-op thread (conftest's fixture; importing check_helpers does not activate its own):
+# tiny tensors, and a second thread only spins against the other xdist worker.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 NAMES = ["rnn_forward", "hidden_state_jacobian_norms"]
 
 rejected = functools.partial(check_helpers.rejected, seed=3)

@@ -18,6 +18,10 @@ from check_helpers import accepted, stub_says_not_implemented
 import solutions
 from autograder.checks.ch02_tokens_and_embeddings import _merge
 
+# One intra-op thread (conftest's fixture; importing check_helpers does not activate its own):
+# tiny tensors, and a second thread only spins against the other xdist worker.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 NAMES = ["build_vocab", "encode", "learn_bpe", "bpe_tokenize", "one_hot", "cosine_similarity", "TokenEmbedding"]
 
 rejected = functools.partial(check_helpers.rejected, seed=7)

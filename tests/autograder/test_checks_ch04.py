@@ -17,6 +17,10 @@ from autograder import check
 from autograder.checks import get_exercise
 from autograder.checks.base import check_report, make_rng
 
+# One intra-op thread (conftest's fixture; importing check_helpers does not activate its own):
+# tiny tensors, and a second thread only spins against the other xdist worker.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 NAMES = ["softmax", "scaled_dot_product_attention", "self_attention"]
 
 rejected = functools.partial(check_helpers.rejected, seed=1)

@@ -18,6 +18,10 @@ import solutions
 from autograder.checks import CheckFailure, check, get_exercise
 from autograder.checks.base import check_report, make_rng
 
+# One intra-op thread (conftest's fixture; importing check_helpers does not activate its own):
+# tiny tensors, and a second thread only spins against the other xdist worker.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 EXERCISES = ["split_heads", "merge_heads", "MultiHeadAttention"]
 
 rejected = functools.partial(check_helpers.rejected, seed=5, any_word=True)

@@ -19,6 +19,10 @@ from check_helpers import assert_noted, notebook_namespace
 from check_helpers import accepted, partly, stub_says_not_implemented
 from autograder.checks.base import check_report
 
+# One intra-op thread (conftest's fixture; importing check_helpers does not activate its own):
+# tiny tensors, and a second thread only spins against the other xdist worker.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 NAMES = ["padding_mask", "causal_mask", "decoder_mask", "masked_softmax"]
 
 _rejected = functools.partial(check_helpers.rejected, any_word=True)

@@ -25,6 +25,7 @@ from autograder import batch, journal, shard, submissions
 from autograder.fingerprint import grader_fingerprint
 from autograder.grading import RunSettings
 from autograder.bench import make_book, make_class, make_submission
+from autograder.cli import main
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -300,8 +301,9 @@ def test_a_late_student_is_refused_until_its_shard_is_rerun(course, tmp_path):
 
 
 @pytest.mark.usefixtures("needs_sandbox")
-def test_grade_shard_and_merge_on_the_command_line_equal_one_run(tmp_path):
-    """The real grader, in the sandbox: 3 students of chapter 4, two shards as processes."""
+def test_grade_shard_and_merge_on_the_command_line_equal_one_run(tmp_path, capsys):
+    """The real grader, in the sandbox: 3 students of chapter 4, two shards as processes (a
+    shard without ``--seed``, refused before anything is read, through ``cli.main`` here)."""
     book = make_book(tmp_path, ["04_self_attention"])
     make_class(tmp_path / "submitted", {"04_self_attention": book / "04_self_attention" / "04_self_attention.ipynb"},
                students=3)
@@ -315,8 +317,8 @@ def test_grade_shard_and_merge_on_the_command_line_equal_one_run(tmp_path):
 
     single = run(*base, "--out", str(tmp_path / "single"))
     assert single.returncode == 0, single.stderr
-    no_seed = run(*base[:-3], "--no-progress", "--out", str(tmp_path / "x"), "--shard", "0/2")
-    assert no_seed.returncode == 2 and "--seed" in no_seed.stderr
+    assert main([*base[3:-3], "--no-progress", "--out", str(tmp_path / "x"), "--shard", "0/2"]) == 2
+    assert "--seed" in capsys.readouterr().err
     for i in (1, 0):
         done = run(*base, "--out", str(tmp_path / f"s{i}"), "--shard", "auto/2",
                    extra_env={"SLURM_ARRAY_TASK_ID": str(i)})
