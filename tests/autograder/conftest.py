@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -116,9 +117,17 @@ def released_chapters(tmp_path_factory):
     """Every chapter of the book released once, with one student wheel per chapter:
     ``(out, Release)`` of ``release(out, chapter_ids(), package=True)``. Read it, never
     change it. The modules that use it are in the xdist group ``"releases"``
-    (``tests/conftest.py``), so one worker builds it once per run."""
+    (``tests/scheduling.py``), so one worker builds it once per run. Built on one torch
+    thread: recording the packages' stand-ins and check helpers is thousands of tiny
+    torch calls, which a second thread only slows (chapter 5's package: 16.6 CPU s on
+    two threads, 6.3 on one)."""
     out = tmp_path_factory.mktemp("released_chapters")
-    return out, release(out, chapter_ids(), package=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return out, release(out, chapter_ids(), package=True)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

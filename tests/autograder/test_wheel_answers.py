@@ -6,10 +6,18 @@ the object itself, called as the exercise is) and grades it with the hidden chec
 part it earns that a blank answer does not is an answer the wheel ships. The shipped
 check modules are read too: no case maker and no hidden-case branch ship, and every
 helper outside a check's verdict ships as recorded results.
+
+The packages are the wheels of the release of every chapter (``released_chapters``),
+read back from the wheel files: what ships is what is audited, and the release's
+packages (about 40 CPU s, each chapter's stand-ins and check helpers recorded) are
+built once per run for this module and the two release modules, on one worker (the
+xdist group ``"releases"``).
 """
 from __future__ import annotations
 
 import ast
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,11 +26,14 @@ import torch
 import wheel_audit
 from autograder.book import BOOK, chapter_ids
 from autograder.student.hints import withhold_helpers
-from autograder.student.package import RECORDED_FILE, package_files
+from autograder.student.package import RECORDED_FILE
+
+pytestmark = pytest.mark.xdist_group("releases")
+
 
 class _Built(dict):
     """Chapter -> what ``make(chapter)`` gives, made at the first use and kept (a test
-    that needs one chapter's package does not pay for the others)."""
+    that needs one chapter's wheel imports only that one)."""
 
     def __init__(self, make):
         super().__init__()
@@ -45,10 +56,18 @@ def _one_torch_thread():
     torch.set_num_threads(threads)
 
 
+def wheel_files(wheel: Path) -> dict[str, bytes]:
+    """The files of a student wheel (path inside it -> bytes), without its ``.dist-info``: the
+    package's own files, as :func:`~autograder.student.package.package_files` made them."""
+    with zipfile.ZipFile(wheel) as zf:
+        return {name: zf.read(name) for name in zf.namelist() if not name.split("/", 1)[0].endswith(".dist-info")}
+
+
 @pytest.fixture(scope="module")
-def packages(_one_torch_thread):
-    """Every chapter's student package, built once for the file: chapter -> (files, info)."""
-    return _Built(lambda chapter: package_files([chapter], BOOK))
+def packages(released_chapters):
+    """Every chapter's student package as released: chapter -> (files read from its wheel, info)."""
+    _, done = released_chapters
+    return {chapter: (wheel_files(info.wheel), info) for chapter, info in done.packages.items()}
 
 
 @pytest.fixture(scope="module")
