@@ -9,6 +9,7 @@ import hashlib
 import json
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,23 @@ def released_chapters(tmp_path_factory):
         return out, release(out, chapter_ids(), package=True)
     finally:
         torch.set_num_threads(threads)
+
+
+def wheel_files(wheel: Path) -> dict[str, bytes]:
+    """The files of a student wheel (path inside it -> bytes) without its ``.dist-info``: the
+    package's own files, as :func:`autograder.student.package.package_files` made them."""
+    with zipfile.ZipFile(wheel) as zf:
+        return {name: zf.read(name) for name in zf.namelist() if not name.split("/", 1)[0].endswith(".dist-info")}
+
+
+@pytest.fixture(scope="session")
+def released_packages(released_chapters):
+    """Every chapter's student package as ``released_chapters`` shipped it: chapter -> ``(files,
+    info)``, the files read back from its wheel, ``info`` the release's
+    :class:`~autograder.student.package.StudentPackage`. A test that reads a package reads
+    the shipped one, and no package is built twice in a run."""
+    _, done = released_chapters
+    return {chapter: (wheel_files(info.wheel), info) for chapter, info in done.packages.items()}
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ from autograder.checks.base import check, check_report, use_precomputed
 from autograder.book import BOOK, chapter_ids, distinctive
 from autograder.release import release, scan_release
 from autograder.student import standins
-from autograder.student.expected import ExpectedStore, write_chapter
+from autograder.student.expected import ExpectedStore
 from autograder.student.notebook import chapter_of
 from autograder.student.hints import withhold_helpers
 from autograder.sync import BEGIN, END, solution_cell_source
@@ -135,14 +135,22 @@ def test_a_check_helper_that_recomputes_an_answer_is_withheld():
 # --------------------------------------------------------------------------- the visible checks as data
 
 
-def test_stored_checks_equal_the_reference_checks(tmp_path):
-    """For every chapter, the stored visible cases are the visible check's own, and
-    a reference answer judged against the stored results gets full marks. The stored
+def _shipped_checks(released_packages, chapters, folder: Path) -> None:
+    """Write the stored visible checks the wheels of ``chapters`` ship into ``folder``."""
+    for chapter in chapters:
+        files, _ = released_packages[chapter]
+        for suffix in (".json", ".npz"):
+            (folder / f"{chapter}{suffix}").write_bytes(files[f"autograder/expected/{chapter}{suffix}"])
+
+
+def test_stored_checks_equal_the_reference_checks(released_packages, tmp_path):
+    """For every chapter, the stored visible cases its wheel ships (``write_chapter``'s
+    files, as the release put them in the package) are the visible check's own, and a
+    reference answer judged against the stored results gets full marks. The stored
     files quote no traceback of the reference (its source lines) and no path of the
     checkout that wrote them, so a wheel is the same from any checkout."""
     registry = load_all()
-    for chapter in chapter_ids():
-        write_chapter(tmp_path, chapter, exercises_of(chapter))
+    _shipped_checks(released_packages, chapter_ids(), tmp_path)
     root = str(Path(solutions.__file__).resolve().parent.parent)
     for stored in sorted(tmp_path.glob("*.json")):
         text = stored.read_text(encoding="utf-8")
@@ -159,8 +167,8 @@ def test_stored_checks_equal_the_reference_checks(tmp_path):
         use_precomputed(None)
 
 
-def test_stored_checks_still_name_the_mistake(tmp_path):
-    write_chapter(tmp_path, CHAPTER, exercises_of(CHAPTER))
+def test_stored_checks_still_name_the_mistake(released_packages, tmp_path):
+    _shipped_checks(released_packages, [CHAPTER], tmp_path)
     store = ExpectedStore(tmp_path)
 
     def softmax(x, axis=-1):  # normalised over the wrong axis
@@ -373,20 +381,18 @@ def test_the_repository_check_recognises_a_renamed_release(chapter_release, tmp_
     assert "none of the chapter notebooks" in capsys.readouterr().err
 
 
-def test_a_used_part_of_a_withheld_module_ships_and_released_answers_are_the_students():
+def test_a_used_part_of_a_withheld_module_ships_and_released_answers_are_the_students(released_packages):
     """Chapter 1 uses ``additive_attention``, which lives beside the ``rnn_forward``
     answer: only it ships. Chapter 6's demo cells use chapter 5's MultiHeadAttention,
     whose module imports chapter 6's ``masked_softmax``: it ships with a shim in place
     of ``solutions.masking`` that calls the student's own ``masked_softmax``."""
-    from autograder.student.package import package_files
-
-    files, info = package_files(["01_rnn_limitations"], BOOK)
+    files, info = released_packages["01_rnn_limitations"]
     rnn = files["solutions/rnn.py"].decode()
     assert info.partial_modules == {"solutions.rnn": ["additive_attention"]}
     assert "def additive_attention" in rnn and "def rnn_forward" not in rnn and "def hidden_state" not in rnn
     assert "from .rnn import additive_attention" in files["solutions/__init__.py"].decode()
 
-    files, info = package_files(["06_masking"], BOOK)
+    files, info = released_packages["06_masking"]
     masking = files["solutions/masking.py"].decode()
     assert info.shims == ["solutions.masking"] and "masked_softmax = _yours('masked_softmax')" in masking
     assert "def padding_mask" not in masking and "torch.finfo" not in masking

@@ -7,7 +7,7 @@ part it earns that a blank answer does not is an answer the wheel ships. The shi
 check modules are read too: no case maker and no hidden-case branch ship, and every
 helper outside a check's verdict ships as recorded results.
 
-The packages are the wheels of the release of every chapter (``released_chapters``),
+The packages are the wheels of the release of every chapter (``released_packages``),
 read back from the wheel files: what ships is what is audited, and the release's
 packages (about 40 CPU s, each chapter's stand-ins and check helpers recorded) are
 built once per run for this module and the two release modules, on one worker (the
@@ -16,8 +16,6 @@ xdist group ``"releases"``).
 from __future__ import annotations
 
 import ast
-import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,34 +45,19 @@ class _Built(dict):
 @pytest.fixture(scope="module", autouse=True)
 def _one_torch_thread():
     """One intra-op thread for the whole file, the module-scoped fixtures included: the
-    packages' recorded results and the audit run thousands of tiny torch calls, which
-    extra threads only slow down on a shared machine (tests/conftest.py's
-    ``one_torch_thread``, for the module's scope)."""
+    audit runs thousands of tiny torch calls, which extra threads only slow down on a
+    shared machine (tests/conftest.py's ``one_torch_thread``, for the module's scope)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
 
 
-def wheel_files(wheel: Path) -> dict[str, bytes]:
-    """The files of a student wheel (path inside it -> bytes), without its ``.dist-info``: the
-    package's own files, as :func:`~autograder.student.package.package_files` made them."""
-    with zipfile.ZipFile(wheel) as zf:
-        return {name: zf.read(name) for name in zf.namelist() if not name.split("/", 1)[0].endswith(".dist-info")}
-
-
 @pytest.fixture(scope="module")
-def packages(released_chapters):
-    """Every chapter's student package as released: chapter -> (files read from its wheel, info)."""
-    _, done = released_chapters
-    return {chapter: (wheel_files(info.wheel), info) for chapter, info in done.packages.items()}
-
-
-@pytest.fixture(scope="module")
-def wheels(packages, tmp_path_factory):
+def wheels(released_packages, tmp_path_factory):
     """Every chapter's wheel imported once (under ``wheel_<chapter>``): chapter -> its objects."""
     root = tmp_path_factory.mktemp("wheels")
-    return _Built(lambda chapter: wheel_audit.load_wheel(chapter, BOOK, root, packages[chapter][0]))
+    return _Built(lambda chapter: wheel_audit.load_wheel(chapter, BOOK, root, released_packages[chapter][0]))
 
 
 @pytest.mark.slow
@@ -99,11 +82,11 @@ def test_a_blank_answer_and_a_copied_check_helper_earn_nothing_beyond_it(wheels)
 
 
 @pytest.fixture(scope="module")
-def shipped_checks(packages):
+def shipped_checks(released_packages):
     """Every chapter's shipped check modules: (chapter, module name) -> text."""
     texts = {}
     for chapter in chapter_ids(BOOK):
-        files, _ = packages[chapter]
+        files, _ = released_packages[chapter]
         for name, data in files.items():
             if name.startswith("autograder/checks/ch") and name.endswith(".py"):
                 texts[(chapter, name)] = data.decode("utf-8")
@@ -136,8 +119,8 @@ def test_helpers_outside_the_verdict_are_withheld_whatever_their_lines():
     compile(out, "<withheld>", "exec")
 
 
-def test_a_recorded_stand_in_serves_its_chapters_calls_and_no_other(packages, wheels):
-    files, info = packages["02_tokens_and_embeddings"]
+def test_a_recorded_stand_in_serves_its_chapters_calls_and_no_other(released_packages, wheels):
+    files, info = released_packages["02_tokens_and_embeddings"]
     assert "sinusoidal_positional_encoding" in info.standins and RECORDED_FILE in files
     assert "np.exp(1j" not in files["solutions/_standins.py"].decode()  # no code computes the table
     objects = dict(wheels["02_tokens_and_embeddings"])
