@@ -13,6 +13,9 @@ from timeline import TIMELINE as TIMELINE_FILE, Timeline
 from walls import WALL_SKIP
 
 
+# The release of every chapter, shared by the tests of tests/autograder/ and tests/book/.
+pytest_plugins = ["released"]
+
 NBVAL_OPTION = "--run-nbval"
 #: Whether this pytest process owns the session's ledger of notebook executions (``notebook_runs``).
 OWNS_LEDGER = pytest.StashKey[bool]()

@@ -9,19 +9,15 @@ import hashlib
 import json
 import sys
 import textwrap
-import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import fixtures  # noqa: E402
-from autograder.book import chapter_ids  # noqa: E402
-from autograder.release import release  # noqa: E402
 from walls import cannot_start  # noqa: E402
 
 REPO = HERE.parent.parent
@@ -111,41 +107,6 @@ def needs_sandbox():
     problem = _sandbox_problem()
     if problem:
         cannot_start("bubblewrap", problem)
-
-
-@pytest.fixture(scope="session")
-def released_chapters(tmp_path_factory):
-    """Every chapter of the book released once, with one student wheel per chapter:
-    ``(out, Release)`` of ``release(out, chapter_ids(), package=True)``. Read it, never
-    change it. The modules that use it are in the xdist group ``"releases"``
-    (``tests/scheduling.py``), so one worker builds it once per run. Built on one torch
-    thread: recording the packages' stand-ins and check helpers is thousands of tiny
-    torch calls, which a second thread only slows (chapter 5's package: 16.6 CPU s on
-    two threads, 6.3 on one)."""
-    out = tmp_path_factory.mktemp("released_chapters")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return out, release(out, chapter_ids(), package=True)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def wheel_files(wheel: Path) -> dict[str, bytes]:
-    """The files of a student wheel (path inside it -> bytes) without its ``.dist-info``: the
-    package's own files, as :func:`autograder.student.package.package_files` made them."""
-    with zipfile.ZipFile(wheel) as zf:
-        return {name: zf.read(name) for name in zf.namelist() if not name.split("/", 1)[0].endswith(".dist-info")}
-
-
-@pytest.fixture(scope="session")
-def released_packages(released_chapters):
-    """Every chapter's student package as ``released_chapters`` shipped it: chapter -> ``(files,
-    info)``, the files read back from its wheel, ``info`` the release's
-    :class:`~autograder.student.package.StudentPackage`. A test that reads a package reads
-    the shipped one, and no package is built twice in a run."""
-    _, done = released_chapters
-    return {chapter: (wheel_files(info.wheel), info) for chapter, info in done.packages.items()}
 
 
 @pytest.fixture(scope="session")
