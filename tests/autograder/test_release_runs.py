@@ -11,7 +11,8 @@ released notebook executes only where it differs from that build:
   for cell, the code the book build executed (``tests/book/test_executed_chapters.py``
   asserts it and reads every ✓ of that run), so it is not executed again; what differs
   is the environment, and here ``python -m autograder check`` runs its setup and
-  exercise cells and every visible check in the student venv: full marks;
+  exercise cells and every visible check in the student venv, on a notebook renamed
+  ``finished.ipynb`` (the chapter read from the notebook): full marks, every exercise;
 * **blank**, the notebook as handed out: executed in the student kernel (the one
   execution of this module), every cell runs without an error except the check cells,
   which say "not implemented yet"; a demonstration that needs a blank exercise prints
@@ -116,8 +117,13 @@ def test_the_released_chapter_runs_whole_in_its_own_environment(classroom, chapt
     nbformat.write(filled(released), str(folder / "finished.ipynb"))  # not executed: the book build ran this code
     checked = subprocess.run([str(python), "-m", "autograder", "check", "finished.ipynb"], cwd=folder, env=env,
                              capture_output=True, text=True, timeout=600)
-    count = len(exercises_of(chapter))
+    exercises = exercises_of(chapter)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    # the chapter read from the notebook (not its name), each exercise with all its points
+    assert f"finished.ipynb: chapter {chapter}, visible checks" in checked.stdout, checked.stdout
+    for exercise in exercises:
+        assert re.search(rf"^{exercise.name}\s+(\S+)/\1\s+passed", checked.stdout, re.M), (exercise.name, checked.stdout)
+    count = len(exercises)
     assert f"{count} of {count} exercises pass the visible checks" in checked.stdout, checked.stdout
     answered_s = time.perf_counter() - started
 

@@ -11,7 +11,6 @@ release, inside the wheel too, for the body of every exercise of chapter 4 and l
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from autograder.student.expected import ExpectedStore
 from autograder.student.notebook import chapter_of
 from autograder.student.hints import withhold_helpers
 from autograder.sync import BEGIN, END, solution_cell_source
-from student_env import filled, make_env
+from student_env import make_env
 
 # builds student wheels and venvs; shares ``released_chapters`` with test_release_runs.py, on one worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("releases")]
@@ -48,9 +47,6 @@ def chapter_release(released_chapters):
     folder holds its notebook and its wheel, all that its students get."""
     out, done = released_chapters
     return out, done.packages[CHAPTER]
-
-
-_filled = filled
 
 
 # --------------------------------------------------------------------------- no answers inside
@@ -346,15 +342,12 @@ def test_the_installed_package_is_the_release_not_this_repository(student_env):
 
 
 def test_check_grades_renamed_notebooks_offline(chapter_release, student_env):
+    """A renamed blank notebook and a stranger, in the student venv. (A renamed answered notebook,
+    every chapter's, gets full marks in test_release_runs.py's answered check.)"""
     out, _ = chapter_release
     python, _, work, env = student_env
     released = out / CHAPTER / f"{CHAPTER}.ipynb"
-    nbformat.write(_filled(released), str(work / f"{CHAPTER} (1).ipynb"))
     shutil.copy(released, work / f"{CHAPTER} (2).ipynb")
-    done = _run(python, ["-m", "autograder", "check", f"{CHAPTER} (1).ipynb"], work, env)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert f"chapter {CHAPTER}" in done.stdout and "3 of 3 exercises pass the visible checks" in done.stdout
-    assert re.search(r"scaled_dot_product_attention\s+4/4\s+passed", done.stdout)
     blank = _run(python, ["-m", "autograder", "check", f"{CHAPTER} (2).ipynb"], work, env)
     assert blank.returncode == 1, blank.stdout + blank.stderr
     assert "not implemented yet" in blank.stdout and "0 of 3 exercises pass" in blank.stdout
