@@ -97,8 +97,11 @@ book: venv vendor
 # build to one worker, which builds first; the other workers run the rest meanwhile. A
 # module with a module- or session-scoped fixture also goes whole to one worker, so its
 # fixture (a graded class, the release of every chapter) is built once per run; the
-# longest units go out first, then those holding a test marked slow, the short tests
-# last. The release runs execute only what differs from the build: each chapter's blank
+# modules that read the release of every chapter (tests/released.py: the student
+# packages, built nowhere else) are one group, on one worker; the longest units go out
+# first, then those holding a test marked slow, the short tests last. Each worker runs
+# torch on its share of the cores (two workers on two cores: one thread each; two each
+# only spin against each other). The release runs execute only what differs from the build: each chapter's blank
 # release, in the student's venv. Every execution, the build's included, waits on its
 # kernel in short slices and is kept with its cell timings under _build/test-executions/
 # (tests/notebook_runs.py); the session ends with the count of executions per chapter, by

@@ -1,6 +1,6 @@
 """Shared pytest set-up: seeded randomness, the GPU marker, nbval on demand, the book tests on one
-worker, walls that must start under ``CI=true``, the count of notebook executions, and where the
-run's time went (``tests/timeline.py``)."""
+worker, torch's threads shared out between the xdist workers, walls that must start under
+``CI=true``, the count of notebook executions, and where the run's time went (``tests/timeline.py``)."""
 import os
 import random
 import time
@@ -12,6 +12,9 @@ import notebook_runs
 from timeline import TIMELINE as TIMELINE_FILE, Timeline
 from walls import WALL_SKIP
 
+
+# The release of every chapter, shared by the tests of tests/autograder/ and tests/book/.
+pytest_plugins = ["released"]
 
 NBVAL_OPTION = "--run-nbval"
 #: Whether this pytest process owns the session's ledger of notebook executions (``notebook_runs``).
@@ -27,7 +30,22 @@ def pytest_addoption(parser):
                           "build's one execution instead")
 
 
+def worker_threads(workers: int, cores: int | None) -> int:
+    """torch's intra-op threads for each of ``workers`` pytest processes on ``cores`` cores: the
+    cores shared out, one at least (``cores`` unknown: one)."""
+    return max(1, (cores or 1) // max(1, workers))
+
+
 def pytest_configure(config):
+    if hasattr(config, "workerinput"):  # an xdist worker: its share of the cores, not all of them
+        # Every worker runs thousands of tiny torch calls (a release records its stand-ins and
+        # check helpers, a class is graded in process); with each worker on torch's default of
+        # one thread a core, two workers on two cores spin against each other: chapter 5's
+        # student package took 16.6 CPU s at two threads, 6.3 at one, on a loaded machine.
+        # A test that needs more sets them itself (and restores them).
+        import torch  # as in the hooks below: torch is imported where it is used
+
+        torch.set_num_threads(worker_threads(int(config.workerinput["workercount"]), os.cpu_count()))
     config.addinivalue_line("markers", "nbval_execution: executes a chapter under nbval; runs only "
                                        f"with {NBVAL_OPTION} (make nbval)")
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist): a fresh count,

@@ -33,11 +33,12 @@ __all__ = ["BOOK_GROUP", "LONGEST_UNITS", "SuiteLayout", "read_layout", "GroupsO
 
 BOOK_GROUP = "the built book"
 # The units of work that take longest, sent out before all others so that none starts
-# late and runs alone at the end (the clean clone of c1492fe, 2 workers): the book build
-# and the tests that read it (206 s to build, 58 s in test_every_page_offline alone), every
-# chapter released and run in a student venv (70 s to release, 21-55 s a chapter), every
-# wheel object tried against every part (50 s in one test, 247 s on a loaded machine).
-LONGEST_UNITS = (BOOK_GROUP, "releases", "tests/autograder/test_wheel_answers.py::")
+# late and runs alone at the end (the clean clone of 39e9b89, 2 workers): the book build
+# and the tests that read it (205 s to build, 66 s in test_every_page_offline alone); every
+# chapter released, run in a student venv and its wheels audited (the group "releases":
+# 77 s to release, 12-53 s a chapter, 58 s of audit); the chapters graded whole in
+# test_grading.py (379 s, one unit: its module fixtures).
+LONGEST_UNITS = (BOOK_GROUP, "releases", "tests/autograder/test_grading.py::")
 
 _LONG_LIVED = ("module", "session")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 import scheduling
 
@@ -32,7 +33,7 @@ _SPEC.loader.exec_module(conftest)
 BOOK_TEST = "tests/book/test_pages.py::test_page"
 FIXTURE_TESTS = ["tests/autograder/test_graded.py::test_a", "tests/autograder/test_graded.py::test_b"]
 GROUPED = ["tests/autograder/test_one.py::test_x", "tests/autograder/test_two.py::test_y"]
-LONG = "tests/autograder/test_wheel_answers.py::test_long"
+LONG = "tests/autograder/test_release_runs.py::test_long"
 PLAIN = ["tests/unit/test_plain.py::test_1", "tests/unit/test_plain.py::test_2[a]",
          "tests/unit/test_plain.py::test_2[b]"]
 SLOW_SINGLE = "tests/unit/test_plain.py::Plain::test_3"
@@ -73,8 +74,10 @@ MODULES = {
         def test_y():
             pass
     """,
-    "tests/autograder/test_wheel_answers.py": """
+    "tests/autograder/test_release_runs.py": """
         import pytest
+
+        pytestmark = pytest.mark.xdist_group("releases")
 
         @pytest.fixture(scope="session")
         def wheels():
@@ -156,7 +159,7 @@ def test_modules_with_a_long_lived_fixture_and_marked_groups_are_one_unit(tmp_pa
         "tests/autograder/test_graded.py::": "tests/autograder/test_graded.py::",
         "tests/autograder/test_one.py::": "pair",
         "tests/autograder/test_two.py::": "pair",
-        "tests/autograder/test_wheel_answers.py::": "tests/autograder/test_wheel_answers.py::",
+        "tests/autograder/test_release_runs.py::": "releases",
     }
     assert [layout.unit_of(n) for n in (GROUPED[1], PLAIN[1], WORDS)] == ["pair", PLAIN[1], WORDS]
 
@@ -204,3 +207,17 @@ def test_each_unit_goes_whole_to_one_worker_the_longest_first_then_the_slow(tmp_
 def test_without_xdist_load_the_default_scheduler_stays():
     config = SimpleNamespace(getvalue=lambda name: "loadfile")
     assert conftest.pytest_xdist_make_scheduler(config, None) is None
+
+
+def test_each_xdist_worker_gets_its_share_of_the_cores_for_torch(monkeypatch):
+    """Two workers on two cores: one torch thread each (two each spin against each other)."""
+    assert [conftest.worker_threads(w, c) for w, c in [(2, 2), (2, 8), (3, 2), (1, None), (4, 6)]] == [1, 4, 1, 1, 1]
+    before = torch.get_num_threads()
+    monkeypatch.setattr(conftest.os, "cpu_count", lambda: 6)
+    worker = SimpleNamespace(workerinput={"workercount": 2}, addinivalue_line=lambda *args: None)
+    try:
+        torch.set_num_threads(1)
+        conftest.pytest_configure(worker)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)

@@ -18,8 +18,6 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import fixtures  # noqa: E402
-from autograder.book import chapter_ids  # noqa: E402
-from autograder.release import release  # noqa: E402
 from walls import cannot_start  # noqa: E402
 
 REPO = HERE.parent.parent
@@ -109,16 +107,6 @@ def needs_sandbox():
     problem = _sandbox_problem()
     if problem:
         cannot_start("bubblewrap", problem)
-
-
-@pytest.fixture(scope="session")
-def released_chapters(tmp_path_factory):
-    """Every chapter of the book released once, with one student wheel per chapter:
-    ``(out, Release)`` of ``release(out, chapter_ids(), package=True)``. Read it, never
-    change it. The modules that use it are in the xdist group ``"releases"``
-    (``tests/conftest.py``), so one worker builds it once per run."""
-    out = tmp_path_factory.mktemp("released_chapters")
-    return out, release(out, chapter_ids(), package=True)
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,9 @@
   PyPI only) the same requirement is resolved from PyPI instead, ``--no-deps``, which
   proves a wheel of that version exists for the Python and the platform (the CPU index
   carries the same versions and tags). The student package's requirements are resolved
-  in the same pip run (what resolves together resolves apart): one per Python, the four
-  at once.
+  in the same pip run (what resolves together resolves apart): one per Python. Every
+  resolution of the module (these, Colab's, macOS' and Windows') runs at once, in one
+  fixture: each pip mostly waits on the index.
 * The zip's ``setup.sh`` runs for real in a fresh folder, from the unpacked zip alone:
   a new venv of the system ``python3``, torch then the grader's requirements installed
   by pip (no ``GRADESCOPE_OFFLINE`` short cut; ``GRADESCOPE_NO_APT=1`` only keeps a
@@ -36,6 +37,7 @@ import types
 import urllib.request
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -73,24 +75,71 @@ def _platforms(glibc_minor: int) -> list[str]:
     return [arg for tag in tags for arg in ("--platform", tag)]
 
 
-def resolve(requirements: list[str], python: str, platforms: list[str], report: Path, *, index: str = PYPI,
-            constraints: Path | None = None, no_deps: bool = False) -> dict[str, str]:
-    """Resolve ``requirements`` for another Python and platform without installing:
-    ``{normalised name: version}`` from pip's ``--report``. Fails the test with pip's
-    own message when they do not resolve."""
-    cmd = [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--ignore-installed",
-           "--only-binary=:all:", "--python-version", python, *platforms, "--index-url", index,
-           "--report", str(report), "--quiet", *requirements]
-    if constraints is not None:
-        cmd += ["--constraint", str(constraints)]
-    if no_deps:
-        cmd.append("--no-deps")
-    done = subprocess.run(cmd, capture_output=True, text=True, env=_clean_pip_env(), timeout=900)
-    assert done.returncode == 0, (f"{' '.join(requirements)} do not resolve for Python {python} "
-                                  f"({' '.join(platforms[-1:])}):\n{done.stdout}{done.stderr}")
-    data = json.loads(report.read_text(encoding="utf-8"))
-    return {re.sub(r"[-_.]+", "-", item["metadata"]["name"]).lower(): item["metadata"]["version"]
-            for item in data["install"]}
+@dataclass(frozen=True)
+class Resolution:
+    """One ``pip install --dry-run`` for another Python and platform: what to resolve, and where.
+
+    Attributes:
+        requirements: the requirement strings.
+        python: the target Python (``--python-version``).
+        platforms: the ``--platform`` arguments.
+        index: the index to resolve from (with no configuration of this machine).
+        constraints: a constraints file, or None.
+        no_deps: resolve the requirements alone (``--no-deps``).
+    """
+
+    requirements: tuple[str, ...]
+    python: str
+    platforms: tuple[str, ...]
+    index: str = PYPI
+    constraints: Path | None = None
+    no_deps: bool = False
+
+    def run(self, report: Path) -> dict[str, str]:
+        """Resolve without installing: ``{normalised name: version}`` from pip's ``--report``.
+        Fails the test with pip's own message when they do not resolve."""
+        cmd = [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--ignore-installed",
+               "--only-binary=:all:", "--python-version", self.python, *self.platforms, "--index-url", self.index,
+               "--report", str(report), "--quiet", *self.requirements]
+        if self.constraints is not None:
+            cmd += ["--constraint", str(self.constraints)]
+        if self.no_deps:
+            cmd.append("--no-deps")
+        done = subprocess.run(cmd, capture_output=True, text=True, env=_clean_pip_env(), timeout=900)
+        assert done.returncode == 0, (f"{' '.join(self.requirements)} do not resolve for Python {self.python} "
+                                      f"({' '.join(self.platforms[-1:])}):\n{done.stdout}{done.stderr}")
+        data = json.loads(report.read_text(encoding="utf-8"))
+        return {re.sub(r"[-_.]+", "-", item["metadata"]["name"]).lower(): item["metadata"]["version"]
+                for item in data["install"]}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What one :class:`Resolution` gave: its versions, or pip's failure."""
+
+    got: dict[str, str] | None
+    failure: str | None = None
+
+    def versions(self) -> dict[str, str]:
+        """``{normalised name: version}``; an AssertionError with pip's message where it did not resolve."""
+        if self.failure is not None:
+            raise AssertionError(self.failure)
+        return dict(self.got)
+
+
+def resolve_all(jobs: dict[str, Resolution], folder: Path) -> dict[str, Resolved]:
+    """Run every resolution of ``jobs`` at once (each pip mostly waits on the index: one after
+    another, they kept a worker idle for about a minute); key -> what it gave."""
+
+    def one(key: str) -> Resolved:
+        try:
+            return Resolved(jobs[key].run(folder / f"{key}.json"))
+        except AssertionError as failure:
+            return Resolved(None, str(failure))
+
+    keys = sorted(jobs)
+    with ThreadPoolExecutor(len(keys)) as pool:
+        return dict(zip(keys, pool.map(one, keys)))
 
 
 def _requirements(path: Path) -> list[Requirement]:
@@ -120,30 +169,65 @@ def test_grader_requirements_are_small_and_ranged():
             f"{r}: a range, so that it resolves on Python 3.10 to 3.13"
 
 
+# Colab runs Python 3.13 on Ubuntu 22.04 (glibc 2.35).
+COLAB_PYTHON = "3.13"
+# The README's one install line on Apple silicon and on Windows, and on an Intel Mac.
+DESKTOPS = ["macosx_14_0_arm64", "win_amd64"]
+INTEL_MAC = "macosx_10_15_x86_64"
+
+
 @pytest.fixture(scope="module")
-def linux_resolutions(student_wheel, tmp_path_factory) -> dict[str, dict[str, str]]:
-    """``{python: {name: version}}``: the grader's requirements and the student package's,
-    resolved together, once per Python (the four at once), for x86-64 Linux with glibc 2.35
-    (Ubuntu 22.04: Gradescope's older image and Colab's; 24.04's 2.39 accepts every wheel
-    that 2.35 does). What resolves together resolves apart, so one resolution per Python
-    serves both tests below. torch's two ranges are resolved together too, ``--no-deps``,
-    from PyTorch's CPU index where it can be reached, else PyPI (this project's machines:
-    PyPI only; the same versions, the same wheel tags)."""
-    folder = tmp_path_factory.mktemp("resolutions")
+def resolutions(student_wheel, tmp_path_factory) -> dict[str, Resolved]:
+    """Every resolution the tests below read, run at once (:func:`resolve_all`): key -> what it
+    gave (its versions, or pip's failure, raised when a test reads it).
+
+    * ``linux-<python>``, ``linux-torch-<python>``: the grader's requirements and the student
+      package's, resolved together, once per Python, for x86-64 Linux with glibc 2.35
+      (Ubuntu 22.04: Gradescope's older image and Colab's; 24.04's 2.39 accepts every wheel
+      that 2.35 does). What resolves together resolves apart, so one resolution per Python
+      serves the grader's test and the student package's. torch's two ranges are resolved
+      together too, ``--no-deps``, from PyTorch's CPU index where it can be reached, else
+      PyPI (this project's machines: PyPI only; the same versions, the same wheel tags).
+    * ``colab``, ``colab-torch``: the student package against every pin of Colab's runtime
+      as a constraint (torch ``--no-deps``: Colab's is the CPU build, and PyPI's torch would
+      add its CUDA libraries); ``colab-old``: what the package used to require (``ipython>=8.0``),
+      which must not resolve there.
+    * ``<platform>``, ``<platform>-torch``: the student package on Apple silicon and Windows
+      (torch ``--no-deps``: pip evaluates environment markers for the machine it runs on,
+      Linux, so torch's Linux-only CUDA dependencies would be asked for).
+    * ``intel-mac``: torch alone on an Intel Mac.
+    """
     grader = [str(r) for r in _requirements(ROOT / gradescope.GRADER_REQUIREMENTS)]
     student = _requires(student_wheel)
     torch = [r for r in grader + student if Requirement(r).name == "torch"]
     rest = [r for r in grader + student if Requirement(r).name != "torch"]
     torch_index = gradescope.TORCH_INDEX if _reachable(gradescope.TORCH_INDEX + "/torch/") else PYPI
+    student_torch = [r for r in student if Requirement(r).name == "torch"]
+    student_rest = [r for r in student if Requirement(r).name != "torch"]
+    glibc_2_35 = tuple(_platforms(35))
+    jobs = {}
+    for python, _ in TARGETS:
+        jobs[f"linux-{python}"] = Resolution(tuple(rest), python, glibc_2_35)
+        jobs[f"linux-torch-{python}"] = Resolution(tuple(torch), python, glibc_2_35, torch_index, no_deps=True)
+    jobs["colab"] = Resolution(tuple(student_rest), COLAB_PYTHON, glibc_2_35, constraints=COLAB)
+    jobs["colab-torch"] = Resolution(tuple(student_torch), COLAB_PYTHON, glibc_2_35, constraints=COLAB, no_deps=True)
+    jobs["colab-old"] = Resolution(("ipython>=8.0",), COLAB_PYTHON, glibc_2_35, constraints=COLAB)
+    for platform in DESKTOPS:
+        jobs[platform] = Resolution(tuple(student_rest), "3.12", ("--platform", platform))
+        jobs[f"{platform}-torch"] = Resolution(tuple(student_torch), "3.12", ("--platform", platform), no_deps=True)
+    jobs["intel-mac"] = Resolution(tuple(student_torch), "3.11", ("--platform", INTEL_MAC), no_deps=True)
+    return resolve_all(jobs, tmp_path_factory.mktemp("resolutions"))
 
-    def one(python: str) -> tuple[str, dict[str, str]]:
-        got = resolve(rest, python, _platforms(35), folder / f"rest-{python}.json")
-        got.update(resolve(torch, python, _platforms(35), folder / f"torch-{python}.json", index=torch_index,
-                           no_deps=True))
-        return python, got
 
-    with ThreadPoolExecutor(len(TARGETS)) as pool:
-        return dict(pool.map(one, [python for python, _ in TARGETS]))
+@pytest.fixture(scope="module")
+def linux_resolutions(resolutions) -> dict[str, dict[str, str]]:
+    """``{python: {name: version}}``: the grader's and the student package's requirements on
+    x86-64 Linux, torch included (``resolutions``' ``linux-*``)."""
+    got = {}
+    for python, _ in TARGETS:
+        got[python] = resolutions[f"linux-{python}"].versions()
+        got[python].update(resolutions[f"linux-torch-{python}"].versions())
+    return got
 
 
 def _within(got: dict[str, str], requirements: list[Requirement], python: str) -> None:
@@ -315,24 +399,20 @@ def _requires(wheel: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_student_package_resolves_against_colabs_pins_without_upgrading_them(student_wheel, tmp_path):
+def test_the_student_package_resolves_against_colabs_pins_without_upgrading_them(student_wheel, resolutions):
     requires = _requires(student_wheel)
     assert any(r.startswith("ipython") for r in requires) and any(r.startswith("torch") for r in requires)
     pinned = {Requirement(line).name.lower(): line.split("==", 1)[1] for line in
               (x.split("#", 1)[0].strip() for x in COLAB.read_text(encoding="utf-8").splitlines()) if line}
-    # Colab runs Python 3.13 on Ubuntu 22.04 (glibc 2.35); every pin of its runtime is a constraint,
-    # so the resolution succeeds only if nothing Colab pins needs another version. torch is
-    # resolved --no-deps: Colab's is the CPU build, and PyPI's torch would add its CUDA libraries.
-    torch = next(r for r in requires if Requirement(r).name == "torch")
-    rest = [r for r in requires if Requirement(r).name != "torch"]
-    got = resolve(rest, "3.13", _platforms(35), tmp_path / "colab.json", constraints=COLAB)
-    got.update(resolve([torch], "3.13", _platforms(35), tmp_path / "colab-torch.json", constraints=COLAB,
-                       no_deps=True))
+    # Every pin of Colab's runtime is a constraint, so the resolution succeeds only if nothing
+    # Colab pins needs another version (``resolutions``: torch --no-deps, Colab's CPU build).
+    got = resolutions["colab"].versions()
+    got.update(resolutions["colab-torch"].versions())
     for name in ("ipython", "ipywidgets", "numpy", "torch", "matplotlib"):
         assert got[name] == pinned[name], f"{name}: {got[name]} instead of Colab's {pinned[name]}"
     # the same resolution fails for what the package used to require: the test can see an upgrade
     with pytest.raises(AssertionError, match="do not resolve"):
-        resolve(["ipython>=8.0"], "3.13", _platforms(35), tmp_path / "old.json", constraints=COLAB)
+        resolutions["colab-old"].versions()
 
 
 @pytest.mark.slow
@@ -365,26 +445,22 @@ def test_cell_output_is_utf8_whatever_the_locale(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("platform", ["macosx_14_0_arm64", "win_amd64"])
-def test_the_student_install_line_resolves_on_macos_and_windows(student_wheel, tmp_path, platform):
+@pytest.mark.parametrize("platform", DESKTOPS)
+def test_the_student_install_line_resolves_on_macos_and_windows(student_wheel, resolutions, platform):
     """The README's one line for Apple silicon and for Windows: the wheel's requirements
     resolve to wheels of that platform. pip evaluates environment markers for the machine
     it runs on (Linux), not for --platform, so torch's Linux-only CUDA dependencies would
     be asked for: torch is resolved --no-deps (a wheel of that platform exists), the rest
     with their dependencies."""
-    requires = _requires(student_wheel)
-    torch = next(r for r in requires if r.startswith("torch"))
-    got = resolve([r for r in requires if r != torch], "3.12", ["--platform", platform], tmp_path / "r.json")
-    assert {"numpy", "ipython", "ipywidgets", "matplotlib"} <= set(got)
-    got = resolve([torch], "3.12", ["--platform", platform], tmp_path / "t.json", no_deps=True)
-    assert Requirement(torch).specifier.contains(got["torch"])
+    torch = next(r for r in _requires(student_wheel) if r.startswith("torch"))
+    assert {"numpy", "ipython", "ipywidgets", "matplotlib"} <= set(resolutions[platform].versions())
+    assert Requirement(torch).specifier.contains(resolutions[f"{platform}-torch"].versions()["torch"])
 
 
 @pytest.mark.slow
-def test_an_intel_mac_gets_torch_2_2_at_most(student_wheel, tmp_path):
+def test_an_intel_mac_gets_torch_2_2_at_most(resolutions):
     """What the README says of Intel Macs: PyTorch's last macOS x86-64 wheels are 2.2."""
-    torch = next(r for r in _requires(student_wheel) if r.startswith("torch"))
-    got = resolve([torch], "3.11", ["--platform", "macosx_10_15_x86_64"], tmp_path / "r.json", no_deps=True)
+    got = resolutions["intel-mac"].versions()
     assert got["torch"].startswith("2.2."), got["torch"]
 
 

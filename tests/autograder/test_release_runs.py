@@ -11,7 +11,8 @@ released notebook executes only where it differs from that build:
   for cell, the code the book build executed (``tests/book/test_executed_chapters.py``
   asserts it and reads every ✓ of that run), so it is not executed again; what differs
   is the environment, and here ``python -m autograder check`` runs its setup and
-  exercise cells and every visible check in the student venv: full marks;
+  exercise cells and every visible check in the student venv, on a notebook renamed
+  ``finished.ipynb`` (the chapter read from the notebook): full marks, every exercise;
 * **blank**, the notebook as handed out: executed in the student kernel (the one
   execution of this module), every cell runs without an error except the check cells,
   which say "not implemented yet"; a demonstration that needs a blank exercise prints
@@ -31,6 +32,8 @@ import re
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -39,6 +42,7 @@ from student_env import filled, install, kernel_spec, make_env, nbgrader_meta
 
 from autograder.book import chapter_ids
 from autograder.checks import exercises_of
+from autograder.release import Release
 
 # One worker releases the ten chapters (``released_chapters``, about 40 s, shared with
 # test_student_release.py) and runs them in its venv.
@@ -54,15 +58,41 @@ CHAPTERS = [pytest.param(c, marks=pytest.mark.xfail(reason=NOT_YET[c], strict=Tr
 CELL_TIMEOUT_S = 900  # as the book build: chapter 9 trains a small model
 
 
+@dataclass
+class Classroom:
+    """The release of every chapter and one student venv with a Jupyter kernel spec.
+
+    Attributes:
+        out: the release folder; ``done``: the release (its ``packages``, one per chapter).
+        python, work, env: the venv's interpreter, a work folder outside the repository and
+            the environment to run it in.
+        installed: the chapter whose wheel the venv holds (None: none yet).
+    """
+
+    out: Path
+    done: Release
+    python: Path
+    work: Path
+    env: dict
+    installed: str | None = None
+
+    def use(self, chapter: str) -> None:
+        """Have ``chapter``'s wheel in the venv: installed over the last one, as a student moving
+        to that chapter does, unless it is the one there already."""
+        if self.installed != chapter:
+            install(self.python, self.done.packages[chapter].wheel)
+            self.installed = chapter
+
+
 @pytest.fixture(scope="module")
 def classroom(released_chapters, tmp_path_factory):
-    """The release of every chapter and one student venv with a Jupyter kernel spec."""
+    """The release of every chapter and one student venv with a Jupyter kernel spec (:class:`Classroom`)."""
     out, done = released_chapters
     python, _, work, env = make_env(tmp_path_factory.mktemp("student"))
     jupyter = kernel_spec(tmp_path_factory.mktemp("jupyter"), python, env)
     saved = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = str(jupyter)
-    yield out, done, python, work, env
+    yield Classroom(out, done, python, work, env)
     if saved is None:
         os.environ.pop("JUPYTER_PATH", None)
     else:
@@ -75,9 +105,9 @@ def _errors(cell) -> list[dict]:
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_the_released_chapter_runs_whole_in_its_own_environment(classroom, chapter):
-    out, done, python, work, env = classroom
+    out, python, work, env = classroom.out, classroom.python, classroom.work, classroom.env
     started = time.perf_counter()
-    install(python, done.packages[chapter].wheel)
+    classroom.use(chapter)
     folder = work / chapter
     if folder.exists():
         shutil.rmtree(folder)
@@ -87,8 +117,13 @@ def test_the_released_chapter_runs_whole_in_its_own_environment(classroom, chapt
     nbformat.write(filled(released), str(folder / "finished.ipynb"))  # not executed: the book build ran this code
     checked = subprocess.run([str(python), "-m", "autograder", "check", "finished.ipynb"], cwd=folder, env=env,
                              capture_output=True, text=True, timeout=600)
-    count = len(exercises_of(chapter))
+    exercises = exercises_of(chapter)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    # the chapter read from the notebook (not its name), each exercise with all its points
+    assert f"finished.ipynb: chapter {chapter}, visible checks" in checked.stdout, checked.stdout
+    for exercise in exercises:
+        assert re.search(rf"^{exercise.name}\s+(\S+)/\1\s+passed", checked.stdout, re.M), (exercise.name, checked.stdout)
+    count = len(exercises)
     assert f"{count} of {count} exercises pass the visible checks" in checked.stdout, checked.stdout
     answered_s = time.perf_counter() - started
 
@@ -133,9 +168,9 @@ def test_a_chapter_with_wrong_answers_runs_whole_from_its_wheel(classroom, stude
     each demonstration that needs a wrong exercise stops with one line naming it."""
     import test_fairness_class  # its module imports the mutants' tables: only this test needs them
 
-    out, done, python, work, env = classroom
+    out, work = classroom.out, classroom.work
     student = next(s for s in test_fairness_class.CLASS if s.id == student_id)
-    install(python, done.packages[student.chapter].wheel)
+    classroom.use(student.chapter)  # the students of one chapter follow each other: one install
     folder = work / f"wrong-{student_id}"
     if folder.exists():
         shutil.rmtree(folder)

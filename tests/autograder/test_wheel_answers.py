@@ -6,6 +6,12 @@ the object itself, called as the exercise is) and grades it with the hidden chec
 part it earns that a blank answer does not is an answer the wheel ships. The shipped
 check modules are read too: no case maker and no hidden-case branch ship, and every
 helper outside a check's verdict ships as recorded results.
+
+The packages are the wheels of the release of every chapter (``released_packages``),
+read back from the wheel files: what ships is what is audited, and the release's
+packages (about 40 CPU s, each chapter's stand-ins and check helpers recorded) are
+built once per run for this module and the two release modules, on one worker (the
+xdist group ``"releases"``).
 """
 from __future__ import annotations
 
@@ -18,11 +24,14 @@ import torch
 import wheel_audit
 from autograder.book import BOOK, chapter_ids
 from autograder.student.hints import withhold_helpers
-from autograder.student.package import RECORDED_FILE, package_files
+from autograder.student.package import RECORDED_FILE
+
+pytestmark = pytest.mark.xdist_group("releases")
+
 
 class _Built(dict):
     """Chapter -> what ``make(chapter)`` gives, made at the first use and kept (a test
-    that needs one chapter's package does not pay for the others)."""
+    that needs one chapter's wheel imports only that one)."""
 
     def __init__(self, make):
         super().__init__()
@@ -36,9 +45,8 @@ class _Built(dict):
 @pytest.fixture(scope="module", autouse=True)
 def _one_torch_thread():
     """One intra-op thread for the whole file, the module-scoped fixtures included: the
-    packages' recorded results and the audit run thousands of tiny torch calls, which
-    extra threads only slow down on a shared machine (tests/conftest.py's
-    ``one_torch_thread``, for the module's scope)."""
+    audit runs thousands of tiny torch calls, which extra threads only slow down on a
+    shared machine (tests/conftest.py's ``one_torch_thread``, for the module's scope)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -46,16 +54,10 @@ def _one_torch_thread():
 
 
 @pytest.fixture(scope="module")
-def packages(_one_torch_thread):
-    """Every chapter's student package, built once for the file: chapter -> (files, info)."""
-    return _Built(lambda chapter: package_files([chapter], BOOK))
-
-
-@pytest.fixture(scope="module")
-def wheels(packages, tmp_path_factory):
+def wheels(released_packages, tmp_path_factory):
     """Every chapter's wheel imported once (under ``wheel_<chapter>``): chapter -> its objects."""
     root = tmp_path_factory.mktemp("wheels")
-    return _Built(lambda chapter: wheel_audit.load_wheel(chapter, BOOK, root, packages[chapter][0]))
+    return _Built(lambda chapter: wheel_audit.load_wheel(chapter, BOOK, root, released_packages[chapter][0]))
 
 
 @pytest.mark.slow
@@ -80,11 +82,11 @@ def test_a_blank_answer_and_a_copied_check_helper_earn_nothing_beyond_it(wheels)
 
 
 @pytest.fixture(scope="module")
-def shipped_checks(packages):
+def shipped_checks(released_packages):
     """Every chapter's shipped check modules: (chapter, module name) -> text."""
     texts = {}
     for chapter in chapter_ids(BOOK):
-        files, _ = packages[chapter]
+        files, _ = released_packages[chapter]
         for name, data in files.items():
             if name.startswith("autograder/checks/ch") and name.endswith(".py"):
                 texts[(chapter, name)] = data.decode("utf-8")
@@ -117,8 +119,8 @@ def test_helpers_outside_the_verdict_are_withheld_whatever_their_lines():
     compile(out, "<withheld>", "exec")
 
 
-def test_a_recorded_stand_in_serves_its_chapters_calls_and_no_other(packages, wheels):
-    files, info = packages["02_tokens_and_embeddings"]
+def test_a_recorded_stand_in_serves_its_chapters_calls_and_no_other(released_packages, wheels):
+    files, info = released_packages["02_tokens_and_embeddings"]
     assert "sinusoidal_positional_encoding" in info.standins and RECORDED_FILE in files
     assert "np.exp(1j" not in files["solutions/_standins.py"].decode()  # no code computes the table
     objects = dict(wheels["02_tokens_and_embeddings"])

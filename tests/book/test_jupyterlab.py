@@ -1,6 +1,7 @@
 """A real client: JupyterLab, started in a student's environment, runs a released chapter.
 
-Chapter 4 is released; its wheel goes into a fresh venv (``tests/autograder/student_env.py``:
+Chapter 4 of the release of every chapter (``released_chapters``, made once per run for
+the group ``"releases"``, whose worker runs this test); its wheel goes into a fresh venv (``tests/autograder/student_env.py``:
 only the wheel's ``solutions`` and ``autograder`` importable, the project venv's
 third-party packages through a ``.pth``). JupyterLab runs with that venv's Python, so
 its ``python3`` kernel is the student's (a kernel spec of that name, first on
@@ -27,9 +28,7 @@ import pytest
 from student_env import filled, kernel_spec, make_env
 from test_browser import _offline_chromium, playwright  # noqa: F401 - the module's Playwright fixture
 
-from autograder.release import release
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("releases")]
 CHAPTER = "04_self_attention"
 TOKEN = "release-test"
 
@@ -54,10 +53,10 @@ def _wait_for(url: str, server: subprocess.Popen, timeout: float = 180) -> None:
     raise AssertionError(f"JupyterLab did not answer {url} within {timeout} s")
 
 
-def test_jupyterlab_runs_a_released_chapter_with_its_checks_and_widgets(tmp_path, playwright):  # noqa: F811
-    out = tmp_path / "release"
-    done = release(out, [CHAPTER], package=True)
-    python, _, work, env = make_env(tmp_path, done.package.wheel)
+def test_jupyterlab_runs_a_released_chapter_with_its_checks_and_widgets(released_chapters, tmp_path,
+                                                                         playwright):  # noqa: F811
+    out, done = released_chapters
+    python, _, work, env = make_env(tmp_path, done.packages[CHAPTER].wheel)
     folder = work / CHAPTER
     shutil.copytree(out / CHAPTER, folder)
     finished = filled(folder / f"{CHAPTER}.ipynb")

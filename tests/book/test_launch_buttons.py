@@ -5,9 +5,10 @@ No book build here: the book's own configuration (``_config.yml`` through Jupyte
 functions that write the buttons (``update_context_with_repository_info``,
 ``add_launch_buttons``), for every chapter page, in both editions (one configuration
 serves both). Each URL is then followed to the file it names: the branch ``student`` is
-laid out here exactly as ``.github/workflows/book.yml`` publishes it
-(``autograder release --out <branch>/book``), and the file must be the released student
-notebook: plain Markdown, no solution, no hidden test, no nbgrader marker.
+the release of every chapter laid out exactly as ``.github/workflows/book.yml`` publishes
+it (``autograder release --out <branch>/book``: ``released_chapters``, made once per run
+for the group ``"releases"``), and the file must be the released student notebook: plain
+Markdown, no solution, no hidden test, no nbgrader marker.
 """
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ from sphinx_book_theme.header_buttons import update_context_with_repository_info
 from sphinx_book_theme.header_buttons.launch import add_launch_buttons
 
 from autograder.book import MARKERS, source_notebook
-from autograder.cli import main
 from autograder.release import leaked_lines
 from book_helpers import ROOT
 
-pytestmark = pytest.mark.slow  # its module fixture releases two chapters with their wheels
+# the release of every chapter, with its wheels (``released_chapters``), on the group's worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("releases")]
 
 CHAPTERS = ["04_self_attention", "10_inference"]
 
@@ -84,11 +85,10 @@ def _file_of(url: str, branches: dict[str, Path]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def student_branch(tmp_path_factory) -> Path:
-    """The branch `student` as book.yml publishes it, for the chapters tested."""
-    branch = tmp_path_factory.mktemp("student")
-    assert main(["release", "--out", str(branch / "book"), *CHAPTERS]) == 0
-    return branch
+def student_branch(released_chapters) -> Path:
+    """The branch `student` as book.yml publishes it: ``<branch>/book`` is the release of every chapter."""
+    out, _ = released_chapters
+    return out.parent
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
