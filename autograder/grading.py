@@ -70,10 +70,10 @@ import numpy as np
 from .checks import exercises_of, load_all
 from .checks.base import (Exercise, Report, Result, charged_once, dependency_note, dependency_unchanged_note, draw_cases,
                           evaluate, get_exercise, make_rng, own_code_message)
-from .library import build_library, reference_library
+from .library import build_library, reference_library, shared_library
 from .limits import Limits, limits_for
 from .reference_calls import ReferenceCalls
-from .sandbox import RunOutcome, case_frame, check_sandbox, run_job
+from .sandbox import RunOutcome, case_frame, check_sandbox, run_job, shares_library
 from .scores import ExerciseScore, NotebookScores, PartScore, Status, single_line
 from .text import safe_text
 from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook
@@ -660,7 +660,9 @@ def grade_submission(
         try:
             scratch.chmod(0o755)
             names = {g.name for g in graded} | {ex for ex in _chapter_exercises(chapter)}
-            lib_dir = build_library(scratch / "lib", names)
+            # a library mounted read-only serves every submission of the chapter
+            shared = shares_library(sandbox)
+            lib_dir = shared_library(names) if shared else build_library(scratch / "lib", names)
             clock = _Budget(2.0 * limits.wall_seconds if budget is None else float(budget))
             attempt = 0
             while pending:
@@ -683,7 +685,8 @@ def grade_submission(
                     break  # the first grades stand: a regrade can only add points
                 attempt += 1
                 if references_lib is None and any(_across_the_wall(d) for d in failing):
-                    references_lib = reference_library(scratch / "references-lib")
+                    references_lib = (shared_library(set(), references=True) if shared
+                                      else reference_library(scratch / "references-lib"))
                 _regrade(g, failing, graded, setup, scratch / f"job{attempt}", lib_dir, run_limits, sandbox,
                          clock, references_lib)
         finally:

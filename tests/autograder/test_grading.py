@@ -9,7 +9,7 @@ import pytest
 
 import fixtures
 from walls import cannot_start
-from autograder import grading, reference_calls
+from autograder import grading, library, reference_calls, sandbox
 from autograder.grading import RunSettings, grade_submission
 from autograder.scores import ExerciseScore, NotebookScores, PartScore, Status
 
@@ -429,7 +429,7 @@ def test_a_blank_stub_is_graded_as_a_regrade_would_grade_it(tmp_path, needs_sand
     blank = fixtures.write_notebook(fixtures.blank_submission(nb), tmp_path / "blank.ipynb")
     runs, starts = [], []
     real_run, real_start = grading.run_job, reference_calls.ReferenceCalls._run_worker
-    monkeypatch.setattr(grading, "run_job", lambda *a, **k: runs.append(1) or real_run(*a, **k))
+    monkeypatch.setattr(grading, "run_job", lambda *a, **k: runs.append(a[1]) or real_run(*a, **k))
     monkeypatch.setattr(reference_calls.ReferenceCalls, "_run_worker",
                         lambda self, fds: starts.append(1) or real_start(self, fds))
     skipped = grade_submission(source, blank, seed=4).scores
@@ -440,6 +440,38 @@ def test_a_blank_stub_is_graded_as_a_regrade_would_grade_it(tmp_path, needs_sand
     assert [s.to_dict() for s in skipped] == [s.to_dict() for s in regraded]
     assert [(s.status, s.score) for s in skipped] == [("failed", 0.0), ("failed", 0.0)]
     assert all(s.reason.startswith("not implemented yet") for s in skipped)
+    # under bubblewrap, every run of the chapter's submissions mounts the one library built for it
+    if sandbox.shares_library():
+        assert len(set(runs)) == 1 and runs[0].is_dir(), runs
+
+
+def test_a_library_is_built_once_per_chapter_and_again_when_its_files_change(tmp_path, monkeypatch):
+    """``shared_library``: one build per graded names (and one references' library), the same
+    folder after, a new one when a file of ``solutions`` changes; only bubblewrap's
+    read-only mount shares it (a plain subprocess or a container-mode run could write in
+    it, and get their own)."""
+    package = tmp_path / "solutions"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .a import f\nfrom .b import g\n")
+    (package / "a.py").write_text("def f():\n    return 1\n")
+    (package / "b.py").write_text("from .a import f\n\ndef g():\n    return f()\n")
+    builds = []
+    real = library.build_library
+    monkeypatch.setattr(library, "build_library", lambda dest, names, d: builds.append(set(names)) or real(dest, names, d))
+    first = library.shared_library({"f"}, solutions_dir=package)
+    assert library.shared_library({"f"}, solutions_dir=package) == first and builds == [{"f"}]
+    assert not (first / "solutions" / "a.py").exists()  # f's module withheld, as build_library does
+    other = library.shared_library({"g"}, solutions_dir=package)
+    assert other != first and (other / "solutions" / "a.py").exists() and builds == [{"f"}, {"g"}]
+    references = library.shared_library({"f"}, references=True, solutions_dir=package)
+    assert (references / "oracle.py").is_file() and (references / "solutions" / "a.py").is_file()
+    assert library.shared_library(set(), references=True, solutions_dir=package) == references
+    (package / "a.py").write_text("def f():\n    return 2\n")
+    again = library.shared_library({"g"}, solutions_dir=package)
+    assert builds[-1] == {"g"} and len(builds) == 4 and "return 2" in (again / "solutions" / "a.py").read_text()
+    assert again != other and not other.exists()  # the stale build is gone
+    assert sandbox.shares_library(True, "bubblewrap")
+    assert not sandbox.shares_library(True, "container") and not sandbox.shares_library(False, "bubblewrap")
 
 
 @pytest.mark.slow
