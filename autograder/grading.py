@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import dataclasses
 import json
 import logging
@@ -59,8 +60,9 @@ import re
 import shutil
 import signal
 import tempfile
+import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,6 +230,7 @@ class _Graded:
     source: str | None = None
     cases: list = field(default_factory=list)
     hidden: bool = False  # the cases carry hidden inputs (fresh, randomised)
+    wants: "ReferenceResults | None" = None  # the reference's result of each case
     # every case raised the released stub's NotImplementedError (:func:`_raised_by_stub`)
     blank_stub: bool = False
     # the judgment: student and chapter are filled in when grade_submission hands it over
@@ -492,7 +495,7 @@ def _judge(g: _Graded, cell_error: dict | None, results: list[Result]) -> None:
     try:
         # A hidden set is judged under the checks' one redaction rule: no message
         # quotes a value from (or computed from) the inputs (checks.base.redacting).
-        report = evaluate(g.exercise, results, g.cases, g.points, hidden=g.hidden)
+        report = evaluate(g.exercise, results, g.cases, g.points, hidden=g.hidden, wants=g.wants)
     except Exception as exc:  # noqa: BLE001 - odd data must not stop the batch
         said = "" if g.hidden else f": {exc}"
         g.settle(Status.FAILED, f"the results could not be judged ({type(exc).__name__}{said})")
@@ -573,6 +576,88 @@ def _write_job(job_dir: Path, setup: list[str], pending: list[_Graded],
     return bundles
 
 
+class ReferenceResults:
+    """One exercise's cases of one draw and the reference's result of each, each computed
+    at most once (on first use) and handed out as a copy: what the judge compares a
+    submission's results with (``evaluate(..., wants=...)``), in its first run and in its
+    regrades.
+
+    Made here, on the trusted side, from the exercise's case maker and its reference
+    alone: nothing of a submission enters it, so one made for a seed serves every
+    submission graded with that seed (:func:`reference_results`).
+
+    Args:
+        exercise: the registered exercise.
+        cases: its cases, as :func:`~autograder.checks.base.draw_cases` drew them.
+    """
+
+    def __init__(self, exercise: Exercise, cases: list):
+        self.exercise, self._cases = exercise, cases
+        self._wants: list[Result | None] = [None] * len(cases)
+        self._lock = threading.Lock()
+        self.computed = 0  # how many reference results were computed (a test reads it)
+
+    def cases(self) -> list:
+        """A copy of the cases (a check may keep what it is given)."""
+        return copy.deepcopy(self._cases)
+
+    def __len__(self) -> int:
+        return len(self._cases)
+
+    def __getitem__(self, i: int) -> Result:
+        with self._lock:
+            if self._wants[i] is None:
+                self._wants[i] = self.exercise.expected(self._cases[i])
+                self.computed += 1
+            return copy.deepcopy(self._wants[i])
+
+
+class _ReferenceCache:
+    """:class:`ReferenceResults` by (exercise, reference, hidden set or not, seed), the
+    :data:`SIZE` most recently used, for draws that a seed fixes (a seeded hidden set,
+    the visible set): a class graded with one seed, or the suite's gradings, draw each
+    exercise's cases and run its reference on them once. A fresh draw (``hidden`` without
+    a seed) is never kept. The exercise and reference objects are part of the key, so a
+    re-registered exercise or another reference never finds another's entry."""
+
+    SIZE = 32
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries: OrderedDict = OrderedDict()
+
+    def get(self, exercise: Exercise, hidden: bool, seed: int | None) -> ReferenceResults:
+        try:
+            reference = exercise.reference()
+        except Exception:  # noqa: BLE001 - no reference to key by: judged as before, where it fails per cell
+            reference = None
+        if (hidden and seed is None) or reference is None:
+            return ReferenceResults(exercise, draw_cases(exercise, make_rng(hidden, seed), hidden))
+        key = (exercise.name, hidden, seed)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is exercise and entry[1] is reference:
+                self._entries.move_to_end(key)
+                return entry[2]
+        made = ReferenceResults(exercise, draw_cases(exercise, make_rng(hidden, seed), hidden))
+        with self._lock:
+            self._entries[key] = (exercise, reference, made)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.SIZE:
+                self._entries.popitem(last=False)
+        return made
+
+
+_REFERENCES = _ReferenceCache()
+
+
+def reference_results(exercise: Exercise, hidden: bool, seed: int | None) -> ReferenceResults:
+    """The cases of ``exercise`` for ``hidden`` and ``seed`` (:func:`~autograder.checks.base.make_rng`)
+    and the reference's result of each, computed once per process for a draw the seed
+    fixes (:class:`_ReferenceCache`), afresh for a fresh one."""
+    return _REFERENCES.get(exercise, hidden, seed)
+
+
 def _make_cases(g: _Graded, hidden: bool, seed: int | None) -> None:
     try:
         g.exercise = get_exercise(g.name)
@@ -582,11 +667,11 @@ def _make_cases(g: _Graded, hidden: bool, seed: int | None) -> None:
     try:
         # hidden=True: the exercise's full set (its visible cases and the randomised
         # hidden ones, fresh unless seeded); hidden=False: the visible check's set.
-        cases = draw_cases(g.exercise, make_rng(hidden, seed), hidden)
+        references = reference_results(g.exercise, hidden, seed)
     except Exception as exc:  # noqa: BLE001 - an instructor-side bug, reported per cell
         g.settle(Status.ERROR, f"cannot make the cases of {g.name}: {type(exc).__name__}: {exc}")
         return
-    g.cases, g.hidden = cases, hidden
+    g.cases, g.hidden, g.wants = references.cases(), hidden, references
 
 
 def grade_submission(

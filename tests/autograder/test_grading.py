@@ -424,6 +424,8 @@ def test_a_blank_stub_is_graded_as_a_regrade_would_grade_it(tmp_path, needs_sand
     """A blank notebook whose later exercise uses an earlier one: the stub is not graded
     again (one sandbox run, no references' sandbox) and its grade, feedback and notes are
     exactly those the regrade gave (run here once with the stub check turned off)."""
+    from autograder.checks import get_exercise
+
     nb = fixtures.source_notebook("04_self_attention", ["softmax", "scaled_dot_product_attention"])
     source = fixtures.write_notebook(nb, tmp_path / "04_self_attention.ipynb")
     blank = fixtures.write_notebook(fixtures.blank_submission(nb), tmp_path / "blank.ipynb")
@@ -440,9 +442,48 @@ def test_a_blank_stub_is_graded_as_a_regrade_would_grade_it(tmp_path, needs_sand
     assert [s.to_dict() for s in skipped] == [s.to_dict() for s in regraded]
     assert [(s.status, s.score) for s in skipped] == [("failed", 0.0), ("failed", 0.0)]
     assert all(s.reason.startswith("not implemented yet") for s in skipped)
+    # the two gradings and the regrade judged with one reference result per case of the seed
+    for name in ("softmax", "scaled_dot_product_attention"):
+        kept = grading.reference_results(get_exercise(name), True, 4)
+        assert kept.computed == len(kept), name
     # under bubblewrap, every run of the chapter's submissions mounts the one library built for it
     if sandbox.shares_library():
         assert len(set(runs)) == 1 and runs[0].is_dir(), runs
+
+
+def test_the_reference_results_are_kept_per_exercise_draw_and_reference(monkeypatch):
+    """The cases and the reference's results of a seeded draw are made once per process and
+    computed on first use; another seed, another exercise, the hidden set or the visible
+    one, a fresh draw, a re-registered exercise or another reference each get their own.
+    The cases handed out are copies: what a grading does with them cannot reach the next."""
+    from autograder.checks import base, get_exercise
+
+    softmax = get_exercise("softmax")
+    kept = grading.reference_results(softmax, True, 123)
+    assert grading.reference_results(softmax, True, 123) is kept
+    before = kept.computed
+    first = kept[0]
+    assert kept[0] is not first and kept.computed == before + (1 if before == 0 else 0) <= len(kept)
+    assert grading.reference_results(softmax, True, 124) is not kept
+    assert grading.reference_results(softmax, False, 123) is not kept
+    assert grading.reference_results(get_exercise("scaled_dot_product_attention"), True, 123) is not kept
+    assert grading.reference_results(softmax, True, None) is not grading.reference_results(softmax, True, None)
+    assert grading.reference_results(softmax, False, None) is grading.reference_results(softmax, False, None)
+    # the same draw as drawing afresh, in the same order
+    fresh = base.draw_cases(softmax, base.make_rng(True, 123), True)
+    assert [c.label for c in kept.cases()] == [c.label for c in fresh]
+    mine = kept.cases()
+    mine[0].args = ("changed",)
+    assert not isinstance(kept.cases()[0].args[0], str)
+    # a re-registered exercise (a test's own, or the checks loaded again) or another reference: not this entry
+    other = type(softmax)()
+    monkeypatch.setitem(base.REGISTRY, "softmax", other)
+    assert grading.reference_results(other, True, 123) is not kept
+    monkeypatch.setitem(base.REGISTRY, "softmax", softmax)
+    import solutions
+
+    monkeypatch.setattr(solutions, "softmax", lambda x, axis=-1: x)
+    assert grading.reference_results(softmax, True, 123) is not kept
 
 
 def test_a_library_is_built_once_per_chapter_and_again_when_its_files_change(tmp_path, monkeypatch):
