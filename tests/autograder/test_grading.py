@@ -146,12 +146,14 @@ def _chapter_notebooks():
 
 
 @pytest.mark.slow
-def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_sandbox):
+def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_sandbox, monkeypatch):
     """Every chapter notebook in book/, graded in the real sandbox: the source itself
     scores full marks on every exercise (the sandbox withholds no module its answers
     need), its released form (solution regions blanked) scores zero, "not implemented yet"
     in every reason; in chapter 4's, whose cases all call the answer plainly, at its start
-    (the blank of the small chapter-4 notebook the other tests grade is graded here only)."""
+    (the blank of the small chapter-4 notebook the other tests grade is graded here only).
+    Each is one sandbox run: every released stub is known as one, in the sandbox, so no
+    blank exercise is regraded with the references of the earlier ones it uses."""
     from concurrent.futures import ThreadPoolExecutor
 
     import nbformat
@@ -165,6 +167,12 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
         blank = fixtures.blank_submission(nbformat.read(str(path), as_version=4))
         jobs.append((path, path, "reference"))
         jobs.append((path, fixtures.write_notebook(blank, tmp_path / path.stem / "blank.ipynb"), "blank"))
+
+    runs, starts = [], []
+    real_run, real_start = grading.run_job, reference_calls.ReferenceCalls._run_worker
+    monkeypatch.setattr(grading, "run_job", lambda *a, **k: runs.append(1) or real_run(*a, **k))
+    monkeypatch.setattr(reference_calls.ReferenceCalls, "_run_worker",
+                        lambda self, fds: starts.append(1) or real_start(self, fds))
 
     def grade(job):
         source, sub, kind = job
@@ -186,6 +194,7 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
                 wrong = [s for s in scores if not (s.score == 0 and s.status == "failed" and (
                     s.reason.startswith("not implemented yet") if ch04 else "not implemented yet" in s.reason))]
             assert not wrong, (source.name, kind, [short(s, kind) for s in wrong])
+    assert (len(runs), len(starts)) == (len(jobs), 0)
 
 
 # --------------------------------------------------------------------------- attribution, without a sandbox
