@@ -56,6 +56,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import signal
@@ -623,6 +624,10 @@ class _ReferenceCache:
     SIZE = 32
 
     def __init__(self):
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)  # a lock a thread held at the fork
+
+    def _forget(self) -> None:
         self._lock = threading.Lock()
         self._entries: OrderedDict = OrderedDict()
 

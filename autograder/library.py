@@ -13,10 +13,11 @@ each time otherwise), for runs that mount it read-only (bubblewrap's ``--ro-bind
 from __future__ import annotations
 
 import ast
-import atexit
+import os
 import shutil
 import tempfile
 import threading
+from multiprocessing.util import Finalize
 from pathlib import Path
 
 from .untrusted import parse_source
@@ -134,9 +135,16 @@ def _signature(solutions_dir: Path) -> tuple:
 
 class _SharedLibraries:
     """The libraries :func:`shared_library` built in this process, in a private folder
-    removed when the process ends."""
+    removed when the process ends: by ``atexit`` in a main process, and by
+    multiprocessing's own exit in a pool's worker (a class graded with ``--jobs``), which
+    leaves by ``os._exit``, where ``atexit`` does not run. A forked child starts with
+    none of its parent's (the parent removes those when it ends)."""
 
     def __init__(self):
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
         self.lock = threading.Lock()
         self.root: Path | None = None
         self.built: dict[tuple, tuple[tuple, Path]] = {}  # (kind, names, solutions) -> (signature, folder)
@@ -153,7 +161,7 @@ class _SharedLibraries:
             if self.root is None:
                 self.root = Path(tempfile.mkdtemp(prefix="autograder-libraries-"))
                 self.root.chmod(0o755)
-                atexit.register(shutil.rmtree, self.root, True)
+                Finalize(None, shutil.rmtree, args=(str(self.root),), kwargs={"ignore_errors": True}, exitpriority=0)
             dest = Path(tempfile.mkdtemp(prefix="lib-", dir=self.root))
             if references:
                 reference_library(dest, solutions_dir)

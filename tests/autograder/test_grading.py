@@ -522,6 +522,19 @@ def test_a_library_is_built_once_per_chapter_and_again_when_its_files_change(tmp
     assert again != other and not other.exists()  # the stale build is gone
     assert sandbox.shares_library(True, "bubblewrap")
     assert not sandbox.shares_library(True, "container") and not sandbox.shares_library(False, "bubblewrap")
+    # a pool's worker (a class graded with --jobs) builds its own and removes them when it ends
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        built = pool.submit(_build_shared, package).result()
+    assert built.parent != first.parent and not built.parent.exists()
+
+
+def _build_shared(package):
+    folder = library.shared_library({"f"}, solutions_dir=package)
+    assert (folder / "runner.py").is_file()
+    return folder
 
 
 @pytest.mark.slow
