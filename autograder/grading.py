@@ -51,15 +51,19 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import dataclasses
 import json
 import logging
 import math
+import os
+import re
 import shutil
 import signal
 import tempfile
+import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,10 +73,10 @@ import numpy as np
 from .checks import exercises_of, load_all
 from .checks.base import (Exercise, Report, Result, charged_once, dependency_note, dependency_unchanged_note, draw_cases,
                           evaluate, get_exercise, make_rng, own_code_message)
-from .library import build_library, reference_library
+from .library import build_library, reference_library, shared_library
 from .limits import Limits, limits_for
 from .reference_calls import ReferenceCalls
-from .sandbox import RunOutcome, case_frame, check_sandbox, run_job
+from .sandbox import RunOutcome, case_frame, check_sandbox, run_job, shares_library
 from .scores import ExerciseScore, NotebookScores, PartScore, Status, single_line
 from .text import safe_text
 from .untrusted import NotebookError, SourceTooLarge, one_line, parse_untrusted, read_notebook
@@ -227,6 +231,9 @@ class _Graded:
     source: str | None = None
     cases: list = field(default_factory=list)
     hidden: bool = False  # the cases carry hidden inputs (fresh, randomised)
+    wants: "ReferenceResults | None" = None  # the reference's result of each case
+    # every case raised the released stub's NotImplementedError (:func:`_raised_by_stub`)
+    blank_stub: bool = False
     # the judgment: student and chapter are filled in when grade_submission hands it over
     result: ExerciseScore | None = None
 
@@ -489,7 +496,7 @@ def _judge(g: _Graded, cell_error: dict | None, results: list[Result]) -> None:
     try:
         # A hidden set is judged under the checks' one redaction rule: no message
         # quotes a value from (or computed from) the inputs (checks.base.redacting).
-        report = evaluate(g.exercise, results, g.cases, g.points, hidden=g.hidden)
+        report = evaluate(g.exercise, results, g.cases, g.points, hidden=g.hidden, wants=g.wants)
     except Exception as exc:  # noqa: BLE001 - odd data must not stop the batch
         said = "" if g.hidden else f": {exc}"
         g.settle(Status.FAILED, f"the results could not be judged ({type(exc).__name__}{said})")
@@ -570,6 +577,92 @@ def _write_job(job_dir: Path, setup: list[str], pending: list[_Graded],
     return bundles
 
 
+class ReferenceResults:
+    """One exercise's cases of one draw and the reference's result of each, each computed
+    at most once (on first use) and handed out as a copy: what the judge compares a
+    submission's results with (``evaluate(..., wants=...)``), in its first run and in its
+    regrades.
+
+    Made here, on the trusted side, from the exercise's case maker and its reference
+    alone: nothing of a submission enters it, so one made for a seed serves every
+    submission graded with that seed (:func:`reference_results`).
+
+    Args:
+        exercise: the registered exercise.
+        cases: its cases, as :func:`~autograder.checks.base.draw_cases` drew them.
+    """
+
+    def __init__(self, exercise: Exercise, cases: list):
+        self.exercise, self._cases = exercise, cases
+        self._wants: list[Result | None] = [None] * len(cases)
+        self._lock = threading.Lock()
+        self.computed = 0  # how many reference results were computed (a test reads it)
+
+    def cases(self) -> list:
+        """A copy of the cases (a check may keep what it is given)."""
+        return copy.deepcopy(self._cases)
+
+    def __len__(self) -> int:
+        return len(self._cases)
+
+    def __getitem__(self, i: int) -> Result:
+        with self._lock:
+            if self._wants[i] is None:
+                self._wants[i] = self.exercise.expected(self._cases[i])
+                self.computed += 1
+            return copy.deepcopy(self._wants[i])
+
+
+class _ReferenceCache:
+    """:class:`ReferenceResults` by (exercise, reference, hidden set or not, seed), the
+    :data:`SIZE` most recently used, for draws that a seed fixes (a seeded hidden set,
+    the visible set): a class graded with one seed, or the suite's gradings, draw each
+    exercise's cases and run its reference on them once. A fresh draw (``hidden`` without
+    a seed) is never kept. The exercise and reference objects are part of the key, so a
+    re-registered exercise or another reference never finds another's entry."""
+
+    SIZE = 32
+
+    def __init__(self):
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)  # a lock a thread held at the fork
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict = OrderedDict()
+
+    def get(self, exercise: Exercise, hidden: bool, seed: int | None) -> ReferenceResults:
+        try:
+            reference = exercise.reference()
+        except Exception:  # noqa: BLE001 - no reference to key by: judged as before, where it fails per cell
+            reference = None
+        if (hidden and seed is None) or reference is None:
+            return ReferenceResults(exercise, draw_cases(exercise, make_rng(hidden, seed), hidden))
+        key = (exercise.name, hidden, seed)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is exercise and entry[1] is reference:
+                self._entries.move_to_end(key)
+                return entry[2]
+        made = ReferenceResults(exercise, draw_cases(exercise, make_rng(hidden, seed), hidden))
+        with self._lock:
+            self._entries[key] = (exercise, reference, made)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.SIZE:
+                self._entries.popitem(last=False)
+        return made
+
+
+_REFERENCES = _ReferenceCache()
+
+
+def reference_results(exercise: Exercise, hidden: bool, seed: int | None) -> ReferenceResults:
+    """The cases of ``exercise`` for ``hidden`` and ``seed`` (:func:`~autograder.checks.base.make_rng`)
+    and the reference's result of each, computed once per process for a draw the seed
+    fixes (:class:`_ReferenceCache`), afresh for a fresh one."""
+    return _REFERENCES.get(exercise, hidden, seed)
+
+
 def _make_cases(g: _Graded, hidden: bool, seed: int | None) -> None:
     try:
         g.exercise = get_exercise(g.name)
@@ -579,11 +672,11 @@ def _make_cases(g: _Graded, hidden: bool, seed: int | None) -> None:
     try:
         # hidden=True: the exercise's full set (its visible cases and the randomised
         # hidden ones, fresh unless seeded); hidden=False: the visible check's set.
-        cases = draw_cases(g.exercise, make_rng(hidden, seed), hidden)
+        references = reference_results(g.exercise, hidden, seed)
     except Exception as exc:  # noqa: BLE001 - an instructor-side bug, reported per cell
         g.settle(Status.ERROR, f"cannot make the cases of {g.name}: {type(exc).__name__}: {exc}")
         return
-    g.cases, g.hidden = cases, hidden
+    g.cases, g.hidden, g.wants = references.cases(), hidden, references
 
 
 def grade_submission(
@@ -657,7 +750,9 @@ def grade_submission(
         try:
             scratch.chmod(0o755)
             names = {g.name for g in graded} | {ex for ex in _chapter_exercises(chapter)}
-            lib_dir = build_library(scratch / "lib", names)
+            # a library mounted read-only serves every submission of the chapter
+            shared = shares_library(sandbox)
+            lib_dir = shared_library(names) if shared else build_library(scratch / "lib", names)
             clock = _Budget(2.0 * limits.wall_seconds if budget is None else float(budget))
             attempt = 0
             while pending:
@@ -680,7 +775,8 @@ def grade_submission(
                     break  # the first grades stand: a regrade can only add points
                 attempt += 1
                 if references_lib is None and any(_across_the_wall(d) for d in failing):
-                    references_lib = reference_library(scratch / "references-lib")
+                    references_lib = (shared_library(set(), references=True) if shared
+                                      else reference_library(scratch / "references-lib"))
                 _regrade(g, failing, graded, setup, scratch / f"job{attempt}", lib_dir, run_limits, sandbox,
                          clock, references_lib)
         finally:
@@ -706,10 +802,124 @@ def _regrades(graded: list[_Graded]):
             continue
         if g.result.status not in (Status.FAILED, Status.PARTIAL) or not g.exercise.uses:
             continue
+        if g.blank_stub:
+            continue  # the released stub raises before it reads any name: a regrade runs it the same
         earlier = {h.name: h for h in graded[:i]}
         failing = [d for d in g.exercise.uses if d in earlier and _falls_short(earlier[d])]
         if failing:
             yield g, failing
+
+
+# The released stub's raise: ``raise NotImplementedError()`` (or without the call).
+def _is_stub_raise(node: ast.stmt) -> bool:
+    if not isinstance(node, ast.Raise) or node.cause is not None:
+        return False
+    exc = node.exc
+    if isinstance(exc, ast.Call) and not exc.args and not exc.keywords:
+        exc = exc.func
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[1:]
+    return body
+
+
+_LITERAL_NODES = (ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.UnaryOp, ast.USub, ast.UAdd,
+                  ast.expr_context)
+
+
+def _plain_def(node: ast.FunctionDef) -> bool:
+    """A ``def`` whose definition runs no code of the submission's: no decorator, every
+    default a literal (``1``, ``-1e-9``, ``("<pad>", "<unk>")``, ``None``)."""
+    defaults = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+    return not node.decorator_list and all(isinstance(n, _LITERAL_NODES) for d in defaults for n in ast.walk(d))
+
+
+def _dotted(node: ast.expr) -> bool:
+    """A base class written as a name or a dotted name (``nn.Module``): no call."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _stub_entry(source: str | None, name: str, kind: str) -> tuple[str, int] | None:
+    """Where the cell ``source`` of exercise ``name`` raises, when it is the released
+    blank stub: ``(function, line)`` of its ``raise NotImplementedError()``, else ``None``.
+
+    The stub, as a trusted parse sees it: the cell is one ``def name`` (a function
+    exercise) or one ``class name`` (a class exercise, with its ``__init__``), nothing
+    else at its top level; that function's body, after its docstring, *starts* with the
+    raise; its definition runs none of the submission's code (no decorator, constant
+    defaults, a class's bases plain dotted names, its body only a docstring and such
+    ``def``s). Called, the function raises before it reads any name: what the names of
+    the earlier exercises are bound to cannot change that.
+    """
+    try:
+        tree = parse_untrusted(source or "", "<submission>")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # SourceTooLarge is a ValueError
+        return None
+    if len(tree.body) != 1 or getattr(tree.body[0], "name", None) != name:
+        return None
+    node = tree.body[0]
+    if kind == "class":
+        if not (isinstance(node, ast.ClassDef) and not node.decorator_list and not node.keywords
+                and all(_dotted(b) for b in node.bases)):
+            return None
+        methods = _without_docstring(node.body)
+        if not all(isinstance(m, ast.FunctionDef) and _plain_def(m) for m in methods):
+            return None
+        inits = [m for m in methods if m.name == "__init__"]
+        if len(inits) != 1:
+            return None
+        function = inits[0]
+    elif isinstance(node, ast.FunctionDef) and _plain_def(node):
+        function = node
+    else:
+        return None
+    body = _without_docstring(function.body)
+    if not body or not _is_stub_raise(body[0]):
+        return None
+    return function.name, body[0].lineno
+
+
+_FRAME = re.compile(r'^  File "(?P<file>[^"\n]*)", line (?P<line>\d+), in (?P<function>\S+)$', re.M)
+
+
+def _raised_by_stub(g: _Graded, report: dict) -> bool:
+    """Whether every case of ``g``'s run raised the released stub's ``NotImplementedError``
+    in the stub's own frame: the cell is the stub (:func:`_stub_entry`, a trusted parse),
+    and each case's traceback ends in the cell's function (``__init__`` of a class, at
+    phase ``init``; the function itself, at phase ``call``) at the line of that raise,
+    called by the runner itself (``run_case``), not by a dependency or through a
+    wrapper. Such a cell cannot earn a point from a regrade (:func:`_regrades`): it
+    raises there exactly as here. A traceback is the submission's text, read here only
+    to *skip* a regrade, which can only add points: a forged one costs its own cell.
+    """
+    if g.exercise is None:
+        return False
+    entry = _stub_entry(g.source, g.name, g.exercise.kind)
+    cases = report.get("cases")
+    if entry is None or not cases or not isinstance(cases, list):
+        return False
+    function, line = entry
+    phase = "init" if g.exercise.kind == "class" else "call"
+    for case in cases:
+        raised = case.get("result", {}).get("raised") if isinstance(case, dict) else None
+        if not (isinstance(raised, dict) and raised.get("type") == "NotImplementedError"
+                and raised.get("phase") == phase and isinstance(raised.get("traceback"), str)):
+            return False
+        frames = _FRAME.findall(raised["traceback"])
+        if len(frames) < 2:
+            return False
+        (caller_file, _, caller), last = frames[-2], frames[-1]
+        if last != (f"<cell {g.name}>", str(line), function):
+            return False
+        if not (caller_file.endswith("runner.py") and caller == "run_case"):
+            return False
+    return True
 
 
 class _Budget:
@@ -944,6 +1154,7 @@ def _collect(pending: list[_Graded], outcome: RunOutcome, limits: Limits) -> lis
         except _Tampered as exc:
             g.settle(Status.CHEAT, f"the result of {g.name} was tampered with ({exc})")
             continue
+        g.blank_stub = cell_error is None and _raised_by_stub(g, report)
         _judge(g, cell_error, results)
     return again
 

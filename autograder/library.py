@@ -5,17 +5,25 @@ with the wire format, and a copy of ``solutions`` without the modules that defin
 import the graded chapter's answers (:mod:`autograder.withhold` decides which). The
 references' sandbox of a regrade gets :func:`reference_library`: ``solutions`` whole and
 ``oracle.py`` (:class:`autograder.reference_calls.ReferenceCalls`).
+
+A class graded in one process needs the same library for every submission of a chapter:
+:func:`shared_library` builds each once per process (about 0.3 s of parsing and copying
+each time otherwise), for runs that mount it read-only (bubblewrap's ``--ro-bind``).
 """
 from __future__ import annotations
 
 import ast
+import os
 import shutil
+import tempfile
+import threading
+from multiprocessing.util import Finalize
 from pathlib import Path
 
 from .untrusted import parse_source
 from .withhold import SOLUTIONS_DIR, graded_modules, module_names
 
-__all__ = ["build_library", "reference_library", "AUTOGRADER_DIR"]
+__all__ = ["build_library", "reference_library", "shared_library", "AUTOGRADER_DIR"]
 
 AUTOGRADER_DIR = Path(__file__).resolve().parent
 
@@ -111,3 +119,79 @@ def reference_library(dest: Path, solutions_dir: Path = SOLUTIONS_DIR) -> Path:
         shutil.copyfile(AUTOGRADER_DIR / source, dest / target)
         (dest / target).chmod(0o644)
     return dest
+
+
+# The files a library is made of besides ``solutions``: a change to any rebuilds it.
+_COPIED = ("runner.py", "oracle.py", "wire.py", "stub/__init__.py")
+
+
+def _signature(solutions_dir: Path) -> tuple:
+    """What a built library depends on: every file of ``solutions_dir`` and of
+    :data:`_COPIED`, by path, size and modification time."""
+    files = sorted(p for p in solutions_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    files += [AUTOGRADER_DIR / name for name in _COPIED]
+    return tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+
+
+class _SharedLibraries:
+    """The libraries :func:`shared_library` built in this process, in a private folder
+    removed when the process ends: by ``atexit`` in a main process, and by
+    multiprocessing's own exit in a pool's worker (a class graded with ``--jobs``), which
+    leaves by ``os._exit``, where ``atexit`` does not run. A forked child starts with
+    none of its parent's (the parent removes those when it ends)."""
+
+    def __init__(self):
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self.lock = threading.Lock()
+        self.root: Path | None = None
+        self.built: dict[tuple, tuple[tuple, Path]] = {}  # (kind, names, solutions) -> (signature, folder)
+
+    def get(self, references: bool, graded_names: frozenset[str], solutions_dir: Path) -> Path:
+        key = (references, graded_names, str(solutions_dir))
+        signature = _signature(solutions_dir)
+        with self.lock:
+            known = self.built.get(key)
+            if known is not None and known[0] == signature and known[1].is_dir():
+                return known[1]
+            if known is not None:
+                shutil.rmtree(known[1], ignore_errors=True)
+            if self.root is None:
+                self.root = Path(tempfile.mkdtemp(prefix="autograder-libraries-"))
+                self.root.chmod(0o755)
+                Finalize(None, shutil.rmtree, args=(str(self.root),), kwargs={"ignore_errors": True}, exitpriority=0)
+            dest = Path(tempfile.mkdtemp(prefix="lib-", dir=self.root))
+            if references:
+                reference_library(dest, solutions_dir)
+            else:
+                build_library(dest, set(graded_names), solutions_dir)
+            self.built[key] = (signature, dest)
+            return dest
+
+
+_SHARED = _SharedLibraries()
+
+
+def shared_library(graded_names: set[str], *, references: bool = False,
+                   solutions_dir: Path = SOLUTIONS_DIR) -> Path:
+    """The library of :func:`build_library` (``references``: of :func:`reference_library`),
+    built once per process for these names and rebuilt when a file it is made of changes.
+
+    Only for runs that mount it read-only and write nothing beside it (bubblewrap's
+    ``--ro-bind``, :func:`autograder.sandbox.run_job`): a plain subprocess could write in
+    it, and a container-mode run takes its library folder for its own uid; those build
+    their own, per submission (:func:`build_library`). Nothing of a submission is in it:
+    it is made from ``solutions`` and the grader's files only. Safe from threads (a class
+    graded with ``--jobs``).
+
+    Args:
+        graded_names: the contract names graded in the chapter (ignored with ``references``).
+        references: the references' library of a regrade instead.
+        solutions_dir: the ``solutions`` package folder.
+
+    Returns:
+        The library's folder (do not write in it; removed when the process ends).
+    """
+    return _SHARED.get(references, frozenset(() if references else graded_names), Path(solutions_dir))

@@ -70,6 +70,7 @@ __all__ = [
     "build_library",
     "run_job",
     "check_sandbox",
+    "shares_library",
     "case_frame",
     "SANDBOX_JOB_DIR",
     "SANDBOX_LIB_DIR",
@@ -723,6 +724,15 @@ def _kill_uid(uid: int) -> None:
 
 
 _SANDBOX_OK: dict[tuple, str] = {}
+
+
+def shares_library(sandbox: bool = True, isolation: str | None = None) -> bool:
+    """Whether a run may be given a library folder other runs use too
+    (:func:`autograder.library.shared_library`): under bubblewrap, which mounts it
+    read-only. A plain subprocess (``sandbox=False``) could write in it, and a
+    container-mode run writes ``confine.py`` into its library and gives the folder to its
+    own uid (:func:`_container_command`): those get a library of their own."""
+    return bool(sandbox) and (isolation or current_isolation()) == "bubblewrap"
 
 
 def check_sandbox(limits: Limits | None = None, isolation: str | None = None) -> None:

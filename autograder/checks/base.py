@@ -1011,7 +1011,7 @@ def _num(x: float) -> str:
 
 
 def evaluate(exercise: Exercise, results: list[Result], cases: list[Case],
-             points: float | None = None, hidden: bool = False) -> Report:
+             points: float | None = None, hidden: bool = False, wants=None) -> Report:
     """Judge every case (no stop at the first failure) and score the parts.
 
     Args:
@@ -1022,6 +1022,9 @@ def evaluate(exercise: Exercise, results: list[Result], cases: list[Case],
             (default: the parts' own points).
         hidden: the cases are a hidden set (or ran beside one): judge under
             :func:`redacting`, so that no message quotes a value from the inputs.
+        wants: the reference's result of each case, by index (``wants[i]``), where the
+            caller keeps them (the grader computes them once per exercise and seed);
+            default: :meth:`Exercise.expected` of each case.
 
     Returns:
         The :class:`Report`. A part is earned when all its cases pass; a part with
@@ -1035,7 +1038,7 @@ def evaluate(exercise: Exercise, results: list[Result], cases: list[Case],
                        for i, case in enumerate(cases)]
     token = _REDACT.set(bool(hidden))
     try:
-        return _evaluate(exercise, results, cases, shown_cases, points)
+        return _evaluate(exercise, results, cases, shown_cases, points, wants)
     finally:
         _REDACT.reset(token)
 
@@ -1067,7 +1070,7 @@ def public_labels(exercise: Exercise) -> frozenset[str]:
 
 
 def _evaluate(exercise: Exercise, results: list[Result], cases: list[Case], shown_cases: list[Case],
-              points: float | None) -> Report:
+              points: float | None, wants=None) -> Report:
     declared = exercise.part_points()
     total = sum(declared.values())
     scale = 1.0 if points is None or total == 0 else float(points) / total
@@ -1077,9 +1080,9 @@ def _evaluate(exercise: Exercise, results: list[Result], cases: list[Case], show
     counts = {n: [0, 0, None, None] for n in declared}  # part -> [cases, failed, first message, its hint]
     notes: list[str] = []
     advice: list[str] = []
-    for case, shown, got in zip(cases, shown_cases, results):
+    for i, (case, shown, got) in enumerate(zip(cases, shown_cases, results)):
         part = exercise.part_of(case)
-        want = exercise.expected(case)
+        want = exercise.expected(case) if wants is None else wants[i]
         try:
             for note in exercise.judge(shown, got, want) or []:
                 if note not in notes:

@@ -9,7 +9,7 @@ import pytest
 
 import fixtures
 from walls import cannot_start
-from autograder import grading, reference_calls
+from autograder import grading, library, reference_calls, sandbox
 from autograder.grading import RunSettings, grade_submission
 from autograder.scores import ExerciseScore, NotebookScores, PartScore, Status
 
@@ -146,12 +146,14 @@ def _chapter_notebooks():
 
 
 @pytest.mark.slow
-def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_sandbox):
+def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_sandbox, monkeypatch):
     """Every chapter notebook in book/, graded in the real sandbox: the source itself
     scores full marks on every exercise (the sandbox withholds no module its answers
     need), its released form (solution regions blanked) scores zero, "not implemented yet"
     in every reason; in chapter 4's, whose cases all call the answer plainly, at its start
-    (the blank of the small chapter-4 notebook the other tests grade is graded here only)."""
+    (the blank of the small chapter-4 notebook the other tests grade is graded here only).
+    Each is one sandbox run: every released stub is known as one, in the sandbox, so no
+    blank exercise is regraded with the references of the earlier ones it uses."""
     from concurrent.futures import ThreadPoolExecutor
 
     import nbformat
@@ -165,6 +167,12 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
         blank = fixtures.blank_submission(nbformat.read(str(path), as_version=4))
         jobs.append((path, path, "reference"))
         jobs.append((path, fixtures.write_notebook(blank, tmp_path / path.stem / "blank.ipynb"), "blank"))
+
+    runs, starts = [], []
+    real_run, real_start = grading.run_job, reference_calls.ReferenceCalls._run_worker
+    monkeypatch.setattr(grading, "run_job", lambda *a, **k: runs.append(1) or real_run(*a, **k))
+    monkeypatch.setattr(reference_calls.ReferenceCalls, "_run_worker",
+                        lambda self, fds: starts.append(1) or real_start(self, fds))
 
     def grade(job):
         source, sub, kind = job
@@ -186,6 +194,7 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
                 wrong = [s for s in scores if not (s.score == 0 and s.status == "failed" and (
                     s.reason.startswith("not implemented yet") if ch04 else "not implemented yet" in s.reason))]
             assert not wrong, (source.name, kind, [short(s, kind) for s in wrong])
+    assert (len(runs), len(starts)) == (len(jobs), 0)
 
 
 # --------------------------------------------------------------------------- attribution, without a sandbox
@@ -281,7 +290,9 @@ def softmax(x, axis=-1):
 def test_a_failing_earlier_answer_is_charged_once(ch04_source, tmp_path, needs_sandbox, request, softmax_source):
     """softmax wrong or unfinished, the attention functions right (they call softmax):
     softmax loses its points, the later exercises keep theirs, graded with the
-    reference softmax in its place, and the feedback says so first. The wrong softmax
+    reference softmax in its place, and the feedback says so first (an unfinished softmax
+    raises NotImplementedError in its own frame, called by the attention, which is not the
+    blank stub: it is regraded). The wrong softmax
     is the module's ``wrong`` submission, graded once (``wrong_graded``)."""
     from autograder.checks import get_exercise
 
@@ -301,6 +312,229 @@ def test_a_failing_earlier_answer_is_charged_once(ch04_source, tmp_path, needs_s
         assert (s.status, s.score) == ("passed", s.max_score), s
         assert s.notes[0].startswith(f"your `{name}` calls your `softmax`") and "fix `softmax` first" in s.notes[0]
     assert "calls your `scaled_dot_product_attention`" not in scores["self_attention"].notes[0]
+
+
+# --------------------------------------------------------------------------- the blank stub is not regraded
+
+# A stub in each released form: a function's, a class's (its ``__init__`` raises first).
+STUB_FUNCTION = '''
+def scaled_dot_product_attention(q, k, v):
+    """The docstring stays."""
+    # YOUR CODE HERE
+    raise NotImplementedError()
+'''
+STUB_CLASS = '''
+class MultiHeadAttention(nn.Module):
+    """Heads."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    def forward(self, query, key, value, mask=None):
+        raise NotImplementedError()
+'''
+# Cells that raise NotImplementedError but are not the stub: a regrade may change them.
+NOT_STUBS = {
+    "calls a dependency first": STUB_FUNCTION.replace("    # YOUR CODE HERE\n", "    softmax(q)\n"),
+    "raises only on a condition": STUB_FUNCTION.replace(
+        "    raise NotImplementedError()", "    if softmax(q).sum() > 0:\n        raise NotImplementedError()\n"
+        "    return q, k"),
+    "catches and raises again": STUB_FUNCTION.replace(
+        "    raise NotImplementedError()", "    try:\n        return softmax(q), k\n    except ValueError:\n"
+        "        raise NotImplementedError()"),
+    "raises from a cause": STUB_FUNCTION.replace("NotImplementedError()", "NotImplementedError() from None"),
+    "a decorated function": "@wrap\n" + STUB_FUNCTION.lstrip(),
+    "a default computed": STUB_FUNCTION.replace("(q, k, v)", "(q, k, v, w=softmax(1))"),
+    "more at the top level": STUB_FUNCTION + "\nscaled_dot_product_attention = softmax\n",
+    "another name": STUB_FUNCTION.replace("def scaled_dot_product_attention", "def attention"),
+}
+
+
+def _stub_report(name, frames, phase="call", kind="NotImplementedError", cases=3):
+    """A runner report whose every case raised ``kind`` with a traceback of ``frames``
+    (``(file, line, function)``, outermost first), as ``runner.run_case`` records it."""
+    text = "Traceback (most recent call last):\n" + "".join(
+        f'  File "{f}", line {n}, in {fn}\n    code\n' for f, n, fn in frames) + f"{kind}\n"
+    raised = {"type": kind, "message": "", "phase": phase, "traceback": text}
+    return {"grade_id": name, "cell_error": None, "cases": [{"result": {"raised": dict(raised)}}] * cases}
+
+
+def _stub_cell(name, source, kind="function"):
+    from autograder.checks import get_exercise
+
+    g = grading._Graded(name, "test_" + name, 1.0, {}, exercise=get_exercise(name), source=source)
+    assert g.exercise.kind == kind
+    return g
+
+
+def test_every_released_stub_is_recognised_and_nothing_else():
+    """The trusted parse finds the raise of every exercise's released stub, in the
+    chapters' own released notebooks, and of each stub form; a cell that could run
+    other code before its raise (or raise on a condition, or re-raise) is not a stub."""
+    import nbformat
+
+    from autograder.checks import exercises_of
+
+    found = 0
+    for path in _chapter_notebooks():
+        blank = fixtures.blank_submission(nbformat.read(str(path), as_version=4))
+        for ex in exercises_of(path.stem):
+            entry = grading._stub_entry(fixtures.solution_cell(blank, ex.name).source, ex.name, ex.kind)
+            assert entry is not None and entry[0] == (ex.name if ex.kind == "function" else "__init__"), ex.name
+            found += 1
+    assert found >= 30
+    assert grading._stub_entry(STUB_FUNCTION, "scaled_dot_product_attention", "function") == (
+        "scaled_dot_product_attention", 5)
+    assert grading._stub_entry(STUB_CLASS, "MultiHeadAttention", "class") == ("__init__", 7)
+    for why, source in NOT_STUBS.items():
+        assert grading._stub_entry(source, "scaled_dot_product_attention", "function") is None, why
+    assert grading._stub_entry(STUB_CLASS.replace("# YOUR CODE HERE", "super().__init__()"),
+                               "MultiHeadAttention", "class") is None  # code before the raise
+    assert grading._stub_entry(STUB_CLASS.replace("(nn.Module)", "(base())"), "MultiHeadAttention", "class") is None
+    assert grading._stub_entry(STUB_FUNCTION, "scaled_dot_product_attention", "class") is None
+
+
+def test_only_the_stubs_own_raise_skips_the_regrade():
+    """The run's evidence: every case raised ``NotImplementedError`` at the stub's line,
+    in the stub's function, called by the runner itself. A ``NotImplementedError`` raised
+    in a dependency's frame (a blank ``softmax`` the attention calls), through a wrapper,
+    at another line, at another phase, or another exception, is not the stub's."""
+    runner = ("/lib-grading/runner.py", 110, "run_case")
+    g = _stub_cell("scaled_dot_product_attention", STUB_FUNCTION)
+    own = ("<cell scaled_dot_product_attention>", 5, "scaled_dot_product_attention")
+    assert grading._raised_by_stub(g, _stub_report(g.name, [runner, own]))
+    assert not grading._raised_by_stub(g, _stub_report(g.name, [runner, own], cases=0))
+    for frames, phase, kind in [
+        ([runner, own, ("<context cell softmax>", 3, "softmax")], "call", "NotImplementedError"),  # a dependency's
+        ([runner, ("<cell scaled_dot_product_attention>", 9, "wrap"), own], "call", "NotImplementedError"),
+        ([runner, ("<cell scaled_dot_product_attention>", 6, "scaled_dot_product_attention")], "call",
+         "NotImplementedError"),
+        ([runner, own], "encode", "NotImplementedError"),
+        ([runner, own], "call", "ValueError"),
+        ([own], "call", "NotImplementedError"),
+    ]:
+        assert not grading._raised_by_stub(g, _stub_report(g.name, frames, phase, kind)), (frames, phase, kind)
+    # one case of three raised elsewhere: not every case is the stub's
+    report = _stub_report(g.name, [runner, own])
+    report["cases"] = report["cases"][:2] + [{"result": {"raised": None, "value": 1}}]
+    assert not grading._raised_by_stub(g, report)
+    # the same frames from a cell that is not the stub (it calls softmax first)
+    edited = _stub_cell("scaled_dot_product_attention", NOT_STUBS["calls a dependency first"])
+    assert not grading._raised_by_stub(edited, _stub_report(g.name, [runner, own]))
+    cls = _stub_cell("MultiHeadAttention", STUB_CLASS, "class")
+    init = ("<cell MultiHeadAttention>", 7, "__init__")
+    assert grading._raised_by_stub(cls, _stub_report(cls.name, [runner, init], phase="init"))
+    assert not grading._raised_by_stub(cls, _stub_report(cls.name, [runner, init], phase="call"))
+
+
+@pytest.mark.slow
+def test_a_blank_stub_is_graded_as_a_regrade_would_grade_it(tmp_path, needs_sandbox, monkeypatch):
+    """A blank notebook whose later exercise uses an earlier one: the stub is not graded
+    again (one sandbox run, no references' sandbox) and its grade, feedback and notes are
+    exactly those the regrade gave (run here once with the stub check turned off)."""
+    from autograder.checks import get_exercise
+
+    nb = fixtures.source_notebook("04_self_attention", ["softmax", "scaled_dot_product_attention"])
+    source = fixtures.write_notebook(nb, tmp_path / "04_self_attention.ipynb")
+    blank = fixtures.write_notebook(fixtures.blank_submission(nb), tmp_path / "blank.ipynb")
+    runs, starts = [], []
+    real_run, real_start = grading.run_job, reference_calls.ReferenceCalls._run_worker
+    monkeypatch.setattr(grading, "run_job", lambda *a, **k: runs.append(a[1]) or real_run(*a, **k))
+    monkeypatch.setattr(reference_calls.ReferenceCalls, "_run_worker",
+                        lambda self, fds: starts.append(1) or real_start(self, fds))
+    skipped = grade_submission(source, blank, seed=4).scores
+    assert (len(runs), len(starts)) == (1, 0)
+    monkeypatch.setattr(grading, "_raised_by_stub", lambda g, report: False)
+    regraded = grade_submission(source, blank, seed=4).scores
+    assert (len(runs), len(starts)) == (3, 1)  # the control: without the check, the regrade runs
+    assert [s.to_dict() for s in skipped] == [s.to_dict() for s in regraded]
+    assert [(s.status, s.score) for s in skipped] == [("failed", 0.0), ("failed", 0.0)]
+    assert all(s.reason.startswith("not implemented yet") for s in skipped)
+    # the two gradings and the regrade judged with one reference result per case of the seed
+    for name in ("softmax", "scaled_dot_product_attention"):
+        kept = grading.reference_results(get_exercise(name), True, 4)
+        assert kept.computed == len(kept), name
+    # under bubblewrap, every run of the chapter's submissions mounts the one library built for it
+    if sandbox.shares_library():
+        assert len(set(runs)) == 1 and runs[0].is_dir(), runs
+
+
+def test_the_reference_results_are_kept_per_exercise_draw_and_reference(monkeypatch):
+    """The cases and the reference's results of a seeded draw are made once per process and
+    computed on first use; another seed, another exercise, the hidden set or the visible
+    one, a fresh draw, a re-registered exercise or another reference each get their own.
+    The cases handed out are copies: what a grading does with them cannot reach the next."""
+    from autograder.checks import base, get_exercise
+
+    softmax = get_exercise("softmax")
+    kept = grading.reference_results(softmax, True, 123)
+    assert grading.reference_results(softmax, True, 123) is kept
+    before = kept.computed
+    first = kept[0]
+    assert kept[0] is not first and kept.computed == before + (1 if before == 0 else 0) <= len(kept)
+    assert grading.reference_results(softmax, True, 124) is not kept
+    assert grading.reference_results(softmax, False, 123) is not kept
+    assert grading.reference_results(get_exercise("scaled_dot_product_attention"), True, 123) is not kept
+    assert grading.reference_results(softmax, True, None) is not grading.reference_results(softmax, True, None)
+    assert grading.reference_results(softmax, False, None) is grading.reference_results(softmax, False, None)
+    # the same draw as drawing afresh, in the same order
+    fresh = base.draw_cases(softmax, base.make_rng(True, 123), True)
+    assert [c.label for c in kept.cases()] == [c.label for c in fresh]
+    mine = kept.cases()
+    mine[0].args = ("changed",)
+    assert not isinstance(kept.cases()[0].args[0], str)
+    # a re-registered exercise (a test's own, or the checks loaded again) or another reference: not this entry
+    other = type(softmax)()
+    monkeypatch.setitem(base.REGISTRY, "softmax", other)
+    assert grading.reference_results(other, True, 123) is not kept
+    monkeypatch.setitem(base.REGISTRY, "softmax", softmax)
+    import solutions
+
+    monkeypatch.setattr(solutions, "softmax", lambda x, axis=-1: x)
+    assert grading.reference_results(softmax, True, 123) is not kept
+
+
+def test_a_library_is_built_once_per_chapter_and_again_when_its_files_change(tmp_path, monkeypatch):
+    """``shared_library``: one build per graded names (and one references' library), the same
+    folder after, a new one when a file of ``solutions`` changes; only bubblewrap's
+    read-only mount shares it (a plain subprocess or a container-mode run could write in
+    it, and get their own)."""
+    package = tmp_path / "solutions"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .a import f\nfrom .b import g\n")
+    (package / "a.py").write_text("def f():\n    return 1\n")
+    (package / "b.py").write_text("from .a import f\n\ndef g():\n    return f()\n")
+    builds = []
+    real = library.build_library
+    monkeypatch.setattr(library, "build_library", lambda dest, names, d: builds.append(set(names)) or real(dest, names, d))
+    first = library.shared_library({"f"}, solutions_dir=package)
+    assert library.shared_library({"f"}, solutions_dir=package) == first and builds == [{"f"}]
+    assert not (first / "solutions" / "a.py").exists()  # f's module withheld, as build_library does
+    other = library.shared_library({"g"}, solutions_dir=package)
+    assert other != first and (other / "solutions" / "a.py").exists() and builds == [{"f"}, {"g"}]
+    references = library.shared_library({"f"}, references=True, solutions_dir=package)
+    assert (references / "oracle.py").is_file() and (references / "solutions" / "a.py").is_file()
+    assert library.shared_library(set(), references=True, solutions_dir=package) == references
+    (package / "a.py").write_text("def f():\n    return 2\n")
+    again = library.shared_library({"g"}, solutions_dir=package)
+    assert builds[-1] == {"g"} and len(builds) == 4 and "return 2" in (again / "solutions" / "a.py").read_text()
+    assert again != other and not other.exists()  # the stale build is gone
+    assert sandbox.shares_library(True, "bubblewrap")
+    assert not sandbox.shares_library(True, "container") and not sandbox.shares_library(False, "bubblewrap")
+    # a pool's worker (a class graded with --jobs) builds its own and removes them when it ends
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        built = pool.submit(_build_shared, package).result()
+    assert built.parent != first.parent and not built.parent.exists()
+
+
+def _build_shared(package):
+    folder = library.shared_library({"f"}, solutions_dir=package)
+    assert (folder / "runner.py").is_file()
+    return folder
 
 
 @pytest.mark.slow

@@ -13,8 +13,9 @@ Two tables, per exercise of the registry:
 The tests: each table covers every registered exercise; each style earns full marks in
 the visible check, a hidden draw and the student package's stored check; the local
 check's points equal the grader's on the reference, the blank stub and each style; and,
-through the real sandboxed grader (``grade_submission``, one notebook per round: round
-*k* holds every exercise's *k*-th mutant, the styles fill a round of their own), each
+through the real sandboxed grader (``grade_submission``, one notebook per round: a round
+holds at most one mutant per exercise and none beside a mutant of an exercise it uses,
+the styles fill a round of their own), each
 mutant loses exactly its part with feedback naming the mistake and none of the words
 ``NOT_SAID`` lists for it, each slip of ``SLIPS`` (a typo costing several parts) exactly
 its parts, each style full marks. Every mutant is a cell a notebook can hold: the ones
@@ -555,10 +556,26 @@ def mutant_cell(name: str, answer, chapter_nb) -> str | None:
     return "\n\n".join(prelude + [source])
 
 
+def _related(name: str) -> set[str]:
+    """The exercises ``name`` uses, directly or through another (``Exercise.uses``)."""
+    found, stack = set(), [name]
+    while stack:
+        for used in get_exercise(stack.pop()).uses:
+            if used not in found:
+                found.add(used)
+                stack.append(used)
+    return found
+
+
 def sandbox_rounds(chapter: str) -> tuple[list[dict], list[tuple], list[tuple]]:
     """The notebooks that grade ``chapter``'s mutants and styles: round 0 holds every
-    style, round *k* every exercise's *k*-th mutant of ``BROKEN`` then ``SLIPS`` (the
-    reference where it has fewer).
+    style; each mutant of ``BROKEN`` then ``SLIPS`` goes to the first round that holds no
+    other mutant of its exercise and none of an exercise it uses or that uses it (those
+    keep the source's reference cell there). So each mutant is judged beside correct
+    answers of what it calls: a failing earlier answer in its notebook would regrade it
+    (two sandbox starts, the references' and the student's, per mutant) only to give back
+    what that answer cost; the regrade itself is tested where it is the subject
+    (test_grading, test_checks_sandboxed, test_fairness_class).
 
     Returns the rounds (``{exercise: cell}``), the rows each round asserts: ``(round,
     exercise, parts lost (empty for full marks), words naming the mistake, words that must
@@ -569,11 +586,13 @@ def sandbox_rounds(chapter: str) -> tuple[list[dict], list[tuple], list[tuple]]:
     rounds: list[dict] = [{n: STYLES[n] for n in names}]
     rows: list[tuple] = [(0, n, set(), "", ()) for n in names]
     left_out = []
-    by_exercise: dict[str, int] = {}
 
     def add(name, cell, lost, said, not_said):
-        k = by_exercise[name] = by_exercise.get(name, 0) + 1
-        while len(rounds) <= k:
+        k = 1
+        while k < len(rounds) and (name in rounds[k] or any(
+                other in _related(name) or name in _related(other) for other in rounds[k])):
+            k += 1
+        if k == len(rounds):
             rounds.append({})
         rounds[k][name] = cell
         rows.append((k, name, lost, said, not_said))
@@ -624,6 +643,10 @@ def test_the_sandbox_rounds_hold_every_mutant():
     assert left == [], left
     rows = [row for chapter in CHAPTERS for row in sandbox_rounds(chapter)[1] if row[2]]
     assert len(rows) == len(BROKEN) + len(SLIPS)
+    # no mutant is judged beside a failing answer it calls (which would regrade it)
+    for chapter in CHAPTERS:
+        for k, cells in enumerate(sandbox_rounds(chapter)[0][1:], start=1):
+            assert not [(n, u) for n in cells for u in get_exercise(n).uses if u in cells], (chapter, k, sorted(cells))
 
 
 @pytest.mark.slow
