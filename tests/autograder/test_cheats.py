@@ -43,10 +43,12 @@ SEED = 1234
 # No verdict may depend on the machine's load (the suite runs beside other work):
 # the wall-time limit is only a safety net, far above any run here even on a
 # crowded machine, and the endless loop is stopped by its CPU time, which load
-# does not stretch (10 s of CPU: several times what setup and the checks use).
+# does not stretch (6 s of CPU: more than twice what a whole run of this notebook uses,
+# import torch, setup and every check included, 2.5 CPU s measured on a loaded machine;
+# every CPU second above what the run needs is burnt by the loop, in each isolation mode).
 # 2 GiB of address space is plenty for torch and the checks.
 LIMITS = Limits(wall_seconds=300.0, cpu_seconds=120, memory_bytes=2 * 2**30)
-ATTACK_LIMITS = {"endless_loop": dataclasses.replace(LIMITS, cpu_seconds=10)}
+ATTACK_LIMITS = {"endless_loop": dataclasses.replace(LIMITS, cpu_seconds=6)}
 
 # Wrong in every graded part (inverted polarity AND a float mask), so an attack
 # that earns any point has beaten the judge: honestly, this answer earns 0.
@@ -724,7 +726,7 @@ def test_killing_the_sandbox_parent_is_refused(graded):
 @pytest.mark.parametrize("attack, status, words", [
     ("fork_bomb", "error", []),
     ("memory_hog", "error", ["MemoryError"]),
-    ("endless_loop", "timeout", ["more than 10 s of CPU time"]),
+    ("endless_loop", "timeout", ["more than 6 s of CPU time"]),
 ])
 def test_resource_hogs_are_bounded_and_the_rest_is_graded(graded, attack, status, words):
     hit = _assert_contained(graded, attack, {status})
