@@ -100,15 +100,17 @@ book: venv vendor
 # modules that read the release of every chapter (tests/released.py: the student
 # packages, built nowhere else) are one group, on one worker; the longest units go out
 # first, then those holding a test marked slow, the short tests last. Each worker runs
-# torch on its share of the cores (two workers on two cores: one thread each; two each
-# only spin against each other). The release runs execute only what differs from the build: each chapter's blank
+# torch on its share of the cores (two workers on two cores: one thread each; two
+# threads each only spin against each other).
+#
+# The release runs execute only what differs from the build: each chapter's blank
 # release, in the student's venv. Every execution, the build's included, waits on its
 # kernel in short slices and is kept with its cell timings under _build/test-executions/
-# (tests/notebook_runs.py); the session ends with the count of executions per chapter, by
-# notebook ("book build 1, release-blank 1": the chapter once, its blank release once).
-# Under CI=true a wall that cannot start fails its tests. The run ends with where its time
-# went (each worker's busy seconds and the longest modules; every test phase kept in
-# _build/test-timeline.jsonl) and, from `time`, the CPU seconds it used.
+# (tests/notebook_runs.py); the session ends with the count of executions per chapter,
+# by notebook ("book build 1, release-blank 1": the chapter once, its blank release
+# once). Under CI=true a wall that cannot start fails its tests. The run ends with where
+# its time went (each worker's busy seconds and the longest modules; every test phase
+# kept in _build/test-timeline.jsonl) and, from `time`, the CPU seconds it used.
 test: venv sysdeps vendor
 	time $(PY) -m pytest -n $(JOBS) --durations=25 $(PYTEST_ARGS)
 

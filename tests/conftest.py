@@ -167,14 +167,31 @@ def _seed_everything():
     yield
 
 
+def _one_torch_thread():
+    """One intra-op torch thread while the generator is suspended, the count before restored after."""
+    import torch  # as in the hooks above: torch is imported where it is used
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def one_torch_thread():
     """One intra-op thread for a test: small ops gain nothing from more, and on a shared
     machine (or beside another xdist worker) extra threads only contend. A module opts in
-    with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
-    import torch
+    with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``; the count before the
+    test is restored after it, whatever the test set."""
+    yield from _one_torch_thread()
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+
+@pytest.fixture(scope="module")
+def one_torch_thread_for_module():
+    """One intra-op thread for a whole module, its module-scoped fixtures included (a model
+    trained once, wheels imported once): such a fixture is set up before any function-scoped
+    one, so it takes this fixture as an argument (the training's sums then run in one order
+    on any machine); the module's tests get it with ``pytest.mark.usefixtures``."""
+    yield from _one_torch_thread()

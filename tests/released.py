@@ -3,9 +3,10 @@ loads it), so the tests of ``tests/autograder/`` and of ``tests/book/`` read the
 
 ``released_chapters`` is the release ``.github/workflows/book.yml`` publishes as the branch
 ``student``; ``released_packages`` is each chapter's student package read back from its wheel.
-Every module that uses them is in the xdist group ``"releases"`` (``tests/scheduling.py``),
-so one worker builds the release once per run: the eleven packages (each chapter's stand-ins
-and check helpers recorded, about 40 CPU s) are built nowhere else in a run.
+Every module that uses them is in the xdist group ``"releases"`` (``tests/scheduling.py``;
+``tests/test_scheduling.py`` fails for one that is not), so one worker builds the release
+once per run: the eleven packages (each chapter's stand-ins and check helpers recorded,
+about 40 CPU s) are built nowhere else in a run.
 """
 from __future__ import annotations
 

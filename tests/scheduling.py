@@ -33,11 +33,16 @@ __all__ = ["BOOK_GROUP", "LONGEST_UNITS", "SuiteLayout", "read_layout", "GroupsO
 
 BOOK_GROUP = "the built book"
 # The units of work that take longest, sent out before all others so that none starts
-# late and runs alone at the end (the clean clone of 39e9b89, 2 workers): the book build
-# and the tests that read it (205 s to build, 66 s in test_every_page_offline alone); every
-# chapter released, run in a student venv and its wheels audited (the group "releases":
-# 77 s to release, 12-53 s a chapter, 58 s of audit); the chapters graded whole in
-# test_grading.py (379 s, one unit: its module fixtures).
+# late and runs alone at the end (seconds in test phases, the clean clone of c6edde1, 2
+# workers): the book build and the tests that read it (307 s: 231 to build, each
+# chapter's one execution, 70 in test_every_page_offline), first, so that the build
+# starts at t=0 on one worker; every chapter released, run in a student venv, its wheels
+# audited and checked against the grade (the group "releases": 345 s, and about 33 more
+# since test_fairness_wheel.py joined it), at t=0 on the other; the chapters graded whole
+# in test_grading.py (395 s, one unit: its module fixtures), next, on whichever worker is
+# free first. The rest is shorter (test_cheats.py 135 s, test_platforms.py 130 s, then
+# 111 and less) and the single tests go last (13 s the longest), so the two workers end
+# within seconds of each other.
 LONGEST_UNITS = (BOOK_GROUP, "releases", "tests/autograder/test_grading.py::")
 
 _LONG_LIVED = ("module", "session")

@@ -13,6 +13,7 @@ same node ids, then tests reported done), with stand-ins for the workers.
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import textwrap
 from pathlib import Path
@@ -202,6 +203,38 @@ def test_each_unit_goes_whole_to_one_worker_the_longest_first_then_the_slow(tmp_
     # every unit whole, in this order: the longest, the slow, the other groups, the other tests
     assert [[collection[i] for i in unit] for unit in units] == [
         [BOOK_TEST], [LONG], GROUPED, [SLOW_SINGLE], FIXTURE_TESTS, [PLAIN[0]], [PLAIN[1]], [PLAIN[2]], [WORDS]]
+
+
+#: The session fixtures of tests/released.py: the release of every chapter, built once per run.
+RELEASE_FIXTURES = {"released_chapters", "released_packages"}
+
+
+def _fixtures_taken(tree) -> set[str]:
+    """The names a test module's functions take as arguments or ``usefixtures``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names |= {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("usefixtures"):
+            names |= {a.value for a in node.args if isinstance(a, ast.Constant)}
+    return names
+
+
+def test_in_the_suite_the_build_goes_out_first_and_the_release_is_read_on_one_worker():
+    """The real suite's layout: the book build (each chapter's one execution) is the first
+    unit out, so it starts at t=0; each of LONGEST_UNITS is a unit of the suite; and every
+    module that reads the release of every chapter is in the group "releases", so that
+    release is built once per run (a module outside it would build it again on another
+    worker)."""
+    root = Path(__file__).resolve().parents[1]
+    layout = scheduling.read_layout(root)
+    assert scheduling.LONGEST_UNITS[0] == scheduling.BOOK_GROUP
+    units = set(layout.groups.values())
+    assert all(unit in units for unit in scheduling.LONGEST_UNITS), (scheduling.LONGEST_UNITS, sorted(units))
+    readers = {path.relative_to(root).as_posix() + "::" for path in sorted((root / "tests").rglob("test_*.py"))
+               if RELEASE_FIXTURES & _fixtures_taken(ast.parse(path.read_text(encoding="utf-8")))}
+    assert len(readers) >= 5, readers  # release runs, student release, wheel answers, fairness wheel, JupyterLab
+    assert {module: layout.groups.get(module) for module in readers} == dict.fromkeys(readers, "releases")
 
 
 def test_without_xdist_load_the_default_scheduler_stays():

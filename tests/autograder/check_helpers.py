@@ -13,7 +13,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 
 from autograder.checks import CheckFailure, check
 from autograder.checks.base import check_report, use_precomputed
@@ -55,16 +54,6 @@ def partly(name, obj, earned, missed, *words, hidden=True, seed=None):
         assert word in message, f"{word!r} not in the message:\n{message}"
     assert 0 < report.score < report.max_score
     return report
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny tensors: one thread is faster than a pool on a busy machine. Active in
-    every test module that imports it."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def stub_says_not_implemented(name):

@@ -5,18 +5,21 @@ answer is graded with the reference in its place (that the reference passes and 
 fresh: test_checks_registry.py)."""
 import functools
 
+import pytest
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import check_helpers
-from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_thread: autouse fixture)
+from check_helpers import accepted
 from check_helpers import assert_regraded, notebook_namespace
 import solutions
 from autograder.sync import solution_cell_source
 from autograder.checks import get_exercise
 from autograder.checks.base import check_report
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
 
 NAMES = ["layer_norm", "PositionwiseFeedForward", "ResidualSublayer", "EncoderLayer"]
 

@@ -5,6 +5,7 @@ fresh: test_checks_registry.py)."""
 import functools
 import math
 
+import pytest
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -12,8 +13,9 @@ import torch.nn.functional as F
 from autograder.checks import get_exercise
 import check_helpers
 from check_helpers import accepted
-from check_helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 from solutions import training
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
 
 NAMES = ["make_decoder_io", "noam_lr", "label_smoothed_cross_entropy", "label_smoothing_floor"]
 

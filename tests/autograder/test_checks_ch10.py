@@ -5,6 +5,7 @@ decoder is graded with the reference in its place (the reference and fresh hidde
 models: test_checks_registry.py)."""
 import functools
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -12,8 +13,10 @@ import solutions
 from autograder.checks import get_exercise
 from autograder.checks.base import check_report, make_rng
 import check_helpers
-from check_helpers import accepted, one_torch_thread  # noqa: F401 (one_torch_thread: autouse fixture)
+from check_helpers import accepted
 from check_helpers import assert_regraded, notebook_namespace
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
 
 NAMES = ["greedy_decode", "beam_search"]
 
@@ -29,7 +32,7 @@ def causal(t):
 
 
 def test_torch_threads_are_restored():
-    torch.set_num_threads(2)  # the autouse fixture restores the original count afterwards
+    torch.set_num_threads(2)  # one_torch_thread (tests/conftest.py) restores the original count afterwards
     get_exercise("beam_search").cases(make_rng(hidden=False), hidden=False)
     assert torch.get_num_threads() == 2
 

@@ -5,6 +5,7 @@ the real sandboxed grader (the reference and fresh hidden inputs: test_checks_re
 import functools
 import math
 
+import pytest
 import numpy as np
 import sacrebleu
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
@@ -12,7 +13,9 @@ from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 import check_helpers
 import solutions
 from autograder.checks import get_exercise
-from check_helpers import accepted, assert_full_marks, grade_in_sandbox, one_torch_thread  # noqa: F401
+from check_helpers import accepted, assert_full_marks, grade_in_sandbox
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
 
 rejected = functools.partial(check_helpers.rejected, seed=11)
 partly = functools.partial(check_helpers.partly, seed=11)

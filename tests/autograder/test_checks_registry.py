@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import solutions
 from autograder.checks import REGISTRY, Exercise, check, load_all
 from autograder.checks.base import ADVICE, make_rng
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
 
 # The contract, chapter id -> graded names, in the order of EXERCISES.md.
 CONTRACT = {
@@ -39,15 +40,6 @@ CHAPTER_OF = {name: chapter for chapter, names in CONTRACT.items() for name in n
 # authors' workspace the shared original sits beside the repository and must equal the copy.
 EXERCISES_MD = Path(__file__).resolve().parents[1] / "data" / "EXERCISES.md"
 SHARED_EXERCISES_MD = Path(__file__).resolve().parents[3] / "shared" / "EXERCISES.md"
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """The checks' tensors are tiny: one thread is faster than a pool on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def parse_contract(text):

@@ -38,13 +38,15 @@ import solutions
 from autograder.checks import get_exercise
 from autograder.checks.base import check_report
 from autograder.sync import solution_cell_source
-from check_helpers import notebook_namespace, one_torch_thread, stored_checks  # noqa: F401 (autouse fixture)
+from check_helpers import notebook_namespace, stored_checks
 from test_mutants import STYLES, notebook_names
 from test_part_isolation import (BPE_TOKENIZE_REVERSED, ENCODER_LAYER_WITHOUT_MASK, FFN_WITHOUT_DROPOUT,
                                  FFN_WITHOUT_RELU, LAYER_NORM_UNBIASED, MHA_CALLING_HEADS, MHA_LINEARS, MHA_MINUS_INF,
                                  MHA_TRANPOSE, MHA_WHER, NOAM_WARMUP_HALF, POSITIONAL_ENCODING_TYPO,
                                  TOKEN_EMBEDDING_NAMED_TABLE, jacobian_norms_in_computed_order,
                                  masked_softmax_fill_minus_20, merge_heads_unmerged, rnn_forward_with_h0_row)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 SEED = 7

@@ -11,11 +11,14 @@ Three notebooks a class hands in, as students write them into the released noteb
   since, a locked cell's points edited) with one wrong answer: ``self_attention`` with
   ``k.T``, right for 2-D inputs only.
 
-Each is checked from the released wheel in a fresh environment (``python -m autograder
-check``, and the JSON rows of the same run), and graded by ``grade_submission`` in the
+Each is checked from the released wheel in a student's environment (``python -m autograder
+check``, and the JSON rows its table is printed from, kept from that run), and graded by ``grade_submission`` in the
 sandbox. Every exercise gets the same points and the same parts earned in both.
 
-On the same wheel (one release per chapter), the mutants of ``WHEEL_ROWS`` whose rule
+The wheels are those of the release of every chapter (``released_chapters``, made once per
+run in ``tests/released.py``: the module is in its xdist group ``"releases"``), installed
+one after the other in one venv outside the repository, as a student moving to the next
+chapter installs its wheel over the last (:mod:`student_env`). On the same wheel, the mutants of ``WHEEL_ROWS`` whose rule
 another part's cases must tolerate are checked with the package's ``check_report``: the
 package has no reference to compute what the broken rule gives, so those results are
 recorded at release (:mod:`autograder.student.hints`), and it loses exactly the part
@@ -36,8 +39,11 @@ import solutions
 import test_part_isolation
 from autograder.checks import get_exercise
 from autograder.grading import grade_submission
-from student_env import filled, make_env, nbgrader_meta
+from student_env import filled, install, make_env, nbgrader_meta
 from test_part_isolation import BROKEN, LAYER_NORM_UNBIASED, NOAM_WARMUP_HALF, part
+
+# The wheels of the release of every chapter (tests/released.py), built once per run on that group's worker.
+pytestmark = pytest.mark.xdist_group("releases")
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 
@@ -174,19 +180,38 @@ def assert_tolerated_rows_lose_one_part(chapter, python, work, env):
         assert lost[fn] == [part(name, index[fn])], (fn, lost[fn])
 
 
+# ``python -m autograder check NOTEBOOK`` as a student runs it (the wheel's ``__main__``), which
+# also writes down the rows its table is printed from (``visible_checks``' result), so the
+# scores compared below are those of the very run whose table is read.
+CHECK_KEEPING_ROWS = """
+import json, runpy, sys
+import autograder.student.cli as cli
+
+rows_file, sys.argv = sys.argv[1], ["autograder", *sys.argv[2:]]
+visible_checks = cli.visible_checks
+
+def keep(*args, **kwargs):
+    rows = visible_checks(*args, **kwargs)
+    with open(rows_file, "w", encoding="utf-8") as f:
+        json.dump(rows, f)
+    return rows
+
+cli.visible_checks = keep
+runpy.run_module("autograder", run_name="__main__", alter_sys=True)
+"""
+
+
 def assert_check_and_grade_agree(chapter, released, python, work, env):
     """``NOTEBOOKS[chapter]`` checked from the wheel and graded: the same parts and points
     per exercise, at the fair score of ``FAIR``."""
     path = work / f"{chapter} (1).ipynb"
     nb = student_notebook(released, NOTEBOOKS[chapter])
     nbformat.write(as_from_an_earlier_release(nb) if chapter in EARLIER_RELEASE else nb, str(path))
-    proc = subprocess.run([str(python), "-m", "autograder", "check", path.name], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=600)
+    rows_file = work / f"{chapter}.json"
+    proc = subprocess.run([str(python), "-c", CHECK_KEEPING_ROWS, str(rows_file), "check", path.name], cwd=work,
+                          env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # not every visible check passes
     # the rows of that same run (``check`` prints them as a table)
-    rows_file = work / f"{chapter}.json"
-    subprocess.run([str(python), "-m", "autograder.student.notebook", path.name, str(rows_file)], cwd=work,
-                   env=env, check=True, capture_output=True, timeout=600)
     local = {row["exercise"]: row for row in json.loads(rows_file.read_text(encoding="utf-8"))}
     graded = {s.exercise: s for s in grade_submission(BOOK / chapter / f"{chapter}.ipynb", path, seed=3).scores}
     assert set(local) == set(graded) == set(FAIR[chapter]), (sorted(local), sorted(graded))
@@ -207,19 +232,27 @@ def assert_check_and_grade_agree(chapter, released, python, work, env):
     assert "/99" not in proc.stdout and "ModuleNotFoundError" not in proc.stdout, proc.stdout
 
 
+@pytest.fixture(scope="module")
+def student_venv(tmp_path_factory):
+    """One venv for the module, outside the repository (:func:`student_env.make_env`): ``(python,
+    work, env)``; each test installs its chapter's wheel over the last one."""
+    python, _, work, env = make_env(tmp_path_factory.mktemp("student"))
+    return python, work, env
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", sorted(set(NOTEBOOKS) | set(WHEEL_ROWS)))
-def test_the_wheels_check_scores_as_the_grade(chapter, tmp_path, request):
-    """One release and one fresh environment per chapter, for both checks above (the
+def test_the_wheels_check_scores_as_the_grade(chapter, released_chapters, student_venv, request):
+    """The chapter's released wheel installed in the student venv, for both checks above (the
     grade needs the sandbox)."""
-    from autograder.release import release
-
     if chapter in NOTEBOOKS:
         request.getfixturevalue("needs_sandbox")
 
-    out = tmp_path / "release"
-    done = release(out, [chapter], package=True)
-    python, _, work, env = make_env(tmp_path / "student", done.package.wheel)
+    out, done = released_chapters
+    python, work, env = student_venv
+    install(python, done.packages[chapter].wheel)
+    work = work / chapter  # each chapter's notebook and rows in a folder of their own
+    work.mkdir()
     if chapter in WHEEL_ROWS:
         assert_tolerated_rows_lose_one_part(chapter, python, work, env)
     if chapter in NOTEBOOKS:

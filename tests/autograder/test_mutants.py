@@ -42,8 +42,10 @@ import fixtures
 import solutions
 from autograder.checks import exercises_of, get_exercise, load_all
 from autograder.checks.base import check_report
-from check_helpers import notebook_namespace, one_torch_thread, stored_checks  # noqa: F401 (autouse fixture)
+from check_helpers import notebook_namespace, stored_checks
 from test_part_isolation import BROKEN, ENCODER_LAYER_WITHOUT_MASK, NOT_SAID, SLIPS, part
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 CHAPTERS = sorted({get_exercise(n).chapter for n in load_all()})

@@ -30,9 +30,11 @@ from autograder.checks import get_exercise, load_all
 from autograder.checks.base import check_report, draw_cases, run_cases
 from autograder.checks.ch02_tokens_and_embeddings import _bpe, _merge
 from autograder.sync import solution_cell_source
-from check_helpers import notebook_namespace, one_torch_thread, stored_checks  # noqa: F401 (autouse fixture)
+from check_helpers import notebook_namespace, stored_checks
 from test_checks_ch02 import bpe_first_occurrence_only, bpe_string_replace
 from test_checks_ch08 import TokenEmbeddingUnscaled, make_decoder
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
 
 HIDDEN_SEEDS = (1, 2)
 

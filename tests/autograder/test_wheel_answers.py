@@ -26,7 +26,9 @@ from autograder.book import BOOK, chapter_ids
 from autograder.student.hints import withhold_helpers
 from autograder.student.package import RECORDED_FILE
 
-pytestmark = pytest.mark.xdist_group("releases")
+# One intra-op thread for the whole file, its module-scoped fixtures included (tests/conftest.py):
+# the audit runs thousands of tiny torch calls, which extra threads only slow on a shared machine.
+pytestmark = [pytest.mark.xdist_group("releases"), pytest.mark.usefixtures("one_torch_thread_for_module")]
 
 
 class _Built(dict):
@@ -40,17 +42,6 @@ class _Built(dict):
     def __missing__(self, chapter):
         self[chapter] = value = self.make(chapter)
         return value
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """One intra-op thread for the whole file, the module-scoped fixtures included: the
-    audit runs thousands of tiny torch calls, which extra threads only slow down on a
-    shared machine (tests/conftest.py's ``one_torch_thread``, for the module's scope)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -18,13 +18,10 @@ CORPUS = str(Path(__file__).resolve().parents[1] / "data" / "tiny_parallel.tsv")
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, one_torch_thread_for_module):
     out = tmp_path_factory.mktemp("run")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     code = main(["train", "--preset", "tiny", "--data", CORPUS, "--epochs", "2", "--device", "cpu",
                  "--out", str(out), "--quiet"])
-    torch.set_num_threads(threads)
     assert code == 0
     return out
 
@@ -167,17 +164,14 @@ def test_train_with_skip_reports_the_bad_lines_and_trains(tmp_path, splits, caps
 
 
 @pytest.fixture(scope="module")
-def file_run(tmp_path_factory, splits):
+def file_run(tmp_path_factory, splits, one_torch_thread_for_module):
     """A run on plain-text pairs (--train/--valid/--test), 1 epoch of a few steps."""
     folder = tmp_path_factory.mktemp("files")
     train, valid, test = splits
     specs = {name: _write_corpus(folder, pairs, name) for name, pairs in
              [("train", train), ("valid", valid), ("test", test)]}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     code = main(["train", "--train", specs["train"], "--valid", specs["valid"], "--test", specs["test"],
                  "--epochs", "1", "--out", str(folder / "run")] + TRAIN_FLAGS)
-    torch.set_num_threads(threads)
     assert code == 0
     return folder, specs
 
@@ -421,7 +415,7 @@ PUNCTUATED_PAIRS = [
 
 
 @pytest.fixture(scope="module")
-def punctuated_run(tmp_path_factory):
+def punctuated_run(tmp_path_factory, one_torch_thread_for_module):
     """A BPE model with one shared vocabulary that has learnt PUNCTUATED_PAIRS by heart (out/checkpoint.pt).
 
     Built with Trainer, as 'train' would, but with a short warm-up (100 steps) that no preset has,
@@ -435,11 +429,8 @@ def punctuated_run(tmp_path_factory):
         d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=24,
         tokenizer="bpe", bpe_vocab_size=120, share_embeddings=True, warmup_steps=100, lr_factor=1.0,
         batch_size=4, epochs=200, eval_sentences=12, device="cpu", quiet=True, seed=1)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     trainer = Trainer(config, PUNCTUATED_PAIRS, PUNCTUATED_PAIRS, out_dir=out)
     trainer.train()
-    torch.set_num_threads(threads)
     sources = out / "sources.de"
     sources.write_text("".join(s + "\n" for s, _ in PUNCTUATED_PAIRS), encoding="utf-8")
     return out, trainer, sources

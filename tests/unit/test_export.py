@@ -40,19 +40,15 @@ def splits():
 
 
 @pytest.fixture(scope="module", params=list(SHAPES))
-def checkpoint(request, splits, tmp_path_factory):
-    """A checkpoint of a small model trained for 40 steps (seconds on one thread)."""
+def checkpoint(request, splits, tmp_path_factory, one_torch_thread_for_module):
+    """A checkpoint of a small model trained for 40 steps (seconds on one thread: the training's
+    sums in one order on any machine, whatever the worker's count)."""
     train, valid, _ = splits
     config = PRESETS["tiny"].replace(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=2, d_ff=64,
                                      max_len=96, eval_sentences=0, quiet=True, device="cpu", warmup_steps=20,
                                      seed=0, **SHAPES[request.param])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the training's sums in one order on any machine: a module fixture is
-    try:                      # set up before the test's one_torch_thread, at the worker's count
-        trainer = Trainer(config, train, valid)
-        trainer.train(max_steps=40)
-    finally:
-        torch.set_num_threads(threads)
+    trainer = Trainer(config, train, valid)
+    trainer.train(max_steps=40)
     path = tmp_path_factory.mktemp("run") / "checkpoint.pt"
     trainer.save_checkpoint(str(path))
     return path
