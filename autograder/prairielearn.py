@@ -20,6 +20,14 @@ uploaded: PrairieLearn then counts no attempt), ``score`` = points / max points 
 ``message`` (the total) and one test per graded part (``name`` ``exercise: part``,
 ``points``, ``max_points``, the part's message). Its paths can be moved for tests:
 ``--root`` (default ``/grade``, or ``PRAIRIELEARN_ROOT``), ``--student``, ``--results``.
+
+A notebook of another chapter is graded, not refused: it earns 0, as in ``grade`` and on
+Gradescope, and ``message`` opens with :func:`autograder.text.wrong_chapter_notice`.
+PrairieLearn's documented results format allows it: beside ``score`` and ``gradable`` a
+result may carry any field, and ``<pl-external-grader-results>`` shows a gradable
+result's top-level ``message`` above its tests. ``gradable: false`` is kept for what
+cannot be graded at all (no notebook uploaded), since PrairieLearn then awards and
+costs nothing, and a notebook of the wrong chapter is an attempt graded like any other.
 """
 from __future__ import annotations
 
@@ -36,7 +44,7 @@ from .book import BOOK, source_notebook
 from .checks import exercises_of
 from .gradescope import grade_upload, load_grader_config, write_results
 from .scores import ExerciseScore, Status
-from .text import score_text
+from .text import score_text, wrong_chapter_notice
 
 __all__ = ["SCHEMA_PATH", "CONFIG", "results_json", "run", "build_question", "validate_results", "main"]
 
@@ -46,15 +54,21 @@ MAX_TEXT = 20_000
 DEFAULT_IMAGE = "transformer-book/autograder:latest"
 
 
-def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", isolation: str = "",
-                 execution_time: float | None = None) -> dict:
+def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", wrong_chapter: str | None = None,
+                 isolation: str = "", execution_time: float | None = None) -> dict:
     """PrairieLearn's ``results.json`` for the score rows of one submission.
 
     Args:
         rows: the :class:`~autograder.scores.ExerciseScore` of each graded cell.
         chapter: the chapter id.
         notice: why there is nothing to grade (no notebook, several): the result is not gradable.
+        wrong_chapter: the chapter the notebook really holds when it is another one
+            (:attr:`autograder.scores.NotebookScores.wrong_chapter`): the result is gradable
+            (0 points) and its ``message`` says so first (module docstring).
         isolation, execution_time: for the output (the instructor's view).
+
+    Returns:
+        The ``results.json`` object (:data:`SCHEMA_PATH` holds it).
     """
     if notice:  # nothing was graded: not an attempt
         return {"gradable": False, "format_errors": [notice], "message": notice}
@@ -82,7 +96,9 @@ def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", i
     passed = sum(r.status == Status.PASSED for r in rows)
     message = (f"{chapter}: {score_text(score)}/{score_text(max_score)} points, {passed} of {len(rows)} exercises "
                "pass every check (the hidden checks included).")
-    output = "\n".join(x for x in (notice, f"isolation: {isolation}" if isolation else "",
+    if wrong_chapter:  # said first, in the words of the feedback page
+        message = f"{wrong_chapter_notice(wrong_chapter, chapter)}\n{message}"
+    output = "\n".join(x for x in (f"isolation: {isolation}" if isolation else "",
                                    f"graded in {execution_time:.0f} s" if execution_time is not None else "") if x)
     return {"gradable": True, "score": min(1.0, max(0.0, score / max_score)) if max_score else 0.0,
             "message": message, "output": output, "tests": tests}
@@ -113,8 +129,8 @@ def run(root: Path, *, student: Path | None = None, results: Path | None = None)
     start = time.monotonic()
     found, notice, isolation = grade_upload(grader.source, Path(student) if student else root / "student",
                                             grader.chapter, grader.config, student="prairielearn")
-    data = results_json(found.scores, chapter=grader.chapter, notice=notice, isolation=isolation,
-                        execution_time=time.monotonic() - start)
+    data = results_json(found.scores, chapter=grader.chapter, notice=notice, wrong_chapter=found.wrong_chapter,
+                        isolation=isolation, execution_time=time.monotonic() - start)
     write_results(Path(results) if results else root / "results" / "results.json", data, found.scores)
     return data
 

@@ -1,11 +1,13 @@
 """A notebook of another chapter is named as such by every view a student reads.
 
 Grading finds the chapter a notebook really holds (``NotebookScores.wrong_chapter``); the
-console summary, the feedback page, ``python -m autograder check`` and Gradescope's
-``results.json`` say it in the same words (:func:`autograder.text.wrong_chapter_text`).
-Each is driven through the path a user takes: the ``check`` command and Gradescope's
-``run_autograder`` script here; ``grade``'s summary and feedback page in
-``test_report.py::test_grade_prints_a_summary_naming_each_problem``.
+console summary, the feedback page, ``python -m autograder check``, Gradescope's and
+PrairieLearn's ``results.json`` say it in the same words (:func:`autograder.text.wrong_chapter_text`).
+Each is driven through the path a user takes: the ``check`` command, Gradescope's
+``run_autograder`` script and PrairieLearn's ``python -m autograder.prairielearn run`` here;
+``grade``'s summary and feedback page in
+``test_report.py::test_grade_prints_a_summary_naming_each_problem``; the student package's
+``check`` in ``test_student_release.py::test_check_names_a_notebook_of_another_chapter``.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import nbformat
 import pytest
 
 from autograder.bench import make_book, make_submission
+from autograder import prairielearn
 from autograder.gradescope import ENGINE_ONLY, RUN_AUTOGRADER, validate_results
 from autograder.text import wrong_chapter_notice, wrong_chapter_text
 
@@ -104,3 +107,26 @@ def test_gradescope_tells_the_student_first(book, chapter5_as_4, tmp_path):
     validate_results(data)
     assert data["score"] == 0 and data["output"].splitlines()[0] == NOTICE
     assert all(t["status"] == "failed" for t in data["tests"])
+
+
+def test_prairielearn_grades_it_and_tells_the_student_first(book, chapter5_as_4, tmp_path):
+    """On PrairieLearn a notebook of another chapter is an attempt graded 0 (``gradable`` true,
+    as on Gradescope), and the result's ``message``, which PrairieLearn shows above the tests,
+    opens with the notice; chapter 4's own notebook gets no such line."""
+    root = tmp_path / "grade"
+    (root / "tests" / "book" / CH4).mkdir(parents=True)
+    (root / "tests" / "book" / CH4 / f"{CH4}.ipynb").write_bytes((book / CH4 / f"{CH4}.ipynb").read_bytes())
+    # engine-only: no wall is needed, since a notebook of another chapter runs no code of this one
+    (root / "tests" / prairielearn.CONFIG).write_text(json.dumps({"chapter": CH4, "seed": 5, "timeout": 60.0,
+                                                                  "isolation": ENGINE_ONLY}), encoding="utf-8")
+    (root / "student").mkdir()
+    (root / "student" / f"{CH4}.ipynb").write_bytes(chapter5_as_4.read_bytes())
+    assert prairielearn.main(["run", "--root", str(root)]) == 0
+    data = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+    prairielearn.validate_results(data)
+    assert data["gradable"] is True and data["score"] == 0
+    assert data["message"].splitlines()[0] == NOTICE
+    assert data["message"].splitlines()[1].startswith(f"{CH4}: 0/")
+    assert data["tests"] and all(t["points"] == 0 for t in data["tests"])
+    assert "wrong chapter" not in json.dumps(prairielearn.results_json(
+        [], chapter=CH4, wrong_chapter=None)), "no notice without a wrong chapter"
