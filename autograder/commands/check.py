@@ -26,7 +26,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ..checks import exercises_of
     from ..grading import grade_submission
     from ..book import chapter_ids, source_notebook
-    from ..student.notebook import chapter_named, chapter_of, read_notebook
+    from ..student.notebook import chapter_of, misnamed, read_notebook
 
     path = Path(args.notebook)
     if not path.is_file():
@@ -52,10 +52,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     found = grade_submission(source, path, chapter=chapter, settings=run_settings(args, sandbox), hidden=False,
                              seed=args.seed)
     print(f"{path.name}: chapter {chapter}, visible checks\n")
-    named = chapter_named(path, known)
+    named = misnamed(path, chapter, known)
     if found.wrong_chapter:  # checked as --chapter, it holds another chapter's cells
         print(wrong_chapter_notice(found.wrong_chapter, chapter) + "\n")
-    elif not args.chapter and named and named != chapter:  # its name says one chapter, its cells another
+    elif not args.chapter and named:  # its name says one chapter, its cells another
         print(wrong_chapter_notice(chapter, named) + "\n")
     text, status = check_report([_check_row(s) for s in found.scores])
     print(text)
