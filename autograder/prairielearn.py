@@ -42,9 +42,10 @@ from pathlib import Path
 
 from .book import BOOK, source_notebook
 from .checks import exercises_of
-from .gradescope import grade_upload, load_grader_config, write_results
-from .scores import ExerciseScore, Status
-from .text import score_text, wrong_chapter_notice
+from . import gradescope
+from .gradescope import grade_upload, load_grader_config, total_line, write_results
+from .scores import ExerciseScore
+from .text import wrong_chapter_notice
 
 __all__ = ["SCHEMA_PATH", "CONFIG", "results_json", "run", "build_question", "validate_results", "main"]
 
@@ -74,11 +75,8 @@ def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", w
         return {"gradable": False, "format_errors": [notice], "message": notice}
     tests = []
     for row in rows:
-        parts = row.parts
-        fits = parts and abs(sum(p.points for p in parts) - row.max_score) < 1e-9 \
-            and abs(sum(p.score for p in parts) - row.score) < 1e-9
-        if fits:
-            for i, part in enumerate(parts):
+        if row.parts_add_up:
+            for i, part in enumerate(row.parts):
                 notes = "\n".join(f"note: {n}" for n in row.notes) if i == 0 else ""
                 tests.append({"name": f"{row.exercise}: {part.name}", "description": row.exercise,
                               "points": float(part.score), "max_points": float(part.points),
@@ -93,9 +91,7 @@ def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", w
                           "output": "\n".join(f"note: {n}" for n in row.notes)[:MAX_TEXT]})
     score = sum(r.score for r in rows)
     max_score = sum(r.max_score for r in rows)
-    passed = sum(r.status == Status.PASSED for r in rows)
-    message = (f"{chapter}: {score_text(score)}/{score_text(max_score)} points, {passed} of {len(rows)} exercises "
-               "pass every check (the hidden checks included).")
+    message = total_line(rows, chapter)
     if wrong_chapter:  # said first, in the words of the feedback page
         message = f"{wrong_chapter_notice(wrong_chapter, chapter)}\n{message}"
     output = "\n".join(x for x in (f"isolation: {isolation}" if isolation else "",
@@ -106,11 +102,7 @@ def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", w
 
 def validate_results(data: dict) -> None:
     """Validate ``data`` against :data:`SCHEMA_PATH` (raises ``jsonschema.ValidationError``)."""
-    # jsonschema only to validate (the tests and setup's check)
-    import jsonschema
-
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    jsonschema.validate(data, schema, cls=jsonschema.Draft7Validator)
+    gradescope.validate_results(data, SCHEMA_PATH)
 
 
 def run(root: Path, *, student: Path | None = None, results: Path | None = None) -> dict:
