@@ -21,6 +21,10 @@ __all__ = ["cmd_check", "cmd_selftest", "selftest"]
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """``check NOTEBOOK``: one notebook's visible checks, graded as ``grade`` does (in the
+    sandbox where one starts), as a table; a notebook of another chapter, or named for one,
+    is said so first. Exit 0 every visible check passes; 1 one does not; 2 bad usage (no
+    such file, not a chapter notebook)."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..text import check_report, wrong_chapter_notice
     from ..checks import exercises_of
@@ -128,6 +132,8 @@ def selftest(jobs: int = 1, timeout: float = 120.0, chapters: list[str] | None =
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
+    """``selftest``: the source notebooks must get full marks and the released ones zero
+    (:func:`selftest`). Exit 0 when they do; 1 otherwise."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..release import ReleaseError
 
