@@ -22,6 +22,8 @@ import pytest
 from autograder.bench import make_book, make_submission
 from autograder import prairielearn
 from autograder.gradescope import ENGINE_ONLY, RUN_AUTOGRADER, validate_results
+from autograder.student.expected import ExpectedStore, write_contents
+from autograder.student.notebook import holds_exercises, misnamed
 from autograder.text import wrong_chapter_notice, wrong_chapter_text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,6 +49,24 @@ def test_the_words_are_one_sentence_and_say_what_to_hand_in():
     assert wrong_chapter_text(CH5, CH4) == f"this is a {CH5} notebook, submitted as {CH4}"
     assert NOTICE.startswith(f"wrong chapter: {wrong_chapter_text(CH5, CH4)} (0 points")
     assert f"{CH4}.ipynb" in NOTICE and "\n" not in NOTICE
+
+
+def test_the_student_package_knows_every_chapter_by_name_and_reads_a_file_named_for_another(tmp_path):
+    """What the student package's ``check`` decides with (run from the wheel in
+    ``test_student_release.py``): its table of contents names chapters it does not check, a
+    file name is another chapter's whatever a browser added, and a notebook holds a chapter's
+    exercises only by their solution cells."""
+    book = {CH4: ["softmax", "scaled_dot_product_attention"], CH5: ["split_heads", "MultiHeadAttention"]}
+    write_contents(tmp_path, book)
+    store = ExpectedStore(tmp_path)
+    assert store.contents == book and store.chapters == {}
+    assert misnamed(Path(f"{CH5} (1).ipynb"), CH4, book) == CH5
+    assert misnamed(Path(f"{CH4}-copy.ipynb"), CH4, book) is None  # its own name
+    assert misnamed(Path("homework.ipynb"), CH4, book) is None  # names no chapter
+    assert misnamed(Path(f"{CH5}.ipynb"), None, book) is None  # nothing to compare with
+    cells = [{"cell_type": "code", "metadata": {"nbgrader": {"grade_id": "split_heads", "solution": True}}},
+             {"cell_type": "code", "metadata": {"nbgrader": {"grade_id": "test_softmax", "grade": True}}}]
+    assert holds_exercises({"cells": cells}, book[CH5]) and not holds_exercises({"cells": cells}, book[CH4])
 
 
 def _check(*args: str) -> subprocess.CompletedProcess:
