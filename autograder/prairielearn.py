@@ -40,9 +40,9 @@ import time
 import uuid
 from pathlib import Path
 
+from . import gradescope
 from .book import BOOK, source_notebook
 from .checks import exercises_of
-from . import gradescope
 from .gradescope import grade_upload, load_grader_config, total_line, write_results
 from .scores import ExerciseScore
 from .text import wrong_chapter_notice

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .book import BOOK, chapter_ids
-from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, problem_text, read_untrusted
 from .text import safe_text
+from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, problem_text, read_untrusted
 
 __all__ = ["MAX_ID_CHARS", "Submission", "find_submissions", "student_ids", "student_folders", "chapter_notebook",
            "display_name", "is_visible", "is_dir", "file_sha256"]

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checks.base import Case, Exercise, Precomputed, Result, draw_cases, make_rng, precomputed
 from .. import wire
+from ..checks.base import Case, Exercise, Precomputed, Result, draw_cases, make_rng, precomputed
 from ..wire import Obj, Tensor
 
 __all__ = ["FORMAT", "encode_value", "decode_value", "encode_case", "decode_case", "encode_result",
