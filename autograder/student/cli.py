@@ -42,6 +42,8 @@ def book_chapters() -> dict[str, list[str]]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """``check NOTEBOOK [--chapter CH]`` (see the module docstring for what it prints and its
+    exit statuses)."""
     path = Path(args.notebook)
     if not path.is_file():
         print(f"check: no such notebook: {path}", file=sys.stderr)
@@ -65,7 +67,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         if notice:
             print(notice)
         known = ", ".join(chapters) or "none"
-        if chapter in book:
+        if args.chapter in book:
+            print(f"check: this package checks {known} only, not {chapter}: install the package released with "
+                  f"{chapter} to check {path.name} as {chapter}.", file=sys.stderr)
+        elif chapter in book:
             print(f"check: {path.name} is a {chapter} notebook, and this package checks {known} only: install the "
                   f"package released with {chapter} to check it.", file=sys.stderr)
         else:
@@ -87,6 +92,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The student package's parser: one command, ``check``."""
     parser = argparse.ArgumentParser(prog="autograder", description="Check your chapter notebook before you "
                                      "submit it (the student package of the Transformer book).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

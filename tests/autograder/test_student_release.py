@@ -386,6 +386,10 @@ def test_check_names_a_notebook_of_another_chapter(chapter_release, student_env)
     assert f"is a {other} notebook, and this package checks {CHAPTER} only" in elsewhere.stderr
     mine = _run(python, ["-m", "autograder", "check", "mine.ipynb"], work, env)  # named nothing: no notice
     assert mine.returncode == 2 and not mine.stdout, mine.stdout + mine.stderr
+    assert f"mine.ipynb is a {other} notebook, and this package checks {CHAPTER} only" in mine.stderr
+    asked = _run(python, ["-m", "autograder", "check", "mine.ipynb", "--chapter", other], work, env)
+    assert asked.returncode == 2 and not asked.stdout, asked.stdout + asked.stderr
+    assert f"this package checks {CHAPTER} only, not {other}" in asked.stderr
 
 
 def test_the_repository_check_recognises_a_renamed_release(chapter_release, tmp_path, capsys):
