@@ -202,6 +202,17 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
                         help=f"processes and threads of one sandbox run (default {d.processes})")
 
 
+def _wall_options(parser: argparse.ArgumentParser) -> None:
+    """``--isolation`` and ``--unsafe-no-sandbox``: the wall around student code of a class's
+    grading (``grade`` and ``autograde``; :func:`autograder.commands.runs.grading_sandbox`)."""
+    parser.add_argument("--isolation", choices=["auto", "bubblewrap", "container"], default=None,
+                        help="how student code is kept apart: bubblewrap (namespaces), container (a separate user, "
+                             "Landlock, rlimits: for containers without user namespaces) or auto (default: "
+                             "bubblewrap where it starts, else container; also AUTOGRADER_ISOLATION)")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="run student code without the sandbox (NOT tamper-proof; testing only)")
+
+
 def _book_option(parser: argparse.ArgumentParser) -> None:
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .book import BOOK
@@ -246,12 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "OUT/shard.json; auto/N takes I from JOB_COMPLETION_INDEX (Kubernetes) or "
                         "SLURM_ARRAY_TASK_ID (Slurm); needs the seed (--seed-file or AUTOGRADER_SEED), the same "
                         "for every shard")
-    p.add_argument("--isolation", choices=["auto", "bubblewrap", "container"], default=None,
-                   help="how student code is kept apart: bubblewrap (namespaces), container (a separate user, "
-                        "Landlock, rlimits: for containers without user namespaces) or auto (default: bubblewrap "
-                        "where it starts, else container; also AUTOGRADER_ISOLATION)")
-    p.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="run student code without the sandbox (NOT tamper-proof; testing only)")
+    _wall_options(p)
     _term_grade_options(p)
     _book_option(p)
     p.set_defaults(func=cmd_grade)
@@ -279,8 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "changed submission is executed once more in the sandbox, as nbgrader autograde does, "
                         "so the formgrader and generate_feedback show its outputs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="run student code without the sandbox (NOT tamper-proof; testing only)")
+    _wall_options(p)
     _term_grade_options(p)
     p.set_defaults(func=cmd_autograde)
 
