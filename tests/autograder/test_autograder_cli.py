@@ -14,8 +14,10 @@ import nbformat
 import pytest
 
 import autograder.grading
+from autograder import isolation
 from autograder.bench import make_book, make_source_notebook, make_submission
 from autograder.cli import build_parser, main
+from autograder.commands.runs import grading_sandbox
 from autograder.grading import RunSettings
 from autograder.sandbox import Limits
 
@@ -75,9 +77,6 @@ def test_both_class_gradings_choose_their_wall_the_same_way(command, monkeypatch
     """``grade`` and ``autograde`` take the same ``--isolation`` (an nbgrader course in a
     container without user namespaces asks for ``container`` as ``grade`` does), and the
     wall asked for is the one the run starts (``commands.runs.grading_sandbox``)."""
-    from autograder import isolation
-    from autograder.commands.runs import grading_sandbox
-
     parser = build_parser()
     with pytest.raises(SystemExit):
         parser.parse_args([*command, "--isolation", "namespaces"])
