@@ -202,6 +202,17 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
                         help=f"processes and threads of one sandbox run (default {d.processes})")
 
 
+def _wall_options(parser: argparse.ArgumentParser) -> None:
+    """``--isolation`` and ``--unsafe-no-sandbox``: the wall around student code of a class's
+    grading (``grade`` and ``autograde``; :func:`autograder.commands.runs.grading_sandbox`)."""
+    parser.add_argument("--isolation", choices=["auto", "bubblewrap", "container"], default=None,
+                        help="how student code is kept apart: bubblewrap (namespaces), container (a separate user, "
+                             "Landlock, rlimits: for containers without user namespaces) or auto (default: "
+                             "bubblewrap where it starts, else container; also AUTOGRADER_ISOLATION)")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="run student code without the sandbox (NOT tamper-proof; testing only)")
+
+
 def _book_option(parser: argparse.ArgumentParser) -> None:
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from .book import BOOK
@@ -246,12 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "OUT/shard.json; auto/N takes I from JOB_COMPLETION_INDEX (Kubernetes) or "
                         "SLURM_ARRAY_TASK_ID (Slurm); needs the seed (--seed-file or AUTOGRADER_SEED), the same "
                         "for every shard")
-    p.add_argument("--isolation", choices=["auto", "bubblewrap", "container"], default=None,
-                   help="how student code is kept apart: bubblewrap (namespaces), container (a separate user, "
-                        "Landlock, rlimits: for containers without user namespaces) or auto (default: bubblewrap "
-                        "where it starts, else container; also AUTOGRADER_ISOLATION)")
-    p.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="run student code without the sandbox (NOT tamper-proof; testing only)")
+    _wall_options(p)
     _term_grade_options(p)
     _book_option(p)
     p.set_defaults(func=cmd_grade)
@@ -279,8 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "changed submission is executed once more in the sandbox, as nbgrader autograde does, "
                         "so the formgrader and generate_feedback show its outputs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="run student code without the sandbox (NOT tamper-proof; testing only)")
+    _wall_options(p)
     _term_grade_options(p)
     p.set_defaults(func=cmd_autograde)
 
@@ -313,20 +318,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="run the visible checks of a notebook and print a summary")
     p.add_argument("notebook", help="your notebook, whatever its name, e.g. '04_self_attention (1).ipynb'")
     p.add_argument("--chapter", help="chapter id, only when the notebook's metadata and cells do not tell")
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="wall-clock seconds of one sandbox run of the notebook (default 120)")
     p.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS",
                    help="wall-clock seconds over all the sandbox runs (default: twice --timeout)")
     _limit_options(p)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the cases drawn (default: the visible check's own fixed seed, the cases a "
+                        "test cell runs)")
     _book_option(p)
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("selftest", help="source notebooks score full marks, released ones zero")
-    p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=120.0)
-    p.add_argument("--chapters", nargs="*")
+    p.add_argument("--jobs", type=int, default=2, help="notebooks graded in parallel (default 2)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="wall-clock seconds of one sandbox run of a notebook (default 120)")
+    p.add_argument("--chapters", nargs="*", help="chapter ids (default: every chapter of --book)")
     p.add_argument("--keep", help="keep the work folder here (release/, submitted/, out/)")
-    p.add_argument("--unsafe-no-sandbox", action="store_true")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run the book's own notebooks as a plain subprocess even where a sandbox starts")
     _book_option(p)
     p.set_defaults(func=cmd_selftest)
 
@@ -337,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shards", type=int, default=None,
                    help="processes of the sharded run (grade --shard i/N + merge) against one --jobs N run "
                         "(default 2, none with --quick; 0: none)")
-    p.add_argument("--chapters", nargs="*")
+    p.add_argument("--chapters", nargs="*", help="chapter ids of the synthetic class (default: every chapter with "
+                                                 "checks; --quick: 04_self_attention)")
     p.add_argument("--quick", action="store_true", help="tiny run that proves the benchmark works")
     p.set_defaults(func=cmd_bench)
     _term_parsers(sub)

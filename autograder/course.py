@@ -44,13 +44,13 @@ from nbformat.v4 import new_output
 
 from .batch import BatchReport, GradebookTarget, grade_class
 from .book import source_notebook
+from .extensions import parse_duedate
+from .feedback import STATUS_WORDS
 from .grading import RunSettings
-from .outputs import execute_for_display
 from .journal import Graded
+from .outputs import execute_for_display
 from .release import student_version
 from .scores import ExerciseScore, Status
-from .feedback import STATUS_WORDS
-from .extensions import parse_duedate
 from .text import score_text
 from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted
 

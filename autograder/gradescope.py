@@ -75,7 +75,7 @@ from .text import safe_text, score_text, wrong_chapter_notice
 
 __all__ = ["VISIBILITIES", "ISOLATIONS", "ENGINE_ONLY", "GRADER_REQUIREMENTS", "build_zip", "chapter_points",
            "results_json", "run", "main", "SCHEMA_PATH", "grade_upload", "GraderConfig", "load_grader_config",
-           "write_results"]
+           "write_results", "total_line", "validate_results"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = Path(__file__).resolve().parent / "gradescope_results.schema.json"
@@ -274,11 +274,8 @@ def results_json(rows: list[ExerciseScore], *, chapter: str, visibility: str = "
     """
     tests = []
     for number, row in enumerate(rows, start=1):
-        parts = row.parts
-        fits = parts and abs(sum(p.points for p in parts) - row.max_score) < 1e-9 \
-            and abs(sum(p.score for p in parts) - row.score) < 1e-9
-        if fits:
-            for i, part in enumerate(parts, start=1):
+        if row.parts_add_up:
+            for i, part in enumerate(row.parts, start=1):
                 tests.append({
                     "name": f"{row.exercise}: {part.name}", "number": f"{number}.{i}",
                     "score": float(part.score), "max_score": float(part.points),
@@ -299,9 +296,7 @@ def results_json(rows: list[ExerciseScore], *, chapter: str, visibility: str = "
             })
     score = sum(r.score for r in rows)
     max_score = sum(r.max_score for r in rows)
-    passed = sum(r.status == Status.PASSED for r in rows)
-    summary = (f"{chapter}: {score_text(score)}/{score_text(max_score)} points, {passed} of {len(rows)} exercises "
-               "pass every check (the hidden checks included).")
+    summary = total_line(rows, chapter)
     if visibility != "visible":
         summary += (" Gradescope shows the points per part and their messages "
                     + {"after_due_date": "after the due date", "after_published": "once grades are published",
@@ -324,13 +319,36 @@ def results_json(rows: list[ExerciseScore], *, chapter: str, visibility: str = "
     return result
 
 
-def validate_results(data: dict) -> None:
-    """Validate ``data`` against :data:`SCHEMA_PATH` (raises ``jsonschema.ValidationError``)."""
+def total_line(rows: list[ExerciseScore], chapter: str) -> str:
+    """A submission's total, as both platforms' results state it first (Gradescope's
+    ``output``, PrairieLearn's ``message``).
+
+    Args:
+        rows: the :class:`~autograder.scores.ExerciseScore` of each graded cell.
+        chapter: the chapter id.
+
+    Returns:
+        ``"04_self_attention: 7/10 points, 2 of 3 exercises pass every check (the hidden
+        checks included)."``
+    """
+    score = sum(r.score for r in rows)
+    max_score = sum(r.max_score for r in rows)
+    passed = sum(r.status == Status.PASSED for r in rows)
+    return (f"{chapter}: {score_text(score)}/{score_text(max_score)} points, {passed} of {len(rows)} exercises "
+            "pass every check (the hidden checks included).")
+
+
+def validate_results(data: dict, schema: Path = SCHEMA_PATH) -> None:
+    """Validate a platform's ``results.json`` ``data`` against the JSON schema file ``schema``
+    (Gradescope's, :data:`SCHEMA_PATH`, by default; PrairieLearn's adapter passes its own).
+
+    Raises:
+        jsonschema.ValidationError: ``data`` breaks the schema.
+    """
     # jsonschema only to validate (the tests and setup's check)
     import jsonschema
 
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    jsonschema.validate(data, schema, cls=jsonschema.Draft7Validator)
+    jsonschema.validate(data, json.loads(Path(schema).read_text(encoding="utf-8")), cls=jsonschema.Draft7Validator)
 
 
 # --------------------------------------------------------------------------- run_autograder

@@ -20,6 +20,14 @@ uploaded: PrairieLearn then counts no attempt), ``score`` = points / max points 
 ``message`` (the total) and one test per graded part (``name`` ``exercise: part``,
 ``points``, ``max_points``, the part's message). Its paths can be moved for tests:
 ``--root`` (default ``/grade``, or ``PRAIRIELEARN_ROOT``), ``--student``, ``--results``.
+
+A notebook of another chapter is graded, not refused: it earns 0, as in ``grade`` and on
+Gradescope, and ``message`` opens with :func:`autograder.text.wrong_chapter_notice`.
+PrairieLearn's documented results format allows it: beside ``score`` and ``gradable`` a
+result may carry any field, and ``<pl-external-grader-results>`` shows a gradable
+result's top-level ``message`` above its tests. ``gradable: false`` is kept for what
+cannot be graded at all (no notebook uploaded), since PrairieLearn then awards and
+costs nothing, and a notebook of the wrong chapter is an attempt graded like any other.
 """
 from __future__ import annotations
 
@@ -32,11 +40,12 @@ import time
 import uuid
 from pathlib import Path
 
+from . import gradescope
 from .book import BOOK, source_notebook
 from .checks import exercises_of
-from .gradescope import grade_upload, load_grader_config, write_results
-from .scores import ExerciseScore, Status
-from .text import score_text
+from .gradescope import grade_upload, load_grader_config, total_line, write_results
+from .scores import ExerciseScore
+from .text import wrong_chapter_notice
 
 __all__ = ["SCHEMA_PATH", "CONFIG", "results_json", "run", "build_question", "validate_results", "main"]
 
@@ -46,25 +55,28 @@ MAX_TEXT = 20_000
 DEFAULT_IMAGE = "transformer-book/autograder:latest"
 
 
-def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", isolation: str = "",
-                 execution_time: float | None = None) -> dict:
+def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", wrong_chapter: str | None = None,
+                 isolation: str = "", execution_time: float | None = None) -> dict:
     """PrairieLearn's ``results.json`` for the score rows of one submission.
 
     Args:
         rows: the :class:`~autograder.scores.ExerciseScore` of each graded cell.
         chapter: the chapter id.
         notice: why there is nothing to grade (no notebook, several): the result is not gradable.
+        wrong_chapter: the chapter the notebook really holds when it is another one
+            (:attr:`autograder.scores.NotebookScores.wrong_chapter`): the result is gradable
+            (0 points) and its ``message`` says so first (module docstring).
         isolation, execution_time: for the output (the instructor's view).
+
+    Returns:
+        The ``results.json`` object (:data:`SCHEMA_PATH` holds it).
     """
     if notice:  # nothing was graded: not an attempt
         return {"gradable": False, "format_errors": [notice], "message": notice}
     tests = []
     for row in rows:
-        parts = row.parts
-        fits = parts and abs(sum(p.points for p in parts) - row.max_score) < 1e-9 \
-            and abs(sum(p.score for p in parts) - row.score) < 1e-9
-        if fits:
-            for i, part in enumerate(parts):
+        if row.parts_add_up:
+            for i, part in enumerate(row.parts):
                 notes = "\n".join(f"note: {n}" for n in row.notes) if i == 0 else ""
                 tests.append({"name": f"{row.exercise}: {part.name}", "description": row.exercise,
                               "points": float(part.score), "max_points": float(part.points),
@@ -79,10 +91,10 @@ def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", i
                           "output": "\n".join(f"note: {n}" for n in row.notes)[:MAX_TEXT]})
     score = sum(r.score for r in rows)
     max_score = sum(r.max_score for r in rows)
-    passed = sum(r.status == Status.PASSED for r in rows)
-    message = (f"{chapter}: {score_text(score)}/{score_text(max_score)} points, {passed} of {len(rows)} exercises "
-               "pass every check (the hidden checks included).")
-    output = "\n".join(x for x in (notice, f"isolation: {isolation}" if isolation else "",
+    message = total_line(rows, chapter)
+    if wrong_chapter:  # said first, in the words of the feedback page
+        message = f"{wrong_chapter_notice(wrong_chapter, chapter)}\n{message}"
+    output = "\n".join(x for x in (f"isolation: {isolation}" if isolation else "",
                                    f"graded in {execution_time:.0f} s" if execution_time is not None else "") if x)
     return {"gradable": True, "score": min(1.0, max(0.0, score / max_score)) if max_score else 0.0,
             "message": message, "output": output, "tests": tests}
@@ -90,11 +102,7 @@ def results_json(rows: list[ExerciseScore], *, chapter: str, notice: str = "", i
 
 def validate_results(data: dict) -> None:
     """Validate ``data`` against :data:`SCHEMA_PATH` (raises ``jsonschema.ValidationError``)."""
-    # jsonschema only to validate (the tests and setup's check)
-    import jsonschema
-
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    jsonschema.validate(data, schema, cls=jsonschema.Draft7Validator)
+    gradescope.validate_results(data, SCHEMA_PATH)
 
 
 def run(root: Path, *, student: Path | None = None, results: Path | None = None) -> dict:
@@ -113,8 +121,8 @@ def run(root: Path, *, student: Path | None = None, results: Path | None = None)
     start = time.monotonic()
     found, notice, isolation = grade_upload(grader.source, Path(student) if student else root / "student",
                                             grader.chapter, grader.config, student="prairielearn")
-    data = results_json(found.scores, chapter=grader.chapter, notice=notice, isolation=isolation,
-                        execution_time=time.monotonic() - start)
+    data = results_json(found.scores, chapter=grader.chapter, notice=notice, wrong_chapter=found.wrong_chapter,
+                        isolation=isolation, execution_time=time.monotonic() - start)
     write_results(Path(results) if results else root / "results" / "results.json", data, found.scores)
     return data
 

@@ -39,10 +39,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .regrades import read_log
-from .pagestyle import BLUE, CSS, INK, Markup, escape, inline_svg, new_figure, render_page, style_axes
 from .feedback import STATUS_WORDS, duration_text
 from .files import write_atomic
+from .pagestyle import BLUE, CSS, INK, Markup, escape, inline_svg, new_figure, render_page, style_axes
+from .regrades import read_log
 from .results import RESULTS_FILE, ClassResults, ResultsError, SubmissionGrade
 from .scores import ExerciseScore, Status, SubmissionStatus
 from .term_plots import chapter_section, term_page

@@ -128,6 +128,14 @@ class ExerciseScore:
         """What the checks gave (``auto_score``, else ``score``)."""
         return self.score if self.auto_score is None else self.auto_score
 
+    @property
+    def parts_add_up(self) -> bool:
+        """Whether the parts make the whole score: their points sum to ``max_score`` and their
+        scores to ``score``. A platform then shows one test per part; a score with no parts
+        (missing, unreadable, timed out, flagged) or changed by hand is shown whole."""
+        return (bool(self.parts) and abs(sum(p.points for p in self.parts) - self.max_score) < 1e-9
+                and abs(sum(p.score for p in self.parts) - self.score) < 1e-9)
+
     def to_dict(self) -> dict:
         """The record of :meth:`from_dict` (plain JSON types; the status as its word)."""
         data = asdict(self)

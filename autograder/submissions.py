@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .book import BOOK, chapter_ids
-from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, problem_text, read_untrusted
 from .text import safe_text
+from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, problem_text, read_untrusted
 
 __all__ = ["MAX_ID_CHARS", "Submission", "find_submissions", "student_ids", "student_folders", "chapter_notebook",
            "display_name", "is_visible", "is_dir", "file_sha256"]
@@ -278,9 +278,12 @@ def find_submissions(
 
 
 def file_sha256(path: Path | None) -> str | None:
+    """The SHA-256 of a notebook's bytes (a submission's or a source notebook's, read as
+    untrusted, at most :data:`MAX_NOTEBOOK_BYTES`): what a journal entry is keyed on and a
+    submission's seed drawn from. ``None`` for no file; ``"unreadable: <why>"`` when it cannot
+    be read (still a key that changes with the file's state)."""
     if path is None:
         return None
-
     try:
         return hashlib.sha256(read_untrusted(Path(path), MAX_NOTEBOOK_BYTES)).hexdigest()
     except NotebookError as exc:

@@ -22,8 +22,8 @@ __all__ = ["summarise", "NAMED_PER_CATEGORY"]
 NAMED_PER_CATEGORY = 10
 
 
-
 def _named(lines: list[str]) -> list[str]:
+    """A category's lines, indented, the first :data:`NAMED_PER_CATEGORY` of them and a count of the rest."""
     shown = ["    " + ln for ln in lines[:NAMED_PER_CATEGORY]]
     if len(lines) > NAMED_PER_CATEGORY:
         shown.append(f"    … and {len(lines) - NAMED_PER_CATEGORY} more (see scores.csv)")

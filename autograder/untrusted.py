@@ -151,6 +151,8 @@ _AST_LOCK = threading.Lock()
 
 
 def parse_source(source: str, filename: str) -> ast.Module:
+    """:func:`ast.parse` of ``source`` under the one lock (:data:`_AST_LOCK`): the parse of
+    trusted text (the package's own modules); a submission's goes through :func:`parse_untrusted`."""
     with _AST_LOCK:
         return ast.parse(source, filename)
 

@@ -21,12 +21,16 @@ __all__ = ["cmd_check", "cmd_selftest", "selftest"]
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """``check NOTEBOOK``: one notebook's visible checks, graded as ``grade`` does (in the
+    sandbox where one starts), as a table; a notebook of another chapter, or named for one,
+    is said so first. Exit 0 every visible check passes; 1 one does not; 2 bad usage (no
+    such file, not a chapter notebook)."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..text import check_report, wrong_chapter_notice
     from ..checks import exercises_of
     from ..grading import grade_submission
     from ..book import chapter_ids, source_notebook
-    from ..student.notebook import chapter_named, chapter_of, read_notebook
+    from ..student.notebook import chapter_of, misnamed, read_notebook
 
     path = Path(args.notebook)
     if not path.is_file():
@@ -52,10 +56,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     found = grade_submission(source, path, chapter=chapter, settings=run_settings(args, sandbox), hidden=False,
                              seed=args.seed)
     print(f"{path.name}: chapter {chapter}, visible checks\n")
-    named = chapter_named(path, known)
+    named = misnamed(path, chapter, known)
     if found.wrong_chapter:  # checked as --chapter, it holds another chapter's cells
         print(wrong_chapter_notice(found.wrong_chapter, chapter) + "\n")
-    elif not args.chapter and named and named != chapter:  # its name says one chapter, its cells another
+    elif not args.chapter and named:  # its name says one chapter, its cells another
         print(wrong_chapter_notice(chapter, named) + "\n")
     text, status = check_report([_check_row(s) for s in found.scores])
     print(text)
@@ -128,6 +132,8 @@ def selftest(jobs: int = 1, timeout: float = 120.0, chapters: list[str] | None =
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
+    """``selftest``: the source notebooks must get full marks and the released ones zero
+    (:func:`selftest`). Exit 0 when they do; 1 otherwise."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..release import ReleaseError
 

@@ -20,6 +20,9 @@ __all__ = ["cmd_release", "cmd_grade", "cmd_merge", "cmd_gradescope", "cmd_repor
 
 
 def cmd_release(args: argparse.Namespace) -> int:
+    """``release --out DIR [CHAPTER...]``: the student notebooks and one student package per
+    chapter. Exit 0; 1 when the release is refused (an answer line in what would ship, an open
+    extension on an earlier chapter); 2 on bad input (an unknown chapter)."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..release import ReleaseError, release
 
@@ -72,14 +75,17 @@ def _term_and_wall(command: str, args: argparse.Namespace) -> tuple[dict, bool] 
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    """``grade SUBMITTED --out OUT`` (a class, or one shard of it with ``--shard I/N``): the
+    gradebook, the CSVs, ``results.json``, the feedback pages and the console summary. Exit 0;
+    2 on bad input or when no sandbox starts; 130 interrupted (the journal keeps what was done)."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..batch import GradebookTarget, grade_class
+    from ..isolation import choose_isolation
+    from ..regrades import snapshot
+    from ..shard import SHARD_FILE, ShardError, grade_shard, parse_shard
 
     shard = None
     if args.shard:
-        # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-        from ..shard import ShardError, parse_shard
-
         try:
             shard = parse_shard(args.shard)
         except ShardError as exc:
@@ -91,21 +97,12 @@ def cmd_grade(args: argparse.Namespace) -> int:
     late_policy, sandbox = chosen
     options = dict(
         chapters=args.chapters or None, flat=args.flat, jobs=args.jobs, settings=run_settings(args, sandbox),
-        force=args.force, progress=None if not args.no_progress else False,
+        force=args.force, progress=False if args.no_progress else None,
         book=Path(args.book), gradebook=GradebookTarget(duedate=args.duedate, **late_policy),
     )
-    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-    from ..regrades import snapshot
-
     before = snapshot(Path(args.out)) if shard is None else None
     try:
         if shard is not None:
-            # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-            from ..shard import SHARD_FILE, grade_shard
-
-            # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-            from ..isolation import choose_isolation
-
             report = grade_shard(Path(args.submitted), Path(args.out), shard,
                                  isolation=choose_isolation() if sandbox else "none", **options)
         else:
@@ -117,14 +114,11 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print("\ninterrupted: the finished submissions are journaled in "
               f"{Path(args.out) / '.journal'}; run the same command again to resume.", file=sys.stderr)
         return 130
-    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-    from ..isolation import choose_isolation
-
     record_isolation(Path(args.out), choose_isolation() if sandbox else "none")
     print(_summary(report))
     if shard is None:
         log_regrades(Path(args.out), before, args)
-    if shard is not None:
+    else:
         print(f"  {Path(args.out) / SHARD_FILE}  shard {shard}: what it graded, with which code and checks; "
               "merge all the shards with `python -m autograder merge OUT_0 ... --out OUT`")
     return 0
@@ -143,9 +137,11 @@ def _summary(report) -> str:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    """``merge OUT_0 ... --out OUT``: the shards of ``grade --shard`` as one class result. Exit 0;
+    1 when the shards do not fit together (another grader, seed or class); 2 on bad input."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..regrades import snapshot
-    from ..shard import ShardError, merge_shards
+    from ..shard import ShardError, isolation_of, merge_shards
 
     before = snapshot(Path(args.out))
     try:
@@ -157,9 +153,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"merge: {exc}", file=sys.stderr)
         return 2
-    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-    from ..shard import isolation_of
-
     mode = isolation_of([Path(s) for s in args.shards])
     record_isolation(Path(args.out), mode)
     print(f"merged {len(args.shards)} shard(s) into {args.out}; the shards were graded with isolation {mode}")
@@ -172,6 +165,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_gradescope(args: argparse.Namespace) -> int:
+    """``gradescope CHAPTER --out autograder.zip``: a Gradescope autograder for one chapter.
+    Exit 0; 2 on bad input (an unknown chapter, a bad option)."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..gradescope import ENGINE_ONLY, build_zip, chapter_points
     from ..text import score_text
@@ -197,6 +192,9 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """``report OUT`` (or ``report --course DIR ASSIGNMENT``): the class report of a grade
+    output, an HTML page and a CSV per chapter. Exit 0; 2 when the results or the roster
+    cannot be read."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..course import load_course
     from ..report import ReportError, class_report
@@ -222,23 +220,24 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_autograde(args: argparse.Namespace) -> int:
+    """``autograde ASSIGNMENT`` in an nbgrader course: grades ``submitted/`` in the sandbox into
+    the course's gradebook and ``autograded/``. Exit 0; 2 on bad input or when no sandbox
+    starts; 130 interrupted (the journal keeps what was done)."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..course import autograde
+    from ..regrades import snapshot
 
     chosen = _term_and_wall("autograde", args)
     if chosen is None:
         return 2
     late_policy, sandbox = chosen
-    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-    from ..regrades import snapshot
-
     out_dir = Path(args.out) if args.out else Path(args.course or ".") / "grades" / args.assignment
     before = snapshot(out_dir)
     try:
         done = autograde(args.assignment, course=args.course, students=args.student or None, force=args.force,
                          duedate=args.duedate, out=Path(args.out) if args.out else None, jobs=args.jobs,
                          settings=run_settings(args, sandbox),
-                         progress=None if not args.no_progress else False, execute=not args.no_execute,
+                         progress=False if args.no_progress else None, execute=not args.no_execute,
                          **late_policy)
     except ValueError as exc:
         print(f"autograde: {exc}", file=sys.stderr)
@@ -261,6 +260,8 @@ def cmd_autograde(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    """``bench``: grading throughput against plain ``nbgrader autograde`` on a synthetic class
+    (:func:`autograder.bench.main`'s exit status)."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..bench import main as bench_main
 

@@ -49,20 +49,17 @@ def record_isolation(out: Path, mode: str) -> None:
 
 def grading_sandbox(command: str, args: argparse.Namespace) -> bool | None:
     """Whether ``grade``/``autograde`` run student code in the sandbox: True; False only with
-    ``--unsafe-no-sandbox`` (with a warning); None (after saying why) when bwrap is missing."""
+    ``--unsafe-no-sandbox`` (with a warning); None (after saying why) when no wall starts here."""
+    # this command's modules, loaded when it runs: the CLI starts light (module docstring)
+    from ..isolation import choose_isolation, set_isolation
+
     if args.unsafe_no_sandbox:
         print("WARNING: --unsafe-no-sandbox: student code runs as a plain subprocess with your rights; "
               "the grades are NOT tamper-proof.", file=sys.stderr)
         return False
     if getattr(args, "isolation", None):
-        # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-        from ..isolation import set_isolation
-
         set_isolation(args.isolation)
     try:
-        # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-        from ..isolation import choose_isolation
-
         choose_isolation()
     except (RuntimeError, OSError) as exc:
         print(f"{command}: no sandbox starts here ({exc}); install bubblewrap (apt-get install bubblewrap), "

@@ -30,6 +30,9 @@ def roster_option(args: argparse.Namespace):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """``export OUT --lms canvas|moodle --roster R``: the LMS's gradebook-import CSV of a grade
+    output (``--push``: also through Canvas's API). Exit 0; 1 when a graded student is not on
+    the roster (not exported) or a roster student lacks the id the LMS matches on; 2 on bad input."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..lms import ExportError, lms_export, parse_assignment_ids, write_export
     from ..results import ClassResults, ResultsError
@@ -80,6 +83,9 @@ def _push_canvas(args: argparse.Namespace, results) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
+    """``collect DOWNLOAD --from canvas|gradescope --chapter CH``: an LMS's download into
+    nbgrader's ``submitted/``. Exit 0; 1 when a file was refused (each named, and in the log);
+    2 on bad input."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..collect import CollectError, collect
     from ..roster import RosterError
@@ -165,6 +171,8 @@ def log_regrades(out: Path, before, args: argparse.Namespace) -> None:
 
 
 def cmd_regrades(args: argparse.Namespace) -> int:
+    """``regrades OUT`` (the page of every run's changed scores) or ``regrades --diff OLD NEW``
+    (the changed scores, printed). Exit 0; 2 on bad input."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..regrades import diff, load_results, read_log, render_html
     from ..results import ResultsError
@@ -191,6 +199,8 @@ def cmd_regrades(args: argparse.Namespace) -> int:
 
 
 def cmd_similarity(args: argparse.Namespace) -> int:
+    """``similarity SUBMITTED --chapter CH``: the pairs of students whose solution cells share
+    code, as an HTML page. Exit 0 (flagged pairs are findings, not failures); 2 on bad input."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..checks import exercises_of
     from ..similarity import Settings, compare_class, read_class, render_html, stub_cells
@@ -225,6 +235,8 @@ def cmd_similarity(args: argparse.Namespace) -> int:
 
 
 def cmd_prairielearn(args: argparse.Namespace) -> int:
+    """``prairielearn CHAPTER --out DIR``: a PrairieLearn externally graded question. Exit 0;
+    2 on bad input (an unknown chapter)."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..prairielearn import build_question
 

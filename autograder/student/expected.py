@@ -22,6 +22,10 @@ the beam search with one mistake). The package ships such a helper without its b
 visible case's ``diagnose`` with the helper recording its calls, and :func:`replay`
 returns the recorded result for the same arguments (:func:`call_key`), so those hints
 are still given on the visible cases. The recordings are ``replay.json`` + ``.npz``.
+
+Beside them, ``contents.json`` (:func:`write_contents`) is the book's table of contents:
+every chapter id and its exercises' names, nothing else, so that ``check`` can say that a
+notebook is another chapter's even when this package does not check that chapter.
 """
 from __future__ import annotations
 
@@ -34,16 +38,18 @@ from typing import Any
 
 import numpy as np
 
-from ..checks.base import Case, Exercise, Precomputed, Result, draw_cases, make_rng, precomputed
 from .. import wire
+from ..checks.base import Case, Exercise, Precomputed, Result, draw_cases, make_rng, precomputed
 from ..wire import Obj, Tensor
 
 __all__ = ["FORMAT", "encode_value", "decode_value", "encode_case", "decode_case", "encode_result",
            "decode_result", "fingerprint", "chapter_data", "write_chapter", "ExpectedStore", "call_key",
-           "replay", "REPLAY"]
+           "replay", "REPLAY", "CONTENTS", "write_contents"]
 
 #: The file (``.json`` + ``.npz``) of the helpers' recorded results.
 REPLAY = "replay"
+#: The file (``.json`` only) of the book's table of contents (:func:`write_contents`).
+CONTENTS = "contents"
 
 #: Bumped when the file layout changes; a package refuses files of another format.
 FORMAT = 1
@@ -303,6 +309,20 @@ def write_chapter(folder: Path, chapter: str, exercises: list[Exercise]) -> list
     return [json_path, npz_path]
 
 
+def write_contents(folder: Path, chapters: dict[str, list[str]]) -> Path:
+    """Write ``folder/contents.json``: the book's table of contents, every chapter id and its
+    exercises' names (:attr:`ExpectedStore.contents` reads it back); return its path.
+
+    Args:
+        folder: the package's ``autograder/expected``.
+        chapters: chapter id -> the names of its exercises, for every chapter of the book.
+    """
+    path = Path(folder) / f"{CONTENTS}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": FORMAT, "chapters": chapters}, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
 class ExpectedStore(Precomputed):
     """The stored visible checks of every chapter file in a folder.
 
@@ -318,9 +338,15 @@ class ExpectedStore(Precomputed):
         self.chapters: dict[str, list[str]] = {}
         #: chapter -> the released notebook's locked cells (:func:`locked_cells`)
         self.locked: dict[str, dict] = {}
+        #: every chapter of the book -> its exercises' names (:func:`write_contents`); the
+        #: released chapters' alone when the package holds no table of contents
+        self.contents: dict[str, list[str]] = {}
         self.replays: dict[str, tuple[Any, dict]] = {}  # call_key -> (encoded result, arrays)
         for json_path in sorted(self.folder.glob("*.json")):
             document = json.loads(json_path.read_text(encoding="utf-8"))
+            if json_path.stem == CONTENTS:
+                self.contents = {str(c): list(names) for c, names in document["chapters"].items()}
+                continue
             if json_path.stem == REPLAY:
                 with np.load(json_path.with_suffix(".npz"), allow_pickle=False) as npz:
                     arrays = {key: npz[key] for key in npz.files}
@@ -338,6 +364,7 @@ class ExpectedStore(Precomputed):
             for name, entry in document["exercises"].items():
                 self._entries[name] = entry
                 self._arrays[name] = arrays
+        self.contents = {**self.contents, **self.chapters}
         self._cases: dict[str, list[Case]] = {}
         self._expected: dict[str, dict[str, Result]] = {}
 

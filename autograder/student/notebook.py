@@ -26,7 +26,8 @@ from pathlib import Path
 from ..checks.base import check_report, precomputed
 from . import STAMP_KEY
 
-__all__ = ["STAMP_KEY", "read_notebook", "stamp", "chapter_of", "chapter_named", "visible_checks", "run_checks", "main"]
+__all__ = ["STAMP_KEY", "read_notebook", "stamp", "chapter_of", "chapter_named", "misnamed", "holds_exercises",
+           "visible_checks", "run_checks", "main"]
 
 _COPY_SUFFIX = re.compile(r"(\s*\(\d+\)|[-_ ]copy\d*|-\d+)$", re.IGNORECASE)
 
@@ -95,15 +96,35 @@ def chapter_named(path: Path, chapters: dict[str, list[str]] | list[str]) -> str
     return None
 
 
+def misnamed(path: Path, chapter: str | None, chapters: dict[str, list[str]] | list[str]) -> str | None:
+    """The chapter the file name ``path`` names when the notebook is another one, ``chapter``
+    (found by its stamp or cells): handed in under that name it would be graded as that
+    chapter and earn nothing. ``None`` when the name names ``chapter`` or none of ``chapters``."""
+    named = chapter_named(path, chapters)
+    return named if named and chapter and named != chapter else None
+
+
+def holds_exercises(nb: dict, names: list[str]) -> bool:
+    """Whether notebook ``nb`` has the solution cell of one of the exercises ``names``."""
+    return any(_nbgrader(cell).get("solution") and _nbgrader(cell).get("grade_id") in names
+               for cell in nb.get("cells", []))
+
+
 def _runnable(source: str) -> str:
     """A cell's source without IPython's magics and shell escapes (``%matplotlib``, ``!pip``)."""
     return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
 
 
-def run_checks(path: Path) -> list[dict]:
+def run_checks(path: Path, chapter: str | None = None) -> list[dict]:
     """Run the notebook's setup and solution cells, then the visible check of every
     exercise with a test cell, in *this* process (``__main__`` becomes the notebook's
-    namespace, as in Jupyter). Returns one row per exercise (see :func:`visible_checks`)."""
+    namespace, as in Jupyter). Returns one row per exercise (see :func:`visible_checks`).
+
+    Args:
+        path: the notebook file.
+        chapter: the chapter it is checked as (``check --chapter``); by default the one
+            :func:`chapter_of` finds. Its released setup and test cells are the ones run.
+    """
     nb = read_notebook(path)
     main_module = types.ModuleType("__main__")
     main_module.__dict__["__builtins__"] = __builtins__
@@ -115,7 +136,7 @@ def run_checks(path: Path) -> list[dict]:
     # (whose setup cell imports a module since moved) scores as it will be graded.
     store = precomputed()
     chapters = dict(getattr(store, "chapters", {}) or {})
-    locked = (getattr(store, "locked", {}) or {}).get(chapter_of(nb, Path(path), chapters) or "")
+    locked = (getattr(store, "locked", {}) or {}).get(chapter or chapter_of(nb, Path(path), chapters) or "")
     errors: dict[str, str] = {}
     # the setup cell by its grade_id (a released notebook opens with the Colab install cell), else the first
     setup = next((i for i, c in enumerate(code_cells) if _nbgrader(c).get("grade_id") == "setup"), 0)
@@ -164,8 +185,9 @@ def run_checks(path: Path) -> list[dict]:
     return rows
 
 
-def visible_checks(path: Path, timeout: float = 120.0) -> list[dict]:
-    """The visible checks of the notebook at ``path``, run in a fresh process.
+def visible_checks(path: Path, timeout: float = 120.0, chapter: str | None = None) -> list[dict]:
+    """The visible checks of the notebook at ``path``, run in a fresh process
+    (:func:`run_checks` there, as chapter ``chapter`` when given).
 
     Returns:
         One dict per exercise: ``exercise``, ``score``, ``max_score``, ``status``
@@ -183,9 +205,10 @@ def visible_checks(path: Path, timeout: float = 120.0) -> list[dict]:
         # read as UTF-8, not in the locale's encoding (cp1252 on a Windows machine).
         env = dict(os.environ, MPLBACKEND="Agg", TRANSFORMER_BOOK_STATIC="1", PYTHONIOENCODING="utf-8",
                    PYTHONUTF8="1")
+        command = [sys.executable, "-m", "autograder.student.notebook", str(path), str(out)]
+        command += [chapter] if chapter else []
         try:
-            proc = subprocess.run([sys.executable, "-m", "autograder.student.notebook", str(path), str(out)],
-                                  cwd=path.parent, env=env, capture_output=True, text=True, encoding="utf-8",
+            proc = subprocess.run(command, cwd=path.parent, env=env, capture_output=True, text=True, encoding="utf-8",
                                   errors="replace", timeout=timeout)
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"your cells and the checks took longer than {timeout:g} s (an endless loop?); "
@@ -197,9 +220,9 @@ def visible_checks(path: Path, timeout: float = 120.0) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m autograder.student.notebook NOTEBOOK OUT_JSON`` (used by :func:`visible_checks`)."""
-    notebook, out = (argv if argv is not None else sys.argv[1:])[:2]
-    rows = run_checks(Path(notebook))
+    """``python -m autograder.student.notebook NOTEBOOK OUT_JSON [CHAPTER]`` (used by :func:`visible_checks`)."""
+    notebook, out, *chapter = (argv if argv is not None else sys.argv[1:])[:3]
+    rows = run_checks(Path(notebook), chapter[0] if chapter else None)
     Path(out).write_text(json.dumps(rows), encoding="utf-8")
     return 0
 

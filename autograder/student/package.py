@@ -66,12 +66,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..book import answer_lines
+from ..book import answer_lines, chapter_ids
 from ..checks import exercises_of, load_all
 from ..fingerprint import import_closure
 from ..untrusted import parse_source
 from ..withhold import defined_names, graded_modules, import_target, imported_modules, module_names, withheld_names
-from .expected import REPLAY, write_chapter
+from .expected import REPLAY, write_chapter, write_contents
 from .hints import record_helpers, replayable, withhold_helpers
 from .notebook import cell_source, read_notebook
 from .wheel import write_wheel
@@ -657,13 +657,16 @@ class _Scope:
         return withheld_names(set(self.released) | set(self.later))
 
 
-def _expected_files(chapters: list[str]) -> dict[str, bytes]:
-    """``autograder/expected/<chapter>.json`` and ``.npz`` of every released chapter."""
+def _expected_files(chapters: list[str], book: Path) -> dict[str, bytes]:
+    """``autograder/expected/<chapter>.json`` and ``.npz`` of every released chapter, and
+    ``contents.json``, the exercises' names of every chapter of ``book``."""
     files = {}
     with tempfile.TemporaryDirectory(prefix="student-expected-") as tmp:
+        paths = [write_contents(Path(tmp), {c: [ex.name for ex in exercises_of(c)] for c in chapter_ids(book)})]
         for chapter in chapters:
-            for path in write_chapter(Path(tmp), chapter, exercises_of(chapter)):
-                files[f"autograder/expected/{path.name}"] = path.read_bytes()
+            paths += write_chapter(Path(tmp), chapter, exercises_of(chapter))
+        for path in paths:
+            files[f"autograder/expected/{path.name}"] = path.read_bytes()
     return files
 
 
@@ -901,7 +904,7 @@ def package_files(chapters: list[str], book: Path) -> tuple[dict[str, bytes], St
     """
     scope = _Scope.of(chapters, book)
     info = StudentPackage(wheel=Path(), chapters=list(chapters))
-    files = _expected_files(scope.chapters)
+    files = _expected_files(scope.chapters, scope.book)
     factories = set()
     for key, data in files.items():
         if key.endswith(".json"):

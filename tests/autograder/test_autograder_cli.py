@@ -14,8 +14,10 @@ import nbformat
 import pytest
 
 import autograder.grading
+from autograder import isolation
 from autograder.bench import make_book, make_source_notebook, make_submission
 from autograder.cli import build_parser, main
+from autograder.commands.runs import grading_sandbox
 from autograder.grading import RunSettings
 from autograder.sandbox import Limits
 
@@ -68,6 +70,23 @@ def test_parser_knows_the_commands_and_their_options():
     assert parser.parse_args(["bench", "--quick"]).quick
     with pytest.raises(SystemExit):
         parser.parse_args(["grade", "subs"])  # --out is required
+
+
+@pytest.mark.parametrize("command", [["grade", "subs", "--out", "o"], ["autograde", CHAPTER]])
+def test_both_class_gradings_choose_their_wall_the_same_way(command, monkeypatch, capsys):
+    """``grade`` and ``autograde`` take the same ``--isolation`` (an nbgrader course in a
+    container without user namespaces asks for ``container`` as ``grade`` does), and the
+    wall asked for is the one the run starts (``commands.runs.grading_sandbox``)."""
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args([*command, "--isolation", "namespaces"])
+    assert "invalid choice: 'namespaces'" in capsys.readouterr().err
+    asked = []
+    monkeypatch.setattr(isolation, "set_isolation", asked.append)
+    monkeypatch.setattr(isolation, "choose_isolation", lambda: "container")
+    monkeypatch.setattr(isolation, "describe", lambda mode: mode)
+    assert grading_sandbox(command[0], parser.parse_args([*command, "--isolation", "container"])) is True
+    assert asked == ["container"] and "isolation: container" in capsys.readouterr().out
 
 
 def test_grade_rejects_bad_input_with_exit_status_2(tmp_path, book, capsys):

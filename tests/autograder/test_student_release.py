@@ -32,6 +32,7 @@ from autograder.student.expected import ExpectedStore
 from autograder.student.notebook import chapter_of
 from autograder.student.hints import withhold_helpers
 from autograder.sync import BEGIN, END, solution_cell_source
+from autograder.text import wrong_chapter_notice
 from student_env import make_env
 
 # builds student wheels and venvs; shares ``released_chapters`` with test_release_runs.py, on one worker
@@ -355,6 +356,40 @@ def test_check_grades_renamed_notebooks_offline(chapter_release, student_env):
     other.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     unknown = _run(python, ["-m", "autograder", "check", "notes.ipynb"], work, env)
     assert unknown.returncode == 2 and "not a notebook of the chapters this package checks" in unknown.stderr
+
+
+def test_check_names_a_notebook_of_another_chapter(chapter_release, student_env):
+    """Chapter 4's package says, before the table and in the words of the instructor's ``check``
+    and Gradescope (:func:`autograder.text.wrong_chapter_notice`), that a notebook would earn
+    nothing where it is handed in: chapter 4's under chapter 5's file name; chapter 5's checked
+    as ``--chapter 04_self_attention``; chapter 5's under chapter 4's name, which this package
+    cannot check (it names the package to install instead)."""
+    out, _ = chapter_release
+    python, _, work, env = student_env
+    other = "05_multi_head_attention"
+    shutil.copy(out / CHAPTER / f"{CHAPTER}.ipynb", work / f"{other}.ipynb")
+    named = _run(python, ["-m", "autograder", "check", f"{other}.ipynb"], work, env)
+    assert named.returncode == 1, named.stdout + named.stderr
+    assert named.stdout.splitlines()[:4] == [f"{other}.ipynb: chapter {CHAPTER}, visible checks", "",
+                                             wrong_chapter_notice(CHAPTER, other), ""]
+    assert "0 of 3 exercises pass" in named.stdout
+    shutil.copy(out / other / f"{other}.ipynb", work / "mine.ipynb")
+    wrong = _run(python, ["-m", "autograder", "check", "mine.ipynb", "--chapter", CHAPTER], work, env)
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert wrong.stdout.splitlines()[:4] == [f"mine.ipynb: chapter {CHAPTER}, visible checks", "",
+                                             wrong_chapter_notice(other, CHAPTER), ""]
+    assert "0 of 3 exercises pass" in wrong.stdout and "`softmax` is not defined" in wrong.stdout
+    shutil.copy(out / other / f"{other}.ipynb", work / f"{CHAPTER}.ipynb")
+    elsewhere = _run(python, ["-m", "autograder", "check", f"{CHAPTER}.ipynb"], work, env)
+    assert elsewhere.returncode == 2, elsewhere.stdout + elsewhere.stderr
+    assert elsewhere.stdout.splitlines() == [wrong_chapter_notice(other, CHAPTER)]
+    assert f"is a {other} notebook, and this package checks {CHAPTER} only" in elsewhere.stderr
+    mine = _run(python, ["-m", "autograder", "check", "mine.ipynb"], work, env)  # named nothing: no notice
+    assert mine.returncode == 2 and not mine.stdout, mine.stdout + mine.stderr
+    assert f"mine.ipynb is a {other} notebook, and this package checks {CHAPTER} only" in mine.stderr
+    asked = _run(python, ["-m", "autograder", "check", "mine.ipynb", "--chapter", other], work, env)
+    assert asked.returncode == 2 and not asked.stdout, asked.stdout + asked.stderr
+    assert f"this package checks {CHAPTER} only, not {other}" in asked.stderr
 
 
 def test_the_repository_check_recognises_a_renamed_release(chapter_release, tmp_path, capsys):

@@ -1,11 +1,13 @@
 """A notebook of another chapter is named as such by every view a student reads.
 
 Grading finds the chapter a notebook really holds (``NotebookScores.wrong_chapter``); the
-console summary, the feedback page, ``python -m autograder check`` and Gradescope's
-``results.json`` say it in the same words (:func:`autograder.text.wrong_chapter_text`).
-Each is driven through the path a user takes: the ``check`` command and Gradescope's
-``run_autograder`` script here; ``grade``'s summary and feedback page in
-``test_report.py::test_grade_prints_a_summary_naming_each_problem``.
+console summary, the feedback page, ``python -m autograder check``, Gradescope's and
+PrairieLearn's ``results.json`` say it in the same words (:func:`autograder.text.wrong_chapter_text`).
+Each is driven through the path a user takes: the ``check`` command, Gradescope's
+``run_autograder`` script and PrairieLearn's ``python -m autograder.prairielearn run`` here;
+``grade``'s summary and feedback page in
+``test_report.py::test_grade_prints_a_summary_naming_each_problem``; the student package's
+``check`` in ``test_student_release.py::test_check_names_a_notebook_of_another_chapter``.
 """
 from __future__ import annotations
 
@@ -18,7 +20,10 @@ import nbformat
 import pytest
 
 from autograder.bench import make_book, make_submission
+from autograder import prairielearn
 from autograder.gradescope import ENGINE_ONLY, RUN_AUTOGRADER, validate_results
+from autograder.student.expected import ExpectedStore, write_contents
+from autograder.student.notebook import holds_exercises, misnamed
 from autograder.text import wrong_chapter_notice, wrong_chapter_text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +49,24 @@ def test_the_words_are_one_sentence_and_say_what_to_hand_in():
     assert wrong_chapter_text(CH5, CH4) == f"this is a {CH5} notebook, submitted as {CH4}"
     assert NOTICE.startswith(f"wrong chapter: {wrong_chapter_text(CH5, CH4)} (0 points")
     assert f"{CH4}.ipynb" in NOTICE and "\n" not in NOTICE
+
+
+def test_the_student_package_knows_every_chapter_by_name_and_reads_a_file_named_for_another(tmp_path):
+    """What the student package's ``check`` decides with (run from the wheel in
+    ``test_student_release.py``): its table of contents names chapters it does not check, a
+    file name is another chapter's whatever a browser added, and a notebook holds a chapter's
+    exercises only by their solution cells."""
+    book = {CH4: ["softmax", "scaled_dot_product_attention"], CH5: ["split_heads", "MultiHeadAttention"]}
+    write_contents(tmp_path, book)
+    store = ExpectedStore(tmp_path)
+    assert store.contents == book and store.chapters == {}
+    assert misnamed(Path(f"{CH5} (1).ipynb"), CH4, book) == CH5
+    assert misnamed(Path(f"{CH4}-copy.ipynb"), CH4, book) is None  # its own name
+    assert misnamed(Path("homework.ipynb"), CH4, book) is None  # names no chapter
+    assert misnamed(Path(f"{CH5}.ipynb"), None, book) is None  # nothing to compare with
+    cells = [{"cell_type": "code", "metadata": {"nbgrader": {"grade_id": "split_heads", "solution": True}}},
+             {"cell_type": "code", "metadata": {"nbgrader": {"grade_id": "test_softmax", "grade": True}}}]
+    assert holds_exercises({"cells": cells}, book[CH5]) and not holds_exercises({"cells": cells}, book[CH4])
 
 
 def _check(*args: str) -> subprocess.CompletedProcess:
@@ -104,3 +127,26 @@ def test_gradescope_tells_the_student_first(book, chapter5_as_4, tmp_path):
     validate_results(data)
     assert data["score"] == 0 and data["output"].splitlines()[0] == NOTICE
     assert all(t["status"] == "failed" for t in data["tests"])
+
+
+def test_prairielearn_grades_it_and_tells_the_student_first(book, chapter5_as_4, tmp_path):
+    """On PrairieLearn a notebook of another chapter is an attempt graded 0 (``gradable`` true,
+    as on Gradescope), and the result's ``message``, which PrairieLearn shows above the tests,
+    opens with the notice; chapter 4's own notebook gets no such line."""
+    root = tmp_path / "grade"
+    (root / "tests" / "book" / CH4).mkdir(parents=True)
+    (root / "tests" / "book" / CH4 / f"{CH4}.ipynb").write_bytes((book / CH4 / f"{CH4}.ipynb").read_bytes())
+    # engine-only: no wall is needed, since a notebook of another chapter runs no code of this one
+    (root / "tests" / prairielearn.CONFIG).write_text(json.dumps({"chapter": CH4, "seed": 5, "timeout": 60.0,
+                                                                  "isolation": ENGINE_ONLY}), encoding="utf-8")
+    (root / "student").mkdir()
+    (root / "student" / f"{CH4}.ipynb").write_bytes(chapter5_as_4.read_bytes())
+    assert prairielearn.main(["run", "--root", str(root)]) == 0
+    data = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+    prairielearn.validate_results(data)
+    assert data["gradable"] is True and data["score"] == 0
+    assert data["message"].splitlines()[0] == NOTICE
+    assert data["message"].splitlines()[1].startswith(f"{CH4}: 0/")
+    assert data["tests"] and all(t["points"] == 0 for t in data["tests"])
+    assert "wrong chapter" not in json.dumps(prairielearn.results_json(
+        [], chapter=CH4, wrong_chapter=None)), "no notice without a wrong chapter"
