@@ -22,10 +22,12 @@ from sacrebleu.metrics import BLEU
 
 from ..model import count_parameters
 from ..translation import translate
+from .checkpoint import store_decoding
 from .evaluation import CorpusBLEU
+from .tuning import tune_decoding
 
 __all__ = ["RunSummary", "RESULTS_SCHEMA", "TUTORIAL_METRIC", "LoadSampler", "score_translations",
-           "results_document", "finish_training", "end_of_run", "write_translations", "TRANSLATIONS_FILE",
+           "results_document", "finish_training", "tune_length_penalty", "end_of_run", "write_translations", "TRANSLATIONS_FILE",
            "cpu_name"]
 
 RESULTS_SCHEMA = 1
@@ -124,6 +126,7 @@ def score_translations(model, src_tokenizer, tgt_tokenizer, pairs, beam_size, le
     bleu = strict(hypotheses, references)
     tutorial = BLEU(lowercase=True, tokenize="13a", force=True)
     return {"bleu": round(bleu, 2), "signature": strict.signature, "beam_size": beam_size,
+            "length_penalty": length_penalty if beam_size > 1 else None, **strict.lengths(),
             "bleu_tutorial_metric": round(tutorial.corpus_score(hypotheses, [references]).score, 2),
             "tutorial_signature": str(tutorial.get_signature()), "tutorial_metric": TUTORIAL_METRIC,
             "exact_match": sum(h.split() == r.split() for h, r in zip(hypotheses, references)) / len(pairs),
@@ -131,12 +134,13 @@ def score_translations(model, src_tokenizer, tgt_tokenizer, pairs, beam_size, le
 
 
 def results_document(trainer, final, finish, test_pairs, wall_seconds, load, command="", preset=None,
-                     skipped_lines=None, translations=None):
+                     skipped_lines=None, translations=None, tuning=None):
     """The run's results.json (schema 1): settings, data, per-epoch curve, final scores, machine.
 
     ``final`` holds :func:`score_translations`' results under ``"valid"`` (greedy),
     ``"test"`` (the run's decoding) and ``"test_greedy"``; ``translations`` is what
-    :func:`write_translations` returned (or None: no test set).
+    :func:`write_translations` returned (or None: no test set); ``tuning`` is
+    :func:`tune_length_penalty`'s result (or None: the length penalty was not tuned).
     """
     config = trainer.config
     identity = trainer.data_identity or {}
@@ -177,8 +181,10 @@ def results_document(trainer, final, finish, test_pairs, wall_seconds, load, com
         "test_greedy": strip(final["test_greedy"]) if "test_greedy" in final else None,
         "translations": translations,
         "decoding": {"beam_size": final.get("test", final.get("valid", {})).get("beam_size", config.beam_size),
-                     "length_penalty": config.length_penalty, "batch_size": 64,
+                     "length_penalty": tuning["length_penalty"] if tuning is not None else config.length_penalty,
+                     "length_penalty_tuned": tuning is not None, "batch_size": 64,
                      "max_len": "source length + 50 tokens"},
+        "length_penalty_tuning": tuning,
         "wall_minutes": round(wall_seconds / 60, 2),
         "time_budget_minutes": round(config.time_budget / 60, 2) if config.time_budget else None,
         "machine": {"cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
@@ -242,6 +248,29 @@ def finish_training(trainer):
     return report
 
 
+def tune_length_penalty(trainer):
+    """The end of a run's length penalty, chosen on validation (:func:`~solutions.app.tuning.tune_decoding`).
+
+    With ``config.beam_size > 1``, a ``config.length_penalty_grid``, validation pairs and the
+    time to decode them (:meth:`~solutions.app.schedule.RunPlan.can_tune`), the validation set
+    is decoded with the run's beam and every α of the grid scored on it; the choice is stored
+    in ``best.pt`` (``translate`` then uses it). The test set is not decoded here.
+
+    Returns:
+        The tuning's result, or ``None`` (not tuned: the config's ``length_penalty`` stands).
+    """
+    config = trainer.config
+    if config.beam_size == 1 or not config.length_penalty_grid or not len(trainer.valid_data.pairs) \
+            or not trainer.plan.can_tune():
+        return None
+    tuning = tune_decoding(trainer.model, trainer.valid_data.pairs, trainer.src_tokenizer, trainer.tgt_tokenizer,
+                           config.length_penalty_grid, (config.beam_size,), device=trainer.device, log=trainer.log)
+    best = trainer.checkpointer.path("best.pt")
+    if best is not None and os.path.isfile(best):
+        store_decoding(best, tuning)
+    return tuning
+
+
 def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipped_lines=None):
     """The end of a run after :meth:`~solutions.app.trainer.Trainer.finish`: the final decoding and the results files.
 
@@ -262,6 +291,8 @@ def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipp
         The :class:`RunSummary`.
     """
     final = {}
+    tuning = tune_length_penalty(trainer)
+    length_penalty = tuning["length_penalty"] if tuning is not None else trainer.config.length_penalty
     # Validation with greedy decoding (as chosen during the run: quick); the test with the run's decoding.
     # The test set greedily too (the translations file keeps both): decoded once when the run's decoding is greedy.
     for name, pairs, beam_size in (("valid", trainer.valid_data.pairs, 1),
@@ -270,8 +301,7 @@ def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipp
             final[name] = final["test"]
         elif pairs:
             final[name] = score_translations(trainer.model, trainer.src_tokenizer, trainer.tgt_tokenizer, pairs,
-                                             beam_size, trainer.config.length_penalty, trainer.device,
-                                             trainer.translate_options)
+                                             beam_size, length_penalty, trainer.device, trainer.translate_options)
     test = {}
     if test_pairs:
         test = trainer.evaluate(test_pairs, max_sentences=0)  # loss and accuracy; BLEU with the final decoding
@@ -290,10 +320,10 @@ def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipp
             translations_path = os.path.join(trainer.out_dir, TRANSLATIONS_FILE)
             translations = write_translations(translations_path, test_pairs, final["test_greedy"]["hypotheses"],
                                               final["test"]["hypotheses"], final["test"]["beam_size"],
-                                              trainer.config.length_penalty)
+                                              length_penalty)
         results = results_document(trainer, final, finish, test_pairs, trainer.wall_seconds(), load.stop(),
                                    command=command, preset=preset, skipped_lines=skipped_lines,
-                                   translations=translations)
+                                   translations=translations, tuning=tuning)
         results_path = os.path.join(trainer.out_dir, "results.json")
         write_json(results_path, results, indent=1, ensure_ascii=False)
         wall_minutes = results["wall_minutes"]

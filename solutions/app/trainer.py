@@ -383,6 +383,8 @@ class Trainer:
             self.data_identity = data_identity
         if self.config.beam_size > 1:  # the end of the run decodes the test set with the beam: keep time for it
             self.plan.final_sentences = len(test_pairs)
+            if self.config.length_penalty_grid:  # and the validation set, to tune the length penalty
+                self.plan.tune_sentences = len(self.valid_data.pairs)
         if max_steps is not None:
             per_epoch = max(1, len(self.sampler))
             self.config = self.plan.config = self.config.replace(epochs=max(1, math.ceil(max_steps / per_epoch)))
