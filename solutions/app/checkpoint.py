@@ -29,15 +29,16 @@ import torch
 from ..configuration import ConfigError
 from .config import TrainConfig
 from .tokenizer import tokenizer_from_state
-from .tuning import DECODING_KEY
 
-__all__ = ["CHECKPOINT_FORMAT", "EXPORT_FORMAT", "CheckpointError", "load_checkpoint", "stored_config",
+__all__ = ["CHECKPOINT_FORMAT", "EXPORT_FORMAT", "DECODING_KEY", "CheckpointError", "load_checkpoint", "stored_config",
            "model_from_checkpoint", "export_checkpoint", "Checkpointer", "trainer_state", "restore_trainer",
            "best_state", "resume_point", "store_decoding", "decoding_of"]
 
 CHECKPOINT_FORMAT = "transformer-book-checkpoint/1"
 # An inference-only checkpoint (export_checkpoint): weights, config and tokenizers, no optimizer.
 EXPORT_FORMAT = "transformer-book-export/1"
+#: The key of a checkpoint's decoding tuned on validation (:func:`~solutions.app.tuning.tune_decoding`'s result).
+DECODING_KEY = "decoding"
 
 
 class CheckpointError(ValueError):

@@ -11,15 +11,48 @@ command line (``--preset``); :func:`book_splits`, :func:`book_config` and
 Paper: section 5 (Training) and Table 3 (the base configuration).
 """
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..configuration import ConfigError, TransformerConfig
 from .synthetic import make_synthetic_splits
-from .tuning import DEFAULT_LENGTH_PENALTIES, check_grid
 
-__all__ = ["TrainConfig", "PRESETS", "book_splits", "book_config", "book_checkpoint"]
+__all__ = ["TrainConfig", "PRESETS", "DEFAULT_LENGTH_PENALTIES", "check_grid", "book_splits", "book_config",
+           "book_checkpoint"]
+
+#: The length penalties a run with beam search tries on validation by default
+#: (:func:`~solutions.app.tuning.tune_decoding`): none, the paper's 0.6 and its neighbours.
+DEFAULT_LENGTH_PENALTIES = (0.0, 0.3, 0.6, 1.0, 1.5)
+
+
+def check_grid(values, name, smallest=0, integer=False):
+    """``values`` as a tuple, checked: not empty, no repeats, each a finite number ``>= smallest``.
+
+    Args:
+        values: the grid (a sequence of numbers).
+        name: what to call it in an error (a field or an option).
+        smallest: the lowest value allowed (0 for α, 1 for beam sizes).
+        integer: the values must be integers (beam sizes).
+
+    Raises:
+        ValueError: naming ``name`` and the value at fault.
+    """
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{name} must be a list of numbers, got {values!r}")
+    values = tuple(values)
+    if not values:
+        raise ValueError(f"{name} is empty: give at least one value")
+    kind = "an integer" if integer else "a number"
+    for value in values:
+        number = isinstance(value, int) if integer else isinstance(value, (int, float))
+        if isinstance(value, bool) or not number or not math.isfinite(value) or value < smallest:
+            raise ValueError(f"{name}: every value must be {kind} >= {smallest}, got {value!r}")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"{name}: {', '.join(map(str, repeated))} given more than once")
+    return values
 
 
 @dataclass

@@ -21,9 +21,9 @@ from .device import resolve_device
 from .evaluation import CorpusBLEU
 from .inference import decoders_for
 from .summary import TUTORIAL_METRIC, score_translations, write_json
-from .train_command import data_dir_files
-from .tuning import DEFAULT_LENGTH_PENALTIES, parse_grid, tune_decoding
-from .usage import UsageError, load_checkpoint_for_user, positive, read_corpus, warn
+from .config import DEFAULT_LENGTH_PENALTIES
+from .tuning import parse_grid, tune_decoding
+from .usage import UsageError, data_dir_files, load_checkpoint_for_user, positive, read_corpus, warn
 
 __all__ = ["add_parsers", "run_translate", "run_evaluate", "run_tune"]
 

@@ -22,12 +22,10 @@ from sacrebleu.metrics import BLEU
 
 from ..model import count_parameters
 from ..translation import translate
-from .checkpoint import store_decoding
 from .evaluation import CorpusBLEU
-from .tuning import tune_decoding
 
 __all__ = ["RunSummary", "RESULTS_SCHEMA", "TUTORIAL_METRIC", "LoadSampler", "score_translations",
-           "results_document", "finish_training", "tune_length_penalty", "end_of_run", "write_translations", "TRANSLATIONS_FILE",
+           "results_document", "finish_training", "end_of_run", "write_translations", "TRANSLATIONS_FILE",
            "cpu_name"]
 
 RESULTS_SCHEMA = 1
@@ -248,33 +246,11 @@ def finish_training(trainer):
     return report
 
 
-def tune_length_penalty(trainer):
-    """The end of a run's length penalty, chosen on validation (:func:`~solutions.app.tuning.tune_decoding`).
-
-    With ``config.beam_size > 1``, a ``config.length_penalty_grid``, validation pairs and the
-    time to decode them (:meth:`~solutions.app.schedule.RunPlan.can_tune`), the validation set
-    is decoded with the run's beam and every α of the grid scored on it; the choice is stored
-    in ``best.pt`` (``translate`` then uses it). The test set is not decoded here.
-
-    Returns:
-        The tuning's result, or ``None`` (not tuned: the config's ``length_penalty`` stands).
-    """
-    config = trainer.config
-    if config.beam_size == 1 or not config.length_penalty_grid or not len(trainer.valid_data.pairs) \
-            or not trainer.plan.can_tune():
-        return None
-    tuning = tune_decoding(trainer.model, trainer.valid_data.pairs, trainer.src_tokenizer, trainer.tgt_tokenizer,
-                           config.length_penalty_grid, (config.beam_size,), device=trainer.device, log=trainer.log)
-    best = trainer.checkpointer.path("best.pt")
-    if best is not None and os.path.isfile(best):
-        store_decoding(best, tuning)
-    return tuning
-
-
-def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipped_lines=None):
+def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipped_lines=None, tuning=None):
     """The end of a run after :meth:`~solutions.app.trainer.Trainer.finish`: the final decoding and the results files.
 
     The validation pairs are translated greedily and the test pairs with the run's decoding
+    (its beam and the length penalty ``tuning`` chose)
     (:meth:`~solutions.app.trainer.Trainer.final_beam_size`), and greedily too (decoded once
     when the run's decoding is greedy); the test pairs' loss and accuracy are measured.
     With an ``out_dir`` the trainer's folder gets ``history.json``, ``results.json`` and
@@ -286,12 +262,14 @@ def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipp
         test_pairs: the held-out ``(source, target)`` pairs (a list; may be empty).
         load: the run's :class:`LoadSampler` (stopped here).
         command, preset, skipped_lines: recorded in ``results.json``.
+        tuning: the length penalty chosen on validation
+            (:meth:`~solutions.app.trainer.Trainer.tune_length_penalty`), with which the test set is
+            decoded, or ``None``: the config's ``length_penalty``.
 
     Returns:
         The :class:`RunSummary`.
     """
     final = {}
-    tuning = tune_length_penalty(trainer)
     length_penalty = tuning["length_penalty"] if tuning is not None else trainer.config.length_penalty
     # Validation with greedy decoding (as chosen during the run: quick); the test with the run's decoding.
     # The test set greedily too (the translations file keeps both): decoded once when the run's decoding is greedy.

@@ -14,16 +14,16 @@ import time
 
 from ..configuration import ConfigError
 from .checkpoint import EXPORT_FORMAT, stored_config
-from .config import PRESETS
+from .config import DEFAULT_LENGTH_PENALTIES, PRESETS
 from .corpus import split_pairs
 from .distributed import cleanup_distributed
 from .inference import decoders_for
 from .synthetic import make_synthetic_splits
 from .trainer import Trainer
-from .tuning import DEFAULT_LENGTH_PENALTIES, parse_grid
-from .usage import UsageError, load_checkpoint_for_user, positive, read_corpus, warn
+from .tuning import parse_grid
+from .usage import UsageError, data_dir_files, load_checkpoint_for_user, positive, read_corpus, warn
 
-__all__ = ["add_parser", "run_train", "parse_duration", "data_dir_files"]
+__all__ = ["add_parser", "run_train", "parse_duration"]
 
 
 def add_parser(commands):
@@ -245,23 +245,6 @@ def parse_duration(text):
     if seconds <= 0:
         raise UsageError(f"--time-budget must be positive, got {text!r}")
     return seconds
-
-
-def data_dir_files(folder):
-    """``{"train", "valid", "test"}`` → the TSV file of each role in ``folder`` (see ``--data-dir``)."""
-    if not os.path.isdir(folder):
-        raise UsageError(f"--data-dir: no such folder: {folder}")
-    names = sorted(n for n in os.listdir(folder) if n.endswith(".tsv") and os.path.isfile(os.path.join(folder, n)))
-    roles = {"train": ("train",), "valid": ("val", "dev"), "test": ("test",)}
-    found = {}
-    for role, prefixes in roles.items():
-        matching = [n for n in names if n.lower().startswith(prefixes)]
-        if len(matching) != 1:
-            what = "no" if not matching else f"{len(matching)} ({', '.join(matching)})"
-            raise UsageError(f"--data-dir: {folder} has {what} .tsv file(s) whose name starts with "
-                             f"{' or '.join(repr(p) for p in prefixes)}; expected exactly one {role} file")
-        found[role] = os.path.join(folder, matching[0])
-    return found
 
 
 def _check_train_flags(args):

@@ -9,8 +9,11 @@ chooses among the finished hypotheses, :func:`~solutions.app.inference.best_hypo
 so the translations of every α are exactly those of a beam search run with it, for the cost
 of one. The best validation BLEU wins (a tie: the earlier grid point). ``train`` tunes at
 the end of a run and decodes the test set once, with the choice; the ``tune`` command does
-it for a checkpoint; both store the result in the checkpoint (:data:`DECODING_KEY`), where
-``translate`` and ``evaluate`` find it.
+it for a checkpoint; both store the result in the checkpoint
+(:func:`~solutions.app.checkpoint.store_decoding`), where ``translate`` and ``evaluate`` find it
+(:func:`~solutions.app.checkpoint.decoding_of`). The grid's default and its checks are
+:class:`~solutions.app.config.TrainConfig`'s (:data:`~solutions.app.config.DEFAULT_LENGTH_PENALTIES`,
+:func:`~solutions.app.config.check_grid`).
 
 Reference: Wu et al. (2016), "Google's Neural Machine Translation System", section 7
 (the penalty, and α tuned on a development set).
@@ -22,48 +25,15 @@ import torch
 
 from ..masking import padding_mask
 from ..tokens import UNK_ID
+from .config import DEFAULT_LENGTH_PENALTIES, check_grid
 from .evaluation import CorpusBLEU
 from .inference import batch_beam_hypotheses, best_hypothesis
 
-__all__ = ["DEFAULT_LENGTH_PENALTIES", "DECODING_KEY", "check_grid", "parse_grid", "beam_hypotheses",
-           "tune_decoding"]
-
-#: The grid of α tried by default: no penalty, the paper's 0.6 and its neighbours.
-DEFAULT_LENGTH_PENALTIES = (0.0, 0.3, 0.6, 1.0, 1.5)
-#: The checkpoint key of the tuned decoding (:func:`tune_decoding`'s result).
-DECODING_KEY = "decoding"
-
-
-def check_grid(values, name, smallest=0, integer=False):
-    """``values`` as a tuple, checked: not empty, no repeats, each a finite number ``>= smallest``.
-
-    Args:
-        values: the grid (a sequence of numbers).
-        name: what to call it in an error (a field or an option).
-        smallest: the lowest value allowed (0 for α, 1 for beam sizes).
-        integer: the values must be integers (beam sizes).
-
-    Raises:
-        ValueError: naming ``name`` and the value at fault.
-    """
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise ValueError(f"{name} must be a list of numbers, got {values!r}")
-    values = tuple(values)
-    if not values:
-        raise ValueError(f"{name} is empty: give at least one value")
-    kind = "an integer" if integer else "a number"
-    for value in values:
-        number = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not number or not math.isfinite(value) or value < smallest:
-            raise ValueError(f"{name}: every value must be {kind} >= {smallest}, got {value!r}")
-    repeated = sorted({v for v in values if values.count(v) > 1})
-    if repeated:
-        raise ValueError(f"{name}: {', '.join(map(str, repeated))} given more than once")
-    return values
-
+__all__ = ["parse_grid", "beam_hypotheses", "tune_decoding"]
 
 def parse_grid(text, option, smallest=0, integer=False):
-    """A comma-separated list such as ``"0,0.3,0.6,1,1.5"`` as a checked tuple (:func:`check_grid`).
+    """A comma-separated list such as ``"0,0.3,0.6,1,1.5"`` as a checked tuple
+    (:func:`~solutions.app.config.check_grid`).
 
     Raises:
         ValueError: text that is not such a list, naming ``option``.
@@ -139,7 +109,7 @@ def tune_decoding(model, pairs, src_tokenizer, tgt_tokenizer, length_penalties=D
         model: the trained model.
         pairs: the validation ``(source, reference)`` pairs (never the test set).
         src_tokenizer, tgt_tokenizer: the model's tokenizers.
-        length_penalties: the grid of α (checked by :func:`check_grid`).
+        length_penalties: the grid of α (checked by :func:`~solutions.app.config.check_grid`).
         beam_sizes: the beam sizes tried (each at least 2: α does nothing to greedy decoding).
         batch_size: sentences decoded together.
         device: where to run (default: the model's device).

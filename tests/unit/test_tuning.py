@@ -10,13 +10,13 @@ import shutil
 import pytest
 import torch
 
-from solutions.app import decode_commands, summary
-from solutions.app.checkpoint import decoding_of, load_checkpoint, model_from_checkpoint
+from solutions.app import decode_commands, summary, trainer
+from solutions.app.checkpoint import DECODING_KEY, decoding_of, load_checkpoint, model_from_checkpoint
 from solutions.app.cli import main
-from solutions.app.config import PRESETS
+from solutions.app.config import PRESETS, check_grid
 from solutions.app.inference import batch_beam_search, best_hypothesis
 from solutions.app.schedule import RunPlan, TimeBudget
-from solutions.app.tuning import DECODING_KEY, beam_hypotheses, check_grid, parse_grid, tune_decoding
+from solutions.app.tuning import beam_hypotheses, parse_grid, tune_decoding
 from solutions.configuration import ConfigError
 from solutions.translation import translate
 from test_budget import FakeClock
@@ -49,7 +49,7 @@ def tuned_run(tmp_path_factory):
     calls = []
     threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _recording(monkeypatch, summary, "tune_decoding", calls, "tune")
+        _recording(monkeypatch, trainer, "tune_decoding", calls, "tune")
         _recording(monkeypatch, summary, "score_translations", calls, "score")
         status = main(["train", "--preset", "tiny", "--data-dir", str(folder), "--max-steps", "120", "--batch-size",
                        "8", "--schedule", "linear", "--lr-peak", "5e-3", "--warmup-steps", "10", "--threads", "1",
