@@ -118,8 +118,9 @@ def tune_decoding(model, pairs, src_tokenizer, tgt_tokenizer, length_penalties=D
         clock: the clock of the reported seconds.
 
     Returns:
-        ``{"beam_size", "length_penalty", "bleu", "grid", "sentences", "signature", "seconds"}``:
-        the choice and its validation BLEU, and ``grid``, one
+        ``{"beam_size", "length_penalty", "bleu", "at_grid_edge", "grid", "sentences", "signature",
+        "seconds"}``: the choice and its validation BLEU, whether it is the grid's smallest or largest α
+        (then a log line says that one beyond may do better), and ``grid``, one
         ``{"beam_size", "length_penalty", "bleu", "brevity_penalty", "length_ratio"}`` per point.
 
     Raises:
@@ -152,5 +153,11 @@ def tune_decoding(model, pairs, src_tokenizer, tgt_tokenizer, length_penalties=D
     best = max(grid, key=lambda point: point["bleu"])  # the first of equal scores
     log(f"tuning: chose beam {best['beam_size']}, length penalty {best['length_penalty']:g} "
         f"(valid BLEU {best['bleu']:.2f}) in {clock() - started:.0f} s")
+    edge = len(length_penalties) > 1 and best["length_penalty"] in (min(length_penalties), max(length_penalties))
+    if edge:
+        side = "largest" if best["length_penalty"] == max(length_penalties) else "smallest"
+        log(f"tuning: the chosen length penalty is the grid's {side}: one beyond it may score higher on "
+            f"validation (a wider grid costs no more decoding)")
     return {"beam_size": best["beam_size"], "length_penalty": best["length_penalty"], "bleu": best["bleu"],
-            "grid": grid, "sentences": len(pairs), "signature": signature, "seconds": round(clock() - started, 1)}
+            "at_grid_edge": edge, "grid": grid, "sentences": len(pairs), "signature": signature,
+            "seconds": round(clock() - started, 1)}

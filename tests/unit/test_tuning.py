@@ -147,6 +147,8 @@ def test_the_tune_command_stores_the_choice_and_decodes_the_test_set_once(tuned_
     assert json.loads(results.read_text(encoding="utf-8"))["length_penalty_tuning"]["grid"] == report["grid"]
     assert "tuning: beam 2, 6/6 validation sentences decoded" in captured.err  # progress on stderr
     assert "valid BLEU" in captured.err and "chose beam" in captured.err
+    assert report["at_grid_edge"] == (report["length_penalty"] in (0.0, 3.0))
+    assert ("the chosen length penalty is the grid's" in captured.err) == report["at_grid_edge"]
 
 
 @pytest.mark.parametrize("argv, message", [
