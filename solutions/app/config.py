@@ -24,7 +24,7 @@ __all__ = ["TrainConfig", "PRESETS", "DEFAULT_LENGTH_PENALTIES", "check_grid", "
 
 #: The length penalties a run with beam search tries on validation by default
 #: (:func:`~solutions.app.tuning.tune_decoding`): none, the paper's 0.6 and its neighbours.
-DEFAULT_LENGTH_PENALTIES = (0.0, 0.3, 0.6, 1.0, 1.5)
+DEFAULT_LENGTH_PENALTIES = (0.0, 0.3, 0.6, 1.0, 1.5, 2.0)
 
 
 def check_grid(values, name, smallest=0, integer=False):

@@ -282,8 +282,9 @@ def run_tune(args):
     log(f"stored beam {tuning['beam_size']}, length penalty {tuning['length_penalty']:g} in {written}")
     test = None
     if test_pairs:
-        log(f"decoding the test set once ({len(test_pairs)} sentences, beam {tuning['beam_size']}, "
-            f"length penalty {tuning['length_penalty']:g})")
+        pace = tuning["seconds"] / (tuning["sentences"] * len(beams))  # seconds per validation sentence and beam
+        log(f"decoding the test set once ({len(test_pairs)} sentences, beam {tuning['beam_size']}, length penalty "
+            f"{tuning['length_penalty']:g}; about {pace * len(test_pairs):.0f} s at the validation's pace)")
         scores = score_translations(model, src_tokenizer, tgt_tokenizer, test_pairs, tuning["beam_size"],
                                     tuning["length_penalty"], device, decoders_for(device))
         test = {k: v for k, v in scores.items() if k not in ("hypotheses", "tutorial_metric")}

@@ -34,7 +34,9 @@ many sentences at once: the beams of every sentence are one batch fed one token 
 through :class:`FusedIncrementalDecoder` (its rows reordered as the beams are), and one
 transfer per step brings every sentence's best candidates to the host (chapter 10's
 ``beam_search`` decodes one sentence, its beams a batch of at most ``beam_size`` rows,
-recomputing every prefix).
+recomputing every prefix). :func:`batch_beam_hypotheses` is its search, which does not
+depend on the length penalty, and :func:`best_hypothesis` the choice the penalty makes: one
+search serves a whole grid of penalties (:mod:`solutions.app.tuning`).
 
 :func:`decoders_for` picks them for :func:`~solutions.translation.translate` (``greedy=``,
 ``beam=``): the batched beam search everywhere, the shrinking greedy decoder on the CPU and

@@ -1,8 +1,9 @@
 """The end of a training run: the final decoding, the results files and the typed run summary.
 
 :meth:`~solutions.app.trainer.Trainer.fit` trains, ends the training (:func:`finish_training`: the
-weights left unevaluated, the average of the last epochs, the best of them loaded), decodes
-the validation and test sets and writes ``history.json``, ``results.json`` (schema 1, the README's "Train on your
+weights left unevaluated, the average of the last epochs, the best of them loaded), tunes the
+beam's length penalty on validation (:meth:`~solutions.app.trainer.Trainer.tune_length_penalty`),
+decodes the validation and test sets and writes ``history.json``, ``results.json`` (schema 1, the README's "Train on your
 own corpus") and ``test_translations.jsonl`` (every test sentence's greedy and beam
 translation, :func:`write_translations`; results.json names it with its SHA-256) with
 :func:`end_of_run`, then returns a :class:`RunSummary`, which the CLI prints as one JSON line.

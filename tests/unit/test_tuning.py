@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from solutions.app import decode_commands, summary, trainer
-from solutions.app.checkpoint import DECODING_KEY, decoding_of, load_checkpoint, model_from_checkpoint
+from solutions.app.checkpoint import (DECODING_KEY, decoding_of, export_checkpoint, load_checkpoint,
+                                     model_from_checkpoint)
 from solutions.app.cli import main
 from solutions.app.config import PRESETS, check_grid
 from solutions.app.inference import batch_beam_search, best_hypothesis
@@ -123,6 +124,8 @@ def test_translate_uses_the_tuned_length_penalty_unless_given_one(tuned_run, tmp
     assert main(["translate", "--checkpoint", str(copy), "--length-penalty", "0.25", "--beam", "2", source]) == 0
     assert seen == [(3, other), (2, 0.25)]
     capsys.readouterr()
+    exported = export_checkpoint(str(copy), tmp_path / "export.pt")  # an export translates alike
+    assert decoding_of(load_checkpoint(exported)) == (3, other, True)
 
 
 def test_the_tune_command_stores_the_choice_and_decodes_the_test_set_once(tuned_run, tmp_path, monkeypatch,
@@ -191,7 +194,7 @@ def test_grids_are_checked_where_they_are_made():
         PRESETS["tiny"].replace(length_penalty_grid=(0.6, -1))
     assert raised.value.fields == ("length_penalty_grid",)
     assert PRESETS["tiny"].replace(length_penalty_grid=[]).length_penalty_grid == ()
-    assert PRESETS["multi30k-cpu"].length_penalty_grid == (0.0, 0.3, 0.6, 1.0, 1.5)
+    assert PRESETS["multi30k-cpu"].length_penalty_grid == (0.0, 0.3, 0.6, 1.0, 1.5, 2.0)
     with pytest.raises(ValueError, match="beam sizes: every value must be an integer >= 2, got 1"):
         tune_decoding(None, [("a", "b")], None, None, GRID, beam_sizes=(1,))
     with pytest.raises(ValueError, match="no validation pairs"):
