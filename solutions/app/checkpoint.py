@@ -30,13 +30,15 @@ from ..configuration import ConfigError
 from .config import TrainConfig
 from .tokenizer import tokenizer_from_state
 
-__all__ = ["CHECKPOINT_FORMAT", "EXPORT_FORMAT", "CheckpointError", "load_checkpoint", "stored_config",
+__all__ = ["CHECKPOINT_FORMAT", "EXPORT_FORMAT", "DECODING_KEY", "CheckpointError", "load_checkpoint", "stored_config",
            "model_from_checkpoint", "export_checkpoint", "Checkpointer", "trainer_state", "restore_trainer",
-           "best_state", "resume_point"]
+           "best_state", "resume_point", "store_decoding", "decoding_of"]
 
 CHECKPOINT_FORMAT = "transformer-book-checkpoint/1"
 # An inference-only checkpoint (export_checkpoint): weights, config and tokenizers, no optimizer.
 EXPORT_FORMAT = "transformer-book-export/1"
+#: The key of a checkpoint's decoding tuned on validation (:func:`~solutions.app.tuning.tune_decoding`'s result).
+DECODING_KEY = "decoding"
 
 
 class CheckpointError(ValueError):
@@ -143,9 +145,39 @@ def export_checkpoint(source, path):
     state = load_checkpoint(source) if not isinstance(source, dict) else source
     model_from_checkpoint(state)  # the weights must fit the config before anything is written
     exported = {"format": EXPORT_FORMAT}
-    for key in ("config", "src_tokenizer", "tgt_tokenizer", "model", "data", "best_bleu", "step", "epoch"):
+    for key in ("config", "src_tokenizer", "tgt_tokenizer", "model", "data", "best_bleu", "step", "epoch",
+                DECODING_KEY):
         exported[key] = state.get(key)
     return _save_atomically(exported, os.fspath(path))
+
+
+def store_decoding(source, decoding, path=None):
+    """Write a checkpoint with its tuned decoding (:func:`~solutions.app.tuning.tune_decoding`'s result) stored.
+
+    Args:
+        source: a checkpoint or export path.
+        decoding: the tuned decoding (``beam_size``, ``length_penalty``, the grid's scores ...).
+        path: the file to write (default: ``source``, replaced atomically).
+
+    Returns:
+        The path written.
+    """
+    state = load_checkpoint(source)
+    state[DECODING_KEY] = decoding
+    return _save_atomically(state, os.fspath(path if path is not None else source))
+
+
+def decoding_of(state):
+    """``(beam_size, length_penalty, tuned)``: how a checkpoint translates unless told otherwise.
+
+    The decoding tuned on validation when the checkpoint stores one (``tuned`` True), else its
+    config's ``beam_size`` and ``length_penalty``.
+    """
+    tuned = state.get(DECODING_KEY)
+    if tuned:
+        return tuned["beam_size"], tuned["length_penalty"], True
+    config = stored_config(state)
+    return config.beam_size, config.length_penalty, False
 
 
 def _refuse_export(state):

@@ -1,4 +1,4 @@
-"""Command line: ``transformer train | translate | evaluate | export | bench`` (also ``python -m solutions ...``).
+"""Command line: ``transformer train | translate | evaluate | tune | export | bench`` (also ``python -m solutions ...``).
 
 Examples::
 
@@ -14,6 +14,7 @@ Examples::
     python -m solutions translate --checkpoint runs/de-en/best.pt --input test.de --output test.hyp
     cat sentences.txt | python -m solutions translate --checkpoint runs/de-en/best.pt -
     python -m solutions evaluate --checkpoint runs/de-en/best.pt --test test.de:test.en --beam 4
+    python -m solutions tune --checkpoint runs/de-en/best.pt --data-dir .m30k
     python -m solutions export runs/de-en/best.pt --output de-en-small.pt
     python -m solutions bench --quick
 
@@ -24,7 +25,7 @@ import logging
 import sys
 
 from .checkpoint import CheckpointError
-from .decode_commands import add_parsers as add_decode_parsers, run_evaluate, run_translate
+from .decode_commands import add_parsers as add_decode_parsers, run_evaluate, run_translate, run_tune
 from .tool_commands import add_parsers as add_tool_parsers, run_bench, run_export
 from .train_command import add_parser as add_train_parser, run_train
 from .usage import Parser, UsageError
@@ -32,14 +33,14 @@ from .usage import Parser, UsageError
 __all__ = ["main", "build_parser"]
 
 #: The function that runs each command.
-COMMANDS = {"train": run_train, "translate": run_translate, "evaluate": run_evaluate, "export": run_export,
-            "bench": run_bench}
+COMMANDS = {"train": run_train, "translate": run_translate, "evaluate": run_evaluate, "tune": run_tune,
+            "export": run_export, "bench": run_bench}
 
 
 def build_parser():
     """The ``argparse`` parser of the sub-commands (each added by the module that runs it)."""
     parser = Parser(prog="transformer", description="Train and run the Transformer of 'Attention Is All You Need'.")
-    commands = parser.add_subparsers(dest="command", metavar="{train,translate,evaluate,export,bench}",
+    commands = parser.add_subparsers(dest="command", metavar="{train,translate,evaluate,tune,export,bench}",
                                      parser_class=Parser)
     commands.required = True
     add_train_parser(commands)

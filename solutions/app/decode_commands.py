@@ -1,34 +1,41 @@
-"""The ``translate`` and ``evaluate`` commands: a trained checkpoint on sentences, or on a test corpus.
+"""The ``translate``, ``evaluate`` and ``tune`` commands: a trained checkpoint on sentences, or on a corpus.
 
-Both read a checkpoint (or an export) with its tokenizers, decode with the checkpoint's
-decoding settings unless ``--beam``/``--length-penalty`` are given, and cut sources longer
-than the model's positional table, with a warning naming the lines.
+``translate`` and ``evaluate`` read a checkpoint (or an export) with its tokenizers, decode
+with the checkpoint's decoding (the beam size and length penalty tuned on validation when it
+stores them, else its config's) unless ``--beam``/``--length-penalty`` are given, and cut
+sources longer than the model's positional table, with a warning naming the lines. ``tune``
+chooses that decoding on a validation corpus (:func:`~solutions.app.tuning.tune_decoding`),
+stores it in the checkpoint, and decodes a test corpus once with it.
 """
 import json
 import os
 import sys
+import time
 
 import torch
 from sacrebleu.metrics import BLEU
 
 from ..translation import translate
-from .checkpoint import model_from_checkpoint
+from .checkpoint import decoding_of, model_from_checkpoint, store_decoding, stored_config
 from .device import resolve_device
 from .evaluation import CorpusBLEU
 from .inference import decoders_for
-from .summary import TUTORIAL_METRIC
-from .usage import UsageError, load_checkpoint_for_user, positive, read_corpus, warn
+from .summary import TUTORIAL_METRIC, score_translations, write_json
+from .config import DEFAULT_LENGTH_PENALTIES
+from .tuning import parse_grid, tune_decoding
+from .usage import UsageError, data_dir_files, load_checkpoint_for_user, positive, read_corpus, warn
 
-__all__ = ["add_parsers", "run_translate", "run_evaluate"]
+__all__ = ["add_parsers", "run_translate", "run_evaluate", "run_tune"]
 
 
 def _decoding_options(parser):
     """The decoding options shared by 'translate' and 'evaluate'."""
     parser.add_argument("--beam", type=int,
-                        help="beam size (default: the checkpoint's decoding setting, 1 = greedy with the "
-                             "key/value cache, for checkpoints without one)")
+                        help="beam size (default: the checkpoint's decoding: tuned on validation, or its run's "
+                             "setting; 1 = greedy with the key/value cache)")
     parser.add_argument("--length-penalty", type=float, metavar="ALPHA",
-                        help="beam search length penalty (default: the checkpoint's, or 0.6)")
+                        help="beam search length penalty (default: the checkpoint's: tuned on validation, or its "
+                             "run's setting)")
     parser.add_argument("--batch-size", type=int, default=64,
                         help="sentences decoded together by greedy decoding (default 64)")
     parser.add_argument("--max-len", type=int, help="most new tokens (default: source length + 50)")
@@ -62,6 +69,37 @@ def add_parsers(commands):
                           help="a malformed line: stop (error, the default) or leave it out (skip)")
     evaluate.add_argument("--output", metavar="FILE", help="also write the translations to FILE")
     _decoding_options(evaluate)
+
+    tune = commands.add_parser(
+        "tune", help="choose the beam search's length penalty (and beam size) on validation",
+        description="Decode a VALIDATION corpus with beam search once per beam size, score every length penalty "
+                    "of the grid on it (sacreBLEU, detokenised; the search does not depend on the penalty, so each "
+                    "point is exactly that penalty's beam search), keep the best, store it in the checkpoint "
+                    "(translate and evaluate then use it) and decode the TEST corpus once with it. Prints one "
+                    "JSON line; progress goes to stderr.")
+    tune.add_argument("--checkpoint", required=True, help="a checkpoint written by 'train' (best.pt), or an export")
+    tune.add_argument("--data-dir", metavar="DIR",
+                      help="a folder holding the validation ('val' or 'dev' ...) and test ('test' ...) TSV files, "
+                           "as 'train --data-dir' reads it")
+    tune.add_argument("--valid", metavar="CORPUS", help="the validation corpus (instead of --data-dir)")
+    tune.add_argument("--test", metavar="CORPUS",
+                      help="the test corpus, decoded once with the choice (instead of --data-dir; optional)")
+    tune.add_argument("--length-penalties", metavar="LIST",
+                      help="the grid of length penalties, comma-separated (default: the checkpoint's grid, or "
+                           + ",".join(f"{a:g}" for a in DEFAULT_LENGTH_PENALTIES) + ")")
+    tune.add_argument("--beams", metavar="LIST",
+                      help="beam sizes to try, comma-separated, each >= 2 (default: the checkpoint's beam size, or "
+                           "4 when it decodes greedily); each costs one decoding of the validation corpus")
+    tune.add_argument("--output", metavar="CKPT",
+                      help="write the checkpoint with its tuned decoding here (default: replace --checkpoint)")
+    tune.add_argument("--results", metavar="FILE",
+                      help="also record the tuning (the grid's scores, the choice, the test score) in this "
+                           "results.json, under 'length_penalty_tuning'")
+    tune.add_argument("--on-bad-line", choices=["error", "skip"], default="error",
+                      help="a malformed line: stop (error, the default) or leave it out (skip)")
+    tune.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default 64)")
+    tune.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    tune.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
 
 
 def _read_sentences(args):
@@ -117,12 +155,13 @@ def _load_model(args):
     device = resolve_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    model, src_tokenizer, tgt_tokenizer, config = model_from_checkpoint(state, device=device)
-    # The decoding the run chose (and measured its test score with), unless given.
+    model, src_tokenizer, tgt_tokenizer, _ = model_from_checkpoint(state, device=device)
+    # The decoding the run chose (tuned on validation, or its setting), unless given.
+    beam, length_penalty, _ = decoding_of(state)
     if args.beam is None:
-        args.beam = config.beam_size
+        args.beam = beam
     if args.length_penalty is None:
-        args.length_penalty = config.length_penalty
+        args.length_penalty = length_penalty
     return model, src_tokenizer, tgt_tokenizer, device
 
 
@@ -197,3 +236,76 @@ def run_evaluate(args):
                       "sentences": len(pairs), "beam": args.beam, "checkpoint": args.checkpoint,
                       "test": [f["path"] for f in files]}))
     return 0
+
+
+def _tuning_corpora(args):
+    """``(valid_spec, test_spec or None)`` from ``--data-dir`` or ``--valid``/``--test``."""
+    if args.data_dir is not None:
+        if args.valid is not None or args.test is not None:
+            raise UsageError("give --data-dir, or --valid [--test]; not both")
+        files = data_dir_files(args.data_dir)
+        return files["valid"], files["test"]
+    if args.valid is None:
+        raise UsageError("tune needs a validation corpus: --data-dir DIR or --valid CORPUS (never the test set)")
+    return args.valid, args.test
+
+
+def run_tune(args):
+    """``tune``: the checkpoint's length penalty (and beam size) chosen on validation, the test decoded once with it."""
+    for name in ("batch_size", "threads"):
+        positive("--" + name.replace("_", "-"), getattr(args, name))
+    valid_spec, test_spec = _tuning_corpora(args)
+    state = load_checkpoint_for_user("--checkpoint", args.checkpoint)
+    config_beam, _, _ = decoding_of(state)
+    try:
+        grid = parse_grid(args.length_penalties, "--length-penalties") if args.length_penalties is not None \
+            else (stored_config(state).length_penalty_grid or DEFAULT_LENGTH_PENALTIES)
+        beams = parse_grid(args.beams, "--beams", smallest=2, integer=True) if args.beams is not None \
+            else (config_beam if config_beam > 1 else 4,)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    valid_pairs, valid_files = read_corpus("--valid", valid_spec, args.on_bad_line)
+    test_pairs, test_files = read_corpus("--test", test_spec, args.on_bad_line) if test_spec else ([], [])
+    device = resolve_device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    model, src_tokenizer, tgt_tokenizer, _ = model_from_checkpoint(state, device=device)
+    started_cpu, started = time.process_time(), time.monotonic()
+
+    def log(message):
+        print(f"transformer: {message}", file=sys.stderr, flush=True)
+
+    tuning = tune_decoding(model, valid_pairs, src_tokenizer, tgt_tokenizer, grid, beams, args.batch_size, device,
+                           log=log)
+    tuning["valid"] = {"files": [f["path"] for f in valid_files], "sha256": [f["sha256"] for f in valid_files]}
+    written = store_decoding(args.checkpoint, tuning, args.output)
+    log(f"stored beam {tuning['beam_size']}, length penalty {tuning['length_penalty']:g} in {written}")
+    test = None
+    if test_pairs:
+        pace = tuning["seconds"] / (tuning["sentences"] * len(beams))  # seconds per validation sentence and beam
+        log(f"decoding the test set once ({len(test_pairs)} sentences, beam {tuning['beam_size']}, length penalty "
+            f"{tuning['length_penalty']:g}; about {pace * len(test_pairs):.0f} s at the validation's pace)")
+        scores = score_translations(model, src_tokenizer, tgt_tokenizer, test_pairs, tuning["beam_size"],
+                                    tuning["length_penalty"], device, decoders_for(device))
+        test = {k: v for k, v in scores.items() if k not in ("hypotheses", "tutorial_metric")}
+        test["files"] = [f["path"] for f in test_files]
+    report = {"checkpoint": written, **{k: v for k, v in tuning.items() if k != "valid"}, "valid": tuning["valid"],
+              "test": test, "wall_seconds": round(time.monotonic() - started, 1),
+              "process_cpu_seconds": round(time.process_time() - started_cpu, 1), "threads": torch.get_num_threads()}
+    if args.results is not None:
+        _record_in_results(args.results, report)
+    print(json.dumps(report))
+    return 0
+
+
+def _record_in_results(path, report):
+    """Add ``report`` to the results.json at ``path`` under ``length_penalty_tuning`` (the rest kept)."""
+    if not os.path.isfile(path):
+        raise UsageError(f"--results: no such file: {path}")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            results = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--results: {path} is not a readable results.json ({error})") from None
+    results["length_penalty_tuning"] = report
+    write_json(path, results, indent=1, ensure_ascii=False)

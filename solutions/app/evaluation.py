@@ -52,6 +52,17 @@ class CorpusBLEU:
         self.signature = str(metric.get_signature())
         return self.last.score
 
+    def lengths(self):
+        """``{"brevity_penalty", "length_ratio"}`` of the last score: whether the hypotheses run short.
+
+        The brevity penalty is BLEU's ``min(1, exp(1 - ref_len / sys_len))`` (1 = not short);
+        the length ratio is ``sys_len / ref_len`` in 13a tokens.
+        """
+        if self.last is None:
+            raise ValueError("no score yet: call the scorer first")
+        return {"brevity_penalty": round(self.last.bp, 4),
+                "length_ratio": round(self.last.sys_len / max(1, self.last.ref_len), 4)}
+
 
 def batch_loss(model, batch, smoothing, bf16=False):
     """The label-smoothed loss of ``model`` on ``batch`` with teacher forcing, summed over its target tokens.

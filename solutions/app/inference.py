@@ -34,7 +34,9 @@ many sentences at once: the beams of every sentence are one batch fed one token 
 through :class:`FusedIncrementalDecoder` (its rows reordered as the beams are), and one
 transfer per step brings every sentence's best candidates to the host (chapter 10's
 ``beam_search`` decodes one sentence, its beams a batch of at most ``beam_size`` rows,
-recomputing every prefix).
+recomputing every prefix). :func:`batch_beam_hypotheses` is its search, which does not
+depend on the length penalty, and :func:`best_hypothesis` the choice the penalty makes: one
+search serves a whole grid of penalties (:mod:`solutions.app.tuning`).
 
 :func:`decoders_for` picks them for :func:`~solutions.translation.translate` (``greedy=``,
 ``beam=``): the batched beam search everywhere, the shrinking greedy decoder on the CPU and
@@ -51,7 +53,8 @@ from ..masking import zero_fully_masked_rows
 from ..multihead import merge_heads, split_heads
 
 __all__ = ["StaticIncrementalDecoder", "CUDAGraphStep", "static_greedy_decode", "FusedIncrementalDecoder",
-           "shrinking_greedy_decode", "greedy_decoder_for", "batch_beam_search", "decoders_for"]
+           "shrinking_greedy_decode", "greedy_decoder_for", "batch_beam_hypotheses", "best_hypothesis",
+           "batch_beam_search", "decoders_for"]
 
 
 class StaticIncrementalDecoder(IncrementalDecoder):
@@ -301,21 +304,25 @@ def greedy_decoder_for(device):
     return static_greedy_decode if torch.device(device).type == "cuda" else shrinking_greedy_decode
 
 
-def batch_beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, length_penalty=0.6):
-    """:func:`~solutions.decoding.beam_search` for a batch of sentences: the same rules, one batch.
+def batch_beam_hypotheses(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2):
+    """Every finished hypothesis of :func:`batch_beam_search`, for each sentence of a batch, before α chooses one.
+
+    The search does not depend on the length penalty: the live prefixes are ranked by their
+    summed log probabilities, a hypothesis finishes when ``<eos>`` is among the first
+    ``beam_size`` extensions (or at the sentence's ``max_len``), and a sentence stops once
+    ``beam_size`` have finished. ``α`` only chooses among the finished ones
+    (:func:`best_hypothesis`), so one search serves every ``α`` of a grid
+    (:mod:`solutions.app.tuning`).
 
     Every sentence keeps its own beams, finished hypotheses and stopping rule, exactly as
     ``beam_search`` does for it alone: at every step its live prefixes (at most
     ``beam_size``) are extended by every token, the ``2 * beam_size`` best extensions
-    are examined in order, one ending in ``<eos>`` among the first ``beam_size`` finishes
-    (score ``log_prob / ((5 + len) / 6) ** length_penalty``), the others refill the beam;
-    it stops when ``beam_size`` hypotheses have finished, or after its ``max_len`` new
+    are examined in order, one ending in ``<eos>`` among the first ``beam_size`` finishes,
+    the others refill the beam; it stops when ``beam_size`` hypotheses have finished, or after its ``max_len`` new
     tokens. The live prefixes of all sentences run through the decoder as one batch, one
     token a step through a key/value cache (:class:`FusedIncrementalDecoder`, its rows
     reordered as the beams are), and one transfer per step brings every sentence's
-    candidates to the host. A sentence gets ``beam_search``'s translation (its source
-    padded to the batch's longest, and the cache's sums, can move the last bits of float
-    sums, as in batched greedy decoding).
+    candidates to the host.
 
     Args:
         model: a Transformer with ``encode``, ``decode`` and ``project`` (in eval mode).
@@ -323,14 +330,15 @@ def batch_beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id
         src_mask: bool, True = may attend, e.g. ``padding_mask(src)``.
         beam_size: prefixes kept per sentence.
         max_len: the most new tokens: one int, or one per sentence.
-        sos_id, eos_id, length_penalty: as for ``beam_search``.
+        sos_id, eos_id: as for ``beam_search``.
 
     Shape:
         src: ``(N, T_src)``; src_mask: broadcastable to ``(N, 1, 1, T_src)``.
 
     Returns:
-        ``list[list[int]]``: per sentence, its best hypothesis (``<sos>`` first, ``<eos>``
-        last unless it ran out of ``max_len``).
+        ``list[list[tuple[float, list[int]]]]``: per sentence, its finished hypotheses in the
+        order they finished, each ``(summed log probability, tokens)`` (``<sos>`` first,
+        ``<eos>`` last unless it ran out of ``max_len``).
     """
     if src.dim() != 2:
         raise ValueError(f"src must have shape (N, T_src), got {tuple(src.shape)}")
@@ -376,9 +384,7 @@ def batch_beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id
                     row, token = divmod(flat, vocab_size)
                     if token == eos_id:
                         if rank < beam_size:
-                            penalty = ((5 + step) / 6) ** length_penalty
-                            finished[owner].append((score / penalty,
-                                                    prefixes[starts[owner] + row].tolist() + [eos_id]))
+                            finished[owner].append((score, prefixes[starts[owner] + row].tolist() + [eos_id]))
                     elif len(rows) < beam_size:
                         rows.append(starts[owner] + row)
                         tokens.append(token)
@@ -401,10 +407,9 @@ def batch_beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id
             ending = {o for o in owners if limits[o] == step}
             if ending:
                 live = prefixes.tolist()
-                penalty_of = {o: ((5 + limits[o]) / 6) ** length_penalty for o in ending}
                 for row, owner in enumerate(owners):
                     if owner in ending:
-                        finished[owner].append((keep_scores[row] / penalty_of[owner], live[row]))
+                        finished[owner].append((keep_scores[row], live[row]))
                 stay = [row for row, owner in enumerate(owners) if owner not in ending]
                 if not stay:
                     break
@@ -412,7 +417,44 @@ def batch_beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id
                 prefixes, scores = prefixes.index_select(0, index), scores.index_select(0, index)
                 decoder.reorder(index)
                 owners = [owners[row] for row in stay]
-    return [max(hypotheses, key=lambda item: item[0])[1] for hypotheses in finished]
+    return finished
+
+
+def best_hypothesis(hypotheses, length_penalty):
+    """The tokens of the hypothesis with the best length-normalised score, as ``beam_search`` chooses.
+
+    The score of ``(log_prob, tokens)`` is ``log_prob / ((5 + n) / 6) ** length_penalty``,
+    ``n`` its new tokens (``<eos>`` included, ``<sos>`` not): Wu et al. (2016)'s penalty,
+    which ``beam_search`` applies. Of equal scores the first finished wins.
+
+    Args:
+        hypotheses: one sentence's :func:`batch_beam_hypotheses` (not empty).
+        length_penalty: ``α`` (0 = raw log probabilities, which favour short hypotheses).
+    """
+    return max(hypotheses, key=lambda item: item[0] / ((5 + len(item[1]) - 1) / 6) ** length_penalty)[1]
+
+
+def batch_beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, length_penalty=0.6):
+    """:func:`~solutions.decoding.beam_search` for a batch of sentences: the same rules, one batch.
+
+    :func:`batch_beam_hypotheses` searches, :func:`best_hypothesis` chooses with
+    ``length_penalty``. A sentence gets ``beam_search``'s translation (its source padded to
+    the batch's longest, and the cache's sums, can move the last bits of float sums, as in
+    batched greedy decoding).
+
+    Args:
+        model, src, src_mask, beam_size, max_len, sos_id, eos_id: as for :func:`batch_beam_hypotheses`.
+        length_penalty: ``α`` of the score ``log_prob / ((5 + len) / 6) ** α``.
+
+    Shape:
+        src: ``(N, T_src)``; src_mask: broadcastable to ``(N, 1, 1, T_src)``.
+
+    Returns:
+        ``list[list[int]]``: per sentence, its best hypothesis (``<sos>`` first, ``<eos>``
+        last unless it ran out of ``max_len``).
+    """
+    return [best_hypothesis(hypotheses, length_penalty)
+            for hypotheses in batch_beam_hypotheses(model, src, src_mask, beam_size, max_len, sos_id, eos_id)]
 
 
 def decoders_for(device):

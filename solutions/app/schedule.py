@@ -139,6 +139,8 @@ class RunPlan:
         planned_steps: the last step the budget allows (``None`` until planned); the
             ``"linear"`` schedule decays to it.
         final_sentences: sentences the end of the run decodes with the beam (time is kept for them).
+        tune_sentences: validation sentences the end of the run decodes with the beam to tune the length
+            penalty (:func:`~solutions.app.tuning.tune_decoding`; time is kept for them too).
         seconds: measured times, ``{"step", "eval", "beam_sentence"}`` (``None`` until measured).
         stop_reason: why :meth:`exhausted` said stop (``"planned steps done"``, ``"budget"``).
     """
@@ -147,7 +149,7 @@ class RunPlan:
         self.config, self.steps_per_epoch, self.budget = config, max(1, steps_per_epoch), budget
         self.log = log or (lambda message: None)
         self.planned_steps = None
-        self.final_sentences = 0
+        self.final_sentences = self.tune_sentences = 0
         self.seconds = {"step": None, "eval": None, "beam_sentence": None}
         self.stop_reason = None
         self._timed_after, self._recent = 0, collections.deque(maxlen=200)
@@ -190,8 +192,8 @@ class RunPlan:
         """Seconds kept for the end of the run: evaluating averaged weights, beam decoding, saving.
 
         Before anything is measured: a tenth of the budget. Afterwards: one evaluation
-        (two with averaging), the measured beam time of :attr:`final_sentences` sentences
-        and their greedy decoding (an evaluation per ``eval_sentences`` sentences: an
+        (two with averaging), the measured beam time of :attr:`final_sentences` and
+        :attr:`tune_sentences` sentences, the greedy decoding of the final ones (an evaluation per ``eval_sentences`` sentences: an
         over-estimate, the evaluation also computes the loss), 30 % margin and 20 seconds
         for saving files.
         """
@@ -201,7 +203,7 @@ class RunPlan:
         evaluations = 1 + (self.config.average_last > 1)
         greedy = evaluation * self.final_sentences / max(1, self.config.eval_sentences)
         # With a beam, the test set is decoded twice: with the beam, and greedily for the translations file.
-        decoding = beam * self.final_sentences + greedy if beam is not None else greedy
+        decoding = beam * (self.final_sentences + self.tune_sentences) + greedy if beam is not None else greedy
         return 1.3 * (evaluations * evaluation + decoding) + 20.0
 
     def replan(self, step):
@@ -257,6 +259,20 @@ class RunPlan:
         self.log(f"time budget: {format_duration(self.budget.left())} left, not enough for beam search over "
                  f"{self.final_sentences} sentences; the final translations are greedy")
         return 1
+
+    def can_tune(self):
+        """Whether the budget left holds the tuning's beam search over :attr:`tune_sentences` validation
+        sentences and then the test's over :attr:`final_sentences` (always, without a budget); logs when not."""
+        if self.budget is None or not self.tune_sentences:
+            return bool(self.tune_sentences)
+        per_sentence = self.seconds["beam_sentence"]
+        needed = None if per_sentence is None else 1.1 * per_sentence * (self.tune_sentences + self.final_sentences)
+        if needed is not None and self.budget.left() >= needed:
+            return True
+        self.log(f"time budget: {format_duration(self.budget.left())} left, not enough to tune the length penalty "
+                 f"on {self.tune_sentences} validation sentences; the test set is decoded with the fixed "
+                 f"length penalty {self.config.length_penalty:g}")
+        return False
 
     def state_dict(self):
         """What a checkpoint keeps of the plan: ``{"planned_steps", "budget_used"}``."""

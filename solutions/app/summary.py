@@ -1,8 +1,9 @@
 """The end of a training run: the final decoding, the results files and the typed run summary.
 
 :meth:`~solutions.app.trainer.Trainer.fit` trains, ends the training (:func:`finish_training`: the
-weights left unevaluated, the average of the last epochs, the best of them loaded), decodes
-the validation and test sets and writes ``history.json``, ``results.json`` (schema 1, the README's "Train on your
+weights left unevaluated, the average of the last epochs, the best of them loaded), tunes the
+beam's length penalty on validation (:meth:`~solutions.app.trainer.Trainer.tune_length_penalty`),
+decodes the validation and test sets and writes ``history.json``, ``results.json`` (schema 1, the README's "Train on your
 own corpus") and ``test_translations.jsonl`` (every test sentence's greedy and beam
 translation, :func:`write_translations`; results.json names it with its SHA-256) with
 :func:`end_of_run`, then returns a :class:`RunSummary`, which the CLI prints as one JSON line.
@@ -124,6 +125,7 @@ def score_translations(model, src_tokenizer, tgt_tokenizer, pairs, beam_size, le
     bleu = strict(hypotheses, references)
     tutorial = BLEU(lowercase=True, tokenize="13a", force=True)
     return {"bleu": round(bleu, 2), "signature": strict.signature, "beam_size": beam_size,
+            "length_penalty": length_penalty if beam_size > 1 else None, **strict.lengths(),
             "bleu_tutorial_metric": round(tutorial.corpus_score(hypotheses, [references]).score, 2),
             "tutorial_signature": str(tutorial.get_signature()), "tutorial_metric": TUTORIAL_METRIC,
             "exact_match": sum(h.split() == r.split() for h, r in zip(hypotheses, references)) / len(pairs),
@@ -131,12 +133,13 @@ def score_translations(model, src_tokenizer, tgt_tokenizer, pairs, beam_size, le
 
 
 def results_document(trainer, final, finish, test_pairs, wall_seconds, load, command="", preset=None,
-                     skipped_lines=None, translations=None):
+                     skipped_lines=None, translations=None, tuning=None):
     """The run's results.json (schema 1): settings, data, per-epoch curve, final scores, machine.
 
     ``final`` holds :func:`score_translations`' results under ``"valid"`` (greedy),
     ``"test"`` (the run's decoding) and ``"test_greedy"``; ``translations`` is what
-    :func:`write_translations` returned (or None: no test set).
+    :func:`write_translations` returned (or None: no test set); ``tuning`` is
+    :func:`tune_length_penalty`'s result (or None: the length penalty was not tuned).
     """
     config = trainer.config
     identity = trainer.data_identity or {}
@@ -177,8 +180,10 @@ def results_document(trainer, final, finish, test_pairs, wall_seconds, load, com
         "test_greedy": strip(final["test_greedy"]) if "test_greedy" in final else None,
         "translations": translations,
         "decoding": {"beam_size": final.get("test", final.get("valid", {})).get("beam_size", config.beam_size),
-                     "length_penalty": config.length_penalty, "batch_size": 64,
+                     "length_penalty": tuning["length_penalty"] if tuning is not None else config.length_penalty,
+                     "length_penalty_tuned": tuning is not None, "batch_size": 64,
                      "max_len": "source length + 50 tokens"},
+        "length_penalty_tuning": tuning,
         "wall_minutes": round(wall_seconds / 60, 2),
         "time_budget_minutes": round(config.time_budget / 60, 2) if config.time_budget else None,
         "machine": {"cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
@@ -242,10 +247,11 @@ def finish_training(trainer):
     return report
 
 
-def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipped_lines=None):
+def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipped_lines=None, tuning=None):
     """The end of a run after :meth:`~solutions.app.trainer.Trainer.finish`: the final decoding and the results files.
 
     The validation pairs are translated greedily and the test pairs with the run's decoding
+    (its beam and the length penalty ``tuning`` chose)
     (:meth:`~solutions.app.trainer.Trainer.final_beam_size`), and greedily too (decoded once
     when the run's decoding is greedy); the test pairs' loss and accuracy are measured.
     With an ``out_dir`` the trainer's folder gets ``history.json``, ``results.json`` and
@@ -257,11 +263,15 @@ def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipp
         test_pairs: the held-out ``(source, target)`` pairs (a list; may be empty).
         load: the run's :class:`LoadSampler` (stopped here).
         command, preset, skipped_lines: recorded in ``results.json``.
+        tuning: the length penalty chosen on validation
+            (:meth:`~solutions.app.trainer.Trainer.tune_length_penalty`), with which the test set is
+            decoded, or ``None``: the config's ``length_penalty``.
 
     Returns:
         The :class:`RunSummary`.
     """
     final = {}
+    length_penalty = tuning["length_penalty"] if tuning is not None else trainer.config.length_penalty
     # Validation with greedy decoding (as chosen during the run: quick); the test with the run's decoding.
     # The test set greedily too (the translations file keeps both): decoded once when the run's decoding is greedy.
     for name, pairs, beam_size in (("valid", trainer.valid_data.pairs, 1),
@@ -270,8 +280,7 @@ def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipp
             final[name] = final["test"]
         elif pairs:
             final[name] = score_translations(trainer.model, trainer.src_tokenizer, trainer.tgt_tokenizer, pairs,
-                                             beam_size, trainer.config.length_penalty, trainer.device,
-                                             trainer.translate_options)
+                                             beam_size, length_penalty, trainer.device, trainer.translate_options)
     test = {}
     if test_pairs:
         test = trainer.evaluate(test_pairs, max_sentences=0)  # loss and accuracy; BLEU with the final decoding
@@ -290,10 +299,10 @@ def end_of_run(trainer, finish, test_pairs, load, command="", preset=None, skipp
             translations_path = os.path.join(trainer.out_dir, TRANSLATIONS_FILE)
             translations = write_translations(translations_path, test_pairs, final["test_greedy"]["hypotheses"],
                                               final["test"]["hypotheses"], final["test"]["beam_size"],
-                                              trainer.config.length_penalty)
+                                              length_penalty)
         results = results_document(trainer, final, finish, test_pairs, trainer.wall_seconds(), load.stop(),
                                    command=command, preset=preset, skipped_lines=skipped_lines,
-                                   translations=translations)
+                                   translations=translations, tuning=tuning)
         results_path = os.path.join(trainer.out_dir, "results.json")
         write_json(results_path, results, indent=1, ensure_ascii=False)
         wall_minutes = results["wall_minutes"]

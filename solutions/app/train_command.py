@@ -14,13 +14,14 @@ import time
 
 from ..configuration import ConfigError
 from .checkpoint import EXPORT_FORMAT, stored_config
-from .config import PRESETS
+from .config import DEFAULT_LENGTH_PENALTIES, PRESETS
 from .corpus import split_pairs
 from .distributed import cleanup_distributed
 from .inference import decoders_for
 from .synthetic import make_synthetic_splits
 from .trainer import Trainer
-from .usage import UsageError, load_checkpoint_for_user, positive, read_corpus, warn
+from .tuning import parse_grid
+from .usage import UsageError, data_dir_files, load_checkpoint_for_user, positive, read_corpus, warn
 
 __all__ = ["add_parser", "run_train", "parse_duration"]
 
@@ -101,7 +102,13 @@ def add_parser(commands):
     schedule.add_argument("--average-last", type=int, metavar="N",
                           help="at the end, average the weights of the last N epochs (0 = off)")
     schedule.add_argument("--beam", type=int, metavar="K", help="beam size of the final validation and test")
-    schedule.add_argument("--length-penalty", type=float, metavar="ALPHA", help="beam search length penalty")
+    schedule.add_argument("--length-penalty", type=float, metavar="ALPHA",
+                          help="a fixed beam search length penalty (no tuning on validation)")
+    schedule.add_argument("--length-penalty-grid", metavar="LIST",
+                          help="with --beam > 1: at the end, decode the validation set once and choose the length "
+                               "penalty of this comma-separated grid with the best BLEU; the test set is decoded "
+                               "with it and best.pt keeps it for 'translate' (default "
+                               + ",".join(f"{a:g}" for a in DEFAULT_LENGTH_PENALTIES) + "; 'none' = no tuning)")
     model = train.add_argument_group(
         "model", "default: the preset's; stored in the checkpoint. On --resume they may be left out; given, they "
                  "must match the checkpoint (--dropout may change)")
@@ -153,7 +160,7 @@ def _load_data(args, state=None, skipped=None):
     if args.data_dir is not None:
         if args.data is not None or args.train is not None or args.valid is not None or args.test is not None:
             raise UsageError("give --data-dir, or --data, or --train [--valid] [--test]; not two of them")
-        files = _data_dir_files(args.data_dir)
+        files = data_dir_files(args.data_dir)
         args.train, args.valid, args.test = files["train"], files["valid"], files["test"]
     if args.data is not None and args.train is not None:
         raise UsageError("give --data (one corpus, split here) or --train [--valid] [--test], not both")
@@ -240,23 +247,6 @@ def parse_duration(text):
     return seconds
 
 
-def _data_dir_files(folder):
-    """``{"train", "valid", "test"}`` → the TSV file of each role in ``folder`` (see ``--data-dir``)."""
-    if not os.path.isdir(folder):
-        raise UsageError(f"--data-dir: no such folder: {folder}")
-    names = sorted(n for n in os.listdir(folder) if n.endswith(".tsv") and os.path.isfile(os.path.join(folder, n)))
-    roles = {"train": ("train",), "valid": ("val", "dev"), "test": ("test",)}
-    found = {}
-    for role, prefixes in roles.items():
-        matching = [n for n in names if n.lower().startswith(prefixes)]
-        if len(matching) != 1:
-            what = "no" if not matching else f"{len(matching)} ({', '.join(matching)})"
-            raise UsageError(f"--data-dir: {folder} has {what} .tsv file(s) whose name starts with "
-                             f"{' or '.join(repr(p) for p in prefixes)}; expected exactly one {role} file")
-        found[role] = os.path.join(folder, matching[0])
-    return found
-
-
 def _check_train_flags(args):
     for name in ("epochs", "max_steps", "batch_size", "num_train", "bpe_vocab_size", "threads", "progress_steps",
                  "warmup_steps", "beam"):
@@ -271,6 +261,19 @@ def _check_train_flags(args):
         raise UsageError(f"--length-penalty must be >= 0, got {args.length_penalty}")
     if args.progress_seconds is not None and args.progress_seconds < 0:
         raise UsageError(f"--progress-seconds must be >= 0, got {args.progress_seconds}")
+
+
+def _length_penalty_grid(args):
+    """``--length-penalty-grid`` as a tuple (``()`` for 'none'), or a usage error naming the flag."""
+    if args.length_penalty is not None:
+        raise UsageError("give --length-penalty (a fixed value) or --length-penalty-grid (tuned on validation), "
+                         "not both")
+    if args.length_penalty_grid.strip().lower() == "none":
+        return ()
+    try:
+        return parse_grid(args.length_penalty_grid, "--length-penalty-grid")
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _check_resume_model(args, stored):
@@ -334,6 +337,10 @@ def run_train(args):
             changes[name] = getattr(args, name)
     if args.beam is not None:
         changes["beam_size"] = args.beam
+    if args.length_penalty is not None:
+        changes["length_penalty_grid"] = ()  # a fixed α: nothing to tune
+    if args.length_penalty_grid is not None:
+        changes["length_penalty_grid"] = _length_penalty_grid(args)
     if budget is not None or no_budget:
         changes["time_budget"] = budget
     if args.epochs is not None and args.max_steps is None:

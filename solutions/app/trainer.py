@@ -19,6 +19,7 @@ Paper: section 5 (Training) and Table 3 (the base configuration).
 """
 import logging
 import math
+import os
 import random
 import time
 
@@ -28,7 +29,7 @@ import torch
 from ..model import count_parameters
 from ..tokens import PAD_ID
 from .batching import TranslationDataset, collate_batch, training_data
-from .checkpoint import Checkpointer, best_state, restore_trainer, resume_point, trainer_state
+from .checkpoint import Checkpointer, best_state, restore_trainer, resume_point, store_decoding, trainer_state
 from .config import TrainConfig
 from .device import resolve_device, training_device
 from .distributed import all_reduce_sum, setup_distributed, training_model
@@ -38,6 +39,7 @@ from .progress import TrainingProgress
 from .schedule import RunPlan, TimeBudget, paper_adam
 from .summary import LoadSampler, end_of_run, finish_training
 from .tokenizer import build_tokenizers
+from .tuning import tune_decoding
 
 __all__ = ["Trainer"]
 
@@ -277,6 +279,28 @@ class Trainer:
             self.save_best(self.checkpointer.path("best.pt"), model_state=model_state)
         return True
 
+    def tune_length_penalty(self):
+        """The end of a run's length penalty, chosen on validation (:func:`~solutions.app.tuning.tune_decoding`).
+
+        With ``config.beam_size > 1``, a ``config.length_penalty_grid``, validation pairs and the
+        time to decode them (:meth:`~solutions.app.schedule.RunPlan.can_tune`), the validation set
+        is decoded with the run's beam and every α of the grid scored on it; the choice is stored
+        in ``best.pt`` (``translate`` then uses it). The test set is not decoded here.
+
+        Returns:
+            The tuning's result, or ``None`` (not tuned: the config's ``length_penalty`` stands).
+        """
+        config = self.config
+        if config.beam_size == 1 or not config.length_penalty_grid or not len(self.valid_data.pairs) \
+                or not self.plan.can_tune():
+            return None
+        tuning = tune_decoding(self.model, self.valid_data.pairs, self.src_tokenizer, self.tgt_tokenizer,
+                               config.length_penalty_grid, (config.beam_size,), device=self.device, log=self.log)
+        best = self.checkpointer.path("best.pt")
+        if best is not None and os.path.isfile(best):
+            store_decoding(best, tuning)
+        return tuning
+
     def finish(self):
         """The end of training (:func:`~solutions.app.summary.finish_training`): the weights left
         unevaluated and the averaged ones evaluated, the best of them loaded. Returns its report."""
@@ -383,6 +407,8 @@ class Trainer:
             self.data_identity = data_identity
         if self.config.beam_size > 1:  # the end of the run decodes the test set with the beam: keep time for it
             self.plan.final_sentences = len(test_pairs)
+            if self.config.length_penalty_grid:  # and the validation set, to tune the length penalty
+                self.plan.tune_sentences = len(self.valid_data.pairs)
         if max_steps is not None:
             per_epoch = max(1, len(self.sampler))
             self.config = self.plan.config = self.config.replace(epochs=max(1, math.ceil(max_steps / per_epoch)))
@@ -394,8 +420,10 @@ class Trainer:
         if not self.context.is_main:
             load.stop()
             return None
-        return end_of_run(self, self.finish(), test_pairs, load, command=command, preset=preset,
-                          skipped_lines=skipped_lines)
+        finish = self.finish()
+        tuning = self.tune_length_penalty()  # on validation; the test set is decoded afterwards, once
+        return end_of_run(self, finish, test_pairs, load, command=command, preset=preset,
+                          skipped_lines=skipped_lines, tuning=tuning)
 
     def wall_seconds(self):
         """Seconds since the run began (since ``started`` when given: reading the data counts)."""

@@ -13,7 +13,8 @@ import zipfile
 from .checkpoint import CheckpointError, load_checkpoint
 from .corpus import file_sha256, read_parallel
 
-__all__ = ["UsageError", "Parser", "warn", "positive", "load_checkpoint_for_user", "corpus_files", "read_corpus"]
+__all__ = ["UsageError", "Parser", "warn", "positive", "load_checkpoint_for_user", "corpus_files", "read_corpus",
+           "data_dir_files"]
 
 
 class UsageError(Exception):
@@ -89,3 +90,20 @@ def read_corpus(option, spec, on_bad_line, skipped=None):
         warn(f"{option}: skipped {len(bad_lines)} bad line{'s' if len(bad_lines) > 1 else ''} "
              f"(kept {len(pairs)} pairs): {shown}{more}")
     return pairs, [{"path": os.path.abspath(path), "sha256": file_sha256(path)} for path in files]
+
+
+def data_dir_files(folder):
+    """``{"train", "valid", "test"}`` → the TSV file of each role in ``folder`` (see ``--data-dir``)."""
+    if not os.path.isdir(folder):
+        raise UsageError(f"--data-dir: no such folder: {folder}")
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".tsv") and os.path.isfile(os.path.join(folder, n)))
+    roles = {"train": ("train",), "valid": ("val", "dev"), "test": ("test",)}
+    found = {}
+    for role, prefixes in roles.items():
+        matching = [n for n in names if n.lower().startswith(prefixes)]
+        if len(matching) != 1:
+            what = "no" if not matching else f"{len(matching)} ({', '.join(matching)})"
+            raise UsageError(f"--data-dir: {folder} has {what} .tsv file(s) whose name starts with "
+                             f"{' or '.join(repr(p) for p in prefixes)}; expected exactly one {role} file")
+        found[role] = os.path.join(folder, matching[0])
+    return found
