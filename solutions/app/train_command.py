@@ -20,7 +20,7 @@ from .distributed import cleanup_distributed
 from .inference import decoders_for
 from .synthetic import make_synthetic_splits
 from .trainer import Trainer
-from .tuning import parse_grid
+from .tuning import parse_grid, tune_decoding
 from .usage import UsageError, data_dir_files, load_checkpoint_for_user, positive, read_corpus, warn
 
 __all__ = ["add_parser", "run_train", "parse_duration"]
@@ -365,12 +365,15 @@ def run_train(args):
     if other_data and not args.allow_other_data:
         raise UsageError(f"--resume: {args.resume} was trained on {_describe_data(state.get('data'))}, not on "
                          f"{_describe_data(identity)}; give the same data (or --allow-other-data)")
-    # The decoders: batched beam search; on CUDA, greedy decoding replayed from CUDA graphs.
+    # The decoders: batched beam search; on CUDA, greedy decoding replayed from CUDA graphs. The tuner
+    # chooses the beam's length penalty on validation at the end of the run.
     if state is not None:
         trainer = Trainer.from_checkpoint(args.resume, train_pairs, valid_pairs, out_dir=args.out, started=started,
-                                          other_data=other_data, decoders=decoders_for, **changes)
+                                          other_data=other_data, decoders=decoders_for, tuner=tune_decoding,
+                                          **changes)
     else:
-        trainer = Trainer(config, train_pairs, valid_pairs, out_dir=args.out, decoders=decoders_for, started=started)
+        trainer = Trainer(config, train_pairs, valid_pairs, out_dir=args.out, decoders=decoders_for, tuner=tune_decoding,
+                          started=started)
     # --max-steps alone: the new total number of steps, not capped by a stored (or preset) epoch count.
     summary = trainer.fit(test_pairs, max_steps=args.max_steps if args.epochs is None else None, data_identity=identity,
                           command="python -m solutions " + " ".join(shlex.quote(a) for a in getattr(args, "argv", [])

@@ -39,7 +39,6 @@ from .progress import TrainingProgress
 from .schedule import RunPlan, TimeBudget, paper_adam
 from .summary import LoadSampler, end_of_run, finish_training
 from .tokenizer import build_tokenizers
-from .tuning import tune_decoding
 
 __all__ = ["Trainer"]
 
@@ -61,6 +60,12 @@ class Trainer:
             every :func:`~solutions.translation.translate` call (its ``greedy=`` and ``beam=``
             decoders), e.g. :func:`solutions.app.inference.decoders_for`; ``None`` =
             ``translate``'s own decoders.
+        tuner: a function choosing the beam's length penalty on validation, called as
+            :func:`solutions.app.tuning.tune_decoding` is (what ``train`` passes); ``None`` =
+            not tuned (the config's ``length_penalty`` stands). Passed in, not imported, for
+            the reason ``decoders`` is: the batched beam search it runs is chapter 10's answer
+            written again, so chapter 9's and 10's student packages, which ship this module,
+            must not ship it.
         clock, started: the clock of the time budget and of the run's wall time (default
             ``time.monotonic``), and its reading when the run began (default: now), so that
             what the caller did before (reading the data) counts.
@@ -87,7 +92,7 @@ class Trainer:
     """
 
     def __init__(self, config, train_pairs, valid_pairs=(), src_tokenizer=None, tgt_tokenizer=None,
-                 out_dir=None, distributed=None, decoders=None, clock=None, started=None):
+                 out_dir=None, distributed=None, decoders=None, tuner=None, clock=None, started=None):
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
         if not train_pairs:
@@ -100,6 +105,7 @@ class Trainer:
         # The budget starts before the tokenizers are trained: they are part of the run.
         budget = TimeBudget(config.time_budget, clock, started) if config.time_budget else None
         self.translate_options = decoders(self.device) if decoders is not None else {}  # of every translate() call
+        self.tuner = tuner
         self.stop_reason = None
         self.clock, self._clock_start = clock, clock() if started is None else started
         self.record = RunHistory(config.log_every)
@@ -280,10 +286,11 @@ class Trainer:
         return True
 
     def tune_length_penalty(self):
-        """The end of a run's length penalty, chosen on validation (:func:`~solutions.app.tuning.tune_decoding`).
+        """The end of a run's length penalty, chosen on validation by the trainer's ``tuner``
+        (:func:`~solutions.app.tuning.tune_decoding`).
 
-        With ``config.beam_size > 1``, a ``config.length_penalty_grid``, validation pairs and the
-        time to decode them (:meth:`~solutions.app.schedule.RunPlan.can_tune`), the validation set
+        With a ``tuner``, ``config.beam_size > 1``, a ``config.length_penalty_grid``, validation
+        pairs and the time to decode them (:meth:`~solutions.app.schedule.RunPlan.can_tune`), the validation set
         is decoded with the run's beam and every α of the grid scored on it; the choice is stored
         in ``best.pt`` (``translate`` then uses it). The test set is not decoded here.
 
@@ -291,11 +298,11 @@ class Trainer:
             The tuning's result, or ``None`` (not tuned: the config's ``length_penalty`` stands).
         """
         config = self.config
-        if config.beam_size == 1 or not config.length_penalty_grid or not len(self.valid_data.pairs) \
-                or not self.plan.can_tune():
+        if (self.tuner is None or config.beam_size == 1 or not config.length_penalty_grid
+                or not len(self.valid_data.pairs) or not self.plan.can_tune()):
             return None
-        tuning = tune_decoding(self.model, self.valid_data.pairs, self.src_tokenizer, self.tgt_tokenizer,
-                               config.length_penalty_grid, (config.beam_size,), device=self.device, log=self.log)
+        tuning = self.tuner(self.model, self.valid_data.pairs, self.src_tokenizer, self.tgt_tokenizer,
+                            config.length_penalty_grid, (config.beam_size,), device=self.device, log=self.log)
         best = self.checkpointer.path("best.pt")
         if best is not None and os.path.isfile(best):
             store_decoding(best, tuning)
@@ -331,20 +338,20 @@ class Trainer:
 
     @classmethod
     def from_checkpoint(cls, path, train_pairs, valid_pairs=(), out_dir=None, distributed=None, decoders=None,
-                        started=None, other_data=False, **changes):
+                        tuner=None, started=None, other_data=False, **changes):
         """A trainer that continues the run saved at ``path``: same config, same vocabularies.
 
         Args:
             path: the checkpoint.
             train_pairs, valid_pairs: the data (the same as the saved run's for an exact resume).
-            out_dir, distributed, decoders, started: as for the constructor.
+            out_dir, distributed, decoders, tuner, started: as for the constructor.
             other_data: the data are not the saved run's (``--allow-other-data``): the stored
                 best validation BLEU is forgotten (BLEU on another validation set is not comparable).
             changes: config fields to change (:func:`~solutions.app.checkpoint.resume_point`).
         """
         state, config, src_tokenizer, tgt_tokenizer = resume_point(path, **changes)
         trainer = cls(config, train_pairs, valid_pairs, src_tokenizer=src_tokenizer, tgt_tokenizer=tgt_tokenizer,
-                      out_dir=out_dir, distributed=distributed, decoders=decoders, started=started)
+                      out_dir=out_dir, distributed=distributed, decoders=decoders, tuner=tuner, started=started)
         trainer.load_state_dict(state)
         if other_data:
             trainer.checkpointer.best_bleu = None
@@ -407,7 +414,7 @@ class Trainer:
             self.data_identity = data_identity
         if self.config.beam_size > 1:  # the end of the run decodes the test set with the beam: keep time for it
             self.plan.final_sentences = len(test_pairs)
-            if self.config.length_penalty_grid:  # and the validation set, to tune the length penalty
+            if self.tuner is not None and self.config.length_penalty_grid:  # and validation, to tune its α
                 self.plan.tune_sentences = len(self.valid_data.pairs)
         if max_steps is not None:
             per_epoch = max(1, len(self.sampler))

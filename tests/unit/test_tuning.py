@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from solutions.app import decode_commands, summary, trainer
+from solutions.app import decode_commands, summary, train_command
 from solutions.app.checkpoint import (DECODING_KEY, decoding_of, export_checkpoint, load_checkpoint,
                                      model_from_checkpoint)
 from solutions.app.cli import main
@@ -50,7 +50,7 @@ def tuned_run(tmp_path_factory):
     calls = []
     threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _recording(monkeypatch, trainer, "tune_decoding", calls, "tune")
+        _recording(monkeypatch, train_command, "tune_decoding", calls, "tune")
         _recording(monkeypatch, summary, "score_translations", calls, "score")
         status = main(["train", "--preset", "tiny", "--data-dir", str(folder), "--max-steps", "120", "--batch-size",
                        "8", "--schedule", "linear", "--lr-peak", "5e-3", "--warmup-steps", "10", "--threads", "1",
