@@ -67,8 +67,9 @@ def test_a_module_the_student_side_starts_to_import_ships_and_one_it_drops_is_wi
     cli = package / "student" / "cli.py"
     text = cli.read_text(encoding="utf-8")
     # the student CLI imports the new helper (beside .notebook) and stops importing ``text``
-    assert "\nfrom ..text import check_report\n" in text and "\nfrom .notebook import" in text
-    text = text.replace("\nfrom ..text import check_report\n", "\n")
+    text_import = "\nfrom ..text import check_report, wrong_chapter_notice\n"
+    assert text_import in text and "\nfrom .notebook import" in text
+    text = text.replace(text_import, "\n")
     text = text.replace("\nfrom .notebook import", "\nfrom .progress import __doc__ as _progress  # noqa: F401\n"
                                                   "from .notebook import", 1)
     cli.write_text(text, encoding="utf-8")
