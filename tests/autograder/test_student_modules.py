@@ -14,8 +14,9 @@ from autograder.student.package import (AUTOGRADER_DIR, RELEASE_ONLY, STUDENT_RO
                                         shipped_modules)
 
 #: The grader's own modules: none of them may reach a student.
-GRADER_SIDE = ("grading.py", "sandbox.py", "batch.py", "isolation.py", "confine.py", "journal.py", "release.py",
-               "book.py", "fingerprint.py", "student/package.py", "student/hints.py", "student/plain.py")
+GRADER_SIDE = ("grading.py", "run_settings.py", "cells.py", "reference_results.py", "jobs.py", "tamper.py", "stubs.py",
+               "verdicts.py", "reference_regrade.py", "sandbox.py", "batch.py", "isolation.py", "confine.py", "journal.py",
+               "release.py", "book.py", "fingerprint.py", "student/package.py", "student/hints.py", "student/plain.py")
 
 
 @pytest.mark.parametrize("chapter", ["01_rnn_limitations", "08_transformer"])
