@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .checks import load_all
-from .checks.base import Exercise, Report
+from .checks.exercise import Exercise
+from .checks.scoring import Report
 from .reference_results import ReferenceResults
 from .scores import ExerciseScore, PartScore, Status
 from .untrusted import NotebookError, one_line, read_notebook

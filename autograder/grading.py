@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .cells import GradedCell, match_submission, read_source, wrong_chapter
 from .checks import exercises_of
-from .checks.base import get_exercise
+from .checks.exercise import get_exercise
 from .jobs import Budget, write_job
 from .library import build_library, reference_library, shared_library
 from .reference_regrade import across_the_wall, regrade, regrades

@@ -12,7 +12,8 @@ import ast
 from pathlib import Path
 
 from .cells import GradedCell
-from .checks.base import charged_once, dependency_note, dependency_unchanged_note, get_exercise
+from .checks.dependencies import charged_once, dependency_note, dependency_unchanged_note
+from .checks.exercise import get_exercise
 from .jobs import Budget, write_job
 from .limits import Limits
 from .reference_calls import ReferenceCalls

@@ -12,7 +12,9 @@ import os
 import threading
 from collections import OrderedDict
 
-from .checks.base import Exercise, Result, draw_cases, make_rng
+from .checks.cases import Result
+from .checks.draws import draw_cases, make_rng
+from .checks.exercise import Exercise
 
 __all__ = ["ReferenceResults", "reference_results"]
 

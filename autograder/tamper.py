@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 
 from .cells import GradedCell
-from .checks.base import Result, own_code_message
+from .checks.cases import Result
+from .checks.exercise import own_code_message
 from .sandbox import RunOutcome
 from .wire import WireError, check_encoded, load_body
 

@@ -13,7 +13,8 @@ import ast
 import signal
 
 from .cells import GradedCell
-from .checks.base import Result, evaluate
+from .checks.cases import Result
+from .checks.scoring import evaluate
 from .limits import Limits
 from .sandbox import RunOutcome
 from .scores import Status
