@@ -46,11 +46,12 @@ from tqdm import tqdm
 
 from .book import BOOK, source_notebook
 from .extensions import parse_duedate
-from .grading import RunSettings, grade_submission
+from .grading import grade_submission
 from .fingerprint import grader_fingerprint
 from .files import write_atomic
 from .journal import (Graded, JournalError, journal_seed, read_journal, read_journal_entry, submission_seed,
                       submission_status, write_journal)
+from .run_settings import RunSettings
 from .submissions import Submission, file_sha256, find_submissions
 from .results import RESULTS_FILE, ClassResults, SubmissionGrade, begin_run, end_run
 from .scores import ExerciseScore, NotebookScores, Status, SubmissionStatus

@@ -46,10 +46,10 @@ from .batch import BatchReport, GradebookTarget, grade_class
 from .book import source_notebook
 from .extensions import parse_duedate
 from .feedback import STATUS_WORDS
-from .grading import RunSettings
 from .journal import Graded
 from .outputs import execute_for_display
 from .release import student_version
+from .run_settings import RunSettings
 from .scores import ExerciseScore, Status
 from .text import score_text
 from .untrusted import MAX_NOTEBOOK_BYTES, NotebookError, read_untrusted

@@ -66,9 +66,10 @@ import nbformat
 from .batch import failed_scores
 from .book import BOOK, source_notebook
 from .checks import exercises_of
-from .grading import RunSettings, grade_submission
+from .grading import grade_submission
 from .isolation import choose_isolation, set_isolation
 from .journal import submission_seed
+from .run_settings import RunSettings
 from .scores import ExerciseScore, NotebookScores, PartScore, Status
 from .submissions import file_sha256
 from .text import safe_text, score_text, wrong_chapter_notice

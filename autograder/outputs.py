@@ -29,9 +29,9 @@ import nbformat
 from nbformat.v4 import new_output
 
 from .checks import exercises_of
-from .grading import RunSettings
 from .library import AUTOGRADER_DIR, build_library
 from .limits import limits_for
+from .run_settings import RunSettings
 from .sandbox import run_job
 from .text import safe_text
 

@@ -45,9 +45,9 @@ from .batch import BatchReport, grade_class
 from .book import BOOK
 from .files import write_atomic
 from .fingerprint import ROOT, grader_fingerprint
-from .grading import RunSettings
 from .journal import seed_digest
 from .results import begin_run, end_run
+from .run_settings import RunSettings
 from .submissions import find_submissions
 
 __all__ = [

@@ -16,7 +16,32 @@ import torch
 from .decoding import beam_search, greedy_decode
 from .masking import padding_mask
 
-__all__ = ["translate"]
+__all__ = ["translate", "length_sorted_batches"]
+
+
+def length_sorted_batches(encoded, batch_size, device=None):
+    """Sentences in batches of similar length: sorted by length, ``batch_size`` at a time.
+
+    Decoding a batch costs as much as its longest sentence, so sorting first wastes
+    little on padding. The caller puts each result back at its sentence's index, which
+    restores the original order.
+
+    Args:
+        encoded: one list of token ids per sentence (none empty).
+        batch_size: sentences per batch.
+        device: where the batch goes (``None``: the CPU).
+
+    Yields:
+        ``(indices, src)``: the batch's sentences as indices into ``encoded``, shortest
+        first, and their ids right-padded with ``<pad>`` = 0, shape ``(B, T_src)``.
+    """
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        src = torch.zeros(len(chunk), max(len(encoded[i]) for i in chunk), dtype=torch.long)  # (B, T_src), <pad> = 0
+        for row, i in enumerate(chunk):
+            src[row, :len(encoded[i])] = torch.tensor(encoded[i])
+        yield chunk, src if device is None else src.to(device)
 
 
 def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_len=None,
@@ -64,15 +89,9 @@ def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_l
         else {}
     greedy = greedy_decode if greedy is None else greedy
     encoded = [src_tokenizer.encode(s) or [3] for s in sentences]
-    order = sorted(range(len(sentences)), key=lambda i: len(encoded[i]))
     chunk_size = batch_size if beam_size == 1 or beam is not None else 1
-    for start in range(0, len(order), chunk_size):
-        chunk = order[start:start + chunk_size]
-        longest = max(len(encoded[i]) for i in chunk)
-        src = torch.zeros(len(chunk), longest, dtype=torch.long)  # (B, T_src), <pad> = 0
-        for row, i in enumerate(chunk):
-            src[row, :len(encoded[i])] = torch.tensor(encoded[i])
-        src = src.to(device)
+    for chunk, src in length_sorted_batches(encoded, chunk_size, device):  # src: (B, T_src)
+        longest = src.size(1)
         src_mask = padding_mask(src)  # (B, 1, 1, T_src)
         steps = min(max_len if max_len is not None else longest + 50, limit)
         if beam_size == 1:

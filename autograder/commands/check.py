@@ -87,7 +87,7 @@ def selftest(jobs: int = 1, timeout: float = 120.0, chapters: list[str] | None =
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
     from ..batch import grade_class
     from ..scores import Status
-    from ..grading import RunSettings
+    from ..run_settings import RunSettings
     from ..book import BOOK, chapter_ids, source_notebook
     from ..release import release
 

@@ -76,7 +76,7 @@ def run_settings(args: argparse.Namespace, sandbox: bool):
     secret seed (``--seed-file``, ``AUTOGRADER_SEED``: :func:`autograder.cli.main` reads it; ``check``'s
     visible cases take none)."""
     # this command's modules, loaded when it runs: the CLI starts light (module docstring)
-    from ..grading import RunSettings
+    from ..run_settings import RunSettings
 
     return RunSettings(timeout=args.timeout, budget=args.budget, memory=args.memory, disk=args.disk,
                        processes=args.processes, sandbox=sandbox,

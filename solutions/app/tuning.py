@@ -18,13 +18,11 @@ it for a checkpoint; both store the result in the checkpoint
 Reference: Wu et al. (2016), "Google's Neural Machine Translation System", section 7
 (the penalty, and α tuned on a development set).
 """
-import math
 import time
-
-import torch
 
 from ..masking import padding_mask
 from ..tokens import UNK_ID
+from ..translation import length_sorted_batches
 from .config import DEFAULT_LENGTH_PENALTIES, check_grid
 from .evaluation import CorpusBLEU
 from .inference import batch_beam_hypotheses, best_hypothesis
@@ -52,7 +50,8 @@ def parse_grid(text, option, smallest=0, integer=False):
 def beam_hypotheses(model, sentences, src_tokenizer, beam_size, batch_size=64, device=None, progress=None):
     """Every sentence's finished beam-search hypotheses, batched as :func:`~solutions.translation.translate` batches.
 
-    The sentences are encoded, sorted by length and decoded ``batch_size`` at a time with
+    The sentences are encoded and decoded in batches of similar length
+    (:func:`~solutions.translation.length_sorted_batches`, as ``translate`` batches them) with
     :func:`~solutions.app.inference.batch_beam_hypotheses`, each with at most its length + 50
     new tokens (capped by the positional table), as ``translate`` does: choosing with
     :func:`~solutions.app.inference.best_hypothesis` gives ``translate``'s translation for that α.
@@ -73,19 +72,15 @@ def beam_hypotheses(model, sentences, src_tokenizer, beam_size, batch_size=64, d
     device = device or next(model.parameters()).device
     limit = model.positional.pe.size(0) - 1
     encoded = [src_tokenizer.encode(s) or [UNK_ID] for s in sentences]
-    order = sorted(range(len(sentences)), key=lambda i: len(encoded[i]))
     found = [None] * len(sentences)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
-        src = torch.zeros(len(chunk), max(len(encoded[i]) for i in chunk), dtype=torch.long)  # (B, T_src)
-        for row, i in enumerate(chunk):
-            src[row, :len(encoded[i])] = torch.tensor(encoded[i])
-        src = src.to(device)
+    done = 0
+    for chunk, src in length_sorted_batches(encoded, batch_size, device):  # src: (B, T_src)
         limits = [min(len(encoded[i]) + 50, limit) for i in chunk]
         for i, hypotheses in zip(chunk, batch_beam_hypotheses(model, src, padding_mask(src), beam_size, limits)):
             found[i] = hypotheses
+        done += len(chunk)
         if progress is not None:
-            progress(min(start + batch_size, len(order)), len(order))
+            progress(done, len(sentences))
     return found
 
 

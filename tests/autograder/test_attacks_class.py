@@ -33,9 +33,11 @@ import pytest
 
 import fixtures
 from walls import cannot_start
-from autograder import batch, feedback, grading, gradebook, report, submissions, untrusted
+from autograder import batch, feedback, grading, gradebook, reference_regrade, report, submissions, untrusted, verdicts
 from autograder.bench import make_source_notebook
+from autograder.cells import GradedCell
 from autograder.scores import ExerciseScore, NotebookScores, Status
+from autograder.tamper import Withheld
 from autograder.text import FORMULA_STARTS, csv_cell, csv_text, csv_uncell
 
 pytestmark = pytest.mark.slow  # its module fixture grades the attacked class in the sandbox (26-30 s)
@@ -122,10 +124,10 @@ def test_a_real_timestamp_parses():
 # --------------------------------------------------------------------------- 4. bounded reads and parses
 
 
-def _withheld_name_error(name: str, source: str) -> grading._Graded:
-    g = grading._Graded(name, "test_" + name, 1.0, {})
+def _withheld_name_error(name: str, source: str) -> GradedCell:
+    g = GradedCell(name, "test_" + name, 1.0, {})
     g.source = source
-    grading._judge(g, {"type": "NameError", "message": grading._Withheld("name 'x' is not defined")}, [])
+    verdicts._judge(g, {"type": "NameError", "message": Withheld("name 'x' is not defined")}, [])
     return g
 
 
@@ -138,8 +140,8 @@ def test_a_4_mb_cell_that_fails_with_name_error_is_not_parsed_here(monkeypatch):
     tracemalloc.start()
     try:
         g = _withheld_name_error("softmax", big)
-        syntax = grading._syntax_error(big)
-        names = grading._names_in(big)
+        syntax = verdicts._syntax_error(big)
+        names = reference_regrade._names_in(big)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import autograder.grading
+import autograder.jobs
 from autograder import isolation
 from autograder.bench import make_book, make_source_notebook, make_submission
 from autograder.cli import build_parser, main
@@ -102,13 +102,13 @@ def test_grade_rejects_bad_input_with_exit_status_2(tmp_path, book, capsys):
 def _record_limits(monkeypatch) -> list[Limits]:
     """Every sandbox run's :class:`~autograder.sandbox.Limits`, recorded as the run starts (it still runs)."""
     seen: list[Limits] = []
-    real_run_job = autograder.grading.run_job
+    real_run_job = autograder.jobs.run_job
 
     def recording_run_job(job_dir, lib_dir, limits=None, **kwargs):
         seen.append(limits)
         return real_run_job(job_dir, lib_dir, limits, **kwargs)
 
-    monkeypatch.setattr(autograder.grading, "run_job", recording_run_job)
+    monkeypatch.setattr(autograder.jobs, "run_job", recording_run_job)
     return seen
 
 

@@ -673,9 +673,9 @@ def test_cases_are_out_of_reach_before_and_outside_their_check(graded, attack):
 def test_the_case_search_finds_case_files_where_there_are_some(tmp_path, needs_sandbox, monkeypatch):
     """The control of the test above: with the cases in the job folder, as they once
     were, the same search finds them and the searching cell loses its points."""
-    from autograder import grading, wire
+    from autograder import grading, reference_regrade, wire
 
-    write_job = grading._write_job
+    write_job = grading.write_job
 
     def job_with_case_files(job_dir, setup, pending, context=()):
         write_job(job_dir, setup, pending, context)
@@ -685,7 +685,8 @@ def test_the_case_search_finds_case_files_where_there_are_some(tmp_path, needs_s
                                arrays)
         return None  # no cases pipe: the runner reads the files
 
-    monkeypatch.setattr(grading, "_write_job", job_with_case_files)
+    monkeypatch.setattr(grading, "write_job", job_with_case_files)
+    monkeypatch.setattr(reference_regrade, "write_job", job_with_case_files)
     chapter, target, source = _attacks({}, [])["search_for_cases_before_their_check"]
     nb, src_path = _notebooks(tmp_path / "source")[chapter]
     sub = fixtures.write_notebook(fixtures.submission_with(nb, **{target: source}), tmp_path / "s.ipynb")

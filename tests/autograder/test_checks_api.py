@@ -5,6 +5,9 @@ import torch
 
 import solutions
 from autograder.checks import base, load_all
+from autograder.checks.compare import redacted
+from autograder.checks.dependencies import names_used
+from autograder.checks.exercise import run_in_process
 from autograder.checks.base import Case, CheckFailure, Exercise, Tensor
 
 # One intra-op thread (conftest's fixture; importing check_helpers does not activate its own):
@@ -230,7 +233,7 @@ def test_every_case_runs_after_a_failure():
 
 def test_points_scale_to_the_notebook():
     cases = _Parted().cases(np.random.default_rng(0), True)
-    results = [base._run_in_process(_stable_last_axis, c, "function") for c in cases]
+    results = [run_in_process(_stable_last_axis, c, "function") for c in cases]
     report = base.evaluate(_Parted(), results, cases, points=8)
     assert report.max_score == 8 and report.score == 6
 
@@ -355,8 +358,8 @@ def test_names_used_sees_methods_and_nested_code():
         def forward(self, x):
             return [split_heads(t) for t in x]  # noqa: F821 - a name, never called
 
-    assert "split_heads" in base.names_used(Layer)
-    assert "softmax" in base.names_used(lambda x: softmax(x))  # noqa: F821
+    assert "split_heads" in names_used(Layer)
+    assert "softmax" in names_used(lambda x: softmax(x))  # noqa: F821
 
 
 # --------------------------------------------------------------------------- hidden cases: one redaction rule
@@ -406,7 +409,7 @@ def test_hidden_case_messages_quote_no_value(wrong_field):
         right[wrong_field] = _leaky_answer(w)[wrong_field]
         return right
 
-    results = [base._run_in_process(answer, c, "function") for c in cases]
+    results = [run_in_process(answer, c, "function") for c in cases]
     hidden = base.evaluate(ex, results[1:], cases[1:], hidden=True)
     message = hidden.parts[0].message
     assert not hidden.passed and word not in message and "LEAK" not in message, message
@@ -422,12 +425,10 @@ def test_hidden_case_messages_quote_no_value(wrong_field):
     fixed = base.evaluate(ex, results[:1], cases[:1], hidden=True).parts[0].message
     assert "the fixed word 'abc'" in fixed and "LEAK" not in fixed and "abc>" not in fixed
     assert not base.redacting()  # the rule holds only while a hidden set is judged
-    token = base._REDACT.set(True)
-    try:
+    with redacted(True):
         assert [base.shown(v) for v in ("LEAK", 3, np.ones((2, 1)), {"k": 1})] == [
             "a string", "a number", "an array of shape (2, 1)", "a dict"]
-    finally:
-        base._REDACT.reset(token)
+    assert not base.redacting()
 
 
 def test_public_labels_are_the_fixed_ones():
@@ -465,7 +466,7 @@ def test_every_function_exercise_redacts_its_hidden_messages(name):
     def echo(*args, **kwargs):
         return args[0] if args else None
 
-    results = [base._run_in_process(echo, c, ex.kind) for c in cases]
+    results = [run_in_process(echo, c, ex.kind) for c in cases]
     report = base.evaluate(ex, results, cases, hidden=True)
     text = report.render(name)
     known = set()  # the visible check's strings and the fixed labels and parts: the student has them

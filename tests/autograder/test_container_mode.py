@@ -151,15 +151,16 @@ def test_limits_hold(cprobe):
 
 
 def test_cases_arrive_through_the_pipe(tmp_path, container):
-    from autograder import grading
+    from autograder import tamper
+    from autograder.checks.base import Result
 
     source = PATHS + "import os\nprint(sorted(os.listdir(JOB)))\ndef probe(x):\n    return 2 * x\n"
     outcome, _ = run_piped_job(tmp_path, source)
     assert [(kind, gid) for kind, gid, _, _ in outcome.frames] == [("start", "probe"), ("cases", "probe"),
                                                                   ("result", "probe")]
     assert "['job.json', 'out']" in outcome.stdout
-    report, arrays = grading._load_frame(*outcome.frames[2][2:])
-    assert grading.Result.from_encoded(report["cases"][0]["result"], arrays).value.tolist() == [2.0, 4.0]
+    report, arrays = tamper.load_frame(*outcome.frames[2][2:])
+    assert Result.from_encoded(report["cases"][0]["result"], arrays).value.tolist() == [2.0, 4.0]
 
 
 # The tests of the two suites written for bubblewrap's mounts (/job, /lib-grading, a

@@ -9,8 +9,10 @@ import pytest
 
 import fixtures
 from walls import cannot_start
-from autograder import grading, library, reference_calls, sandbox
+from autograder import jobs, library, reference_calls, sandbox, stubs, verdicts
+from autograder.cells import GradedCell
 from autograder.grading import RunSettings, grade_submission
+from autograder.reference_results import reference_results
 from autograder.scores import ExerciseScore, NotebookScores, PartScore, Status
 
 CH04 = ["softmax", "scaled_dot_product_attention", "self_attention"]
@@ -54,7 +56,7 @@ def wrong_graded(ch04_source, submissions, needs_sandbox):
         start_worker(self, fds)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(grading._Budget, "clock", staticmethod(lambda: now[0]))
+        patch.setattr(jobs.Budget, "clock", staticmethod(lambda: now[0]))
         patch.setattr(reference_calls.ReferenceCalls, "_run_worker", slow_start)
         scores = grade_submission(ch04_source, submissions["wrong"], seed=11).scores
     return scores, now[0]
@@ -169,8 +171,8 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
         jobs.append((path, fixtures.write_notebook(blank, tmp_path / path.stem / "blank.ipynb"), "blank"))
 
     runs, starts = [], []
-    real_run, real_start = grading.run_job, reference_calls.ReferenceCalls._run_worker
-    monkeypatch.setattr(grading, "run_job", lambda *a, **k: runs.append(1) or real_run(*a, **k))
+    real_run, real_start = jobs.run_job, reference_calls.ReferenceCalls._run_worker
+    monkeypatch.setattr(jobs, "run_job", lambda *a, **k: runs.append(1) or real_run(*a, **k))
     monkeypatch.setattr(reference_calls.ReferenceCalls, "_run_worker",
                         lambda self, fds: starts.append(1) or real_start(self, fds))
 
@@ -210,31 +212,29 @@ def _outcome(frames=(), **kw):
 
 
 def _pending(*names):
-    from autograder.grading import _Graded
-
-    return [_Graded(n, "test_" + n, 1.0, {}) for n in names]
+    return [GradedCell(n, "test_" + n, 1.0, {}) for n in names]
 
 
 def test_frames_are_attributed_to_the_running_cell():
-    from autograder.grading import _attribute
+    from autograder.tamper import attribute
 
     a, b, c = _pending("a", "b", "c")
     frames = [("start", "a", b"", b""), ("result", "a", b"A", b""),
               ("start", "b", b"", b""), ("result", "a", b"forged", b""), ("result", "c", b"forged", b""),
               ("result", "b", b"B", b""), ("start", "c", b"", b""), ("result", "c", b"C", b"")]
-    accepted, blamed = _attribute([a, b, c], _outcome(frames))
+    accepted, blamed = attribute([a, b, c], _outcome(frames))
     assert {i: body for i, (body, _, _) in accepted.items()} == {0: b"A", 1: b"B", 2: b"C"}
     assert {i: at for i, (_, _, at) in accepted.items()} == {0: 1, 1: 5, 2: 7}
     assert list(blamed) == [1] and "'a'" in blamed[1]
 
 
 def test_a_second_result_for_the_running_cell_is_blamed_on_it():
-    from autograder.grading import _attribute
+    from autograder.tamper import attribute
 
     cells = _pending("a", "b")
     frames = [("start", "a", b"", b""), ("result", "a", b"forged", b""), ("result", "a", b"A", b""),
               ("start", "b", b"", b""), ("result", "b", b"B", b"")]
-    accepted, blamed = _attribute(cells, _outcome(frames))
+    accepted, blamed = attribute(cells, _outcome(frames))
     assert list(blamed) == [0] and 1 in accepted
 
 
@@ -242,13 +242,13 @@ def test_after_a_break_the_cells_left_without_cases_run_again():
     """A forged frame stops the cases pipe (no case leaves the grader out of
     protocol): the culprit is flagged, its own words never quoted, and the cells
     after it, which got no cases, are graded again in a fresh sandbox."""
-    from autograder.grading import _collect
+    from autograder.verdicts import collect
     from autograder.sandbox import Limits
 
     a, b, c = _pending("a", "b", "c")
     frames = [("start", "a", b"", b""), ("result", "LEAK<0.123>", b"", b""), ("result", "a", b"{}", b""),
               ("start", "b", b"", b""), ("cases", "b", b"", b""), ("result", "b", b"{}", b"")]
-    rest = _collect([a, b, c], _outcome(frames, cases_sent=[]), Limits())
+    rest = collect([a, b, c], _outcome(frames, cases_sent=[]), Limits())
     assert rest == [b, c] and b.result is None
     assert a.result.status == "cheat" and "a cell not in this job" in a.result.reason
     assert "LEAK" not in a.result.reason
@@ -268,11 +268,11 @@ def test_after_a_break_the_cells_left_without_cases_run_again():
     (dict(overflow=True, returncode=None), "error", "MB of files"),
 ])
 def test_why_the_kernel_stopped(kw, status, fragment):
-    from autograder.grading import _collect
+    from autograder.verdicts import collect
     from autograder.sandbox import Limits
 
     a, b = _pending("a", "b")
-    rest = _collect([a, b], _outcome([("start", "a", b"", b"")], **kw), Limits())
+    rest = collect([a, b], _outcome([("start", "a", b"", b"")], **kw), Limits())
     assert rest == [b]  # b runs again in a fresh sandbox
     assert a.result.status == status and fragment in a.result.reason and a.result.score == 0
 
@@ -363,7 +363,7 @@ def _stub_report(name, frames, phase="call", kind="NotImplementedError", cases=3
 def _stub_cell(name, source, kind="function"):
     from autograder.checks import get_exercise
 
-    g = grading._Graded(name, "test_" + name, 1.0, {}, exercise=get_exercise(name), source=source)
+    g = GradedCell(name, "test_" + name, 1.0, {}, exercise=get_exercise(name), source=source)
     assert g.exercise.kind == kind
     return g
 
@@ -380,19 +380,19 @@ def test_every_released_stub_is_recognised_and_nothing_else():
     for path in _chapter_notebooks():
         blank = fixtures.blank_submission(nbformat.read(str(path), as_version=4))
         for ex in exercises_of(path.stem):
-            entry = grading._stub_entry(fixtures.solution_cell(blank, ex.name).source, ex.name, ex.kind)
+            entry = stubs._stub_entry(fixtures.solution_cell(blank, ex.name).source, ex.name, ex.kind)
             assert entry is not None and entry[0] == (ex.name if ex.kind == "function" else "__init__"), ex.name
             found += 1
     assert found >= 30
-    assert grading._stub_entry(STUB_FUNCTION, "scaled_dot_product_attention", "function") == (
+    assert stubs._stub_entry(STUB_FUNCTION, "scaled_dot_product_attention", "function") == (
         "scaled_dot_product_attention", 5)
-    assert grading._stub_entry(STUB_CLASS, "MultiHeadAttention", "class") == ("__init__", 7)
+    assert stubs._stub_entry(STUB_CLASS, "MultiHeadAttention", "class") == ("__init__", 7)
     for why, source in NOT_STUBS.items():
-        assert grading._stub_entry(source, "scaled_dot_product_attention", "function") is None, why
-    assert grading._stub_entry(STUB_CLASS.replace("# YOUR CODE HERE", "super().__init__()"),
+        assert stubs._stub_entry(source, "scaled_dot_product_attention", "function") is None, why
+    assert stubs._stub_entry(STUB_CLASS.replace("# YOUR CODE HERE", "super().__init__()"),
                                "MultiHeadAttention", "class") is None  # code before the raise
-    assert grading._stub_entry(STUB_CLASS.replace("(nn.Module)", "(base())"), "MultiHeadAttention", "class") is None
-    assert grading._stub_entry(STUB_FUNCTION, "scaled_dot_product_attention", "class") is None
+    assert stubs._stub_entry(STUB_CLASS.replace("(nn.Module)", "(base())"), "MultiHeadAttention", "class") is None
+    assert stubs._stub_entry(STUB_FUNCTION, "scaled_dot_product_attention", "class") is None
 
 
 def test_only_the_stubs_own_raise_skips_the_regrade():
@@ -403,8 +403,8 @@ def test_only_the_stubs_own_raise_skips_the_regrade():
     runner = ("/lib-grading/runner.py", 110, "run_case")
     g = _stub_cell("scaled_dot_product_attention", STUB_FUNCTION)
     own = ("<cell scaled_dot_product_attention>", 5, "scaled_dot_product_attention")
-    assert grading._raised_by_stub(g, _stub_report(g.name, [runner, own]))
-    assert not grading._raised_by_stub(g, _stub_report(g.name, [runner, own], cases=0))
+    assert stubs.raised_by_stub(g, _stub_report(g.name, [runner, own]))
+    assert not stubs.raised_by_stub(g, _stub_report(g.name, [runner, own], cases=0))
     for frames, phase, kind in [
         ([runner, own, ("<context cell softmax>", 3, "softmax")], "call", "NotImplementedError"),  # a dependency's
         ([runner, ("<cell scaled_dot_product_attention>", 9, "wrap"), own], "call", "NotImplementedError"),
@@ -414,18 +414,18 @@ def test_only_the_stubs_own_raise_skips_the_regrade():
         ([runner, own], "call", "ValueError"),
         ([own], "call", "NotImplementedError"),
     ]:
-        assert not grading._raised_by_stub(g, _stub_report(g.name, frames, phase, kind)), (frames, phase, kind)
+        assert not stubs.raised_by_stub(g, _stub_report(g.name, frames, phase, kind)), (frames, phase, kind)
     # one case of three raised elsewhere: not every case is the stub's
     report = _stub_report(g.name, [runner, own])
     report["cases"] = report["cases"][:2] + [{"result": {"raised": None, "value": 1}}]
-    assert not grading._raised_by_stub(g, report)
+    assert not stubs.raised_by_stub(g, report)
     # the same frames from a cell that is not the stub (it calls softmax first)
     edited = _stub_cell("scaled_dot_product_attention", NOT_STUBS["calls a dependency first"])
-    assert not grading._raised_by_stub(edited, _stub_report(g.name, [runner, own]))
+    assert not stubs.raised_by_stub(edited, _stub_report(g.name, [runner, own]))
     cls = _stub_cell("MultiHeadAttention", STUB_CLASS, "class")
     init = ("<cell MultiHeadAttention>", 7, "__init__")
-    assert grading._raised_by_stub(cls, _stub_report(cls.name, [runner, init], phase="init"))
-    assert not grading._raised_by_stub(cls, _stub_report(cls.name, [runner, init], phase="call"))
+    assert stubs.raised_by_stub(cls, _stub_report(cls.name, [runner, init], phase="init"))
+    assert not stubs.raised_by_stub(cls, _stub_report(cls.name, [runner, init], phase="call"))
 
 
 @pytest.mark.slow
@@ -439,13 +439,13 @@ def test_a_blank_stub_is_graded_as_a_regrade_would_grade_it(tmp_path, needs_sand
     source = fixtures.write_notebook(nb, tmp_path / "04_self_attention.ipynb")
     blank = fixtures.write_notebook(fixtures.blank_submission(nb), tmp_path / "blank.ipynb")
     runs, starts = [], []
-    real_run, real_start = grading.run_job, reference_calls.ReferenceCalls._run_worker
-    monkeypatch.setattr(grading, "run_job", lambda *a, **k: runs.append(a[1]) or real_run(*a, **k))
+    real_run, real_start = jobs.run_job, reference_calls.ReferenceCalls._run_worker
+    monkeypatch.setattr(jobs, "run_job", lambda *a, **k: runs.append(a[1]) or real_run(*a, **k))
     monkeypatch.setattr(reference_calls.ReferenceCalls, "_run_worker",
                         lambda self, fds: starts.append(1) or real_start(self, fds))
     skipped = grade_submission(source, blank, seed=4).scores
     assert (len(runs), len(starts)) == (1, 0)
-    monkeypatch.setattr(grading, "_raised_by_stub", lambda g, report: False)
+    monkeypatch.setattr(verdicts, "raised_by_stub", lambda g, report: False)
     regraded = grade_submission(source, blank, seed=4).scores
     assert (len(runs), len(starts)) == (3, 1)  # the control: without the check, the regrade runs
     assert [s.to_dict() for s in skipped] == [s.to_dict() for s in regraded]
@@ -453,7 +453,7 @@ def test_a_blank_stub_is_graded_as_a_regrade_would_grade_it(tmp_path, needs_sand
     assert all(s.reason.startswith("not implemented yet") for s in skipped)
     # the two gradings and the regrade judged with one reference result per case of the seed
     for name in ("softmax", "scaled_dot_product_attention"):
-        kept = grading.reference_results(get_exercise(name), True, 4)
+        kept = reference_results(get_exercise(name), True, 4)
         assert kept.computed == len(kept), name
     # under bubblewrap, every run of the chapter's submissions mounts the one library built for it
     if sandbox.shares_library():
@@ -468,16 +468,16 @@ def test_the_reference_results_are_kept_per_exercise_draw_and_reference(monkeypa
     from autograder.checks import base, get_exercise
 
     softmax = get_exercise("softmax")
-    kept = grading.reference_results(softmax, True, 123)
-    assert grading.reference_results(softmax, True, 123) is kept
+    kept = reference_results(softmax, True, 123)
+    assert reference_results(softmax, True, 123) is kept
     before = kept.computed
     first = kept[0]
     assert kept[0] is not first and kept.computed == before + (1 if before == 0 else 0) <= len(kept)
-    assert grading.reference_results(softmax, True, 124) is not kept
-    assert grading.reference_results(softmax, False, 123) is not kept
-    assert grading.reference_results(get_exercise("scaled_dot_product_attention"), True, 123) is not kept
-    assert grading.reference_results(softmax, True, None) is not grading.reference_results(softmax, True, None)
-    assert grading.reference_results(softmax, False, None) is grading.reference_results(softmax, False, None)
+    assert reference_results(softmax, True, 124) is not kept
+    assert reference_results(softmax, False, 123) is not kept
+    assert reference_results(get_exercise("scaled_dot_product_attention"), True, 123) is not kept
+    assert reference_results(softmax, True, None) is not reference_results(softmax, True, None)
+    assert reference_results(softmax, False, None) is reference_results(softmax, False, None)
     # the same draw as drawing afresh, in the same order
     fresh = base.draw_cases(softmax, base.make_rng(True, 123), True)
     assert [c.label for c in kept.cases()] == [c.label for c in fresh]
@@ -487,12 +487,12 @@ def test_the_reference_results_are_kept_per_exercise_draw_and_reference(monkeypa
     # a re-registered exercise (a test's own, or the checks loaded again) or another reference: not this entry
     other = type(softmax)()
     monkeypatch.setitem(base.REGISTRY, "softmax", other)
-    assert grading.reference_results(other, True, 123) is not kept
+    assert reference_results(other, True, 123) is not kept
     monkeypatch.setitem(base.REGISTRY, "softmax", softmax)
     import solutions
 
     monkeypatch.setattr(solutions, "softmax", lambda x, axis=-1: x)
-    assert grading.reference_results(softmax, True, 123) is not kept
+    assert reference_results(softmax, True, 123) is not kept
 
 
 def test_a_library_is_built_once_per_chapter_and_again_when_its_files_change(tmp_path, monkeypatch):
@@ -659,31 +659,31 @@ def test_without_hidden_inputs_the_student_reads_their_own_message(ch04_source, 
 
 
 def test_a_withheld_message_answers_word_tests_but_never_prints():
-    from autograder.grading import WITHHELD, _decode_report, _exception_name
+    from autograder.tamper import WITHHELD, _exception_name, decode_report
 
     raised = {"type": "Leak_123", "message": "matmul: size mismatch LEAK<0.123>", "phase": "call"}
     report = {"grade_id": "f", "cell_error": None, "cases": [{"result": {"value": None, "raised": raised}}]}
-    _, (result,) = _decode_report(report, {}, "f", withhold=True)
+    _, (result,) = decode_report(report, {}, "f", withhold=True)
     message = result.raised["message"]
     assert "matmul" in message and "LEAK" in message  # what a check's hint may test
     assert str(message) == f"{message}" == WITHHELD and "LEAK" not in "it raised: " + message
     assert result.raised["type"] == "an exception of the answer's own class"
     assert _exception_name("ValueError") == "ValueError" and _exception_name("AxisError") == "AxisError"
-    _, (kept,) = _decode_report(report, {}, "f", withhold=False)
+    _, (kept,) = decode_report(report, {}, "f", withhold=False)
     assert kept.raised["message"] == raised["message"]
 
 
 def test_only_text_written_before_any_hidden_case_was_sent_is_kept():
-    from autograder.grading import _hidden_inputs_before
+    from autograder.tamper import hidden_inputs_before
 
     a, b = _pending("a", "b")
     a.hidden = b.hidden = True
     outcome = _outcome([("start", "a", b"", b""), ("result", "a", b"", b""), ("start", "b", b"", b""),
                         ("cases", "b", b"", b""), ("result", "b", b"", b"")], cases_sent=[(3, "b")])
-    assert not _hidden_inputs_before([a, b], outcome, 1)  # a failed to define: nothing sent yet
-    assert _hidden_inputs_before([a, b], outcome, 4)
+    assert not hidden_inputs_before([a, b], outcome, 1)  # a failed to define: nothing sent yet
+    assert hidden_inputs_before([a, b], outcome, 4)
     b.hidden = False  # the visible check's cases: nothing hidden
-    assert not _hidden_inputs_before([a, b], outcome, 4)
+    assert not hidden_inputs_before([a, b], outcome, 4)
 
 
 # --------------------------------------------------------------------------- the time budget
@@ -695,20 +695,18 @@ ENDLESS = "\nwhile True:\n    pass\n"
 def test_endless_exercises_cost_at_most_the_submission_budget(tmp_path, needs_sandbox, monkeypatch):
     """Four endless exercises: the runs' wall limits add up to at most the budget,
     and what was left when it was spent scores 0 with the budget as the reason."""
-    import autograder.grading as grading
-
     names = fixtures.CHAPTER_EXERCISES["06_masking"]
     nb = fixtures.source_notebook("06_masking")
     source = fixtures.write_notebook(nb, tmp_path / "06_masking.ipynb")
     sub = fixtures.write_notebook(fixtures.submission_with(nb, **{n: ENDLESS for n in names}), tmp_path / "s.ipynb")
     limits_seen = []
-    real_run_job = grading.run_job
+    real_run_job = jobs.run_job
 
     def recording_run_job(job_dir, lib_dir, limits, **kw):
         limits_seen.append(limits.wall_seconds)
         return real_run_job(job_dir, lib_dir, limits, **kw)
 
-    monkeypatch.setattr(grading, "run_job", recording_run_job)
+    monkeypatch.setattr(jobs, "run_job", recording_run_job)
     scores = grade_submission(source, sub, settings=RunSettings(timeout=4, budget=7), seed=1).scores
     assert [s.score for s in scores] == [0.0] * len(names)
     assert all(s.status == "timeout" for s in scores), scores
@@ -745,16 +743,15 @@ def test_the_budget_option_reaches_every_submission(tmp_path):
 
 
 def test_the_budget_cuts_the_last_run():
-    from autograder.grading import _Budget
     from autograder.sandbox import Limits
 
-    clock = _Budget(10)
+    clock = jobs.Budget(10)
     clock.used = 7.5
     assert clock.limits(Limits(wall_seconds=4, cpu_seconds=4)).wall_seconds == 2.5
     clock.used = 9.5
     assert clock.limits(Limits(wall_seconds=4, cpu_seconds=4)) is None
     with pytest.raises(ValueError, match="positive"):
-        _Budget(0)
+        jobs.Budget(0)
 
 
 # --------------------------------------------------------------------------- oversized result frames

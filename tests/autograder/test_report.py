@@ -353,10 +353,10 @@ def test_no_message_is_cut_short_in_the_results():
     """A reason joins every missed part's message, each whole (up to the 400 characters a
     part's message keeps): three long messages are all in the reason."""
     from autograder.checks.base import PartResult, Report
-    from autograder.grading import _Graded  # noqa: PLC2701 - the cell's one settling rule
+    from autograder.cells import GradedCell  # the cell's one settling rule
 
     messages = [f"part {i}: " + "why " * 95 for i in range(3)]  # about 390 characters each
-    graded = _Graded("softmax", "test_softmax", 3.0, {})
+    graded = GradedCell("softmax", "test_softmax", 3.0, {})
     graded.settle_report(Report("softmax", [PartResult(f"p{i}", 1.0, False, 1, 1, m) for i, m in enumerate(messages)]))
     assert all(m.strip() in graded.result.reason for m in messages), graded.result.reason
 

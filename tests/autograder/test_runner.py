@@ -2,7 +2,7 @@
 
 ``encode`` / ``decode`` / ``run_case`` run in the student's process; the frame
 protocol carries results to the trusted process, which validates them
-(``grading._check_encoded`` / ``_load_frame``) before judging.
+(``tamper._check_encoded`` / ``_load_frame``) before judging.
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from autograder import grading, runner, wire
+from autograder import runner, tamper, wire
+from autograder.checks.base import Result
 from conftest import DISGUISED_TENSOR
 
 
@@ -133,7 +134,7 @@ def test_frames_roundtrip():
     frames, problem = wire.read_frames(stream, 2**20, 2**20)
     assert problem is None
     assert [(k, g) for k, g, _, _ in frames] == [("start", "softmax"), ("result", "softmax")]
-    data, arrays = grading._load_frame(frames[1][2], frames[1][3])
+    data, arrays = tamper.load_frame(frames[1][2], frames[1][3])
     assert data == {"grade_id": "softmax", "cases": []} and np.array_equal(arrays["a0"], np.arange(3))
 
 
@@ -161,10 +162,10 @@ def test_oversized_frame_is_refused():
 def test_zip_bomb_is_refused(monkeypatch):
     buf = io.BytesIO()
     np.savez_compressed(buf, a0=np.zeros(2_000_000))  # 16 MB of zeros, a few kB compressed
-    monkeypatch.setattr(grading, "MAX_RESULT_BYTES", 4 * 2**20)
+    monkeypatch.setattr(tamper, "MAX_RESULT_BYTES", 4 * 2**20)
     assert len(buf.getvalue()) < 2**20
-    with pytest.raises(grading._Tampered, match="over the"):
-        grading._load_frame(b"{}", buf.getvalue())
+    with pytest.raises(tamper.Tampered, match="over the"):
+        tamper.load_frame(b"{}", buf.getvalue())
 
 
 # --------------------------------------------------------------------------- what the judge admits
@@ -190,19 +191,19 @@ def _nested(depth: int):
     (_nested(80), {}, "deeply"),
 ])
 def test_forged_result_values_are_rejected(value, arrays, message):
-    with pytest.raises(grading._Tampered, match=message):
-        grading._check_encoded(value, arrays)
+    with pytest.raises(tamper.Tampered, match=message):
+        tamper._check_encoded(value, arrays)
 
 
 def test_genuine_results_are_admitted():
     arrays: dict = {}
     value = wire.encode((torch.ones(2, 3), np.arange(4), {"k": [1.0, float("nan")]}, torch.zeros(1, dtype=torch.bfloat16)), arrays)
-    grading._check_encoded(value, arrays)
+    tamper._check_encoded(value, arrays)
 
 
 def test_report_for_another_exercise_is_rejected():
-    with pytest.raises(grading._Tampered, match="another exercise"):
-        grading._decode_report({"grade_id": "causal_mask", "cell_error": None, "cases": []}, {}, "padding_mask")
+    with pytest.raises(tamper.Tampered, match="another exercise"):
+        tamper.decode_report({"grade_id": "causal_mask", "cell_error": None, "cases": []}, {}, "padding_mask")
 
 
 # --------------------------------------------------------------------------- the runner's entry point
@@ -225,7 +226,7 @@ def test_main_writes_result_files_by_default(tmp_path):
     job = _job(tmp_path, "def double(x):\n    return 2 * x")
     assert runner.main([str(job)]) == 0
     data, arrays = wire.load_bundle(str(job / "out" / "result_double"))
-    result = grading.Result.from_encoded(data["cases"][0]["result"], arrays)
+    result = Result.from_encoded(data["cases"][0]["result"], arrays)
     assert np.array_equal(result.value, np.arange(3.0) * 2)
 
 

@@ -384,7 +384,8 @@ def test_open_files_limit(probe):
 
 
 def test_cases_arrive_through_the_pipe_when_asked_for(tmp_path, needs_sandbox):
-    from autograder import grading
+    from autograder import tamper
+    from autograder.checks.base import Result
 
     outcome, job = run_piped_job(tmp_path, "import os\nprint(sorted(os.listdir('/job')))\n"
                                         "def probe(x):\n    return 2 * x\n")
@@ -392,8 +393,8 @@ def test_cases_arrive_through_the_pipe_when_asked_for(tmp_path, needs_sandbox):
         ("start", "probe"), ("cases", "probe"), ("result", "probe")]
     assert outcome.cases_sent == [(1, "probe")]  # in answer to the request, frame 1
     assert "cases" not in outcome.stdout and sorted(p.name for p in job.iterdir()) == ["job.json", "out"]
-    report, arrays = grading._load_frame(*outcome.frames[2][2:])
-    result = grading.Result.from_encoded(report["cases"][0]["result"], arrays)
+    report, arrays = tamper.load_frame(*outcome.frames[2][2:])
+    result = Result.from_encoded(report["cases"][0]["result"], arrays)
     assert result.value.tolist() == [2.0, 4.0]
 
 

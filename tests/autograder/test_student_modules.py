@@ -1,5 +1,5 @@
 """What of ``autograder`` the student package ships follows from the chapter plan and the
-import graph (:func:`autograder.student.package.shipped_modules`), not from a list: a
+import graph (:func:`autograder.student.shipped.shipped_modules`), not from a list: a
 module the student side starts to import ships, one nothing there imports is withheld."""
 from __future__ import annotations
 
@@ -10,12 +10,15 @@ import pytest
 
 from autograder.book import chapter_ids
 from autograder.fingerprint import imported_names
-from autograder.student.package import (AUTOGRADER_DIR, RELEASE_ONLY, STUDENT_ROOTS, check_modules,
+from autograder.student.shipped import (AUTOGRADER_DIR, RELEASE_ONLY, STUDENT_ROOTS, check_modules,
                                         shipped_modules)
 
 #: The grader's own modules: none of them may reach a student.
-GRADER_SIDE = ("grading.py", "sandbox.py", "batch.py", "isolation.py", "confine.py", "journal.py", "release.py",
-               "book.py", "fingerprint.py", "student/package.py", "student/hints.py", "student/plain.py")
+GRADER_SIDE = ("grading.py", "run_settings.py", "cells.py", "reference_results.py", "jobs.py", "tamper.py", "stubs.py",
+               "verdicts.py", "reference_regrade.py", "sandbox.py", "batch.py", "isolation.py", "confine.py", "journal.py",
+               "release.py", "book.py", "fingerprint.py", "student/package.py", "student/plan.py", "student/partial.py",
+               "student/standin_modules.py", "student/uses.py", "student/shipped.py", "student/hints.py",
+               "student/plain.py")
 
 
 @pytest.mark.parametrize("chapter", ["01_rnn_limitations", "08_transformer"])

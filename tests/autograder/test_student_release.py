@@ -266,7 +266,8 @@ def test_the_setup_cell_names_the_wheel_of_its_chapter(monkeypatch):
 def test_what_a_notebook_takes_from_a_subpackage_is_read_to_its_module():
     """``solutions.app.data.X`` and ``from solutions.app.trainer import Y`` name their modules,
     and a stand-in module inside the subpackage imports the stand-ins from the package's top."""
-    from autograder.student.package import _standin_module, notebook_uses
+    from autograder.student.standin_modules import standin_module
+    from autograder.student.uses import notebook_uses
 
     names, modules, imports = notebook_uses([
         "import solutions\nfrom solutions.app.trainer import Trainer\n"
@@ -274,15 +275,15 @@ def test_what_a_notebook_takes_from_a_subpackage_is_read_to_its_module():
     assert {("solutions.app.trainer", "Trainer"), ("solutions.app.data", "make_synthetic_splits"),
             ("solutions.app", "data"), ("solutions", "masked_softmax")} <= names
     assert modules == {"solutions.app.trainer"} and imports == {"solutions"}
-    assert "from .._standins import greedy_decode" in _standin_module(
+    assert "from .._standins import greedy_decode" in standin_module(
         "solutions.app.decoding", {"greedy_decode"}, {"greedy_decode"}, {})
-    assert "from ._standins import greedy_decode" in _standin_module(
+    assert "from ._standins import greedy_decode" in standin_module(
         "solutions.decoding", {"greedy_decode"}, {"greedy_decode"}, {})
 
 
 def test_package_data_ships_with_its_package(tmp_path):
     """A frozen corpus under ``solutions/`` ships when its package does; caches never."""
-    from autograder.student.package import package_data
+    from autograder.student.plan import package_data
 
     root = tmp_path / "solutions"
     for name in ("__init__.py", "tokens.py", "corpora/book.txt", "kit/__init__.py", "kit/table.csv",

@@ -24,7 +24,7 @@ import torch
 import wheel_audit
 from autograder.book import BOOK, chapter_ids
 from autograder.student.hints import withhold_helpers
-from autograder.student.package import RECORDED_FILE
+from autograder.student.standin_modules import RECORDED_FILE
 
 # One intra-op thread for the whole file, its module-scoped fixtures included (tests/conftest.py):
 # the audit runs thousands of tiny torch calls, which extra threads only slow on a shared machine.

@@ -33,7 +33,8 @@ from autograder.book import chapter_ids
 from autograder.checks import exercises_of
 from autograder.checks.base import ADVICE, draw_cases, get_exercise, make_rng, public_labels, run_cases
 from autograder.wire import Tensor
-from autograder.student.package import check_modules, package_files, shipped_modules
+from autograder.student.package import package_files
+from autograder.student.shipped import check_modules, shipped_modules
 
 # Seconds one object may spend on one exercise's hidden cases (a training loop given
 # random arguments is stopped, not waited for): a guard, not a measurement.

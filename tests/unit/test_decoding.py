@@ -7,7 +7,7 @@ import torch
 from solutions import Transformer, padding_mask
 from solutions.app.tokenizer import WordTokenizer
 from solutions.decoding import beam_search, greedy_decode
-from solutions.translation import translate
+from solutions.translation import length_sorted_batches, translate
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -123,6 +123,19 @@ def test_beam_search_rejects_batches():
     model = _model()
     with pytest.raises(ValueError, match="one sentence"):
         beam_search(model, torch.ones(2, 3, dtype=torch.long), None, 2, 5)
+
+
+def test_sentences_are_batched_by_length_and_each_keeps_its_index():
+    """translate's and the tuner's one batching: sorted by length (ties in order),
+    right-padded with <pad> = 0, each row named by its sentence's index."""
+    encoded = [[5, 6, 7], [8], [9, 10], [11, 12, 13, 14], [15]]
+    batches = list(length_sorted_batches(encoded, 2))
+    assert [chunk for chunk, _ in batches] == [[1, 4], [2, 0], [3]]
+    for chunk, src in batches:
+        assert src.dtype == torch.long and tuple(src.shape) == (len(chunk), max(len(encoded[i]) for i in chunk))
+        for row, i in enumerate(chunk):
+            assert src[row].tolist() == encoded[i] + [0] * (src.size(1) - len(encoded[i]))
+    assert list(length_sorted_batches([], 4)) == []
 
 
 def test_translate_returns_strings_in_order():
