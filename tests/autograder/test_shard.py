@@ -69,6 +69,7 @@ class _ShardProcess:
             except BaseException:  # reported, and the child ends with status 1
                 traceback.print_exc()
             finally:
+                sys.stderr.flush()  # os._exit flushes nothing
                 os._exit(status)
 
     def poll(self) -> int | None:
