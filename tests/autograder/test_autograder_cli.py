@@ -150,15 +150,18 @@ def test_check_prints_a_table_and_an_exit_status(tmp_path, book, monkeypatch, ca
 
 
 @pytest.mark.slow
-def test_selftest_passes_on_a_sound_book_and_fails_on_a_broken_one(tmp_path, book):
-    proc = _autograder("selftest", "--book", str(book), "--jobs", "1")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "selftest passed" in proc.stdout
+def test_selftest_passes_on_a_sound_book_and_fails_on_a_broken_one(tmp_path, book, capsys):
+    """Through ``cli.main`` (the command line, without a fresh interpreter for each of the
+    two runs; ``python -m autograder`` itself is started by the tests above)."""
+    status = main(["selftest", "--book", str(book), "--jobs", "1"])
+    proc = capsys.readouterr()
+    assert status == 0, proc.out + proc.err
+    assert "selftest passed" in proc.out
     from autograder.checks import exercises_of
 
     total = sum(sum(type(ex).parts.values()) for ex in exercises_of(CHAPTER))
-    assert re.search(rf"ok\s+reference\s+04_self_attention\s+{total:g}/{total:g}", proc.stdout)
-    assert re.search(rf"ok\s+released\s+04_self_attention\s+0/{total:g}", proc.stdout)
+    assert re.search(rf"ok\s+reference\s+04_self_attention\s+{total:g}/{total:g}", proc.out)
+    assert re.search(rf"ok\s+released\s+04_self_attention\s+0/{total:g}", proc.out)
 
     # An instructor error: a test cell whose exercise has no solution cell in the notebook.
     broken = make_book(tmp_path, [CHAPTER])
@@ -170,24 +173,26 @@ def test_selftest_passes_on_a_sound_book_and_fails_on_a_broken_one(tmp_path, boo
     extra.id = "cell-extra"
     nb.cells.append(extra)
     nbformat.write(nb, str(path))
-    bad = _autograder("selftest", "--book", str(broken), "--jobs", "1")
-    assert bad.returncode == 1
-    assert "FAIL reference" in bad.stdout and "test_causal_mask" in bad.stdout
+    assert main(["selftest", "--book", str(broken), "--jobs", "1"]) == 1
+    bad = capsys.readouterr()
+    assert "FAIL reference" in bad.out and "test_causal_mask" in bad.out
 
 
 @pytest.mark.slow
-def test_bench_quick_runs_both_graders():
+def test_bench_quick_runs_both_graders(capsys):
     """Both graders grade the same two submissions and the table says so; the quick run
     makes no sharded run (``test_shard.py`` grades shards and merges them on the command
-    line, and checks the bench's sharded run with its grading runs recorded)."""
-    proc = _autograder("bench", "--quick")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = {ln.split("  ")[0].strip(): ln for ln in proc.stdout.splitlines()}
+    line, and checks the bench's sharded run with its grading runs recorded). Through
+    ``cli.main``: the graders it times run as processes of their own either way."""
+    status = main(["bench", "--quick"])
+    proc = capsys.readouterr()
+    assert status == 0, proc.out + proc.err
+    rows = {ln.split("  ")[0].strip(): ln for ln in proc.out.splitlines()}
     assert "nbgrader autograde" in rows and "autograder grade --jobs 1" in rows
     ratio = float(re.search(r"([\d.]+)x\s*$", rows["autograder grade --jobs 1"]).group(1))
     assert ratio > 0  # a benchmark: the figure is reported, never asserted on
-    assert "totals equal to nbgrader's on 2 of 2 submissions" in proc.stdout
-    assert "shards + merge" not in proc.stdout and "sharded:" not in proc.stdout
+    assert "totals equal to nbgrader's on 2 of 2 submissions" in proc.out
+    assert "shards + merge" not in proc.out and "sharded:" not in proc.out
 
 
 @pytest.mark.slow  # grades in the sandbox: 21-29 s in the clean clones

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import nbformat
@@ -34,22 +35,9 @@ sys.path.insert(0, str(HERE))
 from fixtures import make_course  # noqa: E402
 from test_batch import _gradebook_rows, _snapshot, scripted_grade  # noqa: E402
 
-pytestmark = pytest.mark.slow  # grades classes in subprocesses, shard by shard
+pytestmark = pytest.mark.slow  # grades classes in separate processes, shard by shard
 CHAPTERS = ["04_self_attention", "05_multi_head_attention"]
 SEED = 11
-
-SHARD_SCRIPT = """
-import sys
-sys.path.insert(0, {here!r})
-from pathlib import Path
-from autograder import shard
-from autograder.grading import RunSettings
-from test_batch import scripted_grade
-
-shard.grade_shard(Path({sub!r}), Path({out!r}), shard.parse_shard({spec!r}), settings=RunSettings(seed={seed}),
-                  book=Path({book!r}), progress=False, grade_fn=scripted_grade)
-"""
-
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
@@ -57,17 +45,56 @@ def course(tmp_path_factory):
     return make_course(tmp_path_factory.mktemp("course"), CHAPTERS, students=7)
 
 
-def _shard_process(course, out: Path, spec: str, env: dict | None = None) -> subprocess.Popen:
-    root, book = course
-    script = SHARD_SCRIPT.format(here=str(HERE), sub=str(root / "submitted"), out=str(out), spec=spec, seed=SEED,
-                                 book=str(book))
-    return subprocess.Popen([sys.executable, "-c", script], cwd=REPO, start_new_session=True,
-                            env=env or dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+class _ShardProcess:
+    """Shard ``spec`` graded in a process of its own, forked from this one.
 
+    The child has the grader and ``scripted_grade`` imported already: a fresh interpreter
+    per shard paid about 6 CPU s of imports (torch through the test helpers, jsonschema's
+    IRI parsers) for milliseconds of scripted grading, four times in the test below.
+    ``env`` is set in the child's ``os.environ`` (``auto/N`` and the gate read it there).
+    The child runs no student code and ends with ``os._exit`` (no handler of this process
+    runs twice); its traceback, if any, goes to this test's captured stderr."""
 
-def _finish(proc: subprocess.Popen) -> None:
-    out, _ = proc.communicate(timeout=600)  # a safety net, not a measurement
-    assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
+    def __init__(self, course, out: Path, spec: str, env: dict | None = None):
+        root, book = course
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:  # the shard's process
+            status = 1
+            try:
+                os.environ.update(env or {})
+                shard.grade_shard(root / "submitted", out, shard.parse_shard(spec), settings=RunSettings(seed=SEED),
+                                  book=book, progress=False, grade_fn=scripted_grade)
+                status = 0
+            except BaseException:  # reported, and the child ends with status 1
+                traceback.print_exc()
+            finally:
+                sys.stderr.flush()  # os._exit flushes nothing
+                os._exit(status)
+
+    def poll(self) -> int | None:
+        """The exit code once the process has ended, else None."""
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the process (if it still runs) and reap it."""
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+
+    def finish(self) -> None:
+        """Wait for the process; it must end with status 0."""
+        deadline = time.monotonic() + 600  # a safety net, not a measurement
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(f"shard process {self.pid} still ran after 600 s")
+            time.sleep(0.05)
+        assert self.returncode == 0, f"the shard process ended with {self.returncode} (its traceback above)"
 
 
 def _shards(course, tmp_path: Path, n: int, name: str = "shard") -> list[Path]:
@@ -140,27 +167,24 @@ def test_shards_as_processes_killed_and_rerun_merge_to_the_single_run(course, si
     # The victim grades one submission, then blocks (test_batch's gate) until killed.
     gate = tmp_path / "gate"
     gate.mkdir()
-    proc = _shard_process(course, outs[victim], f"{victim}/{n}",
-                          env=dict(os.environ, SCRIPTED_GRADE_GATE=f"{gate}:1"))
+    proc = _ShardProcess(course, outs[victim], f"{victim}/{n}", env={"SCRIPTED_GRADE_GATE": f"{gate}:1"})
     journal = outs[victim] / ".journal"
     try:
         deadline = time.monotonic() + 300  # a safety net for a stuck run, not a measurement
         while not (journal.is_dir() and list(journal.glob("*/*.json"))):
-            assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")
+            assert proc.poll() is None, f"the shard ended ({proc.returncode}) before it was killed (traceback above)"
             assert time.monotonic() < deadline, "the shard never journaled a submission"
             time.sleep(0.05)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        proc.kill()
     assert not (outs[victim] / shard.SHARD_FILE).exists()
     # The others, in the shuffled order, as separate processes at the same time.
-    procs = [_shard_process(course, outs[i], f"auto/{n}", env=dict(os.environ, JOB_COMPLETION_INDEX=str(i)))
-             for i in order[1:]]
-    for p in procs:
-        _finish(p)
+    procs = [_ShardProcess(course, outs[i], f"auto/{n}", env={"JOB_COMPLETION_INDEX": str(i)}) for i in order[1:]]
+    for proc in procs:
+        proc.finish()
     with pytest.raises(shard.ShardError, match=f"{outs[victim]} has no shard.json.*did not finish"):
         shard.merge_shards(outs, tmp_path / "merged", book=course[1])
-    _finish(_shard_process(course, outs[victim], f"{victim}/{n}"))  # rerun: resumes from its journal
+    _ShardProcess(course, outs[victim], f"{victim}/{n}").finish()  # rerun: resumes from its journal
     manifest = shard.read_shard(outs[victim])
     assert manifest["shard"] == {"index": victim, "count": n}
     merged = tmp_path / "merged"
@@ -302,36 +326,32 @@ def test_a_late_student_is_refused_until_its_shard_is_rerun(course, tmp_path):
 
 @pytest.mark.usefixtures("needs_sandbox")
 def test_grade_shard_and_merge_on_the_command_line_equal_one_run(tmp_path, capsys):
-    """The real grader, in the sandbox: 3 students of chapter 4, two shards as processes (a
-    shard without ``--seed``, refused before anything is read, through ``cli.main`` here)."""
+    """The real grader, in the sandbox: 3 students of chapter 4, two shards as processes
+    (``python -m autograder grade --shard auto/2``). The single run, the merges and a shard
+    without ``--seed`` (refused before anything is read) go through ``cli.main`` here: the
+    same command line, without a fresh interpreter's imports for each (about 2 CPU s)."""
     book = make_book(tmp_path, ["04_self_attention"])
     make_class(tmp_path / "submitted", {"04_self_attention": book / "04_self_attention" / "04_self_attention.ipynb"},
                students=3)
-    base = [sys.executable, "-m", "autograder", "grade", str(tmp_path / "submitted"), "--book", str(book),
-            "--seed", "3", "--no-progress"]
+    args = ["grade", str(tmp_path / "submitted"), "--book", str(book), "--seed", "3", "--no-progress"]
     env = dict(os.environ, PYTHONPATH=str(REPO))
 
-    def run(*args, extra_env=None):
-        return subprocess.run(list(args), cwd=REPO, env=dict(env, **(extra_env or {})), capture_output=True,
-                              text=True, timeout=900)
-
-    single = run(*base, "--out", str(tmp_path / "single"))
-    assert single.returncode == 0, single.stderr
-    assert main([*base[3:-3], "--no-progress", "--out", str(tmp_path / "x"), "--shard", "0/2"]) == 2
+    assert main([*args, "--out", str(tmp_path / "single")]) == 0
+    assert main([*args[:-3], "--no-progress", "--out", str(tmp_path / "x"), "--shard", "0/2"]) == 2
     assert "--seed" in capsys.readouterr().err
     for i in (1, 0):
-        done = run(*base, "--out", str(tmp_path / f"s{i}"), "--shard", "auto/2",
-                   extra_env={"SLURM_ARRAY_TASK_ID": str(i)})
+        done = subprocess.run([sys.executable, "-m", "autograder", *args, "--out", str(tmp_path / f"s{i}"), "--shard",
+                               "auto/2"], cwd=REPO, env=dict(env, SLURM_ARRAY_TASK_ID=str(i)), capture_output=True,
+                              text=True, timeout=900)
         assert done.returncode == 0, done.stderr
         assert f"shard {i}/2" in done.stdout
-    merged = run(sys.executable, "-m", "autograder", "merge", str(tmp_path / "s0"), str(tmp_path / "s1"),
-                 "--out", str(tmp_path / "merged"), "--book", str(book))
-    assert merged.returncode == 0, merged.stderr
+    assert main(["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "merged"),
+                 "--book", str(book)]) == 0
     assert _snapshot(tmp_path / "merged") == _snapshot(tmp_path / "single")
     assert _gradebook_rows(tmp_path / "merged" / "gradebook.db") == _gradebook_rows(tmp_path / "single" / "gradebook.db")
-    refused = run(sys.executable, "-m", "autograder", "merge", str(tmp_path / "s0"), "--out",
-                  str(tmp_path / "m2"), "--book", str(book))
-    assert refused.returncode == 1 and "missing shard(s) 1/2" in refused.stderr
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "s0"), "--out", str(tmp_path / "m2"), "--book", str(book)]) == 1
+    assert "missing shard(s) 1/2" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the benchmark's sharded run

@@ -20,6 +20,7 @@ import nbformat
 import pytest
 
 from autograder.bench import make_book, make_submission
+from autograder.cli import main
 from autograder import prairielearn
 from autograder.gradescope import ENGINE_ONLY, RUN_AUTOGRADER, validate_results
 from autograder.student.expected import ExpectedStore, write_contents
@@ -69,15 +70,19 @@ def test_the_student_package_knows_every_chapter_by_name_and_reads_a_file_named_
     assert holds_exercises({"cells": cells}, book[CH5]) and not holds_exercises({"cells": cells}, book[CH4])
 
 
-def _check(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autograder", "check", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+def _check(capsys, *args: str) -> subprocess.CompletedProcess:
+    """``autograder check ARGS`` through ``cli.main`` in this process (the command line
+    without a fresh interpreter's imports for each run): its exit status and output."""
+    capsys.readouterr()
+    status = main(["check", *args])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["autograder", "check", *args], status, out.out, out.err)
 
 
-def test_check_as_chapter_4_says_the_notebook_is_chapter_5(book, chapter5_as_4):
+def test_check_as_chapter_4_says_the_notebook_is_chapter_5(book, chapter5_as_4, capsys):
     """Checked as chapter 4 (``--chapter``), the notebook earns nothing and the student is told why
     before the table; chapter 4's own notebook gets no such line."""
-    wrong = _check(str(chapter5_as_4), "--chapter", CH4, "--book", str(book))
+    wrong = _check(capsys, str(chapter5_as_4), "--chapter", CH4, "--book", str(book))
     assert wrong.returncode == 1, wrong.stdout + wrong.stderr
     lines = wrong.stdout.splitlines()
     assert lines[:4] == [f"{CH4}.ipynb: chapter {CH4}, visible checks", "", NOTICE, ""]
@@ -85,16 +90,16 @@ def test_check_as_chapter_4_says_the_notebook_is_chapter_5(book, chapter5_as_4):
 
 
 @pytest.mark.slow  # runs chapter 5's and chapter 4's visible checks in the sandbox
-def test_check_of_a_misnamed_notebook_says_which_chapter_it_holds(book, chapter5_as_4, tmp_path):
+def test_check_of_a_misnamed_notebook_says_which_chapter_it_holds(book, chapter5_as_4, tmp_path, capsys):
     """Without ``--chapter``, the cells decide (chapter 5 is checked), and the file's name,
     which says chapter 4, is named: handed in as chapter 4 it would earn 0."""
-    named = _check(str(chapter5_as_4), "--book", str(book))
+    named = _check(capsys, str(chapter5_as_4), "--book", str(book))
     assert named.returncode == 0, named.stdout + named.stderr
     assert named.stdout.splitlines()[:4] == [f"{CH4}.ipynb: chapter {CH5}, visible checks", "", NOTICE, ""]
     mine = tmp_path / f"{CH4}.ipynb"
     nbformat.write(make_submission(nbformat.read(str(book / CH4 / f"{CH4}.ipynb"), as_version=4), CH4,
                                    "reference"), str(mine))
-    right = _check(str(mine), "--book", str(book))
+    right = _check(capsys, str(mine), "--book", str(book))
     assert right.returncode == 0 and "wrong chapter" not in right.stdout, right.stdout + right.stderr
 
 
