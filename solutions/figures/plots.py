@@ -15,11 +15,11 @@ does not print the returned object's text next to the picture.
 import os
 
 import matplotlib.pyplot as plt
-from matplotlib.colors import ListedColormap
+from matplotlib.colors import LinearSegmentedColormap, ListedColormap
 from matplotlib.patches import Patch
 import numpy as np
 
-__all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_query_steps", "plot_mask", "show_explorer",
+__all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_query_steps", "plot_projections", "plot_mask", "show_explorer",
            "STATIC_ENV_VAR"]
 
 #: Environment variable the book build sets to "1": explorers render a static figure.
@@ -210,13 +210,13 @@ def plot_heads(weights, query_tokens=None, key_tokens=None, titles=None):
     return fig
 
 
-def _numbers(ax, matrix, cmap, rows=None, cols=None, title=""):
+def _numbers(ax, matrix, cmap, rows=None, cols=None, title="", strength=1.6):
     """Draw a small matrix as a grid of its values (3 decimals), tinted by ``cmap`` (its
-    darkest tint at 1.6 times the largest value, so every number stays readable). The cells
-    take the Axes' shape (``aspect="auto"``): square cells as tall as a row of the figure
-    are narrower than "0.452", and neighbouring numbers ran into each other."""
+    darkest tint at ``strength`` times the largest value, so every number stays readable).
+    The cells take the Axes' shape (``aspect="auto"``): square cells as tall as a row of the
+    figure are narrower than "0.452", and neighbouring numbers ran into each other."""
     n_rows, n_cols = matrix.shape
-    top = 1.6 * max(1.0, float(matrix.max()))
+    top = strength * max(1.0, float(matrix.max()))
     ax.imshow(matrix, cmap=cmap, vmin=min(0.0, float(matrix.min())), vmax=top, aspect="auto",
               interpolation="nearest")
     for i in range(n_rows):
@@ -359,6 +359,87 @@ def plot_query_steps(query, keys, values, tokens, query_token="q"):
              cols=[str(c) for c in range(d_k)], title=f"query q of \"{query_token}\"")
     _numbers(fig.add_subplot(grid[1, len(width) - 1]), output, "Greens", rows=[f"z ({query_token})"],
              cols=[str(c) for c in range(d_v)], title="5 · sum over the keys: z")
+    return fig
+
+
+# The tint of a learned matrix: the yellow of "parameters" in the diagrams' palette
+# (solutions.figures.diagram.ROLES), from white.
+_PARAMETERS = LinearSegmentedColormap.from_list("parameters", ["#ffffff", "#d9c400"])
+
+
+def plot_projections(x, projections, tokens, token=0):
+    """Draw the projections of self-attention with their numbers: ``X @ W = result``, one
+    row of the figure per learned matrix (for instance ``W^Q``, ``W^K``, ``W^V``).
+
+    The same ``X`` opens every row, so the picture reads as one sequence in three roles.
+    One token's row is outlined in ``X`` and in every product: row ``i`` of a product is
+    row ``i`` of ``X`` times the matrix, and nothing else. Colours follow the book's roles:
+    inputs grey, learned matrices yellow, queries blue, keys orange, values green (any
+    further product grey).
+
+    Args:
+        x: the token vectors, one row per token.
+        projections: a list of ``(name, W)`` pairs, e.g. ``[("Q", W_q), ("K", W_k), ("V", W_v)]``;
+            each ``W`` has ``d_model`` rows.
+        tokens: the ``n`` labels of the rows of ``x``.
+        token: the index of the row to outline.
+
+    Shape:
+        x: ``(n, d_model)``; each ``W``: ``(d_model, d)``; the products ``(n, d)``.
+
+    Returns:
+        matplotlib.figure.Figure: three Axes per projection (``x``, ``W``, the product).
+
+    Raises:
+        ValueError: when a matrix does not have ``d_model`` rows, ``tokens`` does not name
+            every row, ``token`` is out of range or ``projections`` is empty.
+
+    Paper: "Attention Is All You Need", section 3.2.2 (the projections ``W_i^Q``, ``W_i^K``,
+    ``W_i^V``), in the book's row-vector convention.
+    """
+    x = _squeeze_leading(_to_numpy(x, "x").astype(float), 2, "x")
+    n, d_model = x.shape
+    tokens = _check_tokens(list(tokens), n, "tokens")
+    if not projections:
+        raise ValueError("projections must hold at least one (name, W) pair")
+    if not 0 <= token < n:
+        raise ValueError(f"token must be in 0..{n - 1}, got {token}")
+    mats = []
+    for name, w in projections:
+        w = _to_numpy(w, name).astype(float)
+        if w.ndim != 2 or w.shape[0] != d_model:
+            raise ValueError(f"W^{name} must have shape (d_model, d) with d_model = {d_model}, got {w.shape}")
+        mats.append((str(name), w, x @ w))
+    role_maps = {"Q": "Blues", "K": "Oranges", "V": "Greens"}
+    widest = max(w.shape[1] for _, w, _ in mats)
+    tall = max(n, d_model)
+    # half an inch per number, as plot_head_steps, and a narrow column for "@" and "="
+    width = [0.5 * d_model + 0.5, 0.35, 0.5 * widest + 0.2, 0.35, 0.5 * widest + 0.2]
+    fig = plt.figure(figsize=(sum(width) + 0.6, len(mats) * (0.32 * tall + 0.75)), layout="constrained")
+    grid = fig.add_gridspec(len(mats), len(width), width_ratios=width)
+    features = [str(c) for c in range(d_model)]
+    for r, (name, w, product) in enumerate(mats):
+        # x and the product take n of the tall rows, so every cell of the row has one height
+        left = grid[r, 0].subgridspec(2, 1, height_ratios=[n, max(tall - n, 0.001)])
+        right = grid[r, 4].subgridspec(2, 1, height_ratios=[n, max(tall - n, 0.001)])
+        inner = grid[r, 2].subgridspec(2, 1, height_ratios=[d_model, max(tall - d_model, 0.001)])
+        columns = [str(c) for c in range(w.shape[1])]
+        panels = ((left[0], x, "Greys", tokens, features, f"X  ({n}, {d_model})"),
+                  (inner[0], w, _PARAMETERS, features, columns, f"$W^{name}$  ({d_model}, {w.shape[1]})"),
+                  (right[0], product, role_maps.get(name, "Greys"), tokens, columns,
+                   f"{name} = X $W^{name}$  ({n}, {w.shape[1]})"))
+        for c, (spec, matrix, cmap, rows, cols, title) in enumerate(panels):
+            ax = fig.add_subplot(spec)
+            # lighter than the other step pictures: these cells hold small integers, 1 the commonest
+            _numbers(ax, matrix, cmap, rows=rows, cols=cols, title=title, strength=2.4)
+            if c != 1:  # outline the chosen token's row in X and in the product
+                ax.add_patch(plt.Rectangle((-0.5, token - 0.5), matrix.shape[1], 1.0, fill=False,
+                                           edgecolor="#1a1a1a", linewidth=2.0, clip_on=False))
+        for c, sign in ((1, "@"), (3, "=")):
+            ax = fig.add_subplot(grid[r, c])
+            ax.text(0.5, 1.0 - 0.5 * n / tall, sign, ha="center", va="center", fontsize=14,
+                    transform=ax.transAxes)
+            ax.axis("off")
     return fig
 
 

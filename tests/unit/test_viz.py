@@ -145,6 +145,35 @@ def test_plot_query_steps_draws_every_step_of_one_query_with_its_numbers():
         viz.plot_query_steps(np.ones(4), keys, values, ["I", "am"])
 
 
+
+def test_plot_projections_draws_x_times_each_matrix_with_its_product():
+    """Figure 4.8's "I am good": one X times W^Q, W^K, W^V, the products written in the cells
+    and the chosen token's row outlined in X and in each product; a matrix of the wrong
+    height, a missing label or a token out of range is refused."""
+    x = np.array([[0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]])
+    w_q = np.array([[0, 1, 0, 1], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]], dtype=float)
+    w_v = np.array([[-1, 1, 2], [1, 0, 0], [1, 0, 1], [0, 2, 0]], dtype=float)
+    fig = viz.plot_projections(torch.tensor(x), [("Q", w_q), ("V", w_v)], ["I", "am", "good"], token=1)
+    matrices = [ax for ax in fig.axes if ax.get_images()]
+    assert len(matrices) == 2 * 3 and len(fig.axes) == 2 * 5  # X, W, product; "@" and "="
+    texts = [[t.get_text() for t in ax.texts] for ax in matrices]
+    assert texts[2] == ["1", "0", "1", "0", "0", "2", "0", "1", "1", "1", "0", "0"]  # X W^Q
+    assert texts[5] == ["1", "2", "0", "0", "1", "3", "2", "0", "1"]  # X W^V, -1 included
+    assert "-1" in texts[4]
+    assert [t.get_text() for t in matrices[0].get_yticklabels()] == ["I", "am", "good"]
+    outlined = [ax for ax in matrices if ax.patches]
+    assert outlined == [matrices[0], matrices[2], matrices[3], matrices[5]]  # X and the products
+    assert outlined[1].patches[0].get_y() == 0.5  # the row of "am"
+    _assert_numbers_apart(fig)
+    with pytest.raises(ValueError, match="W\\^K must have shape"):
+        viz.plot_projections(x, [("K", np.ones((3, 4)))], ["I", "am", "good"])
+    with pytest.raises(ValueError, match="tokens has 2 labels"):
+        viz.plot_projections(x, [("Q", w_q)], ["I", "am"])
+    with pytest.raises(ValueError, match="token must be in 0..2"):
+        viz.plot_projections(x, [("Q", w_q)], ["I", "am", "good"], token=3)
+    with pytest.raises(ValueError, match="at least one"):
+        viz.plot_projections(x, [], ["I", "am", "good"])
+
 def test_plot_heads_wraps_rows_to_fit_the_column():
     """Four maps of 10 tokens (3 inches each) go two a row, 7 inches wide where one row was
     13 (Figure 5.5, shown at half size); four small maps still share one row."""

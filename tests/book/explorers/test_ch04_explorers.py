@@ -72,3 +72,18 @@ def test_draw_temperature_draws_the_weights_with_token_labels(ns):
     np.testing.assert_allclose(ax.get_images()[0].get_array(), ns["attention_at_temperature"](SCORES, 2.0))
     assert [t.get_text() for t in ax.get_yticklabels()] == tokens
     assert ax.get_title().startswith("τ = 2.00")
+
+
+def test_the_explorer_picture_marks_tau_on_the_entropy_path(ns):
+    """Figure 4.6: the weights at τ beside the mean entropy over the slider's range, which
+    rises from a third of a bit (the tie of "I") to log2 3, with τ marked on it."""
+    fig = ns["draw_temperature_path"](SCORES, 2.0, ["I", "am", "good"])
+    ax_map, ax_path = fig.axes[:2]  # (the colour bar comes last)
+    np.testing.assert_allclose(ax_map.get_images()[0].get_array(), ns["attention_at_temperature"](SCORES, 2.0))
+    curve, dot = ax_path.get_lines()[:2]
+    taus, path = curve.get_data()
+    assert taus[0] == pytest.approx(10 ** -1.3) and taus[-1] == pytest.approx(100.0)
+    assert all(a < b for a, b in zip(path, path[1:]))  # warmer is flatter, all the way
+    assert path[0] == pytest.approx(1 / 3, abs=0.01) and path[-1] == pytest.approx(math.log2(3), abs=0.01)
+    here = ns["entropy_bits"](ns["attention_at_temperature"](SCORES, 2.0)).mean()
+    assert list(dot.get_xdata()) == [2.0] and dot.get_ydata()[0] == pytest.approx(here)
