@@ -104,7 +104,8 @@ book: venv vendor
 # threads each only spin against each other).
 #
 # The release runs execute only what differs from the build: each chapter's blank
-# release, in the student's venv. Every execution, the build's included, waits on its
+# release, in the student's venv (chapter 10's decodes the run the build's chapter 9
+# saved, as a student's chapter 10 decodes the run their chapter 9 saved). Every execution, the build's included, waits on its
 # kernel in short slices and is kept with its cell timings under _build/test-executions/
 # (tests/notebook_runs.py); the session ends with the count of executions per chapter,
 # by notebook ("book build 1, release-blank 1": the chapter once, its blank release

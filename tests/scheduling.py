@@ -37,8 +37,10 @@ BOOK_GROUP = "the built book"
 # workers): the book build and the tests that read it (307 s: 231 to build, each
 # chapter's one execution, 70 in test_every_page_offline), first, so that the build
 # starts at t=0 on one worker; every chapter released, run in a student venv, its wheels
-# audited and checked against the grade (the group "releases": 345 s, and about 33 more
-# since test_fairness_wheel.py joined it), at t=0 on the other; the chapters graded whole
+# audited and checked against the grade (the group "releases": 363 s at 058e1cf, less the
+# 48 s chapter 10's blank release spent training chapter 9's run, which it now reads from
+# the build: tests/book/test_released_chapter_10.py, the group's last module, starts well
+# after the build has ended), at t=0 on the other; the chapters graded whole
 # in test_grading.py (395 s, one unit: its module fixtures), next, on whichever worker is
 # free first. The rest is shorter (test_cheats.py 135 s, test_platforms.py 130 s, then
 # 111 and less) and the single tests go last (13 s the longest), so the two workers end

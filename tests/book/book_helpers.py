@@ -15,6 +15,8 @@ import notebook_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
+#: Held by the process building the book (:func:`ensure_book_built`) while it builds.
+BUILD_LOCK = ROOT / "_build" / ".book-build.lock"
 # myst-nb's jupyter-cache: the one execution of each chapter that the build, the
 # "executes top to bottom with its hidden checks" test and the browser test share.
 JUPYTER_CACHE = ROOT / "_build" / ".jupyter_cache"
@@ -85,7 +87,7 @@ def ensure_book_built():
         RuntimeError: with the end of the build log when the strict build fails.
     """
     HTML.parent.mkdir(parents=True, exist_ok=True)
-    with open(HTML.parent / ".book-build.lock", "w") as lock:
+    with open(BUILD_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if book_is_fresh():
@@ -109,6 +111,22 @@ def ensure_book_built():
             print(f"built the book in {time.monotonic() - start:.0f}s")
             _count_executions(since=started_at)
             return HTML
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def after_any_book_build() -> bool:
+    """Wait for a book build under way (another xdist worker's, holding :data:`BUILD_LOCK`) to
+    end, without starting one; then say whether a fresh build is there (:func:`book_is_fresh`).
+
+    For a test that reads what the build's executions leave beside the pages (chapter 9's
+    saved run) and does without it when there is none: nothing is built here.
+    """
+    BUILD_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(BUILD_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # granted once no build holds it exclusively
+        try:
+            return book_is_fresh()
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 

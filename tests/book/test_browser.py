@@ -11,6 +11,7 @@ to ``_build/screenshots/``.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import json
@@ -148,6 +149,26 @@ def browser_context(playwright, server, tmp_path_factory):
         yield context
 
 
+def full_page_png(context, page, path: Path) -> None:
+    """Write a PNG of the whole of ``page`` (its full scroll height, as Playwright's
+    ``screenshot(full_page=True)``) to ``path``, encoded for speed.
+
+    Chromium's own capture (DevTools ``Page.captureScreenshot`` beyond the viewport) with
+    ``optimizeForSpeed``: the same pixels as Playwright's full-page screenshot (compared on
+    every chapter page), a larger file, about 40 % less CPU (the book's 17 pages: 31 CPU s
+    against 49, most of it in zlib on pages 30,000 pixels tall).
+    """
+    session = context.new_cdp_session(page)
+    try:
+        size = session.send("Page.getLayoutMetrics")["cssContentSize"]
+        shot = session.send("Page.captureScreenshot", {
+            "format": "png", "captureBeyondViewport": True, "optimizeForSpeed": True,
+            "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}})
+    finally:
+        session.detach()
+    path.write_bytes(base64.b64decode(shot["data"]))
+
+
 def test_every_page_offline(built_book, server, browser_context):
     pages = built_pages(built_book)
     assert pages, f"no HTML pages under {built_book}"
@@ -176,7 +197,7 @@ def test_every_page_offline(built_book, server, browser_context):
         if report["widgetViews"]:
             page.wait_for_timeout(1000)  # the widget manager renders asynchronously
             report = page.evaluate(PAGE_REPORT_JS)
-        page.screenshot(path=str(SCREENSHOTS / (rel.replace("/", "__") + ".png")), full_page=True)
+        full_page_png(browser_context, page, SCREENSHOTS / (rel.replace("/", "__") + ".png"))
         page.close()
 
         outside = browser_context.outside_requests[before:]

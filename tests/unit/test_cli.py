@@ -243,14 +243,16 @@ def test_max_steps_and_epochs_on_resume_are_the_new_totals(tmp_path, splits, cap
 
 def test_resume_of_a_synthetic_run_needs_no_data(tmp_path, capsys):
     out = tmp_path / "run"
-    flags = ["--num-train", "30", "--out", str(out)] + TRAIN_FLAGS
-    assert main(["train", "--max-steps", "2"] + flags) == 0
+    # a small model (given again on resume, where the preset's would conflict): each run
+    # validates on, and tests, the 500 + 500 synthetic pairs by translating them
+    small = SIZE_FLAGS + TRAIN_FLAGS
+    assert main(["train", "--max-steps", "2", "--num-train", "30", "--out", str(out)] + small) == 0
     capsys.readouterr()
     assert main(["train", "--resume", str(out / "checkpoint.pt"), "--max-steps", "3", "--out", str(out)]
-                + TRAIN_FLAGS) == 0  # regenerates --num-train 30 from the checkpoint
+                + small) == 0  # regenerates --num-train 30 from the checkpoint
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["steps"] == 3
     assert main(["train", "--resume", str(out / "checkpoint.pt"), "--num-train", "50", "--max-steps", "4",
-                 "--out", str(out)] + TRAIN_FLAGS) == 2
+                 "--out", str(out)] + small) == 2
     assert "--data synthetic --num-train 30 --seed 0" in capsys.readouterr().err
 
 
