@@ -18,7 +18,7 @@ wrong data.
 
 A few hints need code that computes an answer (chapter 10's ``beam_variant`` re-runs
 the beam search with one mistake). The package ships such a helper without its body
-(:func:`autograder.student.package.withhold_helpers`); instead, the release runs every
+(:func:`autograder.student.hints.withhold_helpers`); instead, the release runs every
 visible case's ``diagnose`` with the helper recording its calls, and :func:`replay`
 returns the recorded result for the same arguments (:func:`call_key`), so those hints
 are still given on the visible cases. The recordings are ``replay.json`` + ``.npz``.
