@@ -35,7 +35,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
-import shutil
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,7 +52,7 @@ from .journal import (Graded, JournalError, journal_seed, read_journal, read_jou
                       submission_status, write_journal)
 from .run_settings import RunSettings
 from .submissions import Submission, file_sha256, find_submissions
-from .results import RESULTS_FILE, ClassResults, SubmissionGrade, begin_run, end_run
+from .results import ClassResults, SubmissionGrade, begin_run, end_run
 from .scores import ExerciseScore, NotebookScores, Status, SubmissionStatus
 from .text import csv_cell, csv_text
 from .untrusted import MAX_NOTEBOOK_BYTES, problem_text
@@ -552,11 +551,3 @@ def write_reports(out: Path, results: list[Graded], sources: dict[str, Path],
     class_results.write(out)
     _write_csv(out / "scores.csv", SCORE_COLUMNS, class_results.score_rows())
     _write_csv(out / "grades.csv", GRADE_COLUMNS, class_results.grade_rows())
-
-
-def clean_outputs(out: Path) -> None:
-    """Remove a previous run's reports and journal from ``out`` (``--force`` keeps them)."""
-    for name in ("scores.csv", "grades.csv", "gradebook.db", RESULTS_FILE):
-        (out / name).unlink(missing_ok=True)
-    for name in ("feedback", ".journal"):
-        shutil.rmtree(out / name, ignore_errors=True)

@@ -12,6 +12,8 @@ trust student code"):
 * ``/job``, read-only (``job.json``: the setup and the cells' source, no case),
   with ``/job/out`` a size-limited tmpfs, and a small private ``/tmp``; nothing
   of the host is writable;
+* matplotlib's font list, read-only in its config folder ``/tmp/matplotlib``: the
+  list a run would build, built once in a sandbox of its own (:func:`_font_list`);
 * two inherited pipes: the result pipe (the runner's frames out) and the cases
   pipe, on which each graded cell's cases arrive only when the runner asks for
   them, after that cell is defined and every earlier cell is done
@@ -37,7 +39,10 @@ kills the whole sandbox (its PID namespace dies with it) when any is exceeded.
 """
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import io
+import json
 import logging
 import os
 import queue
@@ -129,9 +134,88 @@ class RunOutcome:
     cases_sent: list = field(default_factory=list)
 
 
-# --------------------------------------------------------------------------- the library
+# --------------------------------------------------------------------------- matplotlib's font list
+
+# Every chapter's setup cell imports matplotlib, whose first import in a fresh config
+# folder (the run's private /tmp/matplotlib) searches the system's fonts and writes
+# their list there: about 0.3 CPU s of every sandbox start. The list is built once, in a
+# sandbox of its own (so it is exactly the list a run would build), kept in the
+# grader's cache folder, keyed by the interpreter, matplotlib's version and the font
+# folders' modification times, and mounted read-only in every run, where matplotlib
+# reads it instead. Nothing of a submission is in it; where it cannot be built, runs
+# build their own as before.
+_FONT_LIST_SCRIPT = "build_font_list.py"
+_FONT_DIRS = ("/usr/share/fonts", "/usr/local/share/fonts", "/usr/X11R6/lib/X11/fonts", "/usr/X11/lib/X11/fonts",
+              "/etc/fonts")
+_SANDBOX_MPLCONFIGDIR = "/tmp/matplotlib"  # _environment's MPLCONFIGDIR
+_font_lists: dict[str, Path | None] = {}  # key -> the built list (None: it could not be built)
+_font_lock = threading.Lock()
 
 
+def _font_list_key() -> str | None:
+    """What a built font list depends on, hashed; ``None`` without matplotlib."""
+    try:
+        version = importlib.metadata.version("matplotlib")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    stamps = []
+    for root in _FONT_DIRS:
+        for folder, _, _ in os.walk(root):
+            try:
+                stamps.append((folder, os.stat(folder).st_mtime_ns))
+            except OSError:
+                continue
+    identity = [os.path.realpath(sys.executable), sys.prefix, version, os.geteuid(), stamps]
+    return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]
+
+
+def _font_list_folder() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "transformer-book-autograder" / "matplotlib-fonts"
+
+
+def _build_font_list(dest: Path) -> Path:
+    """Run matplotlib's font search in a sandbox (the runs' view of the fonts, their
+    environment) and keep the list it writes as ``dest/<its name>``."""
+    with tempfile.TemporaryDirectory(prefix="autograder-fonts-") as tmp:
+        root = Path(tmp)
+        root.chmod(0o755)
+        lib, job = root / "lib", root / "job"
+        lib.mkdir()
+        job.mkdir()
+        # The run's own writable /job/out (the file-result mode) instead of /tmp/matplotlib.
+        (lib / _FONT_LIST_SCRIPT).write_text(
+            "import os\nos.environ['MPLCONFIGDIR'] = '/job/out'\nimport matplotlib.font_manager\n", encoding="utf-8")
+        outcome = run_job(job, lib, Limits(wall_seconds=120.0), result_pipe=False, script=_FONT_LIST_SCRIPT,
+                          isolation="bubblewrap")
+        built = sorted((job / "out").glob("fontlist-*.json"))
+        if outcome.returncode != 0 or len(built) != 1:
+            raise RuntimeError(f"matplotlib wrote no font list (exit {outcome.returncode}): "
+                               + (outcome.stderr.strip().splitlines() or [""])[-1])
+        dest.mkdir(parents=True, exist_ok=True)
+        temporary = dest / f".{built[0].name}.{os.getpid()}"
+        shutil.copyfile(built[0], temporary)
+        temporary.chmod(0o644)
+        os.replace(temporary, dest / built[0].name)  # whole, whoever else builds it at once
+        return dest / built[0].name
+
+
+def _font_list() -> Path | None:
+    """The font list every bubblewrap run mounts (built on first use), or ``None``."""
+    key = _font_list_key()
+    if key is None:
+        return None
+    with _font_lock:
+        if key in _font_lists and (_font_lists[key] is None or _font_lists[key].is_file()):
+            return _font_lists[key]
+        dest = _font_list_folder() / key
+        found = sorted(dest.glob("fontlist-*.json")) if dest.is_dir() else []
+        try:
+            _font_lists[key] = found[0] if len(found) == 1 else _build_font_list(dest)
+        except (OSError, RuntimeError) as exc:
+            log.info("grading sandbox: each run searches the fonts itself (%s)", exc)
+            _font_lists[key] = None
+        return _font_lists[key]
 
 
 # --------------------------------------------------------------------------- the sandbox
@@ -184,12 +268,15 @@ def _parents_dirs(path: Path, made: set[Path]) -> list[str]:
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts", "mime.types")
 
 
-def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits, out_on_host: bool = False) -> list[str]:
+def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits, out_on_host: bool = False,
+                font_list: Path | None = None) -> list[str]:
     """bubblewrap's arguments. The run's writable ``/job/out`` is a tmpfs of
     ``scratch_bytes`` inside the sandbox (results travel through the result pipe),
     so nothing the run writes — unlinked open files included — reaches the host's
     disk, and its pages count against the run's memory cgroup; only the
-    file-result mode (``out_on_host``) binds the host's ``job_dir/out`` instead."""
+    file-result mode (``out_on_host``) binds the host's ``job_dir/out`` instead.
+    ``font_list`` (:func:`_font_list`) is mounted read-only in the run's matplotlib
+    config folder, a world-writable folder of its private ``/tmp``."""
     args = [
         "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
         "--hostname", "sandbox", "--new-session", "--die-with-parent", "--clearenv",
@@ -212,6 +299,9 @@ def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits, out_on_host: bool 
             args += ["--ro-bind", str(host), str(host)]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    if font_list is not None:
+        args += ["--perms", "1777", "--dir", _SANDBOX_MPLCONFIGDIR,
+                 "--ro-bind", str(font_list), f"{_SANDBOX_MPLCONFIGDIR}/{font_list.name}"]
     made: set[Path] = {Path("/usr"), Path("/etc")}
     for root in _python_roots():
         if root == Path("/usr") or Path("/usr") in root.parents:
@@ -239,7 +329,7 @@ def _environment(lib_dir: str) -> dict[str, str]:
         "PYTHONIOENCODING": "utf-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "MPLBACKEND": "Agg",
-        "MPLCONFIGDIR": "/tmp/matplotlib",
+        "MPLCONFIGDIR": _SANDBOX_MPLCONFIGDIR,
         "OMP_NUM_THREADS": "1",  # threads count against RLIMIT_NPROC
         "MKL_NUM_THREADS": "1",
         "TRANSFORMER_BOOK_STATIC": "1",
@@ -560,7 +650,8 @@ def _start_run(job_dir: Path, lib_dir: Path, limits: Limits, sandbox: bool, resu
                 raise RuntimeError("bubblewrap (bwrap) is not installed: install it, or grade with sandbox=False "
                                    "(unsafe)")
             inner = [python, "-s", "-B", f"{SANDBOX_LIB_DIR}/{script}", SANDBOX_JOB_DIR, *pipe_args]
-            command = [bwrap, *_bwrap_args(job_dir, lib_dir, limits, out_on_host=not result_pipe)]
+            fonts = None if script == _FONT_LIST_SCRIPT else _font_list()
+            command = [bwrap, *_bwrap_args(job_dir, lib_dir, limits, out_on_host=not result_pipe, font_list=fonts)]
             for key, value in _environment(SANDBOX_LIB_DIR).items():
                 command += ["--setenv", key, value]
             command += ["--", *_prlimit_args(limits)]

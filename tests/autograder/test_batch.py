@@ -92,6 +92,17 @@ def _grade(submitted, out, book, **kwargs):
     return batch.grade_class(submitted, out, book=book, progress=False, **kwargs)
 
 
+@pytest.fixture(scope="module")
+def clean_grades(tmp_path_factory, course):
+    """The course graded once, uninterrupted, one job at a time: ``(its report files, its
+    gradebook's rows)`` (:func:`_snapshot`, :func:`_gradebook_rows`), what the parallel and
+    the interrupted runs must give."""
+    root, book = course
+    out = tmp_path_factory.mktemp("clean")
+    _grade(root / "submitted", out, book, jobs=1)
+    return _snapshot(out), _gradebook_rows(out / "gradebook.db")
+
+
 def _read(path: Path) -> list[dict]:
     with open(path, encoding="utf-8", newline="") as fh:
         return list(csv.DictReader(fh))
@@ -283,12 +294,10 @@ def test_a_broken_submission_gets_zero_with_a_reason_and_the_batch_goes_on(tmp_p
     assert "grader failed: RuntimeError: grader bug" in reasons["empty"]
 
 
-def test_parallel_jobs_give_the_same_files(tmp_path, course):
+def test_parallel_jobs_give_the_same_files(tmp_path, course, clean_grades):
     root, book = course
-    _grade(root / "submitted", tmp_path / "one", book, jobs=1)
     _grade(root / "submitted", tmp_path / "two", book, jobs=2)
-    assert _snapshot(tmp_path / "one") == _snapshot(tmp_path / "two")
-    assert _gradebook_rows(tmp_path / "one" / "gradebook.db") == _gradebook_rows(tmp_path / "two" / "gradebook.db")
+    assert (_snapshot(tmp_path / "two"), _gradebook_rows(tmp_path / "two" / "gradebook.db")) == clean_grades
 
 
 KILL_SCRIPT = """
@@ -319,12 +328,10 @@ batch.grade_class(Path({sub!r}), Path({out!r}), book=Path({book!r}), settings=Ru
 @pytest.mark.parametrize("sig,jobs,elsewhere", [(signal.SIGKILL, 1, False), (signal.SIGINT, 2, False),
                                                 (signal.SIGINT, 2, True)],
                          ids=["killed", "ctrl-c", "ctrl-c-to-a-helper-thread"])
-def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, sig, jobs, elsewhere):
+def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, clean_grades, sig, jobs, elsewhere):
     """Killed, or stopped by Ctrl-C (SIGINT) wherever the kernel delivers it: a process's
     signal may go to any of its threads, and the main thread must still stop the run."""
     root, book = course
-    clean = tmp_path / "clean"
-    _grade(root / "submitted", clean, book)
     out = tmp_path / "out"
     diag = tmp_path / "run.diag"
     script = KILL_SCRIPT.format(here=str(HERE), sub=str(root / "submitted"), out=str(out), book=str(book),
@@ -363,8 +370,8 @@ def test_an_interrupted_run_resumes_to_the_clean_result(tmp_path, course, sig, j
     assert not (out / "grades.csv").exists()
     resumed = _grade(root / "submitted", out, book)
     assert resumed.reused == done and resumed.graded == 8 - done
-    assert _snapshot(out) == _snapshot(clean)
-    assert _gradebook_rows(out / "gradebook.db") == _gradebook_rows(clean / "gradebook.db")
+    assert _snapshot(out) == clean_grades[0]
+    assert _gradebook_rows(out / "gradebook.db") == clean_grades[1]
 
 
 def test_csv_text_cells_cannot_become_spreadsheet_formulas():

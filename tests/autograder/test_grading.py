@@ -8,6 +8,7 @@ import json
 import pytest
 
 import fixtures
+from test_roundtrip import roundtrip_chapters
 from walls import cannot_start
 from autograder import jobs, library, reference_calls, sandbox, stubs, verdicts
 from autograder.cells import GradedCell
@@ -155,7 +156,14 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
     in every reason; in chapter 4's, whose cases all call the answer plainly, at its start
     (the blank of the small chapter-4 notebook the other tests grade is graded here only).
     Each is one sandbox run: every released stub is known as one, in the sandbox, so no
-    blank exercise is regraded with the references of the earlier ones it uses."""
+    blank exercise is regraded with the references of the earlier ones it uses.
+
+    The chapters the round trip grades (``test_roundtrip.roundtrip_chapters``: its
+    reference student is the source itself, its blank the released notebook, graded in
+    the sandbox by ``python -m autograder grade``) are not graded twice: its
+    ``test_scores_and_grades`` asserts the same of them (every exercise, in order, full
+    marks for the reference, zero and "not implemented yet" for the blank). No exercise of
+    theirs uses another, so no regrade could start there."""
     from concurrent.futures import ThreadPoolExecutor
 
     import nbformat
@@ -164,6 +172,9 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
 
     books = _chapter_notebooks()
     assert len(books) == 11, f"found {len(books)} chapter notebooks with checks, expected 11"
+    elsewhere = set(roundtrip_chapters())
+    assert len(elsewhere) == 2 and not [ex for ch in elsewhere for ex in exercises_of(ch) if ex.uses], elsewhere
+    books = [path for path in books if path.stem not in elsewhere]
     jobs = []
     for path in books:
         blank = fixtures.blank_submission(nbformat.read(str(path), as_version=4))
@@ -568,9 +579,13 @@ def test_without_uses_the_later_answers_carry_the_mistake(ch04_source, tmp_path,
 
 # --------------------------------------------------------------------------- what reaches the instructor
 
+# An exception of a class named after a value, its message escape sequences, a bidi
+# override and the input's repr (the markers built at run time, as in LEAKY_SOFTMAX below).
 ESCAPING_SOFTMAX = '''
 def softmax(x, axis=-1):
-    raise ValueError("\\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mred\\u202etxt.exe")
+    name = "Le" + "ak_" + str(int(abs(float(np.asarray(x).flat[0])) * 1e6))
+    raise type(name, (ValueError,), {})("\\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mred\\u202etxt.exe "
+                                        + "LE" + "AK<" + repr(x) + ">")
 '''
 
 
@@ -582,14 +597,18 @@ def test_safe_text_escapes_controls_and_bidi_overrides():
 
 
 @pytest.mark.slow
-def test_no_escape_sequence_from_a_submission_reaches_a_reason(ch04_source, tmp_path, needs_sandbox):
+def test_without_hidden_inputs_the_student_reads_their_own_message_escaped(ch04_source, tmp_path, needs_sandbox):
+    """The visible-only run holds no hidden input, so the student's text is shown: the
+    message with its input's repr, the class named after a value; and no escape sequence
+    or bidi override of it reaches a reason, a note or a part's message (the later
+    exercises, which call it, are graded again with the reference softmax)."""
     sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
                                                            softmax=ESCAPING_SOFTMAX), tmp_path / "s.ipynb")
-    # the visible-only run: no hidden input is in the sandbox, so the student's text is shown, escaped
     scores = grade_submission(ch04_source, sub, seed=5, hidden=False).scores
     texts = [s.reason for s in scores] + [n for s in scores for n in s.notes] + [
         p.message for s in scores for p in s.parts]
     assert "\\x1b]0;pwned" in scores[0].reason
+    assert "LEAK<array(" in scores[0].reason and "Leak_" in scores[0].reason
     assert not any(ch in t for t in texts for ch in ("\x1b", "\x07", "\u202e")), texts
 
 
@@ -648,14 +667,6 @@ def test_hidden_inputs_never_reach_the_feedback(tmp_path, needs_sandbox):
     assert (out / "scores.csv").is_file() and (out / "gradebook.db").is_file()
     assert list((out / "feedback").rglob("*.html"))
     assert "LEAK" not in written and "Leak_" not in written and "array([" not in written
-
-
-@pytest.mark.slow
-def test_without_hidden_inputs_the_student_reads_their_own_message(ch04_source, tmp_path, needs_sandbox):
-    """The visible-only run holds no hidden input: the student's message stays (escaped)."""
-    leaky = fixtures.submission_with(fixtures.source_notebook("04_self_attention"), softmax=LEAKY_SOFTMAX)
-    scores = grade_submission(ch04_source, fixtures.write_notebook(leaky, tmp_path / "l.ipynb"), hidden=False).scores
-    assert "LEAK<array(" in scores[0].reason and "Leak_" in scores[0].reason
 
 
 def test_a_withheld_message_answers_word_tests_but_never_prints():
@@ -774,32 +785,39 @@ _PEAK_RSS = '''
 import json, resource, sys
 from pathlib import Path
 from autograder.grading import grade_submission
-scores = grade_submission(Path(sys.argv[1]), Path(sys.argv[2]), seed=1).scores
-print(json.dumps({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "scores": [[s.exercise, s.status, s.score, s.reason] for s in scores]}))
+for submission in sys.argv[2:]:  # in order: each line's peak is the process's peak so far
+    scores = grade_submission(Path(sys.argv[1]), Path(submission), seed=1).scores
+    print(json.dumps({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "scores": [[s.exercise, s.status, s.score, s.reason] for s in scores]}))
 '''
 
 
-def _graded_in_child(source, submission):
+def _graded_in_child(source, *submissions):
+    """Grade ``submissions`` one after the other in one child process (the trusted side,
+    as ``grade`` runs it); returns, for each, its scores and the child's peak resident
+    memory once it is graded."""
     import json
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", _PEAK_RSS, str(source), str(submission)], capture_output=True,
-                          text=True, timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run([sys.executable, "-c", _PEAK_RSS, str(source), *map(str, submissions)],
+                          capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in proc.stdout.strip().splitlines()[-len(submissions):]]
 
 
 @pytest.mark.slow
 def test_forged_giant_frames_are_refused_unread(ch04_source, submissions, tmp_path, needs_sandbox):
     """Four frames announcing 120 MB of JSON each: refused from their headers, the
     cell flagged, the others graded, and the trusted process's peak memory stays
-    that of an honest grading (measured in a child process)."""
+    that of an honest grading: one child process grades the honest notebook, then the
+    flood, and its peak may not grow by the 128 MB that reading one frame would take
+    (one process, not two: its imports and the library are paid once)."""
     attack = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
                                                               softmax=FRAME_FLOOD), tmp_path / "flood.ipynb")
-    honest = _graded_in_child(ch04_source, submissions["reference"])
-    flooded = _graded_in_child(ch04_source, attack)
+    honest, flooded = _graded_in_child(ch04_source, submissions["reference"], attack)
+    assert [row[1:3] for row in honest["scores"]] == [["passed", 1.0], ["passed", 2.0], ["passed", 3.0]]
     by_name = {name: (status, score, reason) for name, status, score, reason in flooded["scores"]}
     assert by_name["softmax"][:2] == ("cheat", 0.0) and "JSON" in by_name["softmax"][2]
     assert by_name["self_attention"][0] == "passed"

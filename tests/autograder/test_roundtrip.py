@@ -58,11 +58,18 @@ def _read(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def roundtrip_chapters(book: Path = REPO / "book") -> list[str]:
+    """The chapters the round trip grades: the first two of ``book`` with checks. Their
+    reference and released notebooks are graded here only (test_grading's real-chapter
+    test grades the others'), so :func:`test_scores_and_grades` holds its assertions."""
+    return [c for c in chapter_ids(book) if exercises_of(c)][:2]
+
+
 @pytest.fixture(scope="module")
 def graded_class(tmp_path_factory):
     root = tmp_path_factory.mktemp("roundtrip")
     book = REPO / "book"
-    chapters = [c for c in chapter_ids(book) if exercises_of(c)][:2]
+    chapters = roundtrip_chapters(book)
     if not chapters:
         chapters = ["04_self_attention"]
         book = make_book(root, chapters)
@@ -104,11 +111,15 @@ def test_scores_and_grades(graded_class):
         assert blank["score"] == "0" and blank["status"] == "incomplete"
         assert 0 < float(wrong["score"]) < float(wrong["max_score"]), wrong
         rows = [r for r in scores if r["assignment"] == chapter]
+        for student in STUDENTS:  # one row per exercise, in the chapter's order
+            assert [r["exercise"] for r in rows if r["student_id"] == student] == [
+                ex.name for ex in exercises_of(chapter)], (student, chapter)
         for r in rows:
-            if r["student_id"] == "blank":
-                assert r["status"] == "failed" and "not implemented yet" in r["reason"], r
-            if r["student_id"] == "reference":
+            if r["student_id"] == "blank":  # the released notebook: zero, "not implemented yet" everywhere
+                assert r["status"] == "failed" and float(r["score"]) == 0 and "not implemented yet" in r["reason"], r
+            if r["student_id"] == "reference":  # the source itself: the sandbox withholds nothing it needs
                 assert r["status"] == "passed" and r["reason"] == "", r
+                assert float(r["score"]) == float(r["max_score"]) > 0, r
         wrong_rows = [r for r in rows if r["student_id"] == "wrong" and r["status"] != "passed"]
         # a wrong body may still earn the parts it gets right (partial credit), never all
         assert wrong_rows and all(float(r["score"]) < float(r["max_score"]) and r["reason"] for r in wrong_rows)

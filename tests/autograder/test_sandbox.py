@@ -172,6 +172,32 @@ def test_filesystem_is_read_only_except_out_and_tmp(probe, tmp_path):
     assert not (REPO / "x").exists()
 
 
+def test_matplotlib_reads_the_font_list_built_once_and_cannot_change_it(probe, monkeypatch):
+    """Every run mounts, read-only in its matplotlib folder, the font list built once in
+    a sandbox of its own (``sandbox._font_list``): matplotlib reads it instead of
+    searching the fonts (about 0.3 CPU s of each start), the run cannot change it, and
+    it is, byte for byte, the list a run without it builds for itself."""
+    import json
+
+    from autograder import sandbox
+
+    fonts = sandbox._font_list()
+    assert fonts is not None and fonts.is_file()  # matplotlib is installed: the book's figures use it
+    mounted = f"/tmp/matplotlib/{fonts.name}"
+    code = textwrap.dedent(f"""
+        import os, matplotlib.font_manager as fm
+        print("fonts", len(fm.fontManager.ttflist), sorted(os.listdir("/tmp/matplotlib")))
+        print("list", open({mounted!r}).read().strip())
+    """) + write_probe(f"[{mounted!r}]")
+    out = probe(code)
+    assert f"refused {mounted}" in out.stdout and out.stderr == "", out.stderr  # read, not rebuilt and saved
+    assert f"fonts {len(json.loads(fonts.read_text())['ttflist'])} {[fonts.name]!r}" in out.stdout
+    monkeypatch.setattr(sandbox, "_font_list", lambda: None)  # as before: the run searches the fonts itself
+    own = probe(code)
+    assert f"writable {mounted}" in own.stdout
+    assert own.stdout.split("list ", 1)[1].split(f"\nwritable {mounted}")[0] == fonts.read_text().strip()
+
+
 def test_no_network(probe):
     out = probe(NETWORK_PROBE).stdout
     assert "connected" not in out
