@@ -45,7 +45,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands.check import cmd_check, cmd_selftest
+# jsonschema, which nbformat imports, loads its optional IRI format checker at import when
+# rfc3987-syntax is installed (jupyter-events pulls it in): 38 Earley parsers built, about
+# 1.7 CPU seconds in every command that reads a notebook. No schema the autograder checks
+# is validated with a format checker, so the commands go without it: None in sys.modules
+# makes that optional import fail as if the package were not installed. It is set here, before
+# the commands import nbformat, so that both ``python -m autograder`` and the ``autograder``
+# console script (which calls :func:`main` directly) start without it.
+sys.modules.setdefault("rfc3987_syntax", None)
+
+from .commands.check import cmd_check, cmd_selftest  # noqa: E402  (after the line above)
 from .commands.grade import (cmd_autograde, cmd_bench, cmd_gradescope, cmd_grade, cmd_merge, cmd_release,
                                cmd_report)
 from .commands.term import cmd_collect, cmd_export, cmd_prairielearn, cmd_regrades, cmd_similarity

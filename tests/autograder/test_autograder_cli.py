@@ -36,14 +36,21 @@ def book(tmp_path_factory) -> Path:
 
 
 def test_the_command_reads_notebooks_without_building_jsonschemas_iri_parsers():
-    """``python -m autograder`` imports nbformat (and so jsonschema) but not rfc3987-syntax,
-    whose 38 parsers cost every command about 1.7 CPU s; the same imports in a plain
-    interpreter do load it, so the test would see a command that paid for it."""
+    """``python -m autograder`` and the ``autograder`` console script import nbformat (and so
+    jsonschema) but not rfc3987-syntax, whose 38 parsers cost every command about 1.7 CPU s;
+    the same imports in a plain interpreter do load it, so the test would see a command that
+    paid for it."""
     probe = ("import runpy, sys\n"
              "if sys.argv[1:] == ['command']:\n"
              "    sys.argv = ['autograder', 'grade', '--help']\n"
              "    try:\n"
              "        runpy.run_module('autograder', run_name='__main__', alter_sys=True)\n"
+             "    except SystemExit:\n"
+             "        pass\n"
+             "elif sys.argv[1:] == ['script']:\n"
+             "    from autograder.cli import main\n"  # what the console script runs
+             "    try:\n"
+             "        main(['grade', '--help'])\n"
              "    except SystemExit:\n"
              "        pass\n"
              "else:\n"
@@ -56,6 +63,7 @@ def test_the_command_reads_notebooks_without_building_jsonschemas_iri_parsers():
 
     assert loaded("plain") == "True True"  # installed here: jsonschema loads it unless told not to
     assert loaded("command") == "True False"
+    assert loaded("script") == "True False"  # the ``autograder`` console script
 
 
 def test_parser_knows_the_commands_and_their_options():
