@@ -46,7 +46,7 @@ def sentence_statistics(hypotheses, references, max_order=4):
             ``max_order < 1``.
         TypeError: a sentence is a string, not a list of tokens.
     """
-    if len(hypotheses) != len(references):
+    if len(references) != len(hypotheses):  # one pair per row
         raise ValueError(
             f"expected one reference per hypothesis, got "
             f"{len(hypotheses)} hypotheses and {len(references)}")

@@ -211,33 +211,20 @@ def make_counts(clip="min", totals="hypothesis", swap=False, clamp=True):
     return sentence_statistics
 
 
-def test_unclipped_matches_are_rejected_and_lose_only_the_matches():
-    rejected("sentence_statistics", make_counts(clip="none"), "clip each n-gram's count")
-    partly("sentence_statistics", make_counts(clip="none"), {TOTALS, SHORT}, {MATCHES})
+# (mistake, the part it loses, words of its hint): each loses that part alone, with the hint.
+COUNTING_MISTAKES = [
+    ({"clip": "none"}, MATCHES, "clip each n-gram's count"),
+    ({"clip": "distinct"}, MATCHES, "each distinct shared n-gram once"),
+    ({"totals": "tokens"}, TOTALS, "not its tokens"),
+    ({"totals": "reference"}, TOTALS, "not the reference's"),
+    ({"swap": True}, TOTALS, "c, the hypothesis's length"),
+    ({"clamp": False}, SHORT, "not c - n + 1 below 0"),
+]
 
 
-def test_counting_each_shared_ngram_once_loses_only_the_matches():
-    rejected("sentence_statistics", make_counts(clip="distinct"), "each distinct shared n-gram once")
-    partly("sentence_statistics", make_counts(clip="distinct"), {TOTALS, SHORT}, {MATCHES})
-
-
-def test_tokens_for_ngrams_lose_only_the_totals():
-    rejected("sentence_statistics", make_counts(totals="tokens"), "not its tokens")
-    partly("sentence_statistics", make_counts(totals="tokens"), {MATCHES, SHORT}, {TOTALS})
-
-
-def test_the_references_ngrams_as_totals_lose_only_the_totals():
-    rejected("sentence_statistics", make_counts(totals="reference"), "not the reference's")
-    partly("sentence_statistics", make_counts(totals="reference"), {MATCHES, SHORT}, {TOTALS})
-
-
-def test_swapped_lengths_lose_only_the_totals():
-    partly("sentence_statistics", make_counts(swap=True), {MATCHES, SHORT}, {TOTALS}, "c, the hypothesis's length")
-
-
-def test_a_negative_total_for_a_short_hypothesis_loses_only_the_short_sentences():
-    rejected("sentence_statistics", make_counts(clamp=False), "not c - n + 1 below 0")
-    partly("sentence_statistics", make_counts(clamp=False), {MATCHES, TOTALS}, {SHORT})
+@pytest.mark.parametrize("mistake, lost, hint", COUNTING_MISTAKES, ids=[str(m[0]) for m in COUNTING_MISTAKES])
+def test_a_counting_mistake_is_named_and_loses_only_its_part(mistake, lost, hint):
+    partly("sentence_statistics", make_counts(**mistake), {MATCHES, TOTALS, SHORT} - {lost}, {lost}, hint)
 
 
 def test_a_crash_on_an_empty_sentence_loses_only_the_short_sentences():
@@ -257,9 +244,8 @@ def test_a_fixed_order_of_4_is_named():
 
 
 def test_the_visible_check_rejects_every_counting_mutant():
-    for wrong in (make_counts(clip="none"), make_counts(clip="distinct"), make_counts(totals="tokens"),
-                  make_counts(totals="reference"), make_counts(swap=True), make_counts(clamp=False)):
-        rejected("sentence_statistics", wrong, hidden=False)
+    for mistake, _, _ in COUNTING_MISTAKES:
+        rejected("sentence_statistics", make_counts(**mistake), hidden=False)
 
 
 def test_counting_answers_in_other_styles_pass():
