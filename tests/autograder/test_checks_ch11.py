@@ -17,6 +17,7 @@ from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 import check_helpers
 import solutions
 from autograder.checks import get_exercise
+from autograder.sync import solution_cell_source
 from check_helpers import accepted, assert_full_marks, grade_in_sandbox
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
@@ -248,26 +249,9 @@ def test_the_visible_check_rejects_every_counting_mutant():
         rejected("sentence_statistics", make_counts(**mistake), hidden=False)
 
 
-def test_counting_answers_in_other_styles_pass():
+def test_the_loop_counting_answer_passes():
+    """(A dict-based float answer is test_mutants.STYLES' row, graded in the sandbox too.)"""
     accepted("sentence_statistics", make_counts())
-
-    def with_dicts(hypotheses, references, max_order=4):  # plain dicts, a float array
-        out = np.zeros((len(hypotheses), 2 * max_order + 2))
-        for row, (hyp, ref) in enumerate(zip(hypotheses, references)):
-            for n in range(1, max_order + 1):
-                seen = {}
-                for i in range(len(ref) - n + 1):
-                    seen[tuple(ref[i:i + n])] = seen.get(tuple(ref[i:i + n]), 0) + 1
-                for i in range(len(hyp) - n + 1):
-                    gram = tuple(hyp[i:i + n])
-                    if seen.get(gram, 0) > 0:
-                        seen[gram] -= 1
-                        out[row, n - 1] += 1
-                    out[row, max_order + n - 1] += 1
-            out[row, -2:] = len(hyp), len(ref)
-        return out
-
-    accepted("sentence_statistics", with_dicts)
 
 
 def test_the_counts_of_the_stored_translations_are_sacrebleus():
@@ -291,27 +275,15 @@ def test_a_string_instead_of_tokens_is_refused_by_the_reference():
         solutions.sentence_statistics(["a dog runs"], ["a dog is running"])
 
 
-COUNTS_SOLUTION = '''
-def sentence_statistics(hypotheses, references, max_order=4):
-    rows = []
-    for hyp, ref in zip(hypotheses, references):
-        m, t = [], []
-        for n in range(1, max_order + 1):
-            h = Counter(tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1))
-            r = Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))
-            m.append(sum((h & r).values()))
-            t.append(max(len(hyp) - n + 1, 0))
-        rows.append(m + t + [len(hyp), len(ref)])
-    return np.array(rows).reshape(len(rows), 2 * max_order + 2)
-'''
-
-COUNTS_WRONG = COUNTS_SOLUTION.replace("sum((h & r).values())", "sum(k for g, k in h.items() if g in r)")
+# The reference's own cell with one rule broken: every hypothesis n-gram found in the reference counts.
+COUNTS_WRONG = solution_cell_source(solutions.sentence_statistics).replace(
+    "sum((hyp_grams & ref_grams).values())", "sum(k for g, k in hyp_grams.items() if g in ref_grams)")
+assert "hyp_grams.items()" in COUNTS_WRONG
 
 
 def test_the_sandboxed_grader_gives_full_marks_and_charges_each_mistake_to_its_part(tmp_path):
     """Both exercises in one notebook per round (one sandboxed grading each)."""
-    right = grade_in_sandbox("11_real_german", tmp_path / "right", bootstrap_bleu=SOLUTION,
-                             sentence_statistics=COUNTS_SOLUTION)
+    right = grade_in_sandbox("11_real_german", tmp_path / "right", bootstrap_bleu=SOLUTION)  # 11.1: the notebook's
     assert_full_marks(right, {"bootstrap_bleu": 4, "sentence_statistics": 4})
     wrong = grade_in_sandbox("11_real_german", tmp_path / "wrong", bootstrap_bleu=WRONG,
                              sentence_statistics=COUNTS_WRONG)
