@@ -1,4 +1,4 @@
-"""How sure is a BLEU score? Corpus BLEU of resampled test sets (chapter 11).
+"""Corpus BLEU from its counts, and how sure a BLEU score is (chapter 11).
 
 Corpus BLEU (Papineni et al., 2002) is a function of a few counts summed over the test
 set: for each order n the clipped n-gram matches and the hypothesis n-grams, and the two
@@ -19,45 +19,56 @@ import numpy as np
 __all__ = ["sentence_statistics", "bootstrap_bleu"]
 
 
-def sentence_statistics(hypotheses, references, max_order=4, tokenize=str.split):
+def sentence_statistics(hypotheses, references, max_order=4):
     """BLEU's counts of every sentence pair, one row each.
 
     Args:
-        hypotheses: the system's translations, a list of strings.
-        references: one reference string per hypothesis, in the same order.
-        max_order: the longest n-gram counted (4 in BLEU).
-        tokenize: turns a string into a list of tokens (whitespace by default;
-            sacreBLEU's ``Tokenizer13a()`` followed by ``str.split`` reproduces its
-            default scores).
+        hypotheses: the system's translations, each a list of tokens
+            (sacreBLEU's ``Tokenizer13a()(text).split()`` gives the
+            tokens of its default score).
+        references: one reference per hypothesis, in the same order,
+            each a list of tokens.
+        max_order: the longest n-gram counted, ``K`` (4 in BLEU).
 
     Shape:
-        output: ``(N, 2 * max_order + 2)``, ``N = len(hypotheses)``.
+        output: ``(N, 2K + 2)``, ``N = len(hypotheses)``.
 
     Returns:
-        An int64 array whose row ``i`` is ``[m_1 … m_K, t_1 … t_K, c, r]`` for pair ``i``:
-        ``m_n`` the hypothesis's ``n``-grams found in the reference, each counted at most
-        as often as the reference holds it; ``t_n`` the hypothesis's ``n``-grams; ``c``
-        and ``r`` the hypothesis's and the reference's lengths in tokens.
+        An integer array whose row ``i`` is
+        ``[m_1 … m_K, t_1 … t_K, c, r]`` for pair ``i``: ``m_n`` the
+        hypothesis's ``n``-grams found in the reference, each counted
+        at most as often as the reference holds it (clipped); ``t_n``
+        the hypothesis's ``n``-grams; ``c`` and ``r`` the hypothesis's
+        and the reference's lengths in tokens.
 
     Raises:
-        ValueError: the two lists differ in length, or ``max_order < 1``.
+        ValueError: the two lists differ in length, or
+            ``max_order < 1``.
+        TypeError: a sentence is a string, not a list of tokens.
     """
-    if len(hypotheses) != len(references):
-        raise ValueError(f"expected one reference per hypothesis, got {len(hypotheses)} hypotheses "
-                         f"and {len(references)} references")
+    if len(references) != len(hypotheses):  # one pair per row
+        raise ValueError(
+            f"expected one reference per hypothesis, got "
+            f"{len(hypotheses)} hypotheses and {len(references)}")
     if max_order < 1:
         raise ValueError(f"max_order must be >= 1, got {max_order}")
     rows = []
-    for hypothesis, reference in zip(hypotheses, references):
-        hyp, ref = list(tokenize(hypothesis)), list(tokenize(reference))
+    for hyp, ref in zip(hypotheses, references):
+        if isinstance(hyp, str) or isinstance(ref, str):
+            raise TypeError("expected lists of tokens, got a string: "
+                            "split each sentence first")
         matches, totals = [], []
         for n in range(1, max_order + 1):
-            hyp_grams = Counter(tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1))
-            ref_grams = Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))
-            matches.append(sum((hyp_grams & ref_grams).values()))  # & keeps the smaller count: clipping
+            hyp_grams = Counter(tuple(hyp[i:i + n])
+                                for i in range(len(hyp) - n + 1))
+            ref_grams = Counter(tuple(ref[i:i + n])
+                                for i in range(len(ref) - n + 1))
+            # & keeps the smaller count of each n-gram: the clipping
+            matches.append(sum((hyp_grams & ref_grams).values()))
             totals.append(max(len(hyp) - n + 1, 0))
         rows.append(matches + totals + [len(hyp), len(ref)])
-    return np.array(rows, dtype=np.int64).reshape(len(rows), 2 * max_order + 2)
+    width = 2 * max_order + 2
+    return np.array(rows, dtype=np.int64).reshape(len(rows), width)
 
 
 def bootstrap_bleu(stats, resamples):

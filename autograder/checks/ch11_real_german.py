@@ -1,9 +1,21 @@
-"""Checks of chapter 11, translating real German: ``bootstrap_bleu``.
+"""Checks of chapter 11, translating real German: ``sentence_statistics`` and ``bootstrap_bleu``.
 
 The contract is ``shared/EXERCISES.md`` section 11; the reference is ``solutions/bleu.py``
-(Papineni et al., 2002, for BLEU from summed counts; Koehn, 2004, for the bootstrap).
+(Papineni et al., 2002, for the clipped counts and BLEU from summed counts; Koehn, 2004,
+for the bootstrap).
 
-Each part's cases hold the other parts' rules fixed through their inputs:
+``sentence_statistics``'s parts are held apart by their inputs and one tolerance:
+
+* the clipped matches: every hypothesis has at least ``K`` tokens (no order without
+  n-grams), and its words repeat, so clipping shows; a result whose totals or lengths
+  follow a wrong rule of the second part (tokens for every order, the reference's
+  n-grams, ``c`` and ``r`` swapped) is accepted there (:meth:`SentenceStatistics.tolerated`);
+* the totals and lengths: no token repeats within a sentence, so every way of counting
+  matches (clipped, unclipped, distinct n-grams) gives the same ``m_n``;
+* short and empty sentences: distinct tokens again, and the second part's wrong rules
+  tolerated, so only a total below 0, a row left out or a crash on no tokens fails it.
+
+``bootstrap_bleu``'s cases hold the other parts' rules fixed through their inputs:
 
 * the sums: every sentence's hypothesis is as long as its reference (so ``BP = 1`` by any
   formula) and matches at every order (so no score is 0);
@@ -18,13 +30,178 @@ zero) and name the one the result equals.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections import Counter
 
 import numpy as np
 
 from .base import Case, Exercise, close, register
 
 CHAPTER = "11_real_german"
+
+
+# --------------------------------------------------------------------------- sentence_statistics
+
+#: Caption words: the cases' sentences are drawn from them (distinct ones where a part needs it).
+_WORDS = ("a two the man woman dog child girl boy group people street water snow ball bike shirt red "
+          "blue black white young old is are runs sits plays stands walks holds rides jumps in on at "
+          "with near under").split()
+
+
+def _counts(hypotheses, references, order, *, clip="min", totals="hypothesis", swap=False, clamp=True):
+    """Rows ``[m_1 … m_K, t_1 … t_K, c, r]`` with switches for the plausible mistakes.
+
+    ``clip``: "min" (the rule), "none" (every hypothesis n-gram found in the reference counts)
+    or "distinct" (each distinct shared n-gram once). ``totals``: "hypothesis" (the rule),
+    "tokens" (``c`` for every order) or "reference" (the reference's n-grams). ``swap``:
+    ``c`` and ``r`` exchanged. ``clamp=False``: ``c - n + 1`` below 0 for a short hypothesis.
+    """
+    rows = []
+    for hyp, ref in zip(hypotheses, references):
+        matches, counted = [], []
+        for n in range(1, order + 1):
+            h = Counter(tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1))
+            r = Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))
+            if clip == "none":
+                matches.append(sum(k for gram, k in h.items() if gram in r))
+            elif clip == "distinct":
+                matches.append(len(set(h) & set(r)))
+            else:
+                matches.append(sum((h & r).values()))
+            length = {"tokens": len(hyp) + n - 1, "reference": len(ref)}.get(totals, len(hyp))
+            counted.append(max(length - n + 1, 0) if clamp else length - n + 1)
+        lengths = [len(ref), len(hyp)] if swap else [len(hyp), len(ref)]
+        rows.append(matches + counted + lengths)
+    return np.array(rows, dtype=np.int64).reshape(len(rows), 2 * order + 2)
+
+
+def _repeating(rng, length):
+    """A sentence of ``length`` tokens from six words: its n-grams repeat."""
+    return [str(w) for w in rng.choice(_WORDS[:6], size=length)]
+
+
+def _distinct_pair(rng, hyp_len, ref_len):
+    """A hypothesis and a reference, no token twice in either; the reference takes one or two
+    runs of the hypothesis's tokens (so n-grams of several orders match) and words of its own."""
+    words = [str(w) for w in rng.permutation(_WORDS)]
+    hyp, spare = words[:hyp_len], words[hyp_len:]
+    ref = []
+    if hyp_len:
+        start = int(rng.integers(0, hyp_len))
+        run = hyp[start:start + int(rng.integers(1, hyp_len - start + 1))]
+        ref = run[:ref_len]
+    while len(ref) < ref_len:
+        ref.insert(int(rng.integers(0, len(ref) + 1)), spare.pop())
+    return hyp, ref
+
+
+@register
+class SentenceStatistics(Exercise):
+    """``sentence_statistics(hypotheses, references, max_order=4) -> np.ndarray (N, 2K + 2)``."""
+
+    name = "sentence_statistics"
+    chapter = CHAPTER
+    kind = "function"
+    what = ("each sentence pair's clipped n-gram matches, its hypothesis n-grams and the two lengths, "
+            "short and empty sentences included")
+    parts = {
+        "the clipped matches m_1 … m_K": 2,
+        "the totals t_1 … t_K and the lengths c, r": 1,
+        "short and empty sentences": 1,
+    }
+    #: the second part's wrong rules, accepted in the other parts' cases
+    TOLERATED = ({"totals": "tokens"}, {"totals": "reference"}, {"swap": True})
+
+    def cases(self, rng, hidden):
+        matches, totals, short = self.parts
+
+        def case(pairs, label, part, order=4):
+            hyps = [list(h) for h, _ in pairs]
+            refs = [list(r) for _, r in pairs]
+            kwargs = {} if order == 4 else {"max_order": order}
+            return Case(args=(hyps, refs), kwargs=kwargs, label=label, part=part, compare="values",
+                        rtol=0, atol=0)
+
+        def repeating(n, order=4):
+            return [(_repeating(rng, int(rng.integers(order, 12))), _repeating(rng, int(rng.integers(2, 12))))
+                    for _ in range(n)]
+
+        def distinct(n, low=4):
+            return [_distinct_pair(rng, int(rng.integers(low, 12)), int(rng.integers(3, 12))) for _ in range(n)]
+
+        papineni = ("the the the the the the the".split(), "the cat is on the mat".split())
+        echo = ("a dog a dog runs".split(), "a dog runs after a ball".split())
+        cases = [
+            case([papineni, echo], "'the' seven times against a reference holding it twice; 'a dog' twice "
+                 "against once", matches),
+            case(repeating(4), "4 pairs of sentences whose words repeat", matches),
+            case(repeating(3, order=2), "max_order=2: 3 pairs, 6 columns", matches, order=2),
+            case(distinct(4), "4 pairs, no token twice in a sentence, the lengths differ", totals),
+            case([("two men sit".split(), "two men are sitting".split()),
+                  ([], "a dog".split()),
+                  ("a dog runs".split(), [])],
+                 "a 3-token hypothesis (no 4-gram), an empty hypothesis, an empty reference", short),
+        ]
+        if not hidden:
+            return cases
+        cases += [
+            case(repeating(10), "10 pairs of sentences whose words repeat", matches),
+            case(repeating(5, order=3), "max_order=3: 5 pairs", matches, order=3),
+            case(repeating(4, order=1), "max_order=1: 4 pairs", matches, order=1),
+            case(distinct(8), "8 pairs, no token twice in a sentence", totals),
+            case([_distinct_pair(rng, int(k), int(rng.integers(0, 6))) for k in rng.integers(0, 4, size=5)],
+                 "5 hypotheses of 0 to 3 tokens", short),
+        ]
+        return cases
+
+    def tolerated(self, case, want):
+        """The first and third parts' cases accept the totals and lengths of the second part's wrong
+        rules: that part states them, so they are charged to it alone."""
+        if self.part_of(case) == list(self.parts)[1] or case.expect_error or len(case.args) != 2:
+            return []
+        order = case.kwargs.get("max_order", 4)
+        right = np.asarray(want.value)
+        out = []
+        for rule in self.TOLERATED:
+            value = _counts(*case.args, order, **rule)
+            if value.shape == right.shape and not np.array_equal(value, right):
+                out.append(dataclasses.replace(want, value=value))
+        return out
+
+    def diagnose(self, case, got, want):
+        hyps, refs = case.args
+        order = case.kwargs.get("max_order", 4)
+        try:
+            mine = np.asarray(got.value, dtype=np.float64)
+        except (TypeError, ValueError):
+            return "return an integer numpy array of shape (N, 2K + 2), one row per sentence pair."
+        shape = (len(hyps), 2 * order + 2)
+        if mine.shape != shape:
+            return (f"return one row per sentence pair and 2K + 2 columns (K = max_order = {order}): shape "
+                    f"{shape}, not {mine.shape}.")
+        variants = {
+            "clip each n-gram's count at the number of times the reference holds it: here an n-gram the "
+            "hypothesis repeats counts every time.": {"clip": "none"},
+            "an n-gram the hypothesis holds twice can match twice, if the reference holds it twice too: "
+            "you counted each distinct shared n-gram once.": {"clip": "distinct"},
+            "t_n counts the hypothesis's n-grams, c - n + 1 of them, not its tokens.": {"totals": "tokens"},
+            "t_n counts the hypothesis's n-grams, not the reference's.": {"totals": "reference"},
+            "the last two columns are c, the hypothesis's length, then r, the reference's.": {"swap": True},
+            "a hypothesis shorter than n has no n-grams: t_n is 0, not c - n + 1 below 0.": {"clamp": False},
+        }
+        right = np.asarray(want.value, dtype=np.float64)
+        for hint, rule in variants.items():
+            variant = _counts(hyps, refs, order, **rule)
+            if np.array_equal(mine, variant) and not np.array_equal(variant, right):
+                return hint
+        return None
+
+    def raised_hint(self, case, got):
+        if got.raised is not None and got.raised.get("type") in ("IndexError", "ValueError", "ZeroDivisionError"):
+            return ("an empty sentence has no n-grams: its matches and totals are 0 and its length is 0; "
+                    "a hypothesis shorter than n has no n-grams of order n.")
+        return None
 
 
 # --------------------------------------------------------------------------- the trusted formula

@@ -32,7 +32,7 @@ CONTRACT = {
     "08_transformer": ["DecoderLayer", "Transformer", "count_parameters"],
     "09_training": ["make_decoder_io", "noam_lr", "label_smoothed_cross_entropy"],
     "10_inference": ["greedy_decode", "beam_search"],
-    "11_real_german": ["bootstrap_bleu"],
+    "11_real_german": ["sentence_statistics", "bootstrap_bleu"],
 }
 CHAPTER_OF = {name: chapter for chapter, names in CONTRACT.items() for name in names}
 

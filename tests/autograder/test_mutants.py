@@ -451,6 +451,23 @@ def beam_search(model, src, src_mask, beam_size, max_len, sos_id=1, eos_id=2, le
             finished += [(score / ((5 + max_len) / 6) ** length_penalty, tokens) for tokens, score in live]
     return max(finished, key=lambda f: f[0])[1]
 ''',
+    "sentence_statistics": '''
+def sentence_statistics(hypotheses, references, max_order=4):  # plain dicts, matches consumed one by one, floats
+    out = np.zeros((len(hypotheses), 2 * max_order + 2))
+    for row, (hyp, ref) in enumerate(zip(hypotheses, references)):
+        for n in range(1, max_order + 1):
+            left = {}
+            for i in range(len(ref) - n + 1):
+                left[tuple(ref[i:i + n])] = left.get(tuple(ref[i:i + n]), 0) + 1
+            for i in range(len(hyp) - n + 1):
+                gram = tuple(hyp[i:i + n])
+                if left.get(gram, 0):
+                    left[gram] -= 1
+                    out[row, n - 1] += 1
+                out[row, max_order + n - 1] += 1
+        out[row, -2:] = len(hyp), len(ref)
+    return out
+''',
 }
 
 

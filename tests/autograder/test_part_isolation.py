@@ -672,6 +672,42 @@ for _mutant in (bootstrap_bleu_sentence_mean, bootstrap_bleu_inverted_penalty, b
                     + inspect.getsource(_mutant).replace(f"def {_mutant.__name__}(", "def bootstrap_bleu(", 1))
 
 
+# sentence_statistics with one rule broken: matches not clipped (the first part), tokens
+# counted as n-grams (the second), a total below 0 for a hypothesis shorter than n (the third).
+def _ngram_counts(tokens, n):
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+def counts_unclipped(hypotheses, references, max_order=4):
+    rows = []
+    for hyp, ref in zip(hypotheses, references):
+        grams = [(_ngram_counts(hyp, n), _ngram_counts(ref, n)) for n in range(1, max_order + 1)]
+        matches = [sum(k for g, k in h.items() if g in r) for h, r in grams]  # every repeat counts
+        rows.append(matches + [max(len(hyp) - n + 1, 0) for n in range(1, max_order + 1)] + [len(hyp), len(ref)])
+    return np.array(rows).reshape(len(rows), 2 * max_order + 2)
+
+
+def counts_tokens_as_totals(hypotheses, references, max_order=4):
+    rows = []
+    for hyp, ref in zip(hypotheses, references):
+        matches = [sum((_ngram_counts(hyp, n) & _ngram_counts(ref, n)).values()) for n in range(1, max_order + 1)]
+        rows.append(matches + [len(hyp)] * max_order + [len(hyp), len(ref)])  # tokens, not n-grams
+    return np.array(rows).reshape(len(rows), 2 * max_order + 2)
+
+
+def counts_negative_totals(hypotheses, references, max_order=4):
+    rows = []
+    for hyp, ref in zip(hypotheses, references):
+        matches = [sum((_ngram_counts(hyp, n) & _ngram_counts(ref, n)).values()) for n in range(1, max_order + 1)]
+        rows.append(matches + [len(hyp) - n + 1 for n in range(1, max_order + 1)] + [len(hyp), len(ref)])
+    return np.array(rows).reshape(len(rows), 2 * max_order + 2)
+
+
+for _mutant in (counts_unclipped, counts_tokens_as_totals, counts_negative_totals):
+    _mutant.cell = (inspect.getsource(_ngram_counts) + "\n\n"
+                    + inspect.getsource(_mutant).replace(f"def {_mutant.__name__}(", "def sentence_statistics(", 1))
+
+
 # Single-rule mutants of parts that had none (issue 38, item 2), and the four rows found by
 # probing: another name for the embedding table, the heads left unmerged, the merges
 # applied last-learned first, a masked fill of -20.
@@ -933,6 +969,9 @@ BROKEN = [
     ("Transformer", 0, TransformerEncodeWithoutFinalNorm, "encode returns self.encoder_norm(x)"),
     ("Transformer", 1, TransformerDecodeWithoutPositions, "missing on the target side"),
     ("Transformer", 2, TransformerForwardWithoutSrcMask, "the src_mask does not reach the decoder's cross-attention"),
+    ("sentence_statistics", 0, counts_unclipped, "clip each n-gram's count"),
+    ("sentence_statistics", 1, counts_tokens_as_totals, "not its tokens"),
+    ("sentence_statistics", 2, counts_negative_totals, "not c - n + 1 below 0"),
 ]
 
 # Words a row's feedback must not hold: the diagnosis of another mistake (issue 38). An
