@@ -174,6 +174,7 @@ BUBBLEWRAP_LAYOUT = [
     "test_sandbox.py::test_writing_too_much_to_the_scratch_dir_is_refused",
     "test_sandbox.py::test_file_size_limit",
     "test_sandbox.py::test_cases_arrive_through_the_pipe_when_asked_for",
+    "test_sandbox.py::test_matplotlib_reads_the_font_list_built_once_and_cannot_change_it",  # a bubblewrap mount
     "test_cheats.py::test_patching_and_hooks_earn_nothing[forge_result_files]",
     "test_cheats.py::test_cases_are_out_of_reach_before_and_outside_their_check",
     "test_cheats.py::test_the_case_search_finds_case_files_where_there_are_some",

@@ -175,11 +175,11 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
     elsewhere = set(roundtrip_chapters())
     assert len(elsewhere) == 2 and not [ex for ch in elsewhere for ex in exercises_of(ch) if ex.uses], elsewhere
     books = [path for path in books if path.stem not in elsewhere]
-    jobs = []
+    gradings = []
     for path in books:
         blank = fixtures.blank_submission(nbformat.read(str(path), as_version=4))
-        jobs.append((path, path, "reference"))
-        jobs.append((path, fixtures.write_notebook(blank, tmp_path / path.stem / "blank.ipynb"), "blank"))
+        gradings.append((path, path, "reference"))
+        gradings.append((path, fixtures.write_notebook(blank, tmp_path / path.stem / "blank.ipynb"), "blank"))
 
     runs, starts = [], []
     real_run, real_start = jobs.run_job, reference_calls.ReferenceCalls._run_worker
@@ -198,7 +198,7 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
         return (s.exercise, s.status, s.score, s.max_score, s.reason, parts, s.notes)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for source, kind, scores in pool.map(grade, jobs):
+        for source, kind, scores in pool.map(grade, gradings):
             assert [s.exercise for s in scores] == [ex.name for ex in exercises_of(source.stem)], source
             if kind == "reference":
                 wrong = [s for s in scores if not (s.status == "passed" and s.score == s.max_score > 0)]
@@ -207,7 +207,7 @@ def test_real_chapter_notebooks_reference_full_marks_blank_zero(tmp_path, needs_
                 wrong = [s for s in scores if not (s.score == 0 and s.status == "failed" and (
                     s.reason.startswith("not implemented yet") if ch04 else "not implemented yet" in s.reason))]
             assert not wrong, (source.name, kind, [short(s, kind) for s in wrong])
-    assert (len(runs), len(starts)) == (len(jobs), 0)
+    assert (len(runs), len(starts)) == (len(gradings), 0)
 
 
 # --------------------------------------------------------------------------- attribution, without a sandbox
