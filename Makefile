@@ -106,12 +106,13 @@ book: venv vendor
 # The release runs execute only what differs from the build: each chapter's blank
 # release, in the student's venv (chapter 10's decodes the run the build's chapter 9
 # saved, as a student's chapter 10 decodes the run their chapter 9 saved). Every
-# execution, the build's included, waits on its kernel in short slices and is kept
-# with its cell timings under _build/test-executions/ (tests/notebook_runs.py); the
-# session ends with the count of executions per chapter, by notebook ("book build 1, release-blank 1": the chapter once, its blank release
-# once). Under CI=true a wall that cannot start fails its tests. The run ends with where
-# its time went (each worker's busy seconds and the longest modules; every test phase
-# kept in _build/test-timeline.jsonl) and, from `time`, the CPU seconds it used.
+# execution, the build's included, waits on its kernel in short slices and is kept with
+# its cell timings under _build/test-executions/ (tests/notebook_runs.py); the session
+# ends with the count of executions per chapter, by notebook ("book build 1,
+# release-blank 1": the chapter once, its blank release once). Under CI=true a wall that
+# cannot start fails its tests. The run ends with where its time went (each worker's
+# busy seconds and the longest modules; every test phase kept in
+# _build/test-timeline.jsonl) and, from `time`, the CPU seconds it used.
 test: venv sysdeps vendor
 	time $(PY) -m pytest -n $(JOBS) --durations=25 $(PYTEST_ARGS)
 
