@@ -101,6 +101,20 @@ def _label_axes(ax, n_rows, n_cols, query_tokens, key_tokens):
     ax.tick_params(length=0)
 
 
+def _annotation_fontsize(ax, texts, n_rows, n_cols):
+    """The size, in points, of ``texts`` written into the cells of ``ax``'s map: as large as
+    a cell allows (about 0.6 em a character and 1.4 em of white beside the widest, so a
+    text height stays between neighbours; a line is about 1.2 em tall), between 8 and 11
+    points. A map drawn into a large Axes (an explorer's panel) gets 11-point numbers,
+    legible at the book's column, where a fixed 8 points shrank to about 8 pixels there."""
+    fig_w, fig_h = ax.figure.get_size_inches()
+    box = ax.get_position()
+    cell_w = 72 * box.width * fig_w / max(n_cols, 1)
+    cell_h = 72 * box.height * fig_h / max(n_rows, 1)
+    em_wide = 0.6 * max(map(len, texts), default=1) + 1.4
+    return float(min(11.0, max(8.0, min(cell_w / em_wide, cell_h / 1.8))))
+
+
 def plot_attention(weights, query_tokens=None, key_tokens=None, ax=None, title=None, annotate=None):
     """Draw one attention map as a heatmap: queries on the rows, keys on the columns.
 
@@ -143,9 +157,10 @@ def plot_attention(weights, query_tokens=None, key_tokens=None, ax=None, title=N
     if annotate:
         low, high = image.get_clim()
         middle = low + 0.6 * (high - low)
+        fontsize = _annotation_fontsize(ax, [f"{v:.2f}" for v in w.ravel()], n_q, n_k)
         for i in range(n_q):
             for j in range(n_k):
-                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=fontsize,
                         color="white" if w[i, j] > middle else "black")
     if title is not None:
         ax.set_title(title)

@@ -264,3 +264,18 @@ def test_show_explorer_live_displays_the_widget(monkeypatch):
         viz.show_explorer(lambda: "not a widget", render_static)
     with pytest.raises(TypeError, match="callables"):
         viz.show_explorer(None, render_static)
+
+
+def test_plot_attention_writes_weights_as_large_as_their_cells_allow():
+    """A map drawn into a large panel (an explorer's, Figure 4.6) writes its weights at
+    11 points, legible at the book's column, where a fixed 8 points read as about 8 px
+    (issue 39); a new figure's 8 x 8 map still keeps a text height between numbers."""
+    w = _random_weights(3, 3)
+    fig, (left, _) = plt.subplots(1, 2, figsize=(9, 3.3))
+    viz.plot_attention(w, ["I", "am", "good"], ["I", "am", "good"], ax=left)
+    assert {t.get_fontsize() for t in left.texts} == {11.0}
+    crowded = viz.plot_attention(_random_weights(8, 8))
+    sizes = {t.get_fontsize() for t in crowded.texts}
+    assert len(sizes) == 1 and 8.0 <= sizes.pop() <= 11.0
+    _assert_numbers_apart(crowded.figure)
+    plt.close("all")
