@@ -1,6 +1,6 @@
 """Multi-head attention (chapter 5).
 
-``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`` with
+``MultiHead(Q, K, V) = Concat(head_0, ..., head_{h-1}) W^O`` with
 ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``, "Attention Is All You Need",
 section 3.2.2. The h heads are computed at once: one ``d_model × d_model``
 projection is split into h slices of width ``d_k = d_model / h``.
@@ -68,8 +68,8 @@ def merge_heads(x):
         output: ``(B, T, h * d_k)``
 
     Returns:
-        The concatenated heads (``Concat(head_1, ..., head_h)`` of the
-        paper).
+        The concatenated heads, ``Concat(head_0, ..., head_{h-1})`` of
+        the paper.
 
     Paper: section 3.2.2.
     """

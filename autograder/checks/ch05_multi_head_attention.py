@@ -164,7 +164,7 @@ class MergeHeads(_HeadsExercise):
     name = "merge_heads"
     chapter = CHAPTER
     kind = "function"
-    what = "shape (B, T, h * d_k), the heads concatenated in order [head_1 | head_2 | ...], the inverse of split_heads"
+    what = "shape (B, T, h * d_k), the heads concatenated in order [head_0 | head_1 | ...], the inverse of split_heads"
     parts = {"shape (B, T, h·d_k)": 1, "heads concatenated in order": 1}
 
     SHAPE, ORDER = parts
@@ -225,7 +225,7 @@ class MergeHeads(_HeadsExercise):
                     "mixes tokens; transpose(1, 2) first, then .reshape (or .contiguous().view)")
         if _matches(got.value, x.transpose(0, 2, 3, 1).reshape(batch, length, num_heads * d_k)):
             return ("heads concatenated in the wrong order ((d_k, h) interleaved): the output must be "
-                    "[head_1 | head_2 | ...], head i in features i*d_k:(i+1)*d_k")
+                    "[head_0 | head_1 | ...], head i in features i*d_k:(i+1)*d_k")
         if _no_gradient(got, want):
             return "no gradient reached x: use torch operations (transpose/reshape), not numpy or .detach()"
         return None

@@ -101,6 +101,20 @@ def _label_axes(ax, n_rows, n_cols, query_tokens, key_tokens):
     ax.tick_params(length=0)
 
 
+def _annotation_fontsize(ax, texts, n_rows, n_cols):
+    """The size, in points, of ``texts`` written into the cells of ``ax``'s map: as large as
+    a cell allows (about 0.6 em a character and 1.4 em of white beside the widest, so a
+    text height stays between neighbours; a line is about 1.2 em tall), between 8 and 11
+    points. A map drawn into a large Axes (an explorer's panel) gets 11-point numbers,
+    legible at the book's column, where a fixed 8 points shrank to about 8 pixels there."""
+    fig_w, fig_h = ax.figure.get_size_inches()
+    box = ax.get_position()
+    cell_w = 72 * box.width * fig_w / max(n_cols, 1)
+    cell_h = 72 * box.height * fig_h / max(n_rows, 1)
+    em_wide = 0.6 * max(map(len, texts), default=1) + 1.4
+    return float(min(11.0, max(8.0, min(cell_w / em_wide, cell_h / 1.8))))
+
+
 def plot_attention(weights, query_tokens=None, key_tokens=None, ax=None, title=None, annotate=None):
     """Draw one attention map as a heatmap: queries on the rows, keys on the columns.
 
@@ -143,9 +157,10 @@ def plot_attention(weights, query_tokens=None, key_tokens=None, ax=None, title=N
     if annotate:
         low, high = image.get_clim()
         middle = low + 0.6 * (high - low)
+        fontsize = _annotation_fontsize(ax, [f"{v:.2f}" for v in w.ravel()], n_q, n_k)
         for i in range(n_q):
             for j in range(n_k):
-                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=fontsize,
                         color="white" if w[i, j] > middle else "black")
     if title is not None:
         ax.set_title(title)
@@ -210,26 +225,49 @@ def plot_heads(weights, query_tokens=None, key_tokens=None, titles=None):
     return fig
 
 
-def _numbers(ax, matrix, cmap, rows=None, cols=None, title="", strength=1.6):
+def _number_text(value):
+    """A cell's text: an integer as it is, anything else to 3 decimals."""
+    return f"{value:.0f}" if value == round(value) else f"{value:.3f}"
+
+
+def _cell_inches(matrices, fontsize):
+    """The width, in inches, of one cell of a column that holds ``matrices``: the widest
+    number at ``fontsize`` (about 0.6 em a character) and 1.6 em of white beside it, so
+    that neighbouring numbers stay a text height apart; never under 2.2 em."""
+    widest = max(len(_number_text(v)) for m in matrices for v in np.asarray(m, dtype=float).ravel())
+    return max(0.6 * widest + 1.6, 2.2) * fontsize / 72
+
+
+def _numbers(ax, matrix, cmap, rows=None, cols=None, title="", strength=1.6, fontsize=8.5):
     """Draw a small matrix as a grid of its values (3 decimals), tinted by ``cmap`` (its
     darkest tint at ``strength`` times the largest value, so every number stays readable).
     The cells take the Axes' shape (``aspect="auto"``): square cells as tall as a row of the
-    figure are narrower than "0.452", and neighbouring numbers ran into each other."""
+    figure are narrower than "0.452", and neighbouring numbers ran into each other.
+    ``fontsize`` is the numbers'; the labels scale with it, the title stays at most 10 points
+    (a step's title may be wider than its single column of numbers)."""
     n_rows, n_cols = matrix.shape
     top = strength * max(1.0, float(matrix.max()))
     ax.imshow(matrix, cmap=cmap, vmin=min(0.0, float(matrix.min())), vmax=top, aspect="auto",
               interpolation="nearest")
     for i in range(n_rows):
         for j in range(n_cols):
-            value = matrix[i, j]
-            text = f"{value:.0f}" if value == round(value) else f"{value:.3f}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=8.5, color="#1a1a1a")
+            ax.text(j, i, _number_text(matrix[i, j]), ha="center", va="center", fontsize=fontsize,
+                    color="#1a1a1a")
     ax.set_xticks(range(n_cols))
-    ax.set_xticklabels([str(c) for c in (cols if cols is not None else range(n_cols))], fontsize=8)
+    ax.set_xticklabels([str(c) for c in (cols if cols is not None else range(n_cols))],
+                       fontsize=fontsize * 8 / 8.5)
     ax.set_yticks(range(n_rows))
-    ax.set_yticklabels(rows if rows is not None else [str(i) for i in range(n_rows)], fontsize=9)
+    ax.set_yticklabels(rows if rows is not None else [str(i) for i in range(n_rows)],
+                       fontsize=fontsize * 9 / 8.5)
     ax.tick_params(length=0)
-    ax.set_title(title, fontsize=9.5)
+    ax.set_title(title, fontsize=min(fontsize * 9.5 / 8.5, 10.0))
+
+
+# The step-by-step pictures (Figures 4.2 and 5.1) are shown at the book's column, 684 px
+# (tests/book/test_line_widths.py): at the inline backend's 100 dpi a figure of about
+# 7 inches is drawn at full size, so 11-point numbers read as 15 px, the size of the
+# page's code font.
+_STEP_FONTSIZE = 11
 
 
 def plot_head_steps(heads, tokens, merged=None, merged_title="concatenated"):
@@ -239,7 +277,7 @@ def plot_head_steps(heads, tokens, merged=None, merged_title="concatenated"):
     One row per head, read left to right: the slice of the input the head projects
     (here its queries, keys and values), the weights ``softmax(Q Kᵀ / √d_k)`` (queries on
     the rows, keys on the columns, as :func:`plot_attention`) and the output
-    ``weights @ V``. ``merged``, when given, is drawn on the right beside the heads it
+    ``weights @ V``. ``merged``, when given, is drawn in a last row, under the outputs it
     concatenates. Colours follow the book's roles: values green, weights purple.
 
     Args:
@@ -253,7 +291,8 @@ def plot_head_steps(heads, tokens, merged=None, merged_title="concatenated"):
         merged_title: the title above ``merged``.
 
     Returns:
-        matplotlib.figure.Figure: three Axes per row, then one for ``merged``.
+        matplotlib.figure.Figure: three Axes per row, then one for ``merged`` (in the
+        output column, under the last row).
 
     Raises:
         ValueError: when a matrix's rows do not match ``tokens`` or ``heads`` is empty.
@@ -273,27 +312,35 @@ def plot_head_steps(heads, tokens, merged=None, merged_title="concatenated"):
         features = row.get("features", range(mats[0].shape[1]))
         rows.append((row["title"], mats, row.get("merge", True), list(features)))
     n = len(rows)
-    # Every column wide enough for its widest matrix, half an inch per number, so that the figure
-    # stays near the book's column width (shown at about three quarters) and numbers never touch.
-    cells = [max(m[c].shape[1] for _, m, _, _ in rows) for c in range(3)]
+    fs = _STEP_FONTSIZE
+    # Each column as wide as its widest matrix needs (a cell per number, see _cell_inches),
+    # at least 3 cells; the merged output goes under the heads' outputs, not beside them,
+    # so that the figure stays about 7 inches wide (the book's column at full size).
+    width = []
+    for c in range(3):
+        mats = [m[c] for _, m, _, _ in rows]
+        width.append(max(max(m.shape[1] for m in mats), 3) * _cell_inches(mats, fs))
+    width[0] = max(width[0], 1.6)  # inches: "the features it sees" at 10 points
     if merged is not None:
-        cells.append(_to_numpy(merged, "merged").shape[1])
-    width = [0.5 * max(k, 3) + 0.2 for k in cells]
-    width[0] += 0.4  # the token labels
-    fig = plt.figure(figsize=(sum(width) + 0.5, 1.2 * n + 0.7), layout="constrained")
-    grid = fig.add_gridspec(n, len(width), width_ratios=width)
+        merged = _to_numpy(merged, "merged").astype(float)
+        width[2] = max(width[2], merged.shape[1] * _cell_inches([merged], fs))
+    heights = [1.0] * n + ([1.0] if merged is not None else [])
+    row_inches = len(tokens) * 0.3 + 0.95  # the numbers, a two-line title, the column labels
+    fig = plt.figure(figsize=(sum(width) + 1.0, row_inches * len(heights) + 0.4), layout="constrained")
+    grid = fig.add_gridspec(len(heights), 3, width_ratios=width, height_ratios=heights)
     steps = ("the features it sees", "weights:\nsoftmax(Q Kᵀ / √d_k)", "output:\nweights @ V")
     for r, (title, (inp, w, out), _, features) in enumerate(rows):
         columns = (features, tokens, features if out.shape[1] == len(features) else None)
         for c, (mat, cmap) in enumerate(((inp, "Greys"), (w, "Purples"), (out, "Greens"))):
             ax = fig.add_subplot(grid[r, c])
             _numbers(ax, mat, cmap, rows=tokens if c == 0 else [""] * len(tokens), cols=columns[c],
-                     title=f"{title}:\n{steps[c]}" if c == 0 else steps[c])
+                     title=f"{title}:\n{steps[c]}" if c == 0 else steps[c], fontsize=fs)
     if merged is not None:
-        merged = _to_numpy(merged, "merged").astype(float)
-        which = [r for r, row in enumerate(rows) if row[2]]
-        ax = fig.add_subplot(grid[min(which):max(which) + 1, len(width) - 1])
-        _numbers(ax, merged, "Greens", rows=tokens, title=merged_title)
+        # under the outputs, its token labels on the right: on the left they would push the
+        # output column away from the weights
+        ax = fig.add_subplot(grid[n, 2])
+        _numbers(ax, merged, "Greens", rows=tokens, title=merged_title, fontsize=fs)
+        ax.yaxis.tick_right()
     return fig
 
 
@@ -342,23 +389,30 @@ def plot_query_steps(query, keys, values, tokens, query_token="q"):
     output = weighted.sum(axis=0, keepdims=True)  # (1, d_v)
 
     n_k, d_v = v.shape
-    width = [max(d_k, 2), 1.5, 1.5, 1.5, max(d_v, 2), max(d_v, 2)]
-    # About 8 inches wide, so that the book's column shows the numbers at about 85 %.
-    fig = plt.figure(figsize=(0.5 * sum(width) + 1.0, 0.42 * (n_k + 1) + 1.6), layout="constrained")
+    fs = _STEP_FONTSIZE
+    # One column per step, each as wide as its numbers need (see _cell_inches); the single
+    # numbers of steps 1-3 get room for their two-line titles. About 7 inches wide: the
+    # book's column shows it at full size.
+    narrow = 0.75  # inches: "1 · score" at 10 points
+    width = [d_k * _cell_inches([k, q[None, :]], fs), max(_cell_inches([scores], fs), narrow),
+             max(_cell_inches([scaled], fs), narrow), max(_cell_inches([weights], fs), narrow),
+             d_v * _cell_inches([v], fs), d_v * _cell_inches([weighted, output], fs)]
+    fig = plt.figure(figsize=(sum(width) + 1.0, 0.3 * (n_k + 1) + 2.0), layout="constrained")
     grid = fig.add_gridspec(2, len(width), width_ratios=width, height_ratios=[n_k, 1])
     steps = ((k, "Oranges", "keys\nk_j", [str(c) for c in range(d_k)]),
              (scores, "Purples", "1 · score\nq·k_j", [""]),
              (scaled, "Purples", f"2 · ÷ √d_k\n= {np.sqrt(d_k):g}", [""]),
-             (weights, "Purples", "3 · softmax\nover the keys", [""]),
+             (weights, "Purples", "3 · soft-\nmax", [""]),
              (v, "Greens", "values\nv_j", [str(c) for c in range(d_v)]),
              (weighted, "Greens", "4 · weight_j\n× v_j", [str(c) for c in range(d_v)]))
     for c, (matrix, cmap, title, cols) in enumerate(steps):
         ax = fig.add_subplot(grid[0, c])
-        _numbers(ax, matrix, cmap, rows=tokens if c == 0 else [""] * n_k, cols=cols, title=title)
+        _numbers(ax, matrix, cmap, rows=tokens if c == 0 else [""] * n_k, cols=cols, title=title,
+                 fontsize=fs)
     _numbers(fig.add_subplot(grid[1, 0]), q[None, :], "Blues", rows=[query_token],
-             cols=[str(c) for c in range(d_k)], title=f"query q of \"{query_token}\"")
+             cols=[str(c) for c in range(d_k)], title=f"query q of \"{query_token}\"", fontsize=fs)
     _numbers(fig.add_subplot(grid[1, len(width) - 1]), output, "Greens", rows=[f"z ({query_token})"],
-             cols=[str(c) for c in range(d_v)], title="5 · sum over the keys: z")
+             cols=[str(c) for c in range(d_v)], title="5 · sum over the keys: z", fontsize=fs)
     return fig
 
 
@@ -413,9 +467,12 @@ def plot_projections(x, projections, tokens, token=0):
     role_maps = {"Q": "Blues", "K": "Oranges", "V": "Greens"}
     widest = max(w.shape[1] for _, w, _ in mats)
     tall = max(n, d_model)
-    # half an inch per number, as plot_head_steps, and a narrow column for "@" and "="
-    width = [0.5 * d_model + 0.5, 0.35, 0.5 * widest + 0.2, 0.35, 0.5 * widest + 0.2]
-    fig = plt.figure(figsize=(sum(width) + 0.6, len(mats) * (0.32 * tall + 0.75)), layout="constrained")
+    fs = _STEP_FONTSIZE
+    # a cell per number as in the other step pictures (see _cell_inches), and a narrow
+    # column for "@" and "="
+    cell = _cell_inches([x] + [m for _, w, p in mats for m in (w, p)], fs)
+    width = [d_model * cell, 0.35, widest * cell, 0.35, widest * cell]
+    fig = plt.figure(figsize=(sum(width) + 1.0, len(mats) * (0.3 * tall + 0.8)), layout="constrained")
     grid = fig.add_gridspec(len(mats), len(width), width_ratios=width)
     features = [str(c) for c in range(d_model)]
     for r, (name, w, product) in enumerate(mats):
@@ -431,7 +488,7 @@ def plot_projections(x, projections, tokens, token=0):
         for c, (spec, matrix, cmap, rows, cols, title) in enumerate(panels):
             ax = fig.add_subplot(spec)
             # lighter than the other step pictures: these cells hold small integers, 1 the commonest
-            _numbers(ax, matrix, cmap, rows=rows, cols=cols, title=title, strength=2.4)
+            _numbers(ax, matrix, cmap, rows=rows, cols=cols, title=title, strength=2.4, fontsize=fs)
             if c != 1:  # outline the chosen token's row in X and in the product
                 ax.add_patch(plt.Rectangle((-0.5, token - 0.5), matrix.shape[1], 1.0, fill=False,
                                            edgecolor="#1a1a1a", linewidth=2.0, clip_on=False))

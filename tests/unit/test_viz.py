@@ -79,17 +79,28 @@ def test_plot_heads_one_map_per_head_with_shared_scale():
         assert ax.get_images()[0].get_clim() == maps[0].get_images()[0].get_clim()
 
 
-def test_plot_head_steps_draws_each_step_with_its_numbers_and_the_merge_beside():
+def test_plot_head_steps_draws_each_step_with_its_numbers_and_the_merge_below():
+    """Three Axes per head (input, weights, output), then the merged output in a row of its
+    own under the output column, its token labels on the right; about 7.5 inches wide at
+    most (the book's column at full size, issue 39: Figure 5.1's numbers legible)."""
     x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
     w = _random_weights(3, 3)
     heads = [{"title": "h1", "input": x, "weights": w, "output": w @ x},
              {"title": "h2", "input": torch.tensor(x), "weights": w, "output": w @ x, "features": [2, 3]}]
-    fig = viz.plot_head_steps(heads, ["a", "b", "c"], merged=np.hstack([w @ x, w @ x]))
+    merged = np.hstack([w @ x, w @ x])
+    fig = viz.plot_head_steps(heads, ["a", "b", "c"], merged=merged)
     assert len(fig.axes) == 3 * 2 + 1
     weights_ax, second_input = fig.axes[1], fig.axes[3]
     assert [t.get_text() for t in weights_ax.get_xticklabels()] == ["a", "b", "c"]  # keys on the columns
     assert [t.get_text() for t in second_input.get_xticklabels()] == ["2", "3"]  # the head's own features
     assert f"{w[0, 0]:.3f}" in [t.get_text() for t in weights_ax.texts]
+    fig.canvas.draw()
+    last_output, merged_ax = fig.axes[5].get_position(), fig.axes[6].get_position()
+    assert merged_ax.y1 < last_output.y0  # below the last head
+    assert abs(merged_ax.x0 - last_output.x0) < 0.01  # in the output column
+    assert f"{merged[0, 0]:.3f}" in [t.get_text() for t in fig.axes[6].texts]
+    assert [t.get_text() for t in fig.axes[6].get_yticklabels()] == ["a", "b", "c"]
+    assert fig.get_size_inches()[0] <= 7.6
 
 
 def test_plot_head_steps_keeps_a_gap_between_neighbouring_numbers():
@@ -103,6 +114,7 @@ def test_plot_head_steps_keeps_a_gap_between_neighbouring_numbers():
              {"title": "head 2", "input": x[:, 2:], "weights": w, "output": w @ x[:, 2:], "features": [2, 3]}]
     fig = viz.plot_head_steps(heads, ["cats", "chase", "mice"], merged=np.hstack([w @ x[:, :2], w @ x[:, 2:]]))
     _assert_numbers_apart(fig)
+    assert min(t.get_fontsize() for ax in fig.axes for t in ax.texts) >= 11  # legible (issue 39)
 
 
 def _assert_numbers_apart(fig):
@@ -139,6 +151,9 @@ def test_plot_query_steps_draws_every_step_of_one_query_with_its_numbers():
     assert texts[6] == ["1", "0", "1", "0"]  # the query
     assert texts[7][0] == "1.267" and texts[7][2] == "0.888"  # its output, the weighted rows summed
     _assert_numbers_apart(fig)
+    # legible at the book's column (issue 39): 11-point numbers, about 7.7 inches at most
+    assert min(t.get_fontsize() for ax in fig.axes for t in ax.texts) >= 11
+    assert fig.get_size_inches()[0] <= 7.8
     with pytest.raises(ValueError, match="expected query"):
         viz.plot_query_steps(np.ones(3), keys, values, ["I", "am", "good"])
     with pytest.raises(ValueError, match="tokens has 2 labels"):
@@ -249,3 +264,18 @@ def test_show_explorer_live_displays_the_widget(monkeypatch):
         viz.show_explorer(lambda: "not a widget", render_static)
     with pytest.raises(TypeError, match="callables"):
         viz.show_explorer(None, render_static)
+
+
+def test_plot_attention_writes_weights_as_large_as_their_cells_allow():
+    """A map drawn into a large panel (an explorer's, Figure 4.6) writes its weights at
+    11 points, legible at the book's column, where a fixed 8 points read as about 8 px
+    (issue 39); a new figure's 8 x 8 map still keeps a text height between numbers."""
+    w = _random_weights(3, 3)
+    fig, (left, _) = plt.subplots(1, 2, figsize=(9, 3.3))
+    viz.plot_attention(w, ["I", "am", "good"], ["I", "am", "good"], ax=left)
+    assert {t.get_fontsize() for t in left.texts} == {11.0}
+    crowded = viz.plot_attention(_random_weights(8, 8))
+    sizes = {t.get_fontsize() for t in crowded.texts}
+    assert len(sizes) == 1 and 8.0 <= sizes.pop() <= 11.0
+    _assert_numbers_apart(crowded.figure)
+    plt.close("all")
