@@ -6,6 +6,7 @@ partly right answer — which ``check`` does not raise for — is still seen.
 """
 import atexit
 import contextlib
+import copy
 import functools
 import shutil
 import tempfile
@@ -15,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from autograder.checks import CheckFailure, check
+from autograder.checks import visible as visible_check
 from autograder.checks.base import check_report, use_precomputed
+from autograder.checks.draws import visible_cases
+from autograder.checks.precomputed import precomputed
 
 
 def rejected(name, wrong, *words, seed=None, hidden=True, any_word=False):
@@ -166,3 +170,33 @@ def stored_checks(chapter: str):
         yield
     finally:
         use_precomputed(None)
+
+
+# (exercise object id, hidden, seed) -> (the exercise, its drawn cases): each seeded draw once per process.
+_DRAWN: dict[tuple, tuple] = {}
+
+
+def drawn_cases(exercise, hidden=False, seed=None):
+    """:func:`~autograder.checks.draws.visible_cases`, each seeded draw made once per process.
+
+    A draw of a fixed seed (the visible set, or a hidden set with ``seed``) is the same
+    cases every time, and some take seconds to draw (``beam_search`` searches for beams
+    that tell its variants apart): the first draw is kept and every call gets a deep copy
+    of it, so no answer can change what the next one is judged on. A fresh hidden draw
+    (``seed=None``) and the student package's stored cases are never kept."""
+    if (hidden and seed is None) or precomputed() is not None:
+        return visible_cases(exercise, hidden, seed)
+    key = (id(exercise), bool(hidden), seed)
+    kept = _DRAWN.get(key)
+    if kept is None or kept[0] is not exercise:
+        kept = _DRAWN[key] = (exercise, visible_cases(exercise, hidden, seed))
+    return copy.deepcopy(kept[1])
+
+
+@pytest.fixture
+def cases_drawn_once(monkeypatch):
+    """:func:`~autograder.checks.base.check_report` (and the regrade of an answer calling a
+    failing one) judging on :func:`drawn_cases`: the same cases, drawn once per process.
+    A module requests it with ``pytest.mark.usefixtures("cases_drawn_once")`` after
+    importing it from here."""
+    monkeypatch.setattr(visible_check, "visible_cases", drawn_cases)
