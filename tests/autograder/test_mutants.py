@@ -24,6 +24,7 @@ process only.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import re
@@ -587,6 +588,7 @@ def _related(name: str) -> set[str]:
     return found
 
 
+@functools.cache  # read-only tables, built once per chapter: the tests below only read them
 def sandbox_rounds(chapter: str) -> tuple[list[dict], list[tuple], list[tuple]]:
     """The notebooks that grade ``chapter``'s mutants and styles: round 0 holds every
     style; each mutant of ``BROKEN`` then ``SLIPS`` goes to the first round that holds no
