@@ -6,6 +6,7 @@ partly right answer — which ``check`` does not raise for — is still seen.
 """
 import atexit
 import contextlib
+import copy
 import functools
 import shutil
 import tempfile
@@ -15,7 +16,11 @@ from pathlib import Path
 import pytest
 
 from autograder.checks import CheckFailure, check
+from autograder.checks import visible as visible_check
 from autograder.checks.base import check_report, use_precomputed
+from autograder.checks.draws import visible_cases
+from autograder.checks.precomputed import precomputed
+from autograder.checks.scoring import evaluate
 
 
 def rejected(name, wrong, *words, seed=None, hidden=True, any_word=False):
@@ -166,3 +171,52 @@ def stored_checks(chapter: str):
         yield
     finally:
         use_precomputed(None)
+
+
+# (exercise object id, hidden, seed) -> [the exercise, its drawn cases, the reference's results or None]
+_DRAWN: dict[tuple, list] = {}
+# The cases drawn_cases gave last and their key: the reference's results of that draw, kept
+# beside it, serve the evaluate call that judges exactly those cases next.
+_LAST_GIVEN: list = [None, None]
+
+
+def drawn_cases(exercise, hidden=False, seed=None):
+    """:func:`~autograder.checks.draws.visible_cases`, each seeded draw made once per process.
+
+    A draw of a fixed seed (the visible set, or a hidden set with ``seed``) is the same
+    cases every time, and some take seconds to draw (``beam_search`` searches for beams
+    that tell its variants apart): the first draw is kept and every call gets a deep copy
+    of it, so no answer can change what the next one is judged on. A fresh hidden draw
+    (``seed=None``) and the student package's stored cases are never kept."""
+    if (hidden and seed is None) or precomputed() is not None:
+        return visible_cases(exercise, hidden, seed)
+    key = (id(exercise), bool(hidden), seed)
+    kept = _DRAWN.get(key)
+    if kept is None or kept[0] is not exercise:
+        kept = _DRAWN[key] = [exercise, visible_cases(exercise, hidden, seed), None]
+    cases = copy.deepcopy(kept[1])
+    _LAST_GIVEN[:] = [cases, key]
+    return cases
+
+
+def _evaluate_with_kept_references(exercise, results, cases, *args, **kwargs):
+    """:func:`~autograder.checks.scoring.evaluate`; on cases :func:`drawn_cases` just gave,
+    with the reference's results of that draw (``wants``) computed once and copied per
+    call, as the grader keeps them per exercise and seed. Any other call as it is."""
+    given, key = _LAST_GIVEN
+    if cases is not given or args or kwargs:
+        return evaluate(exercise, results, cases, *args, **kwargs)
+    kept = _DRAWN[key]
+    if kept[2] is None:
+        kept[2] = [exercise.expected(case) for case in copy.deepcopy(kept[1])]  # not the answer's copies
+    return evaluate(exercise, results, cases, wants=copy.deepcopy(kept[2]))
+
+
+@pytest.fixture
+def cases_drawn_once(monkeypatch):
+    """:func:`~autograder.checks.base.check_report` (and the regrade of an answer calling a
+    failing one) judging on :func:`drawn_cases`: the same cases, drawn once per process,
+    and the reference's results of each draw, computed once. A module requests it with
+    ``pytest.mark.usefixtures("cases_drawn_once")`` after importing it from here."""
+    monkeypatch.setattr(visible_check, "visible_cases", drawn_cases)
+    monkeypatch.setattr(visible_check, "evaluate", _evaluate_with_kept_references)

@@ -24,6 +24,7 @@ process only.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import re
@@ -42,10 +43,11 @@ import fixtures
 import solutions
 from autograder.checks import exercises_of, get_exercise, load_all
 from autograder.checks.base import check_report
-from check_helpers import notebook_namespace, stored_checks
+from check_helpers import cases_drawn_once, notebook_namespace, stored_checks  # noqa: F401 (a fixture)
 from test_part_isolation import BROKEN, ENCODER_LAYER_WITHOUT_MASK, NOT_SAID, SLIPS, part
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
+# tests/conftest.py: tiny tensors, one thread; check_helpers: each seeded draw of cases made once
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "cases_drawn_once")
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 CHAPTERS = sorted({get_exercise(n).chapter for n in load_all()})
@@ -586,6 +588,7 @@ def _related(name: str) -> set[str]:
     return found
 
 
+@functools.cache  # read-only tables, built once per chapter: the tests below only read them
 def sandbox_rounds(chapter: str) -> tuple[list[dict], list[tuple], list[tuple]]:
     """The notebooks that grade ``chapter``'s mutants and styles: round 0 holds every
     style; each mutant of ``BROKEN`` then ``SLIPS`` goes to the first round that holds no
