@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import check_helpers
+from check_helpers import cases_drawn_once  # noqa: F401 (a fixture: each seeded draw made once per process)
 from check_helpers import grade_in_sandbox
 from check_helpers import accepted
 import solutions
@@ -19,7 +20,7 @@ from autograder.checks.base import check_report
 
 # One intra-op thread (conftest's fixture; importing check_helpers does not activate its own):
 # tiny tensors, and a second thread only spins against the other xdist worker.
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "cases_drawn_once")
 
 NAMES = ["sinusoidal_positional_encoding", "PositionalEncoding", "relative_position_matrix"]
 

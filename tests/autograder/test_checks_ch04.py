@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import check_helpers
+from check_helpers import cases_drawn_once  # noqa: F401 (a fixture: each seeded draw made once per process)
 from check_helpers import notebook_namespace
 from check_helpers import accepted, partly, stub_says_not_implemented
 import solutions
@@ -19,7 +20,7 @@ from autograder.checks.base import check_report, make_rng
 
 # One intra-op thread (conftest's fixture; importing check_helpers does not activate its own):
 # tiny tensors, and a second thread only spins against the other xdist worker.
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "cases_drawn_once")
 
 NAMES = ["softmax", "scaled_dot_product_attention", "self_attention"]
 

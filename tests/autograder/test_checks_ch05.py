@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import check_helpers
+from check_helpers import cases_drawn_once  # noqa: F401 (a fixture: each seeded draw made once per process)
 from check_helpers import assert_noted, notebook_namespace
 from check_helpers import accepted, partly
 import solutions
@@ -20,7 +21,7 @@ from autograder.checks.base import check_report, make_rng
 
 # One intra-op thread (conftest's fixture; importing check_helpers does not activate its own):
 # tiny tensors, and a second thread only spins against the other xdist worker.
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "cases_drawn_once")
 
 EXERCISES = ["split_heads", "merge_heads", "MultiHeadAttention"]
 

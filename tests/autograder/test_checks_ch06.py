@@ -15,13 +15,14 @@ import pytest
 import torch
 
 import check_helpers
+from check_helpers import cases_drawn_once  # noqa: F401 (a fixture: each seeded draw made once per process)
 from check_helpers import assert_noted, notebook_namespace
 from check_helpers import accepted, partly, stub_says_not_implemented
 from autograder.checks.base import check_report
 
 # One intra-op thread (conftest's fixture; importing check_helpers does not activate its own):
 # tiny tensors, and a second thread only spins against the other xdist worker.
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "cases_drawn_once")
 
 NAMES = ["padding_mask", "causal_mask", "decoder_mask", "masked_softmax"]
 

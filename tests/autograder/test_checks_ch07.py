@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import check_helpers
+from check_helpers import cases_drawn_once  # noqa: F401 (a fixture: each seeded draw made once per process)
 from check_helpers import accepted
 from check_helpers import assert_regraded, notebook_namespace
 import solutions
@@ -19,7 +20,7 @@ from autograder.sync import solution_cell_source
 from autograder.checks import get_exercise
 from autograder.checks.base import check_report
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "cases_drawn_once")  # tests/conftest.py: tiny tensors, one thread
 
 NAMES = ["layer_norm", "PositionwiseFeedForward", "ResidualSublayer", "EncoderLayer"]
 

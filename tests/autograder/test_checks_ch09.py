@@ -12,10 +12,11 @@ import torch.nn.functional as F
 
 from autograder.checks import get_exercise
 import check_helpers
+from check_helpers import cases_drawn_once  # noqa: F401 (a fixture: each seeded draw made once per process)
 from check_helpers import accepted
 from solutions import training
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "cases_drawn_once")  # tests/conftest.py: tiny tensors, one thread
 
 NAMES = ["make_decoder_io", "noam_lr", "label_smoothed_cross_entropy", "label_smoothing_floor"]
 

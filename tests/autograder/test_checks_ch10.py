@@ -13,10 +13,11 @@ import solutions
 from autograder.checks import get_exercise
 from autograder.checks.base import check_report, make_rng
 import check_helpers
+from check_helpers import cases_drawn_once  # noqa: F401 (a fixture: each seeded draw made once per process)
 from check_helpers import accepted
 from check_helpers import assert_regraded, notebook_namespace
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "cases_drawn_once")  # tests/conftest.py: tiny tensors, one thread
 
 NAMES = ["greedy_decode", "beam_search"]
 

@@ -15,12 +15,13 @@ import sacrebleu
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 import check_helpers
+from check_helpers import cases_drawn_once  # noqa: F401 (a fixture: each seeded draw made once per process)
 import solutions
 from autograder.checks import get_exercise
 from autograder.sync import solution_cell_source
 from check_helpers import accepted, assert_full_marks, grade_in_sandbox
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: tiny tensors, one thread
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "cases_drawn_once")  # tests/conftest.py: tiny tensors, one thread
 
 rejected = functools.partial(check_helpers.rejected, seed=11)
 partly = functools.partial(check_helpers.partly, seed=11)
