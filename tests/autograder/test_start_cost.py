@@ -1,6 +1,7 @@
-"""What a sandbox start costs: the library a run imports is built and byte-compiled once
-per process (:mod:`autograder.library`). The runner's deferred imports are tested with
-the runner (``test_runner.py``)."""
+"""What a sandbox start costs, and how it is counted: the library a run imports is built
+and byte-compiled once per process (:mod:`autograder.library`); the benchmark counts the
+CPU time of the sandboxes too (:mod:`autograder.bench`). The runner's deferred imports
+are tested with the runner (``test_runner.py``)."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +9,9 @@ import os
 import subprocess
 import sys
 
-from autograder import library
+import pytest
+
+from autograder import bench, library
 
 
 def test_a_shared_library_is_byte_compiled_once_for_the_runs_to_read(tmp_path):
@@ -43,3 +46,16 @@ def test_a_shared_library_is_byte_compiled_once_for_the_runs_to_read(tmp_path):
                        and str(lib) in line and not line.rstrip("'").endswith(".pyc")]
     assert not compiled_afresh
 
+
+def test_the_benchmark_counts_the_cpu_time_of_processes_its_command_orphans(tmp_path):
+    """A sandbox's init is orphaned when its bubblewrap exits (the grader never waits for
+    it); the benchmark's timed commands run under a reaper that adopts and waits for such
+    orphans, so their CPU time is counted. Here a command leaves a child burning 0.3 CPU s
+    behind it, unwaited."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\n"
+    orphaning = [sys.executable, "-c", f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {burn!r}])"]
+    with bench._Timer() as timer:
+        bench._run(orphaning, tmp_path, dict(os.environ))
+    assert timer.cpu >= 0.3
+    with pytest.raises(RuntimeError, match="failed \\(3\\)"):  # the command's own status comes through
+        bench._run([sys.executable, "-c", "raise SystemExit(3)"], tmp_path, dict(os.environ))
