@@ -63,10 +63,10 @@ def _torch():
 
 #: Modules a chapter's setup cell imports for the book's figures and explorers, which the
 #: graded cells do not need: in the sandbox each is bound at once and executed on its first
-#: use (:class:`_DeferredModule`). ``matplotlib.pyplot`` costs about 0.35 CPU s of
-#: a 2.7 s start (its figure, backend, text and 3-D machinery over matplotlib's core, which
-#: ``solutions.figures`` still imports), ``ipywidgets`` about 0.1 s (IPython, traitlets); a
-#: cell that plots pays it when it plots.
+#: use (:class:`_DeferredModule`). ``matplotlib.pyplot`` (its figure, backend, text and 3-D
+#: machinery over matplotlib's core, which ``solutions.figures`` still imports) and
+#: ``ipywidgets`` (IPython, traitlets) were about 0.3 of a chapter-4 start's 2.5 CPU s; a
+#: cell that plots pays for pyplot when it plots.
 DEFERRED_IMPORTS = frozenset({"matplotlib.pyplot", "ipywidgets"})
 
 
@@ -79,7 +79,7 @@ _MODULE_METADATA = frozenset({"__class__", "__name__", "__file__", "__spec__", "
 
 class _DeferredModule(types.ModuleType):
     """A module of :data:`DEFERRED_IMPORTS` not run yet: reading any attribute but its
-    :data:`_MODULE_METADATA` (or setting, deleting one) runs it, and it becomes a plain module."""
+    :data:`_MODULE_METADATA`, or setting or deleting any, runs it, and it becomes a plain module."""
 
     def __getattribute__(self, attr):
         if attr in _MODULE_METADATA:
@@ -97,12 +97,18 @@ class _DeferredModule(types.ModuleType):
 
 
 def _run_deferred(module) -> None:
-    """Run a :class:`_DeferredModule` now, with the loader that found it."""
+    """Run a :class:`_DeferredModule` now, with the loader that found it. A module that
+    raises leaves ``sys.modules``, as a failed import does, and the error goes up."""
     if object.__getattribute__(module, "__class__") is not _DeferredModule:
         return
     object.__setattr__(module, "__class__", types.ModuleType)
-    loader = object.__getattribute__(module, "__spec__").loader
-    loader.exec_module(module)
+    spec = object.__getattribute__(module, "__spec__")
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        if sys.modules.get(spec.name) is module:
+            del sys.modules[spec.name]
+        raise
 
 
 class _DeferredLoader(importlib.abc.Loader):

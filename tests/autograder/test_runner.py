@@ -260,18 +260,20 @@ def test_a_deferred_import_runs_the_module_on_first_use_only(tmp_path, monkeypat
     ``ipywidgets``): the import binds the module without running it; reading its metadata
     (``inspect.getmodule`` reads every module's ``__file__``, as torch's import does) does
     not run it; the first real use does, once, and it is then a plain module; importing a
-    submodule runs the package first; a module that is not installed still fails at the import."""
+    submodule runs the package first; a module that is not installed still fails at the import;
+    one that raises does so at its first use and leaves ``sys.modules``."""
     package = tmp_path / "deferred_probe"
     package.mkdir()
     (package / "__init__.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('package')\nVALUE = 42\n")
     (package / "part.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('part')\nPART = 'p'\n")
     (tmp_path / "deferred_other.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('other')\n")
+    (tmp_path / "deferred_broken.py").write_text("VALUE = 1\nraise RuntimeError('broken at its import')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finder leaves with the test
     monkeypatch.setattr(builtins, "DEFERRED_RAN", [], raising=False)
-    names = ("deferred_probe", "deferred_probe.part", "deferred_other", "deferred_absent")
+    names = ("deferred_probe", "deferred_probe.part", "deferred_other", "deferred_absent", "deferred_broken")
     try:
-        runner.defer_imports({"deferred_probe", "deferred_other", "deferred_absent"})
+        runner.defer_imports({"deferred_probe", "deferred_other", "deferred_absent", "deferred_broken"})
         import deferred_other
         import deferred_probe as probe
 
@@ -287,6 +289,11 @@ def test_a_deferred_import_runs_the_module_on_first_use_only(tmp_path, monkeypat
         with pytest.raises(ImportError):
             import deferred_absent  # noqa: F401
         assert builtins.DEFERRED_RAN == ["package"]  # deferred_other, imported, not used: never run
+        import deferred_broken
+
+        with pytest.raises(RuntimeError, match="broken at its import"):  # raised at its first use
+            deferred_broken.VALUE
+        assert "deferred_broken" not in sys.modules  # gone, as after a failed import
         del sys.modules["deferred_probe"], sys.modules["deferred_other"]
         import deferred_probe.part  # noqa: F401 - a submodule runs its deferred package first
 
