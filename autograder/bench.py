@@ -209,9 +209,42 @@ def make_class(submitted: Path, sources: dict[str, Path], students: int) -> list
 
 def _children_cpu() -> float:
     """CPU seconds (user + system) of every waited-for child process so far, their own
-    children included where those were waited for (the kernels, the sandboxes)."""
+    children included where those were waited for (the kernels; the sandboxes, which
+    :data:`_REAPER` waits for)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+# A sandbox's processes are never waited for by the grader: bubblewrap with a PID namespace
+# leaves its namespace's init (which waited for the runner) to whoever adopts orphans, so
+# none of a sandbox's CPU time would reach RUSAGE_CHILDREN and the grader's "CPU s" would
+# be its trusted process alone. Each timed command runs under this small program instead:
+# it adopts its descendants' orphans (Linux PR_SET_CHILD_SUBREAPER), runs the command, waits
+# for them, and exits with the command's status, so whoever waits for it counts them all.
+_REAPER = """\
+import ctypes, os, subprocess, sys, time
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+except (OSError, AttributeError):
+    pass  # not Linux: the orphans' time is not counted
+status = subprocess.call(sys.argv[1:])
+deadline = time.monotonic() + 10  # a sandbox's init dies a moment after its bubblewrap
+while True:
+    try:
+        pid, _ = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        break
+    if pid == 0:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+sys.exit(status)
+"""
+
+
+def _counted(cmd: list[str]) -> list[str]:
+    """``cmd`` run under :data:`_REAPER`, so its sandboxes' CPU time is counted."""
+    return [sys.executable, "-c", _REAPER, *cmd]
 
 
 def _progress(message: str) -> None:
@@ -233,7 +266,7 @@ class _Timer:
 
 def _run(cmd: list[str], cwd: Path, env: dict) -> float:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(_counted(cmd), cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
@@ -270,7 +303,8 @@ def default_jobs(cores: int | None = None) -> list[int]:
 def _popen_timed(cmds: list[list[str]], cwd: Path, env: dict) -> float:
     """Start every command at once; the wall time until the last one ends."""
     start = time.perf_counter()
-    procs = [subprocess.Popen(c, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen(_counted(c), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
              for c in cmds]
     failures = []
     for cmd, proc in zip(cmds, procs):

@@ -33,11 +33,13 @@ Result (a dict)::
 from __future__ import annotations
 
 import builtins
+import importlib.abc
 import io
 import json
 import os
 import sys
 import traceback
+import types
 from typing import Any
 
 import numpy as np
@@ -46,7 +48,7 @@ import numpy as np
 from autograder.wire import decode, dump_bundle, encode, load_body, load_bundle, read_frame, write_frame
 
 __all__ = ["run_case", "load_state", "Reference", "module_stand_in", "plain_value", "delegated", "differentiable",
-           "weighted_backward", "reraise", "MODEL_METHODS", "main"]
+           "weighted_backward", "reraise", "MODEL_METHODS", "DEFERRED_IMPORTS", "defer_imports", "main"]
 
 
 def _torch():
@@ -55,6 +57,110 @@ def _torch():
     import torch
 
     return torch
+
+
+# --------------------------------------------------------------------------- deferred imports
+
+#: Modules a chapter's setup cell imports for the book's figures and explorers, which the
+#: graded cells do not need: in the sandbox each is bound at once and executed on its first
+#: use (:class:`_DeferredModule`). ``matplotlib.pyplot`` (its figure, backend, text and 3-D
+#: machinery over matplotlib's core, which ``solutions.figures`` still imports) and
+#: ``ipywidgets`` (IPython, traitlets) were about 0.3 of a chapter-4 start's 2.5 CPU s; a
+#: cell that plots pays for pyplot when it plots.
+DEFERRED_IMPORTS = frozenset({"matplotlib.pyplot", "ipywidgets"})
+
+
+#: What a deferred module answers without running: the attributes the import system set on
+#: it (inspect.getmodule, which torch's import calls, reads every module's ``__file__``).
+#: ``__path__`` is not among them, so importing a submodule runs its package first.
+_MODULE_METADATA = frozenset({"__class__", "__name__", "__file__", "__spec__", "__loader__", "__package__",
+                              "__cached__"})
+
+
+class _DeferredModule(types.ModuleType):
+    """A module of :data:`DEFERRED_IMPORTS` not run yet: reading any attribute but its
+    :data:`_MODULE_METADATA`, or setting or deleting any, runs it, and it becomes a plain module."""
+
+    def __getattribute__(self, attr):
+        if attr in _MODULE_METADATA:
+            return object.__getattribute__(self, attr)
+        _run_deferred(self)
+        return getattr(self, attr)
+
+    def __setattr__(self, attr, value):
+        _run_deferred(self)
+        setattr(self, attr, value)
+
+    def __delattr__(self, attr):
+        _run_deferred(self)
+        delattr(self, attr)
+
+
+def _run_deferred(module) -> None:
+    """Run a :class:`_DeferredModule` now, with the loader that found it. A module that
+    raises leaves ``sys.modules``, as a failed import does, and the error goes up."""
+    if object.__getattribute__(module, "__class__") is not _DeferredModule:
+        return
+    object.__setattr__(module, "__class__", types.ModuleType)
+    spec = object.__getattribute__(module, "__spec__")
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        if sys.modules.get(spec.name) is module:
+            del sys.modules[spec.name]
+        raise
+
+
+class _DeferredLoader(importlib.abc.Loader):
+    """Wrap a module's own loader: create the module as it would, run it on first use."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__spec__.loader = module.__loader__ = self.loader
+        module.__class__ = _DeferredModule
+
+
+class _DeferredImports(importlib.abc.MetaPathFinder):
+    """A finder that hands out the specs of :data:`DEFERRED_IMPORTS` with a deferring loader.
+
+    It asks the finders after it for the module's spec, so the module found is the one
+    an ordinary import would find; only its execution waits for the first use
+    (:class:`_DeferredModule`). A module that is not installed raises ``ImportError`` at
+    the import as before.
+    """
+
+    def __init__(self, names=DEFERRED_IMPORTS):
+        self.names = frozenset(names)
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.names:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _DeferredLoader(spec.loader)
+        return spec
+
+
+def defer_imports(names=DEFERRED_IMPORTS) -> None:
+    """Import ``names`` lazily from now on in this process (:class:`_DeferredImports`).
+
+    Args:
+        names: full module names (``"matplotlib.pyplot"``); a parent package is still
+            imported at once, as ``import a.b`` needs it.
+    """
+    sys.meta_path.insert(0, _DeferredImports(names))
 
 
 # --------------------------------------------------------------------------- running
@@ -745,7 +851,8 @@ def main(argv: list[str] | None = None) -> int:
     ``"reference": "function"`` or ``"class"`` too binds its exercise to a
     :class:`Reference` or a :func:`module_stand_in`, whose calls go out on
     ``--reference-fds OUT IN``). Runs the setup cells, then each solution
-    cell followed at once by its cases.
+    cell followed at once by its cases. Run as the sandbox's program, the
+    :data:`DEFERRED_IMPORTS` load on first use (:func:`defer_imports`).
 
     With ``--result-fd N`` each cell's bundle goes, as a :func:`write_frame`
     frame, to the inherited pipe ``N``: once the trusted reader has a frame, no
@@ -890,4 +997,5 @@ def _rename(data, renamed):
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through the sandbox tests
+    defer_imports()  # the setup's figure modules load when a cell uses them, not at every start
     sys.exit(main())

@@ -6,8 +6,14 @@ protocol carries results to the trusted process, which validates them
 """
 from __future__ import annotations
 
+import builtins
+import inspect
 import io
 import json
+import os
+import subprocess
+import sys
+import types
 import zipfile
 
 import numpy as np
@@ -16,6 +22,7 @@ import torch
 
 from autograder import runner, tamper, wire
 from autograder.checks.base import Result
+from autograder.library import build_library
 from conftest import DISGUISED_TENSOR
 
 
@@ -231,8 +238,6 @@ def test_main_writes_result_files_by_default(tmp_path):
 
 
 def test_main_sends_start_and_result_frames_to_the_result_fd(tmp_path):
-    import os
-
     job = _job(tmp_path, "def double(x):\n    return 2 * x")
     read_fd, write_fd = os.pipe()
     assert runner.main([str(job), "--result-fd", str(write_fd)]) == 0
@@ -245,3 +250,81 @@ def test_main_sends_start_and_result_frames_to_the_result_fd(tmp_path):
     assert problem is None
     assert [(k, g) for k, g, _, _ in frames] == [("start", "double"), ("result", "double")]
     assert not (job / "out" / "result_double.json").exists()
+
+
+# --------------------------------------------------------------------------- deferred imports
+
+
+def test_a_deferred_import_runs_the_module_on_first_use_only(tmp_path, monkeypatch):
+    """The sandbox's program defers :data:`runner.DEFERRED_IMPORTS` (``matplotlib.pyplot``,
+    ``ipywidgets``): the import binds the module without running it; reading its metadata
+    (``inspect.getmodule`` reads every module's ``__file__``, as torch's import does) does
+    not run it; the first real use does, once, and it is then a plain module; importing a
+    submodule runs the package first; a module that is not installed still fails at the import;
+    one that raises does so at its first use and leaves ``sys.modules``."""
+    package = tmp_path / "deferred_probe"
+    package.mkdir()
+    (package / "__init__.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('package')\nVALUE = 42\n")
+    (package / "part.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('part')\nPART = 'p'\n")
+    (tmp_path / "deferred_other.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('other')\n")
+    (tmp_path / "deferred_broken.py").write_text("VALUE = 1\nraise RuntimeError('broken at its import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finder leaves with the test
+    monkeypatch.setattr(builtins, "DEFERRED_RAN", [], raising=False)
+    names = ("deferred_probe", "deferred_probe.part", "deferred_other", "deferred_absent", "deferred_broken")
+    try:
+        runner.defer_imports({"deferred_probe", "deferred_other", "deferred_absent", "deferred_broken"})
+        import deferred_other
+        import deferred_probe as probe
+
+        assert builtins.DEFERRED_RAN == []
+        assert probe.__name__ == "deferred_probe" and probe.__file__.endswith("__init__.py")
+        inspect.getmodule(inspect.currentframe())
+        assert builtins.DEFERRED_RAN == []
+        assert probe.VALUE == 42 and builtins.DEFERRED_RAN == ["package"]
+        assert type(probe) is types.ModuleType and probe.VALUE == 42 and builtins.DEFERRED_RAN == ["package"]
+        import deferred_probe as again
+
+        assert again is probe
+        with pytest.raises(ImportError):
+            import deferred_absent  # noqa: F401
+        assert builtins.DEFERRED_RAN == ["package"]  # deferred_other, imported, not used: never run
+        import deferred_broken
+
+        with pytest.raises(RuntimeError, match="broken at its import"):  # raised at its first use
+            deferred_broken.VALUE
+        assert "deferred_broken" not in sys.modules  # gone, as after a failed import
+        del sys.modules["deferred_probe"], sys.modules["deferred_other"]
+        import deferred_probe.part  # noqa: F401 - a submodule runs its deferred package first
+
+        assert builtins.DEFERRED_RAN == ["package", "package", "part"]
+        assert sys.modules["deferred_probe"].part.PART == "p"
+        assert isinstance(deferred_other, types.ModuleType)
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
+
+
+def test_the_sandbox_program_defers_pyplot_and_a_cell_that_plots_still_plots(tmp_path):
+    """``runner.py`` run as the sandbox's program (here a plain subprocess on a built library):
+    the setup's ``import matplotlib.pyplot`` binds a module not yet run, a cell that plots
+    runs it and draws, and the graded cell is graded as before. ``main`` called in the
+    grader's own process (the tests above) defers nothing."""
+    assert runner.DEFERRED_IMPORTS == {"matplotlib.pyplot", "ipywidgets"}
+    lib = build_library(tmp_path / "lib", set())
+    job = _job(tmp_path, "def double(x):\n    return 2 * x")
+    spec = json.loads((job / "job.json").read_text())
+    spec["setup"] = ["import sys\nimport matplotlib.pyplot as plt\n"
+                     "print('setup', type(sys.modules['matplotlib.pyplot']).__name__, file=sys.stderr)"]
+    spec["cells"].insert(0, {"context": True, "exercise": "figure",
+                             "source": "figure = plt.figure()\nplt.plot([1, 2])\n"
+                                       "print('plotted', type(plt).__name__, len(figure.axes), file=sys.stderr)"})
+    (job / "job.json").write_text(json.dumps(spec))
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(lib), "MPLBACKEND": "Agg",
+           "MPLCONFIGDIR": str(tmp_path / "mpl"), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-s", "-B", str(lib / "runner.py"), str(job)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "setup _DeferredModule" in done.stderr and "plotted module 1" in done.stderr, done.stderr
+    data, arrays = wire.load_bundle(str(job / "out" / "result_double"))
+    assert np.array_equal(Result.from_encoded(data["cases"][0]["result"], arrays).value, np.arange(3.0) * 2)
