@@ -63,15 +63,16 @@ def wrong_graded(ch04_source, submissions, needs_sandbox):
     return scores, now[0]
 
 
-# The attack tests' notebook: chapter 4's first two exercises. An attack in softmax stops or
-# spoils its run; scaled_dot_product_attention, which calls softmax, is then graded afresh (a
-# fresh sandbox after a kill) and, its softmax broken, with the reference softmax in its place:
-# one regrade, which is what these tests need to see. With self_attention too, a second regrade
-# (its references' start and one more run, about 3 CPU s) would say nothing more about the
-# attack: the two-regrade chain is asserted on the wrong softmax (wrong_graded: the charged-once
-# and references'-start tests) and on the unfinished one. The tampering tests keep all three: a
-# forged archive in softmax leaves scaled_dot_product_attention flagged "cheat" as well (seen
-# when it was tried here), so self_attention is their witness of a cell graded afresh.
+# The notebook of the tests that break softmax on purpose (an attack, an escaping or an echoing
+# answer): chapter 4's first two exercises. The bad softmax stops or spoils its run;
+# scaled_dot_product_attention, which calls it, is then graded afresh (a fresh sandbox after a
+# kill) and, its softmax broken, with the reference softmax in its place: one regrade, which is
+# what these tests need to see. With self_attention too, a second regrade (its references' start
+# and one more run, about 3 CPU s) would say nothing more about the bad answer: the two-regrade
+# chain is asserted on the wrong softmax (wrong_graded: the charged-once and references'-start
+# tests) and on the unfinished one. The tampering tests keep all three: a forged archive in
+# softmax leaves scaled_dot_product_attention flagged "cheat" as well (seen when it was tried
+# here), so self_attention is their witness of a cell graded afresh.
 ATTACKED = ["softmax", "scaled_dot_product_attention"]
 
 
@@ -616,14 +617,15 @@ def test_safe_text_escapes_controls_and_bidi_overrides():
 
 
 @pytest.mark.slow
-def test_without_hidden_inputs_the_student_reads_their_own_message_escaped(ch04_source, tmp_path, needs_sandbox):
+def test_without_hidden_inputs_the_student_reads_their_own_message_escaped(attacked_source, tmp_path,
+                                                                            needs_sandbox):
     """The visible-only run holds no hidden input, so the student's text is shown: the
     message with its input's repr, the class named after a value; and no escape sequence
     or bidi override of it reaches a reason, a note or a part's message (the later
-    exercises, which call it, are graded again with the reference softmax)."""
-    sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
-                                                           softmax=ESCAPING_SOFTMAX), tmp_path / "s.ipynb")
-    scores = grade_submission(ch04_source, sub, seed=5, hidden=False).scores
+    exercise of :data:`ATTACKED`, which calls it, is graded again with the reference softmax)."""
+    nb, source = attacked_source
+    sub = fixtures.write_notebook(fixtures.submission_with(nb, softmax=ESCAPING_SOFTMAX), tmp_path / "s.ipynb")
+    scores = grade_submission(source, sub, seed=5, hidden=False).scores
     texts = [s.reason for s in scores] + [n for s in scores for n in s.notes] + [
         p.message for s in scores for p in s.parts]
     assert "\\x1b]0;pwned" in scores[0].reason
@@ -989,7 +991,7 @@ def test_returned_hidden_inputs_never_reach_the_feedback(tmp_path, needs_sandbox
 
     book, submitted = tmp_path / "book", tmp_path / "submitted"
     ch02 = fixtures.source_notebook("02_tokens_and_embeddings", ["build_vocab", "learn_bpe", "one_hot"])
-    ch04 = fixtures.source_notebook("04_self_attention")
+    ch04 = fixtures.source_notebook("04_self_attention", ATTACKED)  # the echo's one regrade: see ATTACKED
     for chapter, nb in (("02_tokens_and_embeddings", ch02), ("04_self_attention", ch04)):
         fixtures.write_notebook(nb, book / chapter / f"{chapter}.ipynb")
     echo02 = fixtures.submission_with(ch02, build_vocab=ECHOING_BUILD_VOCAB, learn_bpe=_echoing_learn_bpe())
