@@ -63,6 +63,26 @@ def wrong_graded(ch04_source, submissions, needs_sandbox):
     return scores, now[0]
 
 
+# The notebook of the tests that break softmax on purpose (an attack, an escaping or an echoing
+# answer): chapter 4's first two exercises. The bad softmax stops or spoils its run;
+# scaled_dot_product_attention, which calls it, is then graded afresh (a fresh sandbox after a
+# kill) and, its softmax broken, with the reference softmax in its place: one regrade, which is
+# what these tests need to see. With self_attention too, a second regrade (its references' start
+# and one more run, about 3 CPU s) would say nothing more about the bad answer: the two-regrade
+# chain is asserted on the wrong softmax (wrong_graded: the charged-once and references'-start
+# tests) and on the unfinished one. The tampering tests keep all three: a forged archive in
+# softmax leaves scaled_dot_product_attention flagged "cheat" as well (seen when it was tried
+# here), so self_attention is their witness of a cell graded afresh.
+ATTACKED = ["softmax", "scaled_dot_product_attention"]
+
+
+@pytest.fixture(scope="module")
+def attacked_source(tmp_path_factory):
+    """``(notebook, path)``: the source notebook of :data:`ATTACKED`, written once."""
+    nb = fixtures.source_notebook("04_self_attention", ATTACKED)
+    return nb, fixtures.write_notebook(nb, tmp_path_factory.mktemp("attacked") / "04_self_attention.ipynb")
+
+
 def _table(scores):
     return [(s.exercise, s.grade_id, s.score, s.max_score, s.status, s.reason) for s in scores]
 
@@ -597,14 +617,15 @@ def test_safe_text_escapes_controls_and_bidi_overrides():
 
 
 @pytest.mark.slow
-def test_without_hidden_inputs_the_student_reads_their_own_message_escaped(ch04_source, tmp_path, needs_sandbox):
+def test_without_hidden_inputs_the_student_reads_their_own_message_escaped(attacked_source, tmp_path,
+                                                                            needs_sandbox):
     """The visible-only run holds no hidden input, so the student's text is shown: the
     message with its input's repr, the class named after a value; and no escape sequence
     or bidi override of it reaches a reason, a note or a part's message (the later
-    exercises, which call it, are graded again with the reference softmax)."""
-    sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
-                                                           softmax=ESCAPING_SOFTMAX), tmp_path / "s.ipynb")
-    scores = grade_submission(ch04_source, sub, seed=5, hidden=False).scores
+    exercise of :data:`ATTACKED`, which calls it, is graded again with the reference softmax)."""
+    nb, source = attacked_source
+    sub = fixtures.write_notebook(fixtures.submission_with(nb, softmax=ESCAPING_SOFTMAX), tmp_path / "s.ipynb")
+    scores = grade_submission(source, sub, seed=5, hidden=False).scores
     texts = [s.reason for s in scores] + [n for s in scores for n in s.notes] + [
         p.message for s in scores for p in s.parts]
     assert "\\x1b]0;pwned" in scores[0].reason
@@ -808,19 +829,21 @@ def _graded_in_child(source, *submissions):
 
 
 @pytest.mark.slow
-def test_forged_giant_frames_are_refused_unread(ch04_source, submissions, tmp_path, needs_sandbox):
+def test_forged_giant_frames_are_refused_unread(attacked_source, tmp_path, needs_sandbox):
     """Four frames announcing 120 MB of JSON each: refused from their headers, the
     cell flagged, the others graded, and the trusted process's peak memory stays
     that of an honest grading: one child process grades the honest notebook, then the
-    flood, and its peak may not grow by the 128 MB that reading one frame would take
-    (one process, not two: its imports and the library are paid once)."""
-    attack = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
-                                                              softmax=FRAME_FLOOD), tmp_path / "flood.ipynb")
-    honest, flooded = _graded_in_child(ch04_source, submissions["reference"], attack)
-    assert [row[1:3] for row in honest["scores"]] == [["passed", 1.0], ["passed", 2.0], ["passed", 3.0]]
+    flood (both of :data:`ATTACKED`), and its peak may not grow by the 128 MB that
+    reading one frame would take (one process, not two: its imports and the library
+    are paid once)."""
+    nb, source = attacked_source
+    honest_nb = fixtures.write_notebook(fixtures.reference_submission(nb), tmp_path / "honest.ipynb")
+    attack = fixtures.write_notebook(fixtures.submission_with(nb, softmax=FRAME_FLOOD), tmp_path / "flood.ipynb")
+    honest, flooded = _graded_in_child(source, honest_nb, attack)
+    assert [row[1:3] for row in honest["scores"]] == [["passed", 1.0], ["passed", 2.0]]
     by_name = {name: (status, score, reason) for name, status, score, reason in flooded["scores"]}
     assert by_name["softmax"][:2] == ("cheat", 0.0) and "JSON" in by_name["softmax"][2]
-    assert by_name["self_attention"][0] == "passed"
+    assert by_name["scaled_dot_product_attention"][0] == "passed"
     assert flooded["rss_mb"] < honest["rss_mb"] + 128, (honest["rss_mb"], flooded["rss_mb"])
 
 
@@ -841,20 +864,20 @@ def softmax(x, axis=-1):
 
 
 @pytest.mark.slow
-def test_memory_held_in_files_is_stopped_at_the_run_limit(ch04_source, tmp_path, needs_sandbox):
+def test_memory_held_in_files_is_stopped_at_the_run_limit(attacked_source, tmp_path, needs_sandbox):
     from autograder import cgroup
     from autograder.sandbox import Limits
 
     if not cgroup.available()[0]:
         cannot_start("memory cgroup", "no memory cgroup here: RLIMIT_AS alone bounds each process")
-    sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
-                                                           softmax=MEMFD_HOG), tmp_path / "hog.ipynb")
+    nb, source = attacked_source
+    sub = fixtures.write_notebook(fixtures.submission_with(nb, softmax=MEMFD_HOG), tmp_path / "hog.ipynb")
     limits = Limits(wall_seconds=120.0, cpu_seconds=120, run_memory_bytes=1024 * 2**20)
-    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, settings=RunSettings(limits=limits),
+    scores = {s.exercise: s for s in grade_submission(source, sub, settings=RunSettings(limits=limits),
                                                       seed=2).scores}
     hog = scores["softmax"]
     assert (hog.status, hog.score) == ("error", 0.0) and "1 GiB of memory" in hog.reason, hog
-    assert scores["self_attention"].status == "passed"  # graded afresh after the kill
+    assert scores["scaled_dot_product_attention"].status == "passed"  # graded afresh after the kill
 
 
 # --------------------------------------------------------------------------- disk
@@ -875,17 +898,17 @@ def softmax(x, axis=-1):
 
 
 @pytest.mark.slow
-def test_unlinked_files_cannot_fill_the_disk(ch04_source, tmp_path, needs_sandbox):
+def test_unlinked_files_cannot_fill_the_disk(attacked_source, tmp_path, needs_sandbox):
     from autograder.sandbox import Limits
 
-    sub = fixtures.write_notebook(fixtures.submission_with(fixtures.source_notebook("04_self_attention"),
-                                                           softmax=DISK_FILLER), tmp_path / "disk.ipynb")
+    nb, source = attacked_source
+    sub = fixtures.write_notebook(fixtures.submission_with(nb, softmax=DISK_FILLER), tmp_path / "disk.ipynb")
     limits = Limits(wall_seconds=120.0, cpu_seconds=120, scratch_bytes=64 * 2**20)
-    scores = {s.exercise: s for s in grade_submission(ch04_source, sub, settings=RunSettings(limits=limits), seed=2,
+    scores = {s.exercise: s for s in grade_submission(source, sub, settings=RunSettings(limits=limits), seed=2,
                                                       scratch_dir=tmp_path).scores}
     hit = scores["softmax"]
     assert (hit.status, hit.score) == ("error", 0.0) and "No space left on device" in hit.reason, hit
-    assert scores["self_attention"].status == "passed"
+    assert scores["scaled_dot_product_attention"].status == "passed"
     assert not list(tmp_path.glob("autograder-*"))  # the scratch folder is gone, nothing left on disk
 
 
@@ -968,7 +991,7 @@ def test_returned_hidden_inputs_never_reach_the_feedback(tmp_path, needs_sandbox
 
     book, submitted = tmp_path / "book", tmp_path / "submitted"
     ch02 = fixtures.source_notebook("02_tokens_and_embeddings", ["build_vocab", "learn_bpe", "one_hot"])
-    ch04 = fixtures.source_notebook("04_self_attention")
+    ch04 = fixtures.source_notebook("04_self_attention", ATTACKED)  # the echo's one regrade: see ATTACKED
     for chapter, nb in (("02_tokens_and_embeddings", ch02), ("04_self_attention", ch04)):
         fixtures.write_notebook(nb, book / chapter / f"{chapter}.ipynb")
     echo02 = fixtures.submission_with(ch02, build_vocab=ECHOING_BUILD_VOCAB, learn_bpe=_echoing_learn_bpe())
@@ -1026,7 +1049,7 @@ def test_the_memory_option_stops_a_submission_over_it(tmp_path, needs_sandbox, c
 
     if not cgroup.available()[0]:
         cannot_start("memory cgroup", "no memory cgroup here: RLIMIT_AS alone bounds each process")
-    nb = fixtures.source_notebook("04_self_attention")
+    nb = fixtures.source_notebook("04_self_attention", ATTACKED)
     book = tmp_path / "book"
     source = fixtures.write_notebook(nb, book / "04_self_attention" / "04_self_attention.ipynb")
     hog = fixtures.submission_with(nb, softmax=ANON_HOG)
@@ -1039,7 +1062,7 @@ def test_the_memory_option_stops_a_submission_over_it(tmp_path, needs_sandbox, c
     rows = {r["exercise"]: r for r in journal["scores"]}
     assert (rows["softmax"]["status"], rows["softmax"]["score"]) == ("error", 0.0), rows["softmax"]
     assert "0.5 GiB of memory, the --memory limit" in rows["softmax"]["reason"]
-    assert rows["self_attention"]["status"] == "passed"
+    assert rows["scaled_dot_product_attention"]["status"] == "passed"
     assert journal["key"]["memory"] == 512 * 2**20
     default = {s.exercise: s for s in grade_submission(source, path, seed=3).scores}
     assert default["softmax"].status == "passed", default["softmax"]
