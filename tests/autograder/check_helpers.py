@@ -6,7 +6,6 @@ partly right answer — which ``check`` does not raise for — is still seen.
 """
 import atexit
 import contextlib
-import copy
 import functools
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from autograder.checks.base import check_report, use_precomputed
 from autograder.checks.draws import visible_cases
 from autograder.checks.precomputed import precomputed
 from autograder.checks.scoring import evaluate
+from autograder.reference_results import reference_results
 
 
 def rejected(name, wrong, *words, seed=None, hidden=True, any_word=False):
@@ -173,10 +173,8 @@ def stored_checks(chapter: str):
         use_precomputed(None)
 
 
-# (exercise object id, hidden, seed) -> [the exercise, its drawn cases, the reference's results or None]
-_DRAWN: dict[tuple, list] = {}
-# The cases drawn_cases gave last and their key: the reference's results of that draw, kept
-# beside it, serve the evaluate call that judges exactly those cases next.
+# The cases drawn_cases gave last and the draw they are a copy of: the reference's results
+# of that draw serve the evaluate call that judges exactly those cases next.
 _LAST_GIVEN: list = [None, None]
 
 
@@ -185,31 +183,27 @@ def drawn_cases(exercise, hidden=False, seed=None):
 
     A draw of a fixed seed (the visible set, or a hidden set with ``seed``) is the same
     cases every time, and some take seconds to draw (``beam_search`` searches for beams
-    that tell its variants apart): the first draw is kept and every call gets a deep copy
-    of it, so no answer can change what the next one is judged on. A fresh hidden draw
-    (``seed=None``) and the student package's stored cases are never kept."""
+    that tell its variants apart). The grader's own cache of draws keeps it
+    (:func:`~autograder.reference_results.reference_results`, keyed by the exercise and
+    its reference) and every call gets a deep copy, so no answer can change what the next
+    one is judged on. A fresh hidden draw (``seed=None``) and the student package's stored
+    cases are never kept."""
     if (hidden and seed is None) or precomputed() is not None:
         return visible_cases(exercise, hidden, seed)
-    key = (id(exercise), bool(hidden), seed)
-    kept = _DRAWN.get(key)
-    if kept is None or kept[0] is not exercise:
-        kept = _DRAWN[key] = [exercise, visible_cases(exercise, hidden, seed), None]
-    cases = copy.deepcopy(kept[1])
-    _LAST_GIVEN[:] = [cases, key]
+    draw = reference_results(exercise, hidden, seed)
+    cases = draw.cases()
+    _LAST_GIVEN[:] = [cases, draw]
     return cases
 
 
 def _evaluate_with_kept_references(exercise, results, cases, *args, **kwargs):
     """:func:`~autograder.checks.scoring.evaluate`; on cases :func:`drawn_cases` just gave,
-    with the reference's results of that draw (``wants``) computed once and copied per
-    call, as the grader keeps them per exercise and seed. Any other call as it is."""
-    given, key = _LAST_GIVEN
+    with the reference's results of that draw (``wants``), each computed once and copied
+    per call, as the grader judges. Any other call as it is."""
+    given, draw = _LAST_GIVEN
     if cases is not given or args or kwargs:
         return evaluate(exercise, results, cases, *args, **kwargs)
-    kept = _DRAWN[key]
-    if kept[2] is None:
-        kept[2] = [exercise.expected(case) for case in copy.deepcopy(kept[1])]  # not the answer's copies
-    return evaluate(exercise, results, cases, wants=copy.deepcopy(kept[2]))
+    return evaluate(exercise, results, cases, wants=draw)
 
 
 @pytest.fixture
