@@ -16,13 +16,15 @@ one run:
    overhead of sharding is the difference in wall time.
 
 It prints submissions per minute and per core-second (nbgrader uses one core;
-``--jobs N`` and N shards use N), the ratio to nbgrader, the speed-up and efficiency
+``--jobs N`` and N shards use N), the CPU seconds per submission (``grade``'s split into its
+own processes and its sandboxes), the ratio to nbgrader, the speed-up and efficiency
 of each ``--jobs`` over ``--jobs 1``, and the sharding overhead. It is a benchmark,
 not a test: timings on a shared machine are noisy, so compare ratios measured in
 the same run. The class builders (:func:`make_source_notebook`,
 :func:`make_submission`) also serve the tests and the self-test.
 
-Design target (``shared/DESIGN.md``): ≥ 1.8× nbgrader's throughput on 2 cores.
+Design target (``shared/DESIGN.md``): ≥ 3× nbgrader's throughput on 2 cores, per CPU second
+at ``--jobs 1``.
 """
 from __future__ import annotations
 
@@ -220,14 +222,23 @@ def _children_cpu() -> float:
 # none of a sandbox's CPU time would reach RUSAGE_CHILDREN and the grader's "CPU s" would
 # be its trusted process alone. Each timed command runs under this small program instead:
 # it adopts its descendants' orphans (Linux PR_SET_CHILD_SUBREAPER), runs the command, waits
-# for them, and exits with the command's status, so whoever waits for it counts them all.
+# for them, and exits with the command's status, so whoever waits for it counts them all. Its
+# first argument names a file (or is empty: none) where it writes the CPU seconds of the command's
+# own process and of the children that process waited for itself (a grading pool's workers, the
+# kernels), from wait4: the rest of what it counts is the sandboxes'.
 _REAPER = """\
 import ctypes, os, subprocess, sys, time
 try:
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 except (OSError, AttributeError):
     pass  # not Linux: the orphans' time is not counted
-status = subprocess.call(sys.argv[1:])
+own_file, command = sys.argv[1], sys.argv[2:]
+proc = subprocess.Popen(command)
+_, raw, usage = os.wait4(proc.pid, 0)  # the command's own CPU, and what it waited for itself
+status = os.waitstatus_to_exitcode(raw)
+if own_file:
+    with open(own_file, "w") as fh:
+        fh.write(repr(usage.ru_utime + usage.ru_stime))
 deadline = time.monotonic() + 10  # a sandbox's init dies a moment after its bubblewrap
 while True:
     try:
@@ -242,9 +253,11 @@ sys.exit(status)
 """
 
 
-def _counted(cmd: list[str]) -> list[str]:
-    """``cmd`` run under :data:`_REAPER`, so its sandboxes' CPU time is counted."""
-    return [sys.executable, "-c", _REAPER, *cmd]
+def _counted(cmd: list[str], own_file: Path | None = None) -> list[str]:
+    """``cmd`` run under :data:`_REAPER`, so its sandboxes' CPU time is counted; with
+    ``own_file``, the CPU seconds of ``cmd``'s own process (and of the children it waited
+    for itself, not its sandboxes) are written there."""
+    return [sys.executable, "-c", _REAPER, str(own_file or ""), *cmd]
 
 
 def _progress(message: str) -> None:
@@ -264,9 +277,9 @@ class _Timer:
         self.cpu = _children_cpu() - self.cpu_start
 
 
-def _run(cmd: list[str], cwd: Path, env: dict) -> float:
+def _run(cmd: list[str], cwd: Path, env: dict, own_file: Path | None = None) -> float:
     start = time.perf_counter()
-    proc = subprocess.run(_counted(cmd), cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(_counted(cmd, own_file), cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
@@ -366,7 +379,9 @@ def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: l
 
     Returns:
         ``{"submissions": n, "nbgrader_s": t, "autograder_s": {jobs: t}, "same_totals": {...},
-        "sharded": {...} or None}``.
+        "sharded": {...} or None}``, and the CPU seconds: ``"nbgrader_cpu_s"``, ``"autograder_cpu_s"``
+        (``{jobs: s}``, the sandboxes included) and ``"autograder_own_cpu_s"`` (``{jobs: s}``, the
+        grading command's own processes: the trusted side).
     """
     jobs = jobs or default_jobs()
     tmp = Path(work) if work else Path(tempfile.mkdtemp(prefix="autograder-bench-"))
@@ -401,16 +416,19 @@ def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: l
         grade_args = ["--timeout", str(timeout), "--seed", "1", "--no-progress"]
         if book != BOOK:
             grade_args += ["--book", str(book)]
-        auto, auto_cpu = {}, {}
+        auto, auto_cpu, own_cpu = {}, {}, {}
         for n in jobs:
             out = tmp / f"out_jobs{n}"
             cmd = [sys.executable, "-m", "autograder", "grade", str(submitted), "--out", str(out), "--jobs", str(n),
                    *grade_args]
             _progress(f"autograder grade --jobs {n} ...")
+            own_file = tmp / f"own_cpu_jobs{n}"
             with _Timer() as timer:
-                _run(cmd, tmp, env)
+                _run(cmd, tmp, env, own_file)
             auto[n], auto_cpu[n] = timer.wall, timer.cpu
-            _progress(f"autograder grade --jobs {n}: {timer.wall:.1f} s wall, {timer.cpu:.1f} CPU s")
+            own_cpu[n] = float(own_file.read_text(encoding="utf-8"))
+            _progress(f"autograder grade --jobs {n}: {timer.wall:.1f} s wall, {timer.cpu:.1f} CPU s "
+                      f"(its own process {own_cpu[n]:.1f}, its sandboxes {timer.cpu - own_cpu[n]:.1f})")
         same = _compare_totals(course / "gradebook.db", tmp / f"out_jobs{jobs[0]}" / "grades.csv", chapters)
         sharded = None
         if shards:  # against the --jobs N run measured above when there is one: the same command
@@ -418,7 +436,7 @@ def run_benchmark(students: int = 10, jobs: list[int] | None = None, chapters: l
             _progress(f"{shards} shards + merge against one grade --jobs {shards} ...")
             sharded = run_sharded(submitted, tmp, shards, grade_args, env, single=single)
         return {"submissions": len(made), "chapters": chapters, "nbgrader_s": nbgrader_s, "autograder_s": auto,
-                "nbgrader_cpu_s": nbgrader_cpu, "autograder_cpu_s": auto_cpu,
+                "nbgrader_cpu_s": nbgrader_cpu, "autograder_cpu_s": auto_cpu, "autograder_own_cpu_s": own_cpu,
                 "same_totals": same, "sharded": sharded, "cores": os.cpu_count() or 1,
                 "load": os.getloadavg()[0]}
     finally:
@@ -479,6 +497,12 @@ def format_table(result: dict) -> str:
              f" {'CPU s':>7} {'subs/CPU-s':>10} {'ratio':>7}"]
     lines += [f"{name:<28} {c:>5} {s:>8.1f} {r:>9.1f} {pc:>11.3f} {x:>5.2f}x {cpu_columns(cs)}"
               for name, c, s, r, pc, x, cs in rows]
+    own = result.get("autograder_own_cpu_s") or {}
+    for j in sorted(own):
+        if j in cpu:
+            lines.append(f"grade --jobs {j} CPU s per submission: {cpu[j] / n:.2f} = its own processes "
+                         f"{own[j] / n:.2f} + its sandboxes {(cpu[j] - own[j]) / n:.2f}"
+                         + (f" (nbgrader: {base_cpu / n:.2f})" if base_cpu else ""))
     agree = result["same_totals"]
     lines.append(f"totals equal to nbgrader's on {agree['agree']} of {agree['total']} submissions")
     times = result["autograder_s"]

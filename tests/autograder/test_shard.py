@@ -364,6 +364,7 @@ def test_bench_reports_per_core_rates_scaling_and_the_sharding_overhead(tmp_path
     result = {"submissions": 12, "chapters": ["04_self_attention"], "nbgrader_s": 60.0, "cores": 2,
               "autograder_s": {1: 40.0, 2: 25.0}, "same_totals": {"agree": 12, "total": 12},
               "nbgrader_cpu_s": 48.0, "autograder_cpu_s": {1: 16.0, 2: 24.0}, "load": 3.5,
+              "autograder_own_cpu_s": {1: 4.0, 2: 6.0},
               "sharded": {"shards": 2, "single_s": 25.0, "shards_s": 24.0, "merge_s": 6.0, "same": True}}
     table = format_table(result)
     rows = {line.split("  ")[0].strip(): line for line in table.splitlines()}
@@ -374,8 +375,13 @@ def test_bench_reports_per_core_rates_scaling_and_the_sharding_overhead(tmp_path
     assert rows["autograder grade --jobs 2"].split()[-5:] == ["0.240", "2.40x", "24.0", "0.500", "2.00x"]
     assert rows["nbgrader autograde"].split()[-5:] == ["0.200", "1.00x", "48.0", "0.250", "1.00x"]  # 12 / 60 s
     assert rows["2 shards + merge"].split()[-5:] == ["0.200", "2.00x", "-", "-", "-"]  # 12 / (30 s × 2 cores)
+    # the grader's CPU split per submission: 16 CPU s = its own processes 4 + its sandboxes 12, over 12
+    assert ("grade --jobs 1 CPU s per submission: 1.33 = its own processes 0.33 + its sandboxes 1.00 "
+            "(nbgrader: 4.00)") in table
+    assert "grade --jobs 2 CPU s per submission: 2.00 = its own processes 0.50 + its sandboxes 1.50" in table
     del result["nbgrader_cpu_s"], result["autograder_cpu_s"]  # a result without CPU times: dashes
     assert format_table(result).splitlines()[2].split()[-3:] == ["-", "-", "-"]
+    assert "per submission" not in format_table(result)  # and no split without the total
     assert "--jobs 2 1.60x (80% efficiency)" in table
     assert "= 30.0 s vs one run --jobs 2 25.0 s: overhead +20%" in table and "identical" in table
     a, b = tmp_path / "a", tmp_path / "b"
