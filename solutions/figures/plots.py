@@ -14,9 +14,6 @@ does not print the returned object's text next to the picture.
 """
 import os
 
-import matplotlib.pyplot as plt
-from matplotlib.colors import LinearSegmentedColormap, ListedColormap
-from matplotlib.patches import Patch
 import numpy as np
 
 __all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_query_steps", "plot_projections", "plot_mask", "show_explorer",
@@ -24,6 +21,20 @@ __all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_query_steps"
 
 #: Environment variable the book build sets to "1": explorers render a static figure.
 STATIC_ENV_VAR = "TRANSFORMER_BOOK_STATIC"
+
+
+def _pyplot():
+    """``matplotlib.pyplot``, imported when a helper first draws.
+
+    Chapters import these helpers in their setup cell, and the grading sandbox runs that
+    cell for every submission without drawing anything: importing matplotlib there would
+    cost about a tenth of a sandbox's start.
+    """
+    # matplotlib on first use (heavy): importing the helpers costs numpy only
+    import matplotlib.pyplot as plt
+
+    return plt
+
 
 # Maps with at most this many cells get their values written into the cells.
 _ANNOTATE_MAX_CELLS = 64
@@ -82,7 +93,7 @@ def _map_axes(ax, n_q, n_k, *, cell, extra_width, min_height):
         matplotlib.axes.Axes: ``ax``, or the Axes of the new figure.
     """
     if ax is None:
-        _, ax = plt.subplots(figsize=(max(3.0, extra_width + cell * n_k), max(min_height, 1.0 + cell * n_q)))
+        _, ax = _pyplot().subplots(figsize=(max(3.0, extra_width + cell * n_k), max(min_height, 1.0 + cell * n_q)))
     return ax
 
 
@@ -203,8 +214,8 @@ def plot_heads(weights, query_tokens=None, key_tokens=None, titles=None):
     # As many maps a row as fit the book's column (about 7.5 inches at 100 %), at most 4.
     cols = max(1, min(num_heads, 4, int(7.5 // cell)))
     rows = -(-num_heads // cols)  # ceiling division
-    fig, axes = plt.subplots(rows, cols, figsize=(cell * cols + 1.0, cell * rows + 0.6 * rows),
-                             squeeze=False, layout="constrained")
+    fig, axes = _pyplot().subplots(rows, cols, figsize=(cell * cols + 1.0, cell * rows + 0.6 * rows),
+                                   squeeze=False, layout="constrained")
     vmax = max(1.0, float(np.nanmax(w))) if w.size and np.nanmin(w) >= 0 else float(np.nanmax(w))
     vmin = 0.0 if np.nanmin(w) >= 0 else float(np.nanmin(w))
     image = None
@@ -326,7 +337,7 @@ def plot_head_steps(heads, tokens, merged=None, merged_title="concatenated"):
         width[2] = max(width[2], merged.shape[1] * _cell_inches([merged], fs))
     heights = [1.0] * n + ([1.0] if merged is not None else [])
     row_inches = len(tokens) * 0.3 + 0.95  # the numbers, a two-line title, the column labels
-    fig = plt.figure(figsize=(sum(width) + 1.0, row_inches * len(heights) + 0.4), layout="constrained")
+    fig = _pyplot().figure(figsize=(sum(width) + 1.0, row_inches * len(heights) + 0.4), layout="constrained")
     grid = fig.add_gridspec(len(heights), 3, width_ratios=width, height_ratios=heights)
     steps = ("the features it sees", "weights:\nsoftmax(Q Kᵀ / √d_k)", "output:\nweights @ V")
     for r, (title, (inp, w, out), _, features) in enumerate(rows):
@@ -397,7 +408,7 @@ def plot_query_steps(query, keys, values, tokens, query_token="q"):
     width = [d_k * _cell_inches([k, q[None, :]], fs), max(_cell_inches([scores], fs), narrow),
              max(_cell_inches([scaled], fs), narrow), max(_cell_inches([weights], fs), narrow),
              d_v * _cell_inches([v], fs), d_v * _cell_inches([weighted, output], fs)]
-    fig = plt.figure(figsize=(sum(width) + 1.0, 0.3 * (n_k + 1) + 2.0), layout="constrained")
+    fig = _pyplot().figure(figsize=(sum(width) + 1.0, 0.3 * (n_k + 1) + 2.0), layout="constrained")
     grid = fig.add_gridspec(2, len(width), width_ratios=width, height_ratios=[n_k, 1])
     steps = ((k, "Oranges", "keys\nk_j", [str(c) for c in range(d_k)]),
              (scores, "Purples", "1 · score\nq·k_j", [""]),
@@ -418,7 +429,7 @@ def plot_query_steps(query, keys, values, tokens, query_token="q"):
 
 # The tint of a learned matrix: the yellow of "parameters" in the diagrams' palette
 # (solutions.figures.diagram.ROLES), from white.
-_PARAMETERS = LinearSegmentedColormap.from_list("parameters", ["#ffffff", "#d9c400"])
+_PARAMETERS = ("#ffffff", "#d9c400")
 
 
 def plot_projections(x, projections, tokens, token=0):
@@ -472,7 +483,11 @@ def plot_projections(x, projections, tokens, token=0):
     # column for "@" and "="
     cell = _cell_inches([x] + [m for _, w, p in mats for m in (w, p)], fs)
     width = [d_model * cell, 0.35, widest * cell, 0.35, widest * cell]
-    fig = plt.figure(figsize=(sum(width) + 1.0, len(mats) * (0.3 * tall + 0.8)), layout="constrained")
+    # matplotlib on first use (heavy): see _pyplot
+    from matplotlib.colors import LinearSegmentedColormap
+
+    parameters = LinearSegmentedColormap.from_list("parameters", _PARAMETERS)
+    fig = _pyplot().figure(figsize=(sum(width) + 1.0, len(mats) * (0.3 * tall + 0.8)), layout="constrained")
     grid = fig.add_gridspec(len(mats), len(width), width_ratios=width)
     features = [str(c) for c in range(d_model)]
     for r, (name, w, product) in enumerate(mats):
@@ -482,7 +497,7 @@ def plot_projections(x, projections, tokens, token=0):
         inner = grid[r, 2].subgridspec(2, 1, height_ratios=[d_model, max(tall - d_model, 0.001)])
         columns = [str(c) for c in range(w.shape[1])]
         panels = ((left[0], x, "Greys", tokens, features, f"X  ({n}, {d_model})"),
-                  (inner[0], w, _PARAMETERS, features, columns, f"$W^{name}$  ({d_model}, {w.shape[1]})"),
+                  (inner[0], w, parameters, features, columns, f"$W^{name}$  ({d_model}, {w.shape[1]})"),
                   (right[0], product, role_maps.get(name, "Greys"), tokens, columns,
                    f"{name} = X $W^{name}$  ({n}, {w.shape[1]})"))
         for c, (spec, matrix, cmap, rows, cols, title) in enumerate(panels):
@@ -490,8 +505,8 @@ def plot_projections(x, projections, tokens, token=0):
             # lighter than the other step pictures: these cells hold small integers, 1 the commonest
             _numbers(ax, matrix, cmap, rows=rows, cols=cols, title=title, strength=2.4, fontsize=fs)
             if c != 1:  # outline the chosen token's row in X and in the product
-                ax.add_patch(plt.Rectangle((-0.5, token - 0.5), matrix.shape[1], 1.0, fill=False,
-                                           edgecolor="#1a1a1a", linewidth=2.0, clip_on=False))
+                ax.add_patch(_pyplot().Rectangle((-0.5, token - 0.5), matrix.shape[1], 1.0, fill=False,
+                                                 edgecolor="#1a1a1a", linewidth=2.0, clip_on=False))
         for c, sign in ((1, "@"), (3, "=")):
             ax = fig.add_subplot(grid[r, c])
             ax.text(0.5, 1.0 - 0.5 * n / tall, sign, ha="center", va="center", fontsize=14,
@@ -537,6 +552,10 @@ def plot_mask(mask, query_tokens=None, key_tokens=None, ax=None, title=None):
     query_tokens = _check_tokens(query_tokens, n_q, "query_tokens")
     key_tokens = _check_tokens(key_tokens, n_k, "key_tokens")
     ax = _map_axes(ax, n_q, n_k, cell=0.4, extra_width=1.6, min_height=2.0)
+
+    # matplotlib on first use (heavy): see _pyplot
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
 
     allowed, blocked = "#2b6cb0", "#f7f7f7"
     ax.imshow(m.astype(float), cmap=ListedColormap([blocked, allowed]), vmin=0, vmax=1,
@@ -586,11 +605,11 @@ def show_explorer(build_widget, render_static):
     if os.environ.get(STATIC_ENV_VAR) == "1":
         fig = render_static()
         if fig is None:
-            fig = plt.gcf()
+            fig = _pyplot().gcf()
         elif hasattr(fig, "get_figure") and not hasattr(fig, "savefig"):
             fig = fig.get_figure()  # an Axes was returned
         display(fig)
-        plt.close(fig)  # the inline backend would otherwise show it a second time
+        _pyplot().close(fig)  # the inline backend would otherwise show it a second time
         return None
     widget = build_widget()
     try:
