@@ -196,7 +196,7 @@ def test_plot_projections_draws_x_times_each_matrix_with_its_product():
 
 def test_plot_heads_wraps_rows_to_fit_the_column():
     """Four maps of 10 tokens (3 inches each) go two a row, 7 inches wide where one row was
-    13 (Figure 5.5, shown at half size); four small maps still share one row."""
+    13 (Figure 5.6, shown at half size); four small maps still share one row."""
     wide = viz.plot_heads(_random_weights(4, 10, 10))
     maps = [ax for ax in wide.axes if ax.get_images()]
     assert len({ax.get_position().y0 for ax in maps}) == 2 and wide.get_size_inches()[0] <= 7.5
