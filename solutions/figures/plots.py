@@ -16,8 +16,8 @@ import os
 
 import numpy as np
 
-__all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_query_steps", "plot_projections", "plot_mask", "show_explorer",
-           "STATIC_ENV_VAR"]
+__all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_head_blocks", "plot_query_steps", "plot_projections",
+           "plot_mask", "show_explorer", "STATIC_ENV_VAR"]
 
 #: Environment variable the book build sets to "1": explorers render a static figure.
 STATIC_ENV_VAR = "TRANSFORMER_BOOK_STATIC"
@@ -337,7 +337,7 @@ def plot_head_steps(heads, tokens, merged=None, merged_title="concatenated"):
         width[2] = max(width[2], merged.shape[1] * _cell_inches([merged], fs))
     heights = [1.0] * n + ([1.0] if merged is not None else [])
     row_inches = len(tokens) * 0.3 + 0.95  # the numbers, a two-line title, the column labels
-    fig = _pyplot().figure(figsize=(sum(width) + 1.0, row_inches * len(heights) + 0.4), layout="constrained")
+    fig = _pyplot().figure(figsize=(sum(width) + 0.55, row_inches * len(heights) + 0.4), layout="constrained")
     grid = fig.add_gridspec(len(heights), 3, width_ratios=width, height_ratios=heights)
     steps = ("the features it sees", "weights:\nsoftmax(Q Kᵀ / √d_k)", "output:\nweights @ V")
     for r, (title, (inp, w, out), _, features) in enumerate(rows):
@@ -347,11 +347,12 @@ def plot_head_steps(heads, tokens, merged=None, merged_title="concatenated"):
             _numbers(ax, mat, cmap, rows=tokens if c == 0 else [""] * len(tokens), cols=columns[c],
                      title=f"{title}:\n{steps[c]}" if c == 0 else steps[c], fontsize=fs)
     if merged is not None:
-        # under the outputs, its token labels on the right: on the left they would push the
-        # output column away from the weights
+        # under the outputs, its token labels on its left, in the empty weights column of
+        # its row: kept out of the layout, they would push the output column away from the
+        # weights in every row (and the figure past the book's 7 inches)
         ax = fig.add_subplot(grid[n, 2])
         _numbers(ax, merged, "Greens", rows=tokens, title=merged_title, fontsize=fs)
-        ax.yaxis.tick_right()
+        ax.yaxis.set_in_layout(False)
     return fig
 
 
@@ -512,6 +513,156 @@ def plot_projections(x, projections, tokens, token=0):
             ax.text(0.5, 1.0 - 0.5 * n / tall, sign, ha="center", va="center", fontsize=14,
                     transform=ax.transAxes)
             ax.axis("off")
+    return fig
+
+
+# The colours of the diagrams' roles (solutions/figures/diagram.py, ROLES): fill, stroke.
+_ROLE_COLOURS = {"queries": ("#d7ebf8", "#0072b2"), "keys": ("#fde7c4", "#a86b00"),
+                 "values": ("#cdeee2", "#00785a"), "scores": ("#f5dcea", "#9c4a78"),
+                 "parameters": ("#f8f2c2", "#857600"), "other": ("#ececec", "#555555")}
+
+
+def _head_shade(role, head, num_heads):
+    """The fill of head ``head``'s cells in a matrix of ``role``: from the role's stroke
+    colour (head 0) to its light fill (the last head), so neighbouring heads differ."""
+    # matplotlib on first use (heavy): see _pyplot
+    from matplotlib.colors import to_rgb
+
+    fill, stroke = (np.array(to_rgb(c)) for c in _ROLE_COLOURS[role])
+    t = 0.0 if num_heads == 1 else head / (num_heads - 1)
+    return tuple(0.35 * fill + 0.65 * stroke + t * 0.65 * (fill - stroke))
+
+
+def plot_head_blocks(seq_len=3, d_model=9, num_heads=3):
+    """Draw multi-head attention as blocks of matrices, one step per row: project, split,
+    attend per head, concatenate, project with ``W^O``.
+
+    Every matrix is drawn as its grid of cells, one cell per number, without the numbers:
+    the picture is about which block goes where. A cell's colour says its role, as in the
+    book's diagrams (queries blue, keys orange, values green, weights purple, ``W^O``
+    yellow, activations grey), and its shade says the head it belongs to, darkest for head
+    0. Each matrix carries its name and its shape.
+
+    Args:
+        seq_len: the number of tokens ``T`` (rows of ``X``).
+        d_model: the model width; ``num_heads`` must divide it.
+        num_heads: the number of heads ``h``; head ``i`` owns columns ``i d_k`` to
+            ``(i + 1) d_k - 1`` of ``Q``, ``K`` and ``V``, and rows ``i d_k`` to
+            ``(i + 1) d_k - 1`` of ``W^O``.
+
+    Returns:
+        matplotlib.figure.Figure: one Axes, in inches, with one ``Rectangle`` per cell.
+
+    Raises:
+        ValueError: when a size is not a positive int or ``num_heads`` does not divide
+            ``d_model``, or the picture would not fit the book's column (7 inches).
+
+    Paper: "Attention Is All You Need", section 3.2.2 and its Figure 2 (right).
+    """
+    for name, value in (("seq_len", seq_len), ("d_model", d_model), ("num_heads", num_heads)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if d_model % num_heads:
+        raise ValueError(f"d_model = {d_model} is not divisible by num_heads = {num_heads}")
+    d_k = d_model // num_heads
+    cell = 0.13  # inches
+    label_size, step_size = 10, 10.5
+    wide = d_model * cell
+    rows_in = seq_len * cell
+    # widest row: X, then Q, K and V side by side
+    width = 1.15 + wide + 0.45 + 3 * wide + 2 * 0.25 + 0.1
+    group = 3 * d_k * cell + 2 * 0.16  # one head: Q_i, K_i, V_i side by side
+    width = max(width, 1.15 + num_heads * group + (num_heads - 1) * 0.35 + 0.1)
+    if width > 7.0:
+        raise ValueError(f"the picture would be {width:.1f} inches wide; the column holds 7")
+    heights = [rows_in + 0.95, rows_in + 0.85, rows_in + 0.95, max(rows_in, wide) + 0.75]
+    height = sum(heights) + 0.2
+    plt = _pyplot()
+    fig = plt.figure(figsize=(width, height))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, width)
+    ax.set_ylim(height, 0)  # y grows downwards, in inches
+    ax.axis("off")
+
+    def matrix(x, y, n_rows, n_cols, role, name, head_of=None, title=None, shape=True, blocks=None):
+        # One matrix, top-left corner (x, y): its cells, its name (and shape) underneath,
+        # an optional title above. head_of(r, c) gives a cell's head (None: one colour);
+        # blocks="columns" or "rows" writes each head's number beside its block.
+        for r in range(n_rows):
+            for c in range(n_cols):
+                head = None if head_of is None else head_of(r, c)
+                colour = (_ROLE_COLOURS[role][0] if head is None else _head_shade(role, head, num_heads))
+                ax.add_patch(plt.Rectangle((x + c * cell, y + r * cell), cell, cell, facecolor=colour,
+                                           edgecolor="white", linewidth=0.8))
+        ax.add_patch(plt.Rectangle((x, y), n_cols * cell, n_rows * cell, fill=False,
+                                   edgecolor=_ROLE_COLOURS[role][1], linewidth=1.0))
+        ax.text(x + n_cols * cell / 2, y + n_rows * cell + 0.06,
+                f"{name}\n({n_rows} × {n_cols})" if shape else name,
+                ha="center", va="top", fontsize=label_size, linespacing=1.1)
+        for i in range(num_heads if blocks else 0):
+            centre = (i + 0.5) * d_k * cell
+            if blocks == "columns":
+                ax.text(x + centre, y - 0.04, str(i), ha="center", va="bottom", fontsize=label_size)
+            else:
+                ax.text(x - 0.05, y + centre, str(i), ha="right", va="center", fontsize=label_size)
+        if title:
+            ax.text(x + n_cols * cell / 2, y - 0.06, title, ha="center", va="bottom", fontsize=label_size)
+        return x + n_cols * cell, y + n_rows * cell / 2  # right edge, middle
+
+    def arrow(x0, y0, x1, y1, text=None):
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
+                    arrowprops=dict(arrowstyle="-|>", color="#333333", lw=1.0, shrinkA=2, shrinkB=2))
+        if text:
+            ax.text((x0 + x1) / 2, min(y0, y1) - 0.05, text, ha="center", va="bottom", fontsize=label_size)
+
+    def step(y, text):
+        ax.text(0.05, y, text, ha="left", va="center", fontsize=step_size, fontweight="bold")
+
+    by_column = lambda r, c: c // d_k  # noqa: E731 - head i owns a block of columns
+    by_row = lambda r, c: r // d_k  # noqa: E731 - ... and, in W^O, a block of rows
+    left = 1.15
+
+    # 1. project: X -> Q, K, V (each d_model wide, all heads side by side)
+    y = 0.35
+    step(y + rows_in / 2, "1  project")
+    right, middle = matrix(left, y, seq_len, d_model, "other", "X")
+    x = right + 0.45
+    arrow(right, middle, x, middle)
+    for role, letter in (("queries", "Q"), ("keys", "K"), ("values", "V")):
+        matrix(x, y, seq_len, d_model, role, f"${letter} = X W^{letter}$", head_of=by_column,
+               blocks="columns")
+        x += wide + 0.25
+
+    # 2. split: head i takes its block of columns of Q, K and V
+    y += heights[0]
+    step(y + rows_in / 2, "2  split")
+    starts = [left + i * (group + 0.35) for i in range(num_heads)]
+    for i, x0 in enumerate(starts):
+        x = x0
+        for role, letter in (("queries", "Q"), ("keys", "K"), ("values", "V")):
+            matrix(x, y, seq_len, d_k, role, f"${letter}_{i}$", head_of=lambda r, c, i=i: i,
+                   title=f"head {i}, each {seq_len} × {d_k}" if letter == "K" else None, shape=False)
+            x += d_k * cell + 0.16
+
+    # 3. attend, per head: weights_i = softmax(Q_i K_i^T / sqrt(d_k)), head_i = weights_i V_i
+    y += heights[1]
+    step(y + rows_in / 2, "3  attend,\n    per head")
+    for i, x0 in enumerate(starts):
+        _, middle = matrix(x0, y, seq_len, seq_len, "scores", f"weights$_{i}$", head_of=lambda r, c, i=i: i)
+        x1 = x0 + group - d_k * cell
+        arrow(x0 + seq_len * cell, middle, x1, middle, f"$@\\, V_{i}$")
+        matrix(x1, y, seq_len, d_k, "other", f"head$_{i}$", head_of=lambda r, c, i=i: i)
+
+    # 4. concatenate the heads, 5. project with W^O
+    y += heights[2]
+    step(y + rows_in / 2, "4  concat,\n5  project")
+    right, middle = matrix(left, y, seq_len, d_model, "other", "concat", head_of=by_column, blocks="columns")
+    x = right + 0.6
+    arrow(right, middle, x - 0.2, middle, "@")
+    right, _ = matrix(x, y, d_model, d_model, "parameters", "$W^O$", head_of=by_row, blocks="rows")
+    x = right + 0.55
+    arrow(right, middle, x, middle, "=")
+    matrix(x, y, seq_len, d_model, "other", "output")
     return fig
 
 

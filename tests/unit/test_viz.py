@@ -1,4 +1,8 @@
 """Tests of ``solutions.figures.plots``: the plotting helpers draw what they say, on the Agg backend."""
+import os
+import subprocess
+import sys
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -81,8 +85,9 @@ def test_plot_heads_one_map_per_head_with_shared_scale():
 
 def test_plot_head_steps_draws_each_step_with_its_numbers_and_the_merge_below():
     """Three Axes per head (input, weights, output), then the merged output in a row of its
-    own under the output column, its token labels on the right; about 7.5 inches wide at
-    most (the book's column at full size, issue 39: Figure 5.1's numbers legible)."""
+    own under the output column, its token labels on its left, in the empty weights column
+    of its row; about 7 inches wide at most (the book's column at full size, issue 39:
+    Figure 5.1's numbers legible)."""
     x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
     w = _random_weights(3, 3)
     heads = [{"title": "h1", "input": x, "weights": w, "output": w @ x},
@@ -100,7 +105,11 @@ def test_plot_head_steps_draws_each_step_with_its_numbers_and_the_merge_below():
     assert abs(merged_ax.x0 - last_output.x0) < 0.01  # in the output column
     assert f"{merged[0, 0]:.3f}" in [t.get_text() for t in fig.axes[6].texts]
     assert [t.get_text() for t in fig.axes[6].get_yticklabels()] == ["a", "b", "c"]
-    assert fig.get_size_inches()[0] <= 7.6
+    # its labels sit left of it, under the last head's weights: clear of every other Axes
+    labels = [t.get_window_extent() for t in fig.axes[6].get_yticklabels()]
+    assert all(box.x1 <= fig.axes[6].get_window_extent().x0 for box in labels)
+    assert all(not box.overlaps(ax.get_window_extent()) for box in labels for ax in fig.axes[:6])
+    assert fig.get_size_inches()[0] <= 7.1
 
 
 def test_plot_head_steps_keeps_a_gap_between_neighbouring_numbers():
@@ -191,7 +200,7 @@ def test_plot_projections_draws_x_times_each_matrix_with_its_product():
 
 def test_plot_heads_wraps_rows_to_fit_the_column():
     """Four maps of 10 tokens (3 inches each) go two a row, 7 inches wide where one row was
-    13 (Figure 5.5, shown at half size); four small maps still share one row."""
+    13 (Figure 5.6, shown at half size); four small maps still share one row."""
     wide = viz.plot_heads(_random_weights(4, 10, 10))
     maps = [ax for ax in wide.axes if ax.get_images()]
     assert len({ax.get_position().y0 for ax in maps}) == 2 and wide.get_size_inches()[0] <= 7.5
@@ -279,3 +288,46 @@ def test_plot_attention_writes_weights_as_large_as_their_cells_allow():
     assert len(sizes) == 1 and 8.0 <= sizes.pop() <= 11.0
     _assert_numbers_apart(crowded.figure)
     plt.close("all")
+
+
+def test_plot_head_blocks_draws_every_matrix_cell_by_cell_and_fits_the_column():
+    """Figure 5.2: the Lucas sizes (T = 3, d_model = 9, h = 3) as blocks of cells."""
+    from matplotlib.patches import Rectangle
+
+    fig = viz.plot_head_blocks(seq_len=3, d_model=9, num_heads=3)
+    ax = fig.axes[0]
+    cells = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_fill()]
+    # X, Q, K, V (3 x 9 each); per head Q_i, K_i, V_i, head_i (3 x 3) and weights (3 x 3);
+    # concat and output (3 x 9); W^O (9 x 9)
+    assert len(cells) == 4 * 27 + 3 * 5 * 9 + 2 * 27 + 81
+    texts = [t.get_text() for t in ax.texts]
+    for name in ("X", "$Q = X W^Q$", "$K_1$", "head$_2$", "concat", "$W^O$", "output"):
+        assert any(t.startswith(name) for t in texts), name
+    assert "(9 × 9)" in " ".join(texts)
+    assert fig.get_size_inches()[0] <= 7.0  # the book's column at full size
+    # a head's shade: the same within its block of Q's columns, different across heads
+    q_top_row = sorted((p for p in cells if p.get_facecolor()[2] > p.get_facecolor()[0] + 0.05
+                        and abs(p.get_y() - cells[0].get_y()) < 1e-9), key=lambda p: p.get_x())[:9]
+    shades = [tuple(round(v, 3) for v in p.get_facecolor()) for p in q_top_row]
+    assert shades[0] == shades[1] == shades[2] != shades[3] == shades[5] != shades[6]
+
+
+def test_plot_head_blocks_rejects_sizes_that_do_not_split_or_fit():
+    with pytest.raises(ValueError, match="not divisible"):
+        viz.plot_head_blocks(3, 10, 3)
+    with pytest.raises(ValueError, match="positive int"):
+        viz.plot_head_blocks(0, 9, 3)
+    with pytest.raises(ValueError, match="inches wide"):
+        viz.plot_head_blocks(3, 64, 8)
+
+
+def test_importing_the_helpers_does_not_import_matplotlib():
+    # A chapter's setup cell imports the helpers in every grading sandbox, which never
+    # draws: matplotlib is imported when a helper first draws (plots._pyplot).
+    code = ("import sys, solutions.figures.plots as p; "
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'matplotlib'], 'imported'; "
+            "import numpy as np; p.plot_mask(np.tril(np.ones((3, 3), bool))); "
+            "assert 'matplotlib.pyplot' in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr
