@@ -63,31 +63,51 @@ def _torch():
 
 #: Modules a chapter's setup cell imports for the book's figures and explorers, which the
 #: graded cells do not need: in the sandbox each is bound at once and executed on its first
-#: use (:class:`_DeferredModule`). ``matplotlib.pyplot`` (its figure, backend, text and 3-D
-#: machinery over matplotlib's core, which ``solutions.figures`` still imports) and
-#: ``ipywidgets`` (IPython, traitlets) were about 0.3 of a chapter-4 start's 2.5 CPU s; a
-#: cell that plots pays for pyplot when it plots.
-DEFERRED_IMPORTS = frozenset({"matplotlib.pyplot", "ipywidgets"})
+#: use (:class:`_DeferredModule`). ``matplotlib`` (its core: colours, rc parameters, the
+#: colour maps), ``matplotlib.pyplot`` (figures, backend, text) and ``ipywidgets`` (IPython,
+#: traitlets) were about 0.5 of a chapter-4 start's 2.5 CPU s; a cell that plots pays for
+#: matplotlib when it plots.
+DEFERRED_IMPORTS = frozenset({"matplotlib", "matplotlib.pyplot", "ipywidgets"})
 
 
 #: What a deferred module answers without running: the attributes the import system set on
-#: it (inspect.getmodule, which torch's import calls, reads every module's ``__file__``).
-#: ``__path__`` is not among them, so importing a submodule runs its package first.
+#: it (inspect.getmodule, which torch's import calls, reads every module's ``__file__``;
+#: importing a submodule reads its package's ``__path__``).
 _MODULE_METADATA = frozenset({"__class__", "__name__", "__file__", "__spec__", "__loader__", "__package__",
-                              "__cached__"})
+                              "__cached__", "__path__"})
+
+
+def _bound_submodule(package, attr: str, value=None):
+    """The submodule ``attr`` of ``package`` that the import system bound (or is binding:
+    ``value``) on it, or ``None``: ``import a.b`` sets ``a.b`` and ``import a.b as c`` reads it
+    back, and neither is a use of ``a``."""
+    name = f"{object.__getattribute__(package, '__name__')}.{attr}"
+    module = sys.modules.get(name)
+    if module is None or (value is not None and value is not module):
+        return None
+    if value is None and object.__getattribute__(package, "__dict__").get(attr) is not module:
+        return None
+    return module
 
 
 class _DeferredModule(types.ModuleType):
     """A module of :data:`DEFERRED_IMPORTS` not run yet: reading any attribute but its
-    :data:`_MODULE_METADATA`, or setting or deleting any, runs it, and it becomes a plain module."""
+    :data:`_MODULE_METADATA` and its bound submodules, or setting or deleting any, runs it,
+    and it becomes a plain module."""
 
     def __getattribute__(self, attr):
         if attr in _MODULE_METADATA:
             return object.__getattribute__(self, attr)
+        submodule = _bound_submodule(self, attr)
+        if submodule is not None:
+            return submodule
         _run_deferred(self)
         return getattr(self, attr)
 
     def __setattr__(self, attr, value):
+        if _bound_submodule(self, attr, value) is not None:
+            object.__setattr__(self, attr, value)  # the import system binding a submodule
+            return
         _run_deferred(self)
         setattr(self, attr, value)
 
@@ -97,12 +117,16 @@ class _DeferredModule(types.ModuleType):
 
 
 def _run_deferred(module) -> None:
-    """Run a :class:`_DeferredModule` now, with the loader that found it. A module that
-    raises leaves ``sys.modules``, as a failed import does, and the error goes up."""
+    """Run a :class:`_DeferredModule` now, with the loader that found it, its package first
+    when that is deferred too (as an ordinary import runs a package before its submodules).
+    A module that raises leaves ``sys.modules``, as a failed import does, and the error goes
+    up."""
     if object.__getattribute__(module, "__class__") is not _DeferredModule:
         return
-    object.__setattr__(module, "__class__", types.ModuleType)
     spec = object.__getattribute__(module, "__spec__")
+    if spec.parent and spec.parent != spec.name and spec.parent in sys.modules:
+        _run_deferred(sys.modules[spec.parent])
+    object.__setattr__(module, "__class__", types.ModuleType)
     try:
         spec.loader.exec_module(module)
     except BaseException:
@@ -131,7 +155,8 @@ class _DeferredImports(importlib.abc.MetaPathFinder):
     It asks the finders after it for the module's spec, so the module found is the one
     an ordinary import would find; only its execution waits for the first use
     (:class:`_DeferredModule`). A module that is not installed raises ``ImportError`` at
-    the import as before.
+    the import as before. A submodule it does not defer, of a package it deferred, runs the
+    package first, as an ordinary import does.
     """
 
     def __init__(self, names=DEFERRED_IMPORTS):
@@ -139,6 +164,9 @@ class _DeferredImports(importlib.abc.MetaPathFinder):
 
     def find_spec(self, name, path, target=None):
         if name not in self.names:
+            package = sys.modules.get(name.rpartition(".")[0])
+            if package is not None:  # a submodule not deferred needs its package run first
+                _run_deferred(package)
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -157,8 +185,9 @@ def defer_imports(names=DEFERRED_IMPORTS) -> None:
     """Import ``names`` lazily from now on in this process (:class:`_DeferredImports`).
 
     Args:
-        names: full module names (``"matplotlib.pyplot"``); a parent package is still
-            imported at once, as ``import a.b`` needs it.
+        names: full module names (``"matplotlib.pyplot"``). ``import a.b`` runs package
+            ``a`` at once unless ``a`` is deferred too; then both are bound, and ``a.b``'s
+            first use runs ``a`` first.
     """
     sys.meta_path.insert(0, _DeferredImports(names))
 

@@ -260,20 +260,24 @@ def test_a_deferred_import_runs_the_module_on_first_use_only(tmp_path, monkeypat
     ``ipywidgets``): the import binds the module without running it; reading its metadata
     (``inspect.getmodule`` reads every module's ``__file__``, as torch's import does) does
     not run it; the first real use does, once, and it is then a plain module; importing a
-    submodule runs the package first; a module that is not installed still fails at the import;
+    submodule runs the package first, unless the submodule is deferred too (then its first use
+    does); a module that is not installed still fails at the import;
     one that raises does so at its first use and leaves ``sys.modules``."""
     package = tmp_path / "deferred_probe"
     package.mkdir()
     (package / "__init__.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('package')\nVALUE = 42\n")
     (package / "part.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('part')\nPART = 'p'\n")
+    (package / "lazy.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('lazy')\nLAZY = 'l'\n")
     (tmp_path / "deferred_other.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('other')\n")
     (tmp_path / "deferred_broken.py").write_text("VALUE = 1\nraise RuntimeError('broken at its import')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finder leaves with the test
     monkeypatch.setattr(builtins, "DEFERRED_RAN", [], raising=False)
-    names = ("deferred_probe", "deferred_probe.part", "deferred_other", "deferred_absent", "deferred_broken")
+    names = ("deferred_probe", "deferred_probe.part", "deferred_probe.lazy", "deferred_other", "deferred_absent",
+             "deferred_broken")
     try:
-        runner.defer_imports({"deferred_probe", "deferred_other", "deferred_absent", "deferred_broken"})
+        runner.defer_imports({"deferred_probe", "deferred_probe.lazy", "deferred_other", "deferred_absent",
+                              "deferred_broken"})
         import deferred_other
         import deferred_probe as probe
 
@@ -299,6 +303,15 @@ def test_a_deferred_import_runs_the_module_on_first_use_only(tmp_path, monkeypat
 
         assert builtins.DEFERRED_RAN == ["package", "package", "part"]
         assert sys.modules["deferred_probe"].part.PART == "p"
+        # a deferred submodule of a deferred package: both bound, neither run; its first
+        # use runs the package, then it
+        del sys.modules["deferred_probe"], sys.modules["deferred_probe.part"]
+        import deferred_probe.lazy as lazy
+
+        assert builtins.DEFERRED_RAN == ["package", "package", "part"]
+        assert type(sys.modules["deferred_probe"]).__name__ == type(lazy).__name__ == "_DeferredModule"
+        assert lazy.LAZY == "l" and builtins.DEFERRED_RAN[3:] == ["package", "lazy"]
+        assert sys.modules["deferred_probe"].lazy is lazy and type(lazy) is types.ModuleType
         assert isinstance(deferred_other, types.ModuleType)
     finally:
         for name in names:
@@ -310,12 +323,13 @@ def test_the_sandbox_program_defers_pyplot_and_a_cell_that_plots_still_plots(tmp
     the setup's ``import matplotlib.pyplot`` binds a module not yet run, a cell that plots
     runs it and draws, and the graded cell is graded as before. ``main`` called in the
     grader's own process (the tests above) defers nothing."""
-    assert runner.DEFERRED_IMPORTS == {"matplotlib.pyplot", "ipywidgets"}
+    assert runner.DEFERRED_IMPORTS == {"matplotlib", "matplotlib.pyplot", "ipywidgets"}
     lib = build_library(tmp_path / "lib", set())
     job = _job(tmp_path, "def double(x):\n    return 2 * x")
     spec = json.loads((job / "job.json").read_text())
     spec["setup"] = ["import sys\nimport matplotlib.pyplot as plt\n"
-                     "print('setup', type(sys.modules['matplotlib.pyplot']).__name__, file=sys.stderr)"]
+                     "print('setup', type(sys.modules['matplotlib.pyplot']).__name__, "
+                     "type(sys.modules['matplotlib']).__name__, file=sys.stderr)"]
     spec["cells"].insert(0, {"context": True, "exercise": "figure",
                              "source": "figure = plt.figure()\nplt.plot([1, 2])\n"
                                        "print('plotted', type(plt).__name__, len(figure.axes), file=sys.stderr)"})
@@ -325,6 +339,6 @@ def test_the_sandbox_program_defers_pyplot_and_a_cell_that_plots_still_plots(tmp
     done = subprocess.run([sys.executable, "-s", "-B", str(lib / "runner.py"), str(job)], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "setup _DeferredModule" in done.stderr and "plotted module 1" in done.stderr, done.stderr
+    assert "setup _DeferredModule _DeferredModule" in done.stderr and "plotted module 1" in done.stderr, done.stderr
     data, arrays = wire.load_bundle(str(job / "out" / "result_double"))
     assert np.array_equal(Result.from_encoded(data["cases"][0]["result"], arrays).value, np.arange(3.0) * 2)
