@@ -126,6 +126,8 @@ def _run_deferred(module) -> None:
     spec = object.__getattribute__(module, "__spec__")
     if spec.parent and spec.parent != spec.name and spec.parent in sys.modules:
         _run_deferred(sys.modules[spec.parent])
+        if object.__getattribute__(module, "__class__") is not _DeferredModule:
+            return  # the package's own code used the submodule: it ran then
     object.__setattr__(module, "__class__", types.ModuleType)
     try:
         spec.loader.exec_module(module)
