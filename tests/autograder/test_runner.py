@@ -342,3 +342,26 @@ def test_the_sandbox_program_defers_pyplot_and_a_cell_that_plots_still_plots(tmp
     assert "setup _DeferredModule _DeferredModule" in done.stderr and "plotted module 1" in done.stderr, done.stderr
     data, arrays = wire.load_bundle(str(job / "out" / "result_double"))
     assert np.array_equal(Result.from_encoded(data["cases"][0]["result"], arrays).value, np.arange(3.0) * 2)
+
+
+def test_a_deferred_package_that_uses_its_deferred_submodule_runs_it_once(tmp_path, monkeypatch):
+    """Both deferred, the package's own code imports and uses the submodule: the first use
+    of the submodule runs the package, which runs the submodule; it is not run again."""
+    package = tmp_path / "deferred_pair"
+    package.mkdir()
+    (package / "__init__.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('package')\n"
+                                         "import deferred_pair.inner\nX = deferred_pair.inner.Y\n")
+    (package / "inner.py").write_text("import builtins\nbuiltins.DEFERRED_RAN.append('inner')\nY = 5\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.setattr(builtins, "DEFERRED_RAN", [], raising=False)
+    try:
+        runner.defer_imports({"deferred_pair", "deferred_pair.inner"})
+        import deferred_pair.inner as inner
+
+        assert builtins.DEFERRED_RAN == []
+        assert inner.Y == 5 and builtins.DEFERRED_RAN == ["package", "inner"]
+        assert sys.modules["deferred_pair"].X == 5 and builtins.DEFERRED_RAN == ["package", "inner"]
+    finally:
+        for name in ("deferred_pair", "deferred_pair.inner"):
+            sys.modules.pop(name, None)
