@@ -11,6 +11,7 @@ the grading sandbox or a student package withholds.
 * :mod:`.plots`: matplotlib pictures of attention that the chapters' cells draw from
   measured values (heatmaps, per-head maps, masks) and the explorers' static fallback.
 
-This ``__init__`` imports nothing, so ``import solutions.figures.plots`` costs only
-matplotlib and the diagrams cost nothing but the standard library.
+This ``__init__`` imports nothing, so ``import solutions.figures.plots`` costs only numpy
+and :mod:`.diagram` (its roles' colours; matplotlib waits for the first drawing), and the
+diagrams cost nothing but the standard library.
 """

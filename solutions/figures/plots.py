@@ -16,6 +16,8 @@ import os
 
 import numpy as np
 
+from .diagram import ROLES  # the diagrams' colours for the roles (standard library only)
+
 __all__ = ["plot_attention", "plot_heads", "plot_head_steps", "plot_head_blocks", "plot_query_steps", "plot_projections",
            "plot_mask", "show_explorer", "STATIC_ENV_VAR"]
 
@@ -516,19 +518,13 @@ def plot_projections(x, projections, tokens, token=0):
     return fig
 
 
-# The colours of the diagrams' roles (solutions/figures/diagram.py, ROLES): fill, stroke.
-_ROLE_COLOURS = {"queries": ("#d7ebf8", "#0072b2"), "keys": ("#fde7c4", "#a86b00"),
-                 "values": ("#cdeee2", "#00785a"), "scores": ("#f5dcea", "#9c4a78"),
-                 "parameters": ("#f8f2c2", "#857600"), "other": ("#ececec", "#555555")}
-
-
 def _head_shade(role, head, num_heads):
     """The fill of head ``head``'s cells in a matrix of ``role``: from the role's stroke
     colour (head 0) to its light fill (the last head), so neighbouring heads differ."""
     # matplotlib on first use (heavy): see _pyplot
     from matplotlib.colors import to_rgb
 
-    fill, stroke = (np.array(to_rgb(c)) for c in _ROLE_COLOURS[role])
+    fill, stroke = (np.array(to_rgb(c)) for c in (ROLES[role].fill, ROLES[role].stroke))
     t = 0.0 if num_heads == 1 else head / (num_heads - 1)
     return tuple(0.35 * fill + 0.65 * stroke + t * 0.65 * (fill - stroke))
 
@@ -591,11 +587,11 @@ def plot_head_blocks(seq_len=3, d_model=9, num_heads=3):
         for r in range(n_rows):
             for c in range(n_cols):
                 head = None if head_of is None else head_of(r, c)
-                colour = (_ROLE_COLOURS[role][0] if head is None else _head_shade(role, head, num_heads))
+                colour = (ROLES[role].fill if head is None else _head_shade(role, head, num_heads))
                 ax.add_patch(plt.Rectangle((x + c * cell, y + r * cell), cell, cell, facecolor=colour,
                                            edgecolor="white", linewidth=0.8))
         ax.add_patch(plt.Rectangle((x, y), n_cols * cell, n_rows * cell, fill=False,
-                                   edgecolor=_ROLE_COLOURS[role][1], linewidth=1.0))
+                                   edgecolor=ROLES[role].stroke, linewidth=1.0))
         ax.text(x + n_cols * cell / 2, y + n_rows * cell + 0.06,
                 f"{name}\n({n_rows} × {n_cols})" if shape else name,
                 ha="center", va="top", fontsize=label_size, linespacing=1.1)
