@@ -69,7 +69,7 @@ def _generated_init(root: Path, package: str, kept: set[str], stripped: set[str]
 def build_library(dest: Path, graded_names: set[str], solutions_dir: Path = SOLUTIONS_DIR) -> Path:
     """Write the sandbox's read-only ``PYTHONPATH`` folder and return it.
 
-    It holds ``runner.py``, the stub ``autograder`` package with the wire format
+    It holds ``runner.py``, ``zygote.py`` (the fork-server, :mod:`autograder.zygote`), the stub ``autograder`` package with the wire format
     (``autograder/wire.py``, which the runner imports) and a copy of
     ``solutions`` without the modules of :func:`~autograder.withhold.graded_modules` (only sources and
     data files; no ``__pycache__``), whose ``__init__`` re-exports what is left.
@@ -85,6 +85,7 @@ def build_library(dest: Path, graded_names: set[str], solutions_dir: Path = SOLU
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(AUTOGRADER_DIR / "runner.py", dest / "runner.py")
+    shutil.copyfile(AUTOGRADER_DIR / "zygote.py", dest / "zygote.py")
     (dest / "autograder").mkdir(exist_ok=True)
     shutil.copyfile(AUTOGRADER_DIR / "stub" / "__init__.py", dest / "autograder" / "__init__.py")
     shutil.copyfile(AUTOGRADER_DIR / "wire.py", dest / "autograder" / "wire.py")
@@ -125,7 +126,7 @@ def reference_library(dest: Path, solutions_dir: Path = SOLUTIONS_DIR) -> Path:
 
 
 # The files a library is made of besides ``solutions``: a change to any rebuilds it.
-_COPIED = ("runner.py", "oracle.py", "wire.py", "stub/__init__.py")
+_COPIED = ("runner.py", "zygote.py", "oracle.py", "wire.py", "stub/__init__.py")
 
 
 def _signature(solutions_dir: Path) -> tuple:

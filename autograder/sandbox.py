@@ -59,7 +59,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cgroup, wire
+from . import cgroup, fork_server, wire, zygote
 from .isolation import container_plan, current_isolation
 # Limits, limits_for, parse_size and build_library live in their own modules; this module
 # enforces the limits and mounts the library, and they stay importable from here too.
@@ -77,6 +77,7 @@ __all__ = [
     "check_sandbox",
     "shares_library",
     "case_frame",
+    "forks_runs",
     "SANDBOX_JOB_DIR",
     "SANDBOX_LIB_DIR",
 ]
@@ -116,6 +117,8 @@ class RunOutcome:
             cases pipe: the bundle went out in answer to the frame at that index of
             ``frames``, so whatever came in an earlier frame was written before any
             of those cases was in the sandbox.
+        forked: the library's fork-server made the run (:mod:`autograder.fork_server`)
+            instead of a fresh interpreter.
     """
 
     returncode: int | None
@@ -132,6 +135,7 @@ class RunOutcome:
     memory_peak_bytes: int | None = None
     cgroup_path: str | None = None
     cases_sent: list = field(default_factory=list)
+    forked: bool = False
 
 
 # --------------------------------------------------------------------------- matplotlib's font list
@@ -268,7 +272,7 @@ def _parents_dirs(path: Path, made: set[Path]) -> list[str]:
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts", "mime.types")
 
 
-def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits, out_on_host: bool = False,
+def _bwrap_args(job_dir: Path | None, lib_dir: Path, limits: Limits, out_on_host: bool = False,
                 font_list: Path | None = None) -> list[str]:
     """bubblewrap's arguments. The run's writable ``/job/out`` is a tmpfs of
     ``scratch_bytes`` inside the sandbox (results travel through the result pipe),
@@ -276,7 +280,9 @@ def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits, out_on_host: bool 
     disk, and its pages count against the run's memory cgroup; only the
     file-result mode (``out_on_host``) binds the host's ``job_dir/out`` instead.
     ``font_list`` (:func:`_font_list`) is mounted read-only in the run's matplotlib
-    config folder, a world-writable folder of its private ``/tmp``."""
+    config folder, a world-writable folder of its private ``/tmp``. Without ``job_dir``:
+    the fork-server's wall (:mod:`autograder.fork_server`), empty ``/tmp`` and ``/job``
+    folders that each run covers with its own mounts, and the font list staged read-only."""
     args = [
         "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
         "--hostname", "sandbox", "--new-session", "--die-with-parent", "--clearenv",
@@ -298,10 +304,17 @@ def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits, out_on_host: bool 
         if host.exists():
             args += ["--ro-bind", str(host), str(host)]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
-    if font_list is not None:
-        args += ["--perms", "1777", "--dir", _SANDBOX_MPLCONFIGDIR,
-                 "--ro-bind", str(font_list), f"{_SANDBOX_MPLCONFIGDIR}/{font_list.name}"]
+    if job_dir is None:
+        # The fork-server's wall (autograder.zygote): each run mounts its own /tmp and /job
+        # on these empty folders, and its font list from the read-only stage.
+        args += ["--perms", "0755", "--dir", "/tmp"]
+        if font_list is not None:
+            args += ["--ro-bind", str(font_list), f"{zygote.FONT_STAGE}/{font_list.name}"]
+    else:
+        args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+        if font_list is not None:
+            args += ["--perms", "1777", "--dir", _SANDBOX_MPLCONFIGDIR,
+                     "--ro-bind", str(font_list), f"{_SANDBOX_MPLCONFIGDIR}/{font_list.name}"]
     made: set[Path] = {Path("/usr"), Path("/etc")}
     for root in _python_roots():
         if root == Path("/usr") or Path("/usr") in root.parents:
@@ -310,6 +323,8 @@ def _bwrap_args(job_dir: Path, lib_dir: Path, limits: Limits, out_on_host: bool 
     for hook in _editable_hooks():
         args += ["--ro-bind", "/dev/null", str(hook)]
     args += ["--ro-bind", str(lib_dir), SANDBOX_LIB_DIR]
+    if job_dir is None:
+        return args + ["--perms", "0755", "--dir", SANDBOX_JOB_DIR, "--chdir", "/"]
     args += ["--ro-bind", str(job_dir), SANDBOX_JOB_DIR]
     if out_on_host:
         args += ["--bind", str(job_dir / "out"), f"{SANDBOX_JOB_DIR}/out"]
@@ -642,6 +657,11 @@ def _start_run(job_dir: Path, lib_dir: Path, limits: Limits, sandbox: bool, resu
         if sandbox:
                 mode = isolation or current_isolation()
         run_uid = None  # container mode: the run's own uid, whose every process is killed at the end
+        forked = _start_forked(job_dir, lib_dir, limits, script, mode, result_pipe,
+                               [write_fd, cases_read, *(reference_fds or ())])
+        if forked is not None:
+            started = True
+            return _Started(forked[0], forked[1], forked[2], None, mode, read_fd, cases_write)
         if mode == "container":
             command, env, cwd, run_uid = _container_command(job_dir, lib_dir, limits, python, pipe_args, script)
         elif sandbox:
@@ -703,6 +723,76 @@ def _start_run(job_dir: Path, lib_dir: Path, limits: Limits, sandbox: bool, resu
             _close(child_fds)  # only the runner holds these ends: EOF/EPIPE when it is gone
 
 
+def _zygote_command(lib_dir: Path, fonts: Path | None) -> tuple[list[str], dict[str, str]]:
+    """bubblewrap's command for a fork-server (:mod:`autograder.fork_server`): the run's wall
+    without a job, and the zygote program of the library."""
+    command = [bwrap_path(), *_bwrap_args(None, lib_dir, Limits(), font_list=fonts)]
+    for key, value in _environment(SANDBOX_LIB_DIR).items():
+        command += ["--setenv", key, value]
+    command += ["--", os.path.abspath(sys.executable), "-s", "-B", f"{SANDBOX_LIB_DIR}/{fork_server.SCRIPT}"]
+    return command, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+
+def _rlimits(limits: Limits) -> dict[str, list[int]]:
+    """:func:`_prlimit_args`'s limits, for a forked run to set on itself."""
+    return {"RLIMIT_CPU": [limits.cpu_seconds, limits.cpu_seconds + 2], "RLIMIT_AS": [limits.memory_bytes] * 2,
+            "RLIMIT_NPROC": [limits.processes] * 2, "RLIMIT_NOFILE": [limits.open_files] * 2,
+            "RLIMIT_FSIZE": [limits.file_bytes] * 2, "RLIMIT_CORE": [0, 0]}
+
+
+def forks_runs(isolation: str | None = None) -> bool:
+    """Whether runs here can be made by a fork-server (:mod:`autograder.fork_server`): the
+    grader is root and the isolation is bubblewrap (the mode decides whether one is used)."""
+    return os.geteuid() == 0 and (isolation or current_isolation()) == "bubblewrap" and bwrap_path() is not None
+
+
+def _start_forked(job_dir: Path, lib_dir: Path, limits: Limits, script: str, mode: str | None, result_pipe: bool,
+                  pipe_fds: list) -> tuple | None:
+    """Start the run through the library's fork-server when one serves it
+    (:func:`autograder.fork_server.server_for`): ``(run, cgroup, start time)``, or ``None``
+    to start it afresh. Runs as root under bubblewrap with the result pipe only (see
+    :mod:`autograder.fork_server`); a zygote that fails is not used again."""
+    if not forks_runs(mode) or mode != "bubblewrap" or not result_pipe or script == _FONT_LIST_SCRIPT:
+        return None
+    if not (lib_dir / fork_server.SCRIPT).is_file():
+        return None
+    fonts = _font_list()
+    key = (str(lib_dir), str(fonts), os.path.abspath(sys.executable))
+    server = fork_server.server_for(key, lambda: _zygote_command(lib_dir, fonts))
+    if server is None or limits.memory_bytes < server.vm_bytes + fork_server.HEADROOM_BYTES:
+        return None
+    pipes = {}
+    names = {}
+    for fd in pipe_fds:
+        if fd is not None:
+            names[fd] = f"pipe:{len(pipes)}"
+            pipes[len(pipes)] = fd
+    args = []
+    if pipe_fds[0] is not None:
+        args += ["--result-fd", names[pipe_fds[0]]]
+    if pipe_fds[1] is not None:
+        args += ["--cases-fd", names[pipe_fds[1]]]
+    if len(pipe_fds) > 2:
+        args += ["--reference-fds", *(names[fd] for fd in pipe_fds[2:])]
+    group = None
+    if cgroup.available()[0]:
+        try:
+            group = cgroup.RunCgroup.create(limits.run_memory_bytes)
+        except OSError as exc:
+            log.warning("grading sandbox: no memory cgroup for this run (%s)", exc)
+    start = time.monotonic()
+    try:
+        run = server.spawn(script=script, args=args, pipes=pipes, job_dir=job_dir, uid=_fresh_uid(),
+                           rlimits=_rlimits(limits), tmp_bytes=limits.tmp_bytes, scratch_bytes=limits.scratch_bytes,
+                           font_list=fonts.name if fonts is not None else None, group=group)
+    except fork_server.ForkServerError as exc:
+        fork_server.mark_broken(key, str(exc))
+        if group is not None:
+            group.remove()
+        return None
+    return run, group, start
+
+
 def _watch(proc: subprocess.Popen, start: float, out_dir: Path, limits: Limits, sandbox: bool,
            read_fd: int | None, group, feeder: _CaseFeeder | None = None, uid: int | None = None,
            container: bool = False) -> RunOutcome:
@@ -749,6 +839,7 @@ def _watch(proc: subprocess.Popen, start: float, out_dir: Path, limits: Limits, 
         frames=frame_list, frame_problem=frame_problem, memory_exceeded=exceeded,
         memory_peak_bytes=group.peak_bytes() if group is not None else None,
         cgroup_path=str(group.path) if group is not None else None,
+        forked=isinstance(proc, fork_server.ZygoteRun),
     )
 
 
@@ -857,7 +948,12 @@ def check_sandbox(limits: Limits | None = None, isolation: str | None = None) ->
 
 def _kill(proc: subprocess.Popen) -> None:
     """Kill the run: its process group (plain mode), and bwrap, whose death takes the
-    sandbox's PID namespace — every process the student started — with it."""
+    sandbox's PID namespace — every process the student started — with it (a forked run:
+    its PID namespace's first process, the same)."""
+    if isinstance(proc, fork_server.ZygoteRun):
+        proc.kill()
+        proc.wait()
+        return
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

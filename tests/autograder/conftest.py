@@ -132,18 +132,21 @@ def file_digest(path: Path) -> str | None:
 
 
 def run_probe(code: str, *, graded=("softmax", "scaled_dot_product_attention", "self_attention"),
-              limits=None, setup=(), tmp: Path, sandbox: bool = True):
+              limits=None, setup=(), tmp: Path, sandbox: bool = True, shared: bool = False):
     """Run ``code`` as a solution cell in the sandbox and return the RunOutcome.
 
     The cell's prints come back in ``outcome.stdout``; ``graded`` decides which
-    modules of ``solutions`` are stripped.
+    modules of ``solutions`` are stripped. ``shared``: the process's library for these
+    names (:func:`autograder.library.shared_library`, as grading uses), whose fork-server
+    one probe after another reuses, instead of a library of the probe's own.
     """
     from autograder import wire
+    from autograder.library import shared_library
     from autograder.sandbox import Limits, build_library, run_job
 
     tmp = Path(tmp)
     tmp.chmod(0o755)
-    lib = build_library(tmp / "lib", set(graded))
+    lib = shared_library(set(graded)) if shared else build_library(tmp / "lib", set(graded))
     job = tmp / "job"
     job.mkdir()
     (job / "job.json").write_text(
@@ -176,21 +179,33 @@ def run_piped_job(tmp: Path, source: str, limits=None):
     return outcome, job
 
 
-def probe_runner(tmp_path: Path):
+def probe_runner(tmp_path: Path, forked: bool = False):
     """``probe(code, **kw)``: each call runs code with :func:`run_probe` in a fresh
-    folder under ``tmp_path`` (the sandbox, or the container mode where a test forces it)."""
+    folder under ``tmp_path`` (the sandbox, or the container mode where a test forces it).
+    ``forked``: on the shared library, whose runs the fork-server makes (the caller sets
+    ``AUTOGRADER_FORK_SERVER``)."""
     counter = [0]
 
     def _probe(code: str, **kw):
         counter[0] += 1
         where = tmp_path / f"probe{counter[0]}"
         where.mkdir()
-        return run_probe(code, tmp=where, **kw)
+        outcome = run_probe(code, tmp=where, shared=forked, **kw)
+        if forked:
+            from autograder import sandbox
+
+            if sandbox.forks_runs():
+                assert outcome.forked, "a probe meant for the fork-server started afresh"
+        return outcome
 
     return _probe
 
 
-@pytest.fixture
-def probe(tmp_path, needs_sandbox):
-    """``probe(code, **kw)`` runs code in a fresh sandbox (see :func:`run_probe`)."""
-    return probe_runner(tmp_path)
+@pytest.fixture(params=["fresh", "forked"])
+def probe(request, tmp_path, needs_sandbox, monkeypatch):
+    """``probe(code, **kw)`` runs code in a fresh sandbox (see :func:`run_probe`), once
+    started afresh and once forked by the library's fork-server (:mod:`autograder.fork_server`;
+    where this machine can have one: as root under bubblewrap): every wall holds both ways."""
+    forked = request.param == "forked"
+    monkeypatch.setenv("AUTOGRADER_FORK_SERVER", "always" if forked else "off")
+    return probe_runner(tmp_path, forked=forked)
