@@ -9,9 +9,10 @@ memory cgroup: see the zygote's docstring) before a byte of the submission is re
 
 When a zygote is used (:func:`server_for`):
 
-* ``AUTOGRADER_FORK_SERVER`` is ``auto`` (the default: from the second run on the same
-  library in this process, so a library used once never pays for a zygote), ``always``
-  (from the first run) or ``off``;
+* ``AUTOGRADER_FORK_SERVER`` is ``auto`` (the default: from the first run on a library
+  built to serve every run of the process, :func:`serves_many`, which grading's
+  :func:`autograder.library.shared_library` are; from the second run on any other, so a
+  library used once never pays for a zygote), ``always`` (from the first run) or ``off``;
 * the grader runs as root under bubblewrap (the zygote needs the mounts and the uid
   change bubblewrap itself makes there; an unprivileged grader, the container mode and
   ``sandbox=False`` start every run afresh), with the result pipe;
@@ -40,7 +41,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["ForkServer", "ForkServerError", "ZygoteRun", "server_for", "close_all", "MODE_ENV", "SCRIPT"]
+__all__ = ["ForkServer", "ForkServerError", "ZygoteRun", "server_for", "serves_many", "mark_broken", "close_all",
+           "MODE_ENV", "SCRIPT"]
 
 log = logging.getLogger(__name__)
 
@@ -316,6 +318,7 @@ class ForkServer:
 
 _SERVERS: dict[tuple, ForkServer] = {}
 _USES: dict[tuple, int] = {}
+_MANY: set[str] = set()
 _BROKEN: set[tuple] = set()
 _LOCK = threading.Lock()
 _PID = os.getpid()
@@ -338,6 +341,14 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+def serves_many(lib_dir) -> None:
+    """Say that the library at ``lib_dir`` serves every run of this process (a class's,
+    a submission's regrades): under ``auto`` its zygote starts with its first run. A forked
+    child keeps the hint."""
+    with _LOCK:
+        _MANY.add(str(lib_dir))
+
+
 def server_for(key: tuple, make_command) -> ForkServer | None:
     """The zygote for ``key`` (the library and what its wall mounts), started by
     ``make_command()`` -> ``(command, env)`` when the mode calls for one; ``None``: start
@@ -355,7 +366,7 @@ def server_for(key: tuple, make_command) -> ForkServer | None:
         if server is not None:
             _SERVERS.pop(key).close()
         _USES[key] = _USES.get(key, 0) + 1
-        if chosen == "auto" and _USES[key] < 2:
+        if chosen == "auto" and _USES[key] < (1 if key[0] in _MANY else 2):
             return None
         try:
             command, env = make_command()

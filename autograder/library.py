@@ -23,6 +23,7 @@ import threading
 from multiprocessing.util import Finalize
 from pathlib import Path
 
+from . import fork_server
 from .untrusted import parse_source
 from .withhold import SOLUTIONS_DIR, graded_modules, module_names
 
@@ -186,6 +187,7 @@ class _SharedLibraries:
             else:
                 build_library(dest, set(graded_names), solutions_dir)
             _byte_compile(dest)
+            fork_server.serves_many(dest)  # every run of the process mounts it: its zygote pays from the first
             self.built[key] = (signature, dest)
             return dest
 

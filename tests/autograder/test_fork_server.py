@@ -155,22 +155,36 @@ def test_the_zygote_never_holds_a_byte_of_a_submission(forking, tmp_path):
     assert not needles[marker.encode()], "the submission's marker is in the zygote's memory"
 
 
-def test_auto_starts_a_zygote_for_a_library_used_twice(needs_sandbox, monkeypatch, tmp_path):
-    """``auto`` (the default): a library's first run starts afresh, the later ones are
-    forked by one zygote; ``off``: every run starts afresh."""
+def _run_on(lib: Path, where: Path, code: str = "print('ran')"):
+    """One run of ``code`` as a cell, on the library ``lib``, in a fresh job folder ``where``."""
+    from autograder import wire
+
+    where.mkdir()
+    where.chmod(0o755)
+    (where / "job.json").write_text(json.dumps({"setup": [], "cells": [
+        {"grade_id": "probe", "exercise": "probe", "source": code}]}), encoding="utf-8")
+    wire.dump_bundle(str(where / "cases_probe"), [], {})
+    return sandbox.run_job(where, lib, Limits(wall_seconds=SAFETY_WALL))
+
+
+def test_auto_forks_from_a_shared_librarys_first_run_and_any_others_second(needs_sandbox, monkeypatch, tmp_path):
+    """``auto`` (the default): a library grading shares across the process
+    (``shared_library``) is served by its zygote from its first run; any other library's
+    first run starts afresh and the later ones are forked; ``off``: every run starts afresh."""
     if not sandbox.forks_runs():
         pytest.skip("no fork-server here: the grader is not root under bubblewrap")
+    from autograder.library import build_library
+
     monkeypatch.setenv(fork_server.MODE_ENV, "auto")
-    lib = str(shared_library({"masked_softmax"}))
-    fork_server._USES.pop(next((k for k in fork_server._USES if k[0] == lib), None), None)
-    runs = []
-    for i in range(3):
-        (tmp_path / str(i)).mkdir()
-        runs.append(run_probe("print('ran')", graded=("masked_softmax",), tmp=tmp_path / str(i), shared=True))
+    tmp_path.chmod(0o755)
+    own = build_library(tmp_path / "lib", {"masked_softmax"})
+    runs = [_run_on(own, tmp_path / f"own{i}") for i in range(3)]
     assert [r.forked for r in runs] == [False, True, True] and all("ran" in r.stdout for r in runs)
+    shared = shared_library({"masked_softmax", "softmax"})
+    assert _run_on(shared, tmp_path / "shared").forked
     monkeypatch.setenv(fork_server.MODE_ENV, "off")
-    (tmp_path / "off").mkdir()
-    assert not run_probe("print('ran')", graded=("masked_softmax",), tmp=tmp_path / "off", shared=True).forked
+    off = _run_on(shared, tmp_path / "off")
+    assert not off.forked and "ran" in off.stdout
 
 
 def test_a_zygote_outlives_the_thread_that_first_used_it(forking, tmp_path):
