@@ -167,6 +167,10 @@ class ZygoteRun:
         try:
             if self.pidfd is not None:
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            elif self.poll() is None:
+                # A kernel without pidfds (before 5.3): by pid, once its status socket says it is
+                # still running (a pid freed and reused in between would be hit: pidfds close that gap).
+                os.kill(self.pid, signal.SIGKILL)
         except (ProcessLookupError, OSError):
             pass
 
@@ -250,7 +254,7 @@ class ForkServer:
         fds = [theirs.fileno(), out_w, err_w, job_fd, *pipes.values()]
         request = {"script": script, "args": args, "fds": names, "uid": uid, "limits": rlimits,
                    "tmp_bytes": tmp_bytes, "scratch_bytes": scratch_bytes, "font_list": font_list}
-        pidfd = None
+        pidfd = pid = None
         try:
             with self.lock:
                 try:
@@ -270,9 +274,15 @@ class ForkServer:
                 os.close(fd)
             out_w = err_w = job_fd = None
             pid = _peer_pid(ours, SETUP_SECONDS)
-            pidfd = os.pidfd_open(pid)
+            try:
+                pidfd = os.pidfd_open(pid)
+            except (AttributeError, OSError):
+                pidfd = None  # before Linux 5.3: kill() by pid (see ZygoteRun.kill)
             if group is not None:
-                group.procs_file.write_text(str(pid))
+                try:
+                    group.procs_file.write_text(str(pid))
+                except OSError as exc:
+                    raise ForkServerError(f"the run could not join its memory cgroup: {exc}") from exc
             ours.send(b"go")
             ours.settimeout(SETUP_SECONDS)
             try:
@@ -282,13 +292,18 @@ class ForkServer:
             ours.settimeout(None)
             if not ready.get("ready"):
                 raise ForkServerError(ready.get("error") or "the run's wall was not set up")
-        except BaseException:
+        except BaseException as exc:
             if pidfd is not None:
                 try:
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 except OSError:
                     pass
                 os.close(pidfd)
+            elif pid is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             for fd in (out_r, err_r, out_w, err_w, job_fd):
                 if fd is not None:
                     try:
@@ -297,6 +312,8 @@ class ForkServer:
                         pass
             theirs.close()
             ours.close()
+            if isinstance(exc, OSError):
+                raise ForkServerError(f"the run could not be started: {exc}") from exc
             raise
         return ZygoteRun(ours, pid, pidfd, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
 

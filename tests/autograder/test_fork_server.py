@@ -279,3 +279,24 @@ def test_the_zygote_request_carries_no_job_content():
     assert set(sent["request"]) == {"script", "args", "fds", "uid", "limits", "tmp_bytes", "scratch_bytes",
                                     "font_list"}
     assert sent["request"]["fds"] == ["status", "stdout", "stderr", "job", "pipe:0"]
+
+
+@pytest.mark.parametrize("pidfds", [True, False], ids=["pidfd", "no-pidfd"])
+def test_a_forked_run_past_its_wall_time_dies_with_its_namespace(forking, monkeypatch, tmp_path, pidfds):
+    """The trusted side kills a forked run's first process (through a pidfd, or by pid on a
+    kernel without pidfds): its PID namespace, the process the run started in a session of
+    its own included, dies with it, and the run reads as timed out."""
+    if not pidfds:
+        monkeypatch.setattr(os, "pidfd_open", lambda pid: (_ for _ in ()).throw(OSError(38, "no pidfds")))
+    code = textwrap.dedent("""
+        import os, subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(600)"],
+                         start_new_session=True)
+        print("uid", os.getuid(), flush=True)
+        while True:
+            time.sleep(1)
+    """)
+    out = run_probe(code, tmp=tmp_path, shared=True, limits=Limits(wall_seconds=20.0))
+    assert out.forked and out.timed_out and out.returncode is None
+    uid = re.search(r"uid (\d+)", out.stdout).group(1)
+    assert subprocess.run(["pgrep", "-u", uid], capture_output=True, text=True).stdout.strip() == ""
