@@ -307,7 +307,7 @@ def _bwrap_args(job_dir: Path | None, lib_dir: Path, limits: Limits, out_on_host
     if job_dir is None:
         # The fork-server's wall (autograder.zygote): each run mounts its own /tmp and /job
         # on these empty folders, and its font list from the read-only stage.
-        args += ["--perms", "0755", "--dir", "/tmp"]
+        args += ["--perms", "0755", "--dir", "/tmp", "--perms", "0755", "--dir", zygote.TMP_STAGE]
         if font_list is not None:
             args += ["--ro-bind", str(font_list), f"{zygote.FONT_STAGE}/{font_list.name}"]
     else:

@@ -57,6 +57,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import resource
 import runpy
 import socket
@@ -69,7 +70,7 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG = 24, 38, 1
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _SYS_CAPSET = 126  # x86_64; the zygote is used only where a probe run proves it works
@@ -77,6 +78,7 @@ _SYS_CAPSET = 126  # x86_64; the zygote is used only where a probe run proves it
 # Where the zygote's wall puts the job and the font lists (mount points the run covers).
 JOB_DIR = "/job"
 FONT_STAGE = "/font-lists"
+TMP_STAGE = "/tmp-stage"
 MPLCONFIGDIR = "/tmp/matplotlib"
 # What every run imports before it reads its job: loaded here once.
 PRELOAD = ("numpy", "torch")
@@ -164,11 +166,41 @@ def _copy_job(job_fd: int, dest: str) -> None:
     walk(job_fd, dest)
 
 
+def _mount_points() -> list[str]:
+    """This mount namespace's mount points (``/proc/self/mountinfo``'s fifth field, unescaped)."""
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
+        for line in fh:
+            field = line.split()[4]
+            points.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field))
+    return points
+
+
+def _fresh_tmp(size: int) -> None:
+    """Put a fresh tmpfs of ``size`` bytes on ``/tmp``, keeping what the wall bound below
+    ``/tmp`` (an interpreter or a venv that lives there, as a fresh start's bubblewrap binds
+    it inside its tmpfs): the tmpfs is made at :data:`TMP_STAGE`, each topmost mount below
+    ``/tmp`` is moved into it at the same path (its parent folders root's, 0755, as
+    bubblewrap makes them), and then the tmpfs is moved onto ``/tmp``."""
+    _mount("tmpfs", TMP_STAGE, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(size)},mode=1777")
+    below = sorted(p for p in _mount_points() if p.startswith("/tmp/"))
+    topmost = [p for p in below if not any(p.startswith(q + "/") for q in below if q != p)]
+    for point in topmost:
+        target = TMP_STAGE + point[len("/tmp"):]
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        if os.path.isdir(point):
+            os.makedirs(target, mode=0o755, exist_ok=True)
+        else:
+            open(target, "wb").close()
+        _mount(point, target, None, MS_MOVE)
+    _mount(TMP_STAGE, "/tmp", None, MS_MOVE)
+
+
 def _wall(request: dict, job_fd: int) -> None:
     """*B*'s mounts, in its own mount namespace (see the module docstring)."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(request['tmp_bytes'])},mode=1777")
+    _fresh_tmp(int(request["tmp_bytes"]))
     font = request.get("font_list")
     if font:
         os.mkdir(MPLCONFIGDIR, 0o777)

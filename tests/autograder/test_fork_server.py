@@ -300,3 +300,33 @@ def test_a_forked_run_past_its_wall_time_dies_with_its_namespace(forking, monkey
     assert out.forked and out.timed_out and out.returncode is None
     uid = re.search(r"uid (\d+)", out.stdout).group(1)
     assert subprocess.run(["pgrep", "-u", uid], capture_output=True, text=True).stdout.strip() == ""
+
+
+def test_what_the_wall_binds_below_tmp_stays_in_a_forked_runs_fresh_tmp(forking, monkeypatch, tmp_path):
+    """An interpreter or venv below ``/tmp`` (a clean clone's ``.venv`` in ``/tmp/check``) is
+    bound into the wall below ``/tmp``; a forked run's fresh ``/tmp`` keeps it, read-only, as a
+    fresh start's does (it was hidden once: every import not preloaded failed)."""
+    if not str(tmp_path).startswith("/tmp/"):
+        pytest.skip("pytest's folders are not below /tmp here")
+    from autograder.library import build_library
+
+    tmp_path.chmod(0o755)
+    extra = tmp_path / "interpreter"
+    extra.mkdir(mode=0o755)
+    (extra / "marker.txt").write_text("found")
+    roots = sandbox._python_roots()
+    monkeypatch.setattr(sandbox, "_python_roots", lambda: [*roots, extra])
+    lib = build_library(tmp_path / "lib", {"softmax"})
+    code = textwrap.dedent(f"""
+        print(open({str(extra / 'marker.txt')!r}).read())
+        open("/tmp/mine", "w").write("x")
+        print("tmp writable")
+        try:
+            open({str(extra / 'x')!r}, "w")
+            print("interpreter writable")
+        except OSError:
+            print("interpreter read-only")
+    """)
+    out = _run_on(lib, tmp_path / "job", code)
+    assert out.forked, out.stderr
+    assert "found\ntmp writable\ninterpreter read-only" in out.stdout, out.stdout + out.stderr
