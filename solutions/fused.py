@@ -1,4 +1,4 @@
-"""The fused attention path: packed q/k/v projections for training and decoding.
+"""The fused attention path: packed q/k/v projections for training and decoding, and packed rows.
 
 Chapter 5's :class:`~solutions.multihead.MultiHeadAttention` projects the query,
 the key and the value with three ``d_model × d_model`` linear maps: three matrix
@@ -44,6 +44,12 @@ the bench's sizes it is neutral (``python -m solutions bench``: fused/separate
 ``Q, K, V`` gradients into one ``(B·T, 3 d_model)`` tensor costs about what the two
 saved additions did.
 
+**Packed rows.** Given a :class:`PackedMask` in place of its mask, a
+:class:`FusedMultiHeadAttention` takes ``(N, d_model)`` rows of real tokens (named by
+:class:`PackedRows`) instead of a padded ``(B, T, d_model)`` batch: it projects the rows,
+puts them on the batch's ``(B, h, T, d_k)`` grid for the two products, and returns rows.
+:mod:`solutions.packing` trains that way, with the layers' own ``forward``.
+
 **Dropout's random numbers.** ``nn.Dropout`` on the CPU draws its mask with
 ``bernoulli_``: on processors other than Intel's (where PyTorch uses MKL's parallel
 generator) that is one thread drawing a 64-bit uniform number per element, about 8 ns
@@ -72,8 +78,8 @@ from torch import nn
 from .masking import check_attention_mask, zero_fully_masked_rows
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 
-__all__ = ["packed_projection", "FusedMultiHeadAttention", "use_fused_attention", "dropout_keep_mask",
-           "FastDropout", "use_fast_dropout"]
+__all__ = ["packed_projection", "PackedRows", "PackedMask", "FusedMultiHeadAttention", "use_fused_attention",
+           "dropout_keep_mask", "FastDropout", "use_fast_dropout"]
 
 # Dropout masks come from 16-bit draws: 2**16 levels of probability.
 _LEVELS = 1 << 16
@@ -133,6 +139,81 @@ def packed_projection(x, linears, cache=None):
     return packed.split([m.out_features for m in linears], dim=-1)  # one (..., out_i) per map
 
 
+class PackedRows:
+    """Where the rows of real tokens sit in a padded batch: the layout of the packed path.
+
+    The packed training path (:mod:`solutions.packing`) runs the position-wise layers on
+    ``(N, d_model)``, one row per token that is not padding, instead of ``(B, T, d_model)``;
+    attention needs the ``(B, T)`` grid back for its products. This names the rows.
+
+    Args:
+        keep: bool ``(B, T)``, True where a position has a row.
+
+    Attributes:
+        index: ``(N,)`` LongTensor, the flat positions ``b · T + t`` of the rows, in order.
+        batch, length: ``B`` and ``T``.
+
+    Paper: section 3.3 ("applied to each position separately and identically").
+    """
+
+    def __init__(self, keep):
+        if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool or keep.dim() != 2:
+            raise ValueError(f"keep must be a boolean (B, T) tensor, got {getattr(keep, 'dtype', type(keep))} "
+                             f"{tuple(getattr(keep, 'shape', ()))}")
+        self.batch, self.length = keep.shape
+        self.index = keep.reshape(-1).nonzero().squeeze(1)  # (N,)
+
+    def __len__(self):
+        return self.index.numel()
+
+    def pad(self, rows):
+        """The rows on the batch's grid, zeros at the other positions.
+
+        Shape:
+            rows: ``(N, d)``; output: ``(B, T, d)``.
+        """
+        if rows.dim() != 2 or rows.size(0) != len(self):
+            raise ValueError(f"rows must have shape (N = {len(self)}, d), got {tuple(rows.shape)}")
+        grid = rows.new_zeros(self.batch * self.length, rows.size(1))  # (B·T, d)
+        return grid.index_copy(0, self.index, rows).view(self.batch, self.length, rows.size(1))  # (B, T, d)
+
+    def unpad(self, grid):
+        """The rows of ``grid`` at this layout's positions: the inverse of :meth:`pad`.
+
+        Shape:
+            grid: ``(B, T, d)``; output: ``(N, d)``.
+        """
+        if grid.dim() != 3 or grid.shape[:2] != (self.batch, self.length):
+            raise ValueError(f"grid must have shape (B, T, d) = ({self.batch}, {self.length}, d), "
+                             f"got {tuple(grid.shape)}")
+        return grid.reshape(self.batch * self.length, grid.size(2)).index_select(0, self.index)  # (N, d)
+
+
+class PackedMask:
+    """What a :class:`FusedMultiHeadAttention` takes in place of its mask on the packed path.
+
+    Its ``query`` and ``key``/``value`` inputs are then packed rows, ``(N_q, d_model)`` and
+    ``(N_k, d_model)``: the layers (:class:`~solutions.layers.EncoderLayer`,
+    :class:`~solutions.decoder.DecoderLayer`) pass their mask argument on to attention
+    unchanged, so the book's layers run the packed path as they are.
+
+    Args:
+        query: the :class:`PackedRows` of the queries.
+        key: the :class:`PackedRows` of the keys and values.
+        mask: bool, True = may attend, broadcastable to ``(B, h, T_q, T_k)`` on the padded
+            grid (``padding_mask(src)``, ``decoder_mask(tgt)``).
+
+    Paper: section 3.2.3 (masking inside attention).
+    """
+
+    def __init__(self, query, key, mask):
+        if not isinstance(query, PackedRows) or not isinstance(key, PackedRows):
+            raise TypeError("query and key must be PackedRows")
+        if query.batch != key.batch:
+            raise ValueError(f"query and key rows come from batches of {query.batch} and {key.batch} sentences")
+        self.query, self.key, self.mask = query, key, mask
+
+
 class FusedMultiHeadAttention(MultiHeadAttention):
     """:class:`~solutions.multihead.MultiHeadAttention` with packed projections on its fast path.
 
@@ -187,18 +268,35 @@ class FusedMultiHeadAttention(MultiHeadAttention):
         return fused
 
     def forward(self, query, key, value, mask=None):
+        if isinstance(mask, PackedMask):  # rows of real tokens only (solutions.packing)
+            return self._forward_rows(query, key, value, mask)
         if self.need_weights:
             return super().forward(query, key, value, mask)
-        if query is key and key is value:  # self-attention: one product for Q, K, V
-            q, k, v = packed_projection(query, (self.w_q, self.w_k, self.w_v), self._cache_for("qkv"))
-        elif key is value:  # encoder-decoder attention: one product for K, V
-            q = self.w_q(query)
-            k, v = packed_projection(key, (self.w_k, self.w_v), self._cache_for("kv"))
-        else:
-            q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
+        q, k, v = self._project(query, key, value)  # (B, T_q, d_model), (B, T_k, d_model) x 2
         q = split_heads(q, self.num_heads)  # (B, h, T_q, d_k)
         k = split_heads(k, self.num_heads)  # (B, h, T_k, d_k)
         v = split_heads(v, self.num_heads)  # (B, h, T_k, d_k)
+        context = self._attend(q, k, v, mask)  # (B, h, T_q, d_k)
+        self.attn_weights = None
+        return self.w_o(merge_heads(context))  # (B, T_q, d_model)
+
+    def _project(self, query, key, value):
+        """``w_q(query), w_k(key), w_v(value)``, one product for the maps whose input is the same tensor."""
+        if query is key and key is value:  # self-attention: one product for Q, K, V
+            return packed_projection(query, (self.w_q, self.w_k, self.w_v), self._cache_for("qkv"))
+        if key is value:  # encoder-decoder attention: one product for K, V
+            k, v = packed_projection(key, (self.w_k, self.w_v), self._cache_for("kv"))
+            return self.w_q(query), k, v
+        return self.w_q(query), self.w_k(key), self.w_v(value)
+
+    def _attend(self, q, k, v, mask):
+        """The heads' attention, ``softmax(q kᵀ / √d_k) v``, dropped out in training mode.
+
+        Shape:
+            q: ``(B, h, T_q, d_k)``; k, v: ``(B, h, T_k, d_k)``; mask: bool, True = may
+            attend, broadcastable to ``(B, h, T_q, T_k)``, or None; output: ``(B, h, T_q, d_k)``,
+            zeros for a query with no key.
+        """
         check_attention_mask(mask, (q.size(0), self.num_heads, q.size(2), k.size(2)))
         dropout_p = self.dropout.p if self.training else 0.0
         if dropout_p > 0.0 and q.device.type == "cpu" and not _compiling():
@@ -209,9 +307,29 @@ class FusedMultiHeadAttention(MultiHeadAttention):
             context = self.dropout(torch.softmax(scores, dim=-1)) @ v  # (B, h, T_q, d_k)
         else:
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, h, T_q, d_k)
-        context = zero_fully_masked_rows(context, mask)  # a query with no key: zeros, as from masked_softmax
+        return zero_fully_masked_rows(context, mask)  # a query with no key: zeros, as from masked_softmax
+
+    def _forward_rows(self, query, key, value, packed):
+        """Attention between packed rows: the projections on the rows, the heads' products on the batch's grid.
+
+        The rows are scattered into zero-filled ``(B, T, d_model)`` grids for the products
+        ``q kᵀ`` and ``weights · v`` only (the zeros sit where ``packed.mask`` hides keys, or
+        at queries whose output is not gathered back).
+
+        Shape:
+            query: ``(N_q, d_model)``, the rows ``packed.query`` names; key, value:
+            ``(N_k, d_model)``, the rows ``packed.key`` names; output: ``(N_q, d_model)``.
+        """
+        if self.need_weights:
+            raise ValueError("packed rows run on the fast path only: this module keeps its attention "
+                             "weights (need_weights=True, e.g. after model.set_fused(False)); set it False")
+        q, k, v = self._project(query, key, value)  # (N_q, d_model), (N_k, d_model) x 2
+        q = split_heads(packed.query.pad(q), self.num_heads)  # (B, h, T_q, d_k)
+        k = split_heads(packed.key.pad(k), self.num_heads)  # (B, h, T_k, d_k)
+        v = split_heads(packed.key.pad(v), self.num_heads)  # (B, h, T_k, d_k)
+        context = self._attend(q, k, v, packed.mask)  # (B, h, T_q, d_k)
         self.attn_weights = None
-        return self.w_o(merge_heads(context))  # (B, T_q, d_model)
+        return self.w_o(packed.query.unpad(merge_heads(context)))  # (N_q, d_model)
 
     def _cache_for(self, group):
         """The dict that keeps ``group``'s packed weight between calls (``None`` inside ``torch.compile``).
