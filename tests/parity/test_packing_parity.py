@@ -45,6 +45,8 @@ def batch(kind):
         sources, targets = [sentence(6) for _ in range(3)], [sentence(4) for _ in range(3)]
     elif kind == "single token":  # one sentence of a single token on both sides
         sources, targets = [sentence(n) for n in (5, 1, 4)], [sentence(n) for n in (3, 0, 6)]
+    elif kind == "empty source":  # no key for the cross-attention of one sentence: its context is 0
+        sources, targets = [sentence(n) for n in (5, 0, 4)], [sentence(n) for n in (3, 2, 6)]
     else:
         raise ValueError(kind)
     longest = max(map(len, sources))
@@ -69,7 +71,7 @@ def loss_and_gradients(loss_of, model, inputs):
     return loss.detach(), dict(zip(names, torch.autograd.grad(loss, parameters)))
 
 
-@pytest.mark.parametrize("kind", ["padded", "no padding", "single token"])
+@pytest.mark.parametrize("kind", ["padded", "no padding", "single token", "empty source"])
 @pytest.mark.parametrize("share_embeddings", [False, True])
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("dropout", [0.0, NO_DROP_BUT_DROPOUT_BRANCH], ids=["sdpa", "dropout-branch"])
@@ -110,16 +112,19 @@ def test_float32_matches_the_padded_step_tightly():
                                    msg=lambda m, n=name: f"{n}: {m}")
 
 
-def test_labels_and_decoder_input_with_different_padding():
+@pytest.mark.parametrize("dropout", [0.0, NO_DROP_BUT_DROPOUT_BRANCH], ids=["sdpa", "dropout-branch"])
+def test_labels_and_decoder_input_with_different_padding(dropout):
     """A label where the decoder input is padding, and a decoder token with a padded label: the
-    packed path computes the positions either needs and predicts the labelled ones only."""
-    net = model(False, True)
+    packed path computes the positions either needs and predicts the labelled ones only. A
+    label at a first position whose input is padding is a query with no key (its context is 0)."""
+    net = model(False, True, dropout)
     src, tgt_in, labels = batch("padded")
     labels, tgt_in = labels.clone(), tgt_in.clone()
     row = int((tgt_in[:, -1] == 0).nonzero()[0])
     first_pad = int((tgt_in[row] == 0).nonzero()[0])
     labels[row, first_pad] = 7  # a label the decoder input does not read a token for
     labels[0, 0] = 0  # a token read, nothing predicted
+    tgt_in[1, 0] = 0  # a label predicted from no token at all: no key for that query
     padded, padded_grads = loss_and_gradients(padded_loss, net, (src, tgt_in, labels))
     packed, packed_grads = loss_and_gradients(packed_loss, net, (src, tgt_in, labels))
     torch.testing.assert_close(packed, padded, **EXACT)
@@ -160,19 +165,39 @@ def test_which_models_take_packed_rows():
         packed_logits(fused, *batch("padded"))
 
 
-def test_packed_rows_pad_and_unpad_are_inverse():
+def test_packed_rows_to_heads_and_from_heads_are_inverse():
     keep = torch.tensor([[True, True, False], [False, False, False], [True, False, False]])
     rows = PackedRows(keep)
     assert rows.index.tolist() == [0, 1, 6] and (rows.batch, rows.length, len(rows)) == (3, 3, 3)
-    values = torch.arange(6.0).reshape(3, 2)
-    grid = rows.pad(values)  # (3, 3, 2)
-    assert grid.shape == (3, 3, 2) and grid[~keep].abs().sum() == 0 and torch.equal(grid[keep], values)
-    assert torch.equal(rows.unpad(grid), values)
+    assert rows.sentence.tolist() == [0, 0, 2] and rows.position.tolist() == [0, 1, 0]
+    values = torch.arange(12.0).reshape(3, 4)  # 3 rows, 2 heads of 2
+    grid = rows.to_heads(values, 2)[0]  # (3, 2, 3, 2)
+    assert grid.shape == (3, 2, 3, 2) and grid.is_contiguous()
+    assert grid.permute(0, 2, 1, 3)[~keep].abs().sum() == 0  # zeros where there is no row
+    assert torch.equal(grid.permute(0, 2, 1, 3)[keep].reshape(3, 4), values)  # (B, T, h, d_k) = split_heads' layout
+    assert torch.equal(rows.from_heads(grid), values)
+    three = torch.arange(36.0).reshape(3, 12)  # [Q K V] side by side, 2 heads of 2 each
+    grids = rows.to_heads(three, 2, parts=3)  # (3, B, h, T, d_k)
+    for part, (grid, columns) in enumerate(zip(grids.unbind(0), three.split(4, dim=1))):
+        assert grid.is_contiguous() and torch.equal(rows.from_heads(grid), columns), part
     with pytest.raises(ValueError, match="rows must have shape"):
-        rows.pad(torch.zeros(4, 2))
+        rows.to_heads(torch.zeros(4, 4), 2)
+    with pytest.raises(ValueError, match="rows must have shape"):
+        rows.to_heads(torch.zeros(3, 4), 2, parts=3)
     with pytest.raises(ValueError, match="grid must have shape"):
-        rows.unpad(torch.zeros(3, 4, 2))
+        rows.from_heads(torch.zeros(3, 2, 4, 2))
     with pytest.raises(ValueError, match="keep must be a boolean"):
         PackedRows(torch.ones(3, 3))
     with pytest.raises(ValueError, match="batches of 3 and 2"):
         PackedMask(rows, PackedRows(torch.ones(2, 3, dtype=torch.bool)), None)
+
+
+def test_a_packed_mask_knows_once_whether_a_query_row_has_no_key():
+    src = torch.tensor([[5, 6, 0], [0, 0, 0]])  # the second source is empty
+    tgt = torch.tensor([[1, 7], [1, 8]])
+    src_rows, tgt_rows = PackedRows(src != 0), PackedRows(tgt != 0)
+    assert not PackedMask(src_rows, src_rows, padding_mask(src)).some_query_has_no_key
+    assert not PackedMask(tgt_rows, tgt_rows, decoder_mask(tgt)).some_query_has_no_key
+    assert PackedMask(tgt_rows, src_rows, padding_mask(src)).some_query_has_no_key  # sentence 2 reads no source
+    bias = PackedMask(tgt_rows, src_rows, padding_mask(src)).score_bias(2, torch.float64)  # (B·h, T_q, T_k)
+    assert bias.shape == (4, 2, 3) and bias[0, 0].tolist() == [0, 0, torch.finfo(torch.float64).min]
