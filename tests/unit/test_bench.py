@@ -132,3 +132,23 @@ def test_ctranslate2_bench_runs_the_cli_decoders_and_scores_against_the_referenc
     plain.write_text("ein hund läuft .\nzwei hunde laufen .\n", encoding="utf-8")
     rows = bench.bench_ctranslate2(corpus=str(plain), sentences=2, beam_size=2, max_len=4, threads=(1,))["rows"]
     assert all(row["ours_bleu"] is None and row["ctranslate2_bleu"] is None for row in rows)
+
+
+def test_the_profile_steps_ours_on_packed_rows_as_the_trainer_does(monkeypatch):
+    """``bench --profile``: ours is profiled on the path the trainer steps (packed rows), torch.nn
+    padded; each report lists operators with their share of the step."""
+    import solutions.app.profiling as profiling
+
+    packed = []
+    packed_logits = profiling.packed_logits
+    monkeypatch.setattr(profiling, "packed_logits", lambda model, *a: packed.append(model) or
+                        packed_logits(model, *a))
+    sizes = dict(d_model=16, num_heads=2, num_layers=1, d_ff=32, batch=2, src_len=4, tgt_len=4, vocab=20,
+                 norm_first=False)
+    result = profiling.profile_training_step(sizes, steps=1, warmup=1, top=5)
+    assert len(packed) == 2 and len({id(model) for model in packed}) == 1  # warm-up and profiled step, ours
+    for name in ("ours", "torch"):
+        ops = result[name]["ops"]
+        assert 0 < len(ops) <= 5 and all(0 < op["share"] <= 1 for op in ops) and result[name]["total_ms"] > 0
+    lines = profiling.format_profile(result)
+    assert any("packed rows" in line for line in lines) and any("torch.nn.Transformer" in line for line in lines)
