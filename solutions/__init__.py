@@ -6,7 +6,8 @@ name, so ``from solutions import MultiHeadAttention`` works in every chapter:
 * chapters 1–10, the reference (what the exercises ask for and the model built from
   it): ``rnn`` · ``tokens`` · ``embeddings`` · ``positional`` · ``attention`` ·
   ``multihead`` · ``masking`` · ``fused`` · ``layers`` · ``decoder`` · ``model`` ·
-  ``configuration`` · ``training`` · ``kv_cache`` · ``decoding`` · ``bleu`` (chapter 11);
+  ``configuration`` · ``training`` · ``packing`` · ``kv_cache`` · ``decoding`` · ``bleu``
+  (chapter 11);
 * ``solutions.figures``: the book's diagrams and plots (never imported here);
 * ``solutions.app``: the practitioner's application, which imports the reference and is
   never imported by it: the data (``synthetic``, ``corpus``, ``tokenizer``, ``batching``),

@@ -1,4 +1,4 @@
-"""The fused attention path: packed q/k/v projections for training and decoding.
+"""The fused attention path: packed q/k/v projections for training and decoding, and packed rows.
 
 Chapter 5's :class:`~solutions.multihead.MultiHeadAttention` projects the query,
 the key and the value with three ``d_model × d_model`` linear maps: three matrix
@@ -44,6 +44,12 @@ the bench's sizes it is neutral (``python -m solutions bench``: fused/separate
 ``Q, K, V`` gradients into one ``(B·T, 3 d_model)`` tensor costs about what the two
 saved additions did.
 
+**Packed rows.** Given a :class:`PackedMask` in place of its mask, a
+:class:`FusedMultiHeadAttention` takes ``(N, d_model)`` rows of real tokens (named by
+:class:`PackedRows`) instead of a padded ``(B, T, d_model)`` batch: it projects the rows,
+puts them on the batch's ``(B, h, T, d_k)`` grid for the two products, and returns rows.
+:mod:`solutions.packing` trains that way, with the layers' own ``forward``.
+
 **Dropout's random numbers.** ``nn.Dropout`` on the CPU draws its mask with
 ``bernoulli_``: on processors other than Intel's (where PyTorch uses MKL's parallel
 generator) that is one thread drawing a 64-bit uniform number per element, about 8 ns
@@ -72,8 +78,8 @@ from torch import nn
 from .masking import check_attention_mask, zero_fully_masked_rows
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 
-__all__ = ["packed_projection", "FusedMultiHeadAttention", "use_fused_attention", "dropout_keep_mask",
-           "FastDropout", "use_fast_dropout"]
+__all__ = ["packed_projection", "PackedRows", "PackedMask", "FusedMultiHeadAttention", "use_fused_attention",
+           "dropout_keep_mask", "FastDropout", "use_fast_dropout"]
 
 # Dropout masks come from 16-bit draws: 2**16 levels of probability.
 _LEVELS = 1 << 16
@@ -105,6 +111,12 @@ def packed_projection(x, linears, cache=None):
 
     Paper: section 3.2.2 (the projections ``W^Q``, ``W^K``, ``W^V``).
     """
+    packed = _packed_linear(x, linears, cache)  # (..., sum out_i)
+    return packed.split([m.out_features for m in linears], dim=-1)  # one (..., out_i) per map
+
+
+def _packed_linear(x, linears, cache=None):
+    """:func:`packed_projection` before the split: ``x @ cat(W_i)ᵀ + cat(b_i)``, ``(..., sum out_i)``."""
     if not linears or any(not isinstance(m, nn.Linear) or m.bias is None for m in linears):
         raise ValueError("linears must be a non-empty sequence of nn.Linear modules with bias")
     in_features = linears[0].in_features
@@ -129,8 +141,149 @@ def packed_projection(x, linears, cache=None):
         bias = torch.cat([m.bias for m in linears])  # (sum out_i,)
         if use_cache:
             cache.update(key=key, weight=weight, bias=bias, sources=[p.detach() for p in parameters])
-    packed = F.linear(x, weight, bias)  # (..., sum out_i)
-    return packed.split([m.out_features for m in linears], dim=-1)  # one (..., out_i) per map
+    return F.linear(x, weight, bias)  # (..., sum out_i)
+
+
+class PackedRows:
+    """Where the rows of real tokens sit in a padded batch: the layout of the packed path.
+
+    The packed training path (:mod:`solutions.packing`) runs the position-wise layers on
+    ``(N, d_model)``, one row per token that is not padding, instead of ``(B, T, d_model)``;
+    attention needs the ``(B, h, T, d_k)`` grid back for its products. This names the rows.
+
+    Args:
+        keep: bool ``(B, T)``, True where a position has a row.
+
+    Attributes:
+        index: ``(N,)`` LongTensor, the flat positions ``b · T + t`` of the rows, in order.
+        sentence, position: ``(N,)`` LongTensors, each row's ``b`` and ``t``.
+        batch, length: ``B`` and ``T``.
+
+    Paper: section 3.3 ("applied to each position separately and identically").
+    """
+
+    def __init__(self, keep):
+        if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool or keep.dim() != 2:
+            raise ValueError(f"keep must be a boolean (B, T) tensor, got {getattr(keep, 'dtype', type(keep))} "
+                             f"{tuple(getattr(keep, 'shape', ()))}")
+        self.batch, self.length = keep.shape
+        self.index = keep.reshape(-1).nonzero().squeeze(1)  # (N,)
+        self.sentence, self.position = self.index // self.length, self.index % self.length  # (N,) each
+        self._heads_index = {}  # (heads, parts) -> _head_rows
+
+    def __len__(self):
+        return self.index.numel()
+
+    def to_heads(self, rows, num_heads, parts=1):
+        """The rows on the batch's grid, split into heads: zeros at the positions without a row.
+
+        Each grid is contiguous in the heads' layout, so the attention products read it as it
+        is (a padded ``(B, T, d_model)`` batch split by :func:`split_heads` is a transposed
+        view, which they copy first); ``parts`` maps packed side by side (``[Q K V]``, ``[K V]``)
+        go onto their grids in one copy.
+
+        Args:
+            rows: one row per position of this layout.
+            num_heads: ``h``.
+            parts: how many maps' outputs ``rows`` holds side by side.
+
+        Shape:
+            rows: ``(N, parts · h · d_k)``; output: ``(parts, B, h, T, d_k)``.
+        """
+        if rows.dim() != 2 or rows.size(0) != len(self) or rows.size(1) % (parts * num_heads):
+            raise ValueError(f"rows must have shape (N = {len(self)}, parts · h · d_k) with parts = {parts}, "
+                             f"h = {num_heads}, got {tuple(rows.shape)}")
+        d_k = rows.size(1) // (parts * num_heads)
+        grid = rows.new_zeros(parts * self.batch * num_heads * self.length, d_k)  # (parts·B·h·T, d_k)
+        # (N·parts·h, d_k) into it; in place: the zeros are no part of the graph
+        grid.index_copy_(0, self._head_rows(num_heads, parts), rows.reshape(-1, d_k))
+        return grid.view(parts, self.batch, num_heads, self.length, d_k)  # (parts, B, h, T, d_k)
+
+    def from_heads(self, grid):
+        """The rows of ``grid`` at this layout's positions, heads concatenated: the inverse of :meth:`to_heads`.
+
+        Shape:
+            grid: ``(B, h, T, d_k)``; output: ``(N, h · d_k)``.
+        """
+        if grid.dim() != 4 or grid.size(0) != self.batch or grid.size(2) != self.length:
+            raise ValueError(f"grid must have shape (B, h, T, d_k) = ({self.batch}, h, {self.length}, d_k), "
+                             f"got {tuple(grid.shape)}")
+        batch, num_heads, length, d_k = grid.shape
+        rows = grid.reshape(-1, d_k).index_select(0, self._head_rows(num_heads, 1))  # (N·h, d_k)
+        return rows.view(len(self), num_heads * d_k)  # (N, h · d_k)
+
+    def _head_rows(self, num_heads, parts):
+        """Where each row's heads sit in a ``(parts·B·h·T, d_k)`` grid: ``((c·B + b)·h + j)·T + t`` for
+        row ``(b, t)``, map ``c`` and head ``j``, in the order of the rows' ``(N, parts, h, d_k)``
+        layout. Made once per number of heads and parts.
+
+        Shape:
+            output: ``(N · parts · h,)``.
+        """
+        if (num_heads, parts) not in self._heads_index:
+            maps = torch.arange(parts, device=self.index.device)[None, :, None]  # (1, parts, 1)
+            heads = torch.arange(num_heads, device=self.index.device)[None, None, :]  # (1, 1, h)
+            sentence, position = self.sentence[:, None, None], self.position[:, None, None]  # (N, 1, 1) each
+            flat = ((maps * self.batch + sentence) * num_heads + heads) * self.length + position  # (N, parts, h)
+            self._heads_index[num_heads, parts] = flat.reshape(-1)  # (N·parts·h,)
+        return self._heads_index[num_heads, parts]
+
+
+class PackedMask:
+    """What a :class:`FusedMultiHeadAttention` takes in place of its mask on the packed path.
+
+    Its ``query`` and ``key``/``value`` inputs are then packed rows, ``(N_q, d_model)`` and
+    ``(N_k, d_model)``: the layers (:class:`~solutions.layers.EncoderLayer`,
+    :class:`~solutions.decoder.DecoderLayer`) pass their mask argument on to attention
+    unchanged, so the book's layers run the packed path as they are. What every layer would
+    derive from the mask again is derived once, here: :meth:`score_bias` and
+    :attr:`some_query_has_no_key`.
+
+    Args:
+        query: the :class:`PackedRows` of the queries.
+        key: the :class:`PackedRows` of the keys and values.
+        mask: bool, True = may attend, broadcastable to ``(B, h, T_q, T_k)`` on the padded
+            grid (``padding_mask(src)``, ``decoder_mask(tgt)``), or None.
+
+    Attributes:
+        some_query_has_no_key: whether a query row (a real one) may attend no key; only then
+            does attention zero such queries (:func:`~solutions.masking.zero_fully_masked_rows`).
+
+    Paper: section 3.2.3 (masking inside attention).
+    """
+
+    def __init__(self, query, key, mask):
+        if not isinstance(query, PackedRows) or not isinstance(key, PackedRows):
+            raise TypeError("query and key must be PackedRows")
+        if query.batch != key.batch:
+            raise ValueError(f"query and key rows come from batches of {query.batch} and {key.batch} sentences")
+        heads = mask.size(-3) if isinstance(mask, torch.Tensor) and mask.dim() >= 3 else 1
+        check_attention_mask(mask, (query.batch, heads, query.length, key.length))
+        self.query, self.key, self.mask = query, key, mask
+        self.some_query_has_no_key = False
+        if mask is not None:
+            attends = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)).any(dim=-1)  # (B|1, h|1, T_q|1)
+            attends = attends.expand(query.batch, heads, query.length)  # (B, h|1, T_q)
+            self.some_query_has_no_key = not bool(attends[query.sentence, :, query.position].all())
+        self._biases = {}
+
+    def score_bias(self, num_heads, dtype):
+        """The mask as a term added to the scores: 0 where a query may attend, the dtype's most
+        negative number where not (not ``-inf``: a query with no key stays finite), made once per
+        heads and dtype.
+
+        Shape:
+            output: ``(B · h, T_q, T_k)``, contiguous, or None without a mask.
+        """
+        if self.mask is None:
+            return None
+        key = (num_heads, dtype)
+        if key not in self._biases:
+            shape = (self.query.batch, num_heads, self.query.length, self.key.length)
+            bias = torch.zeros(shape, dtype=dtype, device=self.mask.device)  # (B, h, T_q, T_k)
+            bias.masked_fill_(~self.mask, torch.finfo(dtype).min)
+            self._biases[key] = bias.view(-1, *shape[2:])  # (B·h, T_q, T_k)
+        return self._biases[key]
 
 
 class FusedMultiHeadAttention(MultiHeadAttention):
@@ -187,18 +340,35 @@ class FusedMultiHeadAttention(MultiHeadAttention):
         return fused
 
     def forward(self, query, key, value, mask=None):
+        if isinstance(mask, PackedMask):  # rows of real tokens only (solutions.packing)
+            return self._forward_rows(query, key, value, mask)
         if self.need_weights:
             return super().forward(query, key, value, mask)
-        if query is key and key is value:  # self-attention: one product for Q, K, V
-            q, k, v = packed_projection(query, (self.w_q, self.w_k, self.w_v), self._cache_for("qkv"))
-        elif key is value:  # encoder-decoder attention: one product for K, V
-            q = self.w_q(query)
-            k, v = packed_projection(key, (self.w_k, self.w_v), self._cache_for("kv"))
-        else:
-            q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
+        q, k, v = self._project(query, key, value)  # (B, T_q, d_model), (B, T_k, d_model) x 2
         q = split_heads(q, self.num_heads)  # (B, h, T_q, d_k)
         k = split_heads(k, self.num_heads)  # (B, h, T_k, d_k)
         v = split_heads(v, self.num_heads)  # (B, h, T_k, d_k)
+        context = self._attend(q, k, v, mask)  # (B, h, T_q, d_k)
+        self.attn_weights = None
+        return self.w_o(merge_heads(context))  # (B, T_q, d_model)
+
+    def _project(self, query, key, value):
+        """``w_q(query), w_k(key), w_v(value)``, one product for the maps whose input is the same tensor."""
+        if query is key and key is value:  # self-attention: one product for Q, K, V
+            return packed_projection(query, (self.w_q, self.w_k, self.w_v), self._cache_for("qkv"))
+        if key is value:  # encoder-decoder attention: one product for K, V
+            k, v = packed_projection(key, (self.w_k, self.w_v), self._cache_for("kv"))
+            return self.w_q(query), k, v
+        return self.w_q(query), self.w_k(key), self.w_v(value)
+
+    def _attend(self, q, k, v, mask):
+        """The heads' attention, ``softmax(q kᵀ / √d_k) v``, dropped out in training mode.
+
+        Shape:
+            q: ``(B, h, T_q, d_k)``; k, v: ``(B, h, T_k, d_k)``; mask: bool, True = may
+            attend, broadcastable to ``(B, h, T_q, T_k)``, or None; output: ``(B, h, T_q, d_k)``,
+            zeros for a query with no key.
+        """
         check_attention_mask(mask, (q.size(0), self.num_heads, q.size(2), k.size(2)))
         dropout_p = self.dropout.p if self.training else 0.0
         if dropout_p > 0.0 and q.device.type == "cpu" and not _compiling():
@@ -209,9 +379,54 @@ class FusedMultiHeadAttention(MultiHeadAttention):
             context = self.dropout(torch.softmax(scores, dim=-1)) @ v  # (B, h, T_q, d_k)
         else:
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, h, T_q, d_k)
-        context = zero_fully_masked_rows(context, mask)  # a query with no key: zeros, as from masked_softmax
+        return zero_fully_masked_rows(context, mask)  # a query with no key: zeros, as from masked_softmax
+
+    def _forward_rows(self, query, key, value, packed):
+        """Attention between packed rows: the projections on the rows, the heads' products on the batch's grid.
+
+        The rows are put on zero-filled ``(B, h, T, d_k)`` grids for the products ``q kᵀ`` and
+        ``weights · v`` only (the zeros sit where ``packed.mask`` hides keys, or at queries
+        whose output is not gathered back). The scaling by ``1/√d_k`` and the mask are one
+        term of the scores' product (``baddbmm``), the mask's bias made once per batch.
+
+        Shape:
+            query: ``(N_q, d_model)``, the rows ``packed.query`` names; key, value:
+            ``(N_k, d_model)``, the rows ``packed.key`` names; output: ``(N_q, d_model)``.
+        """
+        if self.need_weights:
+            raise ValueError("packed rows run on the fast path only: this module keeps its attention "
+                             "weights (need_weights=True, e.g. after model.set_fused(False)); set it False")
+        heads = self.num_heads
+        if query is key and key is value:  # self-attention: one product for Q, K, V, one copy onto the grids
+            if packed.query is not packed.key:
+                raise ValueError("self-attention on packed rows needs one PackedRows for the queries and the keys")
+            qkv = _packed_linear(query, (self.w_q, self.w_k, self.w_v), self._cache_for("qkv"))  # (N, 3 d_model)
+            q, k, v = packed.query.to_heads(qkv, heads, parts=3).unbind(0)  # (B, h, T, d_k) each
+        elif key is value:  # encoder-decoder attention: one product for K, V
+            q = packed.query.to_heads(self.w_q(query), heads)[0]  # (B, h, T_q, d_k)
+            kv = _packed_linear(key, (self.w_k, self.w_v), self._cache_for("kv"))  # (N_k, 2 d_model)
+            k, v = packed.key.to_heads(kv, heads, parts=2).unbind(0)  # (B, h, T_k, d_k) each
+        else:
+            q = packed.query.to_heads(self.w_q(query), heads)[0]  # (B, h, T_q, d_k)
+            k = packed.key.to_heads(self.w_k(key), heads)[0]  # (B, h, T_k, d_k)
+            v = packed.key.to_heads(self.w_v(value), heads)[0]  # (B, h, T_k, d_k)
+        batch, _, query_len, d_k = q.shape
+        dropout_p = self.dropout.p if self.training else 0.0
+        if dropout_p > 0.0 and q.device.type == "cpu" and not _compiling():
+            # SDPA's CPU kernels have no dropout: the products written out, weights dropped by our module.
+            q3 = q.view(batch * heads, query_len, d_k)  # (B·h, T_q, d_k)
+            k3 = k.view(batch * heads, -1, d_k)  # (B·h, T_k, d_k)
+            bias = packed.score_bias(heads, q.dtype)  # (B·h, T_q, T_k) or None
+            product = k3.new_zeros(()) if bias is None else bias
+            scores = torch.baddbmm(product, q3, k3.transpose(1, 2), alpha=1.0 / math.sqrt(d_k))  # (B·h, T_q, T_k)
+            weights = self.dropout(torch.softmax(scores, dim=-1))  # (B·h, T_q, T_k)
+            context = torch.bmm(weights, v.view(batch * heads, -1, d_k)).view(q.shape)  # (B, h, T_q, d_k)
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=packed.mask, dropout_p=dropout_p)
+        if packed.some_query_has_no_key:
+            context = zero_fully_masked_rows(context, packed.mask)  # (B, h, T_q, d_k)
         self.attn_weights = None
-        return self.w_o(merge_heads(context))  # (B, T_q, d_model)
+        return self.w_o(packed.query.from_heads(context))  # (N_q, d_model)
 
     def _cache_for(self, group):
         """The dict that keeps ``group``'s packed weight between calls (``None`` inside ``torch.compile``).

@@ -1,7 +1,8 @@
-"""Benchmarks of a training step: :class:`solutions.Transformer` on its fast path against the
-same model with separate q/k/v projections and against ``torch.nn.Transformer``, taking turns
-(:func:`bench_training_step`), and on CUDA the paper's base model in bf16 with its model-FLOPs
-utilisation (:func:`bench_base_mfu`). :mod:`solutions.app.bench` runs them and prints the table.
+"""Benchmarks of a training step: :class:`solutions.Transformer` as the trainer runs it (fused
+attention, packed rows) against the same model on the padded batch, with separate q/k/v
+projections, and against ``torch.nn.Transformer``, taking turns (:func:`bench_training_step`),
+and on CUDA the paper's base model in bf16 with its model-FLOPs utilisation
+(:func:`bench_base_mfu`). :mod:`solutions.app.bench` runs them and prints the table.
 
 Paper: section 3 (the model), 5.2 (hardware and schedule: "about 0.4 seconds" per base step
 on 8 P100 GPUs).
@@ -16,6 +17,7 @@ from ..configuration import PAPER_CONFIGS
 from ..fused import use_fast_dropout
 from ..masking import decoder_mask, padding_mask
 from ..model import count_parameters
+from ..packing import packed_logits
 from .bench_setup import TorchTransformerBaseline, bench_clock, bench_config, random_batch, sync_device
 
 __all__ = ["bench_training_step", "bench_base_mfu", "BASE_BATCH"]
@@ -30,19 +32,25 @@ _PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L
 
 def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=32, src_len=32, tgt_len=32,
                         vocab=2000, dropout=0.1, repeats=10, warmup=2, device="cpu", bf16=False, clock="wall"):
-    """Training-step times of three models, interleaved: ours fused, ours with separate
-    q/k/v projections, and ``torch.nn.Transformer``.
+    """Training-step times of four models, interleaved: ours as the trainer runs it (fused,
+    on packed rows), ours fused on the padded batch, ours with separate q/k/v projections
+    (padded), and ``torch.nn.Transformer``.
 
-    All three have the same sizes, initial weights where they share a layout (ours),
-    batch, masks, loss (label smoothing 0.1) and optimizer (Adam); every repetition
-    runs one step of each, in rotating order, so all see the same machine load.
+    All four have the same sizes, initial weights where they share a layout (ours),
+    batch, masks, loss (label smoothing 0.1, padding ignored) and optimizer (Adam); every
+    repetition runs one step of each, in rotating order, so all see the same machine load.
+    ``ours`` computes the position-wise layers and the generator on the real tokens only
+    (:func:`solutions.packing.packed_logits`); the others compute every padded position,
+    ``torch.nn.Transformer`` as its users call it.
 
     Returns:
         A dict with the median step time (s) and training tokens per second of each
-        (``ours``: fused, ``separate``, ``torch``), ``ratio`` = the median of the
-        per-repetition ``torch / ours`` times (> 1 = ours is faster),
-        ``packing_ratio`` = the median of ``separate / ours`` (> 1 = packing helps),
-        and the sizes. Tokens = non-padding source + target tokens of the batch.
+        (``ours``: fused on packed rows, ``padded``: fused on the padded batch, ``separate``,
+        ``torch``), ``ratio`` = the median of the per-repetition ``torch / ours`` times
+        (> 1 = ours is faster), ``unpadding_ratio`` = the median of ``padded / ours`` (> 1 =
+        leaving the padding out helps), ``packing_ratio`` = the median of ``separate / padded``
+        (> 1 = packing the q/k/v projections helps), the batch's padding share
+        (``padding``), and the sizes. Tokens = non-padding source + target tokens of the batch.
     """
     device = torch.device(device)
     now = bench_clock(clock, device)
@@ -56,7 +64,7 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
 
     torch.manual_seed(0)
     theirs = TorchTransformerBaseline(vocab, vocab, d_model, num_heads, num_layers, num_layers, d_ff, dropout)
-    models = {"ours": ours(True), "separate": ours(False), "torch": theirs}
+    models = {"ours": ours(True), "padded": ours(True), "separate": ours(False), "torch": theirs}
     models = {name: model.to(device).train() for name, model in models.items()}
     optimizers = {name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
                   for name, m in models.items()}
@@ -66,13 +74,15 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
 
     def step(name):
         model, optimizer = models[name], optimizers[name]
+        targets = labels.reshape(-1)  # (B*T,)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-            if name == "torch":
-                logits = model(src, tgt, src_pad, tgt_pad)
+            if name == "ours":  # the rows of real tokens only: (M, V) for the M labels that are not padding
+                logits, targets = packed_logits(model, src, tgt, labels)
+            elif name == "torch":
+                logits = model(src, tgt, src_pad, tgt_pad)  # (B, T, V)
             else:
-                logits = model(src, tgt, src_mask, tgt_mask)
-        loss = F.cross_entropy(logits.float().reshape(-1, vocab), labels.reshape(-1), ignore_index=0,
-                               label_smoothing=0.1)
+                logits = model(src, tgt, src_mask, tgt_mask)  # (B, T, V)
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), targets, ignore_index=0, label_smoothing=0.1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -93,8 +103,14 @@ def bench_training_step(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch
     for name in names:
         result[f"{name}_s"] = statistics.median(times[name])
         result[f"{name}_tokens_per_s"] = tokens / result[f"{name}_s"]
-    result["ratio"] = statistics.median([t / o for o, t in zip(times["ours"], times["torch"])])
-    result["packing_ratio"] = statistics.median([s / o for o, s in zip(times["ours"], times["separate"])])
+
+    def ratio(slower, faster):
+        return statistics.median([s / f for f, s in zip(times[faster], times[slower])])
+
+    result["ratio"] = ratio("torch", "ours")
+    result["unpadding_ratio"] = ratio("padded", "ours")
+    result["packing_ratio"] = ratio("separate", "padded")
+    result["padding"] = 1 - tokens / (src.numel() + tgt.numel())
     result["sizes"] = dict(d_model=d_model, num_heads=num_heads, layers=num_layers, d_ff=d_ff, batch=batch,
                            src_len=src_len, tgt_len=tgt_len, vocab=vocab, dropout=dropout)
     return result

@@ -2,8 +2,9 @@
 
 :func:`profile_training_step` runs the same training step as
 :func:`~solutions.app.bench_training.bench_training_step` (forward, backward, gradient clipping, Adam;
-dropout 0.1, label smoothing 0.1) for :class:`solutions.Transformer` on its fast attention
-path and for ``torch.nn.Transformer`` of the same sizes, under ``torch.profiler`` on the CPU,
+dropout 0.1, label smoothing 0.1) for :class:`solutions.Transformer` as the trainer runs it (the
+fast attention path, on the batch's real tokens only: :func:`~solutions.packing.packed_logits`)
+and for ``torch.nn.Transformer`` of the same sizes (on the padded batch, as its users call it), under ``torch.profiler`` on the CPU,
 and reports each model's top operators by their own ("self") CPU time and their share of
 the step. Two size sets are named: ``"bench"`` (``make bench``'s) and ``"multi30k"`` (the
 ``multi30k-cpu`` preset's model on batches of Multi30k's lengths).
@@ -18,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from ..masking import decoder_mask, padding_mask
 from ..configuration import TransformerConfig
+from ..packing import packed_logits
 from .bench_setup import TorchTransformerBaseline, random_batch
 
 __all__ = ["PROFILE_SIZES", "profile_training_step", "format_profile"]
@@ -72,15 +73,18 @@ def _profile(sizes, steps, warmup, top):
                              d_ff=sizes["d_ff"], dropout=0.1, max_len=512,
                              norm_first=sizes["norm_first"]).build(vocab, vocab)
     theirs = TorchTransformerBaseline(vocab, vocab, *layers, norm_first=sizes["norm_first"])
-    inputs = {"ours": (src, tgt, padding_mask(src), decoder_mask(tgt)), "torch": (src, tgt, src == 0, tgt == 0)}
     reports = {}
     for name, model in (("ours", ours), ("torch", theirs)):
         model.train()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
 
         def step():
-            logits = model(*inputs[name])  # (B, T, V)
-            loss = F.cross_entropy(logits.reshape(-1, vocab), labels.reshape(-1), ignore_index=0, label_smoothing=0.1)
+            if name == "ours":  # as the trainer steps: (M, V) logits for the M labels that are not padding
+                logits, targets = packed_logits(model, src, tgt, labels)
+            else:
+                # masks: True = padding, PyTorch's convention; (B, T, V), (B*T,)
+                logits, targets = model(src, tgt, src == 0, tgt == 0), labels.reshape(-1)
+            loss = F.cross_entropy(logits.reshape(-1, vocab), targets, ignore_index=0, label_smoothing=0.1)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -111,7 +115,7 @@ def format_profile(result):
     lines = [f"training step profile (self CPU time per step, {result['threads']} threads), {sizes}"]
     for name in ("ours", "torch"):
         report = result[name]
-        label = "solutions.Transformer (fast path)" if name == "ours" else "torch.nn.Transformer"
+        label = "solutions.Transformer (fast path, packed rows)" if name == "ours" else "torch.nn.Transformer"
         lines.append(f"  {label}: {report['total_ms']:.1f} ms of operator time per step")
         for rank, op in enumerate(report["ops"], 1):
             lines.append(f"    {rank:2d}. {op['name']:<40} {100 * op['share']:5.1f} %  {op['self_ms']:8.2f} ms  "

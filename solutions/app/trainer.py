@@ -25,8 +25,10 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..model import count_parameters
+from ..packing import packed_logits, takes_packed_rows
 from ..tokens import PAD_ID
 from .batching import TranslationDataset, collate_batch, training_data
 from .checkpoint import Checkpointer, best_state, restore_trainer, resume_point, store_decoding, trainer_state
@@ -87,6 +89,8 @@ class Trainer:
         checkpointer: the :class:`~solutions.app.checkpoint.Checkpointer` (files, best BLEU).
         stop_reason: why the last :meth:`train` stopped (``"epochs"``, ``"max_steps"``,
             ``"budget"``, ``"planned steps done"``).
+        packed_rows: whether the steps compute the real tokens only (a model built with
+            ``attention="fused"``, the default, outside DDP and ``torch.compile``).
 
     Paper: section 5.
     """
@@ -145,7 +149,10 @@ class Trainer:
         """One optimizer step on a (local share of a) batch; returns the global mean loss per token."""
         self.train_model.train()
         batch = batch.to(self.device)
-        loss_sum, tokens, _ = batch_loss(self.train_model, batch, self.config.label_smoothing, self.use_bf16)
+        if self.packed_rows:  # the position-wise layers and the loss on real tokens only
+            loss_sum, tokens = self._packed_loss(batch)
+        else:
+            loss_sum, tokens, _ = batch_loss(self.train_model, batch, self.config.label_smoothing, self.use_bf16)
         src_tokens = (batch.src != PAD_ID).sum()
         # Mean over the tokens of the *global* batch: DDP averages gradients over the
         # processes, so each scales its sum by world_size / global token count.
@@ -161,6 +168,23 @@ class Trainer:
         self.step += 1
         self.tokens_seen += int(totals[1].item() + totals[2].item())
         return (totals[0] / global_tokens).item()
+
+    @property
+    def packed_rows(self):
+        """Whether the steps leave the padding out (:mod:`solutions.packing`): the one switch of the
+        fast path, ``config.model.attention = "fused"``, decides, read at every step (a model set to
+        its readable path by ``set_fused(False)`` steps padded). Not through DDP or ``torch.compile``:
+        those wrap the model's forward, which computes every padded position."""
+        return self.train_model is self.model and takes_packed_rows(self.model)
+
+    def _packed_loss(self, batch):
+        """``batch_loss``'s summed loss and token count, computed on the batch's real tokens only
+        (:func:`~solutions.packing.packed_logits`): the same value and gradients."""
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.use_bf16):
+            logits, targets = packed_logits(self.model, batch.src, batch.tgt_in, batch.labels, PAD_ID)  # (M, V), (M,)
+        loss_sum = F.cross_entropy(logits.float(), targets, label_smoothing=self.config.label_smoothing,
+                                   reduction="sum")
+        return loss_sum, torch.tensor(targets.numel(), device=targets.device)
 
     # -- the loop -------------------------------------------------------------------------------
     def train(self, epochs=None, max_steps=None, callback=None):

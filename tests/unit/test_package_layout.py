@@ -29,11 +29,12 @@ def _application_floors(architecture: Path) -> dict[str, int]:
 
 #: The chapter each reference module belongs to: the latest chapter whose material it holds.
 #: ``fused`` packs chapter 5's projections and takes chapter 6's mask helpers (the check, and
-#: the fully masked rows that ``F.scaled_dot_product_attention`` leaves to its caller).
+#: the fully masked rows that ``F.scaled_dot_product_attention`` leaves to its caller). ``packing``
+#: runs the model's layers on the real tokens of a training batch and gives the loss's logits.
 CHAPTER = {
     "rnn": 1, "tokens": 2, "embeddings": 2, "positional": 3, "attention": 4, "multihead": 5, "fused": 6,
-    "masking": 6, "layers": 7, "decoder": 8, "model": 8, "configuration": 8, "training": 9, "kv_cache": 10,
-    "decoding": 10, "translation": 10, "bleu": 11,
+    "masking": 6, "layers": 7, "decoder": 8, "model": 8, "configuration": 8, "training": 9, "packing": 9,
+    "kv_cache": 10, "decoding": 10, "translation": 10, "bleu": 11,
 }
 #: The practitioner's application, ``solutions/app/``: imports the reference, never imported by it.
 #: ``{module: floor}``, read from ARCHITECTURE.md's table (between the ``app-modules`` markers).

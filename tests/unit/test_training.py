@@ -131,6 +131,32 @@ def test_trainer_lowers_the_loss_and_records_history(splits):
     assert trainer.optimizer.defaults["betas"] == (0.9, 0.98) and trainer.optimizer.defaults["eps"] == 1e-9
 
 
+def test_a_fused_model_trains_on_packed_rows_with_the_padded_step_s_losses_and_weights(splits, monkeypatch):
+    """The trainer's steps leave the padding out (solutions.packing) on the fused path and only
+    there; with dropout off they give the padded steps' losses and weights (float32 rounding)."""
+    import solutions.app.trainer as trainer_module
+
+    train, valid, _ = splits
+    calls = []
+    packed_logits = trainer_module.packed_logits
+    monkeypatch.setattr(trainer_module, "packed_logits", lambda *a: calls.append(1) or packed_logits(*a))
+    config = SMALL.replace(dropout=0.0)
+    packed, padded = Trainer(config, train, valid), Trainer(config.replace(attention="readable"), train, valid)
+    assert packed.packed_rows and not padded.packed_rows
+    losses = {name: trainer.train(max_steps=3)["train"]["loss"] for name, trainer in (("packed", packed),
+                                                                                      ("padded", padded))}
+    assert len(calls) == 3  # the packed trainer's steps, and no other
+    assert losses["packed"] == pytest.approx(losses["padded"], rel=1e-5)
+    for (name, p), q in zip(packed.model.named_parameters(), padded.model.parameters()):
+        if name.endswith("w_k.bias"):  # its gradient is 0 up to rounding (the softmax ignores a shift of
+            continue  # a query's scores), and Adam scales that rounding noise up to a full step
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+    packed.model.set_fused(False)  # the readable path, e.g. to plot the weights: steps padded again
+    assert not packed.packed_rows
+    packed.train_step(collate_batch([packed.train_data[i] for i in range(4)]))
+    assert len(calls) == 3
+
+
 def test_checkpoint_resumes_exactly(splits, tmp_path):
     train, valid, _ = splits
     straight = Trainer(SMALL, train, valid)
