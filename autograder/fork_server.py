@@ -1,7 +1,7 @@
 """The trusted side of the grading fork-server: one zygote per grading process and library.
 
 A sandbox run that starts a fresh interpreter pays for ``import torch`` every time
-(about 1.3 CPU s of a 2 CPU s start on the project's machine). :class:`ForkServer`
+(about 1.0 of a fresh start's 1.1 CPU s on the project's machine). :class:`ForkServer`
 starts :mod:`autograder.zygote` once, inside the same bubblewrap wall as a run, and asks
 it for one forked run per :func:`autograder.sandbox.run_job`; each run then builds its own
 wall inside that one (new namespaces, fresh writable mounts, its own uid, limits and

@@ -1,7 +1,7 @@
 """The fork-server inside the grading sandbox: import torch once, fork a walled run per request.
 
-A sandbox run used to start a fresh interpreter that imported torch (about 1.3 CPU s,
-three quarters of a start). This program runs once per grading process and library,
+A fresh sandbox run starts an interpreter that imports torch (about 1.0 of its 1.1 CPU
+s). This program runs once per grading process and library,
 inside the same bubblewrap wall as a run (:func:`autograder.sandbox._bwrap_args`, without
 a job), imports what every run imports, and then forks one run per request of the trusted
 side (:mod:`autograder.fork_server`). It never runs student code and never reads a byte
@@ -14,12 +14,13 @@ Each run is three processes, made by the zygote's child *A*:
 * *A* unshares the mount, PID, IPC, network, UTS and cgroup namespaces and forks *B*;
   it exits at once (threads cannot be made by a process that unshared a PID namespace,
   so nothing of the run is *A*).
-* *B*, root of nothing but its own namespaces and the first process of the new PID
-  namespace, tells the trusted side its pid (``SCM_CREDENTIALS``: the kernel writes it
+* *B*, still root (the zygote's uid) but in namespaces of its own, the first process of
+  the new PID namespace, tells the trusted side its pid (``SCM_CREDENTIALS``: the kernel writes it
   as the trusted side sees it), waits until it has been put in the run's memory cgroup,
-  mounts a fresh ``/proc``, a fresh ``/tmp`` (with matplotlib's font list, read-only), a
-  fresh ``/job`` holding a copy of the job's files (read-only) and its ``/job/out`` tmpfs,
-  makes ``/`` and ``/dev`` read-only in its own view, and forks *C*. Then it only reaps:
+  mounts a fresh ``/proc``, a fresh ``/tmp`` (keeping what the wall binds below it: an
+  interpreter there; with matplotlib's font list, read-only), a fresh ``/job`` holding a
+  copy of the job's files (read-only) and its ``/job/out`` tmpfs, makes ``/`` and ``/dev``
+  read-only in its own view, says it is ready, and forks *C*. Then it only reaps:
   when *C* ends it sends *C*'s wait status and exits, and the kernel kills whatever else
   is left in the PID namespace.
 * *C*, process 2 of the namespace, takes the run's rlimits, the descriptors at fixed
@@ -40,15 +41,17 @@ it imports the preloaded modules by name.
 
 Protocol (``SOCK_SEQPACKET``, one message each):
 
-* zygote -> trusted, once: ``{"ready": true, "preloaded": [...]}`` (or ``{"error": ...}``).
+* zygote -> trusted, once: ``{"ready": true, "preloaded": [...], "vm_bytes": N}`` (its
+  address space, which every run starts with) or ``{"error": ...}``.
 * trusted -> zygote: a JSON request with its descriptors, ``{"script", "args", "fds",
   "uid", "limits", "tmp_bytes", "scratch_bytes", "font_list"}``: ``fds`` names each
   descriptor in arrival order (``status``, ``stdout``, ``stderr``, ``job``, then the
   run's pipes as ``pipe:N``, N being how ``args`` refers to it).
 * zygote -> trusted: ``{"forked": pid}`` or ``{"error": ...}``.
 * run *B* -> trusted, on the run's own ``status`` socket: ``b"pid"`` (with the kernel's
-  credentials), then, after the trusted side's ``b"go"``, ``{"status": N}`` (a raw wait
-  status) or ``{"error": ...}`` when the run could not be set up.
+  credentials); after the trusted side's ``b"go"``, ``{"ready": true}`` once its wall is
+  up (or ``{"error": ...}``: then no code of the run has run), and at the end
+  ``{"status": N, "cpu": [B's, C's and its children's CPU s]}`` (a raw wait status).
 """
 from __future__ import annotations
 
@@ -71,9 +74,8 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG = 24, 38, 1
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
-_SYS_CAPSET = 126  # x86_64; the zygote is used only where a probe run proves it works
 
 # Where the zygote's wall puts the job and the font lists (mount points the run covers).
 JOB_DIR = "/job"
@@ -125,7 +127,7 @@ def _drop_privileges(uid: int) -> None:
     os.setresuid(uid, uid, uid)  # empties the permitted and effective sets (no keep-caps)
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
-    _check(_libc.syscall(_SYS_CAPSET, ctypes.byref(header), data), "capset")  # and the inheritable one
+    _check(_libc.capset(ctypes.byref(header), data), "capset")  # and the inheritable one (glibc's wrapper)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     if os.getuid() != uid or os.geteuid() != uid:
         raise OSError("the run's uid did not take")

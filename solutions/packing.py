@@ -22,8 +22,9 @@ instead of ``B·T``, so with dropout the random numbers differ, not their law.
 
 **One switch**, as for the fused attention: a model built with
 ``TransformerConfig(attention="fused")`` takes packed rows (:func:`takes_packed_rows`),
-and the trainer's steps and ``bench``'s "ours" row run this path; ``attention="readable"``
-keeps the padded computation. Evaluation and decoding are unchanged.
+and the trainer's steps on the CPU and ``bench``'s "ours" row run this path (no GPU has run
+it yet: a CUDA run trains padded); ``attention="readable"`` keeps the padded computation.
+Evaluation and decoding are unchanged.
 
 What it saves is the padding's share of the position-wise work: about a quarter at
 ``bench``'s random batches, about a tenth in Multi30k's length-bucketed batches.

@@ -174,8 +174,11 @@ class Trainer:
         """Whether the steps leave the padding out (:mod:`solutions.packing`): the one switch of the
         fast path, ``config.model.attention = "fused"``, decides, read at every step (a model set to
         its readable path by ``set_fused(False)`` steps padded). Not through DDP or ``torch.compile``:
-        those wrap the model's forward, which computes every padded position."""
-        return self.train_model is self.model and takes_packed_rows(self.model)
+        those wrap the model's forward, which computes every padded position. On the CPU only: no GPU
+        has run the packed path yet (its row selections wait for the device, several times a step),
+        so a CUDA run keeps the padded step it was measured with."""
+        return (self.train_model is self.model and self.device.type == "cpu"
+                and takes_packed_rows(self.model))
 
     def _packed_loss(self, batch):
         """``batch_loss``'s summed loss and token count, computed on the batch's real tokens only
