@@ -351,17 +351,18 @@ def _environment(lib_dir: str) -> dict[str, str]:
     }
 
 
+def _rlimits(limits: Limits) -> dict[str, list[int]]:
+    """A run's per-process limits, ``{name: [soft, hard]}`` by ``resource``'s names: what
+    ``prlimit`` sets for a fresh start (:func:`_prlimit_args`) and a forked run sets on
+    itself (:mod:`autograder.zygote`)."""
+    return {"RLIMIT_CPU": [limits.cpu_seconds, limits.cpu_seconds + 2], "RLIMIT_AS": [limits.memory_bytes] * 2,
+            "RLIMIT_NPROC": [limits.processes] * 2, "RLIMIT_NOFILE": [limits.open_files] * 2,
+            "RLIMIT_FSIZE": [limits.file_bytes] * 2, "RLIMIT_CORE": [0, 0]}
+
+
 def _prlimit_args(limits: Limits) -> list[str]:
-    return [
-        shutil.which("prlimit") or "/usr/bin/prlimit",
-        f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 2}",
-        f"--as={limits.memory_bytes}",
-        f"--nproc={limits.processes}",
-        f"--nofile={limits.open_files}",
-        f"--fsize={limits.file_bytes}",
-        "--core=0",
-        "--",
-    ]
+    flags = [f"--{name[len('RLIMIT_'):].lower()}={soft}:{hard}" for name, (soft, hard) in _rlimits(limits).items()]
+    return [shutil.which("prlimit") or "/usr/bin/prlimit", *flags, "--"]
 
 
 def _fresh_uid() -> int:
@@ -731,13 +732,6 @@ def _zygote_command(lib_dir: Path, fonts: Path | None) -> tuple[list[str], dict[
         command += ["--setenv", key, value]
     command += ["--", os.path.abspath(sys.executable), "-s", "-B", f"{SANDBOX_LIB_DIR}/{fork_server.SCRIPT}"]
     return command, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-
-
-def _rlimits(limits: Limits) -> dict[str, list[int]]:
-    """:func:`_prlimit_args`'s limits, for a forked run to set on itself."""
-    return {"RLIMIT_CPU": [limits.cpu_seconds, limits.cpu_seconds + 2], "RLIMIT_AS": [limits.memory_bytes] * 2,
-            "RLIMIT_NPROC": [limits.processes] * 2, "RLIMIT_NOFILE": [limits.open_files] * 2,
-            "RLIMIT_FSIZE": [limits.file_bytes] * 2, "RLIMIT_CORE": [0, 0]}
 
 
 def forks_runs(isolation: str | None = None) -> bool:
