@@ -658,8 +658,7 @@ def _start_run(job_dir: Path, lib_dir: Path, limits: Limits, sandbox: bool, resu
         if sandbox:
                 mode = isolation or current_isolation()
         run_uid = None  # container mode: the run's own uid, whose every process is killed at the end
-        forked = _start_forked(job_dir, lib_dir, limits, script, mode, result_pipe,
-                               [write_fd, cases_read, *(reference_fds or ())])
+        forked = _start_forked(job_dir, lib_dir, limits, script, mode, result_pipe, pipe_args, child_fds)
         if forked is not None:
             started = True
             return _Started(forked[0], forked[1], forked[2], None, mode, read_fd, cases_write)
@@ -696,14 +695,9 @@ def _start_run(job_dir: Path, lib_dir: Path, limits: Limits, sandbox: bool, resu
             env["HOME"] = str(job_dir / "out")
             command = [*_prlimit_args(limits), python, "-s", "-B", str(lib_dir / script), str(job_dir), *pipe_args]
             cwd = str(out_dir)
-        group = None
-        if cgroup.available()[0]:
-            try:
-                group = cgroup.RunCgroup.create(limits.run_memory_bytes)
-                command = group.wrap(command)
-            except OSError as exc:
-                log.warning("grading sandbox: no memory cgroup for this run (%s)", exc)
-                group = None
+        group = _run_cgroup(limits)
+        if group is not None:
+            command = group.wrap(command)
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -740,13 +734,27 @@ def forks_runs(isolation: str | None = None) -> bool:
     return os.geteuid() == 0 and (isolation or current_isolation()) == "bubblewrap" and bwrap_path() is not None
 
 
+def _run_cgroup(limits: Limits):
+    """The run's memory cgroup (:class:`autograder.cgroup.RunCgroup`) of ``run_memory_bytes``,
+    or ``None`` where none can be made (a warning: ``RLIMIT_AS`` alone bounds the run)."""
+    if not cgroup.available()[0]:
+        return None
+    try:
+        return cgroup.RunCgroup.create(limits.run_memory_bytes)
+    except OSError as exc:
+        log.warning("grading sandbox: no memory cgroup for this run (%s)", exc)
+        return None
+
+
 def _start_forked(job_dir: Path, lib_dir: Path, limits: Limits, script: str, mode: str | None, result_pipe: bool,
-                  pipe_fds: list) -> tuple | None:
+                  pipe_args: list[str], child_fds: tuple) -> tuple | None:
     """Start the run through the library's fork-server when one serves it
     (:func:`autograder.fork_server.server_for`): ``(run, cgroup, start time)``, or ``None``
     to start it afresh. Runs as root under bubblewrap with the result pipe only (see
-    :mod:`autograder.fork_server`); a zygote that fails is not used again."""
-    if not forks_runs(mode) or mode != "bubblewrap" or not result_pipe or script == _FONT_LIST_SCRIPT:
+    :mod:`autograder.fork_server`); a zygote that fails is not used again. ``pipe_args``
+    name the run's ends ``child_fds`` by this process's numbers; the run gets each as
+    ``pipe:N`` (N, that number), which the zygote puts at a number of the run's own."""
+    if mode != "bubblewrap" or not forks_runs(mode) or not result_pipe or script == _FONT_LIST_SCRIPT:
         return None
     if not (lib_dir / fork_server.SCRIPT).is_file():
         return None
@@ -755,25 +763,9 @@ def _start_forked(job_dir: Path, lib_dir: Path, limits: Limits, script: str, mod
     server = fork_server.server_for(key, lambda: _zygote_command(lib_dir, fonts))
     if server is None or limits.memory_bytes < server.vm_bytes + fork_server.HEADROOM_BYTES:
         return None
-    pipes = {}
-    names = {}
-    for fd in pipe_fds:
-        if fd is not None:
-            names[fd] = f"pipe:{len(pipes)}"
-            pipes[len(pipes)] = fd
-    args = []
-    if pipe_fds[0] is not None:
-        args += ["--result-fd", names[pipe_fds[0]]]
-    if pipe_fds[1] is not None:
-        args += ["--cases-fd", names[pipe_fds[1]]]
-    if len(pipe_fds) > 2:
-        args += ["--reference-fds", *(names[fd] for fd in pipe_fds[2:])]
-    group = None
-    if cgroup.available()[0]:
-        try:
-            group = cgroup.RunCgroup.create(limits.run_memory_bytes)
-        except OSError as exc:
-            log.warning("grading sandbox: no memory cgroup for this run (%s)", exc)
+    pipes = {fd: fd for fd in child_fds}
+    args = [f"pipe:{arg}" if arg.isdigit() and int(arg) in pipes else arg for arg in pipe_args]
+    group = _run_cgroup(limits)
     start = time.monotonic()
     try:
         run = server.spawn(script=script, args=args, pipes=pipes, job_dir=job_dir, uid=_fresh_uid(),
