@@ -30,14 +30,16 @@ def add_parser(commands):
     """Add ``train`` to the sub-command parsers ``commands``."""
     train = commands.add_parser("train", help="train a model (synthetic task or a TSV corpus)",
                                 description="Train a Transformer; writes OUT/checkpoint.pt after every epoch.")
-    train.add_argument("--preset", choices=["tiny", "base", "multi30k-cpu"],
-                       help="model and schedule: tiny (CPU minutes), base (the paper's) or multi30k-cpu (a "
+    train.add_argument("--preset", choices=["tiny", "base", "multi30k-cpu", "multi30k-cpu-15m"],
+                       help="model and schedule: tiny (CPU minutes), base (the paper's), multi30k-cpu (a "
                             "German-English corpus of Multi30k's size in an hour on 2 CPU cores: BPE, budgeted "
-                            "schedule, checkpoint averaging, beam 4); default: tiny, or the checkpoint's with --resume")
+                            "schedule, checkpoint averaging, beam 4) or multi30k-cpu-15m (the same corpus in a "
+                            "quarter of an hour: a smaller model and vocabulary); default: tiny, or the "
+                            "checkpoint's with --resume")
     train.add_argument("--time-budget", metavar="DURATION",
                        help="wall time for the whole command (e.g. 60m, 1h, 90s, 3600): plans the schedule for "
                             "the steps that fit, and keeps time for validation and the final test decoding "
-                            "(multi30k-cpu: 60m); 'none': no budget (the preset's epochs or --max-steps decide)")
+                            "(multi30k-cpu: 60m, multi30k-cpu-15m: 15m); 'none': no budget (the preset's epochs or --max-steps decide)")
     corpus = "a CORPUS is a PATH.tsv of 'source<TAB>target' lines, or SRC_FILE:TGT_FILE, two UTF-8 " \
              "plain-text files with one sentence per line (line i of one translates line i of the other)"
     train.add_argument("--data", metavar="CORPUS",
@@ -55,7 +57,7 @@ def add_parser(commands):
     train.add_argument("--on-bad-line", choices=["error", "skip"],
                        help="a line with a wrong number of tabs, an empty side or bytes that are not UTF-8: "
                             "stop with FILE:LINE and the problem (error, the default), or leave it out and "
-                            "report the lines on stderr (skip, the default of multi30k-cpu)")
+                            "report the lines on stderr (skip, the default of the multi30k presets)")
     train.add_argument("--num-train", type=int, help="synthetic training pairs (default 20000)")
     train.add_argument("--epochs", type=int,
                        help="total number of epochs, also on --resume (default: the preset's or the checkpoint's; "
@@ -314,7 +316,7 @@ def run_train(args):
     no_budget = args.time_budget is not None and args.time_budget.strip().lower() == "none"
     budget = parse_duration(args.time_budget) if args.time_budget is not None and not no_budget else None
     if args.on_bad_line is None:
-        args.on_bad_line = "skip" if args.preset == "multi30k-cpu" else "error"
+        args.on_bad_line = "skip" if args.preset in ("multi30k-cpu", "multi30k-cpu-15m") else "error"
     state = None
     if args.resume:
         state = load_checkpoint_for_user("--resume", args.resume, missing="no such checkpoint")

@@ -268,6 +268,37 @@ def test_a_budget_too_small_for_an_epoch_says_so_and_leaves_a_usable_checkpoint(
     assert len((out / "results.json").read_bytes()) < 100_000
 
 
+def test_the_quarter_hour_preset_is_the_hours_recipe_on_a_smaller_model():
+    """multi30k-cpu-15m changes exactly what the README says it changes, nothing else."""
+    import dataclasses
+
+    hour, quarter = (dataclasses.asdict(PRESETS[name]) for name in ("multi30k-cpu", "multi30k-cpu-15m"))
+    changed = {name for name in hour if name != "model" and hour[name] != quarter[name]}
+    changed |= {f"model.{name}" for name in hour["model"] if hour["model"][name] != quarter["model"][name]}
+    assert changed == {"model.num_encoder_layers", "model.num_decoder_layers", "model.dropout", "bpe_vocab_size",
+                       "warmup_steps", "eval_sentences", "time_budget", "average_last", "length_penalty_grid"}
+    assert (quarter["model"]["num_encoder_layers"], quarter["model"]["num_decoder_layers"]) == (2, 2)
+    assert (quarter["bpe_vocab_size"], quarter["warmup_steps"], quarter["time_budget"]) == (4000, 500, 900.0)
+    assert quarter["average_last"] == 0 and quarter["length_penalty_grid"][-2:] == (2.5, 3.0)
+
+
+def test_the_quarter_hour_preset_runs_from_the_command_line(tmp_path, capsys):
+    """--preset multi30k-cpu-15m: its budget and grid reach the run, bad lines are skipped by default."""
+    pairs = _pairs()
+    folder = _corpus_dir(tmp_path, pairs * 4, pairs[:6], pairs[6:12])
+    with open(folder / "train.de-en.tsv", "a", encoding="utf-8") as handle:
+        handle.write("ein\tsatz\tmit zwei tabs\n")
+    out = tmp_path / "run"
+    assert main(["train", "--preset", "multi30k-cpu-15m", "--data-dir", str(folder), "--time-budget", "0.01s",
+                 "--batch-size", "4", "--out", str(out)] + TINY_MODEL) == 0
+    assert "skipped 1 bad line" in capsys.readouterr().err
+    *_, config = model_from_checkpoint(str(out / "best.pt"))
+    assert config.length_penalty_grid == PRESETS["multi30k-cpu-15m"].length_penalty_grid
+    assert config.average_last == 0 and config.warmup_steps == 500
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["preset"] == "multi30k-cpu-15m" and results["steps"] == 1
+
+
 def test_evaluate_reproduces_the_runs_test_score_from_best_pt(budget_run, capsys):
     folder, out, argv = budget_run
     if not (out / "results.json").exists():
