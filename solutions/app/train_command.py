@@ -39,7 +39,8 @@ def add_parser(commands):
     train.add_argument("--time-budget", metavar="DURATION",
                        help="wall time for the whole command (e.g. 60m, 1h, 90s, 3600): plans the schedule for "
                             "the steps that fit, and keeps time for validation and the final test decoding "
-                            "(multi30k-cpu: 60m, multi30k-cpu-15m: 15m); 'none': no budget (the preset's epochs or --max-steps decide)")
+                            "(multi30k-cpu: 60m, multi30k-cpu-15m: 15m); 'none': no budget (the preset's epochs "
+                            "or --max-steps decide)")
     corpus = "a CORPUS is a PATH.tsv of 'source<TAB>target' lines, or SRC_FILE:TGT_FILE, two UTF-8 " \
              "plain-text files with one sentence per line (line i of one translates line i of the other)"
     train.add_argument("--data", metavar="CORPUS",

@@ -3,6 +3,7 @@
 No test here measures time: the trainer's clock is a fake that advances a fixed amount
 per reading, and the command-line runs use budgets that end a run after its first step.
 """
+import dataclasses
 import json
 import math
 import os
@@ -270,8 +271,6 @@ def test_a_budget_too_small_for_an_epoch_says_so_and_leaves_a_usable_checkpoint(
 
 def test_the_quarter_hour_preset_is_the_hours_recipe_on_a_smaller_model():
     """multi30k-cpu-15m changes exactly what the README says it changes, nothing else."""
-    import dataclasses
-
     hour, quarter = (dataclasses.asdict(PRESETS[name]) for name in ("multi30k-cpu", "multi30k-cpu-15m"))
     changed = {name for name in hour if name != "model" and hour[name] != quarter[name]}
     changed |= {f"model.{name}" for name in hour["model"] if hour["model"][name] != quarter["model"][name]}
@@ -283,7 +282,7 @@ def test_the_quarter_hour_preset_is_the_hours_recipe_on_a_smaller_model():
 
 
 def test_the_quarter_hour_preset_runs_from_the_command_line(tmp_path, capsys):
-    """--preset multi30k-cpu-15m: its budget and grid reach the run, bad lines are skipped by default."""
+    """--preset multi30k-cpu-15m: its grid, warm-up and averaging reach the run; bad lines are skipped by default."""
     pairs = _pairs()
     folder = _corpus_dir(tmp_path, pairs * 4, pairs[:6], pairs[6:12])
     with open(folder / "train.de-en.tsv", "a", encoding="utf-8") as handle:
