@@ -22,18 +22,21 @@ from torch.profiler import ProfilerActivity, profile
 from ..configuration import TransformerConfig
 from ..packing import packed_logits
 from .bench_setup import TorchTransformerBaseline, random_batch
+from .config import PRESETS
 
 __all__ = ["PROFILE_SIZES", "profile_training_step", "format_profile"]
 
 # The two shapes the README's speed section profiles.
+_M30K = PRESETS["multi30k-cpu"]
 PROFILE_SIZES = {
     # make bench's training step: post-norm, 8 heads, batches of 32 x 32 tokens, vocabulary 2,000.
     "bench": dict(d_model=256, num_heads=8, num_layers=3, d_ff=1024, batch=32, src_len=32, tgt_len=32,
                   vocab=2000, norm_first=False),
-    # The multi30k-cpu preset: pre-norm, 4 heads, 64 pairs of up to 24 BPE tokens (Multi30k's
-    # sentences average 15), a shared vocabulary of 8,000.
-    "multi30k": dict(d_model=256, num_heads=4, num_layers=3, d_ff=1024, batch=64, src_len=24, tgt_len=24,
-                     vocab=8000, norm_first=True),
+    # The multi30k-cpu preset's model (pre-norm, 4 heads, its shared BPE vocabulary) on its batches of
+    # 64 pairs, here of up to 24 tokens (Multi30k's sentences average 15).
+    "multi30k": dict(d_model=_M30K.model.d_model, num_heads=_M30K.model.num_heads,
+                     num_layers=_M30K.model.num_encoder_layers, d_ff=_M30K.model.d_ff, batch=_M30K.batch_size,
+                     src_len=24, tgt_len=24, vocab=_M30K.bpe_vocab_size, norm_first=_M30K.model.norm_first),
 }
 
 

@@ -274,8 +274,8 @@ def test_the_quarter_hour_preset_is_the_hours_recipe_on_a_smaller_model():
     hour, quarter = (dataclasses.asdict(PRESETS[name]) for name in ("multi30k-cpu", "multi30k-cpu-15m"))
     changed = {name for name in hour if name != "model" and hour[name] != quarter[name]}
     changed |= {f"model.{name}" for name in hour["model"] if hour["model"][name] != quarter["model"][name]}
-    assert changed == {"model.num_encoder_layers", "model.num_decoder_layers", "model.dropout", "bpe_vocab_size",
-                       "warmup_steps", "eval_sentences", "time_budget", "average_last", "length_penalty_grid"}
+    assert changed == {"model.num_encoder_layers", "model.num_decoder_layers", "model.dropout", "warmup_steps",
+                       "eval_sentences", "time_budget", "average_last", "length_penalty_grid"}
     assert (quarter["model"]["num_encoder_layers"], quarter["model"]["num_decoder_layers"]) == (2, 2)
     assert (quarter["bpe_vocab_size"], quarter["warmup_steps"], quarter["time_budget"]) == (4000, 500, 900.0)
     assert quarter["average_last"] == 0 and quarter["length_penalty_grid"][-2:] == (2.5, 3.0)
