@@ -102,6 +102,9 @@ def test_with_the_results_file_every_section_shows_its_numbers(tmp_path, monkeyp
     # to greedy: 498 changed, where the shipped run has 499)
     assert "brevity penalty" in printed and "beam 4 changes 498 of 1000 translations:" in printed
     assert "source length (words):" in printed and "test sentence 984" in printed
+    # the earlier hours' files are read whatever the run's results file holds (sections 11.6-11.7)
+    assert "read multi30k_results_8k.json: 9,360 steps, test BLEU 38.54" in printed
+    assert "float32, 8,000: " in printed and "5,414 steps, 11 epochs and a part" in printed
     assert "x1.54 steps in the same time" in printed  # float32 512 ms against bfloat16 333 ms
     assert not namespace["THE_RUN"]  # the prose's claims about the shipped run are not asserted on a sample
 
