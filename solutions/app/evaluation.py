@@ -168,18 +168,35 @@ class Evaluator:
                 self.log(f"BLEU: sacreBLEU corpus BLEU of detokenised translations, signature {self.bleu.signature}")
         return metrics
 
-    def time_beam(self, model, sources):
-        """Seconds per sentence of the final decoding's beam search on ``sources`` (``None`` for none).
+    def time_beam(self, model, pairs):
+        """The final decoding's beam search, timed on validation ``pairs``: seconds per sentence, and how long
+        the translations ran.
 
-        The trainer measures it again at every epoch end: the translations of an undertrained
-        model run to the length limit, so the first measurement overstates the final decoding.
+        The sentences are decoded as the final decoding decodes them (in batches, with the run's beam size
+        and length penalty). The trainer measures again at every epoch end, because the time follows the
+        translations' length: an undertrained model's can run to the length limit, a trained model's are
+        about as long as the references.
+
+        Args:
+            model: the model being trained.
+            pairs: ``(source, reference)`` strings.
+
+        Returns:
+            ``(seconds_per_sentence, length_ratio)``, ``length_ratio`` = the references' target tokens over
+            the translations' (``<eos>`` counted): the time at the references' length is about their product,
+            a decoding step costing about the same at every length. ``None`` for no pairs.
         """
-        if not sources:
+        if not pairs:
             return None
+        sources = [source for source, _ in pairs]
         start = self.clock()
-        translate(model, list(sources), self.src_tokenizer, self.tgt_tokenizer, beam_size=self.config.beam_size,
-                  length_penalty=self.config.length_penalty, device=self.device, **self.translate_options)
-        return (self.clock() - start) / len(sources)
+        translations = translate(model, sources, self.src_tokenizer, self.tgt_tokenizer,
+                                 beam_size=self.config.beam_size, length_penalty=self.config.length_penalty,
+                                 device=self.device, **self.translate_options)
+        seconds = self.clock() - start
+        produced = sum(len(self.tgt_tokenizer.encode(text)) + 1 for text in translations)
+        wanted = sum(len(self.tgt_tokenizer.encode(reference)) + 1 for _, reference in pairs)
+        return seconds / len(pairs), wanted / produced
 
     def snapshot(self, model):
         """Keep a CPU copy of ``model``'s weights, of the last ``config.average_last`` kept (for averaging)."""

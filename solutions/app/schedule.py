@@ -142,6 +142,8 @@ class RunPlan:
         tune_sentences: validation sentences the end of the run decodes with the beam to tune the length
             penalty (:func:`~solutions.app.tuning.tune_decoding`; time is kept for them too).
         seconds: measured times, ``{"step", "eval", "beam_sentence"}`` (``None`` until measured).
+        beam_length_ratio: the references' length over the timed beam translations' (1 until measured):
+            the reserve keeps the beam's time at the references' length, what a trained model writes.
         stop_reason: why :meth:`exhausted` said stop (``"planned steps done"``, ``"budget"``).
     """
 
@@ -151,6 +153,7 @@ class RunPlan:
         self.planned_steps = None
         self.final_sentences = self.tune_sentences = 0
         self.seconds = {"step": None, "eval": None, "beam_sentence": None}
+        self.beam_length_ratio = 1.0
         self.stop_reason = None
         self._timed_after, self._recent = 0, collections.deque(maxlen=200)
 
@@ -192,10 +195,12 @@ class RunPlan:
         """Seconds kept for the end of the run: evaluating averaged weights, beam decoding, saving.
 
         Before anything is measured: a tenth of the budget. Afterwards: one evaluation
-        (two with averaging), the measured beam time of :attr:`final_sentences` and
-        :attr:`tune_sentences` sentences, the greedy decoding of the final ones (an evaluation per ``eval_sentences`` sentences: an
-        over-estimate, the evaluation also computes the loss), 30 % margin and 20 seconds
-        for saving files.
+        (two with averaging), the beam's measured time per sentence at the references' length
+        (times :attr:`beam_length_ratio`: an undertrained model's long translations would
+        otherwise keep most of the budget back after the first epoch) for :attr:`final_sentences`
+        and :attr:`tune_sentences` sentences, the greedy decoding of the final ones (an evaluation
+        per ``eval_sentences`` sentences: an over-estimate, the evaluation also computes the loss),
+        30 % margin and 20 seconds for saving files.
         """
         evaluation, beam = self.seconds["eval"], self.seconds["beam_sentence"]
         if evaluation is None:
@@ -203,7 +208,8 @@ class RunPlan:
         evaluations = 1 + (self.config.average_last > 1)
         greedy = evaluation * self.final_sentences / max(1, self.config.eval_sentences)
         # With a beam, the test set is decoded twice: with the beam, and greedily for the translations file.
-        decoding = beam * (self.final_sentences + self.tune_sentences) + greedy if beam is not None else greedy
+        decoding = greedy if beam is None else \
+            beam * self.beam_length_ratio * (self.final_sentences + self.tune_sentences) + greedy
         return 1.3 * (evaluations * evaluation + decoding) + 20.0
 
     def replan(self, step):

@@ -46,6 +46,9 @@ __all__ = ["Trainer"]
 
 logger = logging.getLogger("solutions.app.trainer")
 
+# Validation sentences the beam is timed on at every epoch end (with a time budget): one batch of translate()'s.
+BEAM_TIMING_SENTENCES = 64
+
 
 class Trainer:
     """Train a Transformer on sentence pairs; evaluate; save and resume checkpoints.
@@ -281,9 +284,11 @@ class Trainer:
             self.save_checkpoint(self.checkpointer.path("checkpoint.pt"))
         if self.plan.budget is not None:
             if self.config.beam_size > 1 and self.plan.final_sentences:
-                # every epoch: an untrained model's translations run to the length limit
-                beam = self.evaluator.time_beam(self.model, [s for s, _ in self.valid_data.pairs[:12]])
-                self.plan.seconds["beam_sentence"] = beam if beam is not None else self.plan.seconds["beam_sentence"]
+                # every epoch: the time follows the translations' length, which training changes;
+                # one batch of the final decoding's size, at whose rate it decodes
+                timed = self.evaluator.time_beam(self.model, self.valid_data.pairs[:BEAM_TIMING_SENTENCES])
+                if timed is not None:
+                    self.plan.seconds["beam_sentence"], self.plan.beam_length_ratio = timed
             if self.plan.seconds["step"] is not None:
                 self._replan()
 

@@ -83,6 +83,15 @@ def test_run_plan_plans_reserves_and_stops_on_its_own_state():
     plan.seconds["beam_sentence"] = 0.01
     now[0] = 90.0
     assert plan.final_beam_size() == 4  # 10 s left >= 1.1 * 0.01 * 100
+    # The reserve: 2 evaluations (averaging), the beam at the references' length over the final and tuning
+    # sentences, the final greedy decoding (an evaluation per 10 sentences), 30 % and 20 s.
+    plan.seconds["eval"], plan.tune_sentences = 2.0, 60
+    assert plan.reserve() == pytest.approx(1.3 * (2 * 2.0 + 0.01 * 160 + 2.0 * 100 / 10) + 20.0)
+    plan.beam_length_ratio = 0.25  # the timed translations ran four times the references' length
+    assert plan.reserve() == pytest.approx(1.3 * (2 * 2.0 + 0.0025 * 160 + 2.0 * 100 / 10) + 20.0)
+    now[0] = 99.2  # the end's own check uses the time as measured: 0.8 s < 1.1 * 0.01 * 100 (0.28 s at the ratio)
+    assert plan.final_beam_size() == 1
+    now[0] = 90.0
     assert plan.state_dict() == {"planned_steps": 194, "budget_used": 90.0}
     resumed = RunPlan(config, 50, budget=TimeBudget(100.0, clock=lambda: 0.0))
     resumed.load_state_dict(plan.state_dict())

@@ -409,6 +409,31 @@ def test_the_evaluator_averages_its_last_snapshots_only():
     assert evaluator.time_beam(model, []) is None  # nothing to time
 
 
+def test_the_evaluator_times_the_beam_and_says_how_long_its_translations_ran(monkeypatch):
+    """Seconds per sentence as decoded, and the references' length over the translations' (<eos> counted)."""
+    import solutions.app.evaluation as evaluation
+
+    class Words:  # a tokenizer of whitespace-separated words
+        def encode(self, text):
+            return text.split()
+
+    decoded = []
+
+    def fake_translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size, length_penalty, device, **options):
+        decoded.append((list(sentences), beam_size, length_penalty, options))
+        return ["a b c d e f g"] * len(sentences)  # 7 words + <eos> each: an untrained model's long outputs
+
+    monkeypatch.setattr(evaluation, "translate", fake_translate)
+    times = iter([10.0, 13.0])
+    config = PRESETS["tiny"].replace(beam_size=4, length_penalty=1.5)
+    evaluator = Evaluator(config, Words(), Words(), torch.device("cpu"), translate_options={"beam": "batched"},
+                          clock=lambda: next(times))
+    pairs = [("x", "one"), ("y", "one two three")]  # references: 2 + 4 tokens with <eos>
+    seconds, ratio = evaluator.time_beam(torch.nn.Linear(1, 1), pairs)
+    assert seconds == pytest.approx(1.5) and ratio == pytest.approx(6 / 16)
+    assert decoded == [(["x", "y"], 4, 1.5, {"beam": "batched"})]  # decoded as the final decoding decodes
+
+
 def test_the_checkpointer_keeps_the_best_bleu_and_writes_on_the_main_process_only(tmp_path):
     made = []
     main, other = Checkpointer(str(tmp_path)), Checkpointer(str(tmp_path / "other"), is_main=False)
