@@ -38,7 +38,7 @@ from .distributed import all_reduce_sum, setup_distributed, training_model
 from .evaluation import Evaluator, batch_loss
 from .history import RunHistory
 from .progress import TrainingProgress
-from .schedule import RunPlan, TimeBudget, paper_adam
+from .schedule import RunPlan, TimeBudget, format_duration, paper_adam
 from .summary import LoadSampler, end_of_run, finish_training
 from .tokenizer import build_tokenizers
 
@@ -289,6 +289,9 @@ class Trainer:
                 timed = self.evaluator.time_beam(self.model, self.valid_data.pairs[:BEAM_TIMING_SENTENCES])
                 if timed is not None:
                     self.plan.seconds["beam_sentence"], self.plan.beam_length_ratio = timed
+                    self.log(f"beam {self.config.beam_size}: {timed[0]:.3f} s a sentence, the translations "
+                             f"{1 / timed[1]:.2f}x the references' length; kept for the end "
+                             f"{format_duration(self.plan.reserve())}")
             if self.plan.seconds["step"] is not None:
                 self._replan()
 
