@@ -196,8 +196,8 @@ class RunPlan:
 
         Before anything is measured: a tenth of the budget. Afterwards: one evaluation
         (two with averaging), the beam's measured time per sentence at the references' length
-        (times :attr:`beam_length_ratio`: an undertrained model's long translations would
-        otherwise keep most of the budget back after the first epoch) for :attr:`final_sentences`
+        (times :attr:`beam_length_ratio`: early in training the translations run longer or
+        shorter than the final model's, and their time with them) for :attr:`final_sentences`
         and :attr:`tune_sentences` sentences, the greedy decoding of the final ones (an evaluation
         per ``eval_sentences`` sentences: an over-estimate, the evaluation also computes the loss),
         30 % margin and 20 seconds for saving files.
