@@ -16,7 +16,10 @@ import torch
 from .decoding import beam_search, greedy_decode
 from .masking import padding_mask
 
-__all__ = ["translate", "length_sorted_batches"]
+__all__ = ["translate", "length_sorted_batches", "DECODE_BATCH_SIZE"]
+
+# Sentences decoded together by default: by translate(), the length-penalty tuning and the end of a run.
+DECODE_BATCH_SIZE = 64
 
 
 def length_sorted_batches(encoded, batch_size, device=None):
@@ -45,7 +48,7 @@ def length_sorted_batches(encoded, batch_size, device=None):
 
 
 def translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1, max_len=None,
-              batch_size=64, device=None, length_penalty=0.6, use_cache=True, greedy=None, beam=None):
+              batch_size=DECODE_BATCH_SIZE, device=None, length_penalty=0.6, use_cache=True, greedy=None, beam=None):
     """Translate strings with a trained model: tokenize, decode, detokenize.
 
     Args:

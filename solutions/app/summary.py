@@ -22,7 +22,7 @@ import torch
 from sacrebleu.metrics import BLEU
 
 from ..model import count_parameters
-from ..translation import translate
+from ..translation import DECODE_BATCH_SIZE, translate
 from .evaluation import CorpusBLEU
 
 __all__ = ["RunSummary", "RESULTS_SCHEMA", "TUTORIAL_METRIC", "LoadSampler", "score_translations",
@@ -181,7 +181,7 @@ def results_document(trainer, final, finish, test_pairs, wall_seconds, load, com
         "translations": translations,
         "decoding": {"beam_size": final.get("test", final.get("valid", {})).get("beam_size", config.beam_size),
                      "length_penalty": tuning["length_penalty"] if tuning is not None else config.length_penalty,
-                     "length_penalty_tuned": tuning is not None, "batch_size": 64,
+                     "length_penalty_tuned": tuning is not None, "batch_size": DECODE_BATCH_SIZE,
                      "max_len": "source length + 50 tokens"},
         "length_penalty_tuning": tuning,
         "wall_minutes": round(wall_seconds / 60, 2),

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from ..model import count_parameters
 from ..packing import packed_logits, takes_packed_rows
 from ..tokens import PAD_ID
+from ..translation import DECODE_BATCH_SIZE
 from .batching import TranslationDataset, collate_batch, training_data
 from .checkpoint import Checkpointer, best_state, restore_trainer, resume_point, store_decoding, trainer_state
 from .config import TrainConfig
@@ -45,9 +46,6 @@ from .tokenizer import build_tokenizers
 __all__ = ["Trainer"]
 
 logger = logging.getLogger("solutions.app.trainer")
-
-# Validation sentences the beam is timed on at every epoch end (with a time budget): one batch of translate()'s.
-BEAM_TIMING_SENTENCES = 64
 
 
 class Trainer:
@@ -286,7 +284,7 @@ class Trainer:
             if self.config.beam_size > 1 and self.plan.final_sentences:
                 # every epoch: the time follows the translations' length, which training changes;
                 # one batch of the final decoding's size, at whose rate it decodes
-                timed = self.evaluator.time_beam(self.model, self.valid_data.pairs[:BEAM_TIMING_SENTENCES])
+                timed = self.evaluator.time_beam(self.model, self.valid_data.pairs[:DECODE_BATCH_SIZE])
                 if timed is not None:
                     self.plan.seconds["beam_sentence"], self.plan.beam_length_ratio = timed
                     self.log(f"beam {self.config.beam_size}: {timed[0]:.3f} s a sentence, the translations "

@@ -22,7 +22,7 @@ import time
 
 from ..masking import padding_mask
 from ..tokens import UNK_ID
-from ..translation import length_sorted_batches
+from ..translation import DECODE_BATCH_SIZE, length_sorted_batches
 from .config import DEFAULT_LENGTH_PENALTIES, check_grid
 from .evaluation import CorpusBLEU
 from .inference import batch_beam_hypotheses, best_hypothesis
@@ -47,7 +47,8 @@ def parse_grid(text, option, smallest=0, integer=False):
     return check_grid(values, option, smallest, integer)
 
 
-def beam_hypotheses(model, sentences, src_tokenizer, beam_size, batch_size=64, device=None, progress=None):
+def beam_hypotheses(model, sentences, src_tokenizer, beam_size, batch_size=DECODE_BATCH_SIZE, device=None,
+                    progress=None):
     """Every sentence's finished beam-search hypotheses, batched as :func:`~solutions.translation.translate` batches.
 
     The sentences are encoded and decoded in batches of similar length
@@ -92,7 +93,7 @@ def _score(hypotheses, references):
 
 
 def tune_decoding(model, pairs, src_tokenizer, tgt_tokenizer, length_penalties=DEFAULT_LENGTH_PENALTIES,
-                  beam_sizes=(4,), batch_size=64, device=None, log=None, clock=time.monotonic):
+                  beam_sizes=(4,), batch_size=DECODE_BATCH_SIZE, device=None, log=None, clock=time.monotonic):
     """Choose the beam size and α with the best BLEU on the validation ``pairs``.
 
     Each beam size costs one batched beam search over the pairs (:func:`beam_hypotheses`);
